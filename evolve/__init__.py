@@ -1,0 +1,51 @@
+"""evolvekit: make an agent system better from its own experience.
+
+A system Π = (workflow Γ, models ψ, context C, tools W) is run on tasks; its trajectories τ
+and rewards r feed operators that propose better versions; the archive keeps every version
+with its lineage and scores, and can roll back to any of them.
+
+``import evolve`` is cheap, silent and offline: every name below is imported on first use,
+and heavy parts (torch, transformers, peft, litellm, ...) only where they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "run": ("evolve.api", "run_task"),
+    "load": ("evolve.api", "load"),
+    "evaluate": ("evolve.api", "evaluate"),
+    "LoadedSystem": ("evolve.api", "LoadedSystem"),
+    "Engine": ("evolve.engine", "Engine"),
+    "Archive": ("evolve.archive", "Archive"),
+    "load_task": ("evolve.config", "load_task"),
+    "TaskConfig": ("evolve.config", "TaskConfig"),
+    "System": ("evolve.types", "System"),
+    "ModelSpec": ("evolve.types", "ModelSpec"),
+    "Trajectory": ("evolve.types", "Trajectory"),
+    "Reward": ("evolve.types", "Reward"),
+    "Candidate": ("evolve.types", "Candidate"),
+    "Message": ("evolve.types", "Message"),
+    "EvolveError": ("evolve.errors", "EvolveError"),
+    "UserError": ("evolve.errors", "UserError"),
+    "ScriptedLM": ("evolve.llm.fake", "ScriptedLM"),
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'evolve' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

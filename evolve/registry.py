@@ -1,0 +1,137 @@
+"""Explicit, lazy registries: name -> "module:attribute", imported on first use.
+
+Third-party plugins register through the entry-point group ``evolvekit.<kind>``
+(e.g. ``evolvekit.operators``); nothing is scanned. An unknown name raises
+:class:`~evolve.errors.RegistryError` with the closest known names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from evolve.errors import RegistryError, UserError
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "known: " + ", ".join(sorted(choices))
+
+
+def import_path(path: str, *, what: str = "object", search: Path | None = None) -> Any:
+    """Import ``"package.module:attr"`` (or ``"package.module.attr"``).
+
+    ``search`` is a folder put first on ``sys.path`` while importing (the task file's folder),
+    so a task can name a module that sits beside it.
+    """
+    if ":" in path:
+        mod_name, _, attr = path.partition(":")
+    else:
+        mod_name, _, attr = path.rpartition(".")
+    if not mod_name or not attr:
+        raise UserError(f"{what} {path!r} is not an import path; write it as 'package.module:name'")
+    added = False
+    if search is not None and str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+        added = True
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        raise UserError(f"{what} {path!r}: cannot import module {mod_name!r} ({e})") from None
+    except Exception as e:  # the user's module raised while importing
+        raise UserError(f"{what} {path!r}: importing {mod_name!r} raised {type(e).__name__}: {e}") from None
+    finally:
+        if added:
+            sys.path.remove(str(search))
+    try:
+        obj = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        names = [n for n in dir(module) if not n.startswith("_")]
+        raise UserError(f"{what} {path!r}: module {mod_name!r} has no {attr!r}; {did_you_mean(attr, names)}") from None
+    return obj
+
+
+class Registry:
+    """name -> import path, resolved lazily."""
+
+    def __init__(self, kind: str, entries: dict[str, str]) -> None:
+        self.kind = kind
+        self._paths: dict[str, str] = dict(entries)
+        self._objects: dict[str, Any] = {}
+        self._plugins_loaded = False
+
+    def register(self, name: str, target: Any) -> None:
+        """Register an object or an import path string under ``name``."""
+        if isinstance(target, str):
+            self._paths[name] = target
+            self._objects.pop(name, None)
+        else:
+            self._objects[name] = target
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        group = "evolvekit." + self.kind.replace(" ", "_") + "s"
+        for ep in entry_points(group=group):
+            self._paths.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        return sorted(set(self._paths) | set(self._objects))
+
+    def __contains__(self, name: str) -> bool:
+        if name in self._paths or name in self._objects:
+            return True
+        self._load_plugins()
+        return name in self._paths
+
+    def get(self, name: str) -> Any:
+        if name in self._objects:
+            return self._objects[name]
+        if name not in self._paths:
+            self._load_plugins()
+        if name not in self._paths:
+            raise RegistryError(f"unknown {self.kind} {name!r}; {did_you_mean(name, self.names())}")
+        obj = import_path(self._paths[name], what=f"{self.kind} {name!r}")
+        self._objects[name] = obj
+        return obj
+
+
+llm_backends = Registry(
+    "llm backend",
+    {
+        "local": "evolve.llm.local:build",
+        "litellm": "evolve.llm.litellm:build",
+        "scripted": "evolve.llm.fake:build",
+    },
+)
+operators = Registry(
+    "operator",
+    {
+        "star": "evolve.policy.star:STaR",
+        "scripted": "evolve.operators:ScriptedEdit",
+    },
+)
+selectors = Registry(
+    "selector",
+    {
+        "best": "evolve.selectors:Best",
+        "tournament": "evolve.selectors:Tournament",
+    },
+)
+runners = Registry(
+    "runner",
+    {
+        "thread": "evolve.runners:ThreadRunner",
+        "process": "evolve.runners:ProcessRunner",
+    },
+)

@@ -1,0 +1,226 @@
+"""One rollout: run an agent on one task under a system, record every step, score it.
+
+An *agent* is any callable ``agent(task, ctx) -> output``. Through ``ctx`` it reaches the
+system's models (``ctx.llm("policy").complete(messages)``) and calls tools
+(``ctx.tool("name", fn, **args)``); both are recorded as steps of the trajectory.
+A *reward* is any callable ``reward(task, output)`` or ``reward(task, output, trajectory)``
+returning a float, a :class:`~evolve.types.Reward`, or a dict with ``score``.
+
+Nothing an agent or a reward does can crash a run: exceptions and timeouts become a failed
+trajectory (``error`` set, score 0) or a failed reward (``reward.error`` set, score 0).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from evolve.llm.base import LLM, Completion, as_messages
+from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory
+
+Task = dict[str, Any]
+
+
+class RolloutTimeout(Exception):
+    """Raised inside an agent when its rollout is past its deadline."""
+
+
+class LLMProvider(Protocol):
+    def __call__(self, system: System, role: str) -> LLM: ...
+
+
+class RecordedLLM:
+    """An LLM handle bound to one rollout: applies the role's defaults and records each call."""
+
+    def __init__(self, ctx: "RolloutContext", role: str, llm: LLM) -> None:
+        self._ctx, self.role, self._llm = ctx, role, llm
+        spec = ctx.system.models.get(role)
+        self._defaults = dict(spec.params) if spec is not None else {}
+        self.name = getattr(llm, "name", role)
+
+    def complete(
+        self,
+        messages: Sequence[Message | dict],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> Completion:
+        ctx = self._ctx
+        ctx.check_deadline()
+        msgs = as_messages(messages)
+        if temperature is None:
+            temperature = ctx.temperature if ctx.temperature is not None else self._defaults.get("temperature", 0.0)
+        if max_tokens is None:
+            max_tokens = self._defaults.get("max_tokens")
+        seed = ctx.seed * 1000 + len(ctx.steps)
+        t0 = time.perf_counter()
+        out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+        ctx.add_step(
+            LLMCall(
+                role=self.role,
+                model=out.model,
+                messages=msgs,
+                output=out.text,
+                prompt_token_ids=out.prompt_token_ids,
+                token_ids=out.token_ids,
+                logprobs=out.logprobs,
+                temperature=temperature,
+                finish_reason=out.finish_reason,
+                prompt_tokens=out.prompt_tokens,
+                completion_tokens=out.completion_tokens,
+                cost=out.cost,
+                duration=time.perf_counter() - t0,
+            )
+        )
+        return out
+
+
+@dataclass
+class RolloutContext:
+    """What an agent sees during one rollout."""
+
+    system: System
+    task: Task
+    llm_provider: LLMProvider
+    seed: int = 0
+    temperature: float | None = None  # overrides the model's default (exploration rollouts)
+    deadline: float | None = None  # time.monotonic() value
+    steps: list = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def llm(self, role: str = "policy") -> RecordedLLM:
+        if role not in self.system.models:
+            raise KeyError(f"the system has no model role {role!r}; it has {sorted(self.system.models)}")
+        return RecordedLLM(self, role, self.llm_provider(self.system, role))
+
+    def tool(self, name: str, fn: Callable[..., Any], /, **args: Any) -> Any:
+        """Call ``fn(**args)`` and record it; re-raises ``fn``'s exception after recording it."""
+        self.check_deadline()
+        t0 = time.perf_counter()
+        try:
+            result = fn(**args)
+        except Exception as e:
+            self.add_step(ToolCall(name=name, args=_jsonable(args), error=f"{type(e).__name__}: {e}",
+                                   duration=time.perf_counter() - t0))
+            raise
+        self.add_step(ToolCall(name=name, args=_jsonable(args), result=_jsonable(result),
+                               duration=time.perf_counter() - t0))
+        return result
+
+    def add_step(self, step: LLMCall | ToolCall) -> None:
+        with self._lock:
+            self.steps.append(step)
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise RolloutTimeout("rollout timed out")
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)
+
+
+def run_agent(
+    agent: Callable[[Task, RolloutContext], Any],
+    system: System,
+    task: Task,
+    llm_provider: LLMProvider,
+    *,
+    seed: int = 0,
+    sample: int = 0,
+    temperature: float | None = None,
+    timeout: float | None = None,
+) -> Trajectory:
+    """Run ``agent`` once; never raises for the agent's own failures."""
+    t0 = time.monotonic()
+    ctx = RolloutContext(system, task, llm_provider, seed=seed, temperature=temperature,
+                         deadline=t0 + timeout if timeout else None)
+    output, error = None, None
+    try:
+        output = agent(task, ctx)
+        if timeout and time.monotonic() - t0 > timeout:
+            error = f"timeout: the agent took {time.monotonic() - t0:.1f}s, over the {timeout:g}s limit"
+    except RolloutTimeout:
+        error = f"timeout: the agent ran past its {timeout:g}s limit"
+    except Exception as e:
+        error = f"agent raised {type(e).__name__}: {e}\n" + _short_tb(e)
+    steps = tuple(ctx.steps)
+    tokens = sum(s.prompt_tokens + s.completion_tokens for s in steps if isinstance(s, LLMCall))
+    cost = sum((s.cost or 0.0) for s in steps if isinstance(s, LLMCall))
+    return Trajectory(
+        task_id=str(task["id"]),
+        system_id=system.id,
+        steps=steps,
+        output=_jsonable(output),
+        error=error,
+        tokens=tokens,
+        cost=cost,
+        duration=time.monotonic() - t0,
+        sample=sample,
+        temperature=temperature,
+    )
+
+
+def _short_tb(e: BaseException, limit: int = 6) -> str:
+    return "".join(traceback.format_tb(e.__traceback__, limit=-limit)).rstrip()
+
+
+def _reward_arity(fn: Callable) -> int:
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        has_var = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values())
+        return 3 if has_var or len(params) >= 3 else len(params)
+    except (TypeError, ValueError):
+        return 3
+
+
+def check_reward_signature(fn: Callable) -> None:
+    """Raise TypeError naming the accepted signatures when ``fn`` cannot be a reward."""
+    if not callable(fn):
+        raise TypeError(f"the reward {fn!r} is not callable")
+    if _reward_arity(fn) < 2:
+        raise TypeError(
+            f"the reward {getattr(fn, '__name__', fn)!r} takes too few arguments; accepted signatures are "
+            "reward(task, output) and reward(task, output, trajectory)"
+        )
+
+
+def score(reward_fn: Callable, task: Task, trajectory: Trajectory) -> Trajectory:
+    """Attach a Reward to ``trajectory``. A failed rollout scores 0; a raising reward is recorded."""
+    if trajectory.error is not None:
+        r = Reward(score=0.0, feedback=trajectory.error.splitlines()[0], components={"failed": 1.0})
+        return trajectory.model_copy(update={"reward": r})
+    try:
+        if _reward_arity(reward_fn) >= 3:
+            value = reward_fn(task, trajectory.output, trajectory)
+        else:
+            value = reward_fn(task, trajectory.output)
+        r = as_reward(value)
+    except Exception as e:
+        r = Reward(score=0.0, error=f"reward raised {type(e).__name__}: {e}",
+                   feedback=f"the reward function failed: {type(e).__name__}: {e}")
+    return trajectory.model_copy(update={"reward": r})
+
+
+def as_reward(value: Any) -> Reward:
+    if isinstance(value, Reward):
+        return value
+    if isinstance(value, bool):
+        return Reward(score=float(value))
+    if isinstance(value, (int, float)):
+        return Reward(score=float(value))
+    if isinstance(value, dict) and "score" in value:
+        return Reward.model_validate(value)
+    raise TypeError(f"a reward must return a float, a Reward or a dict with 'score'; got {type(value).__name__}")
