@@ -1,0 +1,1 @@
+"""Worlds: self-contained task environments that ship with evolvekit (the offline defaults)."""

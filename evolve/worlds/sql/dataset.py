@@ -1,0 +1,208 @@
+"""Build the SQL world's databases and tasks (cached on disk), and turn tasks into SFT demos.
+
+Layout of a build root::
+
+    root/manifest.json            seed, sizes, generator hash, and the build key
+    root/<key>/tasks.json         {"train": [...], "val": [...], "test": [...]}
+    root/<key>/db/<split>-NNNN.sqlite
+
+Tasks on disk name their database relative to ``root``; :func:`build` returns them with
+absolute paths. Train and val databases are named from train-side words, test databases
+from test-side words only (see :mod:`evolve.worlds.sql.vocab`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from evolve.types import content_hash
+from evolve.worlds.sql.agent import SQLError, error_text, execute, messages_for
+from evolve.worlds.sql.questions import make_questions
+from evolve.worlds.sql.schema import make_schema
+
+LAYOUT_VERSION = "sql-world-1"
+SPLITS = (("train", "train"), ("val", "train"), ("test", "test"))  # (split, name side)
+_SQL_WORDS = {"select", "from", "where", "join", "on", "order", "by", "group", "limit", "asc", "desc",
+              "count", "max", "min", "avg", "sum", "a", "b", "id"}
+
+
+def generator_hash() -> str:
+    """Hash of the generator's source: any change to it invalidates cached builds."""
+    h = hashlib.sha256(LAYOUT_VERSION.encode())
+    for name in ("vocab.py", "schema.py", "questions.py"):
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _params(seed: int, n_train: int, n_val: int, n_test: int) -> dict[str, Any]:
+    return {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test": n_test, "generator": generator_hash()}
+
+
+def _gen_split(split: str, side: str, n: int, seed: int, db_dir: Path, key: str) -> list[dict]:
+    tasks: list[dict] = []
+    i = 0
+    while len(tasks) < n:
+        rng = random.Random(f"sql-world:{seed}:{split}:{i}")
+        schema = make_schema(rng, side)
+        conn = schema.connect()
+        try:
+            qs = make_questions(rng, schema, conn, min(rng.randint(3, 5), n - len(tasks)))
+            if qs:
+                rel = f"{key}/db/{split}-{i:04d}.sqlite"
+                schema.save(db_dir / f"{split}-{i:04d}.sqlite", conn)
+        finally:
+            conn.close()
+        for template, question, sql in qs:
+            tasks.append({
+                "id": f"sql-s{seed}-{split}-{len(tasks):05d}",
+                "split": split,
+                "domain": schema.domain,
+                "template": template,
+                "db": rel,
+                "schema": schema.render(),
+                "question": question,
+                "gold_sql": sql,
+            })
+        i += 1
+    return tasks
+
+
+def _resolve(tasks: dict[str, list[dict]], root: Path) -> dict[str, list[dict]]:
+    return {s: [dict(t, db=str(root / t["db"])) for t in ts] for s, ts in tasks.items()}
+
+
+def build(
+    root: str | Path, *, seed: int = 0, n_train: int = 2000, n_val: int = 200, n_test: int = 300
+) -> dict[str, list[dict]]:
+    """Generate the databases and tasks under ``root`` (deterministic in ``seed``) and return
+    ``{"train": [...], "val": [...], "test": [...]}``. A root that already holds the same build
+    (same seed, sizes and generator) is reused as is."""
+    root = Path(root).expanduser().resolve()
+    params = _params(seed, n_train, n_val, n_test)
+    key = content_hash(params)
+    manifest = root / "manifest.json"
+    tasks_file = root / key / "tasks.json"
+    try:
+        if json.loads(manifest.read_text()).get("key") == key and tasks_file.is_file():
+            return _resolve(json.loads(tasks_file.read_text()), root)
+    except (OSError, ValueError):
+        pass
+    root.mkdir(parents=True, exist_ok=True)
+    if not tasks_file.is_file():
+        tmp = root / f".tmp-{uuid.uuid4().hex}"
+        (tmp / "db").mkdir(parents=True)
+        try:
+            sizes = {"train": n_train, "val": n_val, "test": n_test}
+            out = {split: _gen_split(split, side, sizes[split], seed, tmp / "db", key) for split, side in SPLITS}
+            (tmp / "tasks.json").write_text(json.dumps(out, indent=0))
+            try:
+                os.rename(tmp, root / key)
+            except OSError:  # another process finished the same build first
+                if not tasks_file.is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in root.iterdir():  # drop stale builds of this root (only ours: hex key dirs)
+        if old.name != key and re.fullmatch(r"[0-9a-f]{16}", old.name) and (old / "tasks.json").is_file():
+            shutil.rmtree(old, ignore_errors=True)
+    tmp_manifest = root / f".manifest-{uuid.uuid4().hex}"
+    tmp_manifest.write_text(json.dumps(dict(params, key=key), indent=1))
+    os.replace(tmp_manifest, manifest)
+    return _resolve(json.loads(tasks_file.read_text()), root)
+
+
+def cache_root() -> Path:
+    """``$EVOLVE_CACHE_DIR/sql_world`` when set, else ``~/.cache/evolvekit/sql_world``."""
+    base = os.environ.get("EVOLVE_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "evolvekit") / "sql_world"
+
+
+def dataset(seed: int = 0, root: str | Path | None = None, **sizes: int) -> dict[str, list[dict]]:
+    """:func:`build` into ``root``, by default a cache folder named by the seed, sizes and
+    generator hash (so repeated calls are instant). ``sizes``: ``n_train``, ``n_val``, ``n_test``."""
+    if root is None:
+        full = {"n_train": 2000, "n_val": 200, "n_test": 300, **sizes}
+        root = cache_root() / content_hash(_params(seed, **full))
+    return build(root, seed=seed, **sizes)
+
+
+# ----------------------------------------------------------------------------- demos
+
+
+def _schema_names(schema_text: str) -> list[str]:
+    names = []
+    for table, cols in re.findall(r"(\w+)\(([^)]*)\)", schema_text):
+        names.append(table)
+        names += [c for c in cols.split(",") if c and c != "id"]
+    return names
+
+
+def _misspell(rng: random.Random, word: str) -> str:
+    i = rng.randrange(len(word))
+    op = rng.randrange(4)
+    if op == 0 and len(word) > 3:
+        return word[:i] + word[i + 1 :]
+    if op == 1:
+        return word[:i] + word[i] + word[i:]
+    if op == 2 and i < len(word) - 1 and word[i] != word[i + 1]:
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+    return word[:i] + rng.choice([c for c in "aeiouy" if c != word[i]]) + word[i + 1 :]
+
+
+def corrupt(rng: random.Random, task: dict) -> str:
+    """A plausible wrong first attempt at the task's gold SQL: a misspelt name, a column
+    taken from the wrong table, or a dropped keyword."""
+    sql, names = task["gold_sql"], _schema_names(task["schema"])
+    bare = re.sub(r"'[^']*'", lambda m: " " * len(m.group()), sql)
+    spots = [m for m in re.finditer(r"\b[a-z_][a-z0-9_]*\b", bare) if m.group() in names and m.group() not in _SQL_WORDS]
+    x = rng.random()
+    if x < 0.2:
+        kw = rng.choice([k for k in (" from ", " where ", " by ", " on ") if k in sql])
+        return sql.replace(kw, " ", 1)
+    if x < 0.4 and " join " not in sql:
+        tables = [n for n in re.findall(r"(\w+)\(", task["schema"])]
+        m = re.search(r" from (\w+)", sql)
+        others = [t for t in tables if m and t != m.group(1)]
+        if m and others:
+            return sql[: m.start(1)] + rng.choice(others) + sql[m.end(1) :]
+    if not spots:
+        return sql.replace(" from ", " form ", 1)
+    m = rng.choice(spots)
+    return sql[: m.start()] + _misspell(rng, m.group()) + sql[m.end() :]
+
+
+def demos(
+    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0
+) -> list[list[dict[str, str]]]:
+    """SFT demos in the agent's exact message format, as ``{"role", "content"}`` dicts
+    (``evolve.llm.base.as_messages`` turns them into Messages). Every task gives a one-turn
+    demo ``[system?], user, assistant(gold)``; a ``retry_frac`` share of tasks also gives a
+    repair demo ``[system?], user, assistant(wrong sql), tool(error: ...), assistant(gold)``
+    whose error text is what sqlite really says about the wrong query."""
+    rng = random.Random(f"sql-demos:{seed}")
+    out: list[list[dict[str, str]]] = []
+    for task in tasks:
+        head = [m.model_dump() for m in messages_for(task, instruction)]
+        out.append(head + [{"role": "assistant", "content": task["gold_sql"]}])
+        if rng.random() >= retry_frac:
+            continue
+        for _ in range(5):
+            bad = corrupt(rng, task)
+            try:
+                execute(task["db"], bad)
+            except SQLError as e:
+                out.append(head + [
+                    {"role": "assistant", "content": bad},
+                    {"role": "tool", "content": error_text(e)},
+                    {"role": "assistant", "content": task["gold_sql"]},
+                ])
+                break
+    return out
