@@ -1,0 +1,164 @@
+"""The ``evolve`` command line: run, eval, init, archive."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from evolve.errors import ArchiveError, EvolveError, UserError
+
+app = typer.Typer(name="evolve", help="Evolve agent systems from their own experience.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repeatable)."
+
+
+class RichObserver:
+    """Progress bars while rollouts run, a table row per generation."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self._task = None
+
+    def __enter__(self) -> "RichObserver":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def phase(self, description: str, total: int) -> None:
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+        self._task = self.progress.add_task(description, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self._task is not None:
+            self.progress.advance(self._task, n)
+
+    def generation(self, row: dict[str, Any]) -> None:
+        from rich.table import Table
+
+        t = Table(title=f"generation {row['index']}", show_header=True, header_style="bold")
+        for col in ("best val", "best system", "children", "accepted", "rollouts", "tokens", "seconds"):
+            t.add_column(col)
+        t.add_row(f"{row['best_val']:.3f}", row["best"][:12], str(row.get("children", 0)), str(row.get("accepted", 0)),
+                  str(row.get("rollouts", 0)), str(row.get("tokens", 0)), str(row.get("seconds", 0)))
+        self.progress.console.print(t)
+
+    def message(self, text: str) -> None:
+        self.progress.console.print(f"[dim]{text}[/dim]")
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from evolve.report import gain
+
+    t = Table(title=f"{report['task']} (seed {report['seed']}): baseline vs evolved")
+    for col in ("system", "id", "val", "test"):
+        t.add_column(col)
+    for name in ("baseline", "best"):
+        e = report.get(name) or {}
+        cells = []
+        for split in ("val", "test"):
+            s = e.get(split)
+            cells.append(f"{100 * s['score']:.1f}% (n={s['n']})" if s else "—")
+        t.add_row(name, (e.get("system_id") or "")[:12], *cells)
+    Console().print(t)
+    g = gain(report, "test")
+    if g is not None:
+        Console().print(f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]   report: {report['run_dir']}/report.md")
+
+
+@app.command()
+def run(
+    task_file: Path = typer.Argument(..., help="The task YAML."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing all finished work."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+) -> None:
+    """Run an evolution job: bootstrap, evolve, score on held-out tasks, write the report."""
+    from evolve.api import run_task
+
+    with RichObserver() as obs:
+        report = run_task(task_file, overrides=set_, out=out, resume=resume, observer=obs)
+    _print_report(report)
+
+
+@app.command("eval")
+def eval_(
+    task_file: Path = typer.Argument(..., help="The task YAML the run was made with."),
+    run_dir: Path = typer.Argument(..., help="The run directory."),
+    system: str = typer.Option("current", "--system", help="System id (prefix), or current / best / baseline."),
+    split: str = typer.Option("test", "--split", help="train, val or test."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+) -> None:
+    """Score one archived system on a split (memoised in the archive)."""
+    from evolve.api import evaluate
+
+    with RichObserver() as obs:
+        score, n, sid = evaluate(task_file, run_dir, system=system, split=split, overrides=set_, observer=obs)
+    Console().print(f"system {sid[:12]} on {split}: {100 * score:.1f}% (n={n})")
+
+
+@app.command()
+def init(path: Path = typer.Argument(Path("task.yaml"), help="Where to write the new task file."),
+         force: bool = typer.Option(False, "--force", help="Overwrite an existing file.")) -> None:
+    """Write a commented task-file template to start from."""
+    from evolve.api import TEMPLATE
+
+    if path.exists() and not force:
+        raise UserError(f"{path} already exists; pass --force to overwrite it or choose another path")
+    path.write_text(TEMPLATE)
+    Console().print(f"wrote {path}; edit it, then: evolve run {path}")
+
+
+def _mount_archive() -> None:
+    from evolve.archive_cli import app as archive_app
+
+    app.add_typer(archive_app, name="archive")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from evolve._env import quiet_defaults
+
+    quiet_defaults()
+    _mount_archive()
+    try:
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
+    except (UserError, ArchiveError) as e:  # an unknown system id is the user's to fix too
+        console.print(f"[bold red]error:[/bold red] {e}", highlight=False, markup=True, soft_wrap=True)
+        sys.exit(2)
+    except EvolveError as e:
+        console.print(f"[bold red]error:[/bold red] {e}", highlight=False, markup=True, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        console.print("interrupted; continue with: evolve run TASK --out RUN_DIR --resume")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as e:  # click's own usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

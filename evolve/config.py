@@ -1,0 +1,266 @@
+"""The task file: YAML validated once by frozen pydantic models with ``extra="forbid"``.
+
+Precedence: model defaults < YAML < ``--set key=value`` overrides. Every user mistake
+becomes a :class:`~evolve.errors.ConfigError` naming the file, the YAML path and the fix,
+e.g. ``task.yaml: operators.0.params.temprature: unknown field; did you mean 'temperature'?``
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evolve.errors import ConfigError, UserError
+from evolve.registry import did_you_mean
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ColdStart(Strict):
+    """Stage 1 of the article: SFT of a freshly built tiny model on a small demo set (cached)."""
+
+    demos: str = Field(description="import path of demos(tasks, n=..., seed=...) -> list of chat transcripts")
+    n_demos: int = Field(300, ge=1)
+    epochs: int = Field(30, ge=1, description="upper bound; the best validation checkpoint is kept")
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(32, ge=1)
+    eval_every: int = Field(100, ge=1, description="optimizer steps between validation checks")
+    n_eval: int = Field(100, ge=1, description="validation tasks used to pick the checkpoint")
+    tiny: dict[str, Any] = Field(default_factory=dict, description="TinyConfig overrides (d_model, n_layers, ...)")
+
+
+class ModelConfig(Strict):
+    backend: str = "local"
+    name: str = "tiny-char-llama"
+    params: dict[str, Any] = Field(default_factory=dict, description="temperature, max_tokens, api_base, ...")
+    cold_start: ColdStart | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.backend == "local" and self.cold_start is None and "weights" not in self.params:
+            raise ValueError(
+                "a local model needs either 'cold_start' (build and SFT a tiny model) or params.weights "
+                "(a path to weights saved by evolve.policy.weights.save_base)"
+            )
+        return self
+
+
+class DatasetConfig(Strict):
+    source: str | None = Field(None, description="import path of a callable(seed=..., **params) -> {split: tasks}")
+    params: dict[str, Any] = Field(default_factory=dict)
+    train: str | None = Field(None, description="JSONL file, one task per line (each with an 'id')")
+    val: str | None = None
+    test: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "DatasetConfig":
+        files = [self.train, self.val, self.test]
+        if self.source is None and (self.train is None or self.val is None):
+            raise ValueError("give either 'source' (a generator) or at least 'train' and 'val' JSONL files")
+        if self.source is not None and any(files):
+            raise ValueError("give either 'source' or 'train'/'val'/'test' files, not both")
+        return self
+
+
+class OperatorConfig(Strict):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunnerConfig(Strict):
+    name: str = "thread"
+    workers: int = Field(32, ge=1)
+    timeout: float = Field(60.0, gt=0, description="seconds per rollout before it is recorded as failed")
+
+
+class BudgetConfig(Strict):
+    generations: int = Field(3, ge=0)
+    rollouts: int | None = Field(None, ge=1)
+    tokens: int | None = Field(None, ge=1)
+    usd: float | None = Field(None, gt=0)
+    seconds: float | None = Field(None, gt=0)
+
+
+class EngineConfig(Strict):
+    minibatch: int = Field(64, ge=1, description="training tasks per generation for stage-1 acceptance")
+    parents: int = Field(1, ge=1, description="parents selected per generation")
+    selector: str = "best"
+    min_gain: float = Field(0.0, description="stage 1: child must beat its parent on the minibatch by more than this")
+    val_tolerance: float = Field(0.0, ge=0, description="stage 2: child may be at most this much worse on val")
+    val_size: int | None = Field(None, ge=1, description="validation tasks used (default: all)")
+    test_size: int | None = Field(None, ge=1, description="test tasks used (default: all)")
+
+
+class TaskConfig(Strict):
+    name: str = "task"
+    seed: int = 0
+    agent: str = Field(description="import path of agent(task, ctx) -> output")
+    reward: str = Field(description="import path of reward(task, output[, trajectory]) -> float | Reward")
+    models: dict[str, ModelConfig]
+    prompts: dict[str, str] = Field(default_factory=dict)
+    workflow: dict[str, Any] = Field(default_factory=dict)
+    dataset: DatasetConfig
+    operators: list[OperatorConfig] = Field(default_factory=list)
+    runner: RunnerConfig = RunnerConfig()
+    budget: BudgetConfig = BudgetConfig()
+    engine: EngineConfig = EngineConfig()
+    out: str | None = Field(None, description="run directory (default runs/<name>-seed<seed>)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskConfig":
+        if not self.models:
+            raise ValueError("'models' is empty; add at least one role, e.g. models: {policy: {backend: litellm, name: gpt-4o-mini}}")
+        return self
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: write it as key.path=value, e.g. --set budget.generations=2")
+    key, _, raw = item.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return [p for p in key.strip().split(".") if p], value
+
+
+def apply_override(data: dict, path: list[str], value: Any, item: str) -> None:
+    node: Any = data
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"--set {item!r}: {'.'.join(path[:i + 1])} is not an index of a list of {len(node)}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise ConfigError(f"--set {item!r}: {'.'.join(path[:i])} is a value, not a mapping")
+
+
+def _model_at(loc: tuple, root: type[BaseModel] = None) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field at ``loc`` (for did-you-mean)."""
+    model: Any = root or TaskConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        ann = fields[part].annotation
+        model = _inner_model(ann)
+        if model is None:
+            return None
+    return model if hasattr(model, "model_fields") else None
+
+
+def _inner_model(ann: Any) -> Any:
+    import typing
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in typing.get_args(ann):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def format_validation_error(e: ValidationError, source: str, root: type[BaseModel] = None, prefix: str = "") -> str:
+    lines = []
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        path = prefix + ".".join(str(p) for p in loc if p not in ("function-after",))
+        typ = err["type"]
+        if typ == "extra_forbidden":
+            owner = _model_at(loc, root)
+            hint = did_you_mean(str(loc[-1]), list(owner.model_fields)) if owner else ""
+            lines.append(f"{source}: {path}: unknown field; {hint}")
+        elif typ == "missing":
+            lines.append(f"{source}: {path}: required field is missing; add it")
+        elif typ == "value_error":
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{source}: {path or '(top level)'}: {msg}")
+        else:
+            lines.append(f"{source}: {path}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_task(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[TaskConfig, Path]:
+    """Read, override and validate a task file. Returns the config and the file's folder."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"task file {str(p)!r} does not exist; create one with: evolve init {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", source=str(p)) from None
+    if not isinstance(data, dict):
+        raise ConfigError("the task file must be a YAML mapping (key: value lines)", source=str(p))
+    return validate_task(data, overrides, source=str(p)), p.parent.resolve()
+
+
+def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), source: str = "task") -> TaskConfig:
+    data = copy.deepcopy(data)
+    for item in overrides:
+        keys, value = parse_override(item)
+        apply_override(data, keys, value, item)
+    try:
+        task = TaskConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+    _check_operators(task, source)
+    return task
+
+
+def _check_operators(task: TaskConfig, source: str) -> None:
+    """Unknown operator/selector/runner names and operator params are user errors, found at load."""
+    from evolve.registry import operators, runners, selectors
+
+    for i, op in enumerate(task.operators):
+        try:
+            cls = operators.get(op.name)
+        except UserError as e:
+            raise ConfigError(str(e), path=f"operators.{i}.name", source=source) from None
+        params_model = getattr(cls, "Params", None)
+        if params_model is not None:
+            try:
+                params_model.model_validate(op.params)
+            except ValidationError as e:
+                raise ConfigError(format_validation_error(e, source, params_model, prefix=f"operators.{i}.params.")) from None
+    for field, reg, name in (("engine.selector", selectors, task.engine.selector), ("runner.name", runners, task.runner.name)):
+        if name not in reg:
+            raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
+    from evolve.registry import llm_backends
+
+    for role, m in task.models.items():
+        if m.backend not in llm_backends:
+            raise ConfigError(f"unknown {llm_backends.kind} {m.backend!r}; {did_you_mean(m.backend, llm_backends.names())}",
+                              path=f"models.{role}.backend", source=source)
+
+
+def run_dir_for(task: TaskConfig, base: Path) -> Path:
+    if task.out:
+        out = Path(task.out)
+        return out if out.is_absolute() else Path.cwd() / out
+    return Path.cwd() / "runs" / f"{task.name}-seed{task.seed}"
+
+
+Split = Literal["train", "val", "test"]

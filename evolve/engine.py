@@ -1,0 +1,348 @@
+"""The engine: f(Π, τ, r) → Π′, one generation at a time.
+
+Each generation: select parents from the archive; roll each parent out on a minibatch of
+training tasks; let every operator propose children from those trajectories; accept a child
+in two stages (better than its parent on the same minibatch, then not worse on validation);
+archive everything; promote the best. Stop on any budget (generations, rollouts, tokens,
+money, wall time). At the end the baseline and the promoted system are scored on the
+held-out test split and a report is written.
+
+Resume: every rollout is stored under a deterministic key and every operator's proposals
+under (generation, operator, parent), so re-running the same plan after a kill -9 reuses all
+finished work and redoes only what was in flight. All randomness comes from
+``random.Random(f"{seed}/{purpose}")``, so a seeded run with a deterministic model has a
+fixed lineage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from evolve.archive import Archive
+from evolve.config import TaskConfig
+from evolve.data import Splits, load_splits
+from evolve.errors import BudgetExhausted, RunDirError
+from evolve.operators import OperatorContext
+from evolve.registry import operators as operator_registry
+from evolve.registry import runners as runner_registry
+from evolve.registry import selectors as selector_registry
+from evolve.runners import RolloutJob, WorkerSpec
+from evolve.selectors import Scored
+from evolve.types import Candidate, ModelSpec, System, Trajectory, canonical_json
+
+
+class Observer:
+    """Progress callbacks; the CLI draws them with rich, the Python API stays quiet."""
+
+    def phase(self, description: str, total: int) -> None: ...
+    def advance(self, n: int = 1) -> None: ...
+    def generation(self, row: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+def _mean(trajs: Sequence[Trajectory]) -> float:
+    return sum(t.score for t in trajs) / len(trajs) if trajs else 0.0
+
+
+def job_seed(seed: int, key: str) -> int:
+    return int(hashlib.sha256(f"{seed}/{key}".encode()).hexdigest()[:8], 16)
+
+
+class Engine:
+    def __init__(
+        self,
+        task: TaskConfig,
+        *,
+        base_dir: Path,
+        run_dir: Path,
+        resume: bool = False,
+        observer: Observer | None = None,
+        agent: Callable | None = None,
+        reward: Callable | None = None,
+    ) -> None:
+        self.task, self.base_dir, self.run_dir = task, Path(base_dir), Path(run_dir)
+        self.obs = observer or Observer()
+        self._open_archive(resume)
+        self.splits: Splits = load_splits(task.dataset, self.base_dir, task.seed)
+        self.spec = WorkerSpec(
+            agent=agent or task.agent,
+            reward=reward or task.reward,
+            artifacts_root=str(self.run_dir / "artifacts"),
+            search_path=str(self.base_dir),
+        )
+        self._check_callables()
+        self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
+        self.selector = selector_registry.get(task.engine.selector)()
+        self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
+        self._t0 = time.monotonic()
+        self.final = False
+        self._elapsed_before = float(self.archive.get_state("elapsed", 0.0))
+
+    # ------------------------------------------------------------------ setup
+
+    def _open_archive(self, resume: bool) -> None:
+        exists = (self.run_dir / "archive.sqlite").exists()
+        if exists and not resume:
+            raise RunDirError(
+                f"{self.run_dir} already holds a run; add --resume to continue it, or choose another --out"
+            )
+        if resume and not exists:
+            self.obs.message(f"nothing to resume in {self.run_dir}; starting a new run")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.archive = Archive(self.run_dir)
+        fingerprint = canonical_json(self.task.model_dump(mode="json", exclude={"out"}))
+        saved = self.archive.get_state("task")
+        if saved is None:
+            self.archive.put_state("task", fingerprint)
+        elif saved != fingerprint:
+            raise RunDirError(
+                f"{self.run_dir} was started with a different task configuration; resume it with the same task "
+                "file and --set values, or choose another --out"
+            )
+
+    def _check_callables(self) -> None:
+        """Import the agent and reward now, so a typo fails before any work is done."""
+        from evolve.errors import ConfigError
+        from evolve.registry import import_path
+        from evolve.rollout import check_reward_signature
+
+        for field in ("agent", "reward"):
+            value = getattr(self.spec, field)
+            fn = import_path(value, what=field, search=self.base_dir) if isinstance(value, str) else value
+            if not callable(fn):
+                raise ConfigError(f"{value!r} is not callable", path=field)
+            if field == "reward":
+                try:
+                    check_reward_signature(fn)
+                except TypeError as e:
+                    raise ConfigError(str(e), path="reward") from None
+
+    def rng(self, purpose: str) -> random.Random:
+        return random.Random(f"{self.task.seed}/{purpose}")
+
+    # ------------------------------------------------------------------ budget
+
+    def elapsed(self) -> float:
+        return self._elapsed_before + time.monotonic() - self._t0
+
+    def budget_used(self) -> dict[str, Any]:
+        u = self.archive.usage()
+        return {**u, "seconds": round(self.elapsed(), 2),
+                "generations": len([k for k in self._gen_rows()])}
+
+    def _check_budget(self, pending: int = 0) -> int:
+        """Raise when a budget is spent; otherwise return how many rollouts may still run.
+        The final scoring of the baseline and the promoted system (the report) is outside the budget."""
+        if self.final:
+            return pending
+        b, u = self.task.budget, self.archive.usage()
+        if b.seconds is not None and self.elapsed() >= b.seconds:
+            raise BudgetExhausted(f"wall-time budget of {b.seconds:g}s spent")
+        if b.tokens is not None and u["tokens"] >= b.tokens:
+            raise BudgetExhausted(f"token budget of {b.tokens} spent ({u['tokens']} used)")
+        if b.usd is not None and u["cost"] >= b.usd:
+            raise BudgetExhausted(f"money budget of ${b.usd:g} spent (${u['cost']:.4f} used)")
+        if b.rollouts is not None:
+            left = b.rollouts - u["rollouts"]
+            if left <= 0:
+                raise BudgetExhausted(f"rollout budget of {b.rollouts} spent")
+            return left
+        return pending
+
+    # ------------------------------------------------------------------ rollouts
+
+    def rollouts(
+        self,
+        system: System,
+        tasks: Sequence[dict],
+        *,
+        split: str,
+        tag: str,
+        generation: int = 0,
+        samples: int = 1,
+        temperature: float | None = None,
+        description: str | None = None,
+    ) -> list[Trajectory]:
+        """Roll ``system`` out on ``tasks`` (``samples`` each), memoised in the archive by key."""
+        keys = [(f"{tag}/{system.id}/{t['id']}/{s}", t, s) for t in tasks for s in range(samples)]
+        done = self.archive.get_trajectories([k for k, _, _ in keys])
+        missing = [(k, t, s) for k, t, s in keys if k not in done]
+        phase = "eval" if tag.startswith("eval") else tag.split(":")[0]
+        if missing:
+            allowed = self._check_budget(len(missing))
+            run_now = missing[:allowed]
+            jobs = [RolloutJob(key=k, system=system, task=t, seed=job_seed(self.task.seed, k), sample=s,
+                               temperature=temperature, timeout=self.task.runner.timeout) for k, t, s in run_now]
+            self.obs.phase(description or f"{tag} {system.id[:8]}", len(jobs))
+            buf: list = []
+            last = time.monotonic()
+            for job, traj in self.runner.run(self.spec, jobs):
+                done[job.key] = traj
+                buf.append((job.key, split, phase, generation, traj))
+                self.obs.advance()
+                if len(buf) >= 256 or time.monotonic() - last > 0.5:
+                    self.archive.add_trajectories(buf)
+                    buf, last = [], time.monotonic()
+            if buf:
+                self.archive.add_trajectories(buf)
+            if len(run_now) < len(missing):
+                raise BudgetExhausted(f"rollout budget of {self.task.budget.rollouts} spent")
+        return [done[k] for k, _, _ in keys]
+
+    def evaluate(self, system: System, split: str, generation: int = 0) -> tuple[float, int]:
+        tasks = self._split(split)
+        trajs = self.rollouts(system, tasks, split=split, tag=f"eval:{split}", generation=generation,
+                              description=f"eval {split} {system.id[:8]}")
+        return _mean(trajs), len(trajs)
+
+    def _split(self, split: str) -> list[dict]:
+        tasks = self.splits.get(split, [])
+        limit = {"val": self.task.engine.val_size, "test": self.task.engine.test_size}.get(split)
+        return list(tasks[:limit]) if limit else list(tasks)
+
+    # ------------------------------------------------------------------ bootstrap
+
+    def baseline(self) -> System:
+        sid = self.archive.get_state("baseline")
+        if sid is not None:
+            return self.archive.get_system(sid)
+        models = {}
+        for role, mc in self.task.models.items():
+            params = {k: v for k, v in mc.params.items() if k != "weights"}
+            base = None
+            if mc.backend == "local":
+                from evolve.policy.sft import cold_start_weights
+
+                path = cold_start_weights(self, role, mc)
+                base = self.archive.artifacts.put_file(path, "base_weights")
+            models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
+        system = System(workflow=dict(self.task.workflow), models=models, prompts=dict(self.task.prompts))
+        self.archive.add_system(system, operator="init", generation=0, rationale="the starting system")
+        self.archive.put_state("baseline", system.id)
+        return system
+
+    # ------------------------------------------------------------------ the loop
+
+    def _gen_rows(self) -> list[dict]:
+        return self.archive.get_state("generations", [])
+
+    def _accepted(self) -> list[Scored]:
+        return [Scored(**s) for s in self.archive.get_state("accepted", [])]
+
+    def _accept(self, system_id: str, score: float, generation: int) -> None:
+        acc = self.archive.get_state("accepted", [])
+        if system_id not in [a["system_id"] for a in acc]:
+            acc.append({"system_id": system_id, "score": score, "generation": generation})
+            self.archive.put_state("accepted", acc)
+
+    def run(self) -> dict[str, Any]:
+        stop_reason = "generations done"
+        try:
+            base = self.baseline()
+            val, n = self.evaluate(base, "val")
+            if self.archive.current() is None:
+                self.archive.set_current(base.id, "baseline")
+            self._accept(base.id, val, 0)
+            if not self._gen_rows():
+                self._record_generation(0, {"children": 0, "accepted": 0})
+            for gen in range(len(self._gen_rows()), self.task.budget.generations + 1):
+                self._generation(gen)
+        except BudgetExhausted as e:
+            stop_reason = str(e)
+            self.obs.message(f"stopping: {stop_reason}")
+        finally:
+            self.archive.put_state("elapsed", self.elapsed())
+        from evolve.report import write_report
+
+        self.final = True
+        report = write_report(self, stop_reason)
+        self.runner.close()
+        return report
+
+    def _generation(self, gen: int) -> None:
+        self._check_budget()
+        counted = dict(self.archive.usage())
+        t0 = self.elapsed()
+        pool = self._accepted()
+        parents = self.selector.select(pool, self.task.engine.parents, self.rng(f"select/{gen}"))
+        train = self.splits["train"]
+        minibatch = self.rng(f"minibatch/{gen}").sample(train, min(self.task.engine.minibatch, len(train)))
+        best = max(pool, key=lambda s: (s.score, -s.generation))
+        n_children = n_accepted = 0
+        for pid in parents:
+            parent = self.archive.get_system(pid)
+            p_traj = self.rollouts(parent, minibatch, split="train", tag="eval:train", generation=gen,
+                                   description=f"gen {gen}: parent {pid[:8]} on minibatch")
+            p_val = next(s.score for s in pool if s.system_id == pid)
+            for i, op in enumerate(self.operators):
+                for cand in self._propose(gen, i, op, parent, p_traj):
+                    n_children += 1
+                    ok, c_val, why = self._judge(gen, cand, minibatch, _mean(p_traj), p_val)
+                    self.archive.log_event("decision", {"generation": gen, "child": cand.system.id, "parent": pid,
+                                                        "operator": cand.operator, "accepted": ok, "why": why})
+                    self.obs.message(f"gen {gen}: {cand.operator} child {cand.system.id[:8]}: {why}")
+                    if ok:
+                        n_accepted += 1
+                        self._accept(cand.system.id, c_val, gen)
+                        if c_val > best.score:
+                            best = Scored(cand.system.id, c_val, gen)
+                            self.archive.set_current(cand.system.id, "promote")
+        used = self.archive.usage()
+        self._record_generation(gen, {
+            "children": n_children, "accepted": n_accepted,
+            "rollouts": used["rollouts"] - counted["rollouts"], "tokens": used["tokens"] - counted["tokens"],
+            "seconds": round(self.elapsed() - t0, 2),
+        })
+
+    def _propose(self, gen: int, i: int, op: Any, parent: System, p_traj: list[Trajectory]) -> list[Candidate]:
+        key = f"proposals/{gen}/{i}/{parent.id}"
+        saved = self.archive.get_state(key)
+        if saved is not None:
+            return [Candidate.model_validate(c) for c in saved]
+        workdir = self.run_dir / "work" / f"g{gen}-op{i}-{parent.id[:8]}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        ctx = OperatorContext(
+            generation=gen, seed=self.task.seed, rng=self.rng(f"op/{gen}/{i}/{parent.id}"),
+            train=self.splits["train"], trajectories=p_traj, artifacts=self.archive.artifacts, workdir=workdir,
+            rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore": self.rollouts(
+                system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
+                temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
+            log=self.obs.message,
+        )
+        proposed = op.propose(parent, ctx)
+        # a child identical to an archived system has been judged already: not a new candidate
+        cands = [c for c in proposed if not self.archive.has_system(c.system.id)]
+        for c in proposed:
+            if c not in cands:
+                self.archive.log_event("rediscovered", {"generation": gen, "system": c.system.id, "operator": c.operator})
+        for c in cands:
+            self.archive.add_system(c.system, parents=c.parents, operator=c.operator, rationale=c.rationale,
+                                    generation=gen, info=c.info)
+        self.archive.put_state(key, [c.model_dump(mode="json") for c in cands])
+        return cands
+
+    def _judge(self, gen: int, cand: Candidate, minibatch: list, p_mb: float, p_val: float) -> tuple[bool, float, str]:
+        c_traj = self.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
+                               description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
+        c_mb = _mean(c_traj)
+        if not c_mb > p_mb + self.task.engine.min_gain:
+            return False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}"
+        c_val, _ = self.evaluate(cand.system, "val", generation=gen)
+        if c_val < p_val - self.task.engine.val_tolerance:
+            return False, c_val, f"rejected at stage 2: val {c_val:.3f} vs parent {p_val:.3f}"
+        return True, c_val, f"accepted: minibatch {c_mb:.3f} vs {p_mb:.3f}, val {c_val:.3f} vs {p_val:.3f}"
+
+    def _record_generation(self, gen: int, info: dict[str, Any]) -> None:
+        pool = self._accepted()
+        best = max(pool, key=lambda s: (s.score, -s.generation))
+        row = {"index": gen, "best_val": round(best.score, 4), "best": best.system_id,
+               "rollouts": 0, "tokens": 0, "seconds": round(self.elapsed(), 2), **info}
+        rows = self._gen_rows()
+        rows.append(row)
+        self.archive.put_state("generations", rows)
+        self.archive.put_state("elapsed", self.elapsed())
+        self.obs.generation(row)

@@ -1,0 +1,79 @@
+"""Operators propose better systems: f(Π, τ, r) → Π′.
+
+Protocol (one method)::
+
+    class Operator(Protocol):
+        name: str
+        def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]: ...
+
+Lifecycle: the engine builds each configured operator once per run from its task-file entry
+(``cls(**params)``, validated through the class's optional pydantic ``Params`` model), then in
+every generation calls ``propose`` once per selected parent. ``ctx`` gives the parent's
+minibatch trajectories (with rewards and feedback), a way to run more rollouts (memoised in
+the archive, counted against the budget), the artifact store, and a seeded RNG. Operators
+must be deterministic given ``ctx.rng`` / ``ctx.seed`` so a seeded run has a fixed lineage.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from evolve.artifacts import ArtifactStore
+from evolve.types import Candidate, System, Trajectory
+
+
+class Operator(Protocol):
+    name: str
+
+    def propose(self, parent: System, ctx: "OperatorContext") -> list[Candidate]: ...
+
+
+@dataclass
+class OperatorContext:
+    generation: int
+    seed: int
+    rng: random.Random
+    train: Sequence[dict]  # all training tasks (never validation or test)
+    trajectories: Sequence[Trajectory]  # the parent's scored rollouts on this generation's minibatch
+    artifacts: ArtifactStore
+    workdir: Path  # scratch space for this operator call (inside the run directory)
+    # rollouts(system, tasks, samples=1, temperature=None, tag="explore") -> list[Trajectory], memoised
+    rollouts: Callable[..., list[Trajectory]]
+    log: Callable[[str], None] = print
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ScriptedEdit:
+    """A deterministic prompt-edit operator for plumbing tests and golden runs.
+
+    Each proposal sets ``prompts[component]`` to the next unused string from ``choices``
+    (picked by ``ctx.rng``). It does not read trajectories; it exists so the engine, archive
+    and resume logic can be tested end to end with the scripted LM.
+    """
+
+    name = "scripted"
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        component: str = "instruction"
+        choices: list[str]
+        children: int = 1
+
+    def __init__(self, **params: Any) -> None:
+        self.p = self.Params(**params)
+
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
+        current = parent.prompts.get(self.p.component)
+        pool = [c for c in self.p.choices if c != current]
+        ctx.rng.shuffle(pool)
+        out = []
+        for text in pool[: self.p.children]:
+            prompts = {**parent.prompts, self.p.component: text}
+            out.append(Candidate(system=parent.replace(prompts=prompts), parents=(parent.id,), operator=self.name,
+                                 rationale=f"set {self.p.component} to {text!r}"))
+        return out

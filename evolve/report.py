@@ -1,0 +1,84 @@
+"""The run report: ``report.json`` and ``report.md`` in the run directory.
+
+``report.json`` holds ``baseline`` and ``best`` (each with ``system_id`` and per-split
+``{score, n}`` for ``val`` and ``test``), the ``generations`` list, the budget used and why
+the run stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evolve.engine import Engine
+
+
+def _entry(engine: "Engine", system_id: str) -> dict[str, Any]:
+    system = engine.archive.get_system(system_id)
+    out: dict[str, Any] = {"system_id": system_id}
+    for split in ("val", "test"):
+        if not engine._split(split):
+            continue
+        score, n = engine.evaluate(system, split)
+        out[split] = {"score": round(score, 4), "n": n}
+    return out
+
+
+def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
+    arch = engine.archive
+    baseline_id = arch.get_state("baseline")
+    best_id = arch.current() or baseline_id
+    report: dict[str, Any] = {"task": engine.task.name, "seed": engine.task.seed, "run_dir": str(engine.run_dir)}
+    if baseline_id is None:
+        report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})
+    else:
+        # Scoring on test is part of the run's final step; it is memoised like every rollout.
+        report["baseline"] = _entry(engine, baseline_id)
+        report["best"] = _entry(engine, best_id) if best_id != baseline_id else dict(report["baseline"])
+        report["generations"] = arch.get_state("generations", [])
+        report["stop_reason"] = stop_reason
+    report["budget_used"] = engine.budget_used()
+    report["budget"] = engine.task.budget.model_dump()
+    report["lineage"] = arch.lineage(best_id) if best_id else []
+    (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (engine.run_dir / "report.md").write_text(to_markdown(report))
+    return report
+
+
+def _fmt(entry: dict | None, split: str) -> str:
+    if not entry or split not in entry:
+        return "—"
+    s = entry[split]
+    return f"{100 * s['score']:.1f}% (n={s['n']})"
+
+
+def gain(report: dict[str, Any], split: str) -> float | None:
+    b, x = report.get("baseline") or {}, report.get("best") or {}
+    if split in b and split in x:
+        return x[split]["score"] - b[split]["score"]
+    return None
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Run report: {report['task']} (seed {report['seed']})", ""]
+    lines += ["| system | id | val | test |", "|---|---|---|---|"]
+    for name in ("baseline", "best"):
+        e = report.get(name) or {}
+        lines.append(f"| {name} | `{(e.get('system_id') or '')[:12]}` | {_fmt(e, 'val')} | {_fmt(e, 'test')} |")
+    for split in ("val", "test"):
+        g = gain(report, split)
+        if g is not None and not math.isnan(g):
+            lines.append(f"\n{split} gain: {100 * g:+.1f} points")
+    lines += ["", "## Generations", "", "| gen | best val | children | accepted | rollouts | tokens | seconds |",
+              "|---|---|---|---|---|---|---|"]
+    for g in report.get("generations", []):
+        lines.append(f"| {g['index']} | {g['best_val']:.3f} | {g.get('children', 0)} | {g.get('accepted', 0)} | "
+                     f"{g.get('rollouts', 0)} | {g.get('tokens', 0)} | {g.get('seconds', 0)} |")
+    u = report.get("budget_used", {})
+    lines += ["", f"Budget used: {u.get('rollouts', 0)} rollouts, {u.get('tokens', 0)} tokens, "
+              f"${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. Stopped: {report.get('stop_reason')}.", ""]
+    if report.get("lineage"):
+        lines.append("Lineage of the best system: " + " → ".join(f"`{s[:8]}`" for s in reversed(report["lineage"])))
+    return "\n".join(lines) + "\n"
