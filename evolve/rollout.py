@@ -12,6 +12,7 @@ trajectory (``error`` set, score 0) or a failed reward (``reward.error`` set, sc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import time
@@ -176,6 +177,7 @@ def _short_tb(e: BaseException, limit: int = 6) -> str:
     return "".join(traceback.format_tb(e.__traceback__, limit=-limit)).rstrip()
 
 
+@functools.lru_cache(maxsize=256)
 def _reward_arity(fn: Callable) -> int:
     try:
         params = [p for p in inspect.signature(fn).parameters.values()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,8 +65,8 @@ class System(Frozen):
     memory: dict[str, JSON] = Field(default_factory=dict)  # C: memory store + version read
     tools: dict[str, JSON] = Field(default_factory=dict)  # W: tool library
 
-    @property
-    def id(self) -> str:
+    @cached_property
+    def id(self) -> str:  # computed once per (immutable) instance
         return content_hash(self.model_dump(mode="json"))
 
     def replace(self, **changes: Any) -> "System":

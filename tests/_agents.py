@@ -1,0 +1,70 @@
+"""Small agents and rewards for the runner tests, importable by path (``_agents:one_step``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from evolve.types import Message
+
+
+def one_step(task: dict, ctx: Any) -> Any:
+    """One LLM call: the reply is the output."""
+    return ctx.llm("policy").complete([Message(role="user", content=str(task["q"]))]).text
+
+
+def exact(task: dict, output: Any) -> float:
+    return 1.0 if output == task.get("answer") else 0.0
+
+
+def boom_agent(task: dict, ctx: Any) -> Any:
+    if task.get("boom"):
+        raise ValueError(f"agent exploded on {task['id']}")
+    return one_step(task, ctx)
+
+
+def boom_reward(task: dict, output: Any) -> float:
+    if task.get("boom_reward"):
+        raise RuntimeError("reward exploded")
+    return exact(task, output)
+
+
+def _write_pid(task: dict, pid: int) -> None:
+    path = task.get("pid_file")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{pid}\n")
+
+
+def maybe_hang(task: dict, ctx: Any) -> Any:
+    """Hangs (without checking the deadline) when the task says so; writes its pids first.
+    With ``child: true`` it also starts a subprocess that sleeps, to check group kills."""
+    if task.get("hang"):
+        _write_pid(task, os.getpid())
+        if task.get("child"):
+            p = subprocess.Popen(["sleep", "100"])
+            _write_pid(task, p.pid)
+        time.sleep(100)
+    return one_step(task, ctx)
+
+
+def maybe_crash(task: dict, ctx: Any) -> Any:
+    if task.get("crash"):
+        os._exit(3)
+    if task.get("segv"):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return one_step(task, ctx)
+
+
+def seeded_reply(messages: tuple, seed: int | None = None, temperature: float | None = None) -> str:
+    """A scripted reply that depends on the seed when sampling (temperature > 0)."""
+    if temperature:
+        return f"{messages[-1].content}#{seed}"
+    return messages[-1].content.upper()
+
+
+def exit_agent(task: dict, ctx: Any) -> Any:
+    raise SystemExit(5)
