@@ -1,0 +1,436 @@
+"""The local backend: a tiny causal LM (plus LoRA adapters) served with dynamic batching.
+
+One :class:`LocalServer` holds one base model in memory and any number of LoRA adapters
+(attached through peft, never merged: the base tensors are not changed). Many rollout threads
+call :meth:`LocalLM.complete` at once; a single worker thread gathers pending requests (up to
+``max_batch``, waiting ``batch_wait`` seconds for more), groups them by adapter, and runs one
+batched generation: left padding, attention mask, position ids, a KV cache and our own sampling loop
+(:func:`evolve.policy.tiny.sample`, not ``generate``), so temperature and log-probs are exact:
+
+* ``token_ids`` are exactly the ids the sampler drew, the final EOS included when it was drawn
+  (``finish_reason="stop"``); ``text`` is their decoding without specials, cut before any
+  ``stop`` string; ``finish_reason="length"`` when ``max_tokens`` (or the context) ran out.
+* ``logprobs[i]`` is ``log_softmax(logits / T)[token_ids[i]]`` (untempered for ``T == 0``, greedy).
+* with a ``seed``, each request draws its Gumbel noise from its own ``torch.Generator``, so the
+  sample does not depend on which other requests share the batch.
+
+``build(spec, artifacts)`` is the registry factory: ``spec.base`` (an ArtifactRef of a file
+written by :func:`evolve.policy.weights.save_base`) and the optional ``spec.adapter``; bases are
+shared across ``build`` calls by sha256, adapters are loaded once per sha256 into that server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+
+from evolve.errors import ConfigError, LLMError
+from evolve.llm.base import Completion, as_messages
+from evolve.policy.tiny import Sample, sample
+from evolve.types import ArtifactRef, Message, ModelSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from evolve.policy.tiny import CharTokenizer
+    from evolve.policy.weights import Adapter
+
+
+class ArtifactPaths(Protocol):
+    """What :func:`build` needs from the artifact store: the local file of an artifact."""
+
+    def path(self, ref: ArtifactRef) -> Path: ...
+
+
+# ----------------------------------------------------------------------------- server
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    adapter: str | None
+    temperature: float
+    max_tokens: int
+    stop: tuple[str, ...]
+    seed: int
+    future: "cf.Future[Sample]" = field(default_factory=cf.Future)
+    t0: float = field(default_factory=time.monotonic)
+
+
+class LocalServer:
+    """One base model in memory, any number of LoRA adapters, one batching worker thread.
+
+    ``submit`` is thread-safe and returns a future; the worker takes the oldest pending
+    request and, while the batch is not full, keeps waiting as long as new requests arrive
+    less than ``batch_wait`` seconds apart (at most ``max_wait`` after the oldest), then runs
+    every pending request with the same adapter (up to ``max_batch``, oldest first) as one
+    batch. Adapters are attached with peft and selected per batch; ``adapter=None`` runs the
+    bare base (adapters disabled). Base tensors are never written.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: "CharTokenizer",
+        *,
+        max_batch: int = 64,
+        batch_wait: float = 0.003,
+        max_wait: float = 0.05,
+        threads: int | None = None,
+        name: str = "local",
+    ) -> None:
+        self.tok = tokenizer
+        self.name = name
+        self.max_batch = max(1, int(max_batch))
+        self.batch_wait = float(batch_wait)
+        self.max_wait = max(float(max_wait), self.batch_wait)
+        is_peft = hasattr(model, "peft_config") and hasattr(model, "get_base_model")  # no peft import needed
+        self.peft = model if is_peft else None
+        self.base = model.get_base_model() if self.peft is not None else model
+        self.base.eval()
+        self.max_len = int(self.base.config.max_position_embeddings)
+        self.refs = 0  # LocalLM handles sharing this server (see build)
+        self.adapter_refs: dict[str, int] = {}
+        self.stats: dict[str, float] = {"batches": 0, "requests": 0, "tokens": 0, "busy_s": 0.0}
+        self.closed = False
+        self._threads = threads
+        self._pending: list[_Request] = []
+        self._cond = threading.Condition()
+        self._model_lock = threading.RLock()
+        self._worker = threading.Thread(target=self._run, name=f"evolve-local-lm-{name}", daemon=True)
+        self._worker.start()
+
+    # -- adapters
+
+    def adapters(self) -> list[str]:
+        return list(self.peft.peft_config) if self.peft is not None else []
+
+    def add_adapter(self, name: str, adapter: "Adapter | str | Path") -> None:
+        """Attach an adapter (an :class:`~evolve.policy.weights.Adapter` or its file) as ``name``;
+        a no-op when one with that name is loaded already."""
+        from evolve.policy.weights import Adapter, attach_adapter, read_adapter
+
+        with self._model_lock:
+            if name in self.adapters():
+                return
+            value = adapter if isinstance(adapter, Adapter) else read_adapter(adapter)
+            self.peft = attach_adapter(self.peft if self.peft is not None else self.base, value, name, activate=False)
+
+    def remove_adapter(self, name: str) -> None:
+        """Drop an adapter (peft cannot drop its last one: that one stays loaded, unused)."""
+        with self._model_lock:
+            if self.peft is not None and name in self.peft.peft_config and len(self.peft.peft_config) > 1:
+                self.peft.delete_adapter(name)
+
+    # -- requests
+
+    def submit(self, prompt_ids: Sequence[int], *, adapter: str | None = None, temperature: float = 1.0,
+               max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None) -> "cf.Future[Sample]":
+        """Queue one generation; the future resolves to a :class:`Sample`. The completion is
+        cut to fit the context (``max_len`` of the model): ``finish_reason="length"``."""
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise LLMError(f"local model {self.name!r}: empty prompt")
+        if len(prompt) >= self.max_len:
+            raise LLMError(
+                f"local model {self.name!r}: the prompt has {len(prompt)} tokens; the context holds {self.max_len}"
+            )
+        if adapter is not None and adapter not in self.adapters():
+            raise LLMError(f"local model {self.name!r}: no adapter {adapter!r} is loaded")
+        req = _Request(prompt=prompt, adapter=adapter, temperature=max(0.0, float(temperature)),
+                       max_tokens=max(0, min(int(max_tokens), self.max_len - len(prompt))),
+                       stop=tuple(s for s in (stop or ()) if s),
+                       seed=int(seed) if seed is not None else random.getrandbits(63))
+        with self._cond:
+            if self.closed:
+                raise LLMError(f"local model {self.name!r}: the server is closed")
+            self._pending.append(req)
+            self._cond.notify_all()
+        return req.future
+
+    def _take(self) -> list[_Request]:
+        adapter = self._pending[0].adapter
+        batch, rest = [], []
+        for r in self._pending:
+            (batch if r.adapter == adapter and len(batch) < self.max_batch else rest).append(r)
+        self._pending = rest
+        return batch
+
+    def _run(self) -> None:
+        if self._threads:
+            import torch
+
+            torch.set_num_threads(int(self._threads))
+        while True:
+            with self._cond:
+                while not self._pending and not self.closed:
+                    self._cond.wait()
+                if self.closed:
+                    pending, self._pending = self._pending, []
+                    for r in pending:
+                        r.future.set_exception(LLMError(f"local model {self.name!r}: the server was closed"))
+                    return
+                start = self._pending[0].t0
+                while len(self._pending) < self.max_batch and not self.closed:
+                    # wait while requests keep coming (gaps under batch_wait), at most max_wait
+                    deadline = min(start + self.max_wait, max(start, self._pending[-1].t0) + self.batch_wait)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch = self._take()
+            self._execute(batch)
+
+    def _execute(self, batch: list[_Request]) -> None:
+        t0 = time.perf_counter()
+        try:
+            with self._model_lock, self._keep_requires_grad():
+                adapter = batch[0].adapter
+                if adapter is None:
+                    ctx = self.peft.disable_adapter() if self.peft is not None else contextlib.nullcontext()
+                else:
+                    if self.peft is None or adapter not in self.peft.peft_config:
+                        raise LLMError(f"local model {self.name!r}: adapter {adapter!r} is not loaded")
+                    if self.peft.active_adapter != adapter:
+                        self.peft.set_adapter(adapter)
+                    ctx = contextlib.nullcontext()
+                with ctx:
+                    results = sample(
+                        self.base,
+                        [r.prompt for r in batch],
+                        eos_id=self.tok.eos_id,
+                        pad_id=self.tok.pad_id,
+                        temperatures=[r.temperature for r in batch],
+                        max_tokens=[r.max_tokens for r in batch],
+                        seeds=[r.seed for r in batch],
+                        stops=[r.stop for r in batch],
+                        decode=self.tok.token_text,
+                    )
+        except BaseException as e:  # the worker must survive: fail this batch, keep serving
+            err = e if isinstance(e, LLMError) else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
+            if err is not e:
+                err.__cause__ = e
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_exception(err)
+            return
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["tokens"] += sum(len(s.token_ids) for s in results)
+        self.stats["busy_s"] += time.perf_counter() - t0
+        for r, s in zip(batch, results):
+            r.future.set_result(s)
+
+    @contextlib.contextmanager
+    def _keep_requires_grad(self) -> Iterator[None]:
+        """peft's adapter switching/disabling flips ``requires_grad``; put the flags back, so a
+        model served while it is being trained (an ``eval_fn``) keeps training the same tensors."""
+        if self.peft is None:
+            yield
+            return
+        flags = [(p, p.requires_grad) for p in self.peft.parameters()]
+        try:
+            yield
+        finally:
+            for p, flag in flags:
+                if p.requires_grad != flag:
+                    p.requires_grad_(flag)
+
+    def close(self) -> None:
+        """Stop the worker; pending requests fail with LLMError."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+        if threading.current_thread() is not self._worker:
+            self._worker.join(timeout=60)
+
+
+# ----------------------------------------------------------------------------- the LLM
+
+
+class LocalLM:
+    """The :class:`~evolve.llm.base.LLM` protocol over a :class:`LocalServer` and one adapter.
+
+    ``LocalLM.from_model(model, tok)`` serves a model directly (its own server, closed with
+    it); :func:`build` makes ones that share a server per base artifact.
+    """
+
+    def __init__(
+        self,
+        server: LocalServer,
+        *,
+        name: str = "local",
+        adapter: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int = 256,
+        timeout: float | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.server = server
+        self.name = name
+        self.adapter = adapter
+        self.temperature = float(temperature)
+        self.max_tokens = int(max_tokens)
+        self.timeout = timeout
+        self._on_close = on_close
+        self._closed = False
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: "CharTokenizer", *, name: str = "local", adapter: Any = ...,
+                   temperature: float = 1.0, max_tokens: int = 256, **server_kw: Any) -> "LocalLM":
+        """Serve an in-memory model with its own server (closed with this LLM). By default the
+        model runs as given: a PeftModel with its active adapter; ``adapter=None`` for the bare
+        base, or an adapter name. Handy for ``eval_fn`` during training."""
+        server = LocalServer(model, tokenizer, name=name, **server_kw)
+        if adapter is ...:
+            adapter = server.peft.active_adapter if server.peft is not None else None
+        return cls(server, name=name, adapter=adapter, temperature=temperature, max_tokens=max_tokens,
+                   on_close=server.close)
+
+    @property
+    def tokenizer(self) -> "CharTokenizer":
+        return self.server.tok
+
+    def submit(self, messages: Sequence[Message | dict], *, temperature: float | None = None, max_tokens: int | None = None,
+               stop: Sequence[str] | None = None, seed: int | None = None) -> "cf.Future[Completion]":
+        """Non-blocking :meth:`complete`: a future of the Completion."""
+        prompt = self.server.tok.render_chat(as_messages(messages), add_generation_prompt=True)
+        temp = self.temperature if temperature is None else float(temperature)
+        seed = int(seed) if seed is not None else random.getrandbits(63)
+        fut = self.server.submit(prompt, adapter=self.adapter, temperature=temp,
+                                 max_tokens=self.max_tokens if max_tokens is None else max_tokens, stop=stop, seed=seed)
+        out: cf.Future[Completion] = cf.Future()
+
+        def done(f: "cf.Future[Sample]") -> None:
+            try:
+                out.set_result(self._completion(prompt, f.result(), temp, seed))
+            except BaseException as e:
+                out.set_exception(e)
+
+        fut.add_done_callback(done)
+        return out
+
+    def complete(
+        self,
+        messages: Sequence[Message | dict],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Render the chat, sample a reply (batched with concurrent callers), return it.
+
+        ``token_ids``/``logprobs`` cover every sampled token (the final EOS included when
+        ``finish_reason == "stop"`` by EOS); ``extra`` has ``seed`` (to reproduce the sample),
+        ``adapter`` and ``stop`` (the stop string that ended it, if any).
+        """
+        fut = self.submit(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+        try:
+            return fut.result(timeout=self.timeout)
+        except cf.TimeoutError:
+            raise LLMError(f"local model {self.name!r}: no answer within {self.timeout} s") from None
+
+    def _completion(self, prompt: list[int], s: Sample, temperature: float, seed: int) -> Completion:
+        text = self.server.tok.decode(s.token_ids)
+        if s.stop is not None and s.stop in text:
+            text = text[: text.index(s.stop)]
+        return Completion(
+            text=text, model=self.name, token_ids=tuple(s.token_ids), prompt_token_ids=tuple(prompt),
+            logprobs=tuple(s.logprobs), finish_reason=s.finish_reason, prompt_tokens=len(prompt),
+            completion_tokens=len(s.token_ids), cost=None,
+            extra={"seed": seed, "adapter": self.adapter, "stop": s.stop, "temperature": temperature},
+        )
+
+    def close(self) -> None:
+        """Release this handle (a shared server closes when its last handle does)."""
+        if not self._closed:
+            self._closed = True
+            if self._on_close is not None:
+                self._on_close()
+
+
+# ----------------------------------------------------------------------------- factory
+
+_SERVERS: dict[str, LocalServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _release(sha: str, server: LocalServer, adapter: str | None) -> None:
+    with _SERVERS_LOCK:
+        if adapter is not None:
+            n = server.adapter_refs.get(adapter, 0) - 1
+            if n <= 0:
+                server.adapter_refs.pop(adapter, None)
+                server.remove_adapter(adapter)
+            else:
+                server.adapter_refs[adapter] = n
+        server.refs -= 1
+        last = server.refs <= 0
+        if last and _SERVERS.get(sha) is server:
+            del _SERVERS[sha]
+    if last:
+        server.close()  # outside the lock: it waits for a running batch
+
+
+def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
+    """The registry factory of the ``local`` backend.
+
+    ``spec.base``: the base weights artifact (a :func:`~evolve.policy.weights.save_base` file);
+    ``spec.adapter``: an optional LoRA adapter artifact (:func:`~evolve.policy.weights.save_adapter`).
+    ``spec.params``: ``temperature`` (default 1.0) and ``max_tokens`` (default 256) for calls
+    that do not give them; ``max_batch`` (64), ``batch_wait_ms`` (3), ``max_wait_ms`` (50), ``threads`` for the server.
+    One server (one base in memory, one worker) is shared by every LLM built on the same base
+    sha256 until the last of them is closed; adapters are loaded once per sha256.
+    """
+    if spec.base is None:
+        raise ConfigError(f"model {spec.name!r}: the local backend needs base weights (spec.base)")
+    params = dict(spec.params)
+    sha = spec.base.sha256
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(sha)
+        if server is None or server.closed or server.refs <= 0:
+            from evolve.policy.weights import load_base
+
+            model, tok, _cfg = load_base(artifacts.path(spec.base))
+            server = LocalServer(
+                model, tok, name=spec.name, max_batch=int(params.get("max_batch", 64)),
+                batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,
+                max_wait=float(params.get("max_wait_ms", 50)) / 1000.0,
+                threads=int(params["threads"]) if params.get("threads") else None,
+            )
+            _SERVERS[sha] = server
+        adapter = None
+        if spec.adapter is not None:
+            adapter = spec.adapter.sha256
+            if adapter not in server.adapters():
+                try:
+                    server.add_adapter(adapter, artifacts.path(spec.adapter))
+                except Exception:
+                    if server.refs == 0:
+                        server.close()
+                        del _SERVERS[sha]
+                    raise
+            server.adapter_refs[adapter] = server.adapter_refs.get(adapter, 0) + 1
+        server.refs += 1
+    return LocalLM(
+        server, name=spec.name, adapter=adapter,
+        temperature=float(params.get("temperature", 1.0)), max_tokens=int(params.get("max_tokens", 256)),
+        on_close=lambda: _release(sha, server, adapter),
+    )
+
+
+def shutdown_all() -> None:
+    """Close every shared server (tests, process exit)."""
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS.values())
+        _SERVERS.clear()
+    for s in servers:
+        s.close()
+
+
+__all__ = ["ArtifactPaths", "LocalLM", "LocalServer", "Sample", "build", "sample", "shutdown_all"]

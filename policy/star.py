@@ -1,0 +1,101 @@
+"""STaR / rejection-sampling fine-tuning: sample, keep what worked, train a LoRA adapter on it.
+
+For a parent system: sample ``samples`` attempts on each of ``tasks`` training tasks at
+``temperature`` (memoised rollouts, counted against the budget), keep the successful
+trajectories (score >= ``threshold``), and train a LoRA adapter on the model's own tokens in
+them — the exact token ids the sampler drew, never re-tokenised text. Prompts, tool results and
+user text are context, not targets. By default only the assistant turns that led to the
+success are learned (``turns: final``): an attempt that the environment rejected earlier in a
+successful trajectory is not reinforced. The child is "parent base + new adapter" (continued
+from the parent's adapter when it has one); the base weights never change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.operators import OperatorContext
+from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
+
+
+class STaR:
+    name = "star"
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        role: str = "policy"
+        tasks: int = Field(400, ge=1, description="training tasks sampled per proposal")
+        samples: int = Field(4, ge=1, description="attempts per task (k)")
+        temperature: float = Field(1.0, ge=0)
+        threshold: float = Field(1.0, description="a trajectory counts as a success at this score or above")
+        turns: Literal["final", "all"] = "final"
+        dedupe: bool = Field(True, description="learn each distinct (prompt, completion) once")
+        r: int = Field(16, ge=1)
+        alpha: float = 32
+        lr: float = Field(3e-3, gt=0)
+        epochs: float = Field(3, gt=0)
+        batch_size: int = Field(32, ge=1)
+        min_examples: int = Field(8, ge=1, description="propose nothing with fewer successes than this")
+
+    def __init__(self, **params: Any) -> None:
+        self.p = self.Params(**params)
+
+    def _examples(self, trajs: list[Trajectory]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        out, seen = [], set()
+        for t in trajs:
+            steps = list(t.steps)
+            calls = [i for i, s in enumerate(steps) if isinstance(s, LLMCall) and s.role == self.p.role]
+            for i in calls:
+                s = steps[i]
+                if s.prompt_token_ids is None or not s.token_ids:
+                    continue
+                if self.p.turns == "final":
+                    # keep a turn only if no later turn of this role follows: the one that succeeded
+                    if i != calls[-1]:
+                        continue
+                    nxt = steps[i + 1] if i + 1 < len(steps) else None
+                    if isinstance(nxt, ToolCall) and nxt.error:
+                        continue
+                key = (s.prompt_token_ids, s.token_ids)
+                if self.p.dedupe and key in seen:
+                    continue
+                seen.add(key)
+                out.append(key)
+        return out
+
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
+        from evolve.policy.train import train_lora
+        from evolve.policy.weights import load_base
+
+        p = self.p
+        spec = parent.models.get(p.role)
+        if spec is None or spec.backend != "local" or spec.base is None:
+            ctx.log(f"star: role {p.role!r} is not a local model with base weights; nothing to train")
+            return []
+        tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
+        trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star")
+        wins = [t for t in trajs if t.error is None and t.score >= p.threshold]
+        solved = len({t.task_id for t in wins})
+        examples = self._examples(wins)
+        ctx.log(f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
+                f"{len(examples)} distinct turns to learn")
+        if len(examples) < p.min_examples:
+            return []
+        model, tok, _ = load_base(ctx.artifacts.path(spec.base))
+        init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
+        seed = ctx.rng.randrange(2**31)
+        adapter = train_lora(model, examples, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,
+                             batch_size=p.batch_size, seed=seed, init=init, pad_id=tok.pad_id)
+        path = ctx.workdir / "adapter.safetensors"
+        adapter.save(path)
+        ref = ctx.artifacts.put_file(path, "adapter")
+        stats = getattr(adapter, "stats", {}) or {}
+        child_spec = spec.model_copy(update={"adapter": ref})
+        child = parent.replace(models={**parent.models, p.role: child_spec})
+        info = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved,
+                "examples": len(examples), "train_loss": stats.get("loss"), "train_seconds": stats.get("seconds")}
+        why = (f"LoRA r={p.r} trained on {len(examples)} successful turns "
+               f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")
+        return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
