@@ -248,7 +248,9 @@ class Engine:
                 self.archive.set_current(base.id, "baseline")
             self._accept(base.id, val, 0)
             if not self._gen_rows():
-                self._record_generation(0, {"children": 0, "accepted": 0})
+                used = self.archive.usage()
+                self._record_generation(0, {"children": 0, "accepted": 0, "rollouts": used["rollouts"],
+                                            "tokens": used["tokens"]})
             for gen in range(len(self._gen_rows()), self.task.budget.generations + 1):
                 self._generation(gen)
         except BudgetExhausted as e:

@@ -1,0 +1,1 @@
+"""Prompt layer (issue: evolutionary and reflective prompt search, DSPy interop). Not built yet."""

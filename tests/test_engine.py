@@ -105,12 +105,12 @@ def _run_cli(args, **kw):
 @pytest.mark.slow
 def test_kill_9_and_resume_finishes_without_loss_or_duplicates(tmp_path):
     ref = tmp_path / "ref"
-    slow = ["--set", "models.policy.params.delay=0.004"]
+    slow = ["--set", "models.policy.params.delay=0.1"]
     evolve.run(DATA / "toy.yaml", out=ref, overrides=[slow[1]])
     n_ref = sqlite3.connect(ref / "archive.sqlite").execute("select count(*) from trajectories").fetchone()[0]
     run = tmp_path / "run"
     kills = 0
-    for wait in (1.2, 0.9, 1.5, 1.1, 2.0):
+    for wait in (1.6, 2.2, 1.9, 2.6):
         p = _run_cli(["run", str(DATA / "toy.yaml"), "--out", str(run), "--resume", *slow])
         time.sleep(wait)
         if p.poll() is None:
@@ -127,3 +127,20 @@ def test_kill_9_and_resume_finishes_without_loss_or_duplicates(tmp_path):
     assert n == n_keys == n_ref
     assert lineage_of(run)["systems"] == lineage_of(ref)["systems"]
     assert json.loads((run / "report.json").read_text())["best"] == json.loads((ref / "report.json").read_text())["best"]
+
+
+def test_rollback_moves_the_pointer_and_load_follows(tmp_path):
+    from typer.testing import CliRunner
+
+    from evolve.archive_cli import app
+
+    run = tmp_path / "run"
+    report = evolve.run(DATA / "toy.yaml", out=run)
+    n_systems = len(Archive(run, create=False).records())
+    r = CliRunner().invoke(app, ["rollback", str(run), "baseline"])
+    assert r.exit_code == 0, r.output
+    assert evolve.load(run).id == report["baseline"]["system_id"]
+    assert evolve.load(run, "best").id == report["best"]["system_id"]
+    assert len(Archive(run, create=False).records()) == n_systems  # nothing deleted
+    out = evolve.load(run, "best", agent="evolve.worlds.toy:agent").run({"id": "x", "a": 2, "b": 3})
+    assert out == "5"

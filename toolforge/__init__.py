@@ -1,0 +1,1 @@
+"""Tool layer (issue: tools the agent writes, tests in the sandbox, keeps and retires). Not built yet."""

@@ -1,0 +1,1 @@
+"""Topology layer (issue: workflow graphs and MCTS search over them). Not built yet."""

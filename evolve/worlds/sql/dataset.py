@@ -180,13 +180,14 @@ def corrupt(rng: random.Random, task: dict) -> str:
 
 
 def demos(
-    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0
+    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0, augment: int = 0
 ) -> list[list[dict[str, str]]]:
     """SFT demos in the agent's exact message format, as ``{"role", "content"}`` dicts
     (``evolve.llm.base.as_messages`` turns them into Messages). Every task gives a one-turn
     demo ``[system?], user, assistant(gold)``; a ``retry_frac`` share of tasks also gives a
     repair demo ``[system?], user, assistant(wrong sql), tool(error: ...), assistant(gold)``
-    whose error text is what sqlite really says about the wrong query."""
+    whose error text is what sqlite really says about the wrong query. ``augment`` adds that many
+    copies of each demo with every table and column renamed (see :mod:`evolve.worlds.sql.augment`)."""
     rng = random.Random(f"sql-demos:{seed}")
     out: list[list[dict[str, str]]] = []
     for task in tasks:
@@ -205,4 +206,9 @@ def demos(
                     {"role": "assistant", "content": task["gold_sql"]},
                 ])
                 break
+    if augment:
+        from evolve.worlds.sql.augment import rename_chat
+
+        arng = random.Random(f"sql-augment:{seed}")
+        out = out + [rename_chat(chat, arng) for _ in range(augment) for chat in out]
     return out

@@ -1,0 +1,63 @@
+"""The SQL world end to end with a real (tiny, briefly trained) local model: cold start, STaR,
+adapters archived and reloaded, the SFT cache reused. Plumbing only: accuracy is measured by
+the quickstart, not here."""
+
+import json
+
+import pytest
+import yaml
+
+import evolve
+from evolve.archive import Archive
+
+from conftest import TESTS
+
+pytestmark = pytest.mark.slow
+
+
+def small_task() -> dict:
+    data = yaml.safe_load((TESTS.parent / "examples" / "sql_agent" / "task.yaml").read_text())
+    data["dataset"]["params"] = {"n_train": 120, "n_val": 16, "n_test": 16}
+    data["models"]["policy"]["cold_start"].update(n_demos=24, epochs=2, eval_every=4, n_eval=8,
+                                                  tiny={"d_model": 64, "n_layers": 2, "n_heads": 2, "d_ff": 128})
+    # threshold 0: every sample counts as a success, so an adapter is trained whatever the accuracy
+    data["operators"] = [{"name": "star", "params": {"tasks": 12, "samples": 2, "threshold": 0.0, "turns": "all", "epochs": 1,
+                                                     "min_examples": 1}}]
+    data["budget"] = {"generations": 1}
+    data["engine"] = {"minibatch": 8, "min_gain": -1.0, "val_tolerance": 1.0}  # accept the child: plumbing
+    data["runner"] = {"name": "thread", "workers": 16, "timeout": 60}
+    return data
+
+
+def test_cold_start_star_adapter_archive_and_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    report = evolve.run(small_task(), out=tmp_path / "run")
+    assert report["best"]["test"]["n"] == 16 and report["baseline"]["val"]["n"] == 16
+    a = Archive(tmp_path / "run", create=False)
+    (rec,) = [r for r in a.records() if r.operator == "star"]
+    child = a.get_system(rec.id)
+    assert rec.parents == (report["baseline"]["system_id"],) or list(rec.parents) == [report["baseline"]["system_id"]]
+    base = a.get_system(report["baseline"]["system_id"])
+    spec = child.models["policy"]
+    assert spec.adapter is not None and spec.base == base.models["policy"].base  # parent base + new adapter
+    assert a.artifacts.path(spec.adapter).exists()
+    trajs = a.trajectories(system_id=base.id, phase="star")
+    assert trajs and all(t.steps[0].token_ids for t in trajs)  # sampler token ids are recorded
+    a.close()
+    app = evolve.load(tmp_path / "run", child.id)
+    assert app.system.models["policy"].adapter == spec.adapter
+    traj = app.rollout(_a_test_task(tmp_path))
+    assert traj.steps and traj.error is None
+    app.close()
+    # the cold start is cached: a second run reuses the same base weights
+    report2 = evolve.run(small_task(), out=tmp_path / "run2")
+    assert report2["baseline"]["system_id"] == report["baseline"]["system_id"]
+    assert len(list((tmp_path / "cache" / "sft").iterdir())) == 1
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["best"] == report["best"]
+    assert evolve.load(tmp_path / "run", "baseline").system.models["policy"].adapter is None
+
+
+def _a_test_task(tmp_path):
+    from evolve.worlds.sql import dataset
+
+    return dataset(seed=0, n_train=120, n_val=16, n_test=16)["test"][0]
