@@ -33,6 +33,10 @@ class ColdStart(Strict):
     eval_every: int = Field(100, ge=1, description="optimizer steps between validation checks")
     n_eval: int = Field(100, ge=1, description="validation tasks used to pick the checkpoint")
     tiny: dict[str, Any] = Field(default_factory=dict, description="TinyConfig overrides (d_model, n_layers, ...)")
+    tokenizer: Literal["char", "pointer"] = Field(
+        "pointer", description="pointer: words rare in the demos become copy pointers (evolve.policy.pointer)")
+    keep_share: float = Field(0.05, gt=0, le=1, description="pointer: a word is vocabulary if in this share of demos")
+    augment: int = Field(0, ge=0, description="extra renamed copies per demo, passed to the demos function")
 
 
 class ModelConfig(Strict):

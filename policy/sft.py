@@ -71,15 +71,20 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     task = engine.task
     seed = task.seed
     tiny = TinyConfig(**cs.tiny)
-    tok = CharTokenizer()
     train_tasks, val_tasks = engine.splits["train"], engine.splits["val"][: cs.n_eval]
     picked = random.Random(f"{seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
     demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=engine.base_dir)
-    demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=seed)
+    demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=seed, augment=cs.augment)
+    if cs.tokenizer == "pointer":
+        from evolve.policy.pointer import PointerTokenizer
+
+        tok = PointerTokenizer.fit([" ".join(m["content"] for m in chat) for chat in demos], min_share=cs.keep_share)
+    else:
+        tok = CharTokenizer()
     key = content_hash({
         "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json"), "seed": seed,
         "demos": demos, "val": [t["id"] for t in val_tasks], "prompts": task.prompts, "workflow": task.workflow,
-        "agent": task.agent, "params": mc.params,
+        "agent": task.agent, "params": mc.params, "tokenizer": tok.to_dict(),
     })
     out = cache_dir() / "sft" / key / "base.safetensors"
     if out.exists():

@@ -57,13 +57,14 @@ class CharTokenizer:
     def is_special(self, token_id: int) -> bool:
         return token_id < self._offset
 
-    def encode(self, text: str) -> list[int]:
-        """Characters to ids (no specials added)."""
+    def encode(self, text: str, context: Sequence[Any] = ()) -> list[int]:
+        """Characters to ids (no specials added). ``context`` (the messages before ``text``) is
+        ignored here; tokenizers whose ids depend on it (:mod:`evolve.policy.pointer`) use it."""
         get, unk = self._char_to_id.get, self.unk_id
         return [get(c, unk) for c in text]
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Ids to text; special tokens (including UNK) are skipped."""
+    def decode(self, ids: Iterable[int], context: Sequence[Any] = ()) -> str:
+        """Ids to text; special tokens (including UNK) are skipped. ``context`` as in :meth:`encode`."""
         off, chars, n = self._offset, self.chars, len(self.chars)
         return "".join(chars[i - off] for i in ids if off <= i < off + n)
 

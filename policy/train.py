@@ -56,7 +56,7 @@ def examples_from_chat(tok: CharTokenizer, messages: Sequence[Message | dict]) -
     for i, m in enumerate(msgs):
         if m.role == "assistant":
             prompt = tok.render_chat(msgs[:i], add_generation_prompt=True)
-            out.append(Example(tuple(prompt), tuple(tok.encode(m.content) + [tok.eos_id])))
+            out.append(Example(tuple(prompt), tuple(tok.encode(m.content, context=msgs[:i]) + [tok.eos_id])))
     return out
 
 

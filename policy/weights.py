@@ -141,7 +141,9 @@ def load_base(path: PathLike) -> tuple[Any, CharTokenizer, TinyConfig]:
     """Load ``(model, tokenizer, cfg)`` saved by :func:`save_base`; the model is in eval mode."""
     tensors, meta = _read(path, BASE_FORMAT)
     cfg = TinyConfig.model_validate(meta["tiny_config"])
-    tok = CharTokenizer.from_dict(meta["tokenizer"])
+    from evolve.policy.pointer import tokenizer_from_dict
+
+    tok = tokenizer_from_dict(meta["tokenizer"])
     if cfg.vocab_size is None and meta.get("vocab_size") not in (None, tok.vocab_size):
         cfg = cfg.model_copy(update={"vocab_size": meta["vocab_size"]})
     model = build_model(cfg, seed=0, tokenizer=tok)

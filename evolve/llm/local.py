@@ -298,7 +298,8 @@ class LocalLM:
     def submit(self, messages: Sequence[Message | dict], *, temperature: float | None = None, max_tokens: int | None = None,
                stop: Sequence[str] | None = None, seed: int | None = None) -> "cf.Future[Completion]":
         """Non-blocking :meth:`complete`: a future of the Completion."""
-        prompt = self.server.tok.render_chat(as_messages(messages), add_generation_prompt=True)
+        msgs = as_messages(messages)
+        prompt = self.server.tok.render_chat(msgs, add_generation_prompt=True)
         temp = self.temperature if temperature is None else float(temperature)
         seed = int(seed) if seed is not None else random.getrandbits(63)
         fut = self.server.submit(prompt, adapter=self.adapter, temperature=temp,
@@ -307,7 +308,7 @@ class LocalLM:
 
         def done(f: "cf.Future[Sample]") -> None:
             try:
-                out.set_result(self._completion(prompt, f.result(), temp, seed))
+                out.set_result(self._completion(prompt, f.result(), temp, seed, msgs))
             except BaseException as e:
                 out.set_exception(e)
 
@@ -335,8 +336,9 @@ class LocalLM:
         except cf.TimeoutError:
             raise LLMError(f"local model {self.name!r}: no answer within {self.timeout} s") from None
 
-    def _completion(self, prompt: list[int], s: Sample, temperature: float, seed: int) -> Completion:
-        text = self.server.tok.decode(s.token_ids)
+    def _completion(self, prompt: list[int], s: Sample, temperature: float, seed: int,
+                    context: Sequence[Message] = ()) -> Completion:
+        text = self.server.tok.decode(s.token_ids, context=context)
         if s.stop is not None and s.stop in text:
             text = text[: text.index(s.stop)]
         return Completion(

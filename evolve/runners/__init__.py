@@ -1,0 +1,58 @@
+"""Runners execute rollout jobs and hand back scored trajectories as they complete.
+
+A :class:`RolloutJob` is pure, picklable data (a system, a task, a seed, ...). A
+:class:`WorkerSpec` says how a worker builds its environment (the agent, the reward, the
+artifact store). A :class:`Worker` builds the agent, the reward and the system's LLMs once
+(LLMs are cached per model spec: local backends load weights) and turns one job into one
+scored :class:`~evolve.types.Trajectory` (:func:`evolve.rollout.run_agent` then
+:func:`evolve.rollout.score`). A runner feeds jobs to workers:
+
+* :class:`ThreadRunner` — one in-process worker and a pool of threads. Fast (thousands of
+  trivial rollouts per second) and the default. A rollout's ``timeout`` is enforced
+  cooperatively by :func:`~evolve.rollout.run_agent` (every LLM and tool call checks the
+  deadline); on top of that a watchdog records a job as failed ("timeout: …") when it has
+  not returned ``timeout + grace`` seconds after it started, and goes on with the run.
+  **Python threads cannot be killed**: the stuck thread is abandoned — it keeps running (and
+  holding whatever it holds) in the background until its agent returns, and its result is
+  dropped. Use :class:`ProcessRunner` for agents that may hang in code that does not check
+  the deadline (``time.sleep``, a blocking socket, a C extension) or that are not trusted.
+* :class:`ProcessRunner` — worker processes (``forkserver``, else ``spawn``), each in its
+  own session/process group, each building its own worker from the spec (so the agent and
+  the reward must be import paths). A job past ``timeout + grace`` gets its worker's whole
+  process group SIGKILLed (the agent's subprocesses too) and a fresh worker started; a
+  worker that dies (segfault, ``os._exit``) fails its in-flight job with the exit code and is
+  replaced. Each worker has its own duplex pipe (rather than one shared queue) and holds one
+  job at a time, so the runner always knows which job a dead or killed worker held. Jobs are
+  pickled on the way in; only JSON (the trajectory) crosses back.
+
+Both yield exactly one ``(job, trajectory)`` per job, in completion order. An agent that
+raises gives a failed trajectory (``error`` set, score 0); a reward that raises gives
+``reward.error``. Abandoning the iterator early cancels the jobs not started yet (the
+process runner kills the workers still busy).
+
+A Ray runner needs no engine change: it implements the same :class:`Runner` protocol with
+an actor pool of :class:`Worker`\ s. ``Actor = ray.remote(num_gpus=…)(Worker)``; ``n`` actors
+are built from the same ``WorkerSpec`` (import paths, so any node can build one; the
+``artifacts_root`` on shared storage or synced to the nodes); ``run()`` keeps one
+``actor.execute.remote(job)`` in flight per actor in a ``ref -> (job, actor, started)`` map,
+and ``ray.wait(refs, num_returns=1, timeout=…)`` yields ``(job, trajectory)`` as they
+complete. A job past ``timeout + grace`` → ``ray.kill(actor)``, a fresh actor, a failed
+trajectory; a ``RayActorError`` (the actor died) → a failed trajectory and a fresh actor.
+``close()`` calls ``actor.close.remote()`` (LLMs release their GPUs) and then kills the actors.
+"""
+
+from __future__ import annotations
+
+from evolve.runners.base import RolloutJob, Runner, Worker, WorkerSpec, failed_trajectory
+from evolve.runners.process import ProcessRunner
+from evolve.runners.thread import ThreadRunner
+
+__all__ = [
+    "ProcessRunner",
+    "RolloutJob",
+    "Runner",
+    "ThreadRunner",
+    "Worker",
+    "WorkerSpec",
+    "failed_trajectory",
+]

@@ -1,0 +1,179 @@
+"""The runner protocol and what every runner shares: the job and worker-spec data, and the
+:class:`Worker` that turns one job into one scored trajectory."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+
+from evolve.artifacts import ArtifactStore
+from evolve.errors import UserError
+from evolve.rollout import check_reward_signature, run_agent, score
+from evolve.types import ModelSpec, System, Trajectory, canonical_json
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class RolloutJob:
+    """One rollout to run: pure data, picklable."""
+
+    key: str  # unique key of this rollout in the archive
+    system: System
+    task: dict
+    seed: int = 0
+    sample: int = 0
+    temperature: float | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How a worker builds its environment; picklable when agent and reward are import paths."""
+
+    agent: str | Callable  # "pkg.mod:fn" or a callable (the thread runner accepts callables)
+    reward: str | Callable
+    artifacts_root: str  # the run's artifact store folder (LLM backends load weights from it)
+    search_path: str | None = None  # folder put on sys.path for import paths (the task file's folder)
+
+
+@runtime_checkable
+class Runner(Protocol):
+    def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
+        """Yield one scored trajectory per job, as they complete (any order)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+def _never_called(task: Any, output: Any) -> float:  # the reward of a failed rollout is not computed
+    return 0.0
+
+
+def failed_trajectory(job: RolloutJob, error: str, duration: float = 0.0) -> Trajectory:
+    """A scored failed trajectory for ``job`` (score 0, ``error`` set) built outside the agent."""
+    task_id = job.task.get("id", job.key) if isinstance(job.task, dict) else job.key
+    t = Trajectory(task_id=str(task_id), system_id=job.system.id, error=error, duration=duration,
+                   sample=job.sample, temperature=job.temperature)
+    return score(_never_called, job.task if isinstance(job.task, dict) else {}, t)
+
+
+@contextlib.contextmanager
+def _on_sys_path(folder: str | None) -> Iterator[None]:
+    if not folder or folder in sys.path:
+        yield
+        return
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+
+
+class Worker:
+    """Builds the agent, the reward and the LLMs once; ``execute(job)`` runs and scores one rollout.
+
+    Thread-safe: the thread runner calls ``execute`` from many threads at once. LLMs are built
+    on first use through :data:`evolve.registry.llm_backends` and cached per model spec (its
+    canonical JSON); :meth:`close` closes them.
+    """
+
+    def __init__(self, spec: WorkerSpec, *, own_process: bool = False) -> None:
+        from evolve.registry import import_path
+
+        self.spec = spec
+        self._own_process = own_process
+        search = Path(spec.search_path) if spec.search_path else None
+        if own_process and spec.search_path and spec.search_path not in sys.path:
+            sys.path.insert(0, spec.search_path)
+        self.agent = import_path(spec.agent, what="agent", search=search) if isinstance(spec.agent, str) else spec.agent
+        self.reward = (import_path(spec.reward, what="reward", search=search)
+                       if isinstance(spec.reward, str) else spec.reward)
+        if not callable(self.agent):
+            raise UserError(f"the agent {spec.agent!r} is not callable; an agent is a function agent(task, ctx)")
+        try:
+            check_reward_signature(self.reward)
+        except TypeError as e:
+            raise UserError(str(e)) from None
+        self.artifacts = ArtifactStore(spec.artifacts_root)
+        self._llms: dict[str, Any] = {}
+        self._by_id: dict[int, tuple[ModelSpec, Any]] = {}
+        self._build_lock = threading.Lock()
+        self.closed = False
+
+    # ------------------------------------------------------------------ LLMs
+
+    def llm(self, system: System, role: str) -> Any:
+        """The LLM for ``role`` of ``system``, built once per distinct model spec."""
+        spec = system.models.get(role)
+        if spec is None:
+            raise KeyError(f"the system has no model role {role!r}; it has {sorted(system.models)}")
+        hit = self._by_id.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        key = canonical_json(spec.model_dump(mode="json"))
+        llm = self._llms.get(key)
+        if llm is None:
+            with self._build_lock:
+                llm = self._llms.get(key)
+                if llm is None:
+                    from evolve.registry import llm_backends
+
+                    factory = llm_backends.get(spec.backend)
+                    with (contextlib.nullcontext() if self._own_process else _on_sys_path(self.spec.search_path)):
+                        llm = factory(spec, self.artifacts)
+                    self._llms[key] = llm
+        if len(self._by_id) > 4096:
+            self._by_id.clear()
+        self._by_id[id(spec)] = (spec, llm)  # keeps spec alive, so its id is not reused
+        return llm
+
+    def _preload(self, system: System) -> None:
+        """Build the system's LLMs before the rollout's clock starts (a failure is left for the
+        agent to meet, and record, when it calls that model)."""
+        for role in system.models:
+            try:
+                self.llm(system, role)
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ------------------------------------------------------------------ rollouts
+
+    def execute(self, job: RolloutJob, on_start: Callable[[], None] | None = None) -> Trajectory:
+        """Run and score one job; never raises for the agent's, the reward's or a backend's failure.
+        ``on_start`` is called when the LLMs are built and the rollout itself starts."""
+        t0 = time.monotonic()
+        try:
+            self._preload(job.system)
+            if on_start is not None:
+                on_start()
+            traj = run_agent(self.agent, job.system, job.task, self.llm, seed=job.seed, sample=job.sample,
+                             temperature=job.temperature, timeout=job.timeout)
+            return score(self.reward, job.task, traj)
+        except Exception as e:  # noqa: BLE001 - e.g. a task without "id"
+            return failed_trajectory(job, f"runner: {type(e).__name__}: {e}", time.monotonic() - t0)
+
+    def close(self) -> None:
+        """Close every LLM built (errors are ignored: closing must not fail a run)."""
+        self.closed = True
+        with self._build_lock:
+            llms, self._llms = list(self._llms.values()), {}
+            self._by_id.clear()
+        for llm in llms:
+            with contextlib.suppress(Exception):
+                llm.close()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
