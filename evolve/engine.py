@@ -219,6 +219,9 @@ class Engine:
 
                 path = cold_start_weights(self, role, mc)
                 base = self.archive.artifacts.put_file(path, "base_weights")
+                demos = path.parent / "sft_examples.json"
+                if demos.exists():
+                    params["sft_examples"] = self.archive.artifacts.put_file(demos, "sft_examples").model_dump()
             models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
         system = System(workflow=dict(self.task.workflow), models=models, prompts=dict(self.task.prompts))
         self.archive.add_system(system, operator="init", generation=0, rationale="the starting system")

@@ -128,6 +128,9 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     info = {"demos": len(demos), "examples": len(examples), "best_val": stats.get("best_score"),
             "best_step": stats.get("best_step"), "steps": stats.get("steps"), "seconds": stats.get("seconds")}
     engine.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")
+    # the demo examples go next to the weights: STaR replays them so self-training does not forget
+    out.parent.mkdir(parents=True, exist_ok=True)
+    (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
     save_base(model, tok, tiny, out, info=info)
     (out.parent / "info.json").write_text(json.dumps(info, indent=1))
     return out

@@ -38,6 +38,8 @@ class STaR:
         epochs: float = Field(3, gt=0)
         batch_size: int = Field(32, ge=1)
         min_examples: int = Field(8, ge=1, description="propose nothing with fewer successes than this")
+        replay: float = Field(1.0, ge=0, description="share of the cold-start demo examples mixed back in "
+                              "(rejection-sampling fine-tuning keeps the original data so it does not forget)")
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
@@ -83,6 +85,14 @@ class STaR:
                 f"{len(examples)} distinct turns to learn")
         if len(examples) < p.min_examples:
             return []
+        n_own = len(examples)
+        ref = spec.params.get("sft_examples")
+        if p.replay > 0 and ref:
+            import json
+
+            demos = [(tuple(a), tuple(b)) for a, b in json.loads(ctx.artifacts.path(ref["sha256"]).read_text())]
+            k = min(len(demos), round(p.replay * len(demos)))
+            examples = examples + ctx.rng.sample(demos, k)
         model, tok, _ = load_base(ctx.artifacts.path(spec.base))
         init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
         seed = ctx.rng.randrange(2**31)
@@ -95,7 +105,7 @@ class STaR:
         child_spec = spec.model_copy(update={"adapter": ref})
         child = parent.replace(models={**parent.models, p.role: child_spec})
         info = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved,
-                "examples": len(examples), "train_loss": stats.get("loss"), "train_seconds": stats.get("seconds")}
-        why = (f"LoRA r={p.r} trained on {len(examples)} successful turns "
+                "examples": n_own, "replayed": len(examples) - n_own, "train_loss": stats.get("loss"), "train_seconds": stats.get("seconds")}
+        why = (f"LoRA r={p.r} trained on {n_own} successful turns + {len(examples) - n_own} replayed demos "
                f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
