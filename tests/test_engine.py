@@ -144,3 +144,23 @@ def test_rollback_moves_the_pointer_and_load_follows(tmp_path):
     assert len(Archive(run, create=False).records()) == n_systems  # nothing deleted
     out = evolve.load(run, "best", agent="evolve.worlds.toy:agent").run({"id": "x", "a": 2, "b": 3})
     assert out == "5"
+
+
+def test_cli_run_eval_and_archive_commands(tmp_path):
+    run = tmp_path / "run"
+    cli = [sys.executable, "-m", "evolve.cli"]
+    r = subprocess.run([*cli, "run", str(DATA / "toy.yaml"), "--out", str(run), "--set", "budget.generations=2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "baseline vs evolved" in r.stdout and "held-out test gain" in r.stdout
+    r = subprocess.run([*cli, "eval", str(DATA / "toy.yaml"), str(run), "--system", "baseline", "--split", "val",
+                        "--set", "budget.generations=2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "on val: 0.0% (n=20)" in r.stdout
+    r = subprocess.run([*cli, "archive", "list", str(run)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "scripted" in r.stdout
+    r = subprocess.run([*cli, "archive", "show", str(run), "nonexistent"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = subprocess.run([*cli, "eval", str(DATA / "toy.yaml"), str(tmp_path / "nope")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "not an evolvekit run directory" in r.stderr

@@ -154,7 +154,7 @@ def test_execute_is_read_only_and_single_select(data: dict[str, list[dict]]) -> 
         f"delete from {table}",
         f"insert into {table} (id) values (999)",
         f"select 1; drop table {table}",
-        f"select 1; select 2",
+        "select 1; select 2",
         "pragma writable_schema = 1",
         "attach database 'x.db' as x",
         f"select * from {table} where id in (select 1); update {table} set id = 0",
