@@ -20,3 +20,15 @@ sys.path.insert(0, str(TESTS))
 @pytest.fixture
 def toy_task() -> Path:
     return DATA / "toy.yaml"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread: tiny models gain nothing from two, and a second spinning thread
+    makes tests crawl when other processes share the CPU."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -24,14 +24,7 @@ CFG = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_
 TOK = CharTokenizer()
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread: these models are too small to gain from two, and a second spinning
-    thread makes tests crawl when other processes share the CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
