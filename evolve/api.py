@@ -122,9 +122,10 @@ def load(path: str | Path, system: str = "current", *, agent: str | Callable | N
         sid = _resolve_system(archive, system)
         sys_ = archive.get_system(sid)
         task = json.loads(archive.get_state("task") or "{}")
+        base_dir = archive.get_state("base_dir")
         archive.close()
         return LoadedSystem(sys_, p / "artifacts", agent or task.get("agent"), task.get("reward"),
-                            search_path=None)
+                            search_path=base_dir)
     if (p / "system.json").exists():
         data = json.loads((p / "system.json").read_text())
         sys_ = System.model_validate(data.get("system", data))

@@ -98,6 +98,7 @@ class Engine:
         saved = self.archive.get_state("task")
         if saved is None:
             self.archive.put_state("task", fingerprint)
+            self.archive.put_state("base_dir", str(self.base_dir))  # where the task's own modules live
         elif saved != fingerprint:
             raise RunDirError(
                 f"{self.run_dir} was started with a different task configuration; resume it with the same task "

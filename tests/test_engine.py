@@ -164,3 +164,21 @@ def test_cli_run_eval_and_archive_commands(tmp_path):
     r = subprocess.run([*cli, "eval", str(DATA / "toy.yaml"), str(tmp_path / "nope")], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "not an evolvekit run directory" in r.stderr
+
+
+def test_agent_module_beside_the_task_file_is_found_at_run_and_load(tmp_path, monkeypatch):
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "my_agent_mod.py").write_text(
+        "def agent(task, ctx):\n    return str(task['a'] + task['b'])\n\n"
+        "def reward(task, output):\n    return float(output == str(task['answer']))\n")
+    data = {"name": "beside", "agent": "my_agent_mod:agent", "reward": "my_agent_mod:reward",
+            "models": {"policy": {"backend": "scripted", "name": "s"}},
+            "dataset": {"source": "evolve.worlds.toy:dataset"}, "budget": {"generations": 0}}
+    import yaml
+
+    (tmp_path / "proj" / "task.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    report = evolve.run(tmp_path / "proj" / "task.yaml", out=tmp_path / "run")
+    assert report["baseline"]["test"]["score"] == 1.0
+    sys.modules.pop("my_agent_mod", None)
+    assert evolve.load(tmp_path / "run").run({"id": "q", "a": 1, "b": 2}) == "3"
