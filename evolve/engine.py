@@ -74,7 +74,7 @@ class Engine:
             artifacts_root=str(self.run_dir / "artifacts"),
             search_path=str(self.base_dir),
         )
-        self._check_callables()
+        self.agent_fn, self.reward_fn = self._resolve_callables()
         self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
         self.selector = selector_registry.get(task.engine.selector)()
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
@@ -105,12 +105,13 @@ class Engine:
                 "file and --set values, or choose another --out"
             )
 
-    def _check_callables(self) -> None:
+    def _resolve_callables(self) -> tuple[Callable, Callable]:
         """Import the agent and reward now, so a typo fails before any work is done."""
         from evolve.errors import ConfigError
         from evolve.registry import import_path
         from evolve.rollout import check_reward_signature
 
+        resolved: list[Callable] = []
         for field in ("agent", "reward"):
             value = getattr(self.spec, field)
             fn = import_path(value, what=field, search=self.base_dir) if isinstance(value, str) else value
@@ -121,6 +122,8 @@ class Engine:
                     check_reward_signature(fn)
                 except TypeError as e:
                     raise ConfigError(str(e), path="reward") from None
+            resolved.append(fn)
+        return resolved[0], resolved[1]
 
     def rng(self, purpose: str) -> random.Random:
         return random.Random(f"{self.task.seed}/{purpose}")

@@ -91,8 +91,7 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
         engine.obs.message(f"cold start: reusing cached SFT weights {out}")
         return out
 
-    agent = engine.spec.agent if callable(engine.spec.agent) else import_path(engine.spec.agent, what="agent", search=engine.base_dir)
-    reward = engine.spec.reward if callable(engine.spec.reward) else import_path(engine.spec.reward, what="reward", search=engine.base_dir)
+    agent, reward = engine.agent_fn, engine.reward_fn
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
     torch.manual_seed(seed)
     model = build_model(tiny, seed=seed, tokenizer=tok)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.types import content_hash
+from evolve.worlds.sql.augment import schema_names
 from evolve.worlds.sql.agent import SQLError, error_text, execute, messages_for
 from evolve.worlds.sql.questions import make_questions
 from evolve.worlds.sql.schema import make_schema
@@ -137,14 +138,6 @@ def dataset(seed: int = 0, root: str | Path | None = None, **sizes: int) -> dict
 # ----------------------------------------------------------------------------- demos
 
 
-def _schema_names(schema_text: str) -> list[str]:
-    names = []
-    for table, cols in re.findall(r"(\w+)\(([^)]*)\)", schema_text):
-        names.append(table)
-        names += [c for c in cols.split(",") if c and c != "id"]
-    return names
-
-
 def _misspell(rng: random.Random, word: str) -> str:
     i = rng.randrange(len(word))
     op = rng.randrange(4)
@@ -160,7 +153,8 @@ def _misspell(rng: random.Random, word: str) -> str:
 def corrupt(rng: random.Random, task: dict) -> str:
     """A plausible wrong first attempt at the task's gold SQL: a misspelt name, a column
     taken from the wrong table, or a dropped keyword."""
-    sql, names = task["gold_sql"], _schema_names(task["schema"])
+    tables, cols = schema_names(task["schema"])
+    sql, names = task["gold_sql"], tables + cols
     bare = re.sub(r"'[^']*'", lambda m: " " * len(m.group()), sql)
     spots = [m for m in re.finditer(r"\b[a-z_][a-z0-9_]*\b", bare) if m.group() in names and m.group() not in _SQL_WORDS]
     x = rng.random()
