@@ -23,8 +23,9 @@ prompt, tool output, user text and padding), ``[B]`` for advantages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -36,7 +37,7 @@ ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "batch", "rloo")
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
-def _group_index(groups: "Sequence[object] | torch.Tensor", n: int) -> "torch.Tensor":
+def _group_index(groups: Sequence[object] | torch.Tensor, n: int) -> torch.Tensor:
     import torch
 
     if isinstance(groups, torch.Tensor):
@@ -49,17 +50,17 @@ def _group_index(groups: "Sequence[object] | torch.Tensor", n: int) -> "torch.Te
     return torch.tensor([ids.setdefault(k, len(ids)) for k in keys], dtype=torch.long)
 
 
-def _std(x: "torch.Tensor") -> "torch.Tensor":
+def _std(x: torch.Tensor) -> torch.Tensor:
     """Bessel-corrected standard deviation; 0 for a single value."""
     return x.std(unbiased=True) if x.numel() > 1 else x.new_zeros(())
 
 
 def group_advantages(
-    rewards: "torch.Tensor | Sequence[float]",
-    groups: "Sequence[object] | torch.Tensor",
+    rewards: torch.Tensor | Sequence[float],
+    groups: Sequence[object] | torch.Tensor,
     estimator: Estimator = "grpo",
     eps: float = 1e-4,
-) -> tuple["torch.Tensor", "torch.Tensor"]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages ``[N]`` for rewards ``[N]`` whose group (task) labels are ``groups``.
 
     Returns ``(advantages, zero_std)`` where ``zero_std[i]`` says the group of rollout ``i`` has
@@ -91,7 +92,7 @@ def group_advantages(
     return adv.float(), zero
 
 
-def token_logprobs(logits: "torch.Tensor", targets: "torch.Tensor", temperature: float = 1.0) -> "torch.Tensor":
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``log_softmax(logits / T)`` at ``targets``: ``logits [B, T, V]``, ``targets [B, T]`` → ``[B, T]``.
 
     ``temperature`` 0 (greedy sampling) is treated as 1, as the sampler reports untempered
@@ -105,7 +106,7 @@ def token_logprobs(logits: "torch.Tensor", targets: "torch.Tensor", temperature:
     return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def k3(logp: "torch.Tensor", ref_logp: "torch.Tensor") -> "torch.Tensor":
+def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(π ‖ π_ref) from samples of π: ``exp(ref - logp) - (ref - logp) - 1``."""
     import torch
 
@@ -134,16 +135,16 @@ class LossConfig:
 
 
 def policy_loss(
-    logp: "torch.Tensor",
-    old_logp: "torch.Tensor",
-    advantages: "torch.Tensor",
-    mask: "torch.Tensor",
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     cfg: LossConfig = LossConfig(),
     *,
-    ref_logp: "torch.Tensor | None" = None,
+    ref_logp: torch.Tensor | None = None,
     num_seqs: int | None = None,
     num_tokens: float | None = None,
-) -> tuple["torch.Tensor", dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate loss of one (micro-)batch and its statistics.
 
     ``num_seqs``/``num_tokens`` are the sequence and masked-token counts of the whole optimiser
@@ -183,7 +184,7 @@ def policy_loss(
         L = cfg.max_completion_length or logp.shape[1]
         loss = per_token.sum() / (max(n_seqs, 1) * L)
     with torch.no_grad():
-        m = mask.bool() if cfg.level == "token" else mask.bool()
+        m = mask.bool()
         a = adv.expand_as(logp)
         r = ratio.expand_as(logp)
         low = (r < 1 - cfg.eps_low) & (a < 0) & m

@@ -11,7 +11,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from evolve.policy.rl import LossConfig, group_advantages, k3, policy_loss, token_logprobs  # noqa: E402
+from evolve.policy.rl import (
+    LossConfig,
+    group_advantages,
+    k3,
+    policy_loss,
+    token_logprobs,
+)
 
 DATA = Path(__file__).parent / "data"
 
