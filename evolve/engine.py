@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from evolve.archive import Archive
 from evolve.config import TaskConfig
 from evolve.data import Splits, load_splits
-from evolve.errors import BudgetExhausted, RunDirError
+from evolve.errors import BudgetExhausted, ConfigError, RunDirError
 from evolve.operators import OperatorContext
 from evolve.registry import operators as operator_registry
 from evolve.registry import runners as runner_registry
@@ -221,7 +221,14 @@ class Engine:
             if mc.backend == "local":
                 from evolve.policy.sft import cold_start_weights
 
-                path = cold_start_weights(self, role, mc)
+                if mc.cold_start is not None:
+                    path = cold_start_weights(self, role, mc)
+                else:  # ready-made base weights (evolve.policy.weights.save_base), relative to the task file
+                    path = Path(str(mc.params["weights"])).expanduser()
+                    path = path if path.is_absolute() else self.base_dir / path
+                    if not path.is_file():
+                        raise ConfigError(f"models.{role}.params.weights: no file {path}; give the path of a "
+                                          "file written by evolve.policy.weights.save_base, or use cold_start")
                 base = self.archive.artifacts.put_file(path, "base_weights")
                 demos = path.parent / "sft_examples.json"
                 if demos.exists():

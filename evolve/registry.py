@@ -118,6 +118,7 @@ operators = Registry(
     "operator",
     {
         "star": "evolve.policy.star:STaR",
+        "grpo": "evolve.policy.grpo:GRPO",
         "scripted": "evolve.operators:ScriptedEdit",
     },
 )

@@ -68,3 +68,29 @@ def seeded_reply(messages: tuple, seed: int | None = None, temperature: float | 
 
 def exit_agent(task: dict, ctx: Any) -> Any:
     raise SystemExit(5)
+
+
+# ----------------------------------------------------------------------------- a rewarded behaviour for RL tests
+
+
+def vowel_dataset(seed: int = 0, n_train: int = 60, n_val: int = 8, n_test: int = 8) -> dict[str, list[dict]]:
+    """Tasks whose reward is the share of vowels the model writes (a behaviour, not a fact)."""
+    letters = "bcdfghjklmnpqrstvwxz"
+    out: dict[str, list[dict]] = {}
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_test)):
+        out[split] = [{"id": f"{split}-{i}", "q": letters[(i * 7 + seed) % len(letters)] * 2} for i in range(n)]
+    return out
+
+
+def vowel_agent(task: dict, ctx: Any) -> Any:
+    """Two turns with feedback in between (context, not a target), so trajectories are multi-turn."""
+    msgs = [Message(role="user", content=str(task["q"]))]
+    first = ctx.llm("policy").complete(msgs).text
+    msgs += [Message(role="assistant", content=first), Message(role="user", content="more")]
+    second = ctx.llm("policy").complete(msgs).text
+    return first + second
+
+
+def vowel_reward(task: dict, output: Any) -> float:
+    text = str(output or "")[:8]
+    return sum(ch in "aeiou" for ch in text) / 8

@@ -1,0 +1,206 @@
+"""GRPO-family reinforcement learning of a LoRA adapter, as an engine operator.
+
+One proposal runs ``steps`` generation batches, on-policy:
+
+1. sample ``tasks_per_step`` training tasks and roll the *current* system out ``group_size``
+   times on each at ``temperature`` (through the engine: memoised in the archive, counted
+   against the budget, scored by the task's reward; step 0 samples the parent itself);
+2. group advantages (:func:`~evolve.policy.rl.group_advantages`), dropping groups whose
+   rewards are all equal (DAPO's dynamic sampling) unless ``dynamic_sampling: false``;
+3. pack each trajectory into sequences of the exact sampled token ids with tool output and
+   user text masked (:func:`~evolve.policy.grpo_train.pack`); optionally mask truncated ones;
+4. update the adapter (:class:`~evolve.policy.grpo_train.Learner`), save it as an artifact,
+   and make the next step's system: parent base + the new adapter.
+
+Every ``eval_every`` steps the current system is scored greedily on ``dev_tasks`` training
+tasks that are never trained on (the engine's validation split stays the engine's, for
+acceptance); the child proposed is the adapter with the best dev score. The per-step curve
+(train reward, dev score, KL, clip fractions, tokens/s) goes into the candidate's ``info`` and,
+when matplotlib is installed, into ``grpo_curve.png`` in the operator's work folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.operators import OperatorContext
+from evolve.types import Candidate, System, Trajectory
+
+
+class GRPO:
+    name = "grpo"
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        role: str = "policy"
+        steps: int = Field(20, ge=1, description="generation batches (policy updates) per proposal")
+        tasks_per_step: int = Field(32, ge=1)
+        group_size: int = Field(8, ge=2, description="rollouts per task (G)")
+        temperature: float = Field(1.0, gt=0)
+        estimator: Literal["grpo", "dr_grpo", "batch", "rloo"] = "grpo"
+        loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "dapo"
+        eps_low: float = Field(0.2, ge=0)
+        eps_high: float = Field(0.28, ge=0)
+        beta: float = Field(0.0, ge=0, description="k3 KL penalty to the reference (the adapter disabled)")
+        importance_level: Literal["token", "sequence"] = "token"
+        num_iterations: int = Field(1, ge=1, description="passes over each generation batch (μ)")
+        minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
+        micro_batch: int = Field(64, ge=1, description="sequences per forward pass (memory only)")
+        dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal")
+        mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
+        max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
+        lr: float = Field(1e-3, gt=0)
+        weight_decay: float = Field(0.0, ge=0)
+        grad_clip: float = Field(1.0, ge=0)
+        r: int = Field(16, ge=1)
+        alpha: float = 32
+        dev_tasks: int = Field(200, ge=0, description="training tasks held out of training to pick the best step")
+        eval_every: int = Field(5, ge=1)
+
+    def __init__(self, **params: Any) -> None:
+        self.p = self.Params(**params)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _batch(self, trajs: list[Trajectory], max_len: int) -> tuple[list, dict[str, float]]:
+        import torch
+        from evolve.policy.grpo_train import pack
+        from evolve.policy.rl import group_advantages
+
+        p = self.p
+        rewards = torch.tensor([t.score for t in trajs], dtype=torch.float32)
+        adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
+        seqs, truncated = [], 0
+        for t, a, z in zip(trajs, adv.tolist(), zero.tolist()):
+            if p.dynamic_sampling and z:
+                continue
+            packed = pack(t, p.role, max_len)
+            if p.mask_truncated and any(s.truncated for s in packed):
+                truncated += 1
+                continue
+            for s in packed:
+                s.advantage, s.group, s.reward = a, t.task_id, t.score
+            seqs += packed
+        groups = len({t.task_id for t in trajs})
+        kept = len({s.group for s in seqs})
+        return seqs, {"reward": float(rewards.mean()) if len(trajs) else 0.0, "groups": groups,
+                      "groups_kept": kept, "truncated_dropped": truncated,
+                      "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
+
+    def _child(self, parent: System, spec: Any, adapter: Any, ctx: OperatorContext, step: int) -> System:
+        path = ctx.workdir / f"adapter-{step:04d}.safetensors"
+        adapter.save(path)
+        ref = ctx.artifacts.put_file(path, "adapter")
+        return parent.replace(models={**parent.models, self.p.role: spec.model_copy(update={"adapter": ref})})
+
+    # ---------------------------------------------------------------- propose
+
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
+        from evolve.policy.grpo_train import Learner
+        from evolve.policy.rl import LossConfig
+        from evolve.policy.weights import load_base, read_adapter
+
+        p = self.p
+        spec = parent.models.get(p.role)
+        if spec is None or spec.backend != "local" or spec.base is None:
+            ctx.log(f"grpo: role {p.role!r} is not a local model with base weights; nothing to train")
+            return []
+        pool = list(ctx.train)
+        random.Random(f"grpo-dev/{ctx.seed}").shuffle(pool)  # the same dev tasks in every generation
+        dev, pool = pool[: p.dev_tasks], pool[p.dev_tasks:]
+        if not pool:
+            ctx.log("grpo: no training tasks left after holding out dev_tasks")
+            return []
+        model, tok, _ = load_base(ctx.artifacts.path(spec.base))
+        init = read_adapter(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
+        cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
+                         level=p.importance_level, max_completion_length=p.max_completion_length)
+        learner = Learner(model, cfg=cfg, r=p.r, alpha=p.alpha, init=init, lr=p.lr, weight_decay=p.weight_decay,
+                          grad_clip=p.grad_clip, num_iterations=p.num_iterations, minibatches=p.minibatches,
+                          micro_batch=p.micro_batch, pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31))
+        current, curve, best = parent, [], (-math.inf, -1, None)
+        t_start = time.perf_counter()
+
+        def dev_eval(system: System, step: int) -> float | None:
+            if not dev:
+                return None
+            trajs = ctx.rollouts(system, dev, samples=1, temperature=None, tag="grpo-dev")
+            return sum(t.score for t in trajs) / len(trajs)
+
+        for step in range(p.steps + 1):
+            if step % p.eval_every == 0 or step == p.steps:
+                score = dev_eval(current, step)
+                if score is not None and score > best[0]:
+                    best = (score, step, current)
+                if curve and score is not None:
+                    curve[-1]["dev"] = score
+                elif score is not None:
+                    curve.append({"step": 0, "dev": score})
+            if step == p.steps:
+                break
+            t0 = time.perf_counter()
+            tasks = ctx.rng.sample(pool, min(p.tasks_per_step, len(pool)))
+            trajs = ctx.rollouts(current, tasks, samples=p.group_size, temperature=p.temperature, tag="grpo")
+            t_roll = time.perf_counter() - t0
+            seqs, info = self._batch(trajs, learner.max_len)
+            st = learner.update(seqs)
+            current = self._child(parent, spec, learner.adapter(), ctx, step + 1)
+            row = {"step": step + 1, **info, "sequences": st.sequences, "trained_tokens": st.trained_tokens,
+                   "loss": st.loss, "kl": st.kl, "clip_low": st.clip_low, "clip_high": st.clip_high,
+                   "mismatch": st.mismatch, "rollout_s": round(t_roll, 2), "train_s": round(st.seconds, 2),
+                   "tokens_per_s": round(st.tokens / st.seconds) if st.seconds else 0}
+            curve.append(row)
+            ctx.log(f"grpo step {step + 1}/{p.steps}: reward {info['reward']:.3f}, {info['groups_kept']}/"
+                    f"{info['groups']} groups with signal, {st.trained_tokens} tokens trained, kl {st.kl:.4f}, "
+                    f"clip {st.clip_low + st.clip_high:.3f}, {st.seconds:.1f}s")
+        (ctx.workdir / "grpo_curve.json").write_text(json.dumps(curve, indent=1))
+        _plot(curve, ctx.workdir / "grpo_curve.png")
+        if best[2] is None:  # no dev set: the last step
+            best = (math.nan, p.steps, current)
+        score, step, child = best
+        if step == 0:
+            ctx.log(f"grpo: no step beat the parent on {len(dev)} dev tasks ({score:.3f}); nothing proposed")
+            return []
+        info = {"steps": p.steps, "best_step": step, "dev_score": score, "dev_parent": curve[0].get("dev"),
+                "seconds": round(time.perf_counter() - t_start, 1), "curve": curve}
+        why = (f"GRPO ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
+               f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
+        return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+
+
+def _by_group(trajs: list[Trajectory]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for t in trajs:
+        out.setdefault(t.task_id, []).append(t.score)
+    return out
+
+
+def _plot(curve: list[dict], path: Any) -> None:
+    """Train reward and dev score per step as a PNG (skipped without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
+    tr = [(r["step"], r["reward"]) for r in curve if "reward" in r]
+    dv = [(r["step"], r["dev"]) for r in curve if "dev" in r]
+    if tr:
+        ax.plot(*zip(*tr), label="train reward (sampled)", lw=1.2)
+    if dv:
+        ax.plot(*zip(*dv), "o-", label="dev score (greedy, held-out train tasks)", lw=1.5)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("reward")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

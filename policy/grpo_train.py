@@ -1,0 +1,239 @@
+"""From recorded trajectories to GRPO updates of a LoRA adapter.
+
+:func:`pack` turns one multi-turn trajectory into training sequences without re-tokenising
+anything: each recorded :class:`~evolve.types.LLMCall` carries the prompt ids the model saw and
+the ids it sampled. When a call's prompt extends the previous call's prompt + completion (the
+usual chat transcript), the turns are merged into one sequence, and the text between them
+(tool results, environment feedback, user messages) goes in with mask 0; otherwise the call
+starts a new sequence. Only the model's own sampled tokens have mask 1.
+
+:class:`Learner` owns a PeftModel (base frozen and never merged; the reference policy is the
+same model with the adapter disabled), an AdamW optimiser that persists across generation
+batches, and one :meth:`Learner.update` per batch of rollouts: old log-probs (stored once per
+batch when ``num_iterations > 1`` or the batch is split into several optimiser steps), the
+reference log-probs when ``beta > 0``, then ``num_iterations`` passes of ``minibatches``
+optimiser steps over length-sorted micro-batches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evolve.policy.rl import LossConfig, policy_loss, token_logprobs
+
+from evolve.types import LLMCall, Trajectory
+
+
+@dataclass
+class Packed:
+    """One training sequence: ``ids`` and, per position, whether it is a sampled token (``mask``)
+    and the sampler's log-prob there (``sampler_logp``, NaN where ``mask`` is 0)."""
+
+    ids: list[int]
+    mask: list[int]
+    sampler_logp: list[float]
+    temperature: float
+    truncated: bool = False
+    advantage: float = 0.0
+    group: str = ""
+    reward: float = 0.0
+
+    @property
+    def n_trained(self) -> int:
+        return sum(self.mask)
+
+
+def pack(traj: Trajectory, role: str = "policy", max_len: int | None = None) -> list[Packed]:
+    """Training sequences of the calls of ``role`` in ``traj`` (calls without token ids are skipped)."""
+    out: list[Packed] = []
+    cur: Packed | None = None
+    for s in traj.steps:
+        if not isinstance(s, LLMCall) or s.role != role or s.prompt_token_ids is None or not s.token_ids:
+            continue
+        prompt, toks = list(s.prompt_token_ids), list(s.token_ids)
+        lps = list(s.logprobs) if s.logprobs is not None and len(s.logprobs) == len(toks) else [math.nan] * len(toks)
+        temp = float(s.temperature) if s.temperature else 1.0
+        n = len(cur.ids) if cur is not None else 0
+        fits = max_len is None or len(prompt) + len(toks) <= max_len
+        if cur is not None and cur.temperature == temp and fits and len(prompt) >= n and prompt[:n] == cur.ids:
+            gap = prompt[n:]  # tool output / feedback / user text between the turns: context only
+            cur.ids += gap
+            cur.mask += [0] * len(gap)
+            cur.sampler_logp += [math.nan] * len(gap)
+        else:
+            cur = Packed(ids=prompt, mask=[0] * len(prompt), sampler_logp=[math.nan] * len(prompt), temperature=temp)
+            out.append(cur)
+        cur.ids += toks
+        cur.mask += [1] * len(toks)
+        cur.sampler_logp += lps
+        cur.truncated = cur.truncated or s.finish_reason == "length"
+    return out
+
+
+def collate(seqs: Sequence[Packed], pad_id: int) -> dict[str, Any]:
+    """Right-padded tensors: inputs ``ids[:-1]``, targets ``ids[1:]`` and the target-aligned mask."""
+    import torch
+
+    L = max(len(s.ids) for s in seqs) - 1
+    B = len(seqs)
+    x = torch.full((B, L), pad_id, dtype=torch.long)
+    y = torch.full((B, L), pad_id, dtype=torch.long)
+    m = torch.zeros((B, L), dtype=torch.float32)
+    att = torch.zeros((B, L), dtype=torch.long)
+    slp = torch.full((B, L), math.nan, dtype=torch.float32)
+    for i, s in enumerate(seqs):
+        n = len(s.ids) - 1
+        x[i, :n] = torch.tensor(s.ids[:-1])
+        y[i, :n] = torch.tensor(s.ids[1:])
+        m[i, :n] = torch.tensor(s.mask[1:], dtype=torch.float32)
+        att[i, :n] = 1
+        slp[i, :n] = torch.tensor(s.sampler_logp[1:], dtype=torch.float32)
+    return {"input_ids": x, "targets": y, "mask": m, "attention_mask": att, "sampler_logp": slp,
+            "temperature": torch.tensor([s.temperature for s in seqs], dtype=torch.float32),
+            "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32)}
+
+
+def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
+    """Per-token log-probs ``[B, T]`` of the targets, each row at its own sampling temperature."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    temps = batch["temperature"].to(logits.device).clamp(min=1e-6).reshape(-1, 1, 1)
+    return token_logprobs(logits / temps, batch["targets"].to(logits.device))
+
+
+@dataclass
+class UpdateStats:
+    sequences: int = 0
+    tokens: int = 0  # every token the model ran on (prompts included)
+    trained_tokens: int = 0
+    optimizer_steps: int = 0
+    loss: float = 0.0
+    clip_low: float = 0.0
+    clip_high: float = 0.0
+    kl: float = 0.0
+    mismatch: float = 0.0  # mean |sampler log-prob - trainer log-prob| on sampled tokens (same weights)
+    seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Learner:
+    """GRPO updates of one LoRA adapter on a frozen base (see the module docstring).
+
+    ``model``: a plain causal LM (the base; never modified) — it is wrapped with a fresh LoRA
+    adapter (``init`` continues an existing :class:`~evolve.policy.weights.Adapter` instead).
+    """
+
+    def __init__(self, model: Any, *, cfg: LossConfig | None = None, r: int = 16, alpha: float = 32,
+                 target_modules: Sequence[str] | None = None, init: Any = None, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0, grad_clip: float = 1.0,
+                 num_iterations: int = 1, minibatches: int = 1, micro_batch: int = 64, pad_id: int = 0,
+                 seed: int = 0) -> None:
+        import torch
+        from evolve.policy.train import LORA_TARGETS
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        config = init.lora_config() if init is not None else LoraConfig(
+            r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(target_modules or LORA_TARGETS), bias="none")
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            torch.manual_seed(seed)
+            self.model = get_peft_model(model, config)
+        if init is not None:
+            set_peft_model_state_dict(self.model, init.weights)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=betas, weight_decay=weight_decay)
+        self.cfg, self.grad_clip, self.pad_id = cfg or LossConfig(), grad_clip, pad_id
+        self.num_iterations, self.minibatches, self.micro_batch = int(num_iterations), int(minibatches), int(micro_batch)
+        self.max_len = int(model.config.max_position_embeddings)
+        self.model.train()
+
+    def adapter(self) -> Any:
+        from evolve.policy.weights import adapter_from_model
+
+        return adapter_from_model(self.model, "default")
+
+    def _micro(self, seqs: list[Packed]) -> list[dict[str, Any]]:
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids))
+        return [collate([seqs[i] for i in order[j:j + self.micro_batch]], self.pad_id)
+                for j in range(0, len(order), self.micro_batch)]
+
+    def update(self, seqs: Sequence[Packed], max_completion_length: int | None = None) -> UpdateStats:
+        """One generation batch: ``num_iterations`` × ``minibatches`` optimiser steps."""
+        import torch
+
+        t0 = time.perf_counter()
+        st = UpdateStats(sequences=len(seqs))
+        seqs = [s for s in seqs if s.n_trained > 0]
+        if not seqs:
+            return st
+        cfg = self.cfg
+        if cfg.loss_type == "dr_grpo" and cfg.max_completion_length is None:
+            from dataclasses import replace
+
+            cfg = replace(cfg, max_completion_length=max_completion_length or max(s.n_trained for s in seqs))
+        chunks = [seqs[i::self.minibatches] for i in range(min(self.minibatches, len(seqs)))]
+        batches = [self._micro(c) for c in chunks]
+        stored = self.num_iterations > 1 or len(chunks) > 1
+        n_mismatch, mismatch = 0, 0.0
+
+        def measure(lp: Any, b: dict[str, Any]) -> None:  # trainer vs sampler log-probs, same weights
+            nonlocal n_mismatch, mismatch
+            ok = (b["mask"] > 0) & ~torch.isnan(b["sampler_logp"])
+            mismatch += float((lp.detach() - b["sampler_logp"]).abs()[ok].sum())
+            n_mismatch += int(ok.sum())
+
+        if stored or cfg.beta > 0:
+            with torch.no_grad():  # old (and reference) log-probs, once per generation batch
+                for mbs in batches:
+                    for b in mbs:
+                        if stored:
+                            b["old_logp"] = sequence_logprobs(self.model, b)
+                            measure(b["old_logp"], b)
+                        if cfg.beta > 0:
+                            with self.model.disable_adapter():
+                                b["ref_logp"] = sequence_logprobs(self.model, b)
+        losses: list[float] = []
+        agg = {"clip_low": 0.0, "clip_high": 0.0, "kl": 0.0}
+        n_stats = 0
+        for _ in range(self.num_iterations):
+            for mbs in batches:
+                n_seqs = sum(b["input_ids"].shape[0] for b in mbs)
+                n_tok = float(sum(float(b["mask"].sum()) for b in mbs))
+                self.opt.zero_grad(set_to_none=True)
+                total = 0.0
+                for b in mbs:
+                    lp = sequence_logprobs(self.model, b)
+                    if "old_logp" in b:
+                        old = b["old_logp"]
+                    else:  # fully on-policy: the first forward is the old policy
+                        old = lp.detach()
+                        measure(old, b)
+                    loss, s = policy_loss(lp, old, b["advantages"], b["mask"], cfg, ref_logp=b.get("ref_logp"),
+                                          num_seqs=n_seqs, num_tokens=n_tok)
+                    if cfg.loss_type == "bnpo":
+                        loss = loss * (float(b["mask"].sum()) / max(n_tok, 1.0))  # token-weighted over micro-batches
+                    loss.backward()
+                    total += float(loss.detach())
+                    for k in agg:
+                        agg[k] += s[k]
+                    n_stats += 1
+                    st.tokens += int(b["attention_mask"].sum())
+                    st.trained_tokens += int(b["mask"].sum())
+                if self.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                self.opt.step()
+                st.optimizer_steps += 1
+                losses.append(total)
+        self.opt.zero_grad(set_to_none=True)
+        st.loss = sum(losses) / max(len(losses), 1)
+        st.clip_low, st.clip_high, st.kl = (agg[k] / max(n_stats, 1) for k in ("clip_low", "clip_high", "kl"))
+        st.mismatch = mismatch / max(n_mismatch, 1)
+        st.seconds = time.perf_counter() - t0
+        return st
+
+
+__all__ = ["Learner", "Packed", "UpdateStats", "collate", "pack", "sequence_logprobs"]

@@ -1,0 +1,177 @@
+"""GRPO on recorded trajectories: packing without re-tokenising, LoRA without drift, learning, the operator."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import evolve  # noqa: E402
+from evolve.archive import Archive  # noqa: E402
+from evolve.policy.grpo_train import Learner, Packed, pack  # noqa: E402
+from evolve.policy.rl import LossConfig, group_advantages  # noqa: E402
+from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, sample  # noqa: E402
+from evolve.policy.weights import load_base, read_adapter, attach_adapter, save_base  # noqa: E402
+from evolve.types import LLMCall, Message, Reward, ToolCall, Trajectory  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TOK = CharTokenizer()
+SMALL = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=64)
+M = (Message(role="user", content="q"),)
+
+
+def call(prompt, out, lps=None, temperature=1.0, finish="stop", role="policy"):
+    return LLMCall(role=role, model="tiny", messages=M, output="x", prompt_token_ids=prompt, token_ids=out,
+                   logprobs=lps or tuple(-0.5 for _ in out), temperature=temperature, finish_reason=finish)
+
+
+def state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# ----------------------------------------------------------------------------- packing
+
+
+def test_pack_merges_turns_and_masks_everything_the_model_did_not_sample():
+    # ids chosen so they would not survive a decode/encode round trip: packing must not re-tokenise
+    t = Trajectory(task_id="t", system_id="s", reward=Reward(score=1), steps=(
+        call((1, 50, 51), (60, 61, 2)),
+        ToolCall(name="run", result="rows"),
+        call((1, 50, 51, 60, 61, 2, 70, 71), (62, 2)),  # prompt = previous transcript + tool output 70 71
+        call((1, 99), (63,), finish="length"),            # a fresh context: a new sequence
+        call((1, 5), (9,), role="judge"),                 # another role: not this policy's tokens
+    ))
+    a, b = pack(t)
+    assert a.ids == [1, 50, 51, 60, 61, 2, 70, 71, 62, 2]
+    assert a.mask == [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
+    assert [math.isnan(x) for x in a.sampler_logp] == [m == 0 for m in a.mask]
+    assert not a.truncated
+    assert b.ids == [1, 99, 63] and b.mask == [0, 0, 1] and b.truncated
+    # the context window: a merge that would not fit starts a new sequence instead
+    assert len(pack(t, max_len=9)) == 3
+
+
+def test_pack_keeps_turns_at_different_temperatures_apart():
+    t = Trajectory(task_id="t", system_id="s", steps=(call((1,), (5,), temperature=1.0),
+                                                      call((1, 5, 7), (6,), temperature=0.5)))
+    assert [p.temperature for p in pack(t)] == [1.0, 0.5]
+
+
+# ----------------------------------------------------------------------------- LoRA without drift
+
+
+def test_fresh_adapter_reproduces_the_base_exactly_and_the_base_never_changes():
+    base = build_model(SMALL, seed=1)
+    before = state(base)
+    x = torch.randint(4, 60, (3, 12))
+    with torch.no_grad():
+        ref = base(input_ids=x).logits.clone()
+    learner = Learner(base, lr=5e-2, seed=0)
+    with torch.no_grad():
+        assert torch.equal(learner.model(input_ids=x).logits, ref)  # B = 0: exactly the base
+    seqs = [Packed(ids=[1, 7, 8, 9, 10], mask=[0, 0, 1, 1, 1], sampler_logp=[math.nan] * 5, temperature=1.0,
+                   advantage=a) for a in (1.0, -1.0)]
+    seqs[1].ids = [1, 7, 11, 12, 13]
+    for _ in range(3):
+        learner.update(seqs)
+    with torch.no_grad():
+        assert not torch.equal(learner.model(input_ids=x).logits, ref)  # the adapter learned something
+        with learner.model.disable_adapter():  # the reference policy: the base, bit for bit
+            assert torch.equal(learner.model(input_ids=x).logits, ref)
+    after = {k.replace("base_model.model.", "").replace(".base_layer", ""): v
+             for k, v in learner.model.state_dict().items() if "lora_" not in k}
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_an_archived_adapter_restores_exactly(tmp_path):
+    base = build_model(SMALL, seed=2)
+    save_base(base, TOK, SMALL, tmp_path / "base.safetensors")
+    learner = Learner(load_base(tmp_path / "base.safetensors")[0], lr=5e-2, seed=0)
+    learner.update([Packed(ids=[1, 7, 8, 9], mask=[0, 1, 1, 1], sampler_logp=[math.nan] * 4, temperature=1.0,
+                           advantage=1.0)])
+    learner.adapter().save(tmp_path / "a.safetensors")
+    fresh = attach_adapter(load_base(tmp_path / "base.safetensors")[0], read_adapter(tmp_path / "a.safetensors"))
+    x = torch.randint(4, 60, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(fresh(input_ids=x).logits, learner.model.eval()(input_ids=x).logits)
+
+
+# ----------------------------------------------------------------------------- learning
+
+
+VOWELS = set(TOK.encode("aeiou"))
+
+
+def _learn(seed: int, steps: int, temperature: float = 1.0, **kw) -> tuple[list[float], list]:
+    learner = Learner(build_model(SMALL, seed=seed), r=8, alpha=16, lr=2e-2, seed=seed, **kw)
+    prompts = [TOK.render_chat([Message(role="user", content=c)]) for c in "wxyz"]
+    G, hist, stats = 16, [], []
+    for step in range(steps):
+        ps = [p for p in prompts for _ in range(G)]
+        learner.model.eval()
+        out = sample(learner.model, ps, eos_id=TOK.eos_id, temperatures=temperature, max_tokens=4,
+                     seeds=[seed * 10**6 + step * 1000 + i for i in range(len(ps))])
+        learner.model.train()
+        r = [sum(t in VOWELS for t in s.token_ids[:4]) / 4 for s in out]
+        adv, _ = group_advantages(r, [i // G for i in range(len(ps))])
+        seqs = [Packed(ids=list(p) + list(s.token_ids), mask=[0] * len(p) + [1] * len(s.token_ids),
+                       sampler_logp=[math.nan] * len(p) + list(s.logprobs), temperature=temperature, advantage=a)
+                for p, s, a in zip(ps, out, adv.tolist())]
+        stats.append(learner.update(seqs))
+        hist.append(sum(r) / len(r))
+    return hist, stats
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_init_model_learns_a_rewarded_behaviour_under_lora(seed):
+    hist, stats = _learn(seed, steps=15, temperature=0.8)
+    assert hist[0] < 0.2 and min(hist[-3:]) > 0.9, hist
+    # the trainer's log-probs of the sampled ids equal the sampler's: same ids, same temperature
+    assert max(s.mismatch for s in stats) < 1e-4
+
+
+def test_several_iterations_use_stored_old_logprobs_and_clip():
+    _, stats = _learn(0, steps=3, num_iterations=4, cfg=LossConfig(eps_low=0.05, eps_high=0.05))
+    assert all(s.optimizer_steps == 4 for s in stats)
+    assert max(s.clip_low + s.clip_high for s in stats) > 0  # later passes move the ratio past the clip range
+    assert stats[0].mismatch < 1e-4  # stored old log-probs = the sampler's
+
+
+# ----------------------------------------------------------------------------- the operator in the engine
+
+
+def test_grpo_operator_in_an_evolution_run(tmp_path):
+    save_base(build_model(SMALL, seed=5), TOK, SMALL, tmp_path / "base.safetensors")
+    task = {
+        "name": "vowels", "seed": 0, "agent": "_agents:vowel_agent", "reward": "_agents:vowel_reward",
+        "models": {"policy": {"backend": "local", "name": "tiny",
+                              "params": {"weights": str(tmp_path / "base.safetensors"), "temperature": 0.0,
+                                         "max_tokens": 4}}},
+        "dataset": {"source": "_agents:vowel_dataset"},
+        "operators": [{"name": "grpo", "params": {"steps": 8, "tasks_per_step": 4, "group_size": 8, "lr": 0.02,
+                                                  "r": 8, "dev_tasks": 8, "eval_every": 4}}],
+        "runner": {"name": "thread", "workers": 16, "timeout": 60},
+        "budget": {"generations": 1}, "engine": {"minibatch": 8},
+    }
+    report = evolve.run(task, out=tmp_path / "run")
+    a = Archive(tmp_path / "run", create=False)
+    kids = [r for r in a.records() if r.operator == "grpo"]
+    assert len(kids) == 1
+    info = kids[0].info
+    curve = info["curve"]
+    assert [r["step"] for r in curve] == list(range(9)) and info["dev_score"] > info["dev_parent"]
+    assert all(r["mismatch"] < 1e-4 for r in curve[1:])
+    assert (tmp_path / "run" / "work").exists() and list((tmp_path / "run" / "work").glob("*/grpo_curve.json"))
+    child = a.get_system(kids[0].id)
+    parent = a.get_system(kids[0].parents[0])
+    assert child.models["policy"].base == parent.models["policy"].base  # same base, new adapter
+    assert child.models["policy"].adapter is not None and parent.models["policy"].adapter is None
+    # the rollouts GRPO trained on are in the archive, with the exact token ids and log-probs
+    trajs = [t for t in a.trajectories(split="train") if len(t.steps) == 2]
+    assert trajs and all(s.token_ids and s.logprobs for t in trajs for s in t.steps)
+    assert report["best"]["val"]["score"] >= report["baseline"]["val"]["score"]
