@@ -93,11 +93,28 @@ class RolloutContext:
     deadline: float | None = None  # time.monotonic() value
     steps: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _gateway: dict = field(default_factory=dict, repr=False)  # role -> token (evolve.serve.gateway)
 
     def llm(self, role: str = "policy") -> RecordedLLM:
         if role not in self.system.models:
             raise KeyError(f"the system has no model role {role!r}; it has {sorted(self.system.models)}")
         return RecordedLLM(self, role, self.llm_provider(self.system, role))
+
+    def openai_base_url(self, role: str = "policy") -> str:
+        """A loopback OpenAI-compatible base URL (``http://127.0.0.1:PORT/r/TOKEN/v1``) for this
+        rollout only: chat completions sent there are ``self.llm(role).complete`` calls, recorded
+        in the trajectory with token ids and log-probs. Any model name and API key are accepted;
+        the URL stops working when the rollout ends. An exploration rollout's temperature wins
+        over the request's (see :mod:`evolve.serve.gateway`)."""
+        from evolve.serve.gateway import register
+
+        return register(self, role)
+
+    def openai_env(self, role: str = "policy") -> dict[str, str]:
+        """``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` for an agent configured by its environment
+        (e.g. a subprocess: ``env={**os.environ, **ctx.openai_env()}``)."""
+        url = self.openai_base_url(role)
+        return {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": self._gateway[role]}
 
     def tool(self, name: str, fn: Callable[..., Any], /, **args: Any) -> Any:
         """Call ``fn(**args)`` and record it; re-raises ``fn``'s exception after recording it."""
@@ -156,6 +173,11 @@ def run_agent(
         error = f"timeout: the agent ran past its {timeout:g}s limit"
     except Exception as e:
         error = f"agent raised {type(e).__name__}: {e}\n" + _short_tb(e)
+    finally:
+        if ctx._gateway:  # the rollout's OpenAI URLs stop working now
+            from evolve.serve.gateway import unregister
+
+            unregister(ctx)
     steps = tuple(ctx.steps)
     tokens = sum(s.prompt_tokens + s.completion_tokens for s in steps if isinstance(s, LLMCall))
     cost = sum((s.cost or 0.0) for s in steps if isinstance(s, LLMCall))

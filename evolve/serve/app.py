@@ -1,0 +1,253 @@
+"""Serve an archived run: the current system's model for one role, hot-swapped on promotion.
+
+:class:`ServeApp` opens a run directory's archive, builds the LLM of ``role`` of the current
+system (or of a given one) through :data:`evolve.registry.llm_backends` with the run's
+artifact store, and answers OpenAI chat-completions requests with it. With ``follow=True``
+(and no pinned system) a daemon thread polls the archive's current pointer every ``poll``
+seconds; when the engine promotes another system (or ``evolve archive rollback`` moves the
+pointer) it builds that system's LLM and swaps it in: requests already running finish on the
+old handle, which is closed after the last of them.
+
+Every call is recorded as an :class:`~evolve.types.LLMCall`, appended as one JSON line
+``{"session", "system_id", "time", "call": <LLMCall>}`` to ``<run_dir>/serve/calls.jsonl`` and
+kept in memory (the last ``keep`` per session) for :meth:`ServeApp.calls`. Requests to
+``/s/<session>/v1/...`` are grouped under ``<session>``; plain ``/v1/...`` under ``"default"``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolve.errors import UserError
+from evolve.serve.protocol import ChatRequest
+from evolve.serve.server import Answer, OpenAIServer, complete_n, tokenizer_of
+from evolve.types import LLMCall
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self
+
+CALLS_FILE = Path("serve") / "calls.jsonl"
+
+
+@dataclass(eq=False)
+class _Handle:
+    """One built LLM of one system; closed when retired and no request holds it."""
+
+    system_id: str
+    llm: Any
+    names: list[str]
+    temperature: float | None
+    tokenizer: Any = None
+    refs: int = 0
+    retired: bool = False
+    closed: bool = field(default=False, repr=False)
+
+
+class _SessionTarget:
+    def __init__(self, app: ServeApp, session: str) -> None:
+        self.app, self.session = app, session
+
+    def model_names(self) -> list[str]:
+        return list(self.app._handle.names)
+
+    def accepts(self, model: str | None) -> bool:
+        return model is None or model in self.app._handle.names
+
+    def chat(self, req: ChatRequest) -> Answer:
+        return self.app._chat(req, self.session)
+
+
+class ServeApp:
+    """Serve ``role`` of a run's current system (or of ``system``, a unique id prefix or
+    ``best``/``baseline``; a pinned system is never swapped). Use as a context manager, or
+    call :meth:`close`. :meth:`start` begins answering HTTP on a daemon thread."""
+
+    def __init__(self, run_dir: str | Path, *, role: str = "policy", system: str | None = None, follow: bool = True,
+                 poll: float = 1.0, keep: int = 10_000, log: Callable[[str], None] | None = None) -> None:
+        from evolve.archive import Archive
+
+        self.run_dir = Path(run_dir)
+        self.role = role
+        self.poll = max(0.01, float(poll))
+        self.pinned = system not in (None, "current")
+        self.log = log or (lambda msg: print(f"evolve serve: {msg}", file=sys.stderr, flush=True))
+        self.server: OpenAIServer | None = None
+        self._keep = max(1, int(keep))
+        self._calls: dict[str, collections.deque[LLMCall]] = {}
+        self._lock = threading.Lock()
+        self._file_lock = threading.Lock()
+        self._file: Any = None
+        self._stop = threading.Event()
+        self._failed: str | None = None  # a system whose LLM could not be built (not retried until it changes)
+        self.archive = Archive(self.run_dir, create=False)
+        try:
+            self._handle = self._build(self.archive.resolve(system or "current"))
+        except BaseException:
+            self.archive.close()
+            raise
+        self._follower: threading.Thread | None = None
+        if follow and not self.pinned:
+            self._follower = threading.Thread(target=self._follow, name="evolve-serve-follow", daemon=True)
+            self._follower.start()
+
+    # ------------------------------------------------------------------ the served LLM
+
+    @property
+    def system_id(self) -> str:
+        """The id of the system being served now."""
+        return self._handle.system_id
+
+    def _build(self, system_id: str) -> _Handle:
+        from evolve.registry import llm_backends
+
+        system = self.archive.get_system(system_id)
+        spec = system.models.get(self.role)
+        if spec is None:
+            raise UserError(f"system {system_id[:12]} has no model role {self.role!r}; it has "
+                            f"{sorted(system.models)}: pass --role")
+        llm = llm_backends.get(spec.backend)(spec, self.archive.artifacts)
+        names = list(dict.fromkeys([self.role, spec.name, system_id]))
+        temp = spec.params.get("temperature")
+        return _Handle(system_id, llm, names, None if temp is None else float(temp), tokenizer_of(llm))
+
+    def swap_to(self, system_id: str) -> None:
+        """Build the LLM of another system (an id prefix or a word) and serve it from now on."""
+        new = self._build(self.archive.resolve(system_id))
+        with self._lock:
+            old, self._handle = self._handle, new
+            old.retired = True
+            close_now = old.refs == 0
+        if close_now:
+            self._close_handle(old)
+        self.log(f"now serving system {new.system_id[:12]} (was {old.system_id[:12]})")
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.poll):
+            cur = None
+            try:
+                cur = self.archive.current()
+                if cur is None or cur == self._handle.system_id or cur == self._failed:
+                    continue
+                self.swap_to(cur)
+                self._failed = None
+            except Exception as e:  # noqa: BLE001 - keep serving the old system
+                if self._stop.is_set():
+                    return
+                self._failed = cur
+                self.log(f"cannot serve the new current system {str(cur)[:12]}: {type(e).__name__}: {e}; "
+                         f"still serving {self._handle.system_id[:12]}")
+
+    def _acquire(self) -> _Handle:
+        with self._lock:
+            h = self._handle
+            h.refs += 1
+            return h
+
+    def _release(self, h: _Handle) -> None:
+        with self._lock:
+            h.refs -= 1
+            close_now = h.retired and h.refs == 0
+        if close_now:
+            self._close_handle(h)
+
+    def _close_handle(self, h: _Handle) -> None:
+        if h.closed:
+            return
+        h.closed = True
+        try:
+            h.llm.close()
+        except Exception as e:  # noqa: BLE001
+            self.log(f"closing the model of {h.system_id[:12]} failed: {type(e).__name__}: {e}")
+
+    def _chat(self, req: ChatRequest, session: str) -> Answer:
+        h = self._acquire()
+        try:
+            outs = complete_n(h.llm, req, role=self.role, default_temperature=h.temperature,
+                              on_call=lambda call: self._record(session, h.system_id, call))
+        finally:
+            self._release(h)
+        return Answer(outs, model=outs[0].model, fingerprint=h.system_id, tokenizer=h.tokenizer)
+
+    # ------------------------------------------------------------------ recording
+
+    def _record(self, session: str, system_id: str, call: LLMCall) -> None:
+        line = json.dumps({"session": session, "system_id": system_id, "time": time.time(),
+                           "call": call.model_dump(mode="json")}, ensure_ascii=False)
+        with self._lock:
+            calls = self._calls.get(session)
+            if calls is None:
+                calls = self._calls[session] = collections.deque(maxlen=self._keep)
+            calls.append(call)
+        with self._file_lock:
+            if self._file is None:
+                path = self.run_dir / CALLS_FILE
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def calls(self, session: str = "default") -> list[LLMCall]:
+        """The calls recorded in this process for ``session`` (the last ``keep``), oldest first."""
+        with self._lock:
+            return list(self._calls.get(session, ()))
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return sorted(self._calls)
+
+    # ------------------------------------------------------------------ HTTP
+
+    def route(self, kind: str | None, key: str | None) -> _SessionTarget | None:
+        if kind is None:
+            return _SessionTarget(self, "default")
+        if kind == "s" and key:
+            return _SessionTarget(self, key)
+        return None
+
+    def start(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
+              log: Callable[[str], None] | None = None) -> OpenAIServer:
+        """Answer HTTP on a daemon thread; ``api_key`` defaults to ``$EVOLVE_SERVE_API_KEY``."""
+        if self.server is not None:
+            raise RuntimeError("this ServeApp is serving already")
+        key = api_key if api_key is not None else os.environ.get("EVOLVE_SERVE_API_KEY") or None
+        self.server = OpenAIServer(self.route, host=host, port=port, api_key=key, log=log).start()
+        return self.server
+
+    def close(self) -> None:
+        """Stop the follower and the server, close the model (after running requests) and the archive."""
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join(timeout=30)
+        if self.server is not None:
+            self.server.close()
+        self._release(self._acquire_for_close())
+        self.archive.close()
+        with self._file_lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def _acquire_for_close(self) -> _Handle:
+        with self._lock:
+            h = self._handle
+            h.retired = True
+            h.refs += 1
+            return h
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["CALLS_FILE", "ServeApp"]
