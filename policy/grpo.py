@@ -77,7 +77,7 @@ class GRPO:
         rewards = torch.tensor([t.score for t in trajs], dtype=torch.float32)
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
         seqs, truncated = [], 0
-        for t, a, z in zip(trajs, adv.tolist(), zero.tolist()):
+        for k, (t, a, z) in enumerate(zip(trajs, adv.tolist(), zero.tolist())):
             if p.dynamic_sampling and z:
                 continue
             packed = pack(t, p.role, max_len)
@@ -85,7 +85,7 @@ class GRPO:
                 truncated += 1
                 continue
             for s in packed:
-                s.advantage, s.group, s.reward = a, t.task_id, t.score
+                s.advantage, s.group, s.reward, s.traj = a, t.task_id, t.score, k
             seqs += packed
         groups = len({t.task_id for t in trajs})
         kept = len({s.group for s in seqs})
@@ -131,7 +131,9 @@ class GRPO:
             if not dev:
                 return None
             trajs = ctx.rollouts(system, dev, samples=1, temperature=None, tag="grpo-dev")
-            return sum(t.score for t in trajs) / len(trajs)
+            score = sum(t.score for t in trajs) / len(trajs)
+            ctx.log(f"grpo step {step}: dev score {score:.3f} on {len(dev)} held-out training tasks")
+            return score
 
         for step in range(p.steps + 1):
             if step % p.eval_every == 0 or step == p.steps:

@@ -42,6 +42,8 @@ class Packed:
     advantage: float = 0.0
     group: str = ""
     reward: float = 0.0
+    traj: int = -1  # which trajectory it came from (its sequences form one sample); -1: its own
+    traj_tokens: int = 0  # trained tokens of that whole trajectory (0: this sequence's)
 
     @property
     def n_trained(self) -> int:
@@ -72,6 +74,9 @@ def pack(traj: Trajectory, role: str = "policy", max_len: int | None = None) -> 
         cur.mask += [1] * len(toks)
         cur.sampler_logp += lps
         cur.truncated = cur.truncated or s.finish_reason == "length"
+    total = sum(p.n_trained for p in out)
+    for p in out:
+        p.traj_tokens = total
     return out
 
 
@@ -95,7 +100,8 @@ def collate(seqs: Sequence[Packed], pad_id: int) -> dict[str, Any]:
         slp[i, :n] = torch.tensor(s.sampler_logp[1:], dtype=torch.float32)
     return {"input_ids": x, "targets": y, "mask": m, "attention_mask": att, "sampler_logp": slp,
             "temperature": torch.tensor([s.temperature for s in seqs], dtype=torch.float32),
-            "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32)}
+            "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32),
+            "seq_weights": torch.tensor([1.0 / max(s.traj_tokens or s.n_trained, 1) for s in seqs], dtype=torch.float32)}
 
 
 def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
@@ -175,7 +181,12 @@ class Learner:
             from dataclasses import replace
 
             cfg = replace(cfg, max_completion_length=max_completion_length or max(s.n_trained for s in seqs))
-        chunks = [seqs[i::self.minibatches] for i in range(min(self.minibatches, len(seqs)))]
+        samples: dict[int, list[Packed]] = {}  # a trajectory's sequences stay in one optimiser step
+        for i, s in enumerate(seqs):
+            samples.setdefault(s.traj if s.traj >= 0 else -1 - i, []).append(s)
+        groups = list(samples.values())
+        chunks = [[s for g in groups[i::self.minibatches] for s in g] for i in range(min(self.minibatches, len(groups)))]
+        n_samples = [len(groups[i::self.minibatches]) for i in range(len(chunks))]
         batches = [self._micro(c) for c in chunks]
         stored = self.num_iterations > 1 or len(chunks) > 1
         n_mismatch, mismatch = 0, 0.0
@@ -200,8 +211,7 @@ class Learner:
         agg = {"clip_low": 0.0, "clip_high": 0.0, "kl": 0.0}
         n_stats = 0
         for _ in range(self.num_iterations):
-            for mbs in batches:
-                n_seqs = sum(b["input_ids"].shape[0] for b in mbs)
+            for mbs, n_seqs in zip(batches, n_samples):
                 n_tok = float(sum(float(b["mask"].sum()) for b in mbs))
                 self.opt.zero_grad(set_to_none=True)
                 total = 0.0
@@ -213,7 +223,7 @@ class Learner:
                         old = lp.detach()
                         measure(old, b)
                     loss, s = policy_loss(lp, old, b["advantages"], b["mask"], cfg, ref_logp=b.get("ref_logp"),
-                                          num_seqs=n_seqs, num_tokens=n_tok)
+                                          num_seqs=n_seqs, num_tokens=n_tok, seq_weights=b["seq_weights"])
                     if cfg.loss_type == "bnpo":
                         loss = loss * (float(b["mask"].sum()) / max(n_tok, 1.0))  # token-weighted over micro-batches
                     loss.backward()

@@ -144,6 +144,7 @@ def policy_loss(
     ref_logp: torch.Tensor | None = None,
     num_seqs: int | None = None,
     num_tokens: float | None = None,
+    seq_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate loss of one (micro-)batch and its statistics.
 
@@ -152,6 +153,9 @@ def policy_loss(
     losses gives the loss of the step: ``grpo`` divides each sequence's token mean by
     ``num_seqs``; ``dapo`` divides the token sum by ``num_tokens``; ``dr_grpo`` by
     ``num_seqs * max_completion_length``; ``bnpo`` is this batch's token mean (as in TRL).
+    ``seq_weights`` ``[B]`` replaces ``grpo``'s per-sequence ``1 / tokens``: a multi-turn
+    trajectory packed into several sequences is weighted ``1 / (its trained tokens)`` in all of
+    them, so it counts as one sample (``num_seqs`` then counts trajectories).
     """
     import torch
 
@@ -174,7 +178,8 @@ def policy_loss(
     per_token = per_token * mask
     n_seqs = int(num_seqs) if num_seqs is not None else logp.shape[0]
     if cfg.loss_type == "grpo":
-        loss = (per_token.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / max(n_seqs, 1)
+        w = seq_weights.to(logp.dtype) if seq_weights is not None else 1.0 / mask.sum(-1).clamp(min=1.0)
+        loss = (per_token.sum(-1) * w).sum() / max(n_seqs, 1)
     elif cfg.loss_type == "bnpo":
         loss = per_token.sum() / mask.sum().clamp(min=1.0)
     elif cfg.loss_type == "dapo":

@@ -206,3 +206,16 @@ def test_matches_live_trl_when_installed():
         ours, g = _ours(case, t, mod["EPS_LOW"], mod["EPS_HIGH"], mod["MAX_COMPLETION"])
         assert ours == pytest.approx(loss, abs=1e-12), case
         assert torch.allclose(g, torch.tensor(grad, dtype=torch.float64), atol=1e-12), case
+
+
+def test_grpo_weights_a_trajectory_split_into_two_sequences_as_one_sample():
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.2, -0.1]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)  # 3 trained tokens in all
+    old = logp - 0.1
+    adv = torch.tensor([0.7, 0.7], dtype=torch.float64)  # one trajectory, one advantage
+    split, _ = policy_loss(logp, old, adv, mask, LossConfig(loss_type="grpo"), num_seqs=1,
+                           seq_weights=torch.tensor([1 / 3, 1 / 3], dtype=torch.float64))
+    merged, _ = policy_loss(torch.tensor([[-1.0, -2.0, -0.3]], dtype=torch.float64),
+                            torch.tensor([[-1.1, -2.1, -0.4]], dtype=torch.float64), adv[:1],
+                            torch.ones(1, 3, dtype=torch.float64), LossConfig(loss_type="grpo"))
+    assert float(split) == pytest.approx(float(merged))
