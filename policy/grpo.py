@@ -55,6 +55,9 @@ class GRPO:
         dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal")
         mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
         max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
+        ptx_coef: float = Field(0.0, ge=0, description="weight of an SFT loss on the cold-start demos per "
+                                "optimiser step (InstructGPT's PPO-ptx); 0: pure GRPO")
+        ptx_batch: int = Field(16, ge=1)
         lr: float = Field(1e-3, gt=0)
         weight_decay: float = Field(0.0, ge=0)
         grad_clip: float = Field(1.0, ge=0)
@@ -121,7 +124,13 @@ class GRPO:
         init = read_adapter(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
         cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
                          level=p.importance_level, max_completion_length=p.max_completion_length)
-        learner = Learner(model, cfg=cfg, r=p.r, alpha=p.alpha, init=init, lr=p.lr, weight_decay=p.weight_decay,
+        ptx = []
+        ref = spec.params.get("sft_examples")
+        if p.ptx_coef > 0 and ref:
+            ptx = [(tuple(a), tuple(b)) for a, b in json.loads(ctx.artifacts.path(ref["sha256"]).read_text())]
+        elif p.ptx_coef > 0:
+            ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); pure GRPO")
+        learner = Learner(model, cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha, init=init, lr=p.lr, weight_decay=p.weight_decay,
                           grad_clip=p.grad_clip, num_iterations=p.num_iterations, minibatches=p.minibatches,
                           micro_batch=p.micro_batch, pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31))
         current, curve, best = parent, [], (-math.inf, -1, None)
@@ -155,7 +164,7 @@ class GRPO:
             current = self._child(parent, spec, learner.adapter(), ctx, step + 1)
             row = {"step": step + 1, **info, "sequences": st.sequences, "trained_tokens": st.trained_tokens,
                    "loss": st.loss, "kl": st.kl, "clip_low": st.clip_low, "clip_high": st.clip_high,
-                   "mismatch": st.mismatch, "rollout_s": round(t_roll, 2), "train_s": round(st.seconds, 2),
+                   "mismatch": st.mismatch, **st.extra, "rollout_s": round(t_roll, 2), "train_s": round(st.seconds, 2),
                    "tokens_per_s": round(st.tokens / st.seconds) if st.seconds else 0}
             curve.append(row)
             ctx.log(f"grpo step {step + 1}/{p.steps}: reward {info['reward']:.3f}, {info['groups_kept']}/"

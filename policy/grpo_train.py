@@ -18,6 +18,7 @@ optimiser steps over length-sorted micro-batches.
 from __future__ import annotations
 
 import math
+import random
 import time
 import warnings
 from collections.abc import Sequence
@@ -137,7 +138,7 @@ class Learner:
                  target_modules: Sequence[str] | None = None, init: Any = None, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0, grad_clip: float = 1.0,
                  num_iterations: int = 1, minibatches: int = 1, micro_batch: int = 64, pad_id: int = 0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, ptx: Sequence[Any] = (), ptx_coef: float = 0.0, ptx_batch: int = 16) -> None:
         import torch
         from evolve.policy.train import LORA_TARGETS
         from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
@@ -155,6 +156,11 @@ class Learner:
         self.cfg, self.grad_clip, self.pad_id = cfg or LossConfig(), grad_clip, pad_id
         self.num_iterations, self.minibatches, self.micro_batch = int(num_iterations), int(minibatches), int(micro_batch)
         self.max_len = int(model.config.max_position_embeddings)
+        # PPO-ptx (InstructGPT): an SFT term on the cold-start demos in every optimiser step keeps
+        # the policy from drifting away from what it was taught while RL moves it
+        self.ptx = list(ptx) if ptx_coef > 0 else []
+        self.ptx_coef, self.ptx_batch = float(ptx_coef), int(ptx_batch)
+        self._rng = random.Random(seed)
         self.model.train()
 
     def adapter(self) -> Any:
@@ -166,6 +172,19 @@ class Learner:
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids))
         return [collate([seqs[i] for i in order[j:j + self.micro_batch]], self.pad_id)
                 for j in range(0, len(order), self.micro_batch)]
+
+    def _ptx_backward(self) -> float:
+        """Add ``ptx_coef`` × the mean NLL of a random batch of demo completions to the gradient."""
+        import torch.nn.functional as F
+
+        from evolve.policy.train import _collate, _sequence, as_example
+
+        batch = self._rng.sample(self.ptx, min(self.ptx_batch, len(self.ptx)))
+        x, y = _collate([_sequence(as_example(e), self.max_len) for e in batch], self.pad_id)
+        logits = self.model(input_ids=x).logits.float()
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        (self.ptx_coef * nll).backward()
+        return float(nll.detach())
 
     def update(self, seqs: Sequence[Packed], max_completion_length: int | None = None) -> UpdateStats:
         """One generation batch: ``num_iterations`` × ``minibatches`` optimiser steps."""
@@ -233,6 +252,8 @@ class Learner:
                     n_stats += 1
                     st.tokens += int(b["attention_mask"].sum())
                     st.trained_tokens += int(b["mask"].sum())
+                if self.ptx:
+                    st.extra["ptx_nll"] = self._ptx_backward()
                 if self.grad_clip:
                     torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
                 self.opt.step()

@@ -175,3 +175,16 @@ def test_grpo_operator_in_an_evolution_run(tmp_path):
     trajs = [t for t in a.trajectories(split="train") if len(t.steps) == 2]
     assert trajs and all(s.token_ids and s.logprobs for t in trajs for s in t.steps)
     assert report["best"]["val"]["score"] >= report["baseline"]["val"]["score"]
+
+
+def test_ptx_term_pulls_the_policy_toward_the_demos():
+    """PPO-ptx: with only the SFT term (advantages 0), the demo completions become likelier."""
+    from evolve.policy.train import completion_loss
+
+    demos = [((1, 7, 8), (20, 21, 22, 2)), ((1, 9, 8), (23, 24, 2))]
+    learner = Learner(build_model(SMALL, seed=4), lr=2e-2, seed=0, ptx=demos, ptx_coef=1.0, ptx_batch=2)
+    before = completion_loss(learner.model, demos)
+    zero_adv = [Packed(ids=[1, 7, 30, 31], mask=[0, 0, 1, 1], sampler_logp=[math.nan] * 4, temperature=1.0)]
+    for _ in range(10):
+        st = learner.update(zero_adv)
+    assert completion_loss(learner.model, demos) < before - 0.5 and st.extra["ptx_nll"] > 0
