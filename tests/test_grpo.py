@@ -188,3 +188,20 @@ def test_ptx_term_pulls_the_policy_toward_the_demos():
     for _ in range(10):
         st = learner.update(zero_adv)
     assert completion_loss(learner.model, demos) < before - 0.5 and st.extra["ptx_nll"] > 0
+
+
+def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories():
+    from evolve.policy.grpo import GRPO
+
+    def t(task, score, finish="stop"):
+        return Trajectory(task_id=task, system_id="s", reward=Reward(score=score),
+                          steps=(call((1, 2), (5, 6), finish=finish), ToolCall(name="run", result=1)))
+
+    trajs = [t("a", 1.0), t("a", 0.0, finish="length"), t("b", 1.0), t("b", 1.0), t("c", 0.0), t("c", 0.0)]
+    seqs, info = GRPO()._batch(trajs, 64)
+    assert [s.group for s in seqs] == ["a", "a"] and info["groups_kept"] == 1 and info["groups"] == 3
+    assert seqs[0].advantage > 0 > seqs[1].advantage and [s.traj for s in seqs] == [0, 1]
+    seqs, info = GRPO(mask_truncated=True)._batch(trajs, 64)
+    assert [s.reward for s in seqs] == [1.0] and info["truncated_dropped"] == 1
+    seqs, _ = GRPO(dynamic_sampling=False)._batch(trajs, 64)
+    assert len(seqs) == 6 and all(s.advantage == 0 for s in seqs if s.group in ("b", "c"))
