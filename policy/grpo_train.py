@@ -105,11 +105,36 @@ def collate(seqs: Sequence[Packed], pad_id: int) -> dict[str, Any]:
             "seq_weights": torch.tensor([1.0 / max(s.traj_tokens or s.n_trained, 1) for s in seqs], dtype=torch.float32)}
 
 
+def _split_head(model: Any) -> tuple[Any, Any] | None:
+    """(backbone, lm_head) of a causal LM or of the model inside a PeftModel, if it has them."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone, head = getattr(inner, "model", None), getattr(inner, "lm_head", None)
+    return (backbone, head) if backbone is not None and head is not None else None
+
+
 def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
-    """Per-token log-probs ``[B, T]`` of the targets, each row at its own sampling temperature."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    temps = batch["temperature"].to(logits.device).clamp(min=1e-6).reshape(-1, 1, 1)
-    return token_logprobs(logits / temps, batch["targets"].to(logits.device))
+    """Per-token log-probs ``[B, T]`` of the targets, each row at its own sampling temperature.
+
+    Only positions with ``mask > 0`` are computed (0 elsewhere): the backbone runs on the whole
+    sequence, but the LM head and the log-softmax run on the sampled tokens alone, so prompts and
+    tool output cost no vocabulary-sized logits (TRL's fused LM head saves the same work).
+    """
+    import torch
+
+    ids, att = batch["input_ids"], batch["attention_mask"]
+    parts = _split_head(model)
+    if parts is None:  # any other model: full logits
+        logits = model(input_ids=ids, attention_mask=att).logits
+        temps = batch["temperature"].to(logits.device).clamp(min=1e-6).reshape(-1, 1, 1)
+        return token_logprobs(logits / temps, batch["targets"].to(logits.device)) * (batch["mask"] > 0)
+    backbone, head = parts
+    hidden = backbone(input_ids=ids, attention_mask=att).last_hidden_state
+    sel = batch["mask"].to(hidden.device) > 0
+    rows = sel.nonzero()[:, 0]
+    logits = head(hidden[sel]).float() / batch["temperature"].to(hidden.device).clamp(min=1e-6)[rows, None]
+    lp = logits.log_softmax(-1).gather(-1, batch["targets"].to(hidden.device)[sel][:, None])[:, 0]
+    out = torch.zeros(ids.shape, dtype=lp.dtype, device=hidden.device)
+    return out.masked_scatter(sel, lp)
 
 
 @dataclass

@@ -155,7 +155,7 @@ def test_dapo_loss_splits_over_micro_batches_exactly():
         full, _ = policy_loss(token_logprobs(logits, targets), old, adv, mask, cfg)
         parts = sum(policy_loss(token_logprobs(logits[i:i + 2], targets[i:i + 2]), old[i:i + 2], adv[i:i + 2],
                                 mask[i:i + 2], cfg, num_seqs=4, num_tokens=float(mask.sum()))[0] for i in (0, 2))
-        assert float(parts) == pytest.approx(float(full), abs=1e-12), lt
+        assert float(parts.detach()) == pytest.approx(float(full.detach()), abs=1e-12), lt
 
 
 def test_bad_config_is_named():
