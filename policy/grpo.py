@@ -109,10 +109,11 @@ class GRPO:
         from evolve.policy.rl import LossConfig
         from evolve.policy.weights import load_base, read_adapter
 
+        from evolve.policy.sft import cold_start_examples, trainable_spec
+
         p = self.p
-        spec = parent.models.get(p.role)
-        if spec is None or spec.backend != "local" or spec.base is None:
-            ctx.log(f"grpo: role {p.role!r} is not a local model with base weights; nothing to train")
+        spec = trainable_spec(parent, p.role, ctx.log, self.name)
+        if spec is None:
             return []
         pool = list(ctx.train)
         random.Random(f"grpo-dev/{ctx.seed}").shuffle(pool)  # the same dev tasks in every generation
@@ -124,15 +125,13 @@ class GRPO:
         init = read_adapter(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
         cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
                          level=p.importance_level, max_completion_length=p.max_completion_length)
-        ptx = []
-        ref = spec.params.get("sft_examples")
-        if p.ptx_coef > 0 and ref:
-            ptx = [(tuple(a), tuple(b)) for a, b in json.loads(ctx.artifacts.path(ref["sha256"]).read_text())]
-        elif p.ptx_coef > 0:
+        ptx = cold_start_examples(spec, ctx.artifacts) if p.ptx_coef > 0 else []
+        if p.ptx_coef > 0 and not ptx:
             ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); pure GRPO")
-        learner = Learner(model, cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha, init=init, lr=p.lr, weight_decay=p.weight_decay,
-                          grad_clip=p.grad_clip, num_iterations=p.num_iterations, minibatches=p.minibatches,
-                          micro_batch=p.micro_batch, pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31))
+        learner = Learner(model, cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha,
+                          init=init, lr=p.lr, weight_decay=p.weight_decay, grad_clip=p.grad_clip,
+                          num_iterations=p.num_iterations, minibatches=p.minibatches, micro_batch=p.micro_batch,
+                          pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31))
         current, curve, best = parent, [], (-math.inf, -1, None)
         t_start = time.perf_counter()
 

@@ -133,3 +133,22 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     save_base(model, tok, tiny, out, info=info)
     (out.parent / "info.json").write_text(json.dumps(info, indent=1))
     return out
+
+
+def trainable_spec(parent: System, role: str, log: Callable[[str], None], operator: str) -> ModelSpec | None:
+    """The parent's model spec for ``role`` when a weight operator can train it (a local model
+    with base weights); otherwise ``None``, after saying why through ``log``."""
+    spec = parent.models.get(role)
+    if spec is None or spec.backend != "local" or spec.base is None:
+        log(f"{operator}: role {role!r} is not a local model with base weights; nothing to train")
+        return None
+    return spec
+
+
+def cold_start_examples(spec: ModelSpec, artifacts: Any) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The (prompt ids, completion ids) of the cold-start demos stored beside the base weights
+    (``spec.params["sft_examples"]``); empty when the model was not cold-started here."""
+    ref = spec.params.get("sft_examples")
+    if not ref:
+        return []
+    return [(tuple(a), tuple(b)) for a, b in json.loads(artifacts.path(ref["sha256"]).read_text())]

@@ -71,10 +71,11 @@ class STaR:
         from evolve.policy.train import train_lora
         from evolve.policy.weights import load_base
 
+        from evolve.policy.sft import cold_start_examples, trainable_spec
+
         p = self.p
-        spec = parent.models.get(p.role)
-        if spec is None or spec.backend != "local" or spec.base is None:
-            ctx.log(f"star: role {p.role!r} is not a local model with base weights; nothing to train")
+        spec = trainable_spec(parent, p.role, ctx.log, self.name)
+        if spec is None:
             return []
         tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
         trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star")
@@ -86,11 +87,8 @@ class STaR:
         if len(examples) < p.min_examples:
             return []
         n_own = len(examples)
-        ref = spec.params.get("sft_examples")
-        if p.replay > 0 and ref:
-            import json
-
-            demos = [(tuple(a), tuple(b)) for a, b in json.loads(ctx.artifacts.path(ref["sha256"]).read_text())]
+        demos = cold_start_examples(spec, ctx.artifacts) if p.replay > 0 else []
+        if demos:
             k = min(len(demos), round(p.replay * len(demos)))
             examples = examples + ctx.rng.sample(demos, k)
         model, tok, _ = load_base(ctx.artifacts.path(spec.base))

@@ -32,3 +32,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def make_tiny_llm(temperature: float):
+    """A random-init tiny local model served in memory (skips without torch/peft); close() it."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from evolve.llm.local import LocalLM
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+
+    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
+    return LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=temperature,
+                              max_tokens=16, batch_wait=0.001, max_wait=0.005)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_tiny_llm
+
 from evolve.errors import ConfigError, LLMError, UserError
 from evolve.llm.fake import ScriptedLM
 from evolve.serve import ServeApp, check_bind, serve_llm
@@ -46,15 +48,7 @@ def raw(port: int, method: str, path: str, body: bytes | None = None, conn=None,
 
 @pytest.fixture(scope="module")
 def tiny():
-    pytest.importorskip("torch")
-    pytest.importorskip("peft")
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-
-    from evolve.llm.local import LocalLM
-
-    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
-    llm = LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=0.0, max_tokens=16,
-                             batch_wait=0.001, max_wait=0.005)
+    llm = make_tiny_llm(temperature=0.0)
     yield llm
     llm.close()
 
