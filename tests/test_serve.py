@@ -324,5 +324,5 @@ def test_cli_serves_prints_the_url_and_stops_on_ctrl_c(tmp_path):
         assert r.choices[0].message.content == "say hi" and r.system_fingerprint == s.id
     finally:
         p.send_signal(signal.SIGINT)
-        assert p.wait(timeout=30) == 0, p.stderr.read()
+        assert p.wait(timeout=120) == 0, p.stderr.read()  # generous: CI machines can be loaded
     assert json.loads((tmp_path / "run" / "serve" / "calls.jsonl").read_text())["call"]["output"] == "say hi"
