@@ -72,12 +72,10 @@ Router = Callable[[str | None, str | None], "Target | None"]
 
 
 def tokenizer_of(llm: Any) -> Any:
-    """The tokenizer behind an LLM (``.tokenizer``, or a local server's ``.server.tok``), if it
+    """The tokenizer behind an LLM (``.tokenizer``, as :class:`~evolve.llm.local.LocalLM` has), if it
     can name tokens (``token_text``); looks through a rollout's recording wrapper."""
     for obj in (llm, getattr(llm, "_llm", None)):
-        if obj is None:
-            continue
-        tok = getattr(obj, "tokenizer", None) or getattr(getattr(obj, "server", None), "tok", None)
+        tok = getattr(obj, "tokenizer", None)
         if tok is not None and callable(getattr(tok, "token_text", None)):
             return tok
     return None
