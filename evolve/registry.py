@@ -119,6 +119,7 @@ operators = Registry(
     {
         "star": "evolve.policy.star:STaR",
         "grpo": "evolve.policy.grpo:GRPO",
+        "toolforge": "evolve.toolforge.operator:ToolForge",
         "scripted": "evolve.operators:ScriptedEdit",
     },
 )

@@ -94,3 +94,52 @@ def vowel_agent(task: dict, ctx: Any) -> Any:
 def vowel_reward(task: dict, output: Any) -> float:
     text = str(output or "")[:8]
     return sum(ch in "aeiou" for ch in text) / 8
+
+
+# ----------------------------------------------------------------------------- toolforge world
+# Sum the squares of a list with at most 3 tool calls: the base agent squares one number per call
+# (and fails on long lists); a synthesised ``sum_squares`` tool solves any list in one call.
+
+def squares_dataset(seed: int = 0, n_train: int = 24, n_val: int = 8, n_test: int = 8) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_test)):
+        out[split] = [{"id": f"{split}-{i}", "xs": [(i * 3 + j + seed) % 7 for j in range(1 + i % 5)]} for i in range(n)]
+    return out
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def squares_agent(task: dict, ctx: Any) -> Any:
+    from evolve.worlds.sql.tools import toolbox
+
+    box = toolbox(ctx.system)
+    if box is not None and "sum_squares" in box.library:
+        return box.call(ctx, "sum_squares", xs=task["xs"])
+    if len(task["xs"]) > 3:
+        return None  # out of tool calls
+    return sum(ctx.tool("square", _square, x=x) for x in task["xs"])
+
+
+def squares_reward(task: dict, output: Any) -> float:
+    return float(output == sum(x * x for x in task["xs"]))
+
+
+SUM_SQUARES_TOOL = '''```python
+def sum_squares(xs):
+    """The sum of the squares of a list of numbers."""
+    return sum(x * x for x in xs)
+```
+```json
+{"tests": [{"kwargs": {"xs": [1, 2, 3]}, "expect": 14}, {"kwargs": {"xs": []}, "expect": 0}],
+ "reproduces": [{"example": 1, "kwargs": {"xs": [%s]}}]}
+```'''
+
+
+def toolsmith(messages: tuple) -> str:
+    """A scripted toolsmith: reads example 1 (``square({"x": N})``) and claims to reproduce it."""
+    import re
+
+    m = re.search(r'\[1\] \(task solved\) square\(\{"x": (\d+)\}\)', messages[-1].content)
+    return SUM_SQUARES_TOOL % (m.group(1) if m else "0")

@@ -1,1 +1,17 @@
-"""Tool layer (issue: tools the agent writes, tests in the sandbox, keeps and retires). Not built yet."""
+"""Tools as parts of Π: the agent's tool library, grown from its own trajectories and run only in
+the sandbox.
+
+* :mod:`~evolve.toolforge.tool` — :class:`Tool` (name, signature, doc, code, tests, provenance,
+  usage counts) and :class:`ToolLibrary` (the ``System.tools`` of a system);
+* :mod:`~evolve.toolforge.synth` — synthesis by an LLM from recorded tool calls;
+* :mod:`~evolve.toolforge.abstract` — abstraction of repeated SQL shapes, no LLM;
+* :mod:`~evolve.toolforge.validate` — admission in the sandbox (:func:`check`) and
+  :class:`ToolBox`, how an agent calls admitted tools;
+* :mod:`~evolve.toolforge.curate` — dedup, retrieval by description, usage and retirement;
+* :mod:`~evolve.toolforge.operator` — the ``toolforge`` operator for the engine.
+"""
+
+from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary, same
+from evolve.toolforge.validate import ToolBox, ToolError, Verdict, check
+
+__all__ = ["Tool", "ToolBox", "ToolCase", "ToolError", "ToolLibrary", "Verdict", "check", "same"]

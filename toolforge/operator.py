@@ -1,0 +1,139 @@
+"""The ``toolforge`` operator: grow and prune the system's tool library from its trajectories.
+
+Each proposal, for one parent:
+
+1. counts how often each library tool was used in the parent's trajectories, and in how many
+   successful ones; retires tools that stay unused or that lower success;
+2. proposes new tools — by abstraction of repeated SQL shapes (no LLM) and/or by an LLM
+   shown recorded tool calls (``synthesis``: a model spec, e.g. ``{backend: litellm, name:
+   gpt-4o-mini}``);
+3. drops duplicates (same code, same template, or same results on shared inputs);
+4. runs each remaining tool in the sandbox against its tests and the recorded outputs it claims
+   to reproduce, and admits only those that pass;
+5. proposes the parent with the new library (when it changed). Every verdict — admitted,
+   rejected and why, the raw text of a malformed LLM answer — is written to
+   ``toolforge.json`` in the operator's work directory and summarised in the candidate's info.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.operators import OperatorContext
+from evolve.toolforge.abstract import mine_sql
+from evolve.toolforge.curate import duplicate_of, retirements, with_usage
+from evolve.toolforge.synth import synthesize
+from evolve.toolforge.tool import ToolLibrary
+from evolve.toolforge.validate import check, default_sandbox, make_limits
+from evolve.types import Candidate, ModelSpec, System
+
+
+class ToolForge:
+    name = "toolforge"
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        abstraction: bool = Field(True, description="mine repeated SQL shapes into parametrised tools")
+        source_tool: str = Field("execute_sql", description="the recorded tool whose calls are mined")
+        sql_arg: str = "sql"
+        db_arg: str = "db"
+        min_support: int = Field(3, ge=1, description="distinct successful tasks a shape needs")
+        synthesis: dict[str, Any] | None = Field(None, description="model spec of the tool-writing LLM, or none")
+        proposals: int = Field(2, ge=0, description="LLM answers asked per proposal")
+        examples: int = Field(8, ge=1, description="recorded tool calls shown to the LLM")
+        temperature: float | None = 0.7
+        tasks: int = Field(0, ge=0, description="extra training tasks rolled out to mine from (0: the minibatch only)")
+        samples: int = Field(1, ge=1)
+        threshold: float = Field(1.0, description="a trajectory counts as a success at this score or above")
+        max_new: int = Field(10, ge=0, description="tools admitted per proposal at most")
+        max_tools: int = Field(40, ge=1, description="library size cap")
+        retire: bool = True
+        patience: int = Field(2, ge=1, description="generations a tool may stay unused")
+        min_uses: int = Field(10, ge=1)
+        margin: float = Field(0.1, ge=0)
+        sandbox: str = Field("process", description="sandbox backend: process | docker")
+        limits: dict[str, Any] = Field(default_factory=dict, description="sandbox limits per tool call")
+
+    def __init__(self, **params: Any) -> None:
+        self.p = self.Params(**params)
+        self._sandbox: Any = None
+        self._llm: Any = None
+
+    @property
+    def sandbox(self) -> Any:
+        if self._sandbox is None:
+            self._sandbox = default_sandbox(self.p.sandbox)
+        return self._sandbox
+
+    def _synth_llm(self, ctx: OperatorContext) -> Any:
+        if self._llm is None and self.p.synthesis is not None:
+            from evolve.registry import llm_backends
+
+            spec = ModelSpec.model_validate(self.p.synthesis)
+            self._llm = llm_backends.get(spec.backend)(spec, ctx.artifacts)
+        return self._llm
+
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
+        p = self.p
+        lib = ToolLibrary.from_system(parent)
+        trajs = list(ctx.trajectories)
+        if p.tasks:
+            tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
+            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="toolforge")
+        lib = with_usage(lib, trajs, threshold=p.threshold)
+        report: dict[str, Any] = {"admitted": [], "rejected": [], "duplicates": [], "retired": []}
+        if p.retire:
+            for r in retirements(lib, trajs, generation=ctx.generation, patience=p.patience, min_uses=p.min_uses,
+                                 margin=p.margin, threshold=p.threshold):
+                report["retired"].append({"tool": r.name, "reason": r.reason})
+                lib = ToolLibrary({n: t for n, t in lib.tools.items() if n != r.name})
+        prov = {"operator": self.name, "generation": ctx.generation, "parent_system": parent.id}
+        proposals = []  # (tool, claimed recorded cases)
+        if p.abstraction:
+            for tool in mine_sql(trajs, tool=p.source_tool, sql_arg=p.sql_arg, db_arg=p.db_arg,
+                                 min_support=p.min_support, taken=lib.names(), provenance=prov):
+                proposals.append((tool, []))
+        llm = self._synth_llm(ctx)
+        if llm is not None and p.proposals:
+            for prop in synthesize(llm, trajs, lib, n=p.proposals, examples=p.examples, threshold=p.threshold,
+                                   rng=ctx.rng, temperature=p.temperature, provenance=prov):
+                if prop.tool is None:
+                    report["rejected"].append({"tool": None, "reason": prop.error, "raw": prop.raw[:2000]})
+                else:
+                    proposals.append((prop.tool, prop.claims))
+        limits = make_limits(**p.limits)
+        added = 0
+        for tool, claims in proposals:
+            if added >= p.max_new or len(lib) >= p.max_tools:
+                break
+            if tool.name in lib:
+                tool = tool.model_copy(update={"name": lib.unique_name(tool.name)})
+            dup = duplicate_of(tool, lib, self.sandbox, limits=limits)
+            if dup is not None:
+                report["duplicates"].append({"tool": tool.name, "of": dup[0], "reason": dup[1]})
+                continue
+            min_recorded = 1 if tool.origin == "llm" else len(tool.tests)
+            verdict = check(tool, self.sandbox, claims, min_recorded=min_recorded, limits=limits)
+            entry = {"tool": tool.name, "signature": tool.signature, "origin": tool.origin,
+                     "passed": verdict.passed, "total": verdict.total, "failures": verdict.failures[:5]}
+            if verdict.admitted:
+                tests = tuple(tool.tests) + tuple(claims)
+                lib = ToolLibrary({**lib.tools, tool.name: tool.model_copy(update={"tests": tests})})
+                report["admitted"].append(entry)
+                added += 1
+            else:
+                report["rejected"].append({**entry, "reason": verdict.summary()})
+        (ctx.workdir / "toolforge.json").write_text(json.dumps(report, indent=1, default=str))
+        for kind in ("admitted", "rejected", "duplicates", "retired"):
+            ctx.log(f"toolforge: {len(report[kind])} {kind}" + (
+                ": " + ", ".join(str(e.get("tool")) for e in report[kind][:8]) if report[kind] else ""))
+        if not report["admitted"] and not report["retired"]:
+            return []
+        child = lib.apply_to(parent)
+        info = {k: len(v) for k, v in report.items()} | {"library": len(lib)}
+        why = (f"tools: +{len(report['admitted'])} admitted ({', '.join(e['tool'] for e in report['admitted'][:5])}), "
+               f"-{len(report['retired'])} retired, {len(report['rejected'])} rejected; library of {len(lib)}")
+        return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
