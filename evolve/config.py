@@ -109,6 +109,8 @@ class TaskConfig(Strict):
     models: dict[str, ModelConfig]
     prompts: dict[str, str] = Field(default_factory=dict)
     workflow: dict[str, Any] = Field(default_factory=dict)
+    tools: str | None = Field(None, description="a tool library JSON file, relative to the task file: {name: tool}, "
+                              "e.g. the tools.json the toolforge operator writes; the starting system gets it")
     dataset: DatasetConfig
     operators: list[OperatorConfig] = Field(default_factory=list)
     runner: RunnerConfig = RunnerConfig()

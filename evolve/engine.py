@@ -234,10 +234,20 @@ class Engine:
                 if demos.exists():
                     params["sft_examples"] = self.archive.artifacts.put_file(demos, "sft_examples").model_dump()
             models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
-        system = System(workflow=dict(self.task.workflow), models=models, prompts=dict(self.task.prompts))
+        system = System(workflow=dict(self.task.workflow), models=models, prompts=dict(self.task.prompts),
+                        tools=self.initial_tools())
         self.archive.add_system(system, operator="init", generation=0, rationale="the starting system")
         self.archive.put_state("baseline", system.id)
         return system
+
+    def initial_tools(self) -> dict[str, Any]:
+        """The task file's tool library (``tools: file.json``), checked, as ``System.tools``."""
+        if not self.task.tools:
+            return {}
+        from evolve.toolforge.tool import load_library
+
+        path = Path(self.task.tools).expanduser()
+        return load_library(path if path.is_absolute() else self.base_dir / path).to_json()
 
     # ------------------------------------------------------------------ the loop
 

@@ -42,11 +42,13 @@ class PointerTokenizer(CharTokenizer):
         self._p0 = self._offset + len(self.chars)
 
     @classmethod
-    def fit(cls, texts: Sequence[str], *, min_share: float = 0.03, n_pointers: int = 48) -> "PointerTokenizer":
-        """Keep the words that occur in at least ``min_share`` of ``texts`` (one count per text)."""
+    def fit(cls, texts: Sequence[str], *, min_share: float = 0.03, n_pointers: int = 48,
+            extra: Iterable[str] = ()) -> "PointerTokenizer":
+        """Keep the words that occur in at least ``min_share`` of ``texts`` (one count per text),
+        and the words of ``extra`` (e.g. the names of the system's tools)."""
         docs = Counter(w for t in texts for w in set(WORD.findall(t)))
         need = max(2, int(min_share * len(texts)))
-        return cls({w for w, n in docs.items() if n >= need}, n_pointers=n_pointers)
+        return cls({w for w, n in docs.items() if n >= need} | set(extra), n_pointers=n_pointers)
 
     @property
     def vocab_size(self) -> int:

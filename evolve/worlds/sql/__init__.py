@@ -22,6 +22,7 @@ from __future__ import annotations
 from evolve.worlds.sql.agent import SQLError, agent, execute, messages_for, reward
 from evolve.worlds.sql.dataset import build, corrupt, dataset, demos
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
+from evolve.worlds.sql.tools import tool_demos
 
 __all__ = [
     "MAX_PROMPT",
@@ -37,4 +38,5 @@ __all__ = [
     "messages_for",
     "prompt_text",
     "reward",
+    "tool_demos",
 ]

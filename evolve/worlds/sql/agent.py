@@ -13,6 +13,7 @@ from typing import Any
 
 from evolve.types import Message, Reward
 from evolve.worlds.sql.questions import prompt_text
+from evolve.worlds.sql.tools import NotACall, run_call, toolbox
 
 MAX_ROWS = 50
 TIMEOUT_S = 1.0
@@ -122,12 +123,25 @@ def messages_for(task: dict, instruction: str = "") -> list[Message]:
     return out
 
 
+def _act(ctx: Any, box: Any, said: str, db: str) -> tuple[str, Any]:
+    """Run what the model said: a call when it names one of the system's query tools (in the
+    sandbox), else SQL. Returns ``(the sql it stands for, rows)``."""
+    if box is not None:
+        try:
+            return run_call(ctx, box, said, db)
+        except NotACall:
+            pass
+    return said, ctx.tool("execute_sql", execute, db=db, sql=said)
+
+
 def agent(task: dict, ctx: Any) -> dict:
     """Write SQL for ``task``; on an error, show it to the model and let it rewrite.
 
     Settings (``ctx.system.workflow``): ``max_turns`` (3), ``max_tokens`` (160),
     ``retry_on_empty`` (False: an empty result also counts as an error to rewrite).
-    Prompt component ``instruction`` becomes the system message when non-empty.
+    Prompt component ``instruction`` becomes the system message when non-empty. When the
+    system has query tools (``System.tools``, see :mod:`evolve.worlds.sql.tools`), an answer
+    that calls one runs that tool in the sandbox instead.
     Returns ``{"sql": final_sql, "rows": rows or None, "turns": n}``.
     """
     system = ctx.system
@@ -140,15 +154,16 @@ def agent(task: dict, ctx: Any) -> dict:
     messages = messages_for(task, instruction)
     llm = ctx.llm("policy")
     sql, turn = "", 0
+    box = toolbox(system)
     for turn in range(1, max_turns + 1):
         completion = llm.complete(messages, max_tokens=max_tokens, stop=None)
-        sql = clean_sql(getattr(completion, "text", ""))
+        said = sql = clean_sql(getattr(completion, "text", ""))
         try:
-            rows = ctx.tool("execute_sql", execute, db=db, sql=sql)
+            sql, rows = _act(ctx, box, said, db)
             if retry_on_empty and not rows and turn < max_turns:
                 raise SQLError("no rows returned")
         except Exception as e:  # noqa: BLE001 - every failure is shown to the model
-            messages += [Message(role="assistant", content=sql), Message(role="tool", content=error_text(e))]
+            messages += [Message(role="assistant", content=said), Message(role="tool", content=error_text(e))]
             continue
         return {"sql": sql, "rows": rows, "turns": turn}
     return {"sql": sql, "rows": None, "turns": turn}
