@@ -111,6 +111,8 @@ class TaskConfig(Strict):
     workflow: dict[str, Any] = Field(default_factory=dict)
     tools: str | None = Field(None, description="a tool library JSON file, relative to the task file: {name: tool}, "
                               "e.g. the tools.json the toolforge operator writes; the starting system gets it")
+    memory: dict[str, Any] = Field(default_factory=dict, description="the starting system's memory: {store: folder "
+                                   "(relative to the task file), version, k, kinds, ...}; the agent reads it")
     dataset: DatasetConfig
     operators: list[OperatorConfig] = Field(default_factory=list)
     runner: RunnerConfig = RunnerConfig()

@@ -99,11 +99,27 @@ class Engine:
         if saved is None:
             self.archive.put_state("task", fingerprint)
             self.archive.put_state("base_dir", str(self.base_dir))  # where the task's own modules live
-        elif saved != fingerprint:
+        elif saved != fingerprint and saved != self._older_fingerprint(saved):
             raise RunDirError(
                 f"{self.run_dir} was started with a different task configuration; resume it with the same task "
                 "file and --set values, or choose another --out"
             )
+
+    def _older_fingerprint(self, saved: str) -> str:
+        """This task's fingerprint as an older evolvekit wrote it: top-level fields that the saved
+        one lacks and that hold their default here are left out (a run started before a field
+        existed resumes, unless the field is now set)."""
+        import json
+
+        data = self.task.model_dump(mode="json", exclude={"out"})
+        try:
+            keys = set(json.loads(saved))
+        except (ValueError, TypeError):
+            return ""
+        for name, field in type(self.task).model_fields.items():
+            if name in data and name not in keys and data[name] == field.get_default(call_default_factory=True):
+                del data[name]
+        return canonical_json(data)
 
     def _resolve_callables(self) -> tuple[Callable, Callable]:
         """Import the agent and reward now, so a typo fails before any work is done."""
@@ -235,7 +251,7 @@ class Engine:
                     params["sft_examples"] = self.archive.artifacts.put_file(demos, "sft_examples").model_dump()
             models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
         system = System(workflow=dict(self.task.workflow), models=models, prompts=dict(self.task.prompts),
-                        tools=self.initial_tools())
+                        tools=self.initial_tools(), memory=self.initial_memory())
         self.archive.add_system(system, operator="init", generation=0, rationale="the starting system")
         self.archive.put_state("baseline", system.id)
         return system
@@ -248,6 +264,18 @@ class Engine:
 
         path = Path(self.task.tools).expanduser()
         return load_library(path if path.is_absolute() else self.base_dir / path).to_json()
+
+    def initial_memory(self) -> dict[str, Any]:
+        """The task file's ``memory`` with its store folder made absolute (it must exist)."""
+        spec = dict(self.task.memory)
+        if spec.get("store"):
+            path = Path(str(spec["store"])).expanduser()
+            path = path if path.is_absolute() else self.base_dir / path
+            if not (path / "memory.db").exists():
+                raise ConfigError(f"memory.store: no memory store at {path} (a folder made by evolve.memory.MemoryStore)",
+                                  path="memory.store")
+            spec["store"] = str(path.resolve())
+        return spec
 
     # ------------------------------------------------------------------ the loop
 

@@ -74,9 +74,9 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     train_tasks, val_tasks = engine.splits["train"], engine.splits["val"][: cs.n_eval]
     picked = random.Random(f"{seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
     demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=engine.base_dir)
-    tools = engine.initial_tools()
+    tools, memory = engine.initial_tools(), engine.initial_memory()
     demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=seed, augment=cs.augment,
-                  **({"tools": tools} if tools else {}))
+                  **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}))
     if cs.tokenizer == "pointer":
         from evolve.policy.pointer import PointerTokenizer
 
@@ -89,6 +89,7 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
         "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json"), "seed": seed,
         "demos": demos, "val": [t["id"] for t in val_tasks], "prompts": task.prompts, "workflow": task.workflow,
         "agent": task.agent, "params": mc.params, "tokenizer": tok.to_dict(), **({"tools": tools} if tools else {}),
+        **({"memory": memory} if memory else {}),
     })
     out = cache_dir() / "sft" / key / "base.safetensors"
     if out.exists():
@@ -101,7 +102,7 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     model = build_model(tiny, seed=seed, tokenizer=tok)
     engine.obs.message(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
                        f"SFT on {len(demos)} demos ({len(examples)} assistant turns)")
-    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools,
+    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
                    models={role: ModelSpec(backend="local", name=mc.name, params=dict(mc.params))})
 
     def eval_fn(m: Any) -> float:

@@ -182,3 +182,22 @@ def test_agent_module_beside_the_task_file_is_found_at_run_and_load(tmp_path, mo
     assert report["baseline"]["test"]["score"] == 1.0
     sys.modules.pop("my_agent_mod", None)
     assert evolve.load(tmp_path / "run").run({"id": "q", "a": 1, "b": 2}) == "3"
+
+
+def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
+    """Fields added to the task file schema later (tools, memory) must not orphan older runs."""
+    from evolve.config import load_task
+    from evolve.engine import Engine
+    from evolve.errors import RunDirError
+
+    cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0"])
+    Engine(cfg, base_dir=base, run_dir=tmp_path / "r").archive.close()
+    arch = Archive(tmp_path / "r")
+    old = json.loads(arch.get_state("task"))
+    del old["memory"], old["tools"]  # as a run written before those fields existed
+    arch.put_state("task", json.dumps(old, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    arch.close()
+    Engine(cfg, base_dir=base, run_dir=tmp_path / "r", resume=True).archive.close()  # resumes
+    cfg2, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", "memory={k: 2}"])
+    with pytest.raises(RunDirError, match="different task configuration"):
+        Engine(cfg2, base_dir=base, run_dir=tmp_path / "r", resume=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from evolve.worlds.sql.agent import SQLError, agent, execute, messages_for, reward
 from evolve.worlds.sql.dataset import build, corrupt, dataset, demos
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
+from evolve.worlds.sql.memory import memory_demos
 from evolve.worlds.sql.tools import tool_demos
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "dataset",
     "demos",
     "execute",
+    "memory_demos",
     "messages_for",
     "prompt_text",
     "reward",

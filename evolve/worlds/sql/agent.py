@@ -13,6 +13,7 @@ from typing import Any
 
 from evolve.types import Message, Reward
 from evolve.worlds.sql.questions import prompt_text
+from evolve.worlds.sql.memory import recall, render
 from evolve.worlds.sql.tools import NotACall, run_call, toolbox
 
 MAX_ROWS = 50
@@ -116,10 +117,12 @@ def error_text(e: BaseException) -> str:
 # ----------------------------------------------------------------------------- agent
 
 
-def messages_for(task: dict, instruction: str = "") -> list[Message]:
-    """The opening messages of an episode: an optional system instruction, then the prompt."""
+def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None) -> list[Message]:
+    """The opening messages of an episode: an optional system instruction, then the prompt, after
+    the recalled experiences when there are any (see :mod:`evolve.worlds.sql.memory`)."""
     out = [Message(role="system", content=instruction)] if instruction else []
-    out.append(Message(role="user", content=prompt_text(task["schema"], task["question"])))
+    head = render(examples) if examples else ""
+    out.append(Message(role="user", content=head + prompt_text(task["schema"], task["question"])))
     return out
 
 
@@ -141,7 +144,8 @@ def agent(task: dict, ctx: Any) -> dict:
     ``retry_on_empty`` (False: an empty result also counts as an error to rewrite).
     Prompt component ``instruction`` becomes the system message when non-empty. When the
     system has query tools (``System.tools``, see :mod:`evolve.worlds.sql.tools`), an answer
-    that calls one runs that tool in the sandbox instead.
+    that calls one runs that tool in the sandbox instead. When it has an experience memory
+    (``System.memory``, see :mod:`evolve.worlds.sql.memory`), the recalled examples come first.
     Returns ``{"sql": final_sql, "rows": rows or None, "turns": n}``.
     """
     system = ctx.system
@@ -151,7 +155,9 @@ def agent(task: dict, ctx: Any) -> dict:
     max_tokens = int(wf.get("max_tokens", 160))
     retry_on_empty = bool(wf.get("retry_on_empty", False))
     db = task["db"]
-    messages = messages_for(task, instruction)
+    spec = getattr(system, "memory", None) or {}
+    examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
+    messages = messages_for(task, instruction, examples)
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)

@@ -1,0 +1,100 @@
+"""The SQL world with experience memory: solved examples recalled into the prompt (in-context).
+
+``System.memory`` says which store, which version of it, and how to recall (all part of Π, so
+an operator can evolve them and archive rollback restores them)::
+
+    {"store": "/path/to/store", "version": 812, "k": 1, "kinds": ["experience"], "min_similarity": 0.2}
+
+(``"embedder": "hashing"`` for a store built with the cheap hashing embedder; default MiniLM.)
+
+Before its first turn the agent searches the store (as it was at ``version``) with the question,
+records the recall as a ``memory`` tool step, and puts the ``k`` best experiences before the
+prompt as ``e: <question> = <sql>`` lines. An experience is a solved task: its question is the
+item's text, its SQL and database in the metadata. A tiny model learns to use the examples from
+demos that carry them (:func:`memory_demos`: the article's ICL stage); examples from the same
+database as the task are never recalled, so training looks like test (unseen schemas).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+_VIEWS: dict[tuple[str, int], Any] = {}
+_LOCK = threading.Lock()
+
+
+def view(spec: dict) -> Any:
+    """The read-only store view ``spec`` names (cached per store and version)."""
+    key = (str(spec["store"]), int(spec["version"]))
+    with _LOCK:
+        v = _VIEWS.get(key)
+        if v is None:
+            from evolve.memory import HashingEmbedder, MemoryStore
+
+            embedder = HashingEmbedder() if spec.get("embedder") == "hashing" else None
+            v = _VIEWS[key] = MemoryStore.open_at(key[0], key[1], embedder=embedder)
+        return v
+
+
+def recall(spec: dict | None, task: dict) -> list[dict]:
+    """The experiences recalled for ``task``: ``[{"id", "question", "sql", "similarity"}]``."""
+    if not spec or not spec.get("store"):
+        return []
+    k = int(spec.get("k", 1))
+    if k <= 0:
+        return []
+    hits = view(spec).search(task["question"], k + 8, kinds=spec.get("kinds", ["experience"]),
+                             min_similarity=spec.get("min_similarity"))
+    out = []
+    for h in hits:
+        meta = h.item.metadata
+        if meta.get("db") == task.get("db") or meta.get("task_id") == task.get("id") or not meta.get("sql"):
+            continue
+        out.append({"id": h.item.id, "question": h.item.text, "sql": meta["sql"], "similarity": round(h.similarity, 4)})
+        if len(out) == k:
+            break
+    return out
+
+
+def render(examples: Sequence[dict]) -> str:
+    return "".join(f"e: {e['question']} = {e['sql']}\n" for e in examples)
+
+
+def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict]:
+    """Memory entries (``kind, text, metadata``) for the solved trajectories: the question as text,
+    the SQL that scored and its database in the metadata; one per task and SQL."""
+    out, seen = [], set()
+    for t in trajectories:
+        task = tasks.get(t.task_id)
+        sql = t.output.get("sql") if isinstance(t.output, dict) else None
+        if task is None or t.error is not None or t.score < threshold or not sql or (t.task_id, sql) in seen:
+            continue
+        seen.add((t.task_id, sql))
+        out.append({"kind": "experience", "text": task["question"],
+                    "metadata": {"sql": sql, "db": task["db"], "task_id": t.task_id, "template": task.get("template")}})
+    return out
+
+
+def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
+                 augment: int = 0) -> list[list[dict[str, str]]]:
+    """The cold-start demos of :func:`evolve.worlds.sql.demos` with the experiences the agent would
+    recall (same store, same settings) before each prompt, so the model learns to use them."""
+    from evolve.worlds.sql.dataset import demos
+
+    by_prompt: dict[str, str] = {}
+    out = []
+    chats = demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment)
+    prompts = {t["id"]: t for t in tasks}
+    from evolve.worlds.sql.questions import prompt_text
+
+    for t in prompts.values():
+        by_prompt[prompt_text(t["schema"], t["question"])] = render(recall(memory, t))
+    for chat in chats:
+        chat = [dict(m) for m in chat]
+        for m in chat:
+            if m["role"] == "user" and m["content"] in by_prompt:
+                m["content"] = by_prompt[m["content"]] + m["content"]
+                break
+        out.append(chat)
+    return out
