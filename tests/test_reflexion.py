@@ -128,6 +128,20 @@ def test_user_injection_for_models_without_system_messages():
     assert msg.role == "user" and msg.content == f"what is two plus two?\n\n{HEADER}\n- the answer 'four' is not in digits"
 
 
+def test_turns_injection_shows_the_earlier_answer_and_the_lesson_as_a_repair_turn():
+    def agent(task, ctx):
+        return ctx.llm().complete([{"role": "user", "content": task["question"]}]).text
+
+    rx = Reflexion(agent, make_system(), reward=exact, inject="turns", reflect="feedback",
+                   lesson_template="error: {feedback}", llm_provider=provider(policy=ScriptedLM("p", ["four", "4"])))
+    res = rx.solve(TASK)
+    assert res.success
+    msgs = llm_calls(res.attempts[1])[0].messages
+    assert [(m.role, m.content) for m in msgs] == [
+        ("user", "what is two plus two?"), ("assistant", "four"),
+        ("tool", "error: the answer 'four' is not in digits")]
+
+
 def test_only_the_last_max_reflections_stay_in_context():
     def judge(task, output, trajectory):
         return {"score": 0.0, "feedback": f"mistake number {trajectory.sample}"}

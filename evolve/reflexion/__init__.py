@@ -32,12 +32,13 @@ lessons before their first attempt.
 """
 
 from .agent import reflexion_agent, sql_agent
-from .context import HEADER, LessonContext, LessonLLM, format_lessons, inject
+from .context import HEADER, Lesson, LessonContext, LessonLLM, format_lessons, inject
 from .core import AttemptEvent, Reflexion, ReflexionResult, memory_text
 from .reflect import REFLECT_SYSTEM, Reflection, clean_reflection, describe_task
 
 __all__ = [
     "HEADER",
+    "Lesson",
     "REFLECT_SYSTEM",
     "AttemptEvent",
     "LessonContext",

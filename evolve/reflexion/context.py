@@ -17,7 +17,18 @@ from evolve.rollout import RecordedLLM, RolloutContext
 from evolve.types import Message
 
 HEADER = "Lessons from earlier attempts:"
-MODES = ("system", "user")
+MODES = ("system", "user", "turns")
+
+
+class Lesson(str):
+    """A lesson (a plain string) that remembers the answer it was drawn from, for ``inject="turns"``."""
+
+    answer: str | None = None
+
+    def __new__(cls, text: str, answer: str | None = None) -> "Lesson":
+        obj = super().__new__(cls, text)
+        obj.answer = answer
+        return obj
 
 
 def format_lessons(lessons: Sequence[str], header: str = HEADER) -> str:
@@ -30,11 +41,27 @@ def inject(messages: Sequence[Message | dict], lessons: Sequence[str], mode: str
 
     ``mode="system"``: appended to a leading system message, or prepended as one.
     ``mode="user"``: appended to the first user message (for models trained without system
-    messages); with no user message it falls back to ``"system"``. No lessons: unchanged.
-    A message list that already holds the lesson block is left as it is."""
+    messages); with no user message it falls back to ``"system"``.
+    ``mode="turns"``: after the first user message, each lesson as a turn pair — the earlier
+    answer it was drawn from (an assistant message, when known: :class:`Lesson`) and the lesson
+    as a tool message — the shape of a repair turn, for small models trained on such turns.
+    No lessons: unchanged. A message list that already holds the lessons is left as it is."""
     msgs = list(as_messages(messages))
     if not lessons:
         return tuple(msgs)
+    if mode == "turns":
+        first = next((i for i, m in enumerate(msgs) if m.role == "user"), None)
+        if first is not None:
+            if any(m.role == "tool" and m.content == lessons[-1] for m in msgs):
+                return tuple(msgs)
+            turns = []
+            for lesson in lessons:
+                answer = getattr(lesson, "answer", None)
+                if answer:
+                    turns.append(Message(role="assistant", content=answer))
+                turns.append(Message(role="tool", content=str(lesson)))
+            return tuple(msgs[: first + 1] + turns + msgs[first + 1:])
+        mode = "system"
     block = format_lessons(lessons)
     if any(block in m.content for m in msgs):
         return tuple(msgs)
@@ -93,7 +120,8 @@ class LessonContext(RolloutContext):
                          temperature=parent.temperature if temperature is ... else temperature,
                          deadline=parent.deadline, steps=parent.steps, _lock=parent._lock)
         outer = list(parent.lessons) if isinstance(parent, LessonContext) else []
-        self.lessons: tuple[str, ...] = tuple(dict.fromkeys(outer + [str(x) for x in lessons]))
+        mine = [x if isinstance(x, str) else str(x) for x in lessons]  # a Lesson keeps its answer
+        self.lessons: tuple[str, ...] = tuple(dict.fromkeys(outer + mine))
         self.inject_mode = mode
         self.inject_roles = None if roles is None else frozenset(roles)
         self.parent = parent
@@ -111,4 +139,4 @@ class LessonContext(RolloutContext):
             self._gateway.clear()
 
 
-__all__ = ["HEADER", "LessonContext", "LessonLLM", "format_lessons", "inject", "strip_lessons"]
+__all__ = ["HEADER", "Lesson", "LessonContext", "LessonLLM", "format_lessons", "inject", "strip_lessons"]

@@ -20,7 +20,7 @@ from evolve.types import (
     content_hash,
 )
 
-from .context import MODES, LessonContext
+from .context import MODES, Lesson, LessonContext
 from .reflect import (
     REFLECT_SYSTEM,
     Reflection,
@@ -266,6 +266,9 @@ class Reflexion:
 
     def _context(self, res: ReflexionResult) -> tuple[str, ...]:
         recent = list(dict.fromkeys(reversed(res.reflections)))[: self.max_reflections][::-1]
+        if self.inject == "turns":  # each lesson carries the answer it was drawn from
+            answers = {rec.text: _last_answer(res.attempts[rec.attempt], self.inject_roles) for rec in res.records}
+            recent = [Lesson(text, answers.get(text)) for text in recent]
         return tuple(dict.fromkeys(res.recalled + recent))
 
     def _reflect(self, task: dict, traj: Trajectory, i: int, prior: Sequence[str], reflector: Reflector) -> Reflection:
@@ -383,3 +386,8 @@ def _with_id(task: Any) -> dict:
 
 
 __all__ = ["AttemptEvent", "Reflexion", "ReflexionResult", "memory_text"]
+
+
+def _last_answer(traj: Trajectory, roles: Any) -> str | None:
+    calls = [s for s in traj.steps if isinstance(s, LLMCall) and (roles is None or s.role in roles)]
+    return calls[-1].output if calls else None
