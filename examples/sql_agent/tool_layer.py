@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 
 def _stats(trajs: list, names: set[str]) -> dict:
@@ -55,9 +56,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default="runs/tool_layer")
     args = ap.parse_args(argv)
 
-    from evolve._env import quiet_defaults
+    from _layers import plain as plain_run
 
-    quiet_defaults()
     from evolve.config import load_task
     from evolve.engine import Engine
     from evolve.operators import OperatorContext
@@ -65,16 +65,9 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve.toolforge.tool import ToolLibrary, save_library
     from evolve.types import content_hash
 
-    out = Path(args.out) / f"seed{args.seed}"
-    common = [f"seed={args.seed}", "operators=[]", "budget.seconds=100000"]
-
-    cfg, base = load_task(HERE / "task.yaml", common)
-    plain = Engine(cfg, base_dir=base, run_dir=out / "plain", resume=True)  # rollouts are memoised
-    sa = plain.baseline()
-    test_a = plain.rollouts(sa, plain._split("test"), split="test", tag="eval:test")
-    rng = random.Random(f"tool_layer/{args.seed}")
-    mine_tasks = rng.sample(plain.splits["train"], min(args.mine, len(plain.splits["train"])))
-    trajs = plain.rollouts(sa, mine_tasks, split="train", tag="mine", samples=args.samples, temperature=0.8)
+    pl = plain_run(args.seed, args.out, mine=args.mine, samples=args.samples)
+    out, common, base, sa, test_a, trajs = pl.out, pl.common, pl.base, pl.system, pl.test_trajs, pl.mined
+    rng, mine_tasks, plain = random.Random(f"tool_layer/{args.seed}/op"), pl.mine_tasks, pl.engine
     work = out / "toolforge"
     work.mkdir(parents=True, exist_ok=True)
     op = ToolForge(min_support=args.min_support, max_new=40, max_tools=40, retire=False)
@@ -85,7 +78,6 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit("toolforge admitted no tools; see " + str(work / "toolforge.json"))
     lib = ToolLibrary.from_system(cands[0].system)
     tools_file = save_library(lib, out / "tools.json")
-    plain.runner.close()
 
     cfg_b, _ = load_task(HERE / "task.yaml", common + [f"tools={tools_file.resolve()}",
                                                        "models.policy.cold_start.demos=evolve.worlds.sql:tool_demos"])

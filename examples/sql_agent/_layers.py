@@ -1,0 +1,48 @@
+"""Shared by tool_layer.py and memory_layer.py: the plain cold-start system of task.yaml for one
+seed, its test rollouts, and its sampled rollouts on training tasks (both memoised in the archive
+of ``<out>/seed<N>/plain``, so the two experiments share them)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Plain:
+    seed: int
+    out: Path  # <out>/seed<N>
+    common: list[str]  # --set overrides every arm shares
+    cfg: Any
+    base: Path
+    engine: Any
+    system: Any
+    test: list  # the test tasks
+    test_trajs: list
+    mine_tasks: list
+    mined: list
+
+
+def plain(seed: int, out: str | Path, *, mine: int, samples: int) -> Plain:
+    from evolve._env import quiet_defaults
+
+    quiet_defaults()
+    from evolve.config import load_task
+    from evolve.engine import Engine
+
+    root = Path(out) / f"seed{seed}"
+    common = [f"seed={seed}", "operators=[]", "budget.seconds=100000"]
+    cfg, base = load_task(HERE / "task.yaml", common)
+    eng = Engine(cfg, base_dir=base, run_dir=root / "plain", resume=True)  # rollouts are memoised
+    system = eng.baseline()
+    test = eng._split("test")
+    test_trajs = eng.rollouts(system, test, split="test", tag="eval:test")
+    rng = random.Random(f"tool_layer/{seed}")
+    mine_tasks = rng.sample(eng.splits["train"], min(mine, len(eng.splits["train"])))
+    mined = eng.rollouts(system, mine_tasks, split="train", tag="mine", samples=samples, temperature=0.8)
+    eng.runner.close()
+    return Plain(seed, root, common, cfg, base, eng, system, test, test_trajs, mine_tasks, mined)
