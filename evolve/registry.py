@@ -120,6 +120,7 @@ operators = Registry(
         "star": "evolve.policy.star:STaR",
         "grpo": "evolve.policy.grpo:GRPO",
         "toolforge": "evolve.toolforge.operator:ToolForge",
+        "memory": "evolve.memory.operator:MemoryOperator",
         "scripted": "evolve.operators:ScriptedEdit",
     },
 )

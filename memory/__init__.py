@@ -1,1 +1,81 @@
-"""Memory layer (issue: experience memory with ADD / MERGE / DELETE as an event log, Reflexion mode). Not built yet."""
+"""Experience memory: an append-only event log (ADD / MERGE / SUPERSEDE / DELETE / RESTORE and
+usage / strength counters) in SQLite, folded into the active items; a chromadb vector index and
+a BM25 keyword index derived from it; hybrid search; versions that a System can record and
+re-open; update policies (heuristic, LLM). See memory/README.md.
+
+    from evolve.memory import MemoryStore, HeuristicPolicy, apply
+    store = MemoryStore("runs/memory")                 # all-MiniLM-L6-v2 + chroma, offline
+    mid = store.add("Check the schema before writing SQL.", kind="lesson")
+    hits = store.search("schema first?", k=3)
+    ref = store.snapshot_ref()                         # {"store": ..., "version": k}
+    old = MemoryStore.open_at(ref["store"], ref["version"])
+
+Everything is imported lazily: ``import evolve.memory`` loads neither numpy, chromadb nor
+sentence-transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "MemoryStore": "store",
+    "Batch": "batch",
+    "MemoryView": "search",
+    "Hit": "search",
+    "Item": "model",
+    "Event": "model",
+    "LogError": "model",
+    "fold": "model",
+    "same_view": "model",
+    "normalize_text": "model",
+    "text_hash": "model",
+    "KINDS": "model",
+    "Embedder": "embed",
+    "MiniLMEmbedder": "embed",
+    "HashingEmbedder": "embed",
+    "Op": "policy",
+    "Evidence": "policy",
+    "Policy": "policy",
+    "apply": "policy",
+    "HeuristicPolicy": "policy",
+    "LLMPolicy": "llm_policy",
+}
+
+__all__ = [  # noqa: RUF022 (grouped by module, as _EXPORTS)
+    "MemoryStore",
+    "Batch",
+    "MemoryView",
+    "Hit",
+    "Item",
+    "Event",
+    "LogError",
+    "fold",
+    "same_view",
+    "normalize_text",
+    "text_hash",
+    "KINDS",
+    "Embedder",
+    "MiniLMEmbedder",
+    "HashingEmbedder",
+    "Op",
+    "Evidence",
+    "Policy",
+    "apply",
+    "HeuristicPolicy",
+    "LLMPolicy",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evolve.memory' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

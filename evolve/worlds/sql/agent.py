@@ -117,11 +117,12 @@ def error_text(e: BaseException) -> str:
 # ----------------------------------------------------------------------------- agent
 
 
-def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None) -> list[Message]:
+def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None,
+                 style: str = "full") -> list[Message]:
     """The opening messages of an episode: an optional system instruction, then the prompt, after
     the recalled experiences when there are any (see :mod:`evolve.worlds.sql.memory`)."""
     out = [Message(role="system", content=instruction)] if instruction else []
-    head = render(examples) if examples else ""
+    head = render(examples, style) if examples else ""
     out.append(Message(role="user", content=head + prompt_text(task["schema"], task["question"])))
     return out
 
@@ -157,7 +158,7 @@ def agent(task: dict, ctx: Any) -> dict:
     db = task["db"]
     spec = getattr(system, "memory", None) or {}
     examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
-    messages = messages_for(task, instruction, examples)
+    messages = messages_for(task, instruction, examples, spec.get("render", "full"))
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)

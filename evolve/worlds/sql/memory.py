@@ -5,7 +5,8 @@ an operator can evolve them and archive rollback restores them)::
 
     {"store": "/path/to/store", "version": 812, "k": 1, "kinds": ["experience"], "min_similarity": 0.2}
 
-(``"embedder": "hashing"`` for a store built with the cheap hashing embedder; default MiniLM.)
+(``"embedder": "hashing"`` for a store built with the cheap hashing embedder; default MiniLM;
+``"render": "skeleton"`` shows each example as its masked SQL only, see :func:`render`.)
 
 Before its first turn the agent searches the store (as it was at ``version``) with the question,
 records the recall as a ``memory`` tool step, and puts the ``k`` best experiences before the
@@ -57,7 +58,24 @@ def recall(spec: dict | None, task: dict) -> list[dict]:
     return out
 
 
-def render(examples: Sequence[dict]) -> str:
+def skeleton(sql: str) -> str:
+    """``select count(*) from t0 where c0 > v0``: the SQL with names and values masked (as
+    DAIL-SQL masks domain words), so an example shows structure without naming anything."""
+    from evolve.toolforge.abstract import shape_of
+
+    got = shape_of(sql)
+    if got is None:
+        return sql
+    text = got[0].format(**{p: p for p in got[1] + got[2]})
+    return text.replace(" ( ", "(").replace(" )", ")").replace(" , ", ", ").replace(" . ", ".")
+
+
+def render(examples: Sequence[dict], style: str = "full") -> str:
+    """The recalled examples as prompt lines: ``full`` (``e: <question> = <sql>``) or
+    ``skeleton`` (``e: <masked sql>``: structure only, no names — nothing shifts the copy
+    pointers of the task's own names, and nothing to copy by mistake)."""
+    if style == "skeleton":
+        return "".join(f"e: {skeleton(e['sql'])}\n" for e in examples)
     return "".join(f"e: {e['question']} = {e['sql']}\n" for e in examples)
 
 
@@ -89,7 +107,7 @@ def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retr
     from evolve.worlds.sql.questions import prompt_text
 
     for t in prompts.values():
-        by_prompt[prompt_text(t["schema"], t["question"])] = render(recall(memory, t))
+        by_prompt[prompt_text(t["schema"], t["question"])] = render(recall(memory, t), memory.get("render", "full"))
     for chat in chats:
         chat = [dict(m) for m in chat]
         for m in chat:
