@@ -42,7 +42,7 @@ def plain(seed: int, out: str | Path, *, mine: int, samples: int) -> Plain:
     test = eng._split("test")
     test_trajs = eng.rollouts(system, test, split="test", tag="eval:test")
     rng = random.Random(f"tool_layer/{seed}")
-    mine_tasks = rng.sample(eng.splits["train"], min(mine, len(eng.splits["train"])))
-    mined = eng.rollouts(system, mine_tasks, split="train", tag="mine", samples=samples, temperature=0.8)
+    mine_tasks = rng.sample(eng.splits["train"], min(mine, len(eng.splits["train"]))) if mine else []
+    mined = eng.rollouts(system, mine_tasks, split="train", tag="mine", samples=samples, temperature=0.8) if mine else []
     eng.runner.close()
     return Plain(seed, root, common, cfg, base, eng, system, test, test_trajs, mine_tasks, mined)

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--mine", type=int, default=1500)
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--out", default="runs/tool_layer")
+    ap.add_argument("--arms", default="retry,reflexion,reflexion_turns,memory",
+                    help="which arms to run, of retry, reflexion, reflexion_turns, memory")
+    ap.add_argument("--render", default="full", choices=["full", "skeleton"],
+                    help="how recalled experiences are shown (the memory arm is named memory or memory_skeleton)")
     args = ap.parse_args(argv)
 
     from _layers import plain as plain_run
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve.reflexion import reflexion_agent
     from evolve.types import content_hash
 
-    pl = plain_run(args.seed, args.out, mine=args.mine, samples=args.samples)
+    wanted = set(args.arms.split(","))
+    pl = plain_run(args.seed, args.out, mine=args.mine if "memory" in wanted else 0, samples=args.samples)
     out, common, cfg, base, sa, test, mined = pl.out, pl.common, pl.cfg, pl.base, pl.system, pl.test, pl.mined
     summary: dict = {"seed": args.seed, "plain": _acc(pl.test_trajs)}
 
@@ -72,35 +77,40 @@ def main(argv: list[str] | None = None) -> dict:
                                            inject="turns", lesson_template="error: {feedback}"),
     }
     for name, agent in arms.items():
+        if name not in wanted:
+            continue
         eng = Engine(cfg, base_dir=base, run_dir=out / name, resume=True, agent=agent)
         system = eng.baseline()
         trajs = eng.rollouts(system, test, split="test", tag="eval:test")
         eng.runner.close()
         summary[name] = _acc(trajs)
 
-    work = out / "memory_op"
-    work.mkdir(parents=True, exist_ok=True)
-    op = MemoryOperator(store=str((out / "memory").resolve()), k=1)
-    ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.splits["train"],
-                          trajectories=mined, artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=print)
-    (cand,) = op.propose(sa, ctx)
-    spec = cand.system.memory
-    (out / "memory_spec.json").write_text(json.dumps(spec))
-    cfg_m, _ = load_task(HERE / "task.yaml", common + [
-        f"memory={json.dumps(spec)}", "models.policy.cold_start.demos=evolve.worlds.sql:memory_demos"])
-    eng = Engine(cfg_m, base_dir=base, run_dir=out / f"memory-{content_hash(spec, 8)}", resume=True)
-    sm = eng.baseline()
-    trajs = eng.rollouts(sm, test, split="test", tag="eval:test")
-    eng.runner.close()
-    summary["memory"] = _acc(trajs)
-    summary["memory_items"] = cand.info.get("items")
-    sims = [s.result[0]["similarity"] for t in trajs for s in t.steps
-            if getattr(s, "name", "") == "recall_memory" and s.result]
-    summary["memory_mean_similarity"] = round(statistics.mean(sims), 3) if sims else None
-    (out / "memory_summary.json").write_text(json.dumps(summary, indent=1))
-    p = summary["plain"]
-    print(f"| {args.seed} | {p:.1%} | {summary['retry']:.1%} | {summary['reflexion']:.1%} | "
-          f"{summary['reflexion_turns']:.1%} | {summary['memory']:.1%} | {summary['memory_items']} |")
+    if "memory" in wanted:
+        work = out / "memory_op"
+        work.mkdir(parents=True, exist_ok=True)
+        op = MemoryOperator(store=str((out / "memory").resolve()), k=1)
+        ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.splits["train"],
+                              trajectories=mined, artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=print)
+        (cand,) = op.propose(sa, ctx)
+        spec = {**cand.system.memory, **({"render": args.render} if args.render != "full" else {})}
+        (out / "memory_spec.json").write_text(json.dumps(spec))
+        cfg_m, _ = load_task(HERE / "task.yaml", common + [
+            f"memory={json.dumps(spec)}", "models.policy.cold_start.demos=evolve.worlds.sql:memory_demos"])
+        eng = Engine(cfg_m, base_dir=base, run_dir=out / f"memory-{content_hash(spec, 8)}", resume=True)
+        sm = eng.baseline()
+        trajs = eng.rollouts(sm, test, split="test", tag="eval:test")
+        eng.runner.close()
+        arm = "memory" if args.render == "full" else "memory_" + args.render
+        summary[arm] = _acc(trajs)
+        summary["memory_items"] = cand.info.get("items")
+        sims = [s.result[0]["similarity"] for t in trajs for s in t.steps
+                if getattr(s, "name", "") == "recall_memory" and s.result]
+        summary["memory_mean_similarity"] = round(statistics.mean(sims), 3) if sims else None
+    path = out / "memory_summary.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    summary = {**old, **summary}
+    path.write_text(json.dumps(summary, indent=1))
+    print(" | ".join(f"{k}: {v}" for k, v in summary.items()))
     return summary
 
 
