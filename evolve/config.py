@@ -272,3 +272,22 @@ def run_dir_for(task: TaskConfig, base: Path) -> Path:
 
 
 Split = Literal["train", "val", "test"]
+
+
+def older_fingerprint(task: TaskConfig, saved: str) -> str:
+    """``task``'s run fingerprint as an older evolvekit wrote it: top-level fields the ``saved``
+    one lacks and that hold their default here are left out, so a run started before a field
+    existed resumes (unless the field is now set)."""
+    import json
+
+    from evolve.types import canonical_json
+
+    data = task.model_dump(mode="json", exclude={"out"})
+    try:
+        keys = set(json.loads(saved))
+    except (ValueError, TypeError):
+        return ""
+    for name, field in type(task).model_fields.items():
+        if name in data and name not in keys and data[name] == field.get_default(call_default_factory=True):
+            del data[name]
+    return canonical_json(data)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evolve.archive import Archive
-from evolve.config import TaskConfig
+from evolve.config import TaskConfig, older_fingerprint
 from evolve.data import Splits, load_splits
 from evolve.errors import BudgetExhausted, ConfigError, RunDirError
 from evolve.operators import OperatorContext
@@ -99,27 +99,11 @@ class Engine:
         if saved is None:
             self.archive.put_state("task", fingerprint)
             self.archive.put_state("base_dir", str(self.base_dir))  # where the task's own modules live
-        elif saved != fingerprint and saved != self._older_fingerprint(saved):
+        elif saved != fingerprint and saved != older_fingerprint(self.task, saved):
             raise RunDirError(
                 f"{self.run_dir} was started with a different task configuration; resume it with the same task "
                 "file and --set values, or choose another --out"
             )
-
-    def _older_fingerprint(self, saved: str) -> str:
-        """This task's fingerprint as an older evolvekit wrote it: top-level fields that the saved
-        one lacks and that hold their default here are left out (a run started before a field
-        existed resumes, unless the field is now set)."""
-        import json
-
-        data = self.task.model_dump(mode="json", exclude={"out"})
-        try:
-            keys = set(json.loads(saved))
-        except (ValueError, TypeError):
-            return ""
-        for name, field in type(self.task).model_fields.items():
-            if name in data and name not in keys and data[name] == field.get_default(call_default_factory=True):
-                del data[name]
-        return canonical_json(data)
 
     def _resolve_callables(self) -> tuple[Callable, Callable]:
         """Import the agent and reward now, so a typo fails before any work is done."""
