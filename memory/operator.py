@@ -12,7 +12,8 @@ Each proposal, for one parent:
    tombstone, undoable) only after repeated weakening — never on one decision;
 3. the child is the parent with ``System.memory`` pointing at the new store version, and the
    retrieval settings (``k``, ``kinds``) set when given — so the archive records which memory
-   each system ran with, and rollback restores it.
+   each system ran with, and rollback restores it. ``variants`` adds one child per alternative
+   recall setting (how many, which kinds, how shown), so the engine's acceptance picks among them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class MemoryOperator:
         k: int | None = Field(None, ge=0, description="experiences recalled per task, set on the child")
         kinds: list[str] | None = None
         embedder: str = Field("minilm", description="minilm (all-MiniLM-L6-v2, offline) or hashing (tests)")
+        variants: list[dict[str, Any]] = Field(default_factory=list, description="recall settings to try as "
+                                               "extra children, e.g. [{k: 2}, {render: skeleton}, {k: 0}]")
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
@@ -98,9 +101,15 @@ class MemoryOperator:
         new = n_items - n_before
         ctx.log(f"memory: {len(entries)} experiences from {len(trajs)} trajectories, {new} new; {judged} recalls judged; "
                 f"version {before} -> {spec['version']}, {n_items} active items")
-        if spec == (parent.memory or {}):
-            return []
-        child = parent.replace(memory=spec)
         info = {"entries": len(entries), "new": new, "judged": judged, "version": spec["version"], "items": n_items}
-        why = f"memory v{spec['version']}: +{new} experiences, {judged} recalls judged; recall k={spec['k']}"
-        return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+        why = f"memory v{spec['version']}: +{new} experiences, {judged} recalls judged"
+        out, seen = [], [parent.memory or {}]
+        for extra in [{}] + [dict(v) for v in p.variants]:  # the recall settings are part of the system too
+            child_spec = {**spec, **extra}
+            if child_spec in seen:
+                continue
+            seen.append(child_spec)
+            how = ", ".join(f"{k}={child_spec.get(k)}" for k in ("k", "kinds", "render") if k in child_spec)
+            out.append(Candidate(system=parent.replace(memory=child_spec), parents=(parent.id,), operator=self.name,
+                                 rationale=f"{why}; recall {how}", info={**info, "variant": extra}))
+        return out

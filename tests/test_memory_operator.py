@@ -86,6 +86,18 @@ def test_experiences_go_to_memory_and_are_recalled_into_the_prompt(data, tmp_pat
         store.close()
 
 
+def test_recall_settings_are_proposed_as_variants(data, tmp_path):
+    from evolve.memory.operator import MemoryOperator
+
+    op = MemoryOperator(embedder="hashing", variants=[{"k": 2}, {"render": "skeleton"}, {}])
+    cands = op.propose(System(), ctx_for(data, tmp_path, [solved(t) for t in data["train"][:10]]))
+    specs = [c.system.memory for c in cands]
+    assert [(s["k"], s.get("render")) for s in specs] == [(1, None), (2, None), (1, "skeleton")]  # {} == the base
+    assert len({s["version"] for s in specs}) == 1 and "recall k=2" in cands[1].rationale
+    task = data["test"][0]
+    assert len(recall(specs[1], task)) == 2
+
+
 def test_memory_demos_carry_recalled_examples(data, tmp_path):
     from evolve.memory.operator import MemoryOperator
 
