@@ -68,7 +68,7 @@ def test_experiences_go_to_memory_and_are_recalled_into_the_prompt(data, tmp_pat
 
     # outcome feedback: a failed task that recalled an item weakens it, twice -> a tombstone, undoable
     failed = traj.model_copy(update={"reward": Reward(score=0.0)})
-    from evolve.memory import MemoryStore, HashingEmbedder
+    from evolve.memory import HashingEmbedder, MemoryStore
 
     item = rec.result[0]["id"]
     s1 = op.propose(cand.system, ctx_for(data, tmp_path, [failed], gen=3))[0].system
