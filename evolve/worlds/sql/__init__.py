@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from evolve.worlds.sql.agent import SQLError, agent, execute, messages_for, reward
 from evolve.worlds.sql.dataset import build, corrupt, dataset, demos
-from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
 from evolve.worlds.sql.memory import memory_demos
+from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
 from evolve.worlds.sql.tools import tool_demos
 
 __all__ = [

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.types import Message, Reward
-from evolve.worlds.sql.questions import prompt_text
 from evolve.worlds.sql.memory import recall, render
+from evolve.worlds.sql.questions import prompt_text
 from evolve.worlds.sql.tools import NotACall, run_call, toolbox
 
 MAX_ROWS = 50

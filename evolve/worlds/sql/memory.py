@@ -99,16 +99,12 @@ def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retr
     """The cold-start demos of :func:`evolve.worlds.sql.demos` with the experiences the agent would
     recall (same store, same settings) before each prompt, so the model learns to use them."""
     from evolve.worlds.sql.dataset import demos
-
-    by_prompt: dict[str, str] = {}
-    out = []
-    chats = demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment)
-    prompts = {t["id"]: t for t in tasks}
     from evolve.worlds.sql.questions import prompt_text
 
-    for t in prompts.values():
-        by_prompt[prompt_text(t["schema"], t["question"])] = render(recall(memory, t), memory.get("render", "full"))
-    for chat in chats:
+    style = memory.get("render", "full")
+    by_prompt = {prompt_text(t["schema"], t["question"]): render(recall(memory, t), style) for t in tasks}
+    out = []
+    for chat in demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment):
         chat = [dict(m) for m in chat]
         for m in chat:
             if m["role"] == "user" and m["content"] in by_prompt:
