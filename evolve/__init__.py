@@ -19,6 +19,7 @@ _LAZY = {
     "run": ("evolve.api", "run_task"),
     "load": ("evolve.api", "load"),
     "evaluate": ("evolve.api", "evaluate"),
+    "dry_run": ("evolve.api", "dry_run"),
     "LoadedSystem": ("evolve.api", "LoadedSystem"),
     "Engine": ("evolve.engine", "Engine"),
     "Archive": ("evolve.archive", "Archive"),

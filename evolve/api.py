@@ -42,6 +42,21 @@ def run_task(
     return engine.run()
 
 
+def dry_run(task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir: str | Path | None = None) -> dict[str, Any]:
+    """What a run of ``task`` would spend (rollouts, LLM calls, tokens, money per phase, and where
+    a budget would stop it), without running anything; see :mod:`evolve.estimate`."""
+    from evolve._env import quiet_defaults
+    from evolve.config import load_task, validate_task
+    from evolve.estimate import estimate_run
+
+    quiet_defaults()
+    if isinstance(task, dict):
+        cfg, base = validate_task(task, overrides), Path(base_dir or Path.cwd()).resolve()
+    else:
+        cfg, base = load_task(task, overrides)
+    return estimate_run(cfg, base)
+
+
 def _resolve_system(archive: Any, which: str) -> str:
     """An id prefix, or current / best / baseline (see :meth:`evolve.archive.Archive.resolve`)."""
     return archive.resolve(which)
@@ -57,6 +72,7 @@ def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "curre
     if not (Path(run_dir) / "archive.sqlite").exists():
         raise RunDirError(f"{run_dir} is not an evolvekit run directory (no archive.sqlite)")
     engine = Engine(cfg, base_dir=base, run_dir=Path(run_dir), resume=True, observer=observer)
+    engine.final = True  # scoring after the run, like the report's: outside the run's budget
     if split not in engine.splits or not engine.splits[split]:
         raise UserError(f"the dataset has no {split!r} split; choose one of {sorted(k for k, v in engine.splits.items() if v)}")
     sid = _resolve_system(engine.archive, system)

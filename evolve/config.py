@@ -86,19 +86,35 @@ class RunnerConfig(Strict):
 class BudgetConfig(Strict):
     generations: int = Field(3, ge=0)
     rollouts: int | None = Field(None, ge=1)
+    calls: int | None = Field(None, ge=1, description="LLM calls recorded in rollouts (LLMCall steps)")
     tokens: int | None = Field(None, ge=1)
     usd: float | None = Field(None, gt=0)
     seconds: float | None = Field(None, gt=0)
+    calls_per_rollout: float | None = Field(
+        None, gt=0, description="LLM calls one rollout makes (at most): the dry run's estimate, and how many rollouts "
+        "may start within what is left of 'calls' (default: 1 for the estimate; the most seen so far in the run)")
+
+
+class ReevalConfig(Strict):
+    """Noisy graders: a child whose val score is within ``margin`` of its parent's (or of the
+    best system's) is scored again, with ``samples`` more samples per val task for both, and
+    the decision is taken on the means."""
+
+    margin: float = Field(0.02, ge=0)
+    samples: int = Field(2, ge=1, description="extra samples per val task for each of the two systems")
 
 
 class EngineConfig(Strict):
     minibatch: int = Field(64, ge=1, description="training tasks per generation for stage-1 acceptance")
     parents: int = Field(1, ge=1, description="parents selected per generation")
     selector: str = "best"
+    selector_params: dict[str, Any] = Field(default_factory=dict, description="passed to the selector's "
+                                            "constructor, e.g. {objectives: [cost, latency]} for selector: pareto")
     min_gain: float = Field(0.0, description="stage 1: child must beat its parent on the minibatch by more than this")
     val_tolerance: float = Field(0.0, ge=0, description="stage 2: child may be at most this much worse on val")
     val_size: int | None = Field(None, ge=1, description="validation tasks used (default: all)")
     test_size: int | None = Field(None, ge=1, description="test tasks used (default: all)")
+    reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
 
 
 class TaskConfig(Strict):
@@ -256,12 +272,37 @@ def _check_operators(task: TaskConfig, source: str) -> None:
     for field, reg, name in (("engine.selector", selectors, task.engine.selector), ("runner.name", runners, task.runner.name)):
         if name not in reg:
             raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
+    _check_selector_params(task, source)
     from evolve.registry import llm_backends
 
     for role, m in task.models.items():
         if m.backend not in llm_backends:
             raise ConfigError(f"unknown {llm_backends.kind} {m.backend!r}; {did_you_mean(m.backend, llm_backends.names())}",
                               path=f"models.{role}.backend", source=source)
+
+
+def _check_selector_params(task: TaskConfig, source: str) -> None:
+    """``engine.selector_params`` must fit the selector: its ``Params`` model, else its constructor."""
+    import inspect
+
+    from evolve.registry import selectors
+
+    name, params = task.engine.selector, task.engine.selector_params
+    cls = selectors.get(name)
+    params_model = getattr(cls, "Params", None)
+    if params_model is not None:
+        try:
+            params_model.model_validate(params)
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, source, params_model, prefix="engine.selector_params.")) from None
+        return
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError:
+        accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+        takes = f"takes {accepted}" if accepted else "takes no parameters"
+        raise ConfigError(f"selector {name!r} {takes}; got {sorted(params)}", path="engine.selector_params",
+                          source=source) from None
 
 
 def run_dir_for(task: TaskConfig, base: Path) -> Path:
@@ -275,19 +316,42 @@ Split = Literal["train", "val", "test"]
 
 
 def older_fingerprint(task: TaskConfig, saved: str) -> str:
-    """``task``'s run fingerprint as an older evolvekit wrote it: top-level fields the ``saved``
-    one lacks and that hold their default here are left out, so a run started before a field
-    existed resumes (unless the field is now set)."""
+    """``task``'s run fingerprint as an older evolvekit wrote it: fields the ``saved`` one lacks
+    (at the top level or inside a section such as ``budget`` or ``engine``) and that hold their
+    default here are left out, so a run started before a field existed resumes (unless the
+    field is now set)."""
     import json
 
     from evolve.types import canonical_json
 
     data = task.model_dump(mode="json", exclude={"out"})
     try:
-        keys = set(json.loads(saved))
+        old = json.loads(saved)
     except (ValueError, TypeError):
         return ""
-    for name, field in type(task).model_fields.items():
-        if name in data and name not in keys and data[name] == field.get_default(call_default_factory=True):
-            del data[name]
+    if not isinstance(old, dict):
+        return ""
+    _drop_new_defaults(type(task), data, old)
     return canonical_json(data)
+
+
+def _drop_new_defaults(model: type[BaseModel], data: dict, old: dict) -> None:
+    import types
+    import typing
+
+    for name, field in model.model_fields.items():
+        if name not in data:
+            continue
+        if name not in old:
+            default = field.get_default(call_default_factory=True)
+            if isinstance(default, BaseModel):
+                default = default.model_dump(mode="json")
+            if data[name] == default:
+                del data[name]
+            continue
+        ann = field.annotation  # recurse into a section (a model, or an optional model) only
+        if typing.get_origin(ann) in (typing.Union, types.UnionType):
+            ann = next((a for a in typing.get_args(ann) if a is not type(None)), None)
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(data[name], dict) \
+                and isinstance(old[name], dict):
+            _drop_new_defaults(ann, data[name], old[name])

@@ -1,11 +1,14 @@
 """The engine: f(Π, τ, r) → Π′, one generation at a time.
 
-Each generation: select parents from the archive; roll each parent out on a minibatch of
-training tasks; let every operator propose children from those trajectories; accept a child
-in two stages (better than its parent on the same minibatch, then not worse on validation);
-archive everything; promote the best. Stop on any budget (generations, rollouts, tokens,
-money, wall time). At the end the baseline and the promoted system are scored on the
-held-out test split and a report is written.
+Each generation: select parents from the pool of accepted systems (:mod:`evolve.pool`;
+selectors that ask get per-task val scores and cost/latency metrics); roll each parent out on
+a minibatch of training tasks; let every operator propose children from those trajectories
+(``ctx.extra["pool"]`` holds the accepted systems); accept a child in two stages (better than
+its parent on the same minibatch, then not worse on validation, re-evaluated on more samples
+when close: :mod:`evolve.judge`); archive everything; promote the best. Stop on any budget
+(generations, rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.budget`). At the end
+the baseline and the promoted system are scored on the held-out test split and a report is
+written.
 
 Resume: every rollout is stored under a deterministic key and every operator's proposals
 under (generation, operator, parent), so re-running the same plan after a kill -9 reuses all
@@ -23,16 +26,18 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evolve.archive import Archive
+from evolve.budget import allowed_rollouts, spent
 from evolve.config import TaskConfig, older_fingerprint
 from evolve.data import Splits, load_splits
-from evolve.errors import BudgetExhausted, ConfigError, RunDirError
+from evolve.errors import BudgetExhausted, RunDirError
+from evolve.judge import judge, mean_score, promotion
 from evolve.operators import OperatorContext
+from evolve.pool import OperatorPool, scored_pool
 from evolve.registry import operators as operator_registry
 from evolve.registry import runners as runner_registry
 from evolve.registry import selectors as selector_registry
 from evolve.runners import RolloutJob, WorkerSpec
-from evolve.selectors import Scored
-from evolve.types import Candidate, ModelSpec, System, Trajectory, canonical_json
+from evolve.types import Candidate, LLMCall, System, Trajectory, canonical_json
 
 
 class Observer:
@@ -42,10 +47,6 @@ class Observer:
     def advance(self, n: int = 1) -> None: ...
     def generation(self, row: dict[str, Any]) -> None: ...
     def message(self, text: str) -> None: ...
-
-
-def _mean(trajs: Sequence[Trajectory]) -> float:
-    return sum(t.score for t in trajs) / len(trajs) if trajs else 0.0
 
 
 def job_seed(seed: int, key: str) -> int:
@@ -76,11 +77,12 @@ class Engine:
         )
         self.agent_fn, self.reward_fn = self._resolve_callables()
         self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
-        self.selector = selector_registry.get(task.engine.selector)()
+        self.selector = selector_registry.get(task.engine.selector)(**task.engine.selector_params)
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
         self._t0 = time.monotonic()
         self.final = False
         self._elapsed_before = float(self.archive.get_state("elapsed", 0.0))
+        self._max_calls: int | None = None  # most LLM calls one stored rollout made (for budget.calls)
 
     # ------------------------------------------------------------------ setup
 
@@ -138,24 +140,19 @@ class Engine:
         return {**u, "seconds": round(self.elapsed(), 2),
                 "generations": len([k for k in self._gen_rows()])}
 
-    def _check_budget(self, pending: int = 0) -> int:
-        """Raise when a budget is spent; otherwise return how many rollouts may still run.
-        The final scoring of the baseline and the promoted system (the report) is outside the budget."""
+    def _check_budget(self, pending: int = 0) -> tuple[int, str | None]:
+        """Raise when a budget is spent; otherwise how many of ``pending`` rollouts may start and
+        the budget that cuts them (see :mod:`evolve.budget`). The final scoring of the baseline
+        and the promoted system (the report) is outside the budget."""
         if self.final:
-            return pending
-        b, u = self.task.budget, self.archive.usage()
-        if b.seconds is not None and self.elapsed() >= b.seconds:
-            raise BudgetExhausted(f"wall-time budget of {b.seconds:g}s spent")
-        if b.tokens is not None and u["tokens"] >= b.tokens:
-            raise BudgetExhausted(f"token budget of {b.tokens} spent ({u['tokens']} used)")
-        if b.usd is not None and u["cost"] >= b.usd:
-            raise BudgetExhausted(f"money budget of ${b.usd:g} spent (${u['cost']:.4f} used)")
-        if b.rollouts is not None:
-            left = b.rollouts - u["rollouts"]
-            if left <= 0:
-                raise BudgetExhausted(f"rollout budget of {b.rollouts} spent")
-            return left
-        return pending
+            return pending, None
+        b = self.task.budget
+        per_rollout = 1.0
+        if b.calls is not None:
+            if self._max_calls is None:
+                self._max_calls = self.archive.max_calls()
+            per_rollout = b.calls_per_rollout or max(1, self._max_calls)
+        return allowed_rollouts(b, self.archive.usage(), self.elapsed(), pending, per_rollout)
 
     # ------------------------------------------------------------------ rollouts
 
@@ -177,7 +174,7 @@ class Engine:
         missing = [(k, t, s) for k, t, s in keys if k not in done]
         phase = "eval" if tag.startswith("eval") else tag.split(":")[0]
         if missing:
-            allowed = self._check_budget(len(missing))
+            allowed, cut_by = self._check_budget(len(missing))
             run_now = missing[:allowed]
             jobs = [RolloutJob(key=k, system=system, task=t, seed=job_seed(self.task.seed, k), sample=s,
                                temperature=temperature, timeout=self.task.runner.timeout) for k, t, s in run_now]
@@ -187,6 +184,8 @@ class Engine:
             for job, traj in self.runner.run(self.spec, jobs):
                 done[job.key] = traj
                 buf.append((job.key, split, phase, generation, traj))
+                if self._max_calls is not None:
+                    self._max_calls = max(self._max_calls, sum(isinstance(st, LLMCall) for st in traj.steps))
                 self.obs.advance()
                 if len(buf) >= 256 or time.monotonic() - last > 0.5:
                     self.archive.add_trajectories(buf)
@@ -194,14 +193,14 @@ class Engine:
             if buf:
                 self.archive.add_trajectories(buf)
             if len(run_now) < len(missing):
-                raise BudgetExhausted(f"rollout budget of {self.task.budget.rollouts} spent")
+                raise BudgetExhausted(spent(self.task.budget, cut_by or "rollouts", self.archive.usage()))
         return [done[k] for k, _, _ in keys]
 
     def evaluate(self, system: System, split: str, generation: int = 0) -> tuple[float, int]:
         tasks = self._split(split)
         trajs = self.rollouts(system, tasks, split=split, tag=f"eval:{split}", generation=generation,
                               description=f"eval {split} {system.id[:8]}")
-        return _mean(trajs), len(trajs)
+        return mean_score(trajs), len(trajs)
 
     def _split(self, split: str) -> list[dict]:
         tasks = self.splits.get(split, [])
@@ -214,60 +213,26 @@ class Engine:
         sid = self.archive.get_state("baseline")
         if sid is not None:
             return self.archive.get_system(sid)
-        models = {}
-        for role, mc in self.task.models.items():
-            params = {k: v for k, v in mc.params.items() if k != "weights"}
-            base = None
-            if mc.backend == "local":
-                from evolve.policy.sft import cold_start_weights
+        from evolve.bootstrap import starting_system
 
-                if mc.cold_start is not None:
-                    path = cold_start_weights(self, role, mc)
-                else:  # ready-made base weights (evolve.policy.weights.save_base), relative to the task file
-                    path = Path(str(mc.params["weights"])).expanduser()
-                    path = path if path.is_absolute() else self.base_dir / path
-                    if not path.is_file():
-                        raise ConfigError(f"models.{role}.params.weights: no file {path}; give the path of a "
-                                          "file written by evolve.policy.weights.save_base, or use cold_start")
-                base = self.archive.artifacts.put_file(path, "base_weights")
-                demos = path.parent / "sft_examples.json"
-                if demos.exists():
-                    params["sft_examples"] = self.archive.artifacts.put_file(demos, "sft_examples").model_dump()
-            models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
-        system = System(workflow=dict(self.task.workflow), models=models, prompts=dict(self.task.prompts),
-                        tools=self.initial_tools(), memory=self.initial_memory())
-        self.archive.add_system(system, operator="init", generation=0, rationale="the starting system")
-        self.archive.put_state("baseline", system.id)
-        return system
+        return starting_system(self)
 
     def initial_tools(self) -> dict[str, Any]:
         """The task file's tool library (``tools: file.json``), checked, as ``System.tools``."""
-        if not self.task.tools:
-            return {}
-        from evolve.toolforge.tool import load_library
+        from evolve.bootstrap import initial_tools
 
-        path = Path(self.task.tools).expanduser()
-        return load_library(path if path.is_absolute() else self.base_dir / path).to_json()
+        return initial_tools(self.task, self.base_dir)
 
     def initial_memory(self) -> dict[str, Any]:
         """The task file's ``memory`` with its store folder made absolute (it must exist)."""
-        spec = dict(self.task.memory)
-        if spec.get("store"):
-            path = Path(str(spec["store"])).expanduser()
-            path = path if path.is_absolute() else self.base_dir / path
-            if not (path / "memory.db").exists():
-                raise ConfigError(f"memory.store: no memory store at {path} (a folder made by evolve.memory.MemoryStore)",
-                                  path="memory.store")
-            spec["store"] = str(path.resolve())
-        return spec
+        from evolve.bootstrap import initial_memory
+
+        return initial_memory(self.task, self.base_dir)
 
     # ------------------------------------------------------------------ the loop
 
     def _gen_rows(self) -> list[dict]:
         return self.archive.get_state("generations", [])
-
-    def _accepted(self) -> list[Scored]:
-        return [Scored(**s) for s in self.archive.get_state("accepted", [])]
 
     def _accept(self, system_id: str, score: float, generation: int) -> None:
         acc = self.archive.get_state("accepted", [])
@@ -286,7 +251,7 @@ class Engine:
             if not self._gen_rows():
                 used = self.archive.usage()
                 self._record_generation(0, {"children": 0, "accepted": 0, "rollouts": used["rollouts"],
-                                            "tokens": used["tokens"]})
+                                            "calls": used["calls"], "tokens": used["tokens"]})
             for gen in range(len(self._gen_rows()), self.task.budget.generations + 1):
                 self._generation(gen)
         except BudgetExhausted as e:
@@ -296,6 +261,7 @@ class Engine:
             self.archive.put_state("elapsed", self.elapsed())
         from evolve.report import write_report
 
+        self.used_by_run = self.budget_used()  # before the final test scoring, which is outside the budget
         self.final = True
         report = write_report(self, stop_reason)
         self.runner.close()
@@ -305,7 +271,8 @@ class Engine:
         self._check_budget()
         counted = dict(self.archive.usage())
         t0 = self.elapsed()
-        pool = self._accepted()
+        # the pool as earlier generations left it, so that a resumed generation picks the same parents
+        pool = scored_pool(self, before=gen, detail=bool(getattr(self.selector, "needs_per_task", False)))
         parents = self.selector.select(pool, self.task.engine.parents, self.rng(f"select/{gen}"))
         train = self.splits["train"]
         minibatch = self.rng(f"minibatch/{gen}").sample(train, min(self.task.engine.minibatch, len(train)))
@@ -319,20 +286,25 @@ class Engine:
             for i, op in enumerate(self.operators):
                 for cand in self._propose(gen, i, op, parent, p_traj):
                     n_children += 1
-                    ok, c_val, why = self._judge(gen, cand, minibatch, _mean(p_traj), p_val)
-                    self.archive.log_event("decision", {"generation": gen, "child": cand.system.id, "parent": pid,
-                                                        "operator": cand.operator, "accepted": ok, "why": why})
-                    self.obs.message(f"gen {gen}: {cand.operator} child {cand.system.id[:8]}: {why}")
-                    if ok:
+                    verdict = judge(self, gen, cand, minibatch, parent, mean_score(p_traj), p_val)
+                    promoted = False
+                    if verdict.accepted:
+                        promoted, best = promotion(self, gen, cand, verdict, best)
+                    event = {"generation": gen, "child": cand.system.id, "parent": pid, "operator": cand.operator,
+                             "accepted": verdict.accepted, "why": verdict.why}
+                    if verdict.reeval:
+                        event["reeval"] = verdict.reeval
+                    self.archive.log_event("decision", event)
+                    self.obs.message(f"gen {gen}: {cand.operator} child {cand.system.id[:8]}: {verdict.why}")
+                    if verdict.accepted:
                         n_accepted += 1
-                        self._accept(cand.system.id, c_val, gen)
-                        if c_val > best.score:
-                            best = Scored(cand.system.id, c_val, gen)
+                        self._accept(cand.system.id, verdict.score, gen)
+                        if promoted:
                             self.archive.set_current(cand.system.id, "promote")
         used = self.archive.usage()
         self._record_generation(gen, {
-            "children": n_children, "accepted": n_accepted,
-            "rollouts": used["rollouts"] - counted["rollouts"], "tokens": used["tokens"] - counted["tokens"],
+            "children": n_children, "accepted": n_accepted, "rollouts": used["rollouts"] - counted["rollouts"],
+            "calls": used["calls"] - counted["calls"], "tokens": used["tokens"] - counted["tokens"],
             "seconds": round(self.elapsed() - t0, 2),
         })
 
@@ -350,6 +322,7 @@ class Engine:
                 system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
                 temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
             log=self.obs.message,
+            extra={"pool": OperatorPool(self)},
         )
         proposed = op.propose(parent, ctx)
         # a child identical to an archived system has been judged already: not a new candidate
@@ -363,20 +336,8 @@ class Engine:
         self.archive.put_state(key, [c.model_dump(mode="json") for c in cands])
         return cands
 
-    def _judge(self, gen: int, cand: Candidate, minibatch: list, p_mb: float, p_val: float) -> tuple[bool, float, str]:
-        c_traj = self.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
-                               description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
-        c_mb = _mean(c_traj)
-        if not c_mb > p_mb + self.task.engine.min_gain:
-            return False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}"
-        c_val, _ = self.evaluate(cand.system, "val", generation=gen)
-        if c_val < p_val - self.task.engine.val_tolerance:
-            return False, c_val, f"rejected at stage 2: val {c_val:.3f} vs parent {p_val:.3f}"
-        return True, c_val, f"accepted: minibatch {c_mb:.3f} vs {p_mb:.3f}, val {c_val:.3f} vs {p_val:.3f}"
-
     def _record_generation(self, gen: int, info: dict[str, Any]) -> None:
-        pool = self._accepted()
-        best = max(pool, key=lambda s: (s.score, -s.generation))
+        best = max(scored_pool(self), key=lambda s: (s.score, -s.generation))
         row = {"index": gen, "best_val": round(best.score, 4), "best": best.system_id,
                "rollouts": 0, "tokens": 0, "seconds": round(self.elapsed(), 2), **info}
         rows = self._gen_rows()

@@ -6,11 +6,20 @@ Protocol (one method)::
         name: str
         def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]: ...
 
+Optional, for ``evolve run --dry-run`` (:mod:`evolve.estimate`)::
+
+    def estimate(self, plan: RunPlan) -> dict:  # {"rollouts": int, "llm_calls": int, "children": int}
+
+what one ``propose`` call costs at most: rollouts through ``ctx.rollouts``, LLM calls made
+outside rollouts, children proposed.
+
 Lifecycle: the engine builds each configured operator once per run from its task-file entry
 (``cls(**params)``, validated through the class's optional pydantic ``Params`` model), then in
 every generation calls ``propose`` once per selected parent. ``ctx`` gives the parent's
 minibatch trajectories (with rewards and feedback), a way to run more rollouts (memoised in
-the archive, counted against the budget), the artifact store, and a seeded RNG. Operators
+the archive, counted against the budget), the artifact store, a seeded RNG, and in
+``ctx.extra["pool"]`` the accepted systems (``{"system", "score", "per_task", "metrics"}``
+dicts, loaded on first access; e.g. a crossover operator's mates). Operators
 must be deterministic given ``ctx.rng`` / ``ctx.seed`` so a seeded run has a fixed lineage.
 """
 
@@ -66,6 +75,9 @@ class ScriptedEdit:
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
+
+    def estimate(self, plan: Any) -> dict[str, int]:
+        return {"rollouts": 0, "llm_calls": 0, "children": min(self.p.children, len(set(self.p.choices)))}
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         current = parent.prompts.get(self.p.component)

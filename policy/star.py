@@ -44,6 +44,10 @@ class STaR:
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal (for ``evolve run --dry-run``): ``samples`` attempts at ``tasks`` training tasks, one child."""
+        return {"rollouts": min(self.p.tasks, plan.train) * self.p.samples, "llm_calls": 0, "children": 1}
+
     def _examples(self, trajs: list[Trajectory]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         out, seen = [], set()
         for t in trajs:

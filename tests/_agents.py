@@ -143,3 +143,67 @@ def toolsmith(messages: tuple) -> str:
 
     m = re.search(r'\[1\] \(task solved\) square\(\{"x": (\d+)\}\)', messages[-1].content)
     return SUM_SQUARES_TOOL % (m.group(1) if m else "0")
+
+
+# ----------------------------------------------------------------------------- exact accounting (budgets, dry run)
+# Every rollout makes exactly one LLM call (the scripted model echoes); the reward is the system's
+# prompts["level"] / 100, so every child of LevelUp passes both acceptance stages.
+
+def level_dataset(seed: int = 0, n_train: int = 30, n_val: int = 6, n_test: int = 5) -> dict[str, list[dict]]:
+    return {split: [{"id": f"{split}-{i}", "x": i} for i in range(n)]
+            for split, n in (("train", n_train), ("val", n_val), ("test", n_test))}
+
+
+def level_agent(task: dict, ctx: Any) -> Any:
+    level = ctx.system.prompts.get("level", "0")
+    return ctx.llm("policy").complete([Message(role="user", content=f"{level} {task['x']}")]).text
+
+
+def level_agent_two_calls(task: dict, ctx: Any) -> Any:
+    level_agent(task, ctx)
+    return level_agent(task, ctx)
+
+
+def level_reward(task: dict, output: Any) -> float:
+    return int(str(output).split()[0]) / 100
+
+
+class LevelUp:
+    """``children`` children at levels parent+1.., each tagged with its parent (never rediscovered),
+    after ``explore`` exploration rollouts of the parent; declares that cost to the dry run."""
+
+    name = "level_up"
+
+    def __init__(self, children: int = 2, explore: int = 3) -> None:
+        self.children, self.explore = children, explore
+
+    def estimate(self, plan: Any) -> dict[str, int]:
+        return {"rollouts": self.explore, "llm_calls": 0, "children": self.children}
+
+    def propose(self, parent: Any, ctx: Any) -> list:
+        from evolve.types import Candidate
+
+        if self.explore:
+            ctx.rollouts(parent, list(ctx.train)[: self.explore], tag="explore")
+        level = int(parent.prompts.get("level", "0"))
+        return [Candidate(system=parent.replace(prompts={**parent.prompts, "level": str(level + i + 1),
+                                                         "from": f"{parent.id[:8]}/{i}"}),
+                          parents=(parent.id,), operator=self.name) for i in range(self.children)]
+
+
+# ----------------------------------------------------------------------------- a noisy grader
+# The system's prompts["kind"] is its output; the score depends on the sample index, like a grader
+# whose verdicts vary from one sample to the next: "lucky" looks better than "steady" on sample 0
+# only, "better" is better on every sample.
+
+NOISY = {"steady": (0.50, 0.50), "lucky": (0.53, 0.40), "better": (0.53, 0.53)}
+
+
+def kind_agent(task: dict, ctx: Any) -> Any:
+    kind = ctx.system.prompts.get("kind", "steady")
+    return ctx.llm("policy").complete([Message(role="user", content=kind)]).text
+
+
+def noisy_reward(task: dict, output: Any, trajectory: Any) -> float:
+    first, later = NOISY[str(output)]
+    return first if trajectory.sample == 0 else later

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.archive import Archive, SystemRecord, diff, find_artifact_refs, load_export
+from evolve.archive import SCHEMA_VERSION, Archive, SystemRecord, diff, find_artifact_refs, load_export
 from evolve.errors import ArchiveError, RunDirError, UserError
 from evolve.types import Candidate, LLMCall, Message, ModelSpec, Reward, System, Trajectory
 
@@ -61,7 +61,7 @@ def test_create_and_reopen(tmp_path):
         assert a.get_system(sid) == make_system()
         c = sqlite3.connect(run / "archive.sqlite")
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         c.close()
 
 
@@ -271,21 +271,25 @@ def test_scores(archive):
 
 def test_usage_counts_and_cache(tmp_path):
     with Archive(tmp_path / "r") as a:
-        assert a.usage() == {"rollouts": 0, "tokens": 0, "cost": 0.0}
-        a.add_trajectories([(f"k{i}", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5)) for i in range(3)])
-        assert a.usage() == {"rollouts": 3, "tokens": 300, "cost": 1.5}
+        assert a.usage() == {"rollouts": 0, "tokens": 0, "cost": 0.0, "calls": 0}
+        a.add_trajectories([(f"k{i}", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5, big=True)) for i in range(3)])
+        assert a.usage() == {"rollouts": 3, "tokens": 300, "cost": 1.5, "calls": 3}  # one LLMCall step each
         a.add_trajectories([("k0", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5)),
                             ("k9", "val", "eval", 0, make_traj("s", tokens=1, cost=0.25))])
-        assert a.usage() == {"rollouts": 4, "tokens": 301, "cost": 1.75}
+        assert a.usage() == {"rollouts": 4, "tokens": 301, "cost": 1.75, "calls": 3}
         with Archive(tmp_path / "r") as other:  # another connection writes: the cache notices
-            other.add_trajectories([("o", "val", "eval", 0, make_traj("s", tokens=9, cost=0.0))])
-        assert a.usage() == {"rollouts": 5, "tokens": 310, "cost": 1.75}
+            other.add_trajectories([("o", "val", "eval", 0, make_traj("s", tokens=9, cost=0.0, big=True))])
+        assert a.usage() == {"rollouts": 5, "tokens": 310, "cost": 1.75, "calls": 4}
         with pytest.raises(RuntimeError):
             with a.transaction():
-                a.add_trajectories([("t", "val", "eval", 0, make_traj("s", tokens=1000))])
-                assert a.usage()["tokens"] == 1310
+                a.add_trajectories([("t", "val", "eval", 0, make_traj("s", tokens=1000, big=True))])
+                assert a.usage()["tokens"] == 1310 and a.usage()["calls"] == 5
                 raise RuntimeError
-        assert a.usage() == {"rollouts": 5, "tokens": 310, "cost": 1.75}
+        assert a.usage() == {"rollouts": 5, "tokens": 310, "cost": 1.75, "calls": 4}
+        assert a.max_calls() == 1
+        assert a.rollout_metrics("s", "val") == {"cost": pytest.approx(1.75 / 5), "calls": pytest.approx(4 / 5),
+                                                 "latency": 0.0}
+        assert a.rollout_metrics("nobody", "val") == {}
 
 
 # ----------------------------------------------------------------------------- pointer, state, events

@@ -201,3 +201,26 @@ def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
     cfg2, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", "memory={k: 2}"])
     with pytest.raises(RunDirError, match="different task configuration"):
         Engine(cfg2, base_dir=base, run_dir=tmp_path / "r", resume=True)
+
+
+def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes(tmp_path):
+    """Fields added inside a section (budget.calls, engine.reeval, ...) must not orphan older runs either."""
+    from evolve.config import load_task
+    from evolve.engine import Engine
+    from evolve.errors import RunDirError
+
+    cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0"])
+    Engine(cfg, base_dir=base, run_dir=tmp_path / "r").archive.close()
+    arch = Archive(tmp_path / "r")
+    old = json.loads(arch.get_state("task"))
+    for section, field in (("budget", "calls"), ("budget", "calls_per_rollout"), ("engine", "selector_params"),
+                           ("engine", "reeval")):
+        del old[section][field]
+    arch.put_state("task", json.dumps(old, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    arch.close()
+    Engine(cfg, base_dir=base, run_dir=tmp_path / "r", resume=True).archive.close()  # resumes
+    for changed in ("budget.calls=5", "engine.reeval={margin: 0.1}", "engine.selector_params={size: 2}"):
+        cfg2, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", changed, "engine.selector=tournament"]
+                            if "selector" in changed else ["budget.generations=0", changed])
+        with pytest.raises(RunDirError, match="different task configuration"):
+            Engine(cfg2, base_dir=base, run_dir=tmp_path / "r", resume=True)

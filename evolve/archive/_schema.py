@@ -1,10 +1,15 @@
-"""The archive's SQLite schema: tables, indexes and the append-only triggers."""
+"""The archive's SQLite schema: tables, indexes and the append-only triggers, and the
+migrations that bring an archive written by an older evolvekit up to date.
+
+v2 added ``trajectories.calls`` (the trajectory's LLM calls) and ``trajectories.duration``
+(its wall time in seconds), so call budgets and per-rollout cost/latency are SQL sums."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "archive.sqlite"
 ARTIFACTS_DIR = "artifacts"
 
@@ -60,7 +65,9 @@ CREATE TABLE IF NOT EXISTS trajectories (
     reward_error INTEGER NOT NULL,
     tokens       INTEGER NOT NULL,
     cost         REAL NOT NULL,
-    created_at   REAL NOT NULL
+    created_at   REAL NOT NULL,
+    calls        INTEGER NOT NULL DEFAULT 0,
+    duration     REAL NOT NULL DEFAULT 0.0
 );
 CREATE INDEX IF NOT EXISTS trajectories_by_system ON trajectories (system_id, split, phase, task_id, score);
 CREATE TABLE IF NOT EXISTS trajectory_data (
@@ -107,3 +114,25 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a v``version`` archive's tables up to :data:`SCHEMA_VERSION` inside the caller's
+    transaction (the caller then runs :data:`_SCHEMA`, which restores dropped triggers)."""
+    if version < 2:
+        from evolve.archive._codec import _unpack
+
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(trajectories)")}
+        for col, decl in (("calls", "INTEGER NOT NULL DEFAULT 0"), ("duration", "REAL NOT NULL DEFAULT 0.0")):
+            if col not in cols:
+                conn.execute(f"ALTER TABLE trajectories ADD COLUMN {col} {decl}")
+        # fill the new columns of the stored rows from their JSON (once; the history is
+        # append-only again as soon as _SCHEMA recreates the trigger)
+        conn.execute("DROP TRIGGER IF EXISTS trajectories_no_update")
+        rows = conn.execute("SELECT seq, enc, data FROM trajectory_data").fetchall()
+        filled = []
+        for seq, enc, data in rows:
+            t = json.loads(_unpack(enc, data))
+            calls = sum(1 for step in t.get("steps") or () if step.get("kind") == "llm")
+            filled.append((calls, float(t.get("duration") or 0.0), seq))
+        conn.executemany("UPDATE trajectories SET calls = ?, duration = ? WHERE seq = ?", filled)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from evolve.archive._checkpoint import _BACKSTOP_PAGES, _Checkpointer
-from evolve.archive._schema import _SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, _split_sql
+from evolve.archive._schema import _SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, _migrate, _split_sql
 from evolve.archive.export import _ExportMixin
 from evolve.archive.systems import _SystemsMixin
 from evolve.archive.trajectories import _TrajectoriesMixin
@@ -53,7 +53,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
         self._pid = os.getpid()
         self._depth = 0  # transaction nesting (0: none open)
         self._usage: tuple[int, dict[str, Any]] | None = None  # (data_version, totals)
-        self._usage_delta = [0, 0, 0.0]
+        self._usage_delta = [0, 0, 0.0, 0]  # rollouts, tokens, cost, calls
         self._ckpt: _Checkpointer | None = None
         try:
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
@@ -84,6 +84,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
             raise RunDirError(f"not an evolvekit archive: {self.path} ({e})") from e
         if str(mode).lower() != "wal":
             raise ArchiveError(f"cannot put {self.path} in WAL mode (got {mode!r})")
+        version = None
         if has_version:
             row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
             version = row[0] if row else None
@@ -99,6 +100,8 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
             if names:
                 raise RunDirError(f"not an evolvekit archive: {self.path} (foreign tables: {', '.join(names[:5])})")
         with self._write() as c:
+            if version is not None:  # an archive written by an older evolvekit
+                _migrate(c, version)
             # executescript() would COMMIT on its own: run the statements one by one instead
             for stmt in _split_sql(_SCHEMA):
                 c.execute(stmt)
@@ -142,7 +145,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
                 return
             conn.execute("BEGIN IMMEDIATE")
             self._depth = 1
-            self._usage_delta = [0, 0, 0.0]
+            self._usage_delta = [0, 0, 0.0, 0]
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -162,6 +165,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
                 u["rollouts"] += self._usage_delta[0]
                 u["tokens"] += self._usage_delta[1]
                 u["cost"] += self._usage_delta[2]
+                u["calls"] += self._usage_delta[3]
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator["Archive"]:
@@ -276,17 +280,19 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
     # ------------------------------------------------------------------ usage
 
     def usage(self) -> dict[str, Any]:
-        """Totals over all stored trajectories: ``{"rollouts", "tokens", "cost"}``.
+        """Totals over all stored trajectories: ``{"rollouts", "tokens", "cost", "calls"}``
+        (``calls``: LLM calls, the trajectories' ``LLMCall`` steps).
 
         Cached and kept up to date incrementally; recomputed when another connection wrote.
         """
         with self._read() as c:
             version = c.execute("PRAGMA data_version").fetchone()[0]
             if self._usage is None or self._usage[0] != version or self._depth:
-                n, tokens, cost = c.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0.0) FROM trajectories"
+                n, tokens, cost, calls = c.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0.0), COALESCE(SUM(calls), 0) "
+                    "FROM trajectories"
                 ).fetchone()
-                totals = {"rollouts": int(n), "tokens": int(tokens), "cost": float(cost)}
+                totals = {"rollouts": int(n), "tokens": int(tokens), "cost": float(cost), "calls": int(calls)}
                 if self._depth:  # inside a transaction: don't cache uncommitted totals
                     return totals
                 self._usage = (version, totals)

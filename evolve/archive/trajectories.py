@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 from evolve.archive._codec import _chunks, _finite, _pack, _unpack
 from evolve.archive.records import TrajectoryRow
-from evolve.types import Trajectory
+from evolve.types import LLMCall, Trajectory
 
 
 class _TrajectoriesMixin:
@@ -62,6 +62,8 @@ class _TrajectoriesMixin:
                         int(traj.tokens),
                         _finite(traj.cost),
                         now,
+                        sum(1 for s in traj.steps if isinstance(s, LLMCall)),
+                        _finite(traj.duration),
                     ),
                     enc,
                     blob,
@@ -83,7 +85,8 @@ class _TrajectoriesMixin:
             start = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trajectories").fetchone()[0]
             c.executemany(
                 "INSERT INTO trajectories (seq, key, split, phase, generation, system_id, task_id, sample, "
-                "score, error, reward_error, tokens, cost, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "score, error, reward_error, tokens, cost, created_at, calls, duration) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(start + i, *meta) for i, (meta, _, _) in enumerate(fresh)],
             )
             c.executemany(
@@ -93,6 +96,7 @@ class _TrajectoriesMixin:
             self._usage_delta[0] += len(fresh)
             self._usage_delta[1] += sum(m[10] for m, _, _ in fresh)
             self._usage_delta[2] += sum(m[11] for m, _, _ in fresh)
+            self._usage_delta[3] += sum(m[13] for m, _, _ in fresh)
         return len(fresh)
 
     @staticmethod
@@ -177,13 +181,15 @@ class _TrajectoriesMixin:
             ).fetchone()
         return None if not n else (float(mean), int(n))
 
-    def task_scores(self, system_id: str, split: str, phase: str = "eval") -> dict[str, float]:
-        """``task_id -> mean score over samples`` for the system on that split and phase."""
+    def task_scores(self, system_id: str, split: str, phase: str = "eval", *,
+                    samples: int | None = None) -> dict[str, float]:
+        """``task_id -> mean score over samples`` for the system on that split and phase
+        (with ``samples``: over the sample indices below it only)."""
         with self._read() as c:
             rows = c.execute(
                 "SELECT task_id, AVG(score) FROM trajectories WHERE system_id = ? AND split = ? AND phase = ? "
-                "GROUP BY task_id ORDER BY task_id",
-                (system_id, split, phase),
+                "AND sample < ? GROUP BY task_id ORDER BY task_id",
+                (system_id, split, phase, samples if samples is not None else 1 << 62),
             ).fetchall()
         return {t: float(s) for t, s in rows}
 
@@ -206,6 +212,24 @@ class _TrajectoriesMixin:
                 (system_id,),
             ).fetchall()
         return [(s, p, float(m), int(n)) for s, p, m, n in rows]
+
+    def rollout_metrics(self, system_id: str, split: str, phase: str = "eval", *,
+                        samples: int | None = None) -> dict[str, float]:
+        """Means per stored rollout of the system on that split and phase (with ``samples``:
+        sample indices below it only): ``cost`` (money), ``calls`` (LLM calls) and
+        ``latency`` (seconds); empty when it has none."""
+        with self._read() as c:
+            n, cost, calls, latency = c.execute(
+                "SELECT COUNT(*), AVG(cost), AVG(calls), AVG(duration) FROM trajectories "
+                "WHERE system_id = ? AND split = ? AND phase = ? AND sample < ?",
+                (system_id, split, phase, samples if samples is not None else 1 << 62),
+            ).fetchone()
+        return {} if not n else {"cost": float(cost), "calls": float(calls), "latency": float(latency)}
+
+    def max_calls(self) -> int:
+        """The most LLM calls one stored trajectory made (0 when none is stored)."""
+        with self._read() as c:
+            return int(c.execute("SELECT COALESCE(MAX(calls), 0) FROM trajectories").fetchone()[0])
 
     def all_scores(self, split: str, phase: str = "eval") -> dict[str, tuple[float, int]]:
         """``system_id -> (mean score, n)`` for every system scored on that split and phase."""

@@ -1,0 +1,72 @@
+"""The starting system Π₀ of a run, built from the task file: its models (a local model's
+base weights cold-started or read from a file, stored as artifacts), prompts, workflow,
+tool library and memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolve.config import TaskConfig
+from evolve.errors import ConfigError
+from evolve.types import ModelSpec, System
+
+if TYPE_CHECKING:
+    from evolve.engine import Engine
+
+
+def starting_system(engine: "Engine") -> System:
+    """Build Π₀ (cold-starting local models), archive it and record it as the run's baseline."""
+    task, archive = engine.task, engine.archive
+    models = {}
+    for role, mc in task.models.items():
+        params = {k: v for k, v in mc.params.items() if k != "weights"}
+        base = None
+        if mc.backend == "local":
+            from evolve.policy.sft import cold_start_weights
+
+            if mc.cold_start is not None:
+                path = cold_start_weights(engine, role, mc)
+            else:  # ready-made base weights (evolve.policy.weights.save_base), relative to the task file
+                path = Path(str(mc.params["weights"])).expanduser()
+                path = path if path.is_absolute() else engine.base_dir / path
+                if not path.is_file():
+                    raise ConfigError(f"models.{role}.params.weights: no file {path}; give the path of a "
+                                      "file written by evolve.policy.weights.save_base, or use cold_start")
+            base = archive.artifacts.put_file(path, "base_weights")
+            demos = path.parent / "sft_examples.json"
+            if demos.exists():
+                params["sft_examples"] = archive.artifacts.put_file(demos, "sft_examples").model_dump()
+        models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
+    prompts = dict(task.prompts)
+    hook = getattr(engine.agent_fn, "initial_prompts", None)
+    if not prompts and callable(hook):  # e.g. a DSPy program's own instructions and demos
+        prompts = dict(hook(dict(task.workflow), engine.base_dir))
+    system = System(workflow=dict(task.workflow), models=models, prompts=prompts,
+                    tools=initial_tools(task, engine.base_dir), memory=initial_memory(task, engine.base_dir))
+    archive.add_system(system, operator="init", generation=0, rationale="the starting system")
+    archive.put_state("baseline", system.id)
+    return system
+
+
+def initial_tools(task: TaskConfig, base_dir: Path) -> dict[str, Any]:
+    """The task file's tool library (``tools: file.json``), checked, as ``System.tools``."""
+    if not task.tools:
+        return {}
+    from evolve.toolforge.tool import load_library
+
+    path = Path(task.tools).expanduser()
+    return load_library(path if path.is_absolute() else base_dir / path).to_json()
+
+
+def initial_memory(task: TaskConfig, base_dir: Path) -> dict[str, Any]:
+    """The task file's ``memory`` with its store folder made absolute (it must exist)."""
+    spec = dict(task.memory)
+    if spec.get("store"):
+        path = Path(str(spec["store"])).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not (path / "memory.db").exists():
+            raise ConfigError(f"memory.store: no memory store at {path} (a folder made by evolve.memory.MemoryStore)",
+                              path="memory.store")
+        spec["store"] = str(path.resolve())
+    return spec

@@ -1,0 +1,94 @@
+"""Accepting and promoting children: two stages, and re-evaluation for noisy graders.
+
+Stage 1: the child must beat its parent on this generation's training minibatch by more than
+``engine.min_gain``. Stage 2: on validation it may be at most ``engine.val_tolerance`` worse
+than its parent. An accepted child is promoted (made current) when it beats the best system.
+
+With ``engine.reeval: {margin, samples}``, a val comparison closer than ``margin`` (child vs
+parent at stage 2, or accepted child vs the best at promotion) is decided on means instead:
+both systems get ``samples`` more samples of every val task (sample indices 1..samples, so
+other seeds; memoised like every rollout, counted against the budget) and their means over
+all samples are compared. The decision event records both means. A system's mean over all
+samples is its score from then on (``state["reevaluated"]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+from evolve.selectors import Scored
+from evolve.types import Candidate, System, Trajectory
+
+if TYPE_CHECKING:
+    from evolve.engine import Engine
+
+
+def mean_score(trajs: Sequence[Trajectory]) -> float:
+    return sum(t.score for t in trajs) / len(trajs) if trajs else 0.0
+
+
+@dataclass
+class Verdict:
+    accepted: bool
+    score: float  # the child's val score (its mean over all samples when re-evaluated); nan at stage 1
+    why: str
+    reeval: list[dict[str, Any]] = field(default_factory=list)
+
+
+def refine(engine: "Engine", system: System, gen: int) -> float:
+    """The system's val mean over ``1 + reeval.samples`` samples per task (memoised)."""
+    n = 1 + engine.task.engine.reeval.samples
+    trajs = engine.rollouts(system, engine._split("val"), split="val", tag="eval:val", generation=gen, samples=n,
+                            description=f"gen {gen}: re-evaluate {system.id[:8]} on val x{n}")
+    mean = mean_score(trajs)
+    refined = engine.archive.get_state("reevaluated", {})
+    if system.id not in refined:  # the first generation that refined it (see evolve.pool)
+        refined[system.id] = [mean, gen]
+        engine.archive.put_state("reevaluated", refined)
+    return mean
+
+
+def judge(engine: "Engine", gen: int, cand: Candidate, minibatch: list, parent: System, p_mb: float,
+          p_val: float) -> Verdict:
+    """Stage 1 on the minibatch, then stage 2 on validation (re-evaluated when close)."""
+    cfg = engine.task.engine
+    c_traj = engine.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
+                             description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
+    c_mb = mean_score(c_traj)
+    if not c_mb > p_mb + cfg.min_gain:
+        return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
+    c_val, _ = engine.evaluate(cand.system, "val", generation=gen)
+    notes, how = [], "val"
+    if cfg.reeval is not None and abs(c_val - p_val) <= cfg.reeval.margin:
+        c_mean, p_mean = refine(engine, cand.system, gen), refine(engine, parent, gen)
+        notes.append({"against": "parent", "system": parent.id, "child_score": round(c_val, 6),
+                      "other_score": round(p_val, 6), "child_mean": round(c_mean, 6), "other_mean": round(p_mean, 6),
+                      "samples": 1 + cfg.reeval.samples})
+        c_val, p_val, how = c_mean, p_mean, f"val mean of {1 + cfg.reeval.samples} samples"
+    if c_val < p_val - cfg.val_tolerance:
+        return Verdict(False, c_val, f"rejected at stage 2: {how} {c_val:.3f} vs parent {p_val:.3f}", notes)
+    return Verdict(True, c_val, f"accepted: minibatch {c_mb:.3f} vs {p_mb:.3f}, {how} {c_val:.3f} vs {p_val:.3f}",
+                   notes)
+
+
+def promotion(engine: "Engine", gen: int, cand: Candidate, verdict: Verdict, best: Scored) -> tuple[bool, Scored]:
+    """Whether the accepted child becomes the best system, and the best afterwards. A close
+    call against the best is re-evaluated (both means; ``verdict`` gets the note and the
+    child's mean as its score)."""
+    reeval = engine.task.engine.reeval
+    if reeval is not None and best.system_id != cand.system.id and abs(verdict.score - best.score) <= reeval.margin:
+        first = verdict.score
+        c_mean = refine(engine, cand.system, gen)
+        b_mean = refine(engine, engine.archive.get_system(best.system_id), gen)
+        verdict.reeval.append({"against": "best", "system": best.system_id, "child_score": round(first, 6),
+                               "other_score": round(best.score, 6), "child_mean": round(c_mean, 6),
+                               "other_mean": round(b_mean, 6), "samples": 1 + reeval.samples})
+        verdict.score = c_mean
+        best = Scored(best.system_id, b_mean, best.generation)
+        promoted = c_mean > b_mean
+        verdict.why += (f"; promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})" if promoted else
+                        f"; not promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})")
+    else:
+        promoted = verdict.score > best.score
+    return promoted, (Scored(cand.system.id, verdict.score, gen) if promoted else best)
