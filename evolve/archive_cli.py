@@ -124,8 +124,10 @@ def show(
     run_dir: Path = RunDir,
     system: str = SystemArg,
     trajectories: int = typer.Option(3, "--trajectories", "-t", help="How many example trajectories to summarize."),
+    graph: Optional[Path] = typer.Option(None, "--graph", help="Also draw the system's workflow graph to this PNG.",
+                                         show_default=False),
 ) -> None:
-    """One system: its record, lineage, scores per split, JSON and example trajectories."""
+    """One system: its record, lineage, scores per split, workflow graph, JSON and example trajectories."""
     with _archive(run_dir) as archive:
         sid = archive.resolve(system)
         sysobj = archive.get_system(sid)
@@ -137,6 +139,7 @@ def show(
         if len(rows) < trajectories:
             seen = {r.key for r in rows}
             rows += [r for r in archive.trajectory_rows(sid, limit=trajectories) if r.key not in seen][: trajectories - len(rows)]
+    wf, problem = _workflow_of(sysobj, graph)
     out = _out()
     title = Text(f"system {sid}", style="bold")
     if sid == current:
@@ -167,6 +170,8 @@ def show(
     else:
         out.print(Text("scores: none yet"))
 
+    _show_workflow(out, wf, problem, graph, sid)
+
     out.print(Text("system JSON", style="bold"))
     out.print_json(sysobj.model_dump_json(), indent=2, highlight=False)
 
@@ -191,6 +196,40 @@ def show(
                 Text(note, style="red" if t.error else ""),
             )
         out.print(tt)
+
+
+def _workflow_of(sysobj: Any, png: Path | None) -> tuple[Any, str | None]:
+    """The system's workflow graph (or None) and why it cannot be read; exit 2 when ``--graph``
+    asks to draw a graph the system does not have."""
+    from evolve.topology.graph import WorkflowError, graph_of
+
+    try:
+        wf, problem = graph_of(sysobj), None
+    except WorkflowError as e:
+        wf, problem = None, str(e)
+    if png is not None and wf is None:
+        why = f": {problem}" if problem else ""
+        _err().print(Text(f"error: system {sysobj.id} has no workflow graph to draw (--graph){why}", style="red"))
+        raise SystemExit(2)
+    return wf, problem
+
+
+def _show_workflow(out: Console, wf: Any, problem: str | None, png: Path | None, sid: str) -> None:
+    if problem:
+        out.print(Text(f"workflow graph: unreadable ({problem})", style="red"))
+    if wf is None:
+        return
+    from evolve.topology.render import render_png, render_text
+
+    out.print(Text("workflow graph", style="bold"))
+    out.print(Text(render_text(wf)))
+    if png is not None:
+        try:
+            written = render_png(wf, png, title=f"system {sid[:12]}")
+        except (UserError, OSError) as e:
+            _err().print(Text(f"error: cannot draw the workflow graph to {png}: {e}", style="red"))
+            raise SystemExit(2) from None
+        out.print(Text(f"workflow graph drawn to {written}"))
 
 
 @app.command("diff")

@@ -122,6 +122,11 @@ operators = Registry(
         "toolforge": "evolve.toolforge.operator:ToolForge",
         "memory": "evolve.memory.operator:MemoryOperator",
         "scripted": "evolve.operators:ScriptedEdit",
+        "topology": "evolve.topology.operator:TopologySearch",
+        "prompt_mutation": "evolve.prompts.mutation:PromptMutation",
+        "reflective": "evolve.prompts.reflective:ReflectiveMutation",
+        "bootstrap_demos": "evolve.prompts.bootstrap:DemoBootstrap",
+        "prompt_crossover": "evolve.prompts.crossover:Crossover",
     },
 )
 selectors = Registry(
@@ -129,6 +134,22 @@ selectors = Registry(
     {
         "best": "evolve.selectors:Best",
         "tournament": "evolve.selectors:Tournament",
+        "pareto": "evolve.selectors:Pareto",
+    },
+)
+# Workflow node types (evolve.topology): generic steps, plus the steps of the embedded SQL world.
+node_types = Registry(
+    "node type",
+    {
+        "llm": "evolve.topology.nodes:LLMStep",
+        "tool": "evolve.topology.nodes:ToolStep",
+        "check": "evolve.topology.nodes:CheckStep",
+        "vote": "evolve.topology.nodes:VoteStep",
+        "reflect": "evolve.topology.nodes:ReflectStep",
+        "answer": "evolve.topology.nodes:AnswerStep",
+        "sql.write": "evolve.worlds.sql.workflow:Write",
+        "sql.execute": "evolve.worlds.sql.workflow:Execute",
+        "sql.rewrite": "evolve.worlds.sql.workflow:Rewrite",
     },
 )
 runners = Registry(

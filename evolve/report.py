@@ -1,8 +1,10 @@
 """The run report: ``report.json`` and ``report.md`` in the run directory.
 
 ``report.json`` holds ``baseline`` and ``best`` (each with ``system_id`` and per-split
-``{score, n}`` for ``val`` and ``test``), the ``generations`` list, the budget used and why
-the run stopped.
+``{score, n}`` for ``val`` and ``test``), the ``generations`` list, the budget used (all of it,
+and ``budget_used_by_run``: before the final test scoring, which is outside the budget) and why
+the run stopped. When the best system (else the baseline) has a workflow graph, ``workflow``
+holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
 """
 
 from __future__ import annotations
@@ -40,11 +42,42 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
         report["generations"] = arch.get_state("generations", [])
         report["stop_reason"] = stop_reason
     report["budget_used"] = engine.budget_used()
+    report["budget_used_by_run"] = getattr(engine, "used_by_run", None) or report["budget_used"]
     report["budget"] = engine.task.budget.model_dump()
     report["lineage"] = arch.lineage(best_id) if best_id else []
+    workflow = _workflow(engine, best_id, baseline_id)
+    if workflow is not None:
+        report["workflow"] = workflow
     (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (engine.run_dir / "report.md").write_text(to_markdown(report))
     return report
+
+
+def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
+    """The workflow graph of the best system (else the baseline) as text, drawn to
+    ``best_workflow.png`` in the run dir; None when neither has a graph. Drawing is optional:
+    a failure leaves the text and says why."""
+    from evolve.topology.graph import graph_of
+    from evolve.topology.render import render_png, render_text
+
+    for which, sid in (("best", best_id), ("baseline", baseline_id)):
+        if sid is None:
+            continue
+        try:
+            wf = graph_of(engine.archive.get_system(sid))
+        except Exception as e:  # noqa: BLE001 - a bad graph must not sink the report
+            return {"system": which, "system_id": sid, "text": f"(unreadable workflow graph: {e})", "image": None}
+        if wf is None:
+            continue
+        out: dict[str, Any] = {"system": which, "system_id": sid, "workflow_id": wf.id, "text": render_text(wf),
+                               "image": None}
+        try:
+            render_png(wf, engine.run_dir / "best_workflow.png", title=f"{which} system {sid[:12]}")
+            out["image"] = "best_workflow.png"
+        except Exception as e:  # noqa: BLE001 - no matplotlib, a full disk: keep the text
+            out["image_error"] = f"{type(e).__name__}: {e}"
+        return out
+    return None
 
 
 def _fmt(entry: dict | None, split: str) -> str:
@@ -71,14 +104,23 @@ def to_markdown(report: dict[str, Any]) -> str:
         g = gain(report, split)
         if g is not None and not math.isnan(g):
             lines.append(f"\n{split} gain: {100 * g:+.1f} points")
-    lines += ["", "## Generations", "", "| gen | best val | children | accepted | rollouts | tokens | seconds |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "## Generations", "",
+              "| gen | best val | children | accepted | rollouts | LLM calls | tokens | seconds |",
+              "|---|---|---|---|---|---|---|---|"]
     for g in report.get("generations", []):
         lines.append(f"| {g['index']} | {g['best_val']:.3f} | {g.get('children', 0)} | {g.get('accepted', 0)} | "
-                     f"{g.get('rollouts', 0)} | {g.get('tokens', 0)} | {g.get('seconds', 0)} |")
-    u = report.get("budget_used", {})
-    lines += ["", f"Budget used: {u.get('rollouts', 0)} rollouts, {u.get('tokens', 0)} tokens, "
-              f"${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. Stopped: {report.get('stop_reason')}.", ""]
+                     f"{g.get('rollouts', 0)} | {g.get('calls', '—')} | {g.get('tokens', 0)} | {g.get('seconds', 0)} |")
+    u = report.get("budget_used_by_run") or report.get("budget_used", {})
+    a = report.get("budget_used", {})
+    lines += ["", f"Budget used by the run: {u.get('rollouts', 0)} rollouts, {u.get('calls', 0)} LLM calls, "
+              f"{u.get('tokens', 0)} tokens, ${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. "
+              f"Stopped: {report.get('stop_reason')}. With the final test scoring (outside the budget): "
+              f"{a.get('rollouts', 0)} rollouts, {a.get('calls', 0)} LLM calls, ${a.get('cost', 0):.4f}.", ""]
     if report.get("lineage"):
         lines.append("Lineage of the best system: " + " → ".join(f"`{s[:8]}`" for s in reversed(report["lineage"])))
+    w = report.get("workflow")
+    if w:
+        lines += ["", f"## Workflow of the {w['system']} system (`{w['system_id'][:12]}`)", "", "```text", w["text"], "```"]
+        if w.get("image"):
+            lines += ["", f"![workflow graph]({w['image']})"]
     return "\n".join(lines) + "\n"
