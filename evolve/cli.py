@@ -48,10 +48,11 @@ class RichObserver:
         from rich.table import Table
 
         t = Table(title=f"generation {row['index']}", show_header=True, header_style="bold")
-        for col in ("best val", "best system", "children", "accepted", "rollouts", "tokens", "seconds"):
+        for col in ("best val", "best system", "children", "accepted", "rollouts", "LLM calls", "tokens", "seconds"):
             t.add_column(col)
         t.add_row(f"{row['best_val']:.3f}", row["best"][:12], str(row.get("children", 0)), str(row.get("accepted", 0)),
-                  str(row.get("rollouts", 0)), str(row.get("tokens", 0)), str(row.get("seconds", 0)))
+                  str(row.get("rollouts", 0)), str(row.get("calls", "—")), str(row.get("tokens", 0)),
+                  str(row.get("seconds", 0)))
         self.progress.console.print(t)
 
     def message(self, text: str) -> None:
@@ -79,16 +80,65 @@ def _print_report(report: dict[str, Any]) -> None:
         Console().print(f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]   report: {report['run_dir']}/report.md")
 
 
+def _money(usd: float | None) -> str:
+    return "unknown" if usd is None else f"${usd:.2f}" if usd >= 1 else f"${usd:.4f}"
+
+
+def _print_estimate(est: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    sz = est["sizes"]
+    t = Table(title=f"dry run: {est['task']} (seed {est['seed']}), train {sz['train']} / val {sz['val']} / test "
+                    f"{sz['test']}, minibatch {sz['minibatch']}", caption="calls: LLM calls in rollouts; op calls: "
+                    "operators' own LLM calls; par→kids: parents → children proposed; tokens~: estimated")
+    for col in ("phase", "par→kids", "rollouts", "calls", "op calls", "tokens~", "money"):
+        t.add_column(col, justify="left" if col == "phase" else "right", no_wrap=col == "phase")
+    unknown_ops = any(not o["declared"] for o in est["operators"])
+
+    def add(r: dict[str, Any], style: str | None = None) -> None:
+        op = f"{r['op_calls']}" + ("+?" if unknown_ops and r["phase"].startswith("gen") else "")
+        kids = f"{r['parents']}→{r['children']}" if r.get("parents") else ""
+        t.add_row(r["phase"], kids, str(r["rollouts"]),
+                  str(r["calls"]), op, f"{r['tokens']:,}", _money(r["usd"]), style=style)
+
+    for r in est["phases"]:
+        add(r, "red" if est["stop"] and r["phase"] == est["stop"]["phase"] else None)
+    t.add_section()
+    add(est["in_budget"], "bold")
+    add(est["final"])
+    add(est["total"], "bold")
+    out = Console()
+    out.print(t)
+    for o in est["operators"]:
+        own = (f"{o['rollouts']} rollouts, {o['llm_calls']} LLM calls" if o["declared"] else "unknown own cost")
+        out.print(f"operator {o['name']}: per parent {own}, {o['children']} children", highlight=False)
+    stop = est["stop"]
+    if stop:
+        out.print(f"[bold]{stop['limit']} stops the run in {stop['phase']}[/bold], after {stop['rollouts']} rollouts "
+                  f"(~{stop['calls']} LLM calls); the final test scoring still runs", highlight=False)
+    else:
+        out.print("no budget stops the plan early", highlight=False)
+    for note in est["notes"]:
+        out.print(f"[dim]- {note}[/dim]", highlight=False)
+
+
 @app.command()
 def run(
     task_file: Path = typer.Argument(..., help="The task YAML."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing all finished work."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the rollouts, LLM calls, tokens and money the run "
+                                 "would spend (a maximum), and where a budget would stop it; run nothing."),
 ) -> None:
     """Run an evolution job: bootstrap, evolve, score on held-out tasks, write the report."""
     from evolve.api import run_task
 
+    if dry_run:
+        from evolve.api import dry_run as estimate
+
+        _print_estimate(estimate(task_file, overrides=set_))
+        return
     with RichObserver() as obs:
         report = run_task(task_file, overrides=set_, out=out, resume=resume, observer=obs)
     _print_report(report)
@@ -167,8 +217,10 @@ def serve(
 
 def _mount_archive() -> None:
     from evolve.archive_cli import app as archive_app
+    from evolve.prompts.cli import baseline_app
 
     app.add_typer(archive_app, name="archive")
+    app.add_typer(baseline_app, name="baseline")
 
 
 def main(argv: list[str] | None = None) -> None:
