@@ -135,8 +135,25 @@ class Engine:
     def elapsed(self) -> float:
         return self._elapsed_before + time.monotonic() - self._t0
 
-    def budget_used(self) -> dict[str, Any]:
+    def usage(self) -> dict[str, Any]:
+        """What the run has spent: its rollouts (the archive's totals) plus the model calls that
+        operators made themselves (a mutating or reflecting LLM), which count against the budget too."""
         u = self.archive.usage()
+        op = self.archive.get_state("operator_llm") or {}
+        for k in ("calls", "tokens", "cost"):
+            u[k] = u.get(k, 0) + op.get(k, 0)
+        return u
+
+    def charge(self, completion: Any) -> None:
+        """Record one model call an operator made itself (see :attr:`OperatorContext.charge`)."""
+        op = dict(self.archive.get_state("operator_llm") or {"calls": 0, "tokens": 0, "cost": 0.0})
+        op["calls"] += 1
+        op["tokens"] += int(getattr(completion, "prompt_tokens", 0) or 0) + int(getattr(completion, "completion_tokens", 0) or 0)
+        op["cost"] += float(getattr(completion, "cost", 0.0) or 0.0)
+        self.archive.put_state("operator_llm", op)
+
+    def budget_used(self) -> dict[str, Any]:
+        u = self.usage()
         return {**u, "seconds": round(self.elapsed(), 2),
                 "generations": len([k for k in self._gen_rows()])}
 
@@ -152,7 +169,7 @@ class Engine:
             if self._max_calls is None:
                 self._max_calls = self.archive.max_calls()
             per_rollout = b.calls_per_rollout or max(1, self._max_calls)
-        return allowed_rollouts(b, self.archive.usage(), self.elapsed(), pending, per_rollout)
+        return allowed_rollouts(b, self.usage(), self.elapsed(), pending, per_rollout)
 
     # ------------------------------------------------------------------ rollouts
 
@@ -193,7 +210,7 @@ class Engine:
             if buf:
                 self.archive.add_trajectories(buf)
             if len(run_now) < len(missing):
-                raise BudgetExhausted(spent(self.task.budget, cut_by or "rollouts", self.archive.usage()))
+                raise BudgetExhausted(spent(self.task.budget, cut_by or "rollouts", self.usage()))
         return [done[k] for k, _, _ in keys]
 
     def evaluate(self, system: System, split: str, generation: int = 0) -> tuple[float, int]:
@@ -249,7 +266,7 @@ class Engine:
                 self.archive.set_current(base.id, "baseline")
             self._accept(base.id, val, 0)
             if not self._gen_rows():
-                used = self.archive.usage()
+                used = self.usage()
                 self._record_generation(0, {"children": 0, "accepted": 0, "rollouts": used["rollouts"],
                                             "calls": used["calls"], "tokens": used["tokens"]})
             for gen in range(len(self._gen_rows()), self.task.budget.generations + 1):
@@ -269,7 +286,7 @@ class Engine:
 
     def _generation(self, gen: int) -> None:
         self._check_budget()
-        counted = dict(self.archive.usage())
+        counted = dict(self.usage())
         t0 = self.elapsed()
         # the pool as earlier generations left it, so that a resumed generation picks the same parents
         pool = scored_pool(self, before=gen, detail=bool(getattr(self.selector, "needs_per_task", False)))
@@ -301,7 +318,7 @@ class Engine:
                         self._accept(cand.system.id, verdict.score, gen)
                         if promoted:
                             self.archive.set_current(cand.system.id, "promote")
-        used = self.archive.usage()
+        used = self.usage()
         self._record_generation(gen, {
             "children": n_children, "accepted": n_accepted, "rollouts": used["rollouts"] - counted["rollouts"],
             "calls": used["calls"] - counted["calls"], "tokens": used["tokens"] - counted["tokens"],
@@ -321,7 +338,7 @@ class Engine:
             rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore": self.rollouts(
                 system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
                 temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
-            log=self.obs.message,
+            log=self.obs.message, charge=self.charge,
             extra={"pool": OperatorPool(self)},
         )
         proposed = op.propose(parent, ctx)

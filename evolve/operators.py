@@ -54,6 +54,9 @@ class OperatorContext:
     # rollouts(system, tasks, samples=1, temperature=None, tag="explore") -> list[Trajectory], memoised
     rollouts: Callable[..., list[Trajectory]]
     log: Callable[[str], None] = print
+    # charge(completion): an operator that calls a model itself (to mutate or reflect) reports each
+    # call here, so that it counts against the run's call, token and money budgets
+    charge: Callable[[Any], None] = lambda completion: None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

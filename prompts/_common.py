@@ -72,6 +72,7 @@ class OperatorLog:
                                      "notes": [], "calls": [], "rejected": [], "children": []}
         self.tokens = 0
         self._say = ctx.log
+        self._charge = getattr(ctx, "charge", None)
         self.op_name = op_name
 
     def note(self, text: str, **extra: Any) -> None:
@@ -102,6 +103,8 @@ class OperatorLog:
             self.reject(f"{purpose}: the model call failed: {entry['error']}")
             return None
         entry["answer"] = out.text
+        if self._charge is not None:  # the operator's own calls count against the run's budget
+            self._charge(out)
         self.tokens += int(out.prompt_tokens or 0) + int(out.completion_tokens or 0)
         return out.text
 

@@ -154,6 +154,10 @@ class DemoBootstrap:
             added += 1
         return added
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal, at most: ``max_rollouts`` extra training rollouts, no calls of its own."""
+        return {"rollouts": min(self.p.max_rollouts, plan.train), "llm_calls": 0, "children": self.p.children}
+
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         p = self.p
         log = OperatorLog(self.name, parent, ctx)

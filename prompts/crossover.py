@@ -87,6 +87,10 @@ class Crossover:
         allowed = self.p.components
         return {k: v for k, v in prompts.items() if allowed is None or k in allowed}
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal, at most: no rollouts or calls of its own."""
+        return {"rollouts": 0, "llm_calls": 0, "children": self.p.children}
+
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         log = OperatorLog(self.name, parent, ctx)
         try:

@@ -110,6 +110,12 @@ class PromptMutation:
         self.step, self.kind = parse_name(self.p.component)
         self.llms = LLMSource(self.name, self.p.model, self.p.role)
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal, at most (``evolve run --dry-run``): a mutation call per child, plus a
+        hyper-mutation call for each child that draws one (counted as if every child did)."""
+        calls = self.p.children * (2 if self.p.hyper_rate > 0 else 1)
+        return {"rollouts": 0, "llm_calls": calls, "children": self.p.children}
+
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         p, step, kind = self.p, self.step, self.kind
         log = OperatorLog(self.name, parent, ctx)

@@ -85,6 +85,10 @@ class ReflectiveMutation:
     def failed(self, t: Trajectory) -> bool:
         return t.error is not None or t.score < self.p.threshold
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal, at most: one reflection call per child."""
+        return {"rollouts": 0, "llm_calls": self.p.children, "children": self.p.children}
+
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         p = self.p
         log = OperatorLog(self.name, parent, ctx)

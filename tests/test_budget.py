@@ -181,3 +181,27 @@ def test_budget_fields_are_validated():
         validate_task(level_task(budget={"calls_per_rollout": -1}))
     with pytest.raises(ConfigError, match="did you mean 'calls'"):
         validate_task(level_task(budget={"cals": 3}))
+
+
+def test_operator_model_calls_count_against_the_budget(tmp_path):
+    """A reflecting operator's own calls (outside rollouts) are spent budget: the run's usage holds
+    them, and the dry run plans them (one reflection call per child)."""
+    import json
+
+    from conftest import DATA
+    from test_prompts import feedback_reward
+
+    task = yaml.safe_load((DATA / "toy.yaml").read_text())
+    reflector = {"backend": "scripted", "name": "reflector",
+                 "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "no idea"}}}
+    task.update(operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3}}],
+                budget={"generations": 1}, engine={"minibatch": 6})
+    task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
+    est = evolve.dry_run(task, base_dir=DATA)
+    assert est["phases"][1]["op_calls"] == 1
+    report = evolve.run(task, out=tmp_path / "run", reward=feedback_reward, base_dir=DATA)
+    asked = sum(len(json.loads(f.read_text())["calls"]) for f in (tmp_path / "run" / "work").glob("*/reflective.json"))
+    assert asked == 1
+    with Archive(tmp_path / "run", create=False) as a:
+        in_rollouts = a.usage()["calls"]
+    assert report["budget_used"]["calls"] == in_rollouts + asked
