@@ -4,12 +4,14 @@ A run stops cleanly on the first budget spent (generations, rollouts, LLM calls,
 money, wall time) with a :class:`~evolve.errors.BudgetExhausted` that says which. Budgets
 are checked before every batch of rollouts:
 
-* ``rollouts`` and ``calls`` are exact: only as many rollouts as still fit may start, so the
-  totals never pass the limits. A batch cut short stops the run once its allowed part has
-  finished. For ``calls`` a rollout is assumed to make ``budget.calls_per_rollout`` calls
-  (when set), else the most calls one stored rollout of this run has made (at least 1): an
-  agent that makes one call per rollout stops at exactly ``budget.calls`` calls, one that
-  makes a varying number cannot pass the limit by more than its first batch's surprise.
+* ``rollouts`` are exact: only as many rollouts as still fit may start. A batch cut short
+  stops the run once its allowed part has finished.
+* ``calls`` (LLM calls in rollouts plus operators' own calls, which are checked before each
+  one) are exact when the number of calls per rollout is known: a rollout is assumed to make
+  ``budget.calls_per_rollout`` calls when set, else the most of its workflow graph's bound
+  (:func:`evolve.topology.runtime.calls_upper_bound`) and of what any stored rollout of the
+  run made. An agent without a graph that makes more calls than any rollout before it can
+  pass the limit by that surprise, in that one batch; set ``calls_per_rollout`` to rule it out.
 * ``tokens``, ``usd`` and ``seconds`` are known only after a rollout ends: a batch that
   starts under the limit runs whole, and the run stops before the next batch.
 

@@ -49,6 +49,20 @@ class Observer:
     def message(self, text: str) -> None: ...
 
 
+def _graph_bound(system: System | None) -> int:
+    """The most model calls one rollout of ``system``'s workflow graph makes (0: no graph, or unbounded)."""
+    graph = (system.workflow or {}).get("graph") if system is not None else None
+    if not graph:
+        return 0
+    from evolve.topology.graph import Workflow
+    from evolve.topology.runtime import calls_upper_bound
+
+    try:
+        return calls_upper_bound(Workflow.from_json(graph)) or 0
+    except Exception:  # noqa: BLE001 - an invalid graph fails its rollouts, where it is reported
+        return 0
+
+
 def job_seed(seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{seed}/{key}".encode()).hexdigest()[:8], 16)
 
@@ -157,10 +171,12 @@ class Engine:
         return {**u, "seconds": round(self.elapsed(), 2),
                 "generations": len([k for k in self._gen_rows()])}
 
-    def _check_budget(self, pending: int = 0) -> tuple[int, str | None]:
+    def _check_budget(self, pending: int = 0, system: System | None = None) -> tuple[int, str | None]:
         """Raise when a budget is spent; otherwise how many of ``pending`` rollouts may start and
-        the budget that cuts them (see :mod:`evolve.budget`). The final scoring of the baseline
-        and the promoted system (the report) is outside the budget."""
+        the budget that cuts them (see :mod:`evolve.budget`). For a call budget a rollout of
+        ``system`` is taken to make ``budget.calls_per_rollout`` calls when set, else the most of
+        what its workflow graph can make and what any stored rollout made. The final scoring of
+        the baseline and the promoted system (the report) is outside the budget."""
         if self.final:
             return pending, None
         b = self.task.budget
@@ -168,8 +184,17 @@ class Engine:
         if b.calls is not None:
             if self._max_calls is None:
                 self._max_calls = self.archive.max_calls()
-            per_rollout = b.calls_per_rollout or max(1, self._max_calls)
+            per_rollout = b.calls_per_rollout or max(1, self._max_calls, _graph_bound(system))
         return allowed_rollouts(b, self.usage(), self.elapsed(), pending, per_rollout)
+
+    def check_operator_call(self) -> None:
+        """Before an operator calls a model itself: raise :class:`BudgetExhausted` when the budget
+        has no room for one more call (or another budget is spent)."""
+        if self.final:
+            return
+        b = self.task.budget
+        used = self.usage()
+        allowed_rollouts(b.model_copy(update={"rollouts": None}), used, self.elapsed(), 1, 1.0)
 
     # ------------------------------------------------------------------ rollouts
 
@@ -191,7 +216,7 @@ class Engine:
         missing = [(k, t, s) for k, t, s in keys if k not in done]
         phase = "eval" if tag.startswith("eval") else tag.split(":")[0]
         if missing:
-            allowed, cut_by = self._check_budget(len(missing))
+            allowed, cut_by = self._check_budget(len(missing), system)
             run_now = missing[:allowed]
             jobs = [RolloutJob(key=k, system=system, task=t, seed=job_seed(self.task.seed, k), sample=s,
                                temperature=temperature, timeout=self.task.runner.timeout) for k, t, s in run_now]
@@ -338,7 +363,7 @@ class Engine:
             rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore": self.rollouts(
                 system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
                 temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
-            log=self.obs.message, charge=self.charge,
+            log=self.obs.message, charge=self.charge, may_call=self.check_operator_call,
             extra={"pool": OperatorPool(self)},
         )
         proposed = op.propose(parent, ctx)

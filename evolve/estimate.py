@@ -114,31 +114,54 @@ def _total(rows: list[dict[str, Any]], phase: str) -> dict[str, Any]:
             "usd": None if any(u is None for u in usd) else sum(usd)}
 
 
-def _stop(task: TaskConfig, rows: list[dict[str, Any]], cpr: float, price: dict[str, Any]) -> dict[str, Any] | None:
-    """Where the first budget would stop the run: budgets count trajectories only, so each one
-    is a number of rollouts (operators' own LLM calls are outside trajectories and budgets)."""
-    b = task.budget
-    per_call_tokens = price["prompt_tokens"] + price["completion_tokens"]
-    limits = []
-    if b.rollouts is not None:
-        limits.append((b.rollouts, "rollouts", f"budget.rollouts = {b.rollouts}"))
-    if b.calls is not None:
-        limits.append((math.floor(b.calls / cpr + 1e-9), "calls", f"budget.calls = {b.calls}"))
-    if b.tokens is not None:  # the batch that passes the limit runs whole: a little over
-        limits.append((math.ceil(b.tokens / (cpr * per_call_tokens)), "tokens", f"budget.tokens = {b.tokens}"))
-    if b.usd is not None and price["usd_per_call"]:
-        limits.append((math.ceil(b.usd / (cpr * price["usd_per_call"])), "usd", f"budget.usd = {b.usd:g}"))
-    planned = sum(r["rollouts"] for r in rows)
-    hits = sorted((n, kind, text) for n, kind, text in limits if n < planned)
-    if not hits:
+def _graph_bound(task: TaskConfig) -> int | None:
+    """The most model calls one run of the task's starting workflow graph makes (None: no graph,
+    or an unbounded one)."""
+    graph = (task.workflow or {}).get("graph")
+    if not graph:
         return None
-    n, kind, text = hits[0]
-    seen = 0
-    for r in rows:
-        if seen + r["rollouts"] > n:
-            return {"budget": kind, "limit": text, "phase": r["phase"], "rollouts": n, "calls": math.ceil(n * cpr - 1e-9)}
-        seen += r["rollouts"]
-    return None  # pragma: no cover - n < planned
+    from evolve.topology.graph import Workflow
+    from evolve.topology.runtime import calls_upper_bound
+
+    try:
+        return calls_upper_bound(Workflow.from_json(graph))
+    except Exception:  # noqa: BLE001 - an invalid graph is reported when the task loads
+        return None
+
+
+def _stop(task: TaskConfig, rows: list[dict[str, Any]], cpr: float, price: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the first budget would stop the run. Each budget is spent by rollouts (``cpr`` calls
+    each) and by operators' own LLM calls, which are taken to come first within their phase (an
+    operator asks its model before its children are judged)."""
+    b = task.budget
+    ptok = price["prompt_tokens"] + price["completion_tokens"]
+    usd = price["usd_per_call"] or 0.0
+    # kind -> (limit, cost of one rollout, cost of one operator call, whole batches run past the limit?)
+    limits: dict[str, tuple[float, float, float, bool, str]] = {}
+    if b.rollouts is not None:
+        limits["rollouts"] = (b.rollouts, 1.0, 0.0, False, f"budget.rollouts = {b.rollouts}")
+    if b.calls is not None:
+        limits["calls"] = (b.calls, cpr, 1.0, False, f"budget.calls = {b.calls}")
+    if b.tokens is not None and ptok:
+        limits["tokens"] = (b.tokens, cpr * ptok, ptok, True, f"budget.tokens = {b.tokens}")
+    if b.usd is not None and usd:
+        limits["usd"] = (b.usd, cpr * usd, usd, True, f"budget.usd = {b.usd:g}")
+    best: dict[str, Any] | None = None
+    for kind, (limit, per_rollout, per_op, whole, text) in limits.items():
+        used, seen = 0.0, 0
+        for r in rows:
+            used += r.get("op_calls", 0) * per_op
+            room = (limit - used) / per_rollout
+            fit = max(0, math.ceil(room - 1e-9) if whole else math.floor(room + 1e-9))
+            if fit < r["rollouts"]:
+                n = seen + fit
+                if best is None or n < best["rollouts"]:
+                    best = {"budget": kind, "limit": text, "phase": r["phase"], "rollouts": n,
+                            "calls": math.ceil(n * cpr - 1e-9)}
+                break
+            used += r["rollouts"] * per_rollout
+            seen += r["rollouts"]
+    return best
 
 
 def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
@@ -151,7 +174,10 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
              for split, limit in (("train", None), ("val", eng.val_size), ("test", eng.test_size))}
     m = min(eng.minibatch, sizes["train"])
     V, T = sizes["val"], sizes["test"]
-    cpr = float(b.calls_per_rollout or 1)
+    cpr, cpr_source = float(b.calls_per_rollout or 1), "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1"
+    graph_bound = _graph_bound(task)
+    if not b.calls_per_rollout and graph_bound:
+        cpr, cpr_source = float(graph_bound), "the starting workflow graph's bound"
     plan = RunPlan(minibatch=m, train=sizes["train"], val=V, generations=b.generations, parents=eng.parents,
                    calls_per_rollout=cpr)
     ops = _operator_costs(task, plan)
@@ -171,8 +197,8 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     final = [_row("final test*", T * (2 if promoted else 1), cpr, 0, price)] if T else []
     notes = [
         "a maximum: children that fail stage 1 skip val, rediscovered children and memoised rollouts cost nothing",
-        "LLM calls per rollout: " + (f"{cpr:g} (budget.calls_per_rollout)" if b.calls_per_rollout
-                                     else "1, assumed (set budget.calls_per_rollout)"),
+        f"LLM calls per rollout: {cpr:g}, " + (cpr_source if cpr_source != "assumed 1"
+                                              else "assumed (set budget.calls_per_rollout)"),
         price["tokens_note"],
         f"money: {price['price']} (model {price['model']!r}, role {price['role']!r})",
         "*final test: the baseline and the promoted system scored on test, outside every budget",
@@ -189,7 +215,7 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     in_budget = _total(rows, "in the budget")
     return {
         "task": task.name, "seed": task.seed, "sizes": {**sizes, "minibatch": m}, "calls_per_rollout": cpr,
-        "calls_per_rollout_source": "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1",
+        "calls_per_rollout_source": cpr_source,
         "operators": ops, "pricing": price, "phases": rows, "in_budget": in_budget,
         "final": final[0] if final else _total([], "final test*"),
         "total": _total(rows + final, "total"), "stop": stop, "notes": notes,

@@ -75,9 +75,13 @@ def judge(engine: "Engine", gen: int, cand: Candidate, minibatch: list, parent: 
 def promotion(engine: "Engine", gen: int, cand: Candidate, verdict: Verdict, best: Scored) -> tuple[bool, Scored]:
     """Whether the accepted child becomes the best system, and the best afterwards. A close
     call against the best is re-evaluated (both means; ``verdict`` gets the note and the
-    child's mean as its score)."""
+    child's mean as its score), and so is any comparison where one side's score is already a
+    mean (a single lucky sample must not beat a mean)."""
     reeval = engine.task.engine.reeval
-    if reeval is not None and best.system_id != cand.system.id and abs(verdict.score - best.score) <= reeval.margin:
+    # like with like: once either score is a mean over samples, both are compared as means
+    means = bool(verdict.reeval) or best.system_id in engine.archive.get_state("reevaluated", {})
+    if reeval is not None and best.system_id != cand.system.id and (
+            means or abs(verdict.score - best.score) <= reeval.margin):
         first = verdict.score
         c_mean = refine(engine, cand.system, gen)
         b_mean = refine(engine, engine.archive.get_system(best.system_id), gen)

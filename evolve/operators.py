@@ -57,6 +57,8 @@ class OperatorContext:
     # charge(completion): an operator that calls a model itself (to mutate or reflect) reports each
     # call here, so that it counts against the run's call, token and money budgets
     charge: Callable[[Any], None] = lambda completion: None
+    # may_call(): call before each such model call; raises BudgetExhausted when the budget has no room
+    may_call: Callable[[], None] = lambda: None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

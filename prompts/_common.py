@@ -73,6 +73,7 @@ class OperatorLog:
         self.tokens = 0
         self._say = ctx.log
         self._charge = getattr(ctx, "charge", None)
+        self._may_call = getattr(ctx, "may_call", None)
         self.op_name = op_name
 
     def note(self, text: str, **extra: Any) -> None:
@@ -94,6 +95,8 @@ class OperatorLog:
         entry: dict[str, Any] = {"purpose": purpose, "seed": seed,
                                  "messages": [{"role": m.role, "content": m.content} for m in messages]}
         self.data["calls"].append(entry)
+        if self._may_call is not None:  # a spent budget stops the run here (BudgetExhausted), before the call
+            self._may_call()
         try:
             out = llm.complete(list(messages), temperature=temperature, max_tokens=max_tokens, seed=seed)
         except BudgetExhausted:

@@ -196,7 +196,7 @@ class LevelUp:
 # whose verdicts vary from one sample to the next: "lucky" looks better than "steady" on sample 0
 # only, "better" is better on every sample.
 
-NOISY = {"steady": (0.50, 0.50), "lucky": (0.53, 0.40), "better": (0.53, 0.53)}
+NOISY = {"steady": (0.50, 0.50), "lucky": (0.53, 0.40), "better": (0.53, 0.53), "solid": (0.54, 0.45)}
 
 
 def kind_agent(task: dict, ctx: Any) -> Any:

@@ -205,3 +205,38 @@ def test_operator_model_calls_count_against_the_budget(tmp_path):
     with Archive(tmp_path / "run", create=False) as a:
         in_rollouts = a.usage()["calls"]
     assert report["budget_used"]["calls"] == in_rollouts + asked
+
+
+def test_a_call_budget_stops_operator_calls_before_they_are_made(tmp_path):
+    """Four reflection calls would pass budget.calls = 13 after 12 rollout calls: only one is made."""
+    from conftest import DATA
+    from test_prompts import feedback_reward
+
+    task = yaml.safe_load((DATA / "toy.yaml").read_text())
+    reflector = {"backend": "scripted", "name": "reflector",
+                 "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "```\nelse\n```"}}}
+    task.update(operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3, "children": 4}}],
+                engine={"minibatch": 6}, budget={"generations": 1, "calls": 13})
+    task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
+    report = evolve.run(task, out=tmp_path / "r", reward=feedback_reward, base_dir=DATA)
+    assert report["stop_reason"].startswith("call budget of 13 LLM calls spent")
+    assert report["budget_used_by_run"]["calls"] == 13
+
+
+def test_a_call_budget_plans_with_the_workflow_graphs_bound(tmp_path):
+    """A topology search that tries a 16-vote must not pass budget.calls by the vote's size."""
+    graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "llm", "params": {"prompt": "{q}"}},
+                                       {"id": "answer", "type": "answer", "params": {"key": "text"}}],
+             "edges": [{"src": "ask", "dst": "answer"}]}
+    palette = [{"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [16]}}]
+    task = {
+        "name": "g", "seed": 0, "agent": "evolve.topology:agent", "reward": "_agents:vowel_reward",
+        "models": {"policy": {"backend": "scripted", "name": "echo", "params": {"echo": True}}},
+        "workflow": {"graph": graph}, "dataset": {"source": "_agents:vowel_dataset"},
+        "operators": [{"name": "topology", "params": {"palette": palette, "max_evals": 3, "search_tasks": 20}}],
+        "runner": {"name": "thread", "workers": 2, "timeout": 10},
+        "budget": {"generations": 1, "calls": 40}, "engine": {"minibatch": 4},
+    }
+    report = evolve.run(task, out=tmp_path / "r")
+    assert report["stop_reason"].startswith("call budget of 40")
+    assert report["budget_used_by_run"]["calls"] <= 40

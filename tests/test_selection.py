@@ -163,3 +163,17 @@ def test_reeval_off_by_default_and_validated():
     assert validate_task(level_task()).engine.reeval is None
     with pytest.raises(ConfigError, match="engine.reeval.samples"):
         validate_task(level_task(engine={"reeval": {"samples": 0}}))
+
+
+def test_a_child_better_on_the_means_is_promoted_over_a_lucky_parent(tmp_path):
+    """The parent's first sample is lucky (0.53, later 0.40); the child scores 0.54, later 0.45.
+    Stage 2 re-evaluates the close call (means 0.48 vs 0.44); promotion must then compare means
+    too, not the child's mean against the parent's single lucky 0.53."""
+    task = level_task(agent="_agents:kind_agent", reward="_agents:noisy_reward", prompts={"kind": "lucky"},
+                      operators=[{"name": "scripted", "params": {"component": "kind", "choices": ["solid"]}}],
+                      budget={"generations": 1}, engine={"minibatch": 4, "reeval": {"margin": 0.02, "samples": 2}})
+    report = evolve.run(task, out=tmp_path / "r")
+    a = Archive(tmp_path / "r", create=False)
+    (decision,) = a.events("decision")
+    assert decision["accepted"] and "promoted" in decision["why"] and "not promoted" not in decision["why"]
+    assert report["best"]["system_id"] == decision["child"] == a.current()
