@@ -129,10 +129,17 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         # fill the new columns of the stored rows from their JSON (once; the history is
         # append-only again as soon as _SCHEMA recreates the trigger)
         conn.execute("DROP TRIGGER IF EXISTS trajectories_no_update")
-        rows = conn.execute("SELECT seq, enc, data FROM trajectory_data").fetchall()
-        filled = []
-        for seq, enc, data in rows:
-            t = json.loads(_unpack(enc, data))
-            calls = sum(1 for step in t.get("steps") or () if step.get("kind") == "llm")
-            filled.append((calls, float(t.get("duration") or 0.0), seq))
-        conn.executemany("UPDATE trajectories SET calls = ?, duration = ? WHERE seq = ?", filled)
+        # in chunks, so that memory stays flat however many (large) trajectories are stored
+        last = -1
+        while True:
+            rows = conn.execute("SELECT seq, enc, data FROM trajectory_data WHERE seq > ? ORDER BY seq LIMIT 1000",
+                                (last,)).fetchall()
+            if not rows:
+                break
+            filled = []
+            for seq, enc, data in rows:
+                t = json.loads(_unpack(enc, data))
+                calls = sum(1 for step in t.get("steps") or () if step.get("kind") == "llm")
+                filled.append((calls, float(t.get("duration") or 0.0), seq))
+            conn.executemany("UPDATE trajectories SET calls = ?, duration = ? WHERE seq = ?", filled)
+            last = rows[-1][0]
