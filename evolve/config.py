@@ -251,6 +251,7 @@ def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), sourc
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, source)) from None
     _check_operators(task, source)
+    _check_workflow(task, source)
     return task
 
 
@@ -266,9 +267,17 @@ def _check_operators(task: TaskConfig, source: str) -> None:
         params_model = getattr(cls, "Params", None)
         if params_model is not None:
             try:
-                params_model.model_validate(op.params)
+                params = params_model.model_validate(op.params)
             except ValidationError as e:
                 raise ConfigError(format_validation_error(e, source, params_model, prefix=f"operators.{i}.params.")) from None
+            if op.name == "topology":  # its palette must fit the node types
+                from evolve.registry import node_types
+                from evolve.topology.palette import Palette
+
+                try:
+                    Palette.parse(params.palette).check(node_types)
+                except UserError as e:
+                    raise ConfigError(str(e), path=f"operators.{i}.params.palette", source=source) from None
     for field, reg, name in (("engine.selector", selectors, task.engine.selector), ("runner.name", runners, task.runner.name)):
         if name not in reg:
             raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
@@ -279,6 +288,22 @@ def _check_operators(task: TaskConfig, source: str) -> None:
         if m.backend not in llm_backends:
             raise ConfigError(f"unknown {llm_backends.kind} {m.backend!r}; {did_you_mean(m.backend, llm_backends.names())}",
                               path=f"models.{role}.backend", source=source)
+
+
+def _check_workflow(task: TaskConfig, source: str) -> None:
+    """``workflow.graph``, when given, must be a valid graph of known node types (else every
+    rollout would fail and the run would score 0)."""
+    graph = task.workflow.get("graph")
+    if graph is None:
+        return
+    from evolve.topology.graph import Workflow, WorkflowError, validate
+
+    try:
+        if not isinstance(graph, dict):
+            raise WorkflowError([f"expected a mapping (entry, nodes, edges), got {type(graph).__name__}"])
+        validate(Workflow.from_json(graph))
+    except UserError as e:  # a WorkflowError, or a node type that does not import
+        raise ConfigError(str(e), path="workflow.graph", source=source) from None
 
 
 def _check_selector_params(task: TaskConfig, source: str) -> None:

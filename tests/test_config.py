@@ -68,6 +68,34 @@ def test_missing_required_and_cross_field():
     assert "cold_start" in _err(BASE, ["models.policy.backend=local"])
 
 
+def test_workflow_graph_is_validated_at_load():
+    graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "lmm", "params": {"prompt": "{a}"}},
+                                       {"id": "answer", "type": "answer", "params": {"key": "text"}}],
+             "edges": [{"src": "ask", "dst": "answer"}]}
+    data = {**BASE, "agent": "evolve.topology:agent", "workflow": {"graph": graph}}
+    msg = _err(data)  # a typo would fail every rollout, and the run would "succeed" with score 0
+    assert "t.yaml: workflow.graph: invalid workflow graph" in msg and "did you mean 'llm'" in msg
+    assert "workflow.graph" in _err(data, ["workflow.graph.entry=nowhere"])
+    assert "workflow.graph: invalid workflow graph:\n  - nodes: Field required" in _err(data, ["workflow.graph={entry: a}"])
+    assert "workflow.graph: " in _err(data, ["workflow.graph=[1]"])
+    graph["nodes"][0]["type"] = "llm"
+    assert validate_task(data).workflow["graph"] == graph
+
+
+def test_topology_palette_is_checked_at_load():
+    def topology(palette):
+        return {**BASE, "operators": [{"name": "scripted", "params": {"choices": ["a"]}},
+                                      {"name": "topology", "params": {"palette": palette}}]}
+
+    assert "operators.1.params.palette" in _err(topology([{"name": "r", "kind": "loop"}]))  # malformed
+    msg = _err(topology([{"name": "c", "kind": "step", "type": "chek", "params": {"expr": "ok"}}]))
+    assert "t.yaml: operators.1.params.palette: " in msg and "'chek' does not exist" in msg  # no such node type
+    msg = _err(topology([{"name": "v", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"},
+                          "grid": {"n": [3, 64]}}]))
+    assert "operators.1.params.palette" in msg and "v: params" in msg and "n: Input should be less than or equal to 32" in msg
+    validate_task(topology("evolve.worlds.sql.workflow:PALETTE"))  # an import path
+
+
 def test_bad_set_syntax():
     assert "key.path=value" in _err(BASE, ["budget.generations"])
 

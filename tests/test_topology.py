@@ -3,6 +3,7 @@ votes, multi-role graphs, serialisation inside a System, pictures and the archiv
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -13,7 +14,10 @@ from evolve.archive_cli import app
 from evolve.llm.fake import ScriptedLM
 from evolve.report import to_markdown
 from evolve.rollout import run_agent
-from evolve.topology import Edge, Node, Workflow, WorkflowError, agent, calls_upper_bound, graph_of, validate
+from evolve.registry import node_types
+from evolve.topology import (Edge, Node, Workflow, WorkflowError, agent, calls_upper_bound, condition_holds, graph_of,
+                             validate)
+from evolve.topology.edits import refs_of, shape_key
 from evolve.topology.render import render_png, render_text
 from evolve.types import LLMCall, ModelSpec, System, ToolCall
 
@@ -26,6 +30,15 @@ def double(x):
 
 def needs_four(state):
     return "" if state.get("text") == "4" else f"{state.get('text')!r} is not 4"
+
+
+class Ambiguous:  # a value whose comparison raises (as a numpy array's truth does)
+    def __eq__(self, other):
+        raise ValueError("the truth value is ambiguous")
+
+
+def ambiguous():
+    return Ambiguous()
 
 
 def make_system(wf: Workflow, roles=("policy",), prompts=None) -> System:
@@ -71,6 +84,12 @@ def test_validation_lists_each_problem():
     assert "params.promt: Extra inputs are not permitted" in text
     with pytest.raises(WorkflowError, match="exactly one of expr"):
         validate(Workflow(entry="c", nodes=(Node(id="c", type="check", params={}),)))
+    with pytest.raises(WorkflowError, match=r"node 'v' would run itself"):  # a vote in its own chain
+        validate(Workflow(entry="v", nodes=(Node(id="v", type="vote", params={"chain": ["v"], "key": "text"}),)))
+    votes = (Node(id="v", type="vote", params={"chain": ["w"], "key": "text"}),
+             Node(id="w", type="vote", params={"chain": ["v"], "key": "text"}))
+    with pytest.raises(WorkflowError, match=r"run each other through their refs: (v -> w -> v|w -> v -> w)"):
+        validate(Workflow(entry="v", nodes=votes))
     # bounded cycles are fine
     validate(Workflow(entry="a", nodes=(llm("a", max_visits=3), ANSWER),
                       edges=(Edge(src="a", dst="a", when="not text"), Edge(src="a", dst="answer"))))
@@ -156,6 +175,23 @@ def test_a_crashing_node_fails_the_trajectory_cleanly():
     traj = run(caught, ScriptedLM("p", ["not json"]))
     assert traj.ok and node_order(traj) == ["ask", "parse", "answer"]
     assert traj.steps[-2].result["error"].startswith("JSONDecodeError") and traj.steps[-2].result["result"] is None
+
+
+def test_conditions_on_values_without_a_length_or_a_container_and_failures_name_the_edge():
+    holds = condition_holds
+    assert not holds("len(x) > 0", {"x": 5}) and not holds("len(x) != 1", {"x": 5}) and not holds("len(x)", {"x": 5})
+    assert holds("not len(x)", {"x": 5}) and holds("len(x) == 0", {}) and holds("len(x) == 2", {"x": [1, 2]})
+    assert not holds("1 in y", {}) and holds("1 not in y", {}) and holds("not (1 in y)", {})  # None holds nothing
+    assert holds("1 not in y", {"y": [2]}) and not holds("1 not in y", {"y": [1]}) and not holds("1 not in y", {"y": 5})
+    tool = Node(id="t", type="tool", params={"fn": f"{HERE}:double", "args": {"x": "x"}, "out": "y"})
+    wf = Workflow(entry="t", nodes=(tool, llm("a", max_visits=1), ANSWER),  # y is 42: no length, that edge is not taken
+                  edges=(Edge(src="t", dst="a", when="len(y) > 0"), Edge(src="t", dst="answer")))
+    traj = run(wf, ScriptedLM("p", ["x"]))
+    assert traj.ok and node_order(traj) == ["t", "answer"], traj.error
+    odd = wf.replace_node(Node(id="t", type="tool", params={"fn": f"{HERE}:ambiguous", "out": "y"}))
+    traj = run(odd.with_nodes(odd.nodes, [Edge(src="t", dst="a", when="y == 1"), Edge(src="t", dst="answer")]),
+               ScriptedLM("p", ["x"]))
+    assert "NodeError: edge t -> a when y == 1: the condition raised ValueError: the truth" in traj.error
 
 
 def test_a_missing_template_key_is_named():
@@ -280,6 +316,14 @@ def test_graph_round_trips_inside_a_system_and_changes_its_id():
                                                                                "key": "text"})))
     assert changed.id != system.id and graph_of(changed) != wf
     assert graph_of(System()) is None
+    copied = wf.model_copy(update={"entry": "sample"})  # pydantic's copy would keep the cached id
+    assert copied.entry == "sample" and copied.id == Workflow.from_json(copied.to_json()).id != wf.id
+    assert wf.model_copy().id == wf.id and wf.model_copy(deep=True) == wf
+    renamed = Workflow.from_json(json.loads(json.dumps(wf.to_json()).replace('"sample"', '"s"')))
+    vote = wf.node("vote")  # ids in a vote's chain count as ids: a renamed graph has its shape, a reordered chain not
+    swapped = wf.replace_node(vote.model_copy(update={"params": {**vote.params, "chain": ["judge", "sample"]}}))
+    keys = [shape_key(g, refs_of(g, node_types)) for g in (wf, renamed, swapped)]
+    assert renamed.id != wf.id and keys[0] == keys[1] != keys[2]
 
 
 def test_calls_upper_bound():

@@ -9,15 +9,12 @@ import json
 import random
 
 import pytest
-import yaml
-from conftest import DATA
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import evolve.registry
-from evolve.config import validate_task
-from evolve.errors import ConfigError, UserError
+from evolve.errors import UserError
 from evolve.operators import OperatorContext
-from evolve.topology.edits import Edit, Palette, PaletteError, candidate_edits, enumerate_edits, normalize
+from evolve.topology.edits import Edit, Palette, PaletteError, candidate_edits, enumerate_edits, normalize, shape_key
 from evolve.topology.graph import Edge, Node, Workflow, WorkflowError, validate
 from evolve.topology.operator import TopologySearch
 from evolve.topology.search import MCTS, Experience, search, utility
@@ -113,7 +110,6 @@ def apply(wf: Workflow, describe: str) -> Workflow:
     return found[describe]
 
 
-
 def test_palette_errors_name_the_item_and_the_fix():
     bad = [{"name": "repair", "kind": "loop", "type": "sql.rewrite"},  # no `at`
            {"name": "v", "kind": "wrap", "chain_types": ["a"], "params": {"n": 3}, "grid": {"n": [3, 5]}},
@@ -137,7 +133,6 @@ def test_palette_errors_name_the_item_and_the_fix():
         Palette.parse([*PALETTE, {"name": "z", "kind": "step", "type": "nope"}]).check(TYPES)
     with pytest.raises(PaletteError, match=r"params.*n"):
         Palette.parse([{**PALETTE[1], "grid": {"n": [3, "many"]}}]).check(TYPES)
-
 
 
 def test_each_edit_kind_produces_the_expected_valid_graphs():
@@ -207,6 +202,14 @@ def test_invalid_results_are_dropped():
     ids = [wf.id for _, wf in enumerate_edits(apply(ROOT, "loop repair at run when error (x1)"), PALETTE, TYPES)]
     assert len(ids) == len(set(ids))
 
+
+def test_one_graph_reached_by_two_edit_paths_is_one_node_and_one_evaluation():
+    a = apply(apply(ROOT, "insert check between write and run"), "insert check between run and answer")
+    b = apply(apply(ROOT, "insert check between run and answer"), "insert check between write and run")
+    assert a.id != b.id and shape_key(a) == shape_key(b)  # check and check2 swapped: same graph
+    ev, calls = counted(evaluate)
+    result = search(ROOT, ev, [PALETTE[2]], TYPES, max_evals=10, widen=None)
+    assert result.evaluations == len(calls) == 4 and result.transpositions > 0  # root, two one-check graphs, a
 
 
 def counted(fn):
@@ -302,7 +305,6 @@ def test_search_is_deterministic_given_the_seed():
     assert any(trace(7) != trace(s) for s in (8, 9, 10))
 
 
-
 def _synthetic_rollouts(log: list):
     """ctx.rollouts over the synthetic problem: each trajectory carries the score as its reward
     and the model calls as LLMCall steps (integer calls: repair counts max_visits calls)."""
@@ -331,14 +333,15 @@ def _ctx(tmp_path, gen: int, name: str, rollouts) -> OperatorContext:
 def test_operator_proposes_the_best_workflows_and_writes_its_report(tmp_path, monkeypatch):
     monkeypatch.setattr(evolve.registry, "node_types", TYPES)
     op = TopologySearch(palette=PALETTE, max_evals=40, search_tasks=4, children=2, cost_weight=0.01)
-    assert op.estimate(None) == {"rollouts": 160, "llm_calls": 0, "children": 2}
-    parent = System(workflow={"agent": "evolve.topology:agent", "graph": ROOT.to_json()})
+    est = {"rollouts": 160, "llm_calls": 0, "children": 2, "calls_per_rollout_max": 8 + 3 + 4}  # the root's call in a
+    assert op.estimate(None) == est and op.calls_per_rollout_max(ROOT) == 15  # vote of 8, repair x3, reflect x(1+3)
+    parent = System(workflow={"max_tokens": 96, "graph": ROOT.to_json()})
     log: list = []
     cands = op.propose(parent, _ctx(tmp_path, 0, "g0", _synthetic_rollouts(log)))
     assert len(cands) == 2 and all(t == "topology" and n == 4 for _, t, n in log) and len(log) <= 40
     assert log[0][0] == parent.id  # the root is the parent itself: its rollouts are shared
     best = Workflow.from_json(cands[0].system.workflow["graph"])
-    assert features(best) == BEST and cands[0].system.workflow["agent"] == "evolve.topology:agent"
+    assert features(best) == BEST and cands[0].system.workflow["max_tokens"] == 96
     assert cands[0].parents == (parent.id,) and cands[0].operator == "topology"
     assert cands[0].info["calls"] == 7 and cands[0].info["root_calls"] == 1
     assert cands[0].info["utility"] > cands[1].info["utility"] > cands[0].info["root_utility"]
@@ -351,18 +354,17 @@ def test_operator_proposes_the_best_workflows_and_writes_its_report(tmp_path, mo
     # the next generation starts from the experience this one wrote
     ctx1 = _ctx(tmp_path, 1, "g1", _synthetic_rollouts([]))
     assert len(op._experience(ctx1).events) == len(report["experience"])
-    with pytest.raises(UserError, match="workflow.graph"):
-        op.propose(System(workflow={"agent": "x"}), ctx1)
+    with pytest.raises(UserError, match="top-level `agent: evolve.topology:agent` and a `workflow.graph`"):
+        op.propose(System(), ctx1)
 
 
 def test_operator_params_are_checked():
     with pytest.raises(ValidationError, match=r"palette\[0\] \(r\): a loop item needs at"):
         TopologySearch(palette=[{"name": "r", "kind": "loop", "type": "sql.rewrite"}])
-    with pytest.raises(ConfigError, match=r"operators.0.params.palette"):
-        validate_task({**yaml.safe_load((DATA / "toy.yaml").read_text()),
-                       "operators": [{"name": "topology", "params": {"palette": [{"name": "r", "kind": "loop"}]}}]})
     op = TopologySearch(palette="evolve.worlds.sql.workflow:PALETTE")  # an import path to a list works too
     assert op.palette.item("repair").max_visits == [1, 2, 3]
+    from evolve.worlds.sql.workflow import single_step, vote  # a vote of 16 and a repair loop x3, not stacked
+    assert [op.calls_per_rollout_max(Workflow.from_json(g())) for g in (single_step, vote)] == [19, 19]
 
 
 def test_operator_end_to_end_through_the_runtime(tmp_path):
@@ -384,8 +386,7 @@ def test_operator_end_to_end_through_the_runtime(tmp_path):
     root = Workflow(entry="gen", nodes=(Node(id="gen", type="llm", params={"prompt": "{q}"}),
                                        Node(id="answer", type="answer", params={"key": "text"})),
                     edges=(Edge(src="gen", dst="answer"),))
-    parent = System(workflow={"agent": "evolve.topology:agent", "graph": root.to_json()},
-                    models={"policy": ModelSpec(backend="scripted", name="s")})
+    parent = System(workflow={"graph": root.to_json()}, models={"policy": ModelSpec(backend="scripted", name="s")})
     palette = [{"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [3, 5]}},
                {"name": "check", "type": "check", "kind": "step", "params": {"expr": "text"}}]
     cand, = TopologySearch(palette=palette, max_evals=10, search_tasks=3).propose(parent, _ctx(tmp_path, 0, "g0", rollouts))

@@ -29,8 +29,10 @@ Edit kinds (a new node gets ``params`` plus the first value of each ``grid`` lis
   the item's ``when`` options.
 
 :func:`enumerate_edits` returns every distinct single edit whose result passes ``validate``, as
-normalised graphs (nodes in execution order, edges grouped by source: that order means nothing,
-so a graph reached by two edit paths has one id).
+normalised graphs (nodes in execution order, edges grouped by source: that order means nothing).
+New ids are handed out in edit order, so one graph reached by two edit paths can still carry
+different ids (``check`` and ``check2`` swapped): :func:`shape_key` identifies graphs up to their
+node ids, and results, the search's table and its evaluation cache are keyed by it.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pydantic import ValidationError
 
 from evolve.topology.graph import Edge, Node, Workflow, WorkflowError, validate
 from evolve.topology.palette import Palette, PaletteError, PaletteItem
-from evolve.types import canonical_json
+from evolve.types import canonical_json, content_hash
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,29 @@ def normalize(wf: Workflow, refs: Mapping[str, list[str]] | None = None) -> Work
     nodes = sorted(wf.nodes, key=lambda n: rank[n.id])
     edges = sorted(wf.edges, key=lambda e: rank.get(e.src, len(rank)))
     return wf.with_nodes(nodes, edges)
+
+
+def shape_key(wf: Workflow, refs: Mapping[str, list[str]] | None = None) -> str:
+    """A hash of ``wf`` that does not depend on its node ids: :func:`normalize`'s form with each
+    id replaced by its index in execution order, in edges, the entry and the params that name a
+    node's ``refs`` (a vote's chain). ``refs``: as :func:`refs_of` gives them."""
+    refs = refs or {}
+    wf = normalize(wf, refs)
+    index = {n.id: k for k, n in enumerate(wf.nodes)}
+
+    def sub(value: Any, own: set[str]) -> Any:
+        if isinstance(value, str):
+            return {"$node": index[value]} if value in own else value
+        if isinstance(value, list):
+            return [sub(v, own) for v in value]
+        if isinstance(value, dict):
+            return {k: sub(v, own) for k, v in value.items()}
+        return value
+
+    nodes = [[n.type, sub(n.params, set(refs.get(n.id, ())) & set(index)), n.max_visits] for n in wf.nodes]
+    edges = [[index.get(e.src, e.src), index.get(e.dst, e.dst), e.when] for e in wf.edges]
+    return content_hash({"entry": index.get(wf.entry, wf.entry), "nodes": nodes, "edges": edges,
+                         "output": wf.output, "max_steps": wf.max_steps})
 
 
 def _edge_reachable(wf: Workflow) -> set[str]:
@@ -319,16 +344,17 @@ def candidate_edits(wf: Workflow, palette: Any, types: Any = None, *,
 def realize(build: Callable[[], Workflow], types: Any, *, max_nodes: int | None = None,
             checked: dict[str, bool] | None = None, skip: set[str] | None = None) -> Workflow | None:
     """Build an edit's result and normalise it; None when it is invalid, has more than
-    ``max_nodes`` nodes, or its id is in ``skip`` (which it is then added to). ``checked``
-    (graph id -> valid) remembers validations across calls."""
+    ``max_nodes`` nodes, or its :func:`shape_key` is in ``skip`` (which it is then added to).
+    ``checked`` (shape key -> valid) remembers validations across calls."""
     try:
         new = build()
         if max_nodes is not None and len(new.nodes) > max_nodes:
             return None
-        new = normalize(new, refs_of(new, types))
+        refs = refs_of(new, types)
+        new = normalize(new, refs)
+        key = shape_key(new, refs)
     except (WorkflowError, ValidationError, ValueError):
         return None
-    key = new.id
     if skip is not None:
         if key in skip:
             return None
@@ -353,10 +379,10 @@ def enumerate_edits(wf: Workflow, palette: Any, types: Any = None, *, max_nodes:
     ``palette``: a :class:`Palette` or its list form; ``types``: the node type registry (default
     :data:`evolve.registry.node_types`); ``max_nodes`` drops results with more nodes; ``remove``:
     which nodes may be removed (``palette``: those of a palette item's type; ``any``; ``none``).
-    Results identical to ``wf`` or to an earlier result (same normalised id) are dropped."""
+    Results identical to ``wf`` or to an earlier result (same :func:`shape_key`) are dropped."""
     if types is None:
         from evolve.registry import node_types as types
-    seen = {normalize(wf, refs_of(wf, types)).id}
+    seen = {shape_key(wf, refs_of(wf, types))}
     out = []
     for edit, build in candidate_edits(wf, palette, types, remove=remove):
         new = realize(build, types, max_nodes=max_nodes, checked=checked, skip=seen)
@@ -366,4 +392,4 @@ def enumerate_edits(wf: Workflow, palette: Any, types: Any = None, *, max_nodes:
 
 
 __all__ = ["Edit", "Palette", "PaletteError", "PaletteItem", "candidate_edits", "enumerate_edits", "normalize",
-           "realize", "refs_of"]
+           "realize", "refs_of", "shape_key"]

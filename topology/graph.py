@@ -22,26 +22,25 @@ visits left (``max_visits``, when the node sets one); when none does, the run en
 are always bounded: a cycle is valid only if one of its nodes declares ``max_visits`` (its
 bound). The runtime also stops any execution after ``max_steps`` node runs, as a backstop.
 
-Conditions are a tiny expression language over state keys, parsed with :mod:`ast` and never
-``eval``-ed: names (a missing key is ``None``), constants, ``not``/``and``/``or``,
-comparisons (``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in``) and
-``len(x)``; e.g. ``"error"``, ``"not rows"``, ``"votes < 2 and not error"``.
+Conditions are a tiny expression language over state keys (see :mod:`evolve.topology.conditions`),
+e.g. ``"error"``, ``"not rows"``, ``"votes < 2 and not error"``.
 
 Which node types exist is a registry (:data:`evolve.registry.node_types`); :func:`validate`
-checks a graph against it and raises one :class:`WorkflowError` that lists every problem.
+checks a graph against it and raises one :class:`WorkflowError` that lists every problem
+(including a node that would run itself: a vote in its own chain, or votes that run each other).
 """
 
 from __future__ import annotations
 
-import ast
+import copy
 import difflib
-import operator as _op
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from pydantic import Field, field_validator
 
 from evolve.errors import UserError
+from evolve.topology.conditions import compile_condition, condition_holds
 from evolve.types import JSON, Frozen, canonical_json, content_hash
 
 _ID = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
@@ -93,6 +92,14 @@ class Workflow(Frozen):
     @cached_property
     def id(self) -> str:  # computed once per (immutable) instance
         return content_hash(self.to_json())
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "Workflow":
+        """A copy with ``update`` applied, validated and with its own id (pydantic's copy would
+        keep the original's cached ``id``, and would not validate the update)."""
+        data = {k: getattr(self, k) for k in type(self).model_fields}
+        if deep:
+            data = copy.deepcopy(data)
+        return type(self)(**{**data, **(update or {})})
 
     def node(self, node_id: str) -> Node:
         for n in self.nodes:
@@ -233,6 +240,7 @@ def validate(wf: Workflow, types: Any = None) -> Workflow:
     if problems:
         raise WorkflowError(problems)
     _check_cycles(wf, problems)
+    _check_refs(refs, problems)
     _check_reachable(wf, refs, problems)
     if problems:
         raise WorkflowError(problems)
@@ -254,6 +262,21 @@ def _check_cycles(wf: Workflow, problems: list[str]) -> None:
     problems.append(f"cycle {loop} has no bound; set max_visits on one of its nodes (e.g. on {cycle[-1]!r})")
 
 
+def _check_refs(refs: dict[str, list[str]], problems: list[str]) -> None:
+    """No node may run itself: not in its own refs (a vote's chain), nor through other nodes' refs."""
+    import networkx as nx
+
+    for n, targets in refs.items():
+        if n in targets:
+            problems.append(f"node {n!r} would run itself: it is in its own refs (a vote's chain); remove it")
+    g = nx.DiGraph([(u, t) for u, targets in refs.items() for t in targets if t != u])
+    try:
+        cycle = [u for u, _ in nx.find_cycle(g)]
+    except nx.NetworkXNoCycle:
+        return
+    problems.append(f"nodes run each other through their refs: {' -> '.join(cycle + [cycle[0]])}; break the cycle")
+
+
 def _check_reachable(wf: Workflow, refs: dict[str, list[str]], problems: list[str]) -> None:
     import networkx as nx
 
@@ -265,65 +288,6 @@ def _check_reachable(wf: Workflow, refs: dict[str, list[str]], problems: list[st
     lost = sorted(set(g) - nx.descendants(g, wf.entry) - {wf.entry})
     if lost:
         problems.append(f"nodes {lost} can never run (not reachable from entry {wf.entry!r}); connect or remove them")
-
-
-# ----------------------------------------------------------------------------- conditions
-
-_CMP = {ast.Eq: _op.eq, ast.NotEq: _op.ne, ast.Lt: _op.lt, ast.LtE: _op.le, ast.Gt: _op.gt, ast.GtE: _op.ge,
-        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-
-
-def compile_condition(text: str) -> ast.Expression:
-    """Parse a ``when`` expression; raise ValueError naming what is not allowed."""
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as e:
-        raise ValueError(f"condition {text!r} is not an expression: {e.msg}") from None
-    for node in ast.walk(tree):
-        ok = isinstance(node, (ast.Expression, ast.Name, ast.Constant, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp,
-                               ast.Not, ast.Compare, ast.Load, ast.Tuple, ast.List, *tuple(_CMP)))
-        if isinstance(node, ast.Call):
-            ok = isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 and not node.keywords
-        if not ok:
-            raise ValueError(f"condition {text!r}: {type(node).__name__} is not allowed; use state keys, constants, "
-                             "not/and/or, comparisons and len()")
-    return tree
-
-
-def condition_holds(text: str | None, state: Mapping[str, Any]) -> bool:
-    """Evaluate a ``when`` expression on ``state`` (missing keys are None); None holds."""
-    if text is None:
-        return True
-    return bool(_eval(compile_condition(text).body, state))
-
-
-def _eval(node: ast.AST, state: Mapping[str, Any]) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        return {"True": True, "False": False, "None": None}.get(node.id, state.get(node.id))
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_eval(x, state) for x in node.elts)
-    if isinstance(node, ast.UnaryOp):
-        return not _eval(node.operand, state)
-    if isinstance(node, ast.BoolOp):
-        vals = (_eval(v, state) for v in node.values)
-        return all(vals) if isinstance(node.op, ast.And) else any(vals)
-    if isinstance(node, ast.Call):
-        v = _eval(node.args[0], state)
-        return len(v) if v is not None else 0
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, state)
-        for op, comp in zip(node.ops, node.comparators):
-            right = _eval(comp, state)
-            try:
-                if not _CMP[type(op)](left, right):
-                    return False
-            except TypeError:  # None < 3 and the like: the condition does not hold
-                return False
-            left = right
-        return True
-    raise ValueError(f"cannot evaluate {type(node).__name__}")
 
 
 # ----------------------------------------------------------------------------- diff and text

@@ -13,6 +13,10 @@ Each proposal, for one parent:
 3. the ``children`` best workflows by utility that beat the root become candidates: the parent
    with that graph, the edit path as rationale, score/cost/utility as info.
 
+For dry runs, :meth:`TopologySearch.estimate` counts the rollouts of a proposal (``llm_calls`` is 0:
+every model call is inside a rollout) and ``calls_per_rollout_max``, the most model calls one of
+those rollouts makes (:meth:`TopologySearch.calls_per_rollout_max`).
+
 ``topology.json`` (``evaluated``: every workflow scored, with id, signature, score, calls per task, utility,
 parent, edit, visits; and this search's experience) and ``frontier.png`` (accuracy against model
 calls per task, the chosen ones marked) are written to the operator's work directory.
@@ -21,6 +25,7 @@ calls per task, the chosen ones marked) are written to the operator's work direc
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,9 +82,72 @@ class TopologySearch:
 
     def estimate(self, plan: Any = None) -> dict[str, Any]:
         """Work per proposal, for dry runs: rollouts at most (cached ones cost nothing); every model
-        call the search makes is inside those rollouts."""
+        call the search makes is inside those rollouts, so ``llm_calls`` (calls outside rollouts)
+        is 0. ``calls_per_rollout_max``: :meth:`calls_per_rollout_max` of the plan's
+        ``calls_per_rollout`` (the starting graph's bound, when the run has one; else 1)."""
+        root = getattr(plan, "calls_per_rollout", None) or 1
         return {"rollouts": self.p.max_evals * self.p.search_tasks * self.p.samples, "llm_calls": 0,
-                "children": self.p.children}
+                "children": self.p.children, "calls_per_rollout_max": self.calls_per_rollout_max(root)}
+
+    def calls_per_rollout_max(self, root: Workflow | float, types: Any = None) -> int | None:
+        """The most model calls one rollout of a workflow this search builds from ``root`` makes,
+        when it applies each palette item at most once, at its largest settings (the shapes a
+        proposal explores; items applied again, e.g. repair loops on several steps, or votes
+        nested in votes, can exceed it). ``root``: the starting graph (its
+        :func:`~evolve.topology.runtime.calls_upper_bound`, with the nodes of palette types at
+        their largest grid values and ``max_visits``) or that bound itself; None when unbounded.
+
+        The bound: the root's calls, those of nodes a vote can still wrap (of a chain type, in
+        no chain; all of them for a number) multiplied by the largest vote ``n``; each loop adds
+        its largest ``max_visits`` x the calls of its node and of the node it returns to, each
+        step its calls x (1 + the loops' bounds), also multiplied when a vote can wrap its type."""
+        from evolve.topology.runtime import _calls_per_run, calls_upper_bound
+
+        if types is None:
+            from evolve.registry import node_types as types
+        items = self.palette.items
+
+        def calls(t: str | None, params: dict | None = None) -> int:  # unknown types: 1 (conservative)
+            return _calls_per_run(types.get(t), params or {}) if t and t in types else 1
+
+        chained = {t for it in items if it.kind == "wrap" for t in it.chain_types}
+        if isinstance(root, Workflow):
+            wf = _maxed(root, items)
+            inside = {r for rs in refs_of(wf, types).values() for r in rs}
+
+            def wrappable(n: Any) -> bool:  # a vote can still wrap it: a chain type, in no chain, no vote itself
+                return n.type in chained and n.id not in inside and n.type in types and \
+                    not hasattr(types.get(n.type), "refs")
+
+            rest = wf.with_nodes([n.model_copy(update={"type": _ZERO}) if wrappable(n) else n for n in wf.nodes])
+            total, fixed = calls_upper_bound(wf, types), calls_upper_bound(rest, _Zeroed(types))
+            if total is None or fixed is None:
+                return None
+            inner, outer = float(total - fixed), float(fixed)
+        else:
+            inner, outer = float(root), 0.0
+        loops = {it.name: max(it.max_visits) for it in items if it.kind == "loop"}
+
+        def runs(it: Any) -> int:  # the most times one vote of a wrap item runs its chain
+            fn = getattr(types.get(it.type), "ref_runs", None) if it.type in types else None
+            trials = [it.node_params()] + [{**it.node_params(), k: v} for k, vs in it.grid.items() for v in vs]
+            if fn is not None:
+                return max(int(fn(p)) for p in trials)
+            return max([1, *(int(p["n"]) for p in trials if isinstance(p.get("n"), (int, float)))])
+
+        votes = [runs(it) for it in items if it.kind == "wrap"]
+        for it in items:
+            if it.kind == "wrap":
+                continue
+            if it.kind == "loop":
+                add = loops[it.name] * (calls(it.type, it.node_params()) + max(calls(t) for t in it.at))
+            else:
+                add = calls(it.type, it.node_params()) * (1 + sum(loops.values()))
+            if it.type in chained:
+                inner += add
+            else:
+                outer += add
+        return int(math.ceil(inner * max([1, *votes]) + outer))
 
     # ------------------------------------------------------------------ proposing
 
@@ -90,8 +158,8 @@ class TopologySearch:
         root = graph_of(parent)
         if root is None:
             raise UserError(f"the topology operator needs a workflow graph, and system {parent.id[:12]} has none: "
-                            "set workflow.graph in the task file (e.g. the JSON of evolve.worlds.sql.workflow:"
-                            "single_step()) and workflow.agent to evolve.topology:agent")
+                            "set the task's top-level `agent: evolve.topology:agent` and a `workflow.graph` (e.g. "
+                            "the JSON of evolve.worlds.sql.workflow:single_step())")
         self.palette.check(node_types)
         tasks = ctx.rng.sample(list(ctx.train), min(p.search_tasks, len(ctx.train)))
         if not tasks:
@@ -175,6 +243,41 @@ class TopologySearch:
         Path(ctx.workdir).mkdir(parents=True, exist_ok=True)
         (Path(ctx.workdir) / "topology.json").write_text(json.dumps(report, indent=1, default=str))
         plot_frontier(rows, Path(ctx.workdir) / "frontier.png")
+
+
+_ZERO = "topology.no-calls"
+
+
+class _Zeroed:
+    """``types`` plus a type that makes no model calls (for the calls of the other nodes)."""
+
+    calls_model = False
+
+    def __init__(self, types: Any) -> None:
+        self.types = types
+
+    def __contains__(self, name: str) -> bool:
+        return name == _ZERO or name in self.types
+
+    def get(self, name: str) -> Any:
+        return self if name == _ZERO else self.types.get(name)
+
+    def names(self) -> list[str]:
+        return self.types.names()
+
+
+def _maxed(wf: Workflow, items: Any) -> Workflow:
+    """``wf`` with each node of a palette item's type at the item's largest numeric grid values
+    and ``max_visits`` (what ``set`` edits can raise it to)."""
+    nodes = []
+    for n in wf.nodes:
+        for it in items:
+            if it.type == n.type:
+                top = {k: max(v) for k, v in it.grid.items() if all(isinstance(x, (int, float)) for x in v)}
+                bound = max([n.max_visits, *it.max_visits]) if n.max_visits and it.max_visits else n.max_visits
+                n = n.model_copy(update={"params": {**n.params, **top}, "max_visits": bound})
+        nodes.append(n)
+    return wf.with_nodes(nodes)
 
 
 def plot_frontier(rows: list[dict[str, Any]], path: Path) -> Path:

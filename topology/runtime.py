@@ -211,9 +211,15 @@ class Runtime:
         return bound is None or self.visits[node_id] < bound
 
     def next_node(self, node_id: str, state: dict) -> str | None:
-        """The target of the first outgoing edge that holds and has visits left, else None."""
+        """The target of the first outgoing edge that holds and has visits left, else None. A
+        condition that fails to evaluate raises :class:`NodeError` naming the edge."""
         for e in self.wf.out_edges(node_id):
-            if condition_holds(e.when, state) and self._has_visits_left(e.dst):
+            try:
+                holds = condition_holds(e.when, state)
+            except Exception as err:  # noqa: BLE001 - e.g. a value whose truth is ambiguous
+                raise NodeError(f"edge {e.src} -> {e.dst} when {e.when}: the condition raised "
+                                f"{type(err).__name__}: {err}") from err
+            if holds and self._has_visits_left(e.dst):
                 return e.dst
         return None
 

@@ -1,7 +1,9 @@
 """Monte Carlo tree search over workflow graphs (the search of AFlow, with its experience).
 
-Tree nodes are workflows keyed by id (a transposition table: one graph reached by two edit paths
-is one node, with one evaluation and shared statistics). Each iteration:
+Tree nodes are workflows keyed by :func:`~evolve.topology.edits.shape_key` (a transposition table:
+one graph reached by two edit paths is one node, with one evaluation and shared statistics, even
+when the paths gave its new nodes different ids; the first graph found represents it). Each
+iteration:
 
 1. **selection** from the root: a node expands while it has untried edits and fewer children
    than ``widen * sqrt(visits)`` (progressive widening; ``widen=None``: all edits before going
@@ -11,7 +13,7 @@ is one node, with one evaluation and shared statistics). Each iteration:
 2. **expansion**: the untried edit with the best prior (see :class:`Experience`; ties broken by
    the seeded rng) is applied (edits are enumerated cheaply and built, deduplicated and validated
    only when tried: an invalid one is skipped); a new graph is evaluated with ``evaluate(wf) -> (score, cost)``
-   (cached by id: a graph is never evaluated twice);
+   (cached by shape key: a graph is never evaluated twice);
 3. **backpropagation** of the child's utility along the path.
 
 Utility trades score against cost (model calls per task, or money): ``relative`` (default)
@@ -27,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from evolve.topology.edits import Edit, candidate_edits, normalize, realize, refs_of
+from evolve.topology.edits import Edit, candidate_edits, normalize, realize, refs_of, shape_key
 from evolve.topology.graph import Workflow, validate
 from evolve.topology.palette import Palette
 
@@ -108,11 +110,12 @@ class TreeNode:
     edit: Edit | None
     depth: int
     order: int  # evaluation index (0: the root)
+    key: str = ""  # shape_key of wf: what the table, the cache and ``children`` are keyed by
     visits: int = 0
     value: float = 0.0
     children: dict[str, Edit] = field(default_factory=dict)
     untried: list[tuple[float, Edit, Callable[[], Workflow]]] | None = None  # (tie-break, edit, build); None: not yet
-    results: set[str] = field(default_factory=set)  # ids of the graphs its edits gave so far (and its own)
+    results: set[str] = field(default_factory=set)  # shape keys of the graphs its edits gave so far (and its own)
     exhausted: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -176,29 +179,33 @@ class MCTS:
         self.experience = experience if experience is not None else Experience()
         self.cache = cache if cache is not None else {}
         self.log = log or (lambda msg: None)
-        self.table: dict[str, TreeNode] = {}
-        self.checked: dict[str, bool] = {}  # graph id -> passed validate (edits from two parents can agree)
+        self.table: dict[str, TreeNode] = {}  # shape key -> node
+        self.checked: dict[str, bool] = {}  # shape key -> passed validate (edits from two parents can agree)
         self.evaluations = self.cache_hits = self.iterations = self.transpositions = 0
         self.root_cost = 0.0
         self._range = (0.0, 1.0)
 
-    def _evaluate(self, wf: Workflow) -> tuple[float, float]:
-        if wf.id in self.cache:
+    def key(self, wf: Workflow) -> str:
+        """``wf``'s :func:`shape_key` (its identity up to node ids)."""
+        return shape_key(wf, refs_of(wf, self.types))
+
+    def _evaluate(self, wf: Workflow, key: str) -> tuple[float, float]:
+        if key in self.cache:
             self.cache_hits += 1
-            return self.cache[wf.id]
+            return self.cache[key]
         self.evaluations += 1
         score, cost = self.evaluate_fn(wf)
-        self.cache[wf.id] = (float(score), float(cost))
-        return self.cache[wf.id]
+        self.cache[key] = (float(score), float(cost))
+        return self.cache[key]
 
-    def _node(self, wf: Workflow, parent: TreeNode | None, edit: Edit | None) -> TreeNode:
-        score, cost = self._evaluate(wf)
+    def _node(self, wf: Workflow, key: str, parent: TreeNode | None, edit: Edit | None) -> TreeNode:
+        score, cost = self._evaluate(wf, key)
         if parent is None:
             self.root_cost = cost
         u = utility(score, cost, self.root_cost, self.cost_weight, self.cost_mode)
         node = TreeNode(wf, wf.id, score, cost, u, parent.id if parent else None, edit,
-                        parent.depth + 1 if parent else 0, len(self.table))
-        self.table[node.id] = node
+                        parent.depth + 1 if parent else 0, len(self.table), key)
+        self.table[key] = node
         self.log(f"topology: eval {node.order}: score {score:.3f}, cost {cost:.2f}, utility {u:.4f}"
                  + (f" <- {edit.describe()}" if edit else " (root)"))
         return node
@@ -207,7 +214,7 @@ class MCTS:
         if node.untried is None:  # edits are built and validated only when tried (see _expand)
             edits = candidate_edits(node.wf, self.palette, self.types, remove=self.remove)
             node.untried = [(self.rng.random(), e, build) for e, build in edits]
-            node.results.add(node.id)
+            node.results.add(node.key)
         return node.untried
 
     def _can_expand(self, node: TreeNode) -> bool:
@@ -241,33 +248,34 @@ class MCTS:
                 wf = realize(build, self.types, max_nodes=self.max_nodes, checked=self.checked, skip=node.results)
         if wf is None:
             return None
-        child = self.table.get(wf.id)
+        key = self.key(wf)
+        child = self.table.get(key)
         if child is None:
-            child = self._node(wf, node, edit)
+            child = self._node(wf, key, node, edit)
         else:
             self.transpositions += 1
-            if child.id in on_path:
+            if key in on_path:
                 return None
-        node.children.setdefault(child.id, edit)
+        node.children.setdefault(key, edit)
         self.experience.record(node.id, edit, child.utility - node.utility)
         return child
 
     def run(self, root: Workflow) -> SearchResult:
         root = normalize(validate(root, self.types), refs_of(root, self.types))
-        top = self._node(root, None, None)
+        top = self._node(root, self.key(root), None, None)
         limit = 50 * self.max_evals + 1000  # iterations without evaluations (cache hits) are cheap but bounded
         while self.evaluations < self.max_evals and not top.exhausted and self.iterations < limit:
             self.iterations += 1
             path, node = [top], top
             while not self._can_expand(node):
-                nxt = self._select_child(node, {n.id for n in path})
+                nxt = self._select_child(node, {n.key for n in path})
                 if nxt is None:  # nothing to descend to: expand here after all, or it is a dead end
                     node.exhausted = not self._untried(node)
                     break
                 path.append(node := nxt)
             if node.exhausted:
                 continue
-            child = self._expand(node, {n.id for n in path})
+            child = self._expand(node, {n.key for n in path})
             if child is None:
                 continue
             for n in path + [child]:
