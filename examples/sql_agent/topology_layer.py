@@ -101,11 +101,12 @@ def _plot(rows: list[dict], path: Path, seed: int) -> None:
         ax.scatter(r["calls"], 100 * r["test"], s=70 if special else 25, marker="*" if promoted else "o",
                    color="C3" if promoted else ("C1" if special else "C0"), zorder=3)
         if special:
-            label = "promoted: " + r["workflow"] if promoted else r["names"][-1]
+            named = [n for n in r["names"] if not n.startswith("searched")]
+            label = "promoted: " + r["workflow"] if promoted else named[0]
             ax.annotate(label[:40], (r["calls"], 100 * r["test"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("model calls per task (test)")
     ax.set_ylabel("execution accuracy on 300 test tasks (%)")
-    ax.set_title(f"Workflows tried by the search, seed {seed}")
+    ax.set_title(f"Workflows tried by the search (seed {seed}): test accuracy against cost", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
