@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
     workflow = _workflow(engine, best_id, baseline_id)
     if workflow is not None:
         report["workflow"] = workflow
+    tried = _workflows_tried(engine.run_dir)
+    if tried:
+        report["workflows_tried"] = tried
     (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (engine.run_dir / "report.md").write_text(to_markdown(report))
     return report
@@ -78,6 +82,21 @@ def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) ->
             out["image_error"] = f"{type(e).__name__}: {e}"
         return out
     return None
+
+
+def _workflows_tried(run_dir: Path) -> list[dict[str, Any]]:
+    """Every workflow a topology search scored (``work/*/topology.json``): its accuracy on the
+    search's training tasks and its model calls per task, so cost and accuracy sit side by side."""
+    rows = []
+    for f in sorted(Path(run_dir).glob("work/*/topology.json")):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        for r in data.get("evaluated", []):
+            rows.append({"search": f.parent.name, "workflow": r.get("signature", ""), "score": r.get("score"),
+                         "calls": r.get("cost"), "utility": r.get("utility"), "chosen": bool(r.get("chosen"))})
+    return rows
 
 
 def _fmt(entry: dict | None, split: str) -> str:
@@ -123,4 +142,19 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["", f"## Workflow of the {w['system']} system (`{w['system_id'][:12]}`)", "", "```text", w["text"], "```"]
         if w.get("image"):
             lines += ["", f"![workflow graph]({w['image']})"]
+    tried = report.get("workflows_tried")
+    if tried:
+        lines += ["", "## Workflows tried by the topology search (accuracy on its training tasks)", "",
+                  "| search | accuracy | model calls per task | utility | chosen | workflow |", "|---|---|---|---|---|---|"]
+        for r in sorted(tried, key=lambda r: (r["search"], r["calls"] or 0)):
+            lines.append(f"| {r['search']} | {_pct(r['score'])} | {_num(r['calls'])} | {_num(r['utility'], 4)} | "
+                         f"{'yes' if r['chosen'] else ''} | `{r['workflow']}` |")
     return "\n".join(lines) + "\n"
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * x:.1f}%" if isinstance(x, (int, float)) else "—"
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    return f"{x:.{digits}f}" if isinstance(x, (int, float)) else "—"
