@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from evolve.worlds.sql.agent import SQLError, agent, execute, messages_for, reward
 from evolve.worlds.sql.dataset import build, corrupt, dataset, demos
+from evolve.worlds.sql.fewshot import fewshot_demos
 from evolve.worlds.sql.memory import memory_demos
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
 from evolve.worlds.sql.tools import tool_demos
@@ -36,6 +37,7 @@ __all__ = [
     "dataset",
     "demos",
     "execute",
+    "fewshot_demos",
     "memory_demos",
     "messages_for",
     "prompt_text",

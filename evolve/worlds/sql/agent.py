@@ -118,11 +118,16 @@ def error_text(e: BaseException) -> str:
 
 
 def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None,
-                 style: str = "full") -> list[Message]:
+                 style: str = "full", demos: list[dict] | None = None, demo_style: str = "masked") -> list[Message]:
     """The opening messages of an episode: an optional system instruction, then the prompt, after
-    the recalled experiences when there are any (see :mod:`evolve.worlds.sql.memory`)."""
+    the few-shot demos (see :mod:`evolve.worlds.sql.fewshot`) and the recalled experiences (see
+    :mod:`evolve.worlds.sql.memory`) when there are any."""
     out = [Message(role="system", content=instruction)] if instruction else []
     head = render(examples, style) if examples else ""
+    if demos:
+        from evolve.worlds.sql.fewshot import render as render_demos
+
+        head = render_demos(demos, demo_style) + head
     out.append(Message(role="user", content=head + prompt_text(task["schema"], task["question"])))
     return out
 
@@ -146,7 +151,9 @@ def agent(task: dict, ctx: Any) -> dict:
     Prompt component ``instruction`` becomes the system message when non-empty. When the
     system has query tools (``System.tools``, see :mod:`evolve.worlds.sql.tools`), an answer
     that calls one runs that tool in the sandbox instead. When it has an experience memory
-    (``System.memory``, see :mod:`evolve.worlds.sql.memory`), the recalled examples come first.
+    (``System.memory``, see :mod:`evolve.worlds.sql.memory`), the recalled examples come first;
+    the prompt component ``demos`` (see :mod:`evolve.worlds.sql.fewshot`) comes before them,
+    shown as ``workflow.demo_style`` says (``masked``, default, or ``full``).
     Returns ``{"sql": final_sql, "rows": rows or None, "turns": n}``.
     """
     system = ctx.system
@@ -158,7 +165,10 @@ def agent(task: dict, ctx: Any) -> dict:
     db = task["db"]
     spec = getattr(system, "memory", None) or {}
     examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
-    messages = messages_for(task, instruction, examples, spec.get("render", "full"))
+    from evolve.worlds.sql.fewshot import demos_of
+
+    messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
+                            str(wf.get("demo_style", "masked")))
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)
