@@ -225,8 +225,9 @@ def format_validation_error(e: ValidationError, source: str, root: type[BaseMode
     return "\n".join(lines)
 
 
-def load_task(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[TaskConfig, Path]:
-    """Read, override and validate a task file. Returns the config and the file's folder."""
+def read_task_file(path: str | Path) -> dict:
+    """The task file's YAML as a dict (not validated); a clear ConfigError when it is missing,
+    not YAML, or not a mapping."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"task file {str(p)!r} does not exist; create one with: evolve init {p}")
@@ -238,7 +239,13 @@ def load_task(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         raise ConfigError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", source=str(p)) from None
     if not isinstance(data, dict):
         raise ConfigError("the task file must be a YAML mapping (key: value lines)", source=str(p))
-    return validate_task(data, overrides, source=str(p)), p.parent.resolve()
+    return data
+
+
+def load_task(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[TaskConfig, Path]:
+    """Read, override and validate a task file. Returns the config and the file's folder."""
+    p = Path(path)
+    return validate_task(read_task_file(p), overrides, source=str(p)), p.parent.resolve()
 
 
 def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), source: str = "task") -> TaskConfig:

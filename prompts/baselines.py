@@ -209,19 +209,10 @@ def compile_program(optimizer: str, student: Any, knobs: dict[str, Any], metric:
 def _task_config(task_file: str | Path, overrides: Sequence[str]) -> tuple[Any, Path, dict]:
     """The task file with overrides applied, without its operators (not used here) and with no run
     budget (evaluation rollouts are never cut); returns the config, its folder and the budget given."""
-    import yaml
-
-    from evolve.config import apply_override, parse_override, validate_task
+    from evolve.config import apply_override, parse_override, read_task_file, validate_task
 
     p = Path(task_file)
-    if not p.exists():
-        raise ConfigError(f"task file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", source=str(p)) from None
-    if not isinstance(data, dict):
-        raise ConfigError("the task file must be a YAML mapping", source=str(p))
+    data = read_task_file(p)
     for item in overrides:
         keys, value = parse_override(item)
         apply_override(data, keys, value, item)

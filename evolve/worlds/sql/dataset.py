@@ -206,3 +206,17 @@ def demos(
         arng = random.Random(f"sql-augment:{seed}")
         out = out + [rename_chat(chat, arng) for _ in range(augment) for chat in out]
     return out
+
+
+def with_prefixes(chats: list[list[dict[str, str]]], heads: dict[str, str]) -> list[list[dict[str, str]]]:
+    """Copies of ``chats`` where the first user message that is a key of ``heads`` starts with
+    that key's text (recalled examples, few-shot demos), so a cold start sees what the agent shows."""
+    out = []
+    for chat in chats:
+        chat = [dict(m) for m in chat]
+        for m in chat:
+            if m["role"] == "user" and m["content"] in heads:
+                m["content"] = heads[m["content"]] + m["content"]
+                break
+        out.append(chat)
+    return out

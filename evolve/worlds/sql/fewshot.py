@@ -150,15 +150,9 @@ def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, au
                 others = others[: k - 1]
                 others.insert(rng.randint(0, len(others)), rng.choice(same))
         heads[prompt_text(task["schema"], task["question"])] = render([task_demo(t) for t in others], style)
-    out = []
-    for chat in plain_demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment):
-        chat = [dict(m) for m in chat]
-        for m in chat:
-            if m["role"] == "user" and m["content"] in heads:
-                m["content"] = heads[m["content"]] + m["content"]
-                break
-        out.append(chat)
-    return out
+    from evolve.worlds.sql.dataset import with_prefixes
+
+    return with_prefixes(plain_demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment), heads)
 
 
 __all__ = ["demos_of", "fewshot_demos", "fewshot_messages", "mask", "render", "render_line", "task_demo"]

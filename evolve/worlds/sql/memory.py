@@ -103,12 +103,6 @@ def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retr
 
     style = memory.get("render", "full")
     by_prompt = {prompt_text(t["schema"], t["question"]): render(recall(memory, t), style) for t in tasks}
-    out = []
-    for chat in demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment):
-        chat = [dict(m) for m in chat]
-        for m in chat:
-            if m["role"] == "user" and m["content"] in by_prompt:
-                m["content"] = by_prompt[m["content"]] + m["content"]
-                break
-        out.append(chat)
-    return out
+    from evolve.worlds.sql.dataset import with_prefixes
+
+    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment), by_prompt)
