@@ -49,20 +49,6 @@ class Observer:
     def message(self, text: str) -> None: ...
 
 
-def _graph_bound(system: System | None) -> int:
-    """The most model calls one rollout of ``system``'s workflow graph makes (0: no graph, or unbounded)."""
-    graph = (system.workflow or {}).get("graph") if system is not None else None
-    if not graph:
-        return 0
-    from evolve.topology.graph import Workflow
-    from evolve.topology.runtime import calls_upper_bound
-
-    try:
-        return calls_upper_bound(Workflow.from_json(graph)) or 0
-    except Exception:  # noqa: BLE001 - an invalid graph fails its rollouts, where it is reported
-        return 0
-
-
 def job_seed(seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{seed}/{key}".encode()).hexdigest()[:8], 16)
 
@@ -184,7 +170,10 @@ class Engine:
         if b.calls is not None:
             if self._max_calls is None:
                 self._max_calls = self.archive.max_calls()
-            per_rollout = b.calls_per_rollout or max(1, self._max_calls, _graph_bound(system))
+            from evolve.topology.runtime import graph_calls_bound
+
+            bound = graph_calls_bound(system.workflow) if system is not None else None
+            per_rollout = b.calls_per_rollout or max(1, self._max_calls, bound or 0)
         return allowed_rollouts(b, self.usage(), self.elapsed(), pending, per_rollout)
 
     def check_operator_call(self) -> None:

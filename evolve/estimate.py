@@ -114,21 +114,6 @@ def _total(rows: list[dict[str, Any]], phase: str) -> dict[str, Any]:
             "usd": None if any(u is None for u in usd) else sum(usd)}
 
 
-def _graph_bound(task: TaskConfig) -> int | None:
-    """The most model calls one run of the task's starting workflow graph makes (None: no graph,
-    or an unbounded one)."""
-    graph = (task.workflow or {}).get("graph")
-    if not graph:
-        return None
-    from evolve.topology.graph import Workflow
-    from evolve.topology.runtime import calls_upper_bound
-
-    try:
-        return calls_upper_bound(Workflow.from_json(graph))
-    except Exception:  # noqa: BLE001 - an invalid graph is reported when the task loads
-        return None
-
-
 def _stop(task: TaskConfig, rows: list[dict[str, Any]], cpr: float, price: dict[str, Any]) -> dict[str, Any] | None:
     """Where the first budget would stop the run. Each budget is spent by rollouts (``cpr`` calls
     each) and by operators' own LLM calls, which are taken to come first within their phase (an
@@ -175,7 +160,9 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     m = min(eng.minibatch, sizes["train"])
     V, T = sizes["val"], sizes["test"]
     cpr, cpr_source = float(b.calls_per_rollout or 1), "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1"
-    graph_bound = _graph_bound(task)
+    from evolve.topology.runtime import graph_calls_bound
+
+    graph_bound = graph_calls_bound(dict(task.workflow or {}))
     if not b.calls_per_rollout and graph_bound:
         cpr, cpr_source = float(graph_bound), "the starting workflow graph's bound"
     plan = RunPlan(minibatch=m, train=sizes["train"], val=V, generations=b.generations, parents=eng.parents,

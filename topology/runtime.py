@@ -262,6 +262,19 @@ def _calls_per_run(kind: Any, params: dict) -> int:
     return 1 if getattr(kind, "calls_model", False) else 0
 
 
+def graph_calls_bound(workflow: Any) -> int | None:
+    """:func:`calls_upper_bound` of the graph in a ``System.workflow`` dict (for budgets and the dry
+    run): None when there is no graph, it is unbounded, or it is invalid (reported elsewhere: when
+    the task loads, or by its failing rollouts)."""
+    graph = workflow.get("graph") if isinstance(workflow, dict) else None
+    if not graph:
+        return None
+    try:
+        return calls_upper_bound(Workflow.from_json(graph))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+
+
 def calls_upper_bound(wf: Workflow, types: Any = None) -> int | None:
     """Model calls one execution makes at most (from ``calls_model``/``calls``, visits, vote
     sizes and ``max_steps``), or None when nothing bounds them (a cycle without ``max_visits``).
