@@ -20,16 +20,20 @@ fixed lineage.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from evolve.archive import Archive
 from evolve.budget import allowed_rollouts, spent
-from evolve.config import TaskConfig, older_fingerprint
+from evolve.config import TaskConfig
 from evolve.data import Splits, load_splits
 from evolve.errors import BudgetExhausted, RunDirError
+from evolve.fingerprint import fingerprint as task_fingerprint
+from evolve.fingerprint import same_run
 from evolve.judge import judge, mean_score, promotion
 from evolve.operators import OperatorContext
 from evolve.pool import OperatorPool, scored_pool
@@ -37,7 +41,7 @@ from evolve.registry import operators as operator_registry
 from evolve.registry import runners as runner_registry
 from evolve.registry import selectors as selector_registry
 from evolve.runners import RolloutJob, WorkerSpec
-from evolve.types import Candidate, LLMCall, System, Trajectory, canonical_json
+from evolve.types import Candidate, LLMCall, System, Trajectory
 
 
 class Observer:
@@ -96,16 +100,19 @@ class Engine:
             self.obs.message(f"nothing to resume in {self.run_dir}; starting a new run")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.archive = Archive(self.run_dir)
-        fingerprint = canonical_json(self.task.model_dump(mode="json", exclude={"out"}))
+        fingerprint = task_fingerprint(self.task)
         saved = self.archive.get_state("task")
         if saved is None:
             self.archive.put_state("task", fingerprint)
             self.archive.put_state("base_dir", str(self.base_dir))  # where the task's own modules live
-        elif saved != fingerprint and saved != older_fingerprint(self.task, saved):
+        elif not same_run(self.task, saved):
             raise RunDirError(
                 f"{self.run_dir} was started with a different task configuration; resume it with the same task "
-                "file and --set values, or choose another --out"
+                "file and --set values (only the budget may change), or choose another --out"
             )
+        elif saved != fingerprint:  # a new budget: the run goes on under it, and says so
+            self.archive.put_state("task", fingerprint)
+            self.archive.log_event("budget", {"was": json.loads(saved).get("budget"), "now": self.task.budget.model_dump()})
 
     def _resolve_callables(self) -> tuple[Callable, Callable]:
         """Import the agent and reward now, so a typo fails before any work is done."""
@@ -135,10 +142,11 @@ class Engine:
     def elapsed(self) -> float:
         return self._elapsed_before + time.monotonic() - self._t0
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self, *, test: bool = False) -> dict[str, Any]:
         """What the run has spent: its rollouts (the archive's totals) plus the model calls that
-        operators made themselves (a mutating or reflecting LLM), which count against the budget too."""
-        u = self.archive.usage()
+        operators made themselves (a mutating or reflecting LLM), which count against the budget too.
+        Test-split rollouts (the final scoring, outside every budget) only with ``test=True``."""
+        u = self.archive.usage(test=test)
         op = self.archive.get_state("operator_llm") or {}
         for k in ("calls", "tokens", "cost"):
             u[k] = u.get(k, 0) + op.get(k, 0)
@@ -152,8 +160,8 @@ class Engine:
         op["cost"] += float(getattr(completion, "cost", 0.0) or 0.0)
         self.archive.put_state("operator_llm", op)
 
-    def budget_used(self) -> dict[str, Any]:
-        u = self.usage()
+    def budget_used(self, *, test: bool = False) -> dict[str, Any]:
+        u = self.usage(test=test)
         return {**u, "seconds": round(self.elapsed(), 2),
                 "generations": len([k for k in self._gen_rows()])}
 

@@ -42,7 +42,7 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
         report["best"] = _entry(engine, best_id) if best_id != baseline_id else dict(report["baseline"])
         report["generations"] = arch.get_state("generations", [])
         report["stop_reason"] = stop_reason
-    report["budget_used"] = engine.budget_used()
+    report["budget_used"] = engine.budget_used(test=True)
     report["budget_used_by_run"] = getattr(engine, "used_by_run", None) or report["budget_used"]
     report["budget"] = engine.task.budget.model_dump()
     report["lineage"] = arch.lineage(best_id) if best_id else []

@@ -286,6 +286,13 @@ def test_usage_counts_and_cache(tmp_path):
                 assert a.usage()["tokens"] == 1310 and a.usage()["calls"] == 5
                 raise RuntimeError
         assert a.usage() == {"rollouts": 5, "tokens": 310, "cost": 1.75, "calls": 4}
+        # test-split rollouts (the final scoring) are left out of what budgets see: incrementally...
+        a.add_trajectories([("x", "test", "eval", 0, make_traj("s", tokens=7, cost=0.125, big=True))])
+        assert a.usage() == {"rollouts": 6, "tokens": 317, "cost": 1.875, "calls": 5}
+        assert a.usage(test=False) == {"rollouts": 5, "tokens": 310, "cost": 1.75, "calls": 4}
+        a._usage = None  # ...and when recomputed from the table
+        assert a.usage(test=False) == {"rollouts": 5, "tokens": 310, "cost": 1.75, "calls": 4}
+        assert a.usage()["rollouts"] == 6
         assert a.max_calls() == 1
         assert a.rollout_metrics("s", "val") == {"cost": pytest.approx(1.75 / 5), "calls": pytest.approx(4 / 5),
                                                  "latency": 0.0}

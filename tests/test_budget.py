@@ -87,6 +87,20 @@ def test_call_budget_stops_at_exactly_n_calls(tmp_path):
     assert evolve.evaluate(tmp_path / "task.yaml", tmp_path / "r", system="baseline", split="train")[:2] == (0.0, 30)
 
 
+def test_the_final_test_scoring_never_counts_against_a_resumed_runs_budget(tmp_path):
+    # a finished run has scored its baseline on test; resumed with one more generation and a budget
+    # that fits exactly the rollouts spent outside test plus that generation, it must run it in full
+    first = evolve.run(level_task(budget={"generations": 1}), out=tmp_path / "r")
+    spent = first["budget_used_by_run"]["calls"]
+    assert first["budget_used"]["calls"] > spent  # test rollouts exist
+    need = evolve.dry_run(level_task(budget={"generations": 2}))["in_budget"]["calls"]  # 6 + 27 + 54
+    again = evolve.run(level_task(budget={"generations": 2, "calls": need}), out=tmp_path / "r", resume=True)
+    assert again["stop_reason"] == "generations done", again["stop_reason"]
+    assert need >= again["budget_used_by_run"]["calls"] == calls_outside_test(tmp_path / "r") > spent
+    with Archive(tmp_path / "r", create=False) as a:  # the change of budget is on record
+        assert [e["now"]["calls"] for e in a.events("budget")] == [need]
+
+
 def test_call_budget_with_several_calls_per_rollout(tmp_path):
     # unset calls_per_rollout: the first batch assumes 1 call, later ones the most seen (2): never over by more
     # than the first batch's surprise, and here the first batch (6 rollouts, 12 calls) fits

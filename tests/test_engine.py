@@ -219,7 +219,9 @@ def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes
     arch.put_state("task", json.dumps(old, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
     arch.close()
     Engine(cfg, base_dir=base, run_dir=tmp_path / "r", resume=True).archive.close()  # resumes
-    for changed in ("budget.calls=5", "engine.reeval={margin: 0.1}", "engine.selector_params={size: 2}"):
+    cfg_b, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", "budget.calls=5"])
+    Engine(cfg_b, base_dir=base, run_dir=tmp_path / "r", resume=True).archive.close()  # a new budget resumes
+    for changed in ("engine.reeval={margin: 0.1}", "engine.selector_params={size: 2}"):
         cfg2, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", changed, "engine.selector=tournament"]
                             if "selector" in changed else ["budget.generations=0", changed])
         with pytest.raises(RunDirError, match="different task configuration"):

@@ -52,8 +52,9 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._depth = 0  # transaction nesting (0: none open)
-        self._usage: tuple[int, dict[str, Any]] | None = None  # (data_version, totals)
-        self._usage_delta = [0, 0, 0.0, 0]  # rollouts, tokens, cost, calls
+        # (data_version, {"all": totals, "test": totals}); the deltas of the open transaction
+        self._usage: tuple[int, dict[str, dict[str, Any]]] | None = None
+        self._usage_delta = _no_usage()
         self._ckpt: _Checkpointer | None = None
         try:
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
@@ -145,7 +146,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
                 return
             conn.execute("BEGIN IMMEDIATE")
             self._depth = 1
-            self._usage_delta = [0, 0, 0.0, 0]
+            self._usage_delta = _no_usage()
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -161,11 +162,9 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
                 weakref.finalize(self, self._ckpt.stop)
             self._ckpt.kick()
             if self._usage is not None:
-                u = self._usage[1]
-                u["rollouts"] += self._usage_delta[0]
-                u["tokens"] += self._usage_delta[1]
-                u["cost"] += self._usage_delta[2]
-                u["calls"] += self._usage_delta[3]
+                for part, delta in self._usage_delta.items():
+                    for k, v in delta.items():
+                        self._usage[1][part][k] += v
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator["Archive"]:
@@ -279,24 +278,38 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
 
     # ------------------------------------------------------------------ usage
 
-    def usage(self) -> dict[str, Any]:
-        """Totals over all stored trajectories: ``{"rollouts", "tokens", "cost", "calls"}``
-        (``calls``: LLM calls, the trajectories' ``LLMCall`` steps).
+    def usage(self, *, test: bool = True) -> dict[str, Any]:
+        """Totals over the stored trajectories: ``{"rollouts", "tokens", "cost", "calls"}``
+        (``calls``: LLM calls, the trajectories' ``LLMCall`` steps). ``test=False`` leaves out the
+        test split: the final test scoring is outside every budget, also after a resume.
 
         Cached and kept up to date incrementally; recomputed when another connection wrote.
         """
         with self._read() as c:
             version = c.execute("PRAGMA data_version").fetchone()[0]
             if self._usage is None or self._usage[0] != version or self._depth:
-                n, tokens, cost, calls = c.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0.0), COALESCE(SUM(calls), 0) "
-                    "FROM trajectories"
+                row = c.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0.0), COALESCE(SUM(calls), 0), "
+                    "COALESCE(SUM(split = 'test'), 0), COALESCE(SUM(CASE WHEN split = 'test' THEN tokens END), 0), "
+                    "COALESCE(SUM(CASE WHEN split = 'test' THEN cost END), 0.0), "
+                    "COALESCE(SUM(CASE WHEN split = 'test' THEN calls END), 0) FROM trajectories"
                 ).fetchone()
-                totals = {"rollouts": int(n), "tokens": int(tokens), "cost": float(cost), "calls": int(calls)}
-                if self._depth:  # inside a transaction: don't cache uncommitted totals
-                    return totals
-                self._usage = (version, totals)
-            return dict(self._usage[1])
+                parts = {"all": _totals(*row[:4]), "test": _totals(*row[4:])}
+                if not self._depth:  # inside a transaction: don't cache uncommitted totals
+                    self._usage = (version, parts)
+            else:
+                parts = self._usage[1]
+            if test:
+                return dict(parts["all"])
+            return {k: v - parts["test"][k] for k, v in parts["all"].items()}
+
+
+def _totals(rollouts: Any, tokens: Any, cost: Any, calls: Any) -> dict[str, Any]:
+    return {"rollouts": int(rollouts), "tokens": int(tokens), "cost": float(cost), "calls": int(calls)}
+
+
+def _no_usage() -> dict[str, dict[str, Any]]:
+    return {"all": _totals(0, 0, 0.0, 0), "test": _totals(0, 0, 0.0, 0)}
 
 
 class _Locked:

@@ -93,10 +93,13 @@ class _TrajectoriesMixin:
                 "INSERT INTO trajectory_data (seq, enc, data) VALUES (?, ?, ?)",
                 [(start + i, enc, blob) for i, (_, enc, blob) in enumerate(fresh)],
             )
-            self._usage_delta[0] += len(fresh)
-            self._usage_delta[1] += sum(m[10] for m, _, _ in fresh)
-            self._usage_delta[2] += sum(m[11] for m, _, _ in fresh)
-            self._usage_delta[3] += sum(m[13] for m, _, _ in fresh)
+            for part in ("all", "test"):
+                rows = [m for m, _, _ in fresh if part == "all" or m[1] == "test"]
+                delta = self._usage_delta[part]
+                delta["rollouts"] += len(rows)
+                delta["tokens"] += sum(m[10] for m in rows)
+                delta["cost"] += sum(m[11] for m in rows)
+                delta["calls"] += sum(m[13] for m in rows)
         return len(fresh)
 
     @staticmethod
