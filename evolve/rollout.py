@@ -134,6 +134,21 @@ class RolloutContext:
         with self._lock:
             self.steps.append(step)
 
+    def fork(self, branch: int) -> "RolloutContext":
+        """A sub-context for one of several branches run at the same time (a vote's samples):
+        the same system, task, models, temperature and deadline, its own steps, and a seed that
+        depends only on where the fork happened and on ``branch`` (not on thread timing), so
+        concurrent branches sample deterministically. Add its steps back with :meth:`join`."""
+        seed = (self.seed * 1000 + len(self.steps)) * 64 + branch + 1
+        return RolloutContext(self.system, self.task, self.llm_provider, seed=seed % (1 << 52),
+                              temperature=self.temperature, deadline=self.deadline, _gateway=self._gateway)
+
+    def join(self, forks: Sequence["RolloutContext"]) -> None:
+        """Append the forks' steps, branch after branch, in the order given."""
+        with self._lock:
+            for f in forks:
+                self.steps.extend(f.steps)
+
     def check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise RolloutTimeout("rollout timed out")

@@ -225,7 +225,9 @@ class VoteStep:
     a copy of the state with ``_temperature`` set, and keeps the sample whose ``state[key]``
     (compared as canonical JSON) is most common. Samples where ``exclude_when`` holds do not vote,
     unless all do. Ties go to the earliest sample. Copies ``keep`` (default: every key the chain
-    changed) from the winner and writes ``votes`` (the winner's count) and ``samples`` (n)."""
+    changed) from the winner and writes ``votes`` (the winner's count) and ``samples`` (n).
+    ``parallel`` > 1 runs that many samples at once (a hosted model's latency, or one batch for
+    the local model), each in a fork of the rollout: see :meth:`Runtime.run_chains`."""
 
     calls_model = False
 
@@ -236,6 +238,9 @@ class VoteStep:
         key: str = Field(..., description="the state key voted on")
         exclude_when: str | None = None
         keep: list[str] | None = None
+        parallel: int = Field(1, ge=1, le=32, description="samples run at once; above 1 each sample runs in a "
+                              "fork of the rollout with its own seed (deterministic, but not the samples a "
+                              "sequential vote draws)")
 
         @field_validator("exclude_when")
         @classmethod
@@ -252,10 +257,8 @@ class VoteStep:
         return int((params or {}).get("n", 5))
 
     def run(self, p: "VoteStep.Params", state: dict, rt: Any) -> dict:
-        samples = []
-        for _ in range(p.n):
-            start = {**state, "_temperature": p.temperature}
-            samples.append(rt.run_chain(p.chain, start))
+        starts = [{**state, "_temperature": p.temperature} for _ in range(p.n)]
+        samples = rt.run_chains(p.chain, starts, p.parallel)
         voters = [i for i, s in enumerate(samples) if not (p.exclude_when and condition_holds(p.exclude_when, s))]
         if not voters:
             voters = list(range(len(samples)))

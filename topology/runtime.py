@@ -45,10 +45,11 @@ trajectory's error (the steps before it are kept).
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from evolve.topology.graph import Workflow, WorkflowError, condition_holds, graph_of, validate
 from evolve.types import ToolCall
@@ -205,6 +206,33 @@ class Runtime:
         for node_id in ids:
             state = self.run_node(node_id, state)
         return state
+
+    def run_chains(self, ids: Sequence[str], starts: Sequence[dict], parallel: int) -> list[dict]:
+        """Run ``ids`` once on each start state, up to ``parallel`` at a time, each in its own
+        fork of the rollout (:meth:`RolloutContext.fork`): seeds depend on the branch, not on
+        timing, and the branches' steps are added branch after branch. With ``parallel`` 1,
+        or a context that cannot fork, the chains run one after another in this context."""
+        fork = getattr(self.ctx, "fork", None)
+        if parallel <= 1 or len(starts) <= 1 or fork is None:
+            return [self.run_chain(ids, s) for s in starts]
+        from concurrent.futures import ThreadPoolExecutor
+
+        branches = [self._branch(fork(i)) for i in range(len(starts))]
+        with ThreadPoolExecutor(max_workers=min(parallel, len(starts)), thread_name_prefix="vote") as pool:
+            futures = [pool.submit(b.run_chain, ids, s) for b, s in zip(branches, starts)]
+            outcomes = [(f.exception(), None if f.exception() else f.result()) for f in futures]
+        self.ctx.join([b.ctx for b in branches])
+        for b in branches:
+            self.runs.update(b.runs - self.runs)
+        for error, _ in outcomes:
+            if error is not None:
+                raise error
+        return [state for _, state in outcomes]
+
+    def _branch(self, ctx: Any) -> "Runtime":
+        b = copy.copy(self)
+        b.ctx, b.runs, b._stack = ctx, Counter(self.runs), list(self._stack)
+        return b
 
     def _has_visits_left(self, node_id: str) -> bool:
         bound = self.wf.node(node_id).max_visits
