@@ -129,13 +129,14 @@ def repair_loop(max_turns: int = 3, when: str = "error") -> dict:
     return {"entry": "write", "nodes": nodes, "edges": edges}
 
 
-def vote(n: int = 5, temperature: float = 0.8) -> dict:
+def vote(n: int = 5, temperature: float = 0.8, parallel: int = 1) -> dict:
     """Self-consistency: ``n`` write→execute samples at ``temperature``; the most common result
-    rows win (samples that error do not vote unless all do)."""
+    rows win (samples that error do not vote unless all do). ``parallel`` samples run at once."""
+    extra = {"parallel": parallel} if parallel > 1 else {}  # 1 (the default) keeps the graph's id as it was
     return {"entry": "vote",
             "nodes": [{"id": "vote", "type": "vote",
                        "params": {"chain": ["write", "run"], "n": n, "temperature": temperature, "key": "rows",
-                                  "exclude_when": "error"}},
+                                  "exclude_when": "error", **extra}},
                       {"id": "write", "type": "sql.write"}, {"id": "run", "type": "sql.execute"}, _ANSWER],
             "edges": [{"src": "vote", "dst": "answer"}]}
 
