@@ -13,7 +13,9 @@ base weights, so every workflow below runs the very same model:
 2. Every workflow the search scored, the single step, the promoted one and two hand-written
    references (the repair loop of the hand-written agent, and a 5-vote) are scored on the 300
    test tasks. Writes ``<out>/seed<N>/topology_summary.json`` and ``test_frontier.png``
-   (test accuracy against model calls per task) and prints one table.
+   (test accuracy against model calls per task) and prints one table; ``+F/-B`` is paired
+   against the single step: test tasks the workflow gets right and the single step wrong, and
+   the reverse.
 """
 
 from __future__ import annotations
@@ -75,16 +77,24 @@ def main(argv: list[str] | None = None) -> dict:
             seen[system.id]["names"].append(name)
             continue
         trajs = eng.rollouts(system, test, split="test", tag="eval:test", description=f"test {name[:40]}")
+        per_task = {t.task_id: t.score for t in trajs}
+        first = rows[0]["per_task"] if rows else per_task  # the single step's, task by task
         rows.append({"arm": name, "names": [name], "workflow": wf.signature(), "test": _acc(trajs),
-                     "calls": _calls(trajs), "graph": wf.to_json()})
+                     "calls": _calls(trajs), "graph": wf.to_json(), "per_task": per_task,
+                     # paired against the single step on the same tasks: right where it was wrong, and the reverse
+                     "fixed": sum(1 for k, v in per_task.items() if v > first.get(k, 0.0)),
+                     "broken": sum(1 for k, v in per_task.items() if v < first.get(k, 0.0))})
         seen[system.id] = rows[-1]
     eng.runner.close()
+    for r in rows:
+        r.pop("per_task")
     summary = {"seed": args.seed, "tasks": len(test), "report": {k: report.get(k) for k in ("baseline", "best", "stop_reason")},
                "arms": rows}
     (p.out / "topology_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     _plot(rows, p.out / "test_frontier.png", args.seed)
     for r in sorted(rows, key=lambda r: r["calls"]):
-        print(f"seed {args.seed}  {r['test']:.3f}  {r['calls']:5.2f} calls  {' = '.join(r['names'])[:110]}")
+        print(f"seed {args.seed}  {r['test']:.3f}  {r['calls']:5.2f} calls  +{r['fixed']}/-{r['broken']}  "
+              f"{' = '.join(r['names'])[:100]}")
     return summary
 
 
