@@ -43,7 +43,7 @@ class GRPO:
         tasks_per_step: int = Field(32, ge=1)
         group_size: int = Field(8, ge=2, description="rollouts per task (G)")
         temperature: float = Field(1.0, gt=0)
-        estimator: Literal["grpo", "dr_grpo", "batch", "rloo"] = "grpo"
+        estimator: Literal["grpo", "dr_grpo", "batch", "rloo", "reinforce_pp"] = "grpo"
         loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "dapo"
         eps_low: float = Field(0.2, ge=0)
         eps_high: float = Field(0.28, ge=0)
@@ -68,6 +68,15 @@ class GRPO:
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
+
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal (for ``evolve run --dry-run``): ``steps`` batches of ``tasks_per_step`` x
+        ``group_size`` rollouts, plus the greedy dev checks (step 0, every ``eval_every``, the last)."""
+        p = self.p
+        dev = min(p.dev_tasks, plan.train)
+        tasks = min(p.tasks_per_step, max(plan.train - dev, 0))
+        checks = len({s for s in range(p.steps + 1) if s % p.eval_every == 0 or s == p.steps}) if dev else 0
+        return {"rollouts": p.steps * tasks * p.group_size + checks * dev, "llm_calls": 0, "children": 1}
 
     # ---------------------------------------------------------------- helpers
 

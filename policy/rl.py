@@ -6,7 +6,10 @@ be tested against known answers and against TRL on identical tensors:
 * :func:`group_advantages` — one scalar advantage per rollout from the rewards of its group:
   ``grpo`` (group mean and std), ``dr_grpo`` (group mean, no std: Dr. GRPO), ``batch`` (group
   mean, std of the whole batch: TRL's ``scale_rewards="batch"``), ``rloo`` (leave-one-out
-  baseline). Standard deviations are Bessel-corrected and get ``eps`` added, as in TRL.
+  baseline), ``reinforce_pp`` (REINFORCE++'s global baseline: batch mean and std, no group
+  baseline, so a group whose rollouts all succeeded or all failed still carries signal: Hu et
+  al., 2025, arXiv:2501.03262). Standard deviations are Bessel-corrected and get ``eps`` added,
+  as in TRL.
 * :func:`token_logprobs` — ``log_softmax(logits / T)`` of the next tokens: the same temperature
   the sampler applied (:func:`evolve.policy.tiny.sample`), so ratios compare like with like.
 * :func:`k3` — Schulman's unbiased, always-positive KL estimator ``exp(q - p) - (q - p) - 1``.
@@ -30,10 +33,10 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-Estimator = Literal["grpo", "dr_grpo", "batch", "rloo"]
+Estimator = Literal["grpo", "dr_grpo", "batch", "rloo", "reinforce_pp"]
 LossType = Literal["grpo", "bnpo", "dapo", "dr_grpo"]
 Level = Literal["token", "sequence"]
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "batch", "rloo")
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "batch", "rloo", "reinforce_pp")
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
@@ -63,8 +66,9 @@ def group_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages ``[N]`` for rewards ``[N]`` whose group (task) labels are ``groups``.
 
-    Returns ``(advantages, zero_std)`` where ``zero_std[i]`` says the group of rollout ``i`` has
-    identical rewards (no learning signal; DAPO's dynamic sampling drops those groups).
+    Returns ``(advantages, zero_std)`` where ``zero_std[i]`` says rollout ``i`` has no learning
+    signal (DAPO's dynamic sampling drops those): its group's rewards are identical, or, for
+    ``reinforce_pp``, whose baseline is the whole batch's, all rewards in the batch are.
     """
     import torch
 
@@ -75,6 +79,10 @@ def group_advantages(
     adv = torch.zeros_like(r)
     zero = torch.zeros(r.numel(), dtype=torch.bool)
     batch_std = _std(r)
+    if estimator == "reinforce_pp":
+        flat = bool(torch.isclose(batch_std, batch_std.new_zeros(()))) if r.numel() else True
+        adv = (r - r.mean()) / (batch_std + eps) if r.numel() else adv
+        return adv.float(), torch.full((r.numel(),), flat, dtype=torch.bool)
     for k in range(int(g.max()) + 1 if r.numel() else 0):
         idx = (g == k).nonzero().flatten()
         x = r[idx]

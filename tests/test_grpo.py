@@ -205,3 +205,16 @@ def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories
     assert [s.reward for s in seqs] == [1.0] and info["truncated_dropped"] == 1
     seqs, _ = GRPO(dynamic_sampling=False)._batch(trajs, 64)
     assert len(seqs) == 6 and all(s.advantage == 0 for s in seqs if s.group in ("b", "c"))
+
+
+def test_the_dry_run_estimate_counts_every_grpo_rollout():
+    from types import SimpleNamespace
+
+    from evolve.policy.grpo import GRPO
+
+    # examples/sql_agent/grpo.yaml: 4 steps x 256 tasks x G=8, dev checks at steps 0..4 on 200 tasks
+    op = GRPO(steps=4, tasks_per_step=256, group_size=8, dev_tasks=200, eval_every=1)
+    assert op.estimate(SimpleNamespace(train=5000)) == {"rollouts": 4 * 256 * 8 + 5 * 200, "llm_calls": 0, "children": 1}
+    # checks at 0, 5, 10 and the last step 12; few training tasks cap both parts
+    op = GRPO(steps=12, tasks_per_step=32, group_size=4, dev_tasks=50, eval_every=5)
+    assert op.estimate(SimpleNamespace(train=60))["rollouts"] == 12 * 10 * 4 + 4 * 50

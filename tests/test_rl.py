@@ -40,6 +40,11 @@ def test_advantages_under_each_estimator():
     std_all = math.sqrt(1.5 / 7)
     assert adv.tolist() == pytest.approx([0.5 / (std_all + 1e-4), -0.5 / (std_all + 1e-4), -0.5 / (std_all + 1e-4),
                                           0.5 / (std_all + 1e-4), 0, 0, 0, 0], rel=1e-6)
+    adv, zero = group_advantages(r, g, "reinforce_pp")  # batch mean 0.75 and std: the all-1 group is signal too
+    one, nil = 0.25 / (std_all + 1e-4), -0.75 / (std_all + 1e-4)
+    assert adv.tolist() == pytest.approx([one, nil, nil, one, one, one, one, one], rel=1e-6)
+    assert zero.tolist() == [False] * 8
+    assert group_advantages([1, 1, 1], ["a", "b", "c"], "reinforce_pp")[1].tolist() == [True] * 3
 
 
 def test_advantages_groups_need_not_be_contiguous_and_bad_input_is_named():
