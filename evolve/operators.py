@@ -62,6 +62,23 @@ class OperatorContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class ChargedLLM:
+    """A model an operator calls itself, bound to ``ctx``: each call first asks ``ctx.may_call()``
+    (a spent budget raises :class:`~evolve.errors.BudgetExhausted` before anything is sent), then
+    reports the completion to ``ctx.charge``, so it counts against the run's call, token and money
+    budgets like a rollout's calls."""
+
+    def __init__(self, llm: Any, ctx: "OperatorContext") -> None:
+        self.llm, self._ctx = llm, ctx
+        self.name = getattr(llm, "name", "operator-llm")
+
+    def complete(self, messages: Any, **kwargs: Any) -> Any:
+        self._ctx.may_call()
+        out = self.llm.complete(messages, **kwargs)
+        self._ctx.charge(out)
+        return out
+
+
 class ScriptedEdit:
     """A deterministic prompt-edit operator for plumbing tests and golden runs.
 

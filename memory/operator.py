@@ -49,6 +49,12 @@ class MemoryOperator:
         self.p = self.Params(**params)
         self._extract: Any = None
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal (for ``evolve run --dry-run``): ``tasks`` x ``samples`` extra rollouts to
+        learn from; one child, plus one per ``variants`` entry."""
+        return {"rollouts": min(self.p.tasks, plan.train) * self.p.samples, "llm_calls": 0,
+                "children": 1 + len(self.p.variants)}
+
     def _store(self, parent: System, ctx: OperatorContext) -> Any:
         from evolve.memory import HashingEmbedder, MemoryStore
 

@@ -20,6 +20,18 @@ from test_archive import make_traj
 operator_registry.register("level_up", LevelUp)
 
 
+class Unestimated:
+    """An operator without ``estimate()``, as a plugin may register one."""
+
+    name = "unestimated"
+
+    def propose(self, parent, ctx) -> list:
+        return []
+
+
+operator_registry.register("unestimated", Unestimated)
+
+
 def level_task(**over) -> dict:
     task = {
         "name": "levels", "seed": 0, "agent": "_agents:level_agent", "reward": "_agents:level_reward",
@@ -125,8 +137,7 @@ def test_dry_run_without_declared_estimates_reprices_and_caps(tmp_path):
     assert [r["calls"] for r in est["phases"]] == [2 * r["rollouts"] for r in est["phases"]]
     assert est["stop"]["budget"] == "usd" and est["stop"]["rollouts"] == 25  # $0.05 / (2 calls x $0.001)
     # an operator without estimate(): counted by its 'children', its own cost reported as unknown
-    op = {"name": "memory", "params": {}}
-    est = evolve.dry_run(level_task(operators=[op]))
+    est = evolve.dry_run(level_task(operators=[{"name": "unestimated"}]))
     assert est["operators"][0]["declared"] is False and est["operators"][0]["children"] == 1
     assert any("without an estimate()" in n for n in est["notes"])
 

@@ -111,3 +111,13 @@ def test_memory_demos_carry_recalled_examples(data, tmp_path):
         assert b[0]["content"].startswith("e: ") and b[0]["content"].endswith(a[0]["content"])
         assert a[1:] == b[1:]
     assert experiences([solved(data["train"][0])], {data["train"][0]["id"]: data["train"][0]})[0]["kind"] == "experience"
+
+
+def test_the_dry_run_estimate_counts_the_extra_rollouts_and_the_variants():
+    from types import SimpleNamespace
+
+    from evolve.memory.operator import MemoryOperator
+
+    op = MemoryOperator(tasks=40, samples=2, variants=[{"k": 2}, {"k": 0}])
+    assert op.estimate(SimpleNamespace(train=30)) == {"rollouts": 60, "llm_calls": 0, "children": 3}
+    assert MemoryOperator().estimate(SimpleNamespace(train=30))["rollouts"] == 0  # the minibatch only

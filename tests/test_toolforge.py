@@ -337,3 +337,27 @@ def test_engine_run_grows_the_library_and_the_archive_keeps_every_version(sandbo
     parents = [s for s in arch.lineage(best.id) if s != best.id]
     assert len(parents) == 1 and arch.get_system(parents[0]).tools == {}  # rollback target: no tools
     assert report["baseline"]["test"]["score"] == 0.75 and report["best"]["test"]["score"] == 1.0
+
+
+def test_synthesis_calls_count_against_the_budget_and_a_spent_budget_stops_them(sandbox, shop, tmp_path):
+    from types import SimpleNamespace
+
+    from evolve.errors import BudgetExhausted
+
+    trajs = [traj("t0", shop, ["select name from items where price > 20"], 1.0)]
+    synthesis = {"backend": "scripted", "name": "toolsmith", "params": {"responses": ["no tool here"] * 3}}
+    op = ToolForge(synthesis=synthesis, proposals=3)
+    assert op.estimate(SimpleNamespace(train=100)) == {"rollouts": 0, "llm_calls": 3, "children": 1}
+    charged, room = [], [2]
+
+    def may_call():
+        if not room[0]:
+            raise BudgetExhausted("call budget of 2 LLM calls spent (2 used)")
+        room[0] -= 1
+
+    ctx = OperatorContext(generation=0, seed=0, rng=random.Random(0), train=[], trajectories=trajs, artifacts=None,
+                          workdir=tmp_path, rollouts=lambda *a, **k: [], log=lambda m: None,
+                          charge=charged.append, may_call=may_call)
+    with pytest.raises(BudgetExhausted):  # the third call finds no room: the run stops, nothing is swallowed
+        op.propose(System(workflow={"max_turns": 1}), ctx)
+    assert len(charged) == 2 and all(c.text == "no tool here" for c in charged)

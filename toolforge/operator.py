@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.operators import OperatorContext
+from evolve.operators import ChargedLLM, OperatorContext
 from evolve.toolforge.abstract import mine_sql
 from evolve.toolforge.curate import duplicate_of, retirements, with_usage
 from evolve.toolforge.synth import synthesize
@@ -76,6 +76,13 @@ class ToolForge:
             self._llm = llm_backends.get(spec.backend)(spec, ctx.artifacts)
         return self._llm
 
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal (for ``evolve run --dry-run``): ``tasks`` x ``samples`` extra rollouts to mine
+        from, and ``proposals`` calls of the synthesis model when there is one."""
+        p = self.p
+        return {"rollouts": min(p.tasks, plan.train) * p.samples,
+                "llm_calls": p.proposals if p.synthesis is not None else 0, "children": 1}
+
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         p = self.p
         lib = ToolLibrary.from_system(parent)
@@ -98,6 +105,7 @@ class ToolForge:
                 proposals.append((tool, []))
         llm = self._synth_llm(ctx)
         if llm is not None and p.proposals:
+            llm = ChargedLLM(llm, ctx)  # its calls count against the run's budget
             for prop in synthesize(llm, trajs, lib, n=p.proposals, examples=p.examples, threshold=p.threshold,
                                    rng=ctx.rng, temperature=p.temperature, provenance=prov):
                 if prop.tool is None:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from evolve.errors import BudgetExhausted
 from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary
 from evolve.types import Message, ToolCall, Trajectory
 
@@ -175,6 +176,8 @@ def synthesize(llm: Any, trajectories: Sequence[Trajectory], library: ToolLibrar
     for i in range(n):
         try:
             raw = llm.complete(msgs, temperature=temperature, max_tokens=max_tokens).text
+        except BudgetExhausted:  # the run's budget has no room for the call: the run stops, as it should
+            raise
         except Exception as e:  # noqa: BLE001 - a failing model is a rejected proposal, not a crash
             out.append(Proposal(raw="", error=f"the model call failed: {type(e).__name__}: {e}"))
             continue
