@@ -73,9 +73,12 @@ class ChargedLLM:
         self.name = getattr(llm, "name", "operator-llm")
 
     def complete(self, messages: Any, **kwargs: Any) -> Any:
-        self._ctx.may_call()
+        may_call, charge = getattr(self._ctx, "may_call", None), getattr(self._ctx, "charge", None)
+        if may_call is not None:  # a duck-typed context without budgets is allowed
+            may_call()
         out = self.llm.complete(messages, **kwargs)
-        self._ctx.charge(out)
+        if charge is not None:
+            charge(out)
         return out
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import BudgetExhausted, ConfigError
-from evolve.operators import OperatorContext
+from evolve.operators import ChargedLLM, OperatorContext
 from evolve.types import Message, ModelSpec, System, canonical_json
 
 RAW_KEPT = 4000  # characters of a raw answer kept in the log
@@ -72,8 +72,7 @@ class OperatorLog:
                                      "notes": [], "calls": [], "rejected": [], "children": []}
         self.tokens = 0
         self._say = ctx.log
-        self._charge = getattr(ctx, "charge", None)
-        self._may_call = getattr(ctx, "may_call", None)
+        self._ctx = ctx
         self.op_name = op_name
 
     def note(self, text: str, **extra: Any) -> None:
@@ -95,10 +94,9 @@ class OperatorLog:
         entry: dict[str, Any] = {"purpose": purpose, "seed": seed,
                                  "messages": [{"role": m.role, "content": m.content} for m in messages]}
         self.data["calls"].append(entry)
-        if self._may_call is not None:  # a spent budget stops the run here (BudgetExhausted), before the call
-            self._may_call()
-        try:
-            out = llm.complete(list(messages), temperature=temperature, max_tokens=max_tokens, seed=seed)
+        try:  # counted against the run's budget; a spent one stops the run here, before the call
+            out = ChargedLLM(llm, self._ctx).complete(list(messages), temperature=temperature, max_tokens=max_tokens,
+                                                      seed=seed)
         except BudgetExhausted:
             raise
         except Exception as e:  # noqa: BLE001 - a failing model is recorded, never fatal
@@ -106,8 +104,6 @@ class OperatorLog:
             self.reject(f"{purpose}: the model call failed: {entry['error']}")
             return None
         entry["answer"] = out.text
-        if self._charge is not None:  # the operator's own calls count against the run's budget
-            self._charge(out)
         self.tokens += int(out.prompt_tokens or 0) + int(out.completion_tokens or 0)
         return out.text
 
