@@ -94,6 +94,19 @@ def test_test_names_and_domains_disjoint(data: dict[str, list[dict]]) -> None:
         assert shown == _db_names(t["db"])
 
 
+def test_val_from_held_out_domains_is_its_own_and_the_default_is_unchanged(tmp_path: Path,
+                                                                          data: dict[str, list[dict]]) -> None:
+    other = sql.build(tmp_path / "v", seed=0, val_side="test", **SIZES)
+    for split in ("train", "test"):  # the same tasks as the default build
+        assert [t["gold_sql"] for t in other[split]] == [t["gold_sql"] for t in data[split]]
+    train_domains = {t["domain"] for t in other["train"]}
+    assert not ({t["domain"] for t in other["val"]} & train_domains)  # held-out domains...
+    assert not ({t["db"] for t in other["val"]} & {t["db"] for t in other["test"]})  # ...not test's databases
+    assert not {t["question"] for t in other["val"]} & {t["question"] for t in other["test"]}
+    with pytest.raises(ValueError, match="val_side must be 'train'"):
+        sql.build(tmp_path / "bad", seed=0, val_side="dev", **SIZES)
+
+
 def test_gold_sql_runs_nonempty_and_scores_one(data: dict[str, list[dict]]) -> None:
     for ts in data.values():
         for t in ts:
