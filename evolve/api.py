@@ -71,7 +71,7 @@ def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "curre
     cfg, base = load_task(task_file, overrides)
     if not (Path(run_dir) / "archive.sqlite").exists():
         raise RunDirError(f"{run_dir} is not an evolvekit run directory (no archive.sqlite)")
-    engine = Engine(cfg, base_dir=base, run_dir=Path(run_dir), resume=True, observer=observer)
+    engine = Engine(cfg, base_dir=base, run_dir=Path(run_dir), resume=True, observer=observer, evaluating=True)
     engine.final = True  # scoring after the run, like the report's: outside the run's budget
     if split not in engine.splits or not engine.splits[split]:
         raise UserError(f"the dataset has no {split!r} split; choose one of {sorted(k for k, v in engine.splits.items() if v)}")

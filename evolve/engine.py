@@ -68,8 +68,10 @@ class Engine:
         observer: Observer | None = None,
         agent: Callable | None = None,
         reward: Callable | None = None,
+        evaluating: bool = False,
     ) -> None:
         self.task, self.base_dir, self.run_dir = task, Path(base_dir), Path(run_dir)
+        self._evaluating = evaluating  # scoring a finished run (evolve eval): its stored task is left as it is
         self.obs = observer or Observer()
         self._open_archive(resume)
         self.splits: Splits = load_splits(task.dataset, self.base_dir, task.seed)
@@ -110,9 +112,9 @@ class Engine:
                 f"{self.run_dir} was started with a different task configuration; resume it with the same task "
                 "file and --set values (only the budget may change), or choose another --out"
             )
-        elif saved != fingerprint:  # a new budget: the run goes on under it, and says so
-            self.archive.put_state("task", fingerprint)
-            self.archive.log_event("budget", {"was": json.loads(saved).get("budget"), "now": self.task.budget.model_dump()})
+        elif not self._evaluating and (was := json.loads(saved).get("budget")) != (now := self.task.budget.model_dump()):
+            self.archive.put_state("task", fingerprint)  # a new budget: the run goes on under it, and says so
+            self.archive.log_event("budget", {"was": was, "now": now})
 
     def _resolve_callables(self) -> tuple[Callable, Callable]:
         """Import the agent and reward now, so a typo fails before any work is done."""

@@ -12,6 +12,7 @@ trajectory (``error`` set, score 0) or a failed reward (``reward.error`` set, sc
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import threading
@@ -135,19 +136,27 @@ class RolloutContext:
             self.steps.append(step)
 
     def fork(self, branch: int) -> "RolloutContext":
-        """A sub-context for one of several branches run at the same time (a vote's samples):
-        the same system, task, models, temperature and deadline, its own steps, and a seed that
-        depends only on where the fork happened and on ``branch`` (not on thread timing), so
-        concurrent branches sample deterministically. Add its steps back with :meth:`join`."""
-        seed = (self.seed * 1000 + len(self.steps)) * 64 + branch + 1
-        return RolloutContext(self.system, self.task, self.llm_provider, seed=seed % (1 << 52),
-                              temperature=self.temperature, deadline=self.deadline, _gateway=self._gateway)
+        """A sub-context for one of several branches run at the same time (a vote's samples): a
+        copy of this context (a subclass keeps what it adds, e.g. Reflexion's lessons) with its
+        own steps, no OpenAI gateway URLs, and a seed that depends only on where the fork
+        happened and on ``branch`` (not on thread timing), so concurrent branches sample
+        deterministically. Add its steps back with :meth:`join`."""
+        fork = copy.copy(self)
+        fork.seed = ((self.seed * 1000 + len(self.steps)) * 64 + branch + 1) % (1 << 31)
+        fork.steps, fork._lock, fork._gateway = [], threading.Lock(), {}
+        return fork
 
     def join(self, forks: Sequence["RolloutContext"]) -> None:
-        """Append the forks' steps, branch after branch, in the order given."""
+        """Append the forks' steps, branch after branch, in the order given, and drop any gateway
+        URL a fork registered (its calls are recorded; the URL must not outlive the branch)."""
         with self._lock:
             for f in forks:
                 self.steps.extend(f.steps)
+        for f in forks:
+            if f._gateway:
+                from evolve.serve.gateway import unregister
+
+                unregister(f)
 
     def check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:

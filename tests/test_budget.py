@@ -1,6 +1,7 @@
 """Call budgets and the dry-run estimate, with a scripted agent that makes exactly one LLM call
 per rollout and an operator whose every child passes both acceptance stages (tests/_agents.py)."""
 
+import json
 import random
 import sqlite3
 
@@ -111,6 +112,11 @@ def test_the_final_test_scoring_never_counts_against_a_resumed_runs_budget(tmp_p
     assert need >= again["budget_used_by_run"]["calls"] == calls_outside_test(tmp_path / "r") > spent
     with Archive(tmp_path / "r", create=False) as a:  # the change of budget is on record
         assert [e["now"]["calls"] for e in a.events("budget")] == [need]
+    # scoring a finished run with other --set budget values leaves its stored task alone
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump(level_task(budget={"generations": 2, "calls": need})))
+    evolve.evaluate(tmp_path / "task.yaml", tmp_path / "r", overrides=["budget.generations=7"], split="val")
+    with Archive(tmp_path / "r", create=False) as a:
+        assert len(a.events("budget")) == 1 and json.loads(a.get_state("task"))["budget"]["generations"] == 2
 
 
 def test_call_budget_with_several_calls_per_rollout(tmp_path):

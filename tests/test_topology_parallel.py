@@ -68,3 +68,42 @@ def test_a_failing_parallel_sample_fails_the_trajectory_and_keeps_every_samples_
     assert not traj.ok and "node 'parse' (tool) raised JSONDecodeError" in traj.error
     assert sum(isinstance(s, LLMCall) for s in traj.steps) == 4  # every sample's steps are kept
     assert node_order(traj) == ["sample", "parse"] * 4 + ["vote"]
+
+
+def test_parallel_samples_keep_the_contexts_additions_and_sequential_visit_numbers():
+    from evolve.reflexion.context import LessonContext
+    from evolve.rollout import RolloutContext
+    from evolve.topology import agent
+    from evolve.topology.runtime import Runtime
+    from evolve.types import ToolCall
+
+    from test_topology import make_system
+
+    wf = parallel(vote_graph(n=4), 4)
+    lm = ScriptedLM("p", lambda messages, seed=None, temperature=None: "a")
+    ctx = RolloutContext(make_system(wf), {"id": "t", "question": "q"}, lambda s, r: lm)
+    agent(ctx.task, LessonContext(ctx, ["ALWAYS SAY B"], "system"))  # Reflexion around a parallel vote
+    calls = [s for s in ctx.steps if isinstance(s, LLMCall)]
+    assert len(calls) == 4 and all("ALWAYS SAY B" in " ".join(m.content for m in c.messages) for c in calls)
+    # node runs are counted (and recorded as visits) as a sequential vote counts them
+    ctx = RolloutContext(make_system(wf), {"id": "t", "question": "q"}, lambda s, r: lm)
+    rt = Runtime(ctx, wf)
+    rt.execute()
+    assert rt.runs["sample"] == 4
+    assert [s.args["visit"] for s in ctx.steps if isinstance(s, ToolCall) and s.name == "node:sample"] == [1, 2, 3, 4]
+
+
+def test_each_fork_gets_its_own_gateway_url_and_join_drops_them():
+    from evolve.rollout import RolloutContext
+    from evolve.serve import gateway
+    from evolve.types import ModelSpec, System
+
+    lm = ScriptedLM("p", ["a"])
+    ctx = RolloutContext(System(models={"policy": ModelSpec(backend="scripted", name="p")}), {"id": "t"},
+                         lambda s, r: lm)
+    forks = [ctx.fork(0), ctx.fork(1)]
+    urls = [f.openai_base_url() for f in forks]
+    assert urls[0] != urls[1] and not ctx._gateway  # each branch routes to itself; the parent holds none
+    assert [gateway._ROUTES[f._gateway["policy"]][0] for f in forks] == forks
+    ctx.join(forks)
+    assert all(f._gateway["policy"] not in gateway._ROUTES for f in forks)  # no URL outlives its branch

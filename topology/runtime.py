@@ -217,21 +217,24 @@ class Runtime:
             return [self.run_chain(ids, s) for s in starts]
         from concurrent.futures import ThreadPoolExecutor
 
-        branches = [self._branch(fork(i)) for i in range(len(starts))]
+        # branch i counts node runs from where sample i would start in a sequential vote (a plain
+        # chain runs each node once per sample), so recorded visit numbers are the same
+        starts_at = [self.runs + Counter({n: i for n in ids}) for i in range(len(starts))]
+        branches = [self._branch(fork(i), starts_at[i]) for i in range(len(starts))]
         with ThreadPoolExecutor(max_workers=min(parallel, len(starts)), thread_name_prefix="vote") as pool:
             futures = [pool.submit(b.run_chain, ids, s) for b, s in zip(branches, starts)]
             outcomes = [(f.exception(), None if f.exception() else f.result()) for f in futures]
         self.ctx.join([b.ctx for b in branches])
-        for b in branches:
-            self.runs.update(b.runs - self.runs)
+        for b, began in zip(branches, starts_at):
+            self.runs.update(b.runs - began)
         for error, _ in outcomes:
             if error is not None:
                 raise error
         return [state for _, state in outcomes]
 
-    def _branch(self, ctx: Any) -> "Runtime":
+    def _branch(self, ctx: Any, runs: Counter) -> "Runtime":
         b = copy.copy(self)
-        b.ctx, b.runs, b._stack = ctx, Counter(self.runs), list(self._stack)
+        b.ctx, b.runs, b._stack = ctx, Counter(runs), list(self._stack)
         return b
 
     def _has_visits_left(self, node_id: str) -> bool:
