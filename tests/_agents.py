@@ -207,3 +207,20 @@ def kind_agent(task: dict, ctx: Any) -> Any:
 def noisy_reward(task: dict, output: Any, trajectory: Any) -> float:
     first, later = NOISY[str(output)]
     return first if trajectory.sample == 0 else later
+
+
+def vote_search_task(n: int, search: dict, budget: dict) -> dict:
+    """A task file (as a dict) for the topology search on the vowel world: one ``llm`` step to
+    start from, a palette that may wrap it in an ``n``-vote, ``search`` as the operator's params."""
+    graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "llm", "params": {"prompt": "{q}"}},
+                                       {"id": "answer", "type": "answer", "params": {"key": "text"}}],
+             "edges": [{"src": "ask", "dst": "answer"}]}
+    palette = [{"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [n]}}]
+    return {
+        "name": "g", "seed": 0, "agent": "evolve.topology:agent", "reward": "_agents:vowel_reward",
+        "models": {"policy": {"backend": "scripted", "name": "echo", "params": {"echo": True}}},
+        "workflow": {"graph": graph}, "dataset": {"source": "_agents:vowel_dataset"},
+        "operators": [{"name": "topology", "params": {"palette": palette, **search}}],
+        "runner": {"name": "thread", "workers": 2, "timeout": 10},
+        "budget": budget, "engine": {"minibatch": 4},
+    }

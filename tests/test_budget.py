@@ -15,7 +15,7 @@ from evolve.errors import ConfigError
 from evolve.registry import operators as operator_registry
 from evolve.types import LLMCall
 
-from _agents import LevelUp
+from _agents import LevelUp, vote_search_task
 from test_archive import make_traj
 
 operator_registry.register("level_up", LevelUp)
@@ -256,18 +256,7 @@ def test_a_call_budget_stops_operator_calls_before_they_are_made(tmp_path):
 
 def test_a_call_budget_plans_with_the_workflow_graphs_bound(tmp_path):
     """A topology search that tries a 16-vote must not pass budget.calls by the vote's size."""
-    graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "llm", "params": {"prompt": "{q}"}},
-                                       {"id": "answer", "type": "answer", "params": {"key": "text"}}],
-             "edges": [{"src": "ask", "dst": "answer"}]}
-    palette = [{"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [16]}}]
-    task = {
-        "name": "g", "seed": 0, "agent": "evolve.topology:agent", "reward": "_agents:vowel_reward",
-        "models": {"policy": {"backend": "scripted", "name": "echo", "params": {"echo": True}}},
-        "workflow": {"graph": graph}, "dataset": {"source": "_agents:vowel_dataset"},
-        "operators": [{"name": "topology", "params": {"palette": palette, "max_evals": 3, "search_tasks": 20}}],
-        "runner": {"name": "thread", "workers": 2, "timeout": 10},
-        "budget": {"generations": 1, "calls": 40}, "engine": {"minibatch": 4},
-    }
+    task = vote_search_task(16, {"max_evals": 3, "search_tasks": 20}, {"generations": 1, "calls": 40})
     report = evolve.run(task, out=tmp_path / "r")
     assert report["stop_reason"].startswith("call budget of 40")
     assert report["budget_used_by_run"]["calls"] <= 40
