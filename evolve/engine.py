@@ -363,7 +363,7 @@ class Engine:
                 system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
                 temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
             log=self.obs.message, charge=self.charge, may_call=self.check_operator_call,
-            extra={"pool": OperatorPool(self)},
+            extra={"pool": OperatorPool(self), "known": self.archive.has_system},
         )
         proposed = op.propose(parent, ctx)
         # a child identical to an archived system has been judged already: not a new candidate

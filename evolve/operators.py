@@ -19,7 +19,9 @@ every generation calls ``propose`` once per selected parent. ``ctx`` gives the p
 minibatch trajectories (with rewards and feedback), a way to run more rollouts (memoised in
 the archive, counted against the budget), the artifact store, a seeded RNG, and in
 ``ctx.extra["pool"]`` the accepted systems (``{"system", "score", "per_task", "metrics"}``
-dicts, loaded on first access; e.g. a crossover operator's mates). Operators
+dicts, loaded on first access; e.g. a crossover operator's mates), and in ``ctx.extra["known"]``
+a test ``known(system_id) -> bool`` of whether the archive holds a system already (a child it
+holds has been judged; the engine drops it, so an operator can propose another instead). Operators
 must be deterministic given ``ctx.rng`` / ``ctx.seed`` so a seeded run has a fixed lineage.
 """
 

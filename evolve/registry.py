@@ -127,6 +127,7 @@ operators = Registry(
         "reflective": "evolve.prompts.reflective:ReflectiveMutation",
         "bootstrap_demos": "evolve.prompts.bootstrap:DemoBootstrap",
         "prompt_crossover": "evolve.prompts.crossover:Crossover",
+        "prompt_choice": "evolve.prompts.choices:PromptChoice",
     },
 )
 selectors = Registry(

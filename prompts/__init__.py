@@ -15,6 +15,9 @@
     from the system's own successes, the selection being the searched choice (DSPy);
   - ``prompt_crossover`` — :class:`~evolve.prompts.crossover.Crossover`, two lineages merged
     component by component (GEPA's merge);
+  - ``prompt_choice`` — :class:`~evolve.prompts.choices.PromptChoice`, alternatives the task
+    file declares for any component (a template, a format, instructions to A/B), judged by the
+    engine like every child;
 
 * :mod:`evolve.prompts.pareto` — GEPA's per-task Pareto front and sampling from it.
 
@@ -51,6 +54,7 @@ _LAZY = {
     "ReflectiveMutation": "evolve.prompts.reflective",
     "DemoBootstrap": "evolve.prompts.bootstrap",
     "Crossover": "evolve.prompts.crossover",
+    "PromptChoice": "evolve.prompts.choices",
 }
 
 
@@ -63,7 +67,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Component", "ComponentError", "Crossover", "DemoBootstrap", "PromptMutation", "ReflectiveMutation",
+    "Component", "ComponentError", "Crossover", "DemoBootstrap", "PromptChoice", "PromptMutation", "ReflectiveMutation",
     "best_counts", "diff_prompts", "get_demos", "get_format", "get_instruction", "get_mutators",
     "get_task", "get_template", "get_text", "pareto_front", "render_demos", "sample_from_front", "set_demos",
     "set_format", "set_instruction", "set_mutators", "set_template", "set_text",

@@ -14,6 +14,7 @@ from typing import Any
 from evolve.types import Message, Reward
 from evolve.worlds.sql.memory import recall, render
 from evolve.worlds.sql.questions import prompt_text
+from evolve.worlds.sql.render import fill
 from evolve.worlds.sql.tools import NotACall, run_call, toolbox
 
 MAX_ROWS = 50
@@ -118,17 +119,20 @@ def error_text(e: BaseException) -> str:
 
 
 def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None,
-                 style: str = "full", demos: list[dict] | None = None, demo_style: str = "masked") -> list[Message]:
-    """The opening messages of an episode: an optional system instruction, then the prompt, after
-    the few-shot demos (see :mod:`evolve.worlds.sql.fewshot`) and the recalled experiences (see
-    :mod:`evolve.worlds.sql.memory`) when there are any."""
+                 style: str = "full", demos: list[dict] | None = None, demo_style: str = "masked",
+                 template: str = "") -> list[Message]:
+    """The opening messages of an episode: an optional system instruction, then the prompt laid
+    out by ``template`` (see :mod:`evolve.worlds.sql.render`; empty: ``schema: ...\\nq: ...``),
+    after the few-shot demos (see :mod:`evolve.worlds.sql.fewshot`) and the recalled experiences
+    (see :mod:`evolve.worlds.sql.memory`) when there are any."""
     out = [Message(role="system", content=instruction)] if instruction else []
     head = render(examples, style) if examples else ""
     if demos:
         from evolve.worlds.sql.fewshot import render as render_demos
 
         head = render_demos(demos, demo_style) + head
-    out.append(Message(role="user", content=head + prompt_text(task["schema"], task["question"])))
+    body = fill(template, task["schema"], task["question"]) if template else prompt_text(task["schema"], task["question"])
+    out.append(Message(role="user", content=head + body))
     return out
 
 
@@ -148,7 +152,8 @@ def agent(task: dict, ctx: Any) -> dict:
 
     Settings (``ctx.system.workflow``): ``max_turns`` (3), ``max_tokens`` (160),
     ``retry_on_empty`` (False: an empty result also counts as an error to rewrite).
-    Prompt component ``instruction`` becomes the system message when non-empty. When the
+    Prompt component ``instruction`` becomes the system message when non-empty; ``template`` lays
+    out the user message (:mod:`evolve.worlds.sql.render`: which schema rendering, where). When the
     system has query tools (``System.tools``, see :mod:`evolve.worlds.sql.tools`), an answer
     that calls one runs that tool in the sandbox instead. When it has an experience memory
     (``System.memory``, see :mod:`evolve.worlds.sql.memory`), the recalled examples come first;
@@ -165,10 +170,11 @@ def agent(task: dict, ctx: Any) -> dict:
     db = task["db"]
     spec = getattr(system, "memory", None) or {}
     examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
+    from evolve.prompts.components import get_template
     from evolve.worlds.sql.fewshot import demos_of
 
     messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
-                            str(wf.get("demo_style", "masked")))
+                            str(wf.get("demo_style", "masked")), get_template(getattr(system, "prompts", None) or {}))
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)

@@ -1,0 +1,118 @@
+"""The ``prompt_choice`` operator: a search over alternatives the user declares for prompt
+components — a prompt template, a schema rendering, an output format, a set of instructions to
+A/B — judged by the engine like every other child (minibatch, then validation, Pareto pool).
+
+Where DSPy's optimisers search the two things a DSPy program exposes (instructions and demos),
+a system here carries typed components (:mod:`evolve.prompts.components`), and which layout of
+the prompt a model reads best is often the choice that matters most to a small model. The
+alternatives are listed in the task file::
+
+    operators:
+      - name: prompt_choice
+        params:
+          choices:
+            template: ["{schema}\\nq: {question}", "{schema_linked}\\nq: {question}"]
+          children: 2
+
+Each proposal, for one parent: every (component, alternative) whose value differs from the
+parent's (an empty alternative stands for the component left out, the agent's default), in
+``ctx.rng`` order, skipping a child the archive already holds (it was judged: the
+engine would drop it) when ``ctx.extra["known"]`` says so; the first ``children`` become
+children, each differing from the parent in that one component. Combined with other operators
+under one engine, a lineage can change its template in one generation and its demos in the
+next. It makes no LLM calls and no rollouts of its own. (The ``scripted`` operator in
+:mod:`evolve.operators` is the test fixture this generalises: one text component, no logging.) Everything is logged to
+``prompt_choice.json`` in the work directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evolve.prompts._common import OperatorLog, clip
+from evolve.prompts.components import (
+    JSON_KINDS,
+    components,
+    dump_json,
+    get_text,
+    parse_name,
+    remove,
+    set_text,
+)
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evolve.operators import OperatorContext
+from evolve.types import Candidate, System
+
+
+def _text(name: str, value: Any) -> str:
+    kind = parse_name(name)[1]
+    if kind in JSON_KINDS and not isinstance(value, str):
+        value = dump_json(value)
+    if not isinstance(value, str):
+        raise ValueError(f"choices[{name!r}]: an alternative must be text, not {type(value).__name__} ({value!r})")
+    components({name: value})  # the kind's own checks (JSON shape of demos and mutators)
+    return value
+
+
+class PromptChoice:
+    name = "prompt_choice"
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        choices: dict[str, list[Any]] = Field(description="prompt component name -> its alternative values")
+        children: int = Field(2, ge=1, description="children per proposal")
+
+        @field_validator("choices")
+        @classmethod
+        def _choices(cls, v: dict[str, list[Any]]) -> dict[str, list[str]]:
+            if not v or not any(v.values()):
+                raise ValueError("give at least one component with alternatives, e.g. "
+                                 "{template: ['{schema}\\nq: {question}', '{schema_linked}\\nq: {question}']}")
+            out: dict[str, list[str]] = {}
+            for name, values in v.items():
+                texts = [_text(name, x) for x in values]
+                if len(set(texts)) < len(texts):
+                    raise ValueError(f"choices[{name!r}] lists the same alternative twice")
+                out[name] = texts
+            return out
+
+    def __init__(self, **params: Any) -> None:
+        self.p = self.Params(**params)
+
+    def estimate(self, plan: Any) -> dict[str, int]:
+        """Per proposal: no rollouts and no calls of its own; at most ``children`` children."""
+        alternatives = sum(len(v) for v in self.p.choices.values())
+        return {"rollouts": 0, "llm_calls": 0, "children": min(self.p.children, max(alternatives - 1, 1))}
+
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
+        log = OperatorLog(self.name, parent, ctx)
+        known = (getattr(ctx, "extra", None) or {}).get("known")
+        try:
+            options = []
+            for name, values in self.p.choices.items():
+                step, kind = parse_name(name)
+                current = get_text(parent, kind, step, default="")
+                options += [(name, i, v) for i, v in enumerate(values) if v != current]
+            ctx.rng.shuffle(options)
+            out: list[Candidate] = []
+            for name, i, value in options:
+                if len(out) >= self.p.children:
+                    break
+                step, kind = parse_name(name)
+                # "" is the component left out: the agent's default, the same system as one without it
+                system = set_text(parent, kind, value, step) if value else remove(parent, kind, step)
+                if known is not None and known(system.id):
+                    log.reject(f"{name} alternative {i}: already in the archive (judged before)")
+                    continue
+                n = len(self.p.choices[name])
+                rationale = f"{name}: alternative {i + 1} of {n}: {clip(value, 80)!r}"
+                info = {"component": name, "alternative": i}
+                log.child(system, rationale, **info)
+                out.append(Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale,
+                                     info=info))
+            if not out:
+                log.note("every alternative is the parent's value or was judged before")
+            return out
+        finally:
+            log.write()

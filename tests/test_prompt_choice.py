@@ -1,0 +1,161 @@
+"""The prompt_choice operator and the SQL world's template component (schema renderings)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import DATA
+from evolve.prompts.choices import PromptChoice
+from test_prompts import make_ctx, oplog
+
+from evolve.types import System
+from evolve.worlds.sql import messages_for
+from evolve.worlds.sql.render import (
+    DEFAULT_TEMPLATE,
+    TemplateError,
+    fill,
+    linked,
+    pruned,
+)
+
+SCHEMA = "schema: owner(id,name,city) pet(id,name,age,owner_id) toy(id,color,pet_id)"
+
+
+# ----------------------------------------------------------------------------- SQL renderings
+
+
+def test_linked_puts_the_tables_the_question_names_first_and_keeps_the_rest_in_order():
+    assert linked(SCHEMA, "how many pet are older than 3?") == \
+        "schema: pet(id,name,age,owner_id) owner(id,name,city) toy(id,color,pet_id)"
+    assert linked(SCHEMA, "list the toy of each owner") == \
+        "schema: owner(id,name,city) toy(id,color,pet_id) pet(id,name,age,owner_id)"
+    assert linked(SCHEMA, "nothing named here") == SCHEMA
+
+
+def test_pruned_keeps_the_named_tables_and_a_parent_whose_column_is_asked_for():
+    assert pruned(SCHEMA, "how many pet are older than 3?") == "schema: pet(id,name,age,owner_id)"
+    # pet points to owner and the question asks for owner's city: owner stays
+    assert pruned(SCHEMA, "what is the city of the owner of each pet") == \
+        "schema: owner(id,name,city) pet(id,name,age,owner_id)"
+    assert pruned(SCHEMA, "which rows have color red") == "schema: toy(id,color,pet_id)"  # by a column
+    assert pruned(SCHEMA, "nothing named here") == SCHEMA
+
+
+def test_the_default_template_sends_exactly_the_message_every_cold_start_was_trained_on():
+    task = {"schema": SCHEMA, "question": "how many pet are older than 3?"}
+    plain = messages_for(task)
+    assert plain[-1].content == f"{SCHEMA}\nq: how many pet are older than 3?"
+    assert messages_for(task, template=DEFAULT_TEMPLATE) == plain
+    got = messages_for(task, template="{schema_linked}\nq: {question}")[-1].content
+    assert got.startswith("schema: pet(") and got.endswith("\nq: how many pet are older than 3?")
+
+
+def test_a_bad_template_names_the_field_and_the_ones_the_agent_fills():
+    with pytest.raises(TemplateError, match=r"names qestion; the SQL agent fills \{schema\}"):
+        fill("{schema}\nq: {qestion}", SCHEMA, "q")
+    with pytest.raises(TemplateError, match="not a format string"):
+        fill("{schema\nq", SCHEMA, "q")
+
+
+def test_the_sql_agent_reads_the_template_component_of_its_system():
+    from evolve.llm.fake import ScriptedLM
+    from evolve.worlds.sql import agent
+
+    seen = []
+    lm = ScriptedLM("m", lambda messages: seen.append(messages[-1].content) or "select 1")
+
+    class Ctx:
+        system = System(prompts={"template": "{schema_pruned}\nq: {question}"}, workflow={"max_turns": 1})
+
+        def llm(self, role):
+            return lm
+
+        def tool(self, name, fn, **kw):
+            return fn(**kw)
+
+    task = {"schema": SCHEMA, "question": "how many pet are there", "db": ":memory:"}
+    agent(task, Ctx())
+    assert seen == ["schema: pet(id,name,age,owner_id)\nq: how many pet are there"]
+
+
+# ----------------------------------------------------------------------------- the operator
+
+
+def parent_with(**prompts):
+    return System(prompts=prompts)
+
+
+def test_children_each_change_one_component_to_an_alternative_other_than_the_parents(tmp_path):
+    op = PromptChoice(choices={"template": ["A {question}", "B {question}", "C {question}"],
+                               "instruction": ["", "be brief"]}, children=10)
+    parent = parent_with(template="A {question}", instruction="")
+    ctx, _ = make_ctx(tmp_path)
+    kids = op.propose(parent, ctx)
+    changes = sorted((c.info["component"], c.system.prompts[c.info["component"]]) for c in kids)
+    assert changes == [("instruction", "be brief"), ("template", "B {question}"), ("template", "C {question}")]
+    for c in kids:  # exactly one component differs from the parent's
+        assert sum(c.system.prompts.get(k) != parent.prompts.get(k) for k in ("template", "instruction")) == 1
+        assert c.parents == (parent.id,) and c.operator == "prompt_choice"
+    assert len(oplog(ctx, "prompt_choice")["children"]) == 3
+
+
+def test_children_are_capped_drawn_by_the_rng_and_deterministic(tmp_path):
+    op = PromptChoice(choices={"template": [f"{i} {{question}}" for i in range(6)]}, children=2)
+    parent = parent_with(template="0 {question}")
+    runs = [[c.system.id for c in op.propose(parent, make_ctx(tmp_path / str(i), seed=3)[0])] for i in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]) == 2
+    other = [c.system.id for c in op.propose(parent, make_ctx(tmp_path / "x", seed=4)[0])]
+    assert len(other) == 2
+
+
+def test_a_child_the_archive_already_holds_is_skipped_for_the_next_alternative(tmp_path):
+    op = PromptChoice(choices={"template": ["A", "B", "C"]}, children=1)
+    parent = parent_with(template="A")
+    first = op.propose(parent, make_ctx(tmp_path / "a", seed=0)[0])[0]
+    ctx, _ = make_ctx(tmp_path / "b", seed=0, extra={"known": lambda sid: sid == first.system.id})
+    [second] = op.propose(parent, ctx)
+    assert second.system.id != first.system.id and second.system.prompts["template"] in {"B", "C"}
+    assert "already in the archive" in oplog(ctx, "prompt_choice")["rejected"][0]["reason"]
+    ctx, _ = make_ctx(tmp_path / "c", seed=0, extra={"known": lambda sid: True})
+    assert op.propose(parent, ctx) == []
+    assert "judged before" in oplog(ctx, "prompt_choice")["notes"][0]["note"]
+
+
+def test_json_components_take_structured_alternatives_and_bad_params_are_named():
+    op = PromptChoice(choices={"demos": [[], [{"input": "1+1", "output": "2"}]]})
+    assert json.loads(op.p.choices["demos"][1]) == [{"input": "1+1", "output": "2"}]
+    with pytest.raises(ValueError, match="unknown kind 'instructon'"):
+        PromptChoice(choices={"instructon": ["a"]})
+    with pytest.raises(ValueError, match="the same alternative twice"):
+        PromptChoice(choices={"instruction": ["a", "a"]})
+    with pytest.raises(ValueError, match="must be text"):
+        PromptChoice(choices={"instruction": [3]})
+    with pytest.raises(ValueError, match="at least one component"):
+        PromptChoice(choices={})
+    with pytest.raises(ValueError, match="demos"):
+        PromptChoice(choices={"demos": ["not json"]})
+
+
+def test_the_engine_promotes_the_alternative_that_scores_best(tmp_path):
+    import evolve
+
+    task = yaml.safe_load((DATA / "toy.yaml").read_text())
+    task.update(operators=[{"name": "prompt_choice",
+                            "params": {"choices": {"instruction": ["multiply", "subtract", "add carefully"]}, "children": 2}}],
+                budget={"generations": 2}, engine={"minibatch": 6})
+    task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
+    report = evolve.run(task, out=tmp_path / "run", base_dir=DATA)
+    assert evolve.load(tmp_path / "run").system.prompts["instruction"] == "add carefully"
+    assert report["best"]["test"]["score"] == 1.0 > report["baseline"]["test"]["score"]
+    assert "prompt_choice" in json.dumps(evolve.dry_run(task, base_dir=DATA), default=str)
+
+
+def test_an_empty_alternative_leaves_the_component_out_so_the_start_is_recognised(tmp_path):
+    op = PromptChoice(choices={"template": ["", "{schema_linked}\nq: {question}"]}, children=5)
+    start = parent_with(instruction="")
+    [child] = op.propose(start, make_ctx(tmp_path / "a")[0])
+    assert child.system.prompts["template"] == "{schema_linked}\nq: {question}"
+    [back] = op.propose(child.system, make_ctx(tmp_path / "b")[0])
+    assert back.system.id == start.id and "template" not in back.system.prompts
