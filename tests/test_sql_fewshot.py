@@ -159,5 +159,10 @@ def test_prompts_yaml_loads():
 
     cfg, _ = load_task(EXAMPLES / "prompts.yaml", [])
     assert cfg.models["policy"].cold_start.demos == "evolve.worlds.sql.fewshot:fewshot_demos"
-    assert [o.name for o in cfg.operators] == ["bootstrap_demos"] and cfg.engine.selector == "pareto"
+    assert [o.name for o in cfg.operators] == ["prompt_choice", "bootstrap_demos"] and cfg.engine.selector == "pareto"
+    from evolve.prompts.choices import PromptChoice
+    from evolve.worlds.sql.render import check_template
+
+    for t in PromptChoice(**cfg.operators[0].params).p.choices["template"]:  # every layout is one the agent fills
+        check_template(t)
     assert json.dumps(cfg.workflow) == json.dumps({"max_turns": 1, "max_tokens": 96})

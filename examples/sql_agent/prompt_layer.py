@@ -1,5 +1,5 @@
-"""Our demo search against DSPy's BootstrapFewShot and MIPROv2 on the tiny SQL model, at the same
-LLM-call budget, on held-out test tasks.
+"""Our prompt search against DSPy's BootstrapFewShot and MIPROv2 on the tiny SQL model, at the
+same LLM-call budget, on held-out test tasks.
 
     OMP_NUM_THREADS=1 .venv/bin/python examples/sql_agent/prompt_layer.py --seed 0 [--spread 12]
 
@@ -8,17 +8,24 @@ about 10 minutes a seed then: the cold start ~6, the rest ~4.)
 
 1. ``prompts.yaml``: the few-shot cold start (SFT on 500 training tasks, each prompt preceded by
    0-4 masked demos of other tasks; :mod:`evolve.worlds.sql.fewshot`), a starting system with no
-   demos, and ``evolve run`` with ``bootstrap_demos`` (which of the model's own solved training
-   tasks to show, and how many) under the ``pareto`` selector, until ``budget.calls`` is spent.
+   demos and the schema as the task gives it, and ``evolve run`` with ``prompt_choice`` (the
+   layout of the schema: as given, the tables the question names first, or only those;
+   :mod:`evolve.worlds.sql.render`) and ``bootstrap_demos`` (which of the model's own solved
+   training tasks to show, and how many) under the ``pareto`` selector, until ``budget.calls``
+   is spent.
 2. The same weights (given as ready-made base weights, so the model is byte for byte the same)
    under ``sql_program.py``: a DSPy program with one Predict whose adapter sends exactly the
    agent's messages; compiled by ``dspy.BootstrapFewShot`` and ``dspy.MIPROv2`` through
    :func:`evolve.prompts.baselines.run_dspy_baseline` with the LLM calls our search spent as
-   their budget (train split as trainset, val as valset, the same reward as metric).
+   their budget (train split as trainset, val as valset, the same reward as metric). DSPy's
+   optimisers search what a DSPy program exposes, instructions and demos; the layout of the
+   schema is not among them.
 3. Scored on the 300 test tasks (schemas never seen in training) through the engine's rollouts:
    our promoted system, the starting system (no demos), the two compiled programs, the DSPy demo
    sets run through our native agent (a check that the rendering is the same: the scores must
-   agree), and task.yaml's plain system (3 turns, its own cold start) for reference.
+   agree), and, to show where the gain comes from, our promoted template alone (no demos) and
+   each DSPy demo set under it; task.yaml's plain system (3 turns, its own cold start) for
+   reference.
 
 Token lengths (pointer tokenizer fitted on the few-shot demos, seed 0): a masked demo line is
 85 tokens on average (126 at most); a prompt without demos 84 (107); a cold-start sequence 305
@@ -41,8 +48,23 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
+OURS = "ours: prompt_choice + bootstrap_demos + pareto"
+
+
 def _acc(trajs: list) -> float:
     return round(statistics.mean(t.score for t in trajs), 4)
+
+
+def paired(ours: list, other: list) -> list:
+    """``[won, lost, p]``: test tasks ours gets right and ``other`` wrong, the reverse, and the
+    two-sided sign-test p-value of that split (the same tasks, in the same order)."""
+    from math import comb
+
+    won = sum(a.score > b.score for a, b in zip(ours, other, strict=True))
+    lost = sum(a.score < b.score for a, b in zip(ours, other, strict=True))
+    n, k = won + lost, min(won, lost)
+    p = min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
+    return [won, lost, float(f"{p:.3g}")]
 
 
 def search_calls(run_dir: Path) -> dict:
@@ -117,12 +139,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--budget", type=int, default=None, help="the DSPy optimisers' LLM calls (default: what ours spent)")
     ap.add_argument("--set", action="append", default=[], help="extra overrides for prompts.yaml")
     ap.add_argument("--spread", type=int, default=0, help="also score this many random demo sets on test (analysis)")
+    ap.add_argument("--layouts", action="store_true", help="also score every schema layout alone (analysis)")
     args = ap.parse_args(argv)
 
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.prompts.components import set_demos
+    from evolve.prompts.components import get_template, set_demos, set_template
 
     from evolve.config import load_task
     from evolve.engine import Engine
@@ -155,11 +178,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     nodemo: list = []
     nodemo = score(start, "no demos (start)", llm_calls=0, demos=0)
+    ours_trajs: list = []
     if report is not None:
         summary["ours_report"] = {k: report.get(k) for k in ("baseline", "best", "stop_reason")}
-        score(best, "ours: bootstrap_demos + pareto", llm_calls=spent["llm_calls"], rollouts=spent["rollouts"],
-              demos=len(_demos(best)), system_id=best.id,
+        ours_trajs = score(best, OURS, llm_calls=spent["llm_calls"], rollouts=spent["rollouts"],
+              demos=len(_demos(best)), system_id=best.id, template=get_template(best),
               generations=len(eng._gen_rows()), shown=[d.get("input", "")[-120:] for d in _demos(best)])
+    found = get_template(best) if OURS in arms else ""
+    if found:  # where the gain comes from: the layout alone, without the demos
+        trajs = eng.rollouts(set_template(start, found), test, split="test", tag="eval:test",
+                             description="test ours' template alone")
+        arms[OURS]["template_alone_test"] = _acc(trajs)
     budget = args.budget or spent["llm_calls"]
     summary["budget_llm_calls"] = budget
 
@@ -185,8 +214,28 @@ def main(argv: list[str] | None = None) -> dict:
         native = set_demos(start, [{k: d[k] for k in ("question", "gold_sql") if k in d} for d in demos])
         trajs = eng.rollouts(native, test, split="test", tag="eval:test", description=f"test {opt} demos, native")
         arms[label]["native_agent_test"] = _acc(trajs)
+        if ours_trajs:  # paired on the same test tasks: ours right and this wrong, and the reverse
+            arms[label]["ours_won_lost"] = paired(ours_trajs, trajs)
+        if found:  # DSPy's demos under the layout our search found (DSPy's optimisers cannot search it)
+            with_t = eng.rollouts(set_template(native, found), test, split="test", tag="eval:test",
+                                  description=f"test {opt} demos, our template")
+            arms[label]["with_our_template_test"] = _acc(with_t)
         if demos:
             arms[label]["by_shown_template"] = shown_template(test, trajs, nodemo, demos)
+    if args.layouts:  # every layout prompt_choice may pick, on the starting system (analysis)
+        from evolve.prompts.choices import PromptChoice
+
+        op = next((o for o in cfg.operators if o.name == "prompt_choice"), None)
+        alts = PromptChoice(**op.params).p.choices.get("template", []) if op is not None else []
+        summary["layouts"] = {}
+        for alt in alts:
+            system = set_template(start, alt) if alt else start
+            # val only as the search scored it (new val rollouts here would count as search calls)
+            val = eng.archive.task_scores(system.id, "val") if eng.archive.has_system(system.id) else {}
+            row = {"val": round(statistics.mean(val.values()), 4) if val else None,
+                   "test": _acc(eng.rollouts(system, test, split="test", tag="eval:test",
+                                             description=f"layout {alt!r} on test"))}
+            summary["layouts"][alt or "(as given)"] = row
     if args.spread:
         summary["spread"] = spread(eng, start, test, nodemo, args.spread, args.seed)
     eng.runner.close()
@@ -202,10 +251,20 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"seed {args.seed}: test accuracy on {len(test)} held-out tasks; LLM calls spent choosing the prompt")
     for name, row in arms.items():
         extra = f"  (same demos, native agent: {row['native_agent_test']:.3f})" if "native_agent_test" in row else ""
+        if "ours_won_lost" in row:
+            w, lo, p = row["ours_won_lost"]
+            extra += f"  (ours won {w}, lost {lo} of the test tasks; sign test p = {p:.2g})"
+        if "with_our_template_test" in row:
+            extra += f"  (with our template: {row['with_our_template_test']:.3f})"
+        if "template_alone_test" in row:
+            extra += f"  (its template alone, no demos: {row['template_alone_test']:.3f}; {row['template']!r})"
         print(f"  {name:40s} {row['test']:.3f}  {row.get('llm_calls', 0):6d} calls  {row.get('demos', 0)} demos{extra}")
         if "by_shown_template" in row:
             print("    " + "; ".join(f"{k} ({v['n']} tasks): {v['with']} with demos vs {v['without']} without"
                                      for k, v in row["by_shown_template"].items() if v["n"]))
+    for alt, row in (summary.get("layouts") or {}).items():
+        val = "not scored by the search" if row["val"] is None else f"{row['val']:.3f}"
+        print(f"  layout {alt!r} alone, no demos: val {val}  test {row['test']:.3f}")
     if summary.get("spread"):
         sp = summary["spread"]
         print(f"  {len(sp['sets'])} random demo sets from a pool of {sp['pool']}: test min {sp['min']}, median "

@@ -6,8 +6,9 @@ examples with their gold SQL — carry it too),
 with :class:`SQLAdapter`, which sends exactly the messages the native agent sends
 (:func:`evolve.worlds.sql.fewshot.fewshot_messages`: the demos as masked lines before
 ``schema: ...\\nq: ...``, one user message) and reads the reply with the agent's ``clean_sql``.
-So a demo set DSPy picks is shown to the model byte for byte as ours is: the only difference
-between the two searches is which demos they choose.
+So a demo set DSPy picks is shown to the model byte for byte as ours is. The schema is sent as
+the task gives it: the layout of the schema (``prompts.yaml``'s ``prompt_choice``) is a choice
+our search has and DSPy's optimisers, which search instructions and demos, do not.
 
 The signature's instruction is *not* sent: the model was never trained with one, and an
 instruction in front of the prompt only shifts its copy pointers. MIPROv2 still proposes
