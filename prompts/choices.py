@@ -27,6 +27,7 @@ next. It makes no LLM calls and no rollouts of its own. (The ``scripted`` operat
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from evolve.prompts._common import OperatorLog, clip
@@ -46,12 +47,19 @@ from evolve.types import Candidate, System
 
 
 def _text(name: str, value: Any) -> str:
+    """An alternative as the component's text: JSON kinds in canonical form (given as text or as
+    YAML structure), an empty JSON list or object as ``""`` (the component left out)."""
     kind = parse_name(name)[1]
-    if kind in JSON_KINDS and not isinstance(value, str):
+    if kind in JSON_KINDS:
+        if isinstance(value, str) and value.strip():
+            components({name: value})  # the kind's own checks (JSON shape of demos and mutators)
+            value = json.loads(value)
+        if value in ("", [], {}):
+            return ""
         value = dump_json(value)
     if not isinstance(value, str):
         raise ValueError(f"choices[{name!r}]: an alternative must be text, not {type(value).__name__} ({value!r})")
-    components({name: value})  # the kind's own checks (JSON shape of demos and mutators)
+    components({name: value})
     return value
 
 
@@ -62,6 +70,9 @@ class PromptChoice:
         model_config = ConfigDict(extra="forbid", frozen=True)
         choices: dict[str, list[Any]] = Field(description="prompt component name -> its alternative values")
         children: int = Field(2, ge=1, description="children per proposal")
+        checks: dict[str, str] = Field(default_factory=dict, description="component name -> import path of a "
+                                       "function that raises on an alternative the agent cannot use, run at load "
+                                       "(e.g. evolve.worlds.sql.render:check_template)")
 
         @field_validator("choices")
         @classmethod
@@ -70,7 +81,13 @@ class PromptChoice:
                 raise ValueError("give at least one component with alternatives, e.g. "
                                  "{template: ['{schema}\\nq: {question}', '{schema_linked}\\nq: {question}']}")
             out: dict[str, list[str]] = {}
+            seen: dict[tuple[str, str], str] = {}
             for name, values in v.items():
+                key = parse_name(name)
+                if key in seen:
+                    raise ValueError(f"choices names one component twice: {seen[key]!r} and {name!r}; "
+                                     f"list all its alternatives under one of them")
+                seen[key] = name
                 texts = [_text(name, x) for x in values]
                 if len(set(texts)) < len(texts):
                     raise ValueError(f"choices[{name!r}] lists the same alternative twice")
@@ -79,11 +96,27 @@ class PromptChoice:
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
+        from evolve.registry import import_path
+
+        for name, path in self.p.checks.items():
+            if name not in self.p.choices:
+                raise ValueError(f"prompt_choice: checks names {name!r}, which has no choices "
+                                 f"(components with choices: {', '.join(self.p.choices)})")
+            check = import_path(path, what=f"prompt_choice checks[{name!r}]")
+            for value in self.p.choices[name]:
+                if not value:
+                    continue  # the component left out: the agent's default
+                try:
+                    check(value)
+                except Exception as e:  # noqa: BLE001 - reported with the alternative it refused
+                    raise ValueError(f"prompt_choice: {path} refuses the alternative {value!r} of {name!r}: "
+                                     f"{e}") from None
 
     def estimate(self, plan: Any) -> dict[str, int]:
-        """Per proposal: no rollouts and no calls of its own; at most ``children`` children."""
+        """Per proposal: no rollouts and no calls of its own; at most ``children`` children (every
+        alternative, when the parent's value is none of them)."""
         alternatives = sum(len(v) for v in self.p.choices.values())
-        return {"rollouts": 0, "llm_calls": 0, "children": min(self.p.children, max(alternatives - 1, 1))}
+        return {"rollouts": 0, "llm_calls": 0, "children": min(self.p.children, alternatives)}
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         log = OperatorLog(self.name, parent, ctx)
@@ -93,6 +126,11 @@ class PromptChoice:
             for name, values in self.p.choices.items():
                 step, kind = parse_name(name)
                 current = get_text(parent, kind, step, default="")
+                if kind in JSON_KINDS and current:
+                    try:
+                        current = _text(name, current)
+                    except ValueError:
+                        pass  # a parent with a malformed value: every alternative differs from it
                 options += [(name, i, v) for i, v in enumerate(values) if v != current]
             ctx.rng.shuffle(options)
             out: list[Candidate] = []

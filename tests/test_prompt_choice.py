@@ -34,13 +34,23 @@ def test_linked_puts_the_tables_the_question_names_first_and_keeps_the_rest_in_o
     assert linked(SCHEMA, "nothing named here") == SCHEMA
 
 
-def test_pruned_keeps_the_named_tables_and_a_parent_whose_column_is_asked_for():
+def test_pruned_keeps_the_named_tables_a_parent_whose_column_is_asked_for_and_the_join_between():
     assert pruned(SCHEMA, "how many pet are older than 3?") == "schema: pet(id,name,age,owner_id)"
-    # pet points to owner and the question asks for owner's city: owner stays
-    assert pruned(SCHEMA, "what is the city of the owner of each pet") == \
-        "schema: owner(id,name,city) pet(id,name,age,owner_id)"
+    # the question names pet and owner's column city, not owner: pet points to owner, so owner stays
+    assert pruned(SCHEMA, "list the city for each pet") == "schema: owner(id,name,city) pet(id,name,age,owner_id)"
+    # toy and owner are named; pet is the table that joins them
+    assert pruned(SCHEMA, "list the color of each toy whose owner is bob") == SCHEMA
     assert pruned(SCHEMA, "which rows have color red") == "schema: toy(id,color,pet_id)"  # by a column
     assert pruned(SCHEMA, "nothing named here") == SCHEMA
+
+
+def test_renderings_keep_what_surrounds_the_tables_and_read_names_case_blind():
+    assert linked("owner(id,name) pet(id,owner_id)", "list each pet") == "pet(id,owner_id) owner(id,name)"
+    text = "schema: owner(id,name) pet(id,owner_id)\nfk: pet.owner_id -> owner.id"
+    assert linked(text, "each pet") == "schema: pet(id,owner_id) owner(id,name)\nfk: pet.owner_id -> owner.id"
+    assert linked("schema: Owner(id,Name) Pet(id,owner_id)", "list each pet") == "schema: Pet(id,owner_id) Owner(id,Name)"
+    assert pruned("schema: owner(id, name, city) pet(id, age, owner_id)", "the city of every one") == \
+        "schema: owner(id, name, city)"
 
 
 def test_the_default_template_sends_exactly_the_message_every_cold_start_was_trained_on():
@@ -57,6 +67,9 @@ def test_a_bad_template_names_the_field_and_the_ones_the_agent_fills():
         fill("{schema}\nq: {qestion}", SCHEMA, "q")
     with pytest.raises(TemplateError, match="not a format string"):
         fill("{schema\nq", SCHEMA, "q")
+    for fancy in ("{schema!r}\nq: {question}", "{schema:{x}}\nq: {question}"):
+        with pytest.raises(TemplateError, match="plainly"):
+            fill(fancy, SCHEMA, "q")
 
 
 def test_the_sql_agent_reads_the_template_component_of_its_system():
@@ -106,8 +119,10 @@ def test_children_are_capped_drawn_by_the_rng_and_deterministic(tmp_path):
     parent = parent_with(template="0 {question}")
     runs = [[c.system.id for c in op.propose(parent, make_ctx(tmp_path / str(i), seed=3)[0])] for i in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 2
-    other = [c.system.id for c in op.propose(parent, make_ctx(tmp_path / "x", seed=4)[0])]
-    assert len(other) == 2
+    firsts = {op.propose(parent, make_ctx(tmp_path / f"s{k}", seed=k)[0])[0].system.prompts["template"]
+              for k in range(12)}
+    assert len(firsts) >= 3  # the order is the rng's, not the list's
+    assert op.estimate(None)["children"] == 2
 
 
 def test_a_child_the_archive_already_holds_is_skipped_for_the_next_alternative(tmp_path):
@@ -125,7 +140,17 @@ def test_a_child_the_archive_already_holds_is_skipped_for_the_next_alternative(t
 
 def test_json_components_take_structured_alternatives_and_bad_params_are_named():
     op = PromptChoice(choices={"demos": [[], [{"input": "1+1", "output": "2"}]]})
+    assert op.p.choices["demos"][0] == ""  # no demos is the component left out
     assert json.loads(op.p.choices["demos"][1]) == [{"input": "1+1", "output": "2"}]
+    with pytest.raises(ValueError, match="the same alternative twice"):  # the same demos, as text and as YAML
+        PromptChoice(choices={"demos": ['[{"input": "1+1", "output": "2"}]', [{"input": "1+1", "output": "2"}]]})
+    with pytest.raises(ValueError, match="one component twice: 'template' and 'policy.template'"):
+        PromptChoice(choices={"template": ["A"], "policy.template": ["B"]})
+    with pytest.raises(ValueError, match="refuses the alternative '{schema}.nq: {qestion}'"):
+        PromptChoice(choices={"template": ["", "{schema}\nq: {qestion}"]},
+                     checks={"template": "evolve.worlds.sql.render:check_template"})
+    with pytest.raises(ValueError, match="checks names 'format', which has no choices"):
+        PromptChoice(choices={"template": ["A"]}, checks={"format": "evolve.worlds.sql.render:check_template"})
     with pytest.raises(ValueError, match="unknown kind 'instructon'"):
         PromptChoice(choices={"instructon": ["a"]})
     with pytest.raises(ValueError, match="the same alternative twice"):
@@ -159,3 +184,43 @@ def test_an_empty_alternative_leaves_the_component_out_so_the_start_is_recognise
     assert child.system.prompts["template"] == "{schema_linked}\nq: {question}"
     [back] = op.propose(child.system, make_ctx(tmp_path / "b")[0])
     assert back.system.id == start.id and "template" not in back.system.prompts
+
+
+def test_the_engine_gives_operators_a_known_test_backed_by_the_archive(tmp_path):
+    import evolve
+    from evolve.registry import operators
+
+    seen = []
+
+    class Probe:
+        name = "known_probe"
+
+        def propose(self, parent, ctx):
+            known = ctx.extra["known"]
+            seen.append((known(parent.id), known("0" * 16)))
+            return []
+
+    operators.register("known_probe", Probe)
+    task = yaml.safe_load((DATA / "toy.yaml").read_text())
+    task.update(operators=[{"name": "known_probe"}], budget={"generations": 1}, engine={"minibatch": 4})
+    task["dataset"]["params"] = {"n_train": 8, "n_val": 4, "n_test": 4}
+    evolve.run(task, out=tmp_path / "run", base_dir=DATA)
+    assert seen == [(True, False)]
+
+
+def test_a_workflow_graphs_write_step_lays_out_the_prompt_by_the_template_as_the_agent_does(tmp_path):
+    from evolve.api import LoadedSystem
+    from evolve.types import ModelSpec
+    from evolve.worlds.sql.workflow import single_step
+    from test_prompts import scripted
+
+    spec, seen = scripted("graph-writer", "select 1")
+    system = System(prompts={"template": "{schema_linked}\nq: {question}"}, workflow={"graph": single_step()},
+                    models={"policy": ModelSpec(**spec)})
+    loaded = LoadedSystem(system, tmp_path, "evolve.topology.runtime:agent")
+    try:
+        loaded.run({"id": "t", "schema": SCHEMA, "question": "how many toy are red", "db": ":memory:"})
+    finally:
+        loaded.close()
+    assert seen[0][-1].content == "schema: toy(id,color,pet_id) owner(id,name,city) pet(id,name,age,owner_id)\n" \
+                                  "q: how many toy are red"

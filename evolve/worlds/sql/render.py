@@ -38,42 +38,74 @@ def tables(schema_text: str) -> list[tuple[str, list[str]]]:
     return [(m.group(1), m.group(2).split(",")) for m in _TABLE.finditer(schema_text)]
 
 
-def _fmt(ts: list[tuple[str, list[str]]]) -> str:
-    return "schema: " + " ".join(f"{name}({','.join(cols)})" for name, cols in ts)
+def _relayout(schema_text: str, keep: list[str]) -> str:
+    """``schema_text`` with its tables replaced by the table texts ``keep`` (a subset, in the
+    new order); whatever comes before the first table and after the last is kept as it is."""
+    found = list(_TABLE.finditer(schema_text))
+    if not found:
+        return schema_text
+    head, tail = schema_text[:found[0].start()], schema_text[found[-1].end():]
+    return head + " ".join(keep) + tail
 
 
 def _words(question: str) -> set[str]:
-    return set(re.findall(r"\w+", question.lower()))
+    return set(re.findall(r"\w+", question.lower()))  # exact names: a plural rule matched "pages" to page
+
+
+def _column(col: str) -> str:
+    """``" name text"`` -> ``"name"``: the column's name in a typed or spaced list."""
+    parts = col.split()
+    return parts[0].lower() if parts else ""
+
+
+def _named(name: str, words: set[str]) -> bool:
+    return name.lower() in words
 
 
 def linked(schema_text: str, question: str) -> str:
     """The tables the question names come first; the order is otherwise kept."""
-    ts, w = tables(schema_text), _words(question)
-    if not ts:
-        return schema_text
-    return _fmt(sorted(ts, key=lambda t: t[0] not in w))  # sorted() is stable
+    w = _words(question)
+    found = list(_TABLE.finditer(schema_text))
+    order = sorted(found, key=lambda m: not _named(m.group(1), w))  # sorted() is stable
+    return _relayout(schema_text, [m.group(0) for m in order])
+
+
+def _linked_by_key(a: tuple[str, list[str]], b: tuple[str, list[str]]) -> bool:
+    """One of the two tables has a ``<other>_id`` column."""
+    return f"{b[0].lower()}_id" in {_column(c) for c in a[1]} or f"{a[0].lower()}_id" in {_column(c) for c in b[1]}
 
 
 def pruned(schema_text: str, question: str) -> str:
     """Only the tables the question is about (see the module docstring)."""
-    ts, w = tables(schema_text), _words(question)
-    keep = {n for n, _ in ts if n in w} or {n for n, cols in ts if any(c in w for c in cols if c != "id")}
+    w = _words(question)
+    found = list(_TABLE.finditer(schema_text))
+    ts = [(m.group(1), m.group(2).split(",")) for m in found]
+    cols = [{_column(c) for c in t[1]} - {"id"} for t in ts]
+    keep = {i for i, t in enumerate(ts) if _named(t[0], w)} or {i for i in range(len(ts)) if cols[i] & w}
     if not keep:
         return schema_text
-    for name, cols in ts:  # a parent table whose column the question names
-        if name not in keep and any(f"{name}_id" in c for k, c in ts if k in keep) and \
-                any(c in w for c in cols if c != "id"):
-            keep.add(name)
-    return _fmt([t for t in ts if t[0] in keep])
+    for i, t in enumerate(ts):  # a parent table whose column the question names
+        if i not in keep and cols[i] & w and any(f"{t[0].lower()}_id" in cols[k] for k in keep):
+            keep.add(i)
+    for i, t in enumerate(ts):  # a table that joins two kept tables that are not linked directly
+        if i not in keep and any(_linked_by_key(t, ts[a]) and _linked_by_key(t, ts[b]) and
+                                 not _linked_by_key(ts[a], ts[b]) for a in keep for b in keep if a < b):
+            keep.add(i)
+    return _relayout(schema_text, [m.group(0) for i, m in enumerate(found) if i in keep])
 
 
 def check_template(template: str) -> str:
     """``template`` if every field it names is one of :data:`FIELDS`, else :class:`TemplateError`."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as e:
         raise TemplateError(f"prompt template {template!r} is not a format string ({e}); write fields as "
                             f"{{schema}} and {{question}}, and a literal brace as {{{{ or }}}}") from None
+    fancy = [f for f, spec, conv in parsed if spec or conv]
+    if fancy:
+        raise TemplateError(f"prompt template {template!r}: write the field {fancy[0]!r} plainly, as "
+                            f"{{{fancy[0].split('!')[0]}}}, without a format spec or conversion")
+    names = [f for f, _, _ in parsed]
     bad = sorted({f for f in names if f not in FIELDS})
     if bad:
         raise TemplateError(f"prompt template {template!r} names {', '.join(bad)}; the SQL agent fills "

@@ -2,9 +2,10 @@
 
 Three node types, registered as ``sql.write``, ``sql.execute`` and ``sql.rewrite``:
 
-* ``sql.write`` — one model call: the task's opening messages (system instruction, recalled
-  experiences, schema and question, exactly as :func:`evolve.worlds.sql.agent.messages_for`
-  writes them) → ``sql``; the conversation goes to ``state["messages"]``.
+* ``sql.write`` — one model call: the task's opening messages (system instruction, few-shot
+  demos, recalled experiences, schema and question laid out by the ``template`` component,
+  exactly as :func:`evolve.worlds.sql.agent.messages_for` writes them for the agent) → ``sql``;
+  the conversation goes to ``state["messages"]``.
 * ``sql.execute`` — no model call: runs ``sql`` on the task's database (read-only, or as a
   sandboxed call of one of the system's query tools) → ``rows``, ``error`` (the message the
   model would see, or None) and ``empty`` (no rows, or an error).
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.types import Message
 from evolve.worlds.sql.agent import SQLError, _act, clean_sql, error_text, messages_for
+from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.tools import toolbox
 
@@ -57,7 +59,12 @@ class Write:
         spec = system.memory or {}
         examples = (rt.ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"])
                     if spec.get("store") else [])
-        messages = messages_for(task, instruction, examples, spec.get("render", "full"))
+        from evolve.prompts.components import get_template
+
+        # the system's demos and template component lay the prompt out as the agent's would
+        messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
+                                str((system.workflow or {}).get("demo_style", "masked")),
+                                get_template(system.prompts or {}))
         out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, None),
                                       max_tokens=_max_tokens(rt, p.max_tokens), stop=None)
         said = clean_sql(getattr(out, "text", ""))
