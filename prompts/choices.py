@@ -40,7 +40,7 @@ from evolve.prompts.components import (
     remove,
     set_text,
 )
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evolve.operators import OperatorContext
 from evolve.types import Candidate, System
@@ -94,23 +94,26 @@ class PromptChoice:
                 out[name] = texts
             return out
 
+        @model_validator(mode="after")
+        def _checked(self) -> "PromptChoice.Params":
+            from evolve.registry import import_path
+
+            for name, path in self.checks.items():
+                if name not in self.choices:
+                    raise ValueError(f"checks names {name!r}, which has no choices "
+                                     f"(components with choices: {', '.join(self.choices)})")
+                check = import_path(path, what=f"prompt_choice checks[{name!r}]")
+                for value in self.choices[name]:
+                    if not value:
+                        continue  # the component left out: the agent's default
+                    try:
+                        check(value)
+                    except Exception as e:  # noqa: BLE001 - reported with the alternative it refused
+                        raise ValueError(f"{path} refuses the alternative {value!r} of {name!r}: {e}") from None
+            return self
+
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
-        from evolve.registry import import_path
-
-        for name, path in self.p.checks.items():
-            if name not in self.p.choices:
-                raise ValueError(f"prompt_choice: checks names {name!r}, which has no choices "
-                                 f"(components with choices: {', '.join(self.p.choices)})")
-            check = import_path(path, what=f"prompt_choice checks[{name!r}]")
-            for value in self.p.choices[name]:
-                if not value:
-                    continue  # the component left out: the agent's default
-                try:
-                    check(value)
-                except Exception as e:  # noqa: BLE001 - reported with the alternative it refused
-                    raise ValueError(f"prompt_choice: {path} refuses the alternative {value!r} of {name!r}: "
-                                     f"{e}") from None
 
     def estimate(self, plan: Any) -> dict[str, int]:
         """Per proposal: no rollouts and no calls of its own; at most ``children`` children (every

@@ -8,12 +8,14 @@ with these fields, so the layout of the prompt is a searchable choice like any o
 * ``{schema_linked}`` — the same tables, those the question names first (schema linking by
   name; otherwise in the given order);
 * ``{schema_pruned}`` — only the tables the question names (by table name, else by a column
-  name), plus a table a kept one points to when the question names one of its columns; all of
-  them when it names none;
+  name), plus a table a kept one points to when the question names one of its columns, plus a
+  table that joins two kept ones not linked directly; all of them when it names none;
 * ``{question}`` — the question.
 
-Without a template the message is :data:`DEFAULT_TEMPLATE`, ``{schema}\\nq: {question}``, the
-layout every shipped cold start is trained on. The few-shot demos read the question back from
+Names match the question's words exactly, case aside; what surrounds the tables (a prefix such
+as ``schema: ``, a trailing line) is kept. Without a template the message is
+:data:`DEFAULT_TEMPLATE`, ``{schema}\\nq: {question}``, the layout every shipped cold start is
+trained on. The few-shot demos read the question back from
 what follows the last ``q: ``, so a template should end with ``q: {question}``.
 """
 
@@ -78,8 +80,7 @@ def _linked_by_key(a: tuple[str, list[str]], b: tuple[str, list[str]]) -> bool:
 def pruned(schema_text: str, question: str) -> str:
     """Only the tables the question is about (see the module docstring)."""
     w = _words(question)
-    found = list(_TABLE.finditer(schema_text))
-    ts = [(m.group(1), m.group(2).split(",")) for m in found]
+    found, ts = list(_TABLE.finditer(schema_text)), tables(schema_text)
     cols = [{_column(c) for c in t[1]} - {"id"} for t in ts]
     keep = {i for i, t in enumerate(ts) if _named(t[0], w)} or {i for i in range(len(ts)) if cols[i] & w}
     if not keep:
