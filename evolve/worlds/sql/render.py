@@ -95,8 +95,8 @@ def pruned(schema_text: str, question: str) -> str:
     return _relayout(schema_text, [m.group(0) for i, m in enumerate(found) if i in keep])
 
 
-def check_template(template: str) -> str:
-    """``template`` if every field it names is one of :data:`FIELDS`, else :class:`TemplateError`."""
+def _fields(template: str) -> set[str]:
+    """The fields ``template`` names, every one of them in :data:`FIELDS`; else :class:`TemplateError`."""
     try:
         parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as e:
@@ -106,18 +106,24 @@ def check_template(template: str) -> str:
     if fancy:
         raise TemplateError(f"prompt template {template!r}: write the field {fancy[0]!r} plainly, as "
                             f"{{{fancy[0].split('!')[0]}}}, without a format spec or conversion")
-    names = [f for f, _, _ in parsed]
-    bad = sorted({f for f in names if f not in FIELDS})
+    names = {f for f, _, _ in parsed}
+    bad = sorted(names - set(FIELDS))
     if bad:
         raise TemplateError(f"prompt template {template!r} names {', '.join(bad)}; the SQL agent fills "
                             f"{', '.join('{' + f + '}' for f in FIELDS)}")
+    return names
+
+
+def check_template(template: str) -> str:
+    """``template`` if every field it names is one of :data:`FIELDS`, else :class:`TemplateError`."""
+    _fields(template)
     return template
 
 
 def fill(template: str | None, schema_text: str, question: str) -> str:
     """The user message for one task under ``template`` (:data:`DEFAULT_TEMPLATE` when empty)."""
-    template = check_template(template or DEFAULT_TEMPLATE)
-    names = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    template = template or DEFAULT_TEMPLATE
+    names = _fields(template)  # parsed once: this runs in every rollout
     values = {"schema": schema_text, "question": question, "schema_linked": "", "schema_pruned": ""}
     if "schema_linked" in names:
         values["schema_linked"] = linked(schema_text, question)
