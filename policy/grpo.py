@@ -44,6 +44,10 @@ class GRPO:
         group_size: int = Field(8, ge=2, description="rollouts per task (G)")
         temperature: float = Field(1.0, gt=0)
         estimator: Literal["grpo", "dr_grpo", "batch", "rloo", "reinforce_pp"] = "grpo"
+        reward_weights: dict[str, float] = Field(default_factory=dict, description=(
+            "extra training reward: weight x the named component of the task's reward (TRL's reward_weights "
+            "over several reward functions), added to the score for the advantages only; acceptance and "
+            "evaluation keep the task's score"))
         loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "dapo"
         eps_low: float = Field(0.2, ge=0)
         eps_high: float = Field(0.28, ge=0)
@@ -59,6 +63,7 @@ class GRPO:
                                 "optimiser step (InstructGPT's PPO-ptx); 0: pure GRPO")
         ptx_batch: int = Field(16, ge=1)
         lr: float = Field(1e-3, gt=0)
+        warmup: int = Field(0, ge=0, description="optimiser steps of linear learning-rate warmup (over the whole run)")
         weight_decay: float = Field(0.0, ge=0)
         grad_clip: float = Field(1.0, ge=0)
         r: int = Field(16, ge=1)
@@ -86,7 +91,7 @@ class GRPO:
         from evolve.policy.rl import group_advantages
 
         p = self.p
-        rewards = torch.tensor([t.score for t in trajs], dtype=torch.float32)
+        rewards = torch.tensor([train_reward(t, p.reward_weights) for t in trajs], dtype=torch.float32)
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
         seqs, truncated = [], 0
         for k, (t, a, z) in enumerate(zip(trajs, adv.tolist(), zero.tolist())):
@@ -101,7 +106,9 @@ class GRPO:
             seqs += packed
         groups = len({t.task_id for t in trajs})
         kept = len({s.group for s in seqs})
-        return seqs, {"reward": float(rewards.mean()) if len(trajs) else 0.0, "groups": groups,
+        scores = [t.score for t in trajs]
+        extra = {"train_reward": round(float(rewards.mean()), 4)} if p.reward_weights and trajs else {}
+        return seqs, {"reward": sum(scores) / len(scores) if scores else 0.0, **extra, "groups": groups,
                       "groups_kept": kept, "truncated_dropped": truncated,
                       "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
 
@@ -140,7 +147,7 @@ class GRPO:
         learner = Learner(model, cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha,
                           init=init, lr=p.lr, weight_decay=p.weight_decay, grad_clip=p.grad_clip,
                           num_iterations=p.num_iterations, minibatches=p.minibatches, micro_batch=p.micro_batch,
-                          pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31))
+                          pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31), warmup=p.warmup)
         current, curve, best = parent, [], (-math.inf, -1, None)
         t_start = time.perf_counter()
 
@@ -167,6 +174,8 @@ class GRPO:
             tasks = ctx.rng.sample(pool, min(p.tasks_per_step, len(pool)))
             trajs = ctx.rollouts(current, tasks, samples=p.group_size, temperature=p.temperature, tag="grpo")
             t_roll = time.perf_counter() - t0
+            if step == 0:
+                check_components(trajs, p.reward_weights)
             seqs, info = self._batch(trajs, learner.max_len)
             st = learner.update(seqs)
             current = self._child(parent, spec, learner.adapter(), ctx, step + 1)
@@ -191,6 +200,25 @@ class GRPO:
         why = (f"GRPO ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
                f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+
+
+def train_reward(traj: Trajectory, weights: dict[str, float]) -> float:
+    """The task's score plus ``weights[k]`` x the reward's component ``k`` (absent: 0)."""
+    if not weights:
+        return traj.score
+    comps = traj.reward.components if traj.reward is not None else {}
+    return traj.score + sum(w * float(comps.get(k, 0.0)) for k, w in weights.items())
+
+
+def check_components(trajs: list[Trajectory], weights: dict[str, float]) -> None:
+    """Refuse ``reward_weights`` naming a component no reward in the batch has: a misspelt name
+    would otherwise add nothing, silently."""
+    seen = {k for t in trajs if t.reward is not None for k in t.reward.components}
+    missing = sorted(set(weights) - seen)
+    if missing and trajs:
+        have = ", ".join(sorted(seen)) or "none (the reward returns a bare score)"
+        raise ValueError(f"grpo reward_weights names {', '.join(map(repr, missing))}, which no reward in the batch "
+                         f"has; the task's reward gives these components: {have}")
 
 
 def _by_group(trajs: list[Trajectory]) -> dict[str, list[float]]:

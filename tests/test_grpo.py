@@ -218,3 +218,42 @@ def test_the_dry_run_estimate_counts_every_grpo_rollout():
     # checks at 0, 5, 10 and the last step 12; few training tasks cap both parts
     op = GRPO(steps=12, tasks_per_step=32, group_size=4, dev_tasks=50, eval_every=5)
     assert op.estimate(SimpleNamespace(train=60))["rollouts"] == 12 * 10 * 4 + 4 * 50
+
+
+def test_reward_weights_add_named_components_to_the_training_reward_only():
+    from evolve.policy.grpo import GRPO, check_components
+
+    def t(task, score, executes):
+        return Trajectory(task_id=task, system_id="s", steps=(call((1, 2), (5, 6)),),
+                          reward=Reward(score=score, components={"executes": executes, "matches": score}))
+
+    # group "a": all wrong, one ran: signal only with the executes term; "b": equal rewards either way
+    trajs = [t("a", 0.0, 1.0), t("a", 0.0, 0.0), t("b", 1.0, 1.0), t("b", 1.0, 1.0)]
+    seqs, info = GRPO()._batch(trajs, 64)
+    assert seqs == [] and info["groups_kept"] == 0 and "train_reward" not in info
+    seqs, info = GRPO(reward_weights={"executes": 0.25})._batch(trajs, 64)
+    assert [s.group for s in seqs] == ["a", "a"] and seqs[0].advantage > 0 > seqs[1].advantage
+    assert info["reward"] == 0.5 and info["train_reward"] == pytest.approx((0.25 + 0 + 1.25 + 1.25) / 4)
+    assert [s.reward for s in seqs] == [0.0, 0.0]  # the task's score is what is reported
+    check_components(trajs, {"executes": 0.25})
+    with pytest.raises(ValueError, match=r"'execute'.*executes, matches"):
+        check_components(trajs, {"execute": 0.25})
+
+
+def test_warmup_scales_the_first_optimiser_steps():
+    # Adam's first step moves each parameter by about lr (|m/sqrt(v)| = 1), so the largest change
+    # after one step reads the learning rate it used: lr/4, then 2lr/4, ... with warmup=4
+    seqs = [Packed(ids=[1, 5, 6, 7], mask=[0, 1, 1, 1], sampler_logp=[math.nan] + [-1.0] * 3, temperature=1.0,
+                   advantage=a, traj=i) for i, a in enumerate((1.0, -1.0))]
+    seqs[1].ids = [1, 7, 6, 5]
+
+    def first_step(warmup):
+        learner = Learner(build_model(SMALL, seed=3), lr=1e-2, seed=0, warmup=warmup)
+        before = [p.detach().clone() for p in learner.params]
+        st = learner.update(seqs)
+        return max(float((p.detach() - b).abs().max()) for p, b in zip(learner.params, before)), st.extra["lr"]
+
+    moved, lr_next = first_step(0)
+    assert moved == pytest.approx(1e-2, rel=0.05) and lr_next == 1e-2
+    moved, lr_next = first_step(4)
+    assert moved == pytest.approx(1e-2 / 4, rel=0.05) and lr_next == pytest.approx(1e-2 / 2)
