@@ -33,12 +33,12 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
-
-    from evolve.archive.store import Archive
     from evolve.policy.grpo import GRPO
     from evolve.policy.grpo_train import Learner
     from evolve.policy.rl import LossConfig
     from evolve.policy.weights import load_base
+
+    from evolve.archive.store import Archive
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     trajs = [r.trajectory for r in Archive(a.run, create=False).trajectory_rows(phase="grpo", limit=a.batch)]
@@ -50,7 +50,7 @@ def main() -> None:
         model, tok, _ = load_base(a.base)
         learner = Learner(model, cfg=LossConfig(loss_type="grpo", beta=a.beta), lr=lr, warmup=warmup,
                           pad_id=tok.pad_id, seed=1)
-        seqs, info = op._batch(trajs, learner.max_len)
+        seqs, _ = op._batch(trajs, learner.max_len)
         samples: dict[int, list] = {}
         for s in seqs:
             samples.setdefault(s.traj, []).append(s)
