@@ -27,7 +27,7 @@ import random
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evolve.operators import OperatorContext
 from evolve.types import Candidate, System, Trajectory
@@ -62,6 +62,10 @@ class GRPO:
         ptx_coef: float = Field(0.0, ge=0, description="weight of an SFT loss on the cold-start demos per "
                                 "optimiser step (InstructGPT's PPO-ptx); 0: pure GRPO")
         ptx_batch: int = Field(16, ge=1)
+        self_imitation: bool = Field(False, description=(
+            "add each batch's successful final turns to the PPO-ptx pool, so the SFT term also replays the "
+            "policy's own successes (self-imitation learning, Oh et al. 2018; RLEP); needs ptx_coef > 0"))
+        imitation_threshold: float = Field(1.0, description="a trajectory scoring this or more is a success to replay")
         lr: float = Field(1e-3, gt=0)
         warmup: int = Field(0, ge=0, description="optimiser steps of linear learning-rate warmup (over the whole run)")
         weight_decay: float = Field(0.0, ge=0)
@@ -70,6 +74,13 @@ class GRPO:
         alpha: float = 32
         dev_tasks: int = Field(200, ge=0, description="training tasks held out of training to pick the best step")
         eval_every: int = Field(5, ge=1)
+
+        @model_validator(mode="after")
+        def _needs_ptx(self) -> "GRPO.Params":
+            if self.self_imitation and self.ptx_coef <= 0:
+                raise ValueError("self_imitation replays successes through the PPO-ptx term: set ptx_coef > 0 "
+                                 "(e.g. 1.0), or self_imitation: false")
+            return self
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
@@ -126,6 +137,7 @@ class GRPO:
         from evolve.policy.weights import load_base, read_adapter
 
         from evolve.policy.sft import cold_start_examples, trainable_spec
+        from evolve.policy.star import success_turns
 
         p = self.p
         spec = trainable_spec(parent, p.role, ctx.log, self.name)
@@ -143,7 +155,8 @@ class GRPO:
                          level=p.importance_level, max_completion_length=p.max_completion_length)
         ptx = cold_start_examples(spec, ctx.artifacts) if p.ptx_coef > 0 else []
         if p.ptx_coef > 0 and not ptx:
-            ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); pure GRPO")
+            ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); "
+                    + ("the ptx term replays the policy's own successes only" if p.self_imitation else "pure GRPO"))
         learner = Learner(model, cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha,
                           init=init, lr=p.lr, weight_decay=p.weight_decay, grad_clip=p.grad_clip,
                           num_iterations=p.num_iterations, minibatches=p.minibatches, micro_batch=p.micro_batch,
@@ -177,6 +190,10 @@ class GRPO:
             if step == 0:
                 check_components(trajs, p.reward_weights)
             seqs, info = self._batch(trajs, learner.max_len)
+            if p.self_imitation:
+                wins = success_turns([t for t in trajs if t.error is None and t.score >= p.imitation_threshold], p.role, "final", False)
+                learner.ptx += wins
+                info["replay_pool"] = len(learner.ptx)
             st = learner.update(seqs)
             current = self._child(parent, spec, learner.adapter(), ctx, step + 1)
             row = {"step": step + 1, **info, "sequences": st.sequences, "trained_tokens": st.trained_tokens,

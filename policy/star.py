@@ -49,27 +49,7 @@ class STaR:
         return {"rollouts": min(self.p.tasks, plan.train) * self.p.samples, "llm_calls": 0, "children": 1}
 
     def _examples(self, trajs: list[Trajectory]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-        out, seen = [], set()
-        for t in trajs:
-            steps = list(t.steps)
-            calls = [i for i, s in enumerate(steps) if isinstance(s, LLMCall) and s.role == self.p.role]
-            for i in calls:
-                s = steps[i]
-                if s.prompt_token_ids is None or not s.token_ids:
-                    continue
-                if self.p.turns == "final":
-                    # keep a turn only if no later turn of this role follows: the one that succeeded
-                    if i != calls[-1]:
-                        continue
-                    nxt = steps[i + 1] if i + 1 < len(steps) else None
-                    if isinstance(nxt, ToolCall) and nxt.error:
-                        continue
-                key = (s.prompt_token_ids, s.token_ids)
-                if self.p.dedupe and key in seen:
-                    continue
-                seen.add(key)
-                out.append(key)
-        return out
+        return success_turns(trajs, self.p.role, self.p.turns, self.p.dedupe)
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         from evolve.policy.train import train_lora
@@ -111,3 +91,32 @@ class STaR:
         why = (f"LoRA r={p.r} trained on {n_own} successful turns + {len(examples) - n_own} replayed demos "
                f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+
+
+def success_turns(trajs: list[Trajectory], role: str = "policy", turns: str = "final",
+                  dedupe: bool = True) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(prompt ids, sampled ids) of the turns of ``role`` in ``trajs`` (pass successful ones) to learn.
+
+    ``turns: final`` keeps only the last turn of the role, and only when the tool call right after
+    it did not fail: an attempt the environment rejected earlier in a successful trajectory is not
+    reinforced. ``dedupe`` learns each distinct (prompt, completion) once."""
+    out, seen = [], set()
+    for t in trajs:
+        steps = list(t.steps)
+        calls = [i for i, s in enumerate(steps) if isinstance(s, LLMCall) and s.role == role]
+        for i in calls:
+            s = steps[i]
+            if s.prompt_token_ids is None or not s.token_ids:
+                continue
+            if turns == "final":
+                if i != calls[-1]:
+                    continue
+                nxt = steps[i + 1] if i + 1 < len(steps) else None
+                if isinstance(nxt, ToolCall) and nxt.error:
+                    continue
+            key = (s.prompt_token_ids, s.token_ids)
+            if dedupe and key in seen:
+                continue
+            seen.add(key)
+            out.append(key)
+    return out

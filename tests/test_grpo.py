@@ -145,20 +145,23 @@ def test_several_iterations_use_stored_old_logprobs_and_clip():
 # ----------------------------------------------------------------------------- the operator in the engine
 
 
-def test_grpo_operator_in_an_evolution_run(tmp_path):
+def _vowel_task(tmp_path, **params):
     save_base(build_model(SMALL, seed=5), TOK, SMALL, tmp_path / "base.safetensors")
-    task = {
+    return {
         "name": "vowels", "seed": 0, "agent": "_agents:vowel_agent", "reward": "_agents:vowel_reward",
         "models": {"policy": {"backend": "local", "name": "tiny",
                               "params": {"weights": str(tmp_path / "base.safetensors"), "temperature": 0.0,
                                          "max_tokens": 4}}},
         "dataset": {"source": "_agents:vowel_dataset"},
         "operators": [{"name": "grpo", "params": {"steps": 8, "tasks_per_step": 4, "group_size": 8, "lr": 0.02,
-                                                  "r": 8, "dev_tasks": 8, "eval_every": 4}}],
+                                                  "r": 8, "dev_tasks": 8, "eval_every": 4, **params}}],
         "runner": {"name": "thread", "workers": 16, "timeout": 60},
         "budget": {"generations": 1}, "engine": {"minibatch": 8},
     }
-    report = evolve.run(task, out=tmp_path / "run")
+
+
+def test_grpo_operator_in_an_evolution_run(tmp_path):
+    report = evolve.run(_vowel_task(tmp_path), out=tmp_path / "run")
     a = Archive(tmp_path / "run", create=False)
     kids = [r for r in a.records() if r.operator == "grpo"]
     assert len(kids) == 1
@@ -257,3 +260,18 @@ def test_warmup_scales_the_first_optimiser_steps():
     assert moved == pytest.approx(1e-2, rel=0.05) and lr_next == 1e-2
     moved, lr_next = first_step(4)
     assert moved == pytest.approx(1e-2 / 4, rel=0.05) and lr_next == pytest.approx(1e-2 / 2)
+
+
+def test_self_imitation_replays_the_policys_successes_through_the_ptx_term(tmp_path):
+    from evolve.policy.grpo import GRPO
+
+    with pytest.raises(ValueError, match="ptx_coef > 0"):
+        GRPO(self_imitation=True)
+    # the base has no cold-start demos, so the ptx term can only run on replayed successes
+    evolve.run(_vowel_task(tmp_path, steps=3, self_imitation=True, ptx_coef=1.0,
+                                imitation_threshold=0.25), out=tmp_path / "run")
+    (kid,) = [r for r in Archive(tmp_path / "run", create=False).records() if r.operator == "grpo"]
+    curve = kid.info["curve"][1:]
+    pools = [r["replay_pool"] for r in curve]
+    assert pools[-1] > 0 and pools == sorted(pools)
+    assert all(("ptx_nll" in r) == (n > 0) for r, n in zip(curve, pools))  # the term runs once successes exist
