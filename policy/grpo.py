@@ -191,9 +191,9 @@ class GRPO:
                 check_components(trajs, p.reward_weights)
             seqs, info = self._batch(trajs, learner.max_len)
             if p.self_imitation:
-                wins = success_turns([t for t in trajs if t.error is None and t.score >= p.imitation_threshold], p.role, "final", False)
-                learner.ptx += wins
-                info["replay_pool"] = len(learner.ptx)
+                wins = [t for t in trajs if t.error is None and t.score >= p.imitation_threshold]
+                wins = success_turns(wins, p.role, "final", dedupe=False)
+                info["replay_pool"] = learner.replay(wins)
             st = learner.update(seqs)
             current = self._child(parent, spec, learner.adapter(), ctx, step + 1)
             row = {"step": step + 1, **info, "sequences": st.sequences, "trained_tokens": st.trained_tokens,

@@ -196,6 +196,12 @@ class Learner:
         self._rng = random.Random(seed)
         self.model.train()
 
+    def replay(self, examples: Sequence[Any]) -> int:
+        """Add (prompt ids, completion ids) examples to the PPO-ptx pool (self-imitation); its size."""
+        if self.ptx_coef > 0:
+            self.ptx += list(examples)
+        return len(self.ptx)
+
     def adapter(self) -> Any:
         from evolve.policy.weights import adapter_from_model
 
