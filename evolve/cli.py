@@ -77,7 +77,9 @@ def _print_report(report: dict[str, Any]) -> None:
     Console().print(t)
     g = gain(report, "test")
     if g is not None:
-        Console().print(f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]   report: {report['run_dir']}/report.md")
+        c = (report.get("paired") or {}).get("test") or {}
+        ci = f" (95% CI ±{100 * c['ci95']:.1f}, sign test p={c['p']:.2g})" if c.get("ci95") is not None else ""
+        Console().print(f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]{ci}   report: {report['run_dir']}/report.md")
 
 
 def _money(usd: float | None) -> str:

@@ -237,11 +237,21 @@ class Engine:
                 raise BudgetExhausted(spent(self.task.budget, cut_by or "rollouts", self.usage()))
         return [done[k] for k, _, _ in keys]
 
+    def _eval(self, system: System, split: str, generation: int = 0) -> list[Trajectory]:
+        return self.rollouts(system, self._split(split), split=split, tag=f"eval:{split}", generation=generation,
+                             description=f"eval {split} {system.id[:8]}")
+
     def evaluate(self, system: System, split: str, generation: int = 0) -> tuple[float, int]:
-        tasks = self._split(split)
-        trajs = self.rollouts(system, tasks, split=split, tag=f"eval:{split}", generation=generation,
-                              description=f"eval {split} {system.id[:8]}")
+        trajs = self._eval(system, split, generation)
         return mean_score(trajs), len(trajs)
+
+    def task_scores(self, system: System, split: str) -> dict[str, float]:
+        """``{task_id: mean score}`` of ``system`` on ``split`` (the memoised evaluation rollouts),
+        for paired comparisons of two systems on the same tasks (:func:`evolve.stats.paired`)."""
+        by: dict[str, list[float]] = {}
+        for t in self._eval(system, split):
+            by.setdefault(str(t.task_id), []).append(t.score)
+        return {k: sum(v) / len(v) for k, v in by.items()}
 
     def _split(self, split: str) -> list[dict]:
         tasks = self.splits.get(split, [])

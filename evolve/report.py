@@ -3,7 +3,9 @@
 ``report.json`` holds ``baseline`` and ``best`` (each with ``system_id`` and per-split
 ``{score, n}`` for ``val`` and ``test``), the ``generations`` list, the budget used (all of it,
 and ``budget_used_by_run``: before the final test scoring, which is outside the budget) and why
-the run stopped. When the best system (else the baseline) has a workflow graph, ``workflow``
+the run stopped. ``paired`` holds, per split, the best system against the baseline on the same
+tasks (:func:`evolve.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
+sign test), so a reader can tell a gain from noise. When the best system (else the baseline) has a workflow graph, ``workflow``
 holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
 """
 
@@ -40,6 +42,8 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
         # Scoring on test is part of the run's final step; it is memoised like every rollout.
         report["baseline"] = _entry(engine, baseline_id)
         report["best"] = _entry(engine, best_id) if best_id != baseline_id else dict(report["baseline"])
+        if best_id != baseline_id:
+            report["paired"] = _paired(engine, baseline_id, best_id)
         report["generations"] = arch.get_state("generations", [])
         report["stop_reason"] = stop_reason
     report["budget_used"] = engine.budget_used(test=True)
@@ -55,6 +59,14 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
     (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (engine.run_dir / "report.md").write_text(to_markdown(report))
     return report
+
+
+def _paired(engine: "Engine", baseline_id: str, best_id: str) -> dict[str, Any]:
+    from evolve.stats import paired
+
+    base, best = engine.archive.get_system(baseline_id), engine.archive.get_system(best_id)
+    return {split: paired(engine.task_scores(base, split), engine.task_scores(best, split))
+            for split in ("val", "test") if engine._split(split)}
 
 
 def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
@@ -114,6 +126,8 @@ def gain(report: dict[str, Any], split: str) -> float | None:
 
 
 def to_markdown(report: dict[str, Any]) -> str:
+    from evolve.stats import describe
+
     lines = [f"# Run report: {report['task']} (seed {report['seed']})", ""]
     lines += ["| system | id | val | test |", "|---|---|---|---|"]
     for name in ("baseline", "best"):
@@ -122,7 +136,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     for split in ("val", "test"):
         g = gain(report, split)
         if g is not None and not math.isnan(g):
-            lines.append(f"\n{split} gain: {100 * g:+.1f} points")
+            c = (report.get("paired") or {}).get(split)
+            lines.append(f"\n{split} gain: " + (describe(c) if c and c.get("n") else f"{100 * g:+.1f} points"))
     lines += ["", "## Generations", "",
               "| gen | best val | children | accepted | rollouts | LLM calls | tokens | seconds |",
               "|---|---|---|---|---|---|---|---|"]

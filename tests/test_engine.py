@@ -46,6 +46,19 @@ def test_golden_lineage(tmp_path):
     assert (tmp_path / "run" / "report.md").exists()
 
 
+def test_report_pairs_best_and_baseline_on_the_same_tasks(tmp_path):
+    report = evolve.run(DATA / "toy.yaml", out=tmp_path / "run")
+    c = report["paired"]["test"]
+    assert c["n"] == report["best"]["test"]["n"]
+    assert c["diff"] == pytest.approx(report["best"]["test"]["score"] - report["baseline"]["test"]["score"], abs=1e-4)
+    assert c["b_only"] > 0 and c["a_only"] == 0 and c["p"] < 0.05  # best solves every task, baseline almost none
+    assert set(report["paired"]) == {"val", "test"}
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "test gain: +" in md and "95% CI ±" in md and "sign test p=" in md
+    # re-scoring for the report is memoised: no new rollouts after the run
+    assert report["budget_used"]["rollouts"] == evolve.run(DATA / "toy.yaml", out=tmp_path / "run", resume=True)["budget_used"]["rollouts"]
+
+
 def test_same_seed_same_lineage_other_seed_differs(tmp_path):
     evolve.run(DATA / "toy.yaml", out=tmp_path / "a")
     evolve.run(DATA / "toy.yaml", out=tmp_path / "b")
