@@ -5,8 +5,8 @@
 and ``budget_used_by_run``: before the final test scoring, which is outside the budget) and why
 the run stopped. ``paired`` holds, per split, the best system against the baseline on the same
 tasks (:func:`evolve.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
-sign test), so a reader can tell a gain from noise. When the best system (else the baseline) has a workflow graph, ``workflow``
-holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
+sign test), so a reader can tell a gain from noise. When the best system (else the baseline) has a
+workflow graph, ``workflow`` holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
 """
 
 from __future__ import annotations
@@ -16,18 +16,22 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.stats import describe, paired
+
 if TYPE_CHECKING:
     from evolve.engine import Engine
 
 
-def _entry(engine: "Engine", system_id: str) -> dict[str, Any]:
+def _scores(engine: "Engine", system_id: str) -> dict[str, dict[str, float]]:
+    """``{split: {task_id: score}}`` on val and test (the memoised evaluation rollouts)."""
     system = engine.archive.get_system(system_id)
+    return {split: engine.task_scores(system, split) for split in ("val", "test") if engine._split(split)}
+
+
+def _entry(system_id: str, scores: dict[str, dict[str, float]]) -> dict[str, Any]:
     out: dict[str, Any] = {"system_id": system_id}
-    for split in ("val", "test"):
-        if not engine._split(split):
-            continue
-        score, n = engine.evaluate(system, split)
-        out[split] = {"score": round(score, 4), "n": n}
+    for split, by_task in scores.items():
+        out[split] = {"score": round(sum(by_task.values()) / len(by_task), 4) if by_task else 0.0, "n": len(by_task)}
     return out
 
 
@@ -40,10 +44,13 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
         report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})
     else:
         # Scoring on test is part of the run's final step; it is memoised like every rollout.
-        report["baseline"] = _entry(engine, baseline_id)
-        report["best"] = _entry(engine, best_id) if best_id != baseline_id else dict(report["baseline"])
+        base = _scores(engine, baseline_id)
+        report["baseline"] = _entry(baseline_id, base)
+        report["best"] = dict(report["baseline"])
         if best_id != baseline_id:
-            report["paired"] = _paired(engine, baseline_id, best_id)
+            best = _scores(engine, best_id)
+            report["best"] = _entry(best_id, best)
+            report["paired"] = {split: paired(base[split], best[split]) for split in base}
         report["generations"] = arch.get_state("generations", [])
         report["stop_reason"] = stop_reason
     report["budget_used"] = engine.budget_used(test=True)
@@ -59,14 +66,6 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
     (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (engine.run_dir / "report.md").write_text(to_markdown(report))
     return report
-
-
-def _paired(engine: "Engine", baseline_id: str, best_id: str) -> dict[str, Any]:
-    from evolve.stats import paired
-
-    base, best = engine.archive.get_system(baseline_id), engine.archive.get_system(best_id)
-    return {split: paired(engine.task_scores(base, split), engine.task_scores(best, split))
-            for split in ("val", "test") if engine._split(split)}
 
 
 def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
@@ -126,8 +125,6 @@ def gain(report: dict[str, Any], split: str) -> float | None:
 
 
 def to_markdown(report: dict[str, Any]) -> str:
-    from evolve.stats import describe
-
     lines = [f"# Run report: {report['task']} (seed {report['seed']})", ""]
     lines += ["| system | id | val | test |", "|---|---|---|---|"]
     for name in ("baseline", "best"):

@@ -50,7 +50,8 @@ def paired(a: Mapping[Any, float], b: Mapping[Any, float]) -> dict[str, Any]:
 
 
 def describe(c: Mapping[str, Any]) -> str:
-    """One line for a report: ``+6.3 points (95% CI ±3.5; 24 tasks only the best solves, 5 only the baseline; sign test p=0.001)``."""
+    """One line for a report: ``+6.3 points (95% CI ±3.5; 24 tasks better with the best system, 5 with
+    the baseline; sign test p=0.001, n=300)``."""
     if not c.get("n"):
         return "no tasks in common"
     ci = f"95% CI ±{100 * c['ci95']:.1f}; " if c.get("ci95") is not None else ""
