@@ -45,11 +45,9 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
     else:
         # Scoring on test is part of the run's final step; it is memoised like every rollout.
         base = _scores(engine, baseline_id)
-        report["baseline"] = _entry(baseline_id, base)
-        report["best"] = dict(report["baseline"])
-        if best_id != baseline_id:
-            best = _scores(engine, best_id)
-            report["best"] = _entry(best_id, best)
+        best = _scores(engine, best_id) if best_id != baseline_id else base
+        report["baseline"], report["best"] = _entry(baseline_id, base), _entry(best_id, best)
+        if best is not base:
             report["paired"] = {split: paired(base[split], best[split]) for split in base}
         report["generations"] = arch.get_state("generations", [])
         report["stop_reason"] = stop_reason
