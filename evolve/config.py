@@ -37,6 +37,9 @@ class ColdStart(Strict):
         "pointer", description="pointer: words rare in the demos become copy pointers (evolve.policy.pointer)")
     keep_share: float = Field(0.05, gt=0, le=1, description="pointer: a word is vocabulary if in this share of demos")
     augment: int = Field(0, ge=0, description="extra renamed copies per demo, passed to the demos function")
+    pointer_words: str | None = Field(None, description=(
+        "pointer: import path of a callable(tasks) -> words that are always pointers, however frequent "
+        "(e.g. evolve.worlds.sql:name_words), so names seen in training are copied the way unseen ones are"))
 
 
 class ModelConfig(Strict):

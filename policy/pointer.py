@@ -43,12 +43,15 @@ class PointerTokenizer(CharTokenizer):
 
     @classmethod
     def fit(cls, texts: Sequence[str], *, min_share: float = 0.03, n_pointers: int = 48,
-            extra: Iterable[str] = ()) -> "PointerTokenizer":
+            extra: Iterable[str] = (), pointers: Iterable[str] = ()) -> "PointerTokenizer":
         """Keep the words that occur in at least ``min_share`` of ``texts`` (one count per text),
-        and the words of ``extra`` (e.g. the names of the system's tools)."""
+        and the words of ``extra`` (e.g. the names of the system's tools), but never a word of
+        ``pointers`` (e.g. the schema names of the demos: a name frequent in training would be
+        spelled while every unseen name is a pointer, so what is learnt about it would not carry over)."""
         docs = Counter(w for t in texts for w in set(WORD.findall(t)))
         need = max(2, int(min_share * len(texts)))
-        return cls({w for w, n in docs.items() if n >= need} | set(extra), n_pointers=n_pointers)
+        keep = {w for w, n in docs.items() if n >= need} - set(pointers)
+        return cls(keep | set(extra), n_pointers=n_pointers)
 
     @property
     def vocab_size(self) -> int:

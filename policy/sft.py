@@ -80,13 +80,18 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     if cs.tokenizer == "pointer":
         from evolve.policy.pointer import PointerTokenizer
 
+        pointers: set[str] = set()
+        if cs.pointer_words:
+            words_fn = import_path(cs.pointer_words, what=f"models.{role}.cold_start.pointer_words",
+                                   search=engine.base_dir)
+            pointers = set(words_fn(picked))
         # tool names are vocabulary: a pointer would hide which tool the model names
         tok = PointerTokenizer.fit([" ".join(m["content"] for m in chat) for chat in demos], min_share=cs.keep_share,
-                                   extra=tools)
+                                   extra=tools, pointers=pointers)
     else:
         tok = CharTokenizer()
     key = content_hash({
-        "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json"), "seed": seed,
+        "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json", exclude_none=True), "seed": seed,
         "demos": demos, "val": [t["id"] for t in val_tasks], "prompts": task.prompts, "workflow": task.workflow,
         "agent": task.agent, "params": mc.params, "tokenizer": tok.to_dict(), **({"tools": tools} if tools else {}),
         **({"memory": memory} if memory else {}),

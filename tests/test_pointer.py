@@ -42,3 +42,13 @@ def test_fit_keeps_frequent_words_and_serialises():
 def test_more_names_than_pointers_map_to_unk():
     ids = TOK.encode(" ".join(f"n{i}x" for i in range(10)))
     assert ids.count(TOK.unk_id) == 2
+
+
+def test_fit_never_keeps_a_word_named_as_a_pointer():
+    texts = [f"schema: pet(id,age) q: age of pet {i}? select age from pet" for i in range(50)]
+    plain = PointerTokenizer.fit(texts, min_share=0.5)
+    assert {"age", "pet", "select"} <= plain.keep
+    tok = PointerTokenizer.fit(texts, min_share=0.5, pointers={"age", "pet"}, extra=["pet"])
+    assert "age" not in tok.keep and "select" in tok.keep and "pet" in tok.keep  # extra still wins
+    ids = tok.encode("select age from pet")
+    assert sum(tok.is_pointer(i) for i in ids) == 1  # only "age" is a pointer

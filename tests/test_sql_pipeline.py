@@ -61,3 +61,21 @@ def _a_test_task(tmp_path):
     from evolve.worlds.sql import dataset
 
     return dataset(seed=0, n_train=120, n_val=16, n_test=16)["test"][0]
+
+
+def test_pointer_words_make_every_schema_name_a_pointer_and_a_new_cache_entry(tmp_path, monkeypatch):
+    from evolve.policy.weights import load_base
+    from evolve.worlds.sql import dataset, name_words
+
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    task = small_task()
+    task["budget"] = {"generations": 0}
+    task["models"]["policy"]["cold_start"]["keep_share"] = 0.02  # small demo set: frequent names are kept
+    evolve.run(task, out=tmp_path / "plain")
+    task["models"]["policy"]["cold_start"]["pointer_words"] = "evolve.worlds.sql:name_words"
+    evolve.run(task, out=tmp_path / "ptr")
+    bases = sorted((tmp_path / "cache" / "sft").glob("*/base.safetensors"))
+    assert len(bases) == 2  # the option is part of the cache key
+    names = name_words(dataset(seed=0, n_train=120, n_val=16, n_test=16)["train"])
+    keeps = [load_base(b)[1].keep & names for b in bases]
+    assert sorted(bool(k) for k in keeps) == [False, True]  # without the option some names are spelled

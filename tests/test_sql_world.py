@@ -263,3 +263,17 @@ def test_corrupt_makes_failing_queries(data: dict[str, list[dict]]) -> None:
         except sql.SQLError:
             fails += 1
     assert fails >= 30
+
+
+def test_name_words_are_the_schema_names_so_training_names_become_pointers(data):
+    from evolve.policy.pointer import PointerTokenizer
+
+    train = data["train"]
+    words = sql.name_words(train)
+    assert words == set().union(*(_db_names(t["db"]) for t in train))  # every table and column but id
+    chats = sql.demos(train)
+    texts = [" ".join(m["content"] for m in chat) for chat in chats]
+    plain = PointerTokenizer.fit(texts, min_share=0.05)
+    assert plain.keep & words, "frequent training names are spelled by default (what pointer_words fixes)"
+    tok = PointerTokenizer.fit(texts, min_share=0.05, pointers=words)
+    assert not tok.keep & words and {"select", "from", "id"} <= tok.keep

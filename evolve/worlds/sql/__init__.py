@@ -20,7 +20,7 @@ database), ``schema`` (rendered), ``question``, ``gold_sql``.
 from __future__ import annotations
 
 from evolve.worlds.sql.agent import SQLError, agent, execute, messages_for, reward
-from evolve.worlds.sql.dataset import build, corrupt, dataset, demos
+from evolve.worlds.sql.dataset import build, corrupt, dataset, demos, name_words
 from evolve.worlds.sql.fewshot import fewshot_demos
 from evolve.worlds.sql.memory import memory_demos
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
@@ -40,6 +40,7 @@ __all__ = [
     "fewshot_demos",
     "memory_demos",
     "messages_for",
+    "name_words",
     "prompt_text",
     "reward",
     "tool_demos",

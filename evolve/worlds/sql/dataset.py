@@ -183,6 +183,17 @@ def corrupt(rng: random.Random, task: dict) -> str:
     return sql[: m.start()] + _misspell(rng, m.group()) + sql[m.end() :]
 
 
+def name_words(tasks: list[dict]) -> set[str]:
+    """Every table and column name in the tasks' schemas, except ``id`` (the one name both sides
+    share). Give it to a pointer tokenizer (``cold_start.pointer_words``) so that training names
+    are copy pointers, as every held-out name is, however often they occur in the demos."""
+    names: set[str] = set()
+    for task in tasks:
+        tables, cols = schema_names(task["schema"])
+        names.update(tables, cols)
+    return names
+
+
 def demos(
     tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0, augment: int = 0
 ) -> list[list[dict[str, str]]]:
