@@ -7,12 +7,16 @@ the run stopped. ``paired`` holds, per split, the best system against the baseli
 tasks (:func:`evolve.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
 sign test), so a reader can tell a gain from noise. When the best system (else the baseline) has a
 workflow graph, ``workflow`` holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
+``environment`` records the Python, the platform and the installed versions of the libraries a
+result depends on (torch, transformers, peft, ...), so a number can be traced to what produced it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import platform
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +24,22 @@ from evolve.stats import describe, paired
 
 if TYPE_CHECKING:
     from evolve.engine import Engine
+
+
+# the distributions whose versions can change a recorded number (sampling, training, embeddings, clients)
+TRACKED = ("evolvekit", "torch", "transformers", "peft", "safetensors", "numpy", "litellm", "dspy", "chromadb",
+           "sentence-transformers", "networkx")
+
+
+def environment() -> dict[str, Any]:
+    """Python, platform and the installed versions of :data:`TRACKED` (those not installed are left out)."""
+    versions = {}
+    for name in TRACKED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
 
 
 def _scores(engine: "Engine", system_id: str) -> dict[str, dict[str, float]]:
@@ -61,6 +81,7 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
     tried = _workflows_tried(engine.run_dir)
     if tried:
         report["workflows_tried"] = tried
+    report["environment"] = environment()
     (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (engine.run_dir / "report.md").write_text(to_markdown(report))
     return report
@@ -145,6 +166,10 @@ def to_markdown(report: dict[str, Any]) -> str:
               f"{u.get('tokens', 0)} tokens, ${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. "
               f"Stopped: {report.get('stop_reason')}. With the final test scoring (outside the budget): "
               f"{a.get('rollouts', 0)} rollouts, {a.get('calls', 0)} LLM calls, ${a.get('cost', 0):.4f}.", ""]
+    env = report.get("environment")
+    if env:
+        pk = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
+        lines += [f"Environment: Python {env.get('python')} on {env.get('platform')}; {pk}.", ""]
     if report.get("lineage"):
         lines.append("Lineage of the best system: " + " → ".join(f"`{s[:8]}`" for s in reversed(report["lineage"])))
     w = report.get("workflow")

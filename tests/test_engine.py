@@ -46,6 +46,23 @@ def test_golden_lineage(tmp_path):
     assert (tmp_path / "run" / "report.md").exists()
 
 
+def test_report_records_the_python_and_library_versions_behind_its_numbers(tmp_path):
+    import platform
+
+    import numpy as np
+
+    from evolve.report import TRACKED
+
+    report = evolve.run(DATA / "toy.yaml", out=tmp_path / "run")
+    env = report["environment"]
+    assert env["python"] == platform.python_version() and env["platform"] == platform.platform()
+    assert env["packages"]["evolvekit"] == evolve.__version__ and env["packages"]["numpy"] == np.__version__
+    assert set(env["packages"]) <= set(TRACKED)  # a library not installed is left out, not an error
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["environment"] == env
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert f"evolvekit {evolve.__version__}" in md and f"numpy {np.__version__}" in md
+
+
 def test_report_pairs_best_and_baseline_on_the_same_tasks(tmp_path):
     report = evolve.run(DATA / "toy.yaml", out=tmp_path / "run")
     c = report["paired"]["test"]
