@@ -91,7 +91,9 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     else:
         tok = CharTokenizer()
     key = content_hash({
-        "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json", exclude_none=True), "seed": seed,
+        # exclude_none: an option left unset (pointer_words) keeps the keys, and the caches, made before it existed
+        "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json", exclude_none=True),
+        "seed": seed,
         "demos": demos, "val": [t["id"] for t in val_tasks], "prompts": task.prompts, "workflow": task.workflow,
         "agent": task.agent, "params": mc.params, "tokenizer": tok.to_dict(), **({"tools": tools} if tools else {}),
         **({"memory": memory} if memory else {}),
