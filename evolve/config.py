@@ -41,6 +41,17 @@ class ColdStart(Strict):
         "pointer: import path of a callable(tasks) -> words that are always pointers, however frequent "
         "(e.g. evolve.worlds.sql:name_words), so names seen in training are copied the way unseen ones are"))
 
+    @model_validator(mode="after")
+    def _pointer_options_need_the_pointer_tokenizer(self) -> "ColdStart":
+        # The char tokenizer has no pointers: these options would be ignored without a word.
+        given = sorted({"pointer_words", "keep_share"} & self.model_fields_set)
+        if self.tokenizer == "char" and given:
+            names, verb = " and ".join(given), "apply" if len(given) > 1 else "applies"
+            raise ValueError(f"{names} {verb} only with tokenizer: pointer (this cold start uses "
+                             f"tokenizer: char, which spells every word); remove {names} or set "
+                             f"tokenizer: pointer")
+        return self
+
 
 class ModelConfig(Strict):
     backend: str = "local"

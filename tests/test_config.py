@@ -68,6 +68,18 @@ def test_missing_required_and_cross_field():
     assert "cold_start" in _err(BASE, ["models.policy.backend=local"])
 
 
+def test_pointer_options_with_the_char_tokenizer_are_refused_not_ignored():
+    cold = ["models.policy.backend=local", "models.policy.cold_start.demos=evolve.worlds.sql:demos"]
+    ok = validate_task(BASE, cold + ["models.policy.cold_start.pointer_words=evolve.worlds.sql:name_words"])
+    assert ok.models["policy"].cold_start.pointer_words == "evolve.worlds.sql:name_words"
+    msg = _err(BASE, cold + ["models.policy.cold_start.tokenizer=char",
+                             "models.policy.cold_start.pointer_words=evolve.worlds.sql:name_words"])
+    assert "models.policy.cold_start" in msg and "pointer_words applies only with tokenizer: pointer" in msg
+    assert "keep_share" in _err(BASE, cold + ["models.policy.cold_start.tokenizer=char",
+                                              "models.policy.cold_start.keep_share=0.1"])
+    assert validate_task(BASE, cold + ["models.policy.cold_start.tokenizer=char"]).models["policy"].cold_start
+
+
 def test_workflow_graph_is_validated_at_load():
     graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "lmm", "params": {"prompt": "{a}"}},
                                        {"id": "answer", "type": "answer", "params": {"key": "text"}}],
