@@ -56,6 +56,9 @@ class GRPO:
         num_iterations: int = Field(1, ge=1, description="passes over each generation batch (μ)")
         minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
         micro_batch: int = Field(64, ge=1, description="sequences per forward pass (memory only)")
+        negative_weight: float = Field(1.0, ge=0, description=(
+            "scale on negative advantages (W-REINFORCE, Zhu et al. 2025): 1 is the estimator as is, 0 learns "
+            "only from the better-than-average attempts of each group"))
         dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal")
         mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
         max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
@@ -104,6 +107,8 @@ class GRPO:
         p = self.p
         rewards = torch.tensor([train_reward(t, p.reward_weights) for t in trajs], dtype=torch.float32)
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
+        if p.negative_weight != 1.0:
+            adv = torch.where(adv < 0, adv * p.negative_weight, adv)
         seqs, truncated = [], 0
         for k, (t, a, z) in enumerate(zip(trajs, adv.tolist(), zero.tolist())):
             if p.dynamic_sampling and z:

@@ -210,6 +210,20 @@ def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories
     assert len(seqs) == 6 and all(s.advantage == 0 for s in seqs if s.group in ("b", "c"))
 
 
+def test_negative_weight_scales_only_the_below_average_attempts():
+    from evolve.policy.grpo import GRPO
+
+    def t(task, score):
+        return Trajectory(task_id=task, system_id="s", reward=Reward(score=score), steps=(call((1, 2), (5, 6)),))
+
+    trajs = [t("a", 1.0), t("a", 0.0), t("a", 0.0)]
+    full = [s.advantage for s in GRPO()._batch(trajs, 64)[0]]
+    assert full[0] > 0 > full[1] == full[2]
+    quarter = [s.advantage for s in GRPO(negative_weight=0.25)._batch(trajs, 64)[0]]
+    assert quarter == pytest.approx([full[0], full[1] / 4, full[2] / 4])
+    assert [s.advantage for s in GRPO(negative_weight=0)._batch(trajs, 64)[0]] == pytest.approx([full[0], 0, 0])
+
+
 def test_the_dry_run_estimate_counts_every_grpo_rollout():
     from types import SimpleNamespace
 
