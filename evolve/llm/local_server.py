@@ -1,0 +1,224 @@
+"""The local backend's server: one base model, LoRA adapters by name, one batching worker thread.
+
+:class:`LocalServer` gathers pending requests (up to ``max_batch``, waiting ``batch_wait``
+seconds for more), groups them by adapter and runs one batched generation with our own sampling
+loop (:func:`evolve.policy.tiny.sample`). :mod:`evolve.llm.local` wraps it in the LLM protocol.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from evolve.errors import LLMError
+from evolve.policy.tiny import Sample, sample
+
+if TYPE_CHECKING:  # pragma: no cover
+    from evolve.policy.tiny import CharTokenizer
+    from evolve.policy.weights import Adapter
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    adapter: str | None
+    temperature: float
+    max_tokens: int
+    stop: tuple[str, ...]
+    seed: int
+    future: "cf.Future[Sample]" = field(default_factory=cf.Future)
+    t0: float = field(default_factory=time.monotonic)
+
+
+class LocalServer:
+    """One base model in memory, any number of LoRA adapters, one batching worker thread.
+
+    ``submit`` is thread-safe and returns a future; the worker takes the oldest pending
+    request and, while the batch is not full, keeps waiting as long as new requests arrive
+    less than ``batch_wait`` seconds apart (at most ``max_wait`` after the oldest), then runs
+    every pending request with the same adapter (up to ``max_batch``, oldest first) as one
+    batch. Adapters are attached with peft and selected per batch; ``adapter=None`` runs the
+    bare base (adapters disabled). Base tensors are never written.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: "CharTokenizer",
+        *,
+        max_batch: int = 64,
+        batch_wait: float = 0.003,
+        max_wait: float = 0.05,
+        threads: int | None = None,
+        name: str = "local",
+    ) -> None:
+        self.tok = tokenizer
+        self.name = name
+        self.max_batch = max(1, int(max_batch))
+        self.batch_wait = float(batch_wait)
+        self.max_wait = max(float(max_wait), self.batch_wait)
+        is_peft = hasattr(model, "peft_config") and hasattr(model, "get_base_model")  # no peft import needed
+        self.peft = model if is_peft else None
+        self.base = model.get_base_model() if self.peft is not None else model
+        self.base.eval()
+        self.max_len = int(self.base.config.max_position_embeddings)
+        self.refs = 0  # LocalLM handles sharing this server (see build)
+        self.adapter_refs: dict[str, int] = {}
+        self.stats: dict[str, float] = {"batches": 0, "requests": 0, "tokens": 0, "busy_s": 0.0}
+        self.closed = False
+        self._threads = threads
+        self._pending: list[_Request] = []
+        self._cond = threading.Condition()
+        self._model_lock = threading.RLock()
+        self._worker = threading.Thread(target=self._run, name=f"evolve-local-lm-{name}", daemon=True)
+        self._worker.start()
+
+    # -- adapters
+
+    def adapters(self) -> list[str]:
+        return list(self.peft.peft_config) if self.peft is not None else []
+
+    def add_adapter(self, name: str, adapter: "Adapter | str | Path") -> None:
+        """Attach an adapter (an :class:`~evolve.policy.weights.Adapter` or its file) as ``name``;
+        a no-op when one with that name is loaded already."""
+        from evolve.policy.weights import Adapter, attach_adapter, read_adapter
+
+        with self._model_lock:
+            if name in self.adapters():
+                return
+            value = adapter if isinstance(adapter, Adapter) else read_adapter(adapter)
+            self.peft = attach_adapter(self.peft if self.peft is not None else self.base, value, name, activate=False)
+
+    def remove_adapter(self, name: str) -> None:
+        """Drop an adapter (peft cannot drop its last one: that one stays loaded, unused)."""
+        with self._model_lock:
+            if self.peft is not None and name in self.peft.peft_config and len(self.peft.peft_config) > 1:
+                self.peft.delete_adapter(name)
+
+    # -- requests
+
+    def submit(self, prompt_ids: Sequence[int], *, adapter: str | None = None, temperature: float = 1.0,
+               max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None) -> "cf.Future[Sample]":
+        """Queue one generation; the future resolves to a :class:`Sample`. The completion is
+        cut to fit the context (``max_len`` of the model): ``finish_reason="length"``."""
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise LLMError(f"local model {self.name!r}: empty prompt")
+        if len(prompt) >= self.max_len:
+            raise LLMError(
+                f"local model {self.name!r}: the prompt has {len(prompt)} tokens; the context holds {self.max_len}"
+            )
+        if adapter is not None and adapter not in self.adapters():
+            raise LLMError(f"local model {self.name!r}: no adapter {adapter!r} is loaded")
+        req = _Request(prompt=prompt, adapter=adapter, temperature=max(0.0, float(temperature)),
+                       max_tokens=max(0, min(int(max_tokens), self.max_len - len(prompt))),
+                       stop=tuple(s for s in (stop or ()) if s),
+                       seed=int(seed) if seed is not None else random.getrandbits(63))
+        with self._cond:
+            if self.closed:
+                raise LLMError(f"local model {self.name!r}: the server is closed")
+            self._pending.append(req)
+            self._cond.notify_all()
+        return req.future
+
+    def _take(self) -> list[_Request]:
+        adapter = self._pending[0].adapter
+        batch, rest = [], []
+        for r in self._pending:
+            (batch if r.adapter == adapter and len(batch) < self.max_batch else rest).append(r)
+        self._pending = rest
+        return batch
+
+    def _run(self) -> None:
+        if self._threads:
+            import torch
+
+            torch.set_num_threads(int(self._threads))
+        while True:
+            with self._cond:
+                while not self._pending and not self.closed:
+                    self._cond.wait()
+                if self.closed:
+                    pending, self._pending = self._pending, []
+                    for r in pending:
+                        r.future.set_exception(LLMError(f"local model {self.name!r}: the server was closed"))
+                    return
+                start = self._pending[0].t0
+                while len(self._pending) < self.max_batch and not self.closed:
+                    # wait while requests keep coming (gaps under batch_wait), at most max_wait
+                    deadline = min(start + self.max_wait, max(start, self._pending[-1].t0) + self.batch_wait)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch = self._take()
+            self._execute(batch)
+
+    def _execute(self, batch: list[_Request]) -> None:
+        t0 = time.perf_counter()
+        try:
+            with self._model_lock, self._keep_requires_grad():
+                adapter = batch[0].adapter
+                if adapter is None:
+                    ctx = self.peft.disable_adapter() if self.peft is not None else contextlib.nullcontext()
+                else:
+                    if self.peft is None or adapter not in self.peft.peft_config:
+                        raise LLMError(f"local model {self.name!r}: adapter {adapter!r} is not loaded")
+                    if self.peft.active_adapter != adapter:
+                        self.peft.set_adapter(adapter)
+                    ctx = contextlib.nullcontext()
+                with ctx:
+                    results = sample(
+                        self.base,
+                        [r.prompt for r in batch],
+                        eos_id=self.tok.eos_id,
+                        pad_id=self.tok.pad_id,
+                        temperatures=[r.temperature for r in batch],
+                        max_tokens=[r.max_tokens for r in batch],
+                        seeds=[r.seed for r in batch],
+                        stops=[r.stop for r in batch],
+                        decode=self.tok.token_text,
+                    )
+        except BaseException as e:  # the worker must survive: fail this batch, keep serving
+            err = e if isinstance(e, LLMError) else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
+            if err is not e:
+                err.__cause__ = e
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_exception(err)
+            return
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["tokens"] += sum(len(s.token_ids) for s in results)
+        self.stats["busy_s"] += time.perf_counter() - t0
+        for r, s in zip(batch, results):
+            r.future.set_result(s)
+
+    @contextlib.contextmanager
+    def _keep_requires_grad(self) -> Iterator[None]:
+        """peft's adapter switching/disabling flips ``requires_grad``; put the flags back, so a
+        model served while it is being trained (an ``eval_fn``) keeps training the same tensors."""
+        if self.peft is None:
+            yield
+            return
+        flags = [(p, p.requires_grad) for p in self.peft.parameters()]
+        try:
+            yield
+        finally:
+            for p, flag in flags:
+                if p.requires_grad != flag:
+                    p.requires_grad_(flag)
+
+    def close(self) -> None:
+        """Stop the worker; pending requests fail with LLMError."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+        if threading.current_thread() is not self._worker:
+            self._worker.join(timeout=60)
