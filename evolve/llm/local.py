@@ -1,11 +1,12 @@
 """The local backend: a tiny causal LM (plus LoRA adapters) served with dynamic batching.
 
 One :class:`LocalServer` (:mod:`evolve.llm.local_server`) holds one base model in memory and any
-number of LoRA adapters (attached through peft, never merged: the base tensors are not changed). Many rollout threads
-call :meth:`LocalLM.complete` at once; a single worker thread gathers pending requests (up to
-``max_batch``, waiting ``batch_wait`` seconds for more), groups them by adapter, and runs one
-batched generation: left padding, attention mask, position ids, a KV cache and our own sampling loop
-(:func:`evolve.policy.tiny.sample`, not ``generate``), so temperature and log-probs are exact:
+number of LoRA adapters (attached through peft, never merged: the base tensors are not changed).
+Many rollout threads call :meth:`LocalLM.complete` at once; a single worker thread gathers pending
+requests (up to ``max_batch``, waiting ``batch_wait`` seconds for more), groups them by adapter, and
+runs one batched generation: left padding, attention mask, position ids, a KV cache and our own
+sampling loop (:func:`evolve.policy.tiny.sample`, not ``generate``), so temperature and log-probs
+are exact:
 
 * ``token_ids`` are exactly the ids the sampler drew, the final EOS included when it was drawn
   (``finish_reason="stop"``); ``text`` is their decoding without specials, cut before any
