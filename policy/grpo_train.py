@@ -177,6 +177,8 @@ class Learner:
             self.model = get_peft_model(model, config)
         if init is not None:
             set_peft_model_state_dict(self.model, init.weights)
+        # the model's device (CPU, or CUDA when the caller moved the base there): batches follow it
+        self.device = next(model.parameters()).device
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=lr, betas=betas, weight_decay=weight_decay)
         # linear warmup over the first ``warmup`` optimiser steps (of all updates together): Adam's
@@ -209,8 +211,11 @@ class Learner:
 
     def _micro(self, seqs: list[Packed]) -> list[dict[str, Any]]:
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids))
-        return [collate([seqs[i] for i in order[j:j + self.micro_batch]], self.pad_id)
-                for j in range(0, len(order), self.micro_batch)]
+        out = []
+        for j in range(0, len(order), self.micro_batch):
+            batch = collate([seqs[i] for i in order[j:j + self.micro_batch]], self.pad_id)
+            out.append({k: v.to(self.device) for k, v in batch.items()})
+        return out
 
     def _ptx_backward(self) -> float:
         """Add ``ptx_coef`` × the mean NLL of a random batch of demo completions to the gradient."""
@@ -220,6 +225,7 @@ class Learner:
 
         batch = self._rng.sample(self.ptx, min(self.ptx_batch, len(self.ptx)))
         x, y = _collate([_sequence(as_example(e), self.max_len) for e in batch], self.pad_id)
+        x, y = x.to(self.device), y.to(self.device)
         logits = self.model(input_ids=x).logits.float()
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
         (self.ptx_coef * nll).backward()

@@ -185,7 +185,7 @@ def adapter_from_model(model: Any, adapter_name: str = "default") -> Adapter:
 
     cfg = lora_config_dict(model.peft_config[adapter_name])
     state = get_peft_model_state_dict(model, adapter_name=adapter_name, save_embedding_layers=False)
-    return Adapter(config=cfg, weights={k: v.detach().clone() for k, v in state.items()})
+    return Adapter(config=cfg, weights={k: v.detach().to("cpu", copy=True) for k, v in state.items()})
 
 
 def save_adapter(model: Any, adapter_name: str | None, path: PathLike, *, info: dict | None = None) -> str:

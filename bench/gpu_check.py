@@ -1,0 +1,194 @@
+"""GPU checks of the weights layer: the GRPO loss on CUDA equals CPU's, and training throughput at ~0.5B.
+
+One prepared script for a session that is lent a GPU (the device tool gives minutes, not hours):
+
+1. **CUDA = CPU.** The same random-init tiny Llama with the same fresh LoRA adapter on both devices,
+   the same packed sequences (masked prompts, ragged completions), old and reference log-probs
+   perturbed so that ratios leave the clip range and the KL term is not zero. For every loss type
+   (grpo, bnpo, dapo, dr_grpo), both importance levels (token, sequence), with and without the k3 KL
+   term: the loss and every LoRA gradient, CPU vs CUDA, float32 with TF32 off. Then one full
+   ``Learner.update`` (2 iterations x 2 minibatches, with PPO-ptx) per device and the adapters it
+   leaves; and the sampler on CUDA: its log-probs against the trainer's on the same ids (the
+   ``mismatch`` a GRPO step reports), and its tokens against the CPU sampler's for the same seeds.
+2. **Throughput at ~0.5B parameters** (random init, ``--big``): ``Learner.update`` tokens/s and
+   optimiser steps/s, the sampler's generated tokens/s, and peak GPU memory.
+
+    .venv/bin/python bench/gpu_check.py --out $OUT/gpu_check.json          # on the GPU machine
+    .venv/bin/python bench/gpu_check.py --device cpu --no-big               # a smoke run of the same code here
+
+Writes one JSON document (and prints it). Exit status 1 when a CUDA-vs-CPU comparison is off by more
+than ``--tol`` (relative to the largest CPU value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evolve.policy.grpo_train import Learner, Packed, collate, sequence_logprobs  # noqa: E402
+from evolve.policy.rl import LOSS_TYPES, LossConfig, policy_loss  # noqa: E402
+from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params, sample  # noqa: E402
+
+TOK = CharTokenizer()
+SMALL = TinyConfig(d_model=128, n_layers=2, n_heads=4, d_ff=256, max_len=256)
+# ~0.49B parameters (486M): width 1024, 32 layers, grouped-query attention, our small vocabulary
+BIG = TinyConfig(d_model=1024, n_layers=32, n_heads=16, n_kv_heads=4, d_ff=4096, max_len=1024)
+
+
+def batch_of(n: int, prompt: int, completion: int, seed: int) -> list[Packed]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p = int(torch.randint(prompt // 2, prompt + 1, (1,), generator=g))
+        c = int(torch.randint(completion // 4, completion + 1, (1,), generator=g))
+        ids = torch.randint(4, TOK.vocab_size, (p + c,), generator=g).tolist()
+        out.append(Packed(ids=ids, mask=[0] * p + [1] * c, sampler_logp=[math.nan] * (p + c), temperature=0.8,
+                          advantage=float(torch.randn(1, generator=g)), traj=i))
+    return out
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double().cpu()).abs().max() / a.double().abs().max().clamp(min=1e-12))
+
+
+def loss_and_grads(device: str, seqs: list[Packed], cfg: LossConfig, seed: int = 0) -> tuple[float, dict]:
+    learner = Learner(build_model(SMALL, seed=seed).to(device), cfg=cfg, r=8, alpha=16, seed=seed)
+    b = {k: v.to(device) for k, v in collate(seqs, TOK.pad_id).items()}
+    g = torch.Generator().manual_seed(seed + 1)
+    shape = b["input_ids"].shape
+    with torch.no_grad():
+        base = sequence_logprobs(learner.model, b)
+    old = base + (0.3 * torch.randn(shape, generator=g)).to(device)  # ratios well outside [1-eps, 1+eps]
+    ref = base + (0.2 * torch.randn(shape, generator=g)).to(device)
+    lp = sequence_logprobs(learner.model, b)
+    loss, _ = policy_loss(lp, old, b["advantages"], b["mask"], cfg, ref_logp=ref if cfg.beta else None,
+                          num_seqs=len(seqs), num_tokens=float(b["mask"].sum()), seq_weights=b["seq_weights"])
+    loss.backward()
+    grads = {n: p.grad.detach().cpu() for n, p in learner.model.named_parameters() if p.grad is not None}
+    return float(loss), grads
+
+
+def check_equal(device: str, tol: float) -> dict:
+    seqs = batch_of(24, 48, 32, seed=0)
+    rows, worst = [], 0.0
+    for loss_type in LOSS_TYPES:
+        for level in ("token", "sequence"):
+            for beta in (0.0, 0.04):
+                cfg = LossConfig(loss_type=loss_type, level=level, beta=beta, max_completion_length=32)
+                l_cpu, g_cpu = loss_and_grads("cpu", seqs, cfg)
+                l_dev, g_dev = loss_and_grads(device, seqs, cfg)
+                g_err = max(rel(g_cpu[n], g_dev[n]) for n in g_cpu)
+                l_err = abs(l_cpu - l_dev) / max(abs(l_cpu), 1e-12)
+                worst = max(worst, g_err, l_err)
+                rows.append({"loss_type": loss_type, "level": level, "beta": beta, "loss_cpu": l_cpu,
+                             "loss_dev": l_dev, "loss_rel_err": l_err, "grad_max_rel_err": g_err,
+                             "lora_tensors": len(g_cpu)})
+    # a full update: 2 iterations x 2 minibatches, PPO-ptx on demo pairs, on each device
+    demos = [(s.ids[: s.mask.index(1)], s.ids[s.mask.index(1):]) for s in batch_of(16, 48, 32, seed=7)]
+    adapters = {}
+    for dev in ("cpu", device):
+        learner = Learner(build_model(SMALL, seed=3).to(dev), cfg=LossConfig(beta=0.04), r=8, alpha=16, lr=1e-3,
+                          seed=3, num_iterations=2, minibatches=2, ptx=demos, ptx_coef=0.5, ptx_batch=8)
+        st = learner.update(seqs)
+        adapters[dev] = (learner.adapter().weights, st.loss)
+    upd = max(rel(adapters["cpu"][0][k], adapters[device][0][k]) for k in adapters["cpu"][0])
+    worst = max(worst, upd)
+    return {"cases": rows, "update_adapter_max_rel_err": upd,
+            "update_loss": {"cpu": adapters["cpu"][1], device: adapters[device][1]}, "worst_rel_err": worst,
+            "tol": tol, "ok": worst <= tol}
+
+
+def check_sampler(device: str) -> dict:
+    """The sampler's log-probs on ``device`` against the trainer's, and its ids against CPU's (same seeds)."""
+    model = build_model(SMALL, seed=5)
+    prompts = [s.ids[: s.mask.index(1)] for s in batch_of(32, 48, 8, seed=9)]
+    seeds = list(range(len(prompts)))
+    kw = dict(eos_id=TOK.eos_id, pad_id=TOK.pad_id, temperatures=0.8, max_tokens=32, seeds=seeds)
+    on_cpu = sample(model, prompts, **kw)
+    on_dev = sample(model.to(device), prompts, **kw)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(on_cpu, on_dev))
+    seqs = [Packed(ids=list(p) + s.token_ids, mask=[0] * len(p) + [1] * len(s.token_ids),
+                   sampler_logp=[math.nan] * len(p) + s.logprobs, temperature=0.8, advantage=1.0, traj=i)
+            for i, (p, s) in enumerate(zip(prompts, on_dev))]
+    learner = Learner(model, r=8, alpha=16, seed=0)  # a fresh adapter: the same function as the sampler's model
+    st = learner.update(seqs)
+    return {"same_ids_as_cpu": f"{same}/{len(prompts)}", "trainer_vs_sampler_logp_mean_abs": st.mismatch}
+
+
+def throughput(device: str, cfg: TinyConfig, n: int, prompt: int, completion: int, micro: int) -> dict:
+    model = build_model(cfg, seed=0).to(device)
+    params = count_params(model)
+    learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=micro, lr=1e-4)
+    seqs = batch_of(n, prompt, completion, seed=1)
+    cuda = device.startswith("cuda")
+    learner.update(seqs)  # warm-up (kernels, allocator)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    stats = []
+    for _ in range(3):
+        stats.append(learner.update(seqs))
+        if cuda:
+            torch.cuda.synchronize()
+    secs = sum(s.seconds for s in stats)
+    out = {"params": params, "config": cfg.model_dump(), "sequences": n, "prompt_max": prompt,
+           "completion_max": completion, "micro_batch": micro,
+           "tokens_per_s": round(sum(s.tokens for s in stats) / secs),
+           "trained_tokens_per_s": round(sum(s.trained_tokens for s in stats) / secs),
+           "optimizer_steps_per_s": round(sum(s.optimizer_steps for s in stats) / secs, 3),
+           "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+    prompts = [s.ids[: s.mask.index(1)] for s in seqs]
+    learner.model.eval()
+    t0 = time.perf_counter()
+    gen = sample(learner.model, prompts, eos_id=-1, pad_id=TOK.pad_id, temperatures=1.0, max_tokens=completion,
+                 seeds=list(range(len(prompts))))  # eos_id -1: every row runs to max_tokens
+    if cuda:
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    out["sampler_tokens_per_s"] = round(sum(len(g.token_ids) for g in gen) / dt)
+    out["sampler_batch"] = len(prompts)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--big", action=argparse.BooleanOptionalAction, default=True, help="the ~0.5B throughput figure")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    if a.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            print("gpu_check: no CUDA device; run with --device cpu for a smoke run", file=sys.stderr)
+            return 2
+        torch.backends.cuda.matmul.allow_tf32 = False  # the equality check runs in true float32
+        torch.backends.cudnn.allow_tf32 = False
+    res: dict = {"torch": torch.__version__, "python": platform.python_version(), "device": a.device,
+                 "gpu": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else None}
+    res["equal"] = check_equal(a.device, a.tol)
+    res["sampler"] = check_sampler(a.device)
+    res["small"] = throughput(a.device, SMALL, 64, 160, 64, 64)
+    if a.big:
+        if a.device.startswith("cuda"):
+            torch.backends.cuda.matmul.allow_tf32 = True  # throughput as a user would run it
+        res["tf32"] = a.device.startswith("cuda")
+        res["big"] = throughput(a.device, BIG, 64, 384, 128, 16)
+    text = json.dumps(res, indent=1)
+    print(text)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text)
+    return 0 if res["equal"]["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
