@@ -6,15 +6,18 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
    the same packed sequences (masked prompts, ragged completions), old and reference log-probs
    perturbed so that ratios leave the clip range and the KL term is not zero. For every loss type
    (grpo, bnpo, dapo, dr_grpo), both importance levels (token, sequence), with and without the k3 KL
-   term: the loss and every LoRA gradient, CPU vs CUDA, float32 with TF32 off. Then one full
-   ``Learner.update`` (2 iterations x 2 minibatches, with PPO-ptx) per device and the adapters it
-   leaves; and the sampler on CUDA: its log-probs against the trainer's on the same ids (the
+   term: the loss and every LoRA gradient (lora_B perturbed, so lora_A's are not all zero), CPU vs
+   CUDA, float32 with TF32 off. Then one full ``Learner.update`` (2 iterations x 2 minibatches, with
+   PPO-ptx) per device and what it changed in the adapter; and the sampler on CUDA: its log-probs against the trainer's on the same ids (the
    ``mismatch`` a GRPO step reports), and its tokens against the CPU sampler's for the same seeds.
 2. **Throughput at ~0.5B parameters** (random init, ``--big``): ``Learner.update`` tokens/s and
    optimiser steps/s, the sampler's generated tokens/s, and peak GPU memory.
 
-    .venv/bin/python bench/gpu_check.py --out $OUT/gpu_check.json          # on the GPU machine
-    .venv/bin/python bench/gpu_check.py --device cpu --no-big               # a smoke run of the same code here
+    bash bench/gpu_wheels.sh     # here, once: pydantic & co. as Python 3.12 wheels in .whl (the GPU image lacks them)
+    # on the GPU machine (device tool, carry [".whl"]), torch/transformers/peft from its image:
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out $OUT/gpu_check.json
+    .venv/bin/python bench/gpu_check.py --device cpu --no-big      # a smoke run of the same code here
 
 Writes one JSON document (and prints it). Exit status 1 when a CUDA-vs-CPU comparison is off by more
 than ``--tol`` (relative to the largest CPU value).
@@ -32,15 +35,33 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
+
+def _map_policy_package() -> None:
+    """``evolve.policy`` lives in ``policy/`` (pyproject's package-dir); without a pip install of the
+    checkout (the GPU machine's image), map it by hand so ``evolve.policy.*`` imports resolve."""
+    import importlib.util
+
+    try:
+        import evolve.policy  # noqa: F401
+    except ModuleNotFoundError:
+        spec = importlib.util.spec_from_file_location("evolve.policy", ROOT / "policy" / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / "policy")])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["evolve.policy"] = mod
+        spec.loader.exec_module(mod)
+
+
+_map_policy_package()
 from evolve.policy.grpo_train import Learner, Packed, collate, sequence_logprobs  # noqa: E402
 from evolve.policy.rl import LOSS_TYPES, LossConfig, policy_loss  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params, sample  # noqa: E402
 
 TOK = CharTokenizer()
 SMALL = TinyConfig(d_model=128, n_layers=2, n_heads=4, d_ff=256, max_len=256)
-# ~0.49B parameters (486M): width 1024, 32 layers, grouped-query attention, our small vocabulary
+# ~0.49B parameters (486,818,816 by count_params): width 1024, 32 layers, grouped-query attention, our small vocabulary
 BIG = TinyConfig(d_model=1024, n_layers=32, n_heads=16, n_kv_heads=4, d_ff=4096, max_len=1024)
 
 
@@ -62,8 +83,12 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def loss_and_grads(device: str, seqs: list[Packed], cfg: LossConfig, seed: int = 0) -> tuple[float, dict]:
     learner = Learner(build_model(SMALL, seed=seed).to(device), cfg=cfg, r=8, alpha=16, seed=seed)
-    b = {k: v.to(device) for k, v in collate(seqs, TOK.pad_id).items()}
     g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # a fresh adapter has lora_B = 0, which zeroes every lora_A gradient: perturb B
+        for name, p in sorted(learner.model.named_parameters()):
+            if "lora_B" in name:
+                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+    b = {k: v.to(device) for k, v in collate(seqs, TOK.pad_id).items()}
     shape = b["input_ids"].shape
     with torch.no_grad():
         base = sequence_logprobs(learner.model, b)
@@ -74,7 +99,8 @@ def loss_and_grads(device: str, seqs: list[Packed], cfg: LossConfig, seed: int =
                           num_seqs=len(seqs), num_tokens=float(b["mask"].sum()), seq_weights=b["seq_weights"])
     loss.backward()
     grads = {n: p.grad.detach().cpu() for n, p in learner.model.named_parameters() if p.grad is not None}
-    return float(loss), grads
+    assert all(float(v.abs().max()) > 0 for v in grads.values()), "a LoRA gradient is all zeros: nothing compared"
+    return float(loss.detach()), grads
 
 
 def check_equal(device: str, tol: float) -> dict:
@@ -94,16 +120,18 @@ def check_equal(device: str, tol: float) -> dict:
                              "lora_tensors": len(g_cpu)})
     # a full update: 2 iterations x 2 minibatches, PPO-ptx on demo pairs, on each device
     demos = [(s.ids[: s.mask.index(1)], s.ids[s.mask.index(1):]) for s in batch_of(16, 48, 32, seed=7)]
-    adapters = {}
+    deltas, losses = {}, {}
     for dev in ("cpu", device):
         learner = Learner(build_model(SMALL, seed=3).to(dev), cfg=LossConfig(beta=0.04), r=8, alpha=16, lr=1e-3,
                           seed=3, num_iterations=2, minibatches=2, ptx=demos, ptx_coef=0.5, ptx_batch=8)
-        st = learner.update(seqs)
-        adapters[dev] = (learner.adapter().weights, st.loss)
-    upd = max(rel(adapters["cpu"][0][k], adapters[device][0][k]) for k in adapters["cpu"][0])
-    worst = max(worst, upd)
-    return {"cases": rows, "update_adapter_max_rel_err": upd,
-            "update_loss": {"cpu": adapters["cpu"][1], device: adapters[device][1]}, "worst_rel_err": worst,
+        before = learner.adapter().weights
+        losses[dev] = learner.update(seqs).loss
+        deltas[dev] = {k: v - before[k] for k, v in learner.adapter().weights.items()}
+    # what the 4 AdamW steps changed (not the weights, which the shared init dominates). Reported, not
+    # gated: Adam's first steps are ~lr*sign(g), so a near-zero gradient whose rounding differs between
+    # devices moves one entry by a whole step, a device difference that is not a bug
+    upd = max(rel(deltas["cpu"][k], deltas[device][k]) for k in deltas["cpu"])
+    return {"cases": rows, "update_delta_max_rel_err": upd, "update_loss": losses, "worst_rel_err": worst,
             "tol": tol, "ok": worst <= tol}
 
 
@@ -172,7 +200,11 @@ def main() -> int:
             return 2
         torch.backends.cuda.matmul.allow_tf32 = False  # the equality check runs in true float32
         torch.backends.cudnn.allow_tf32 = False
-    res: dict = {"torch": torch.__version__, "python": platform.python_version(), "device": a.device,
+    import peft
+    import transformers
+
+    res: dict = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+                 "python": platform.python_version(), "device": a.device,
                  "gpu": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else None}
     res["equal"] = check_equal(a.device, a.tol)
     res["sampler"] = check_sampler(a.device)
