@@ -57,8 +57,10 @@ class GRPO:
         minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
         micro_batch: int = Field(64, ge=1, description="sequences per forward pass (memory only)")
         negative_weight: float = Field(1.0, ge=0, description=(
-            "scale on negative advantages (W-REINFORCE, Zhu et al. 2025): 1 is the estimator as is, 0 learns "
-            "only from the better-than-average attempts of each group"))
+            "scale on negative advantages: 1 is the estimator as is; 0 learns only from each group's "
+            "better-than-average attempts (positive-sample reinforcement in Zhu et al. 2025, 'The surprising "
+            "effectiveness of negative reinforcement'); >1 leans on the failures, as their W-REINFORCE does by "
+            "down-weighting successes. Zeroed attempts stay in the loss's normaliser (and the KL term)"))
         dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal")
         mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
         max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
