@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from evolve.engine import Engine
 
 SFT_VERSION = "sft-1"
+WALL_CLOCK = ("seconds",)  # SFT stats kept in info.json beside the weights, never in the weights file
 
 
 def cache_dir() -> Path:
@@ -64,7 +65,7 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
 
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params
     from evolve.policy.train import examples_from_chat, train
-    from evolve.policy.weights import save_base
+    from evolve.policy.weights import drop_base_info, save_base
 
     cs = mc.cold_start
     assert cs is not None
@@ -101,6 +102,8 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     out = cache_dir() / "sft" / key / "base.safetensors"
     if out.exists():
         engine.obs.message(f"cold start: reusing cached SFT weights {out}")
+        # caches written before 2026-12-01 kept the SFT's wall time in the file (see below)
+        drop_base_info(out, WALL_CLOCK)
         return out
 
     agent, reward = engine.agent_fn, engine.reward_fn
@@ -142,7 +145,9 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     # the demo examples go next to the weights: STaR replays them so self-training does not forget
     out.parent.mkdir(parents=True, exist_ok=True)
     (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
-    save_base(model, tok, tiny, out, info=info)
+    # the file's sha256 names the base, and so the systems built on it and the seeds of their rollouts:
+    # the wall time would give the same weights a new name, and new samples, on every machine
+    save_base(model, tok, tiny, out, info={k: v for k, v in info.items() if k not in WALL_CLOCK})
     (out.parent / "info.json").write_text(json.dumps(info, indent=1))
     return out
 

@@ -20,7 +20,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from evolve.types import canonical_json
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
@@ -127,6 +127,17 @@ def save_base(model: Any, tok: CharTokenizer, cfg: TinyConfig, path: PathLike, *
     meta = {"format": BASE_FORMAT, "tiny_config": cfg.model_dump(mode="json"), "tokenizer": tok.to_dict(),
             "vocab_size": int(model.config.vocab_size), "info": info or {}}
     return _write(state, meta, path)
+
+
+def drop_base_info(path: PathLike, keys: Sequence[str]) -> str | None:
+    """Rewrite a base file without ``info[k]`` for ``k`` in ``keys`` (the tensors untouched), so it
+    has the bytes :func:`save_base` writes without them; its new sha256, or None if none was there."""
+    meta = read_base_meta(path)
+    if not set(keys) & set(meta.get("info") or {}):
+        return None
+    tensors, meta = _read(path, BASE_FORMAT)
+    meta["info"] = {k: v for k, v in meta["info"].items() if k not in keys}
+    return _write(tensors, meta, path)
 
 
 def read_base_meta(path: PathLike) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import yaml
 
 import evolve
 from evolve.archive import Archive
+from evolve.policy.weights import BASE_FORMAT, _read, _write, read_base_meta
 
 from conftest import TESTS
 
@@ -49,6 +50,13 @@ def test_cold_start_star_adapter_archive_and_cache(tmp_path, monkeypatch):
     traj = app.rollout(_a_test_task(tmp_path))
     assert traj.steps and traj.error is None
     app.close()
+    # the base file holds no wall time (it would rename the same weights on every machine); info.json does
+    (entry,) = (tmp_path / "cache" / "sft").iterdir()
+    assert "seconds" not in read_base_meta(entry / "base.safetensors")["info"]
+    assert json.loads((entry / "info.json").read_text())["seconds"] > 0
+    # a cache written before that fix (wall time in the file) is rewritten on reuse: the same base id
+    tensors, meta = _read(entry / "base.safetensors", BASE_FORMAT)
+    _write(tensors, {**meta, "info": {**meta["info"], "seconds": 123.4}}, entry / "base.safetensors")
     # the cold start is cached: a second run reuses the same base weights
     report2 = evolve.run(small_task(), out=tmp_path / "run2")
     assert report2["baseline"]["system_id"] == report["baseline"]["system_id"]

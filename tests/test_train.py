@@ -190,3 +190,15 @@ def test_train_lora_learns_and_leaves_the_base_alone(tmp_path):
     again = train_lora(tuned, toy_examples(reply="no"), init=tmp_path / "a.safetensors", steps=30, batch_size=16)
     assert again.config == adapter.config and same(params(base), before)
     assert greedy(attach_adapter(build_model(SMALL, seed=5), again), ["zzz"]) == ["no"]
+
+
+def test_a_base_file_is_named_by_its_weights_not_by_how_long_training_took(tmp_path):
+    from evolve.policy.weights import drop_base_info, file_sha256, load_base, save_base
+
+    model = build_model(SMALL, seed=2)
+    clean = save_base(model, TOK, SMALL, tmp_path / "clean.safetensors", info={"best_step": 3})
+    old = save_base(model, TOK, SMALL, tmp_path / "old.safetensors", info={"best_step": 3, "seconds": 12.5})
+    assert old != clean  # what caches written before the fix hold: the wall time changed the name
+    assert drop_base_info(tmp_path / "old.safetensors", ["seconds"]) == clean == file_sha256(tmp_path / "old.safetensors")
+    assert drop_base_info(tmp_path / "old.safetensors", ["seconds"]) is None  # nothing left to drop
+    assert same(params(load_base(tmp_path / "old.safetensors")[0]), params(model))
