@@ -177,7 +177,7 @@ class LocalServer:
                     results = sample(
                         self.base,
                         [r.prompt for r in batch],
-                        eos_id=self.tok.eos_id,
+                        eos_id=getattr(self.tok, "eos_ids", self.tok.eos_id),
                         pad_id=self.tok.pad_id,
                         temperatures=[r.temperature for r in batch],
                         max_tokens=[r.max_tokens for r in batch],
