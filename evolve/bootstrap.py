@@ -27,11 +27,19 @@ def starting_system(engine: "Engine") -> System:
 
             if mc.cold_start is not None:
                 path = cold_start_weights(engine, role, mc)
-            else:  # ready-made base weights (evolve.policy.weights.save_base), relative to the task file
+            else:  # ready-made weights, relative to the task file: a pretrained checkpoint or a tiny base file
+                from evolve.policy.hf import manifest, resolve_checkpoint
+
+                ckpt = resolve_checkpoint(str(mc.params["weights"]), engine.base_dir)
+                if ckpt is not None:  # the archive keeps a manifest of the checkpoint, not a copy
+                    base = archive.artifacts.put_bytes(manifest(ckpt), "base_weights")
+                    models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
+                    continue
                 path = Path(str(mc.params["weights"])).expanduser()
                 path = path if path.is_absolute() else engine.base_dir / path
                 if not path.is_file():
-                    raise ConfigError(f"models.{role}.params.weights: no file {path}; give the path of a "
+                    raise ConfigError(f"models.{role}.params.weights: no file or checkpoint directory {path}; give "
+                                      "a Hugging Face checkpoint directory (or a Hub id in the local cache), a "
                                       "file written by evolve.policy.weights.save_base, or use cold_start")
             base = archive.artifacts.put_file(path, "base_weights")
             demos = path.parent / "sft_examples.json"

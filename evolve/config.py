@@ -64,8 +64,12 @@ class ModelConfig(Strict):
         if self.backend == "local" and self.cold_start is None and "weights" not in self.params:
             raise ValueError(
                 "a local model needs either 'cold_start' (build and SFT a tiny model) or params.weights "
-                "(a path to weights saved by evolve.policy.weights.save_base)"
+                "(a Hugging Face checkpoint directory or cached Hub id, or a file saved by "
+                "evolve.policy.weights.save_base)"
             )
+        if self.cold_start is not None and "weights" in self.params:
+            raise ValueError("a local model takes either 'cold_start' (build and SFT a tiny model) or "
+                             "params.weights (ready-made weights), not both; remove one")
         return self
 
 

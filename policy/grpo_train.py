@@ -166,11 +166,12 @@ class Learner:
                  seed: int = 0, ptx: Sequence[Any] = (), ptx_coef: float = 0.0, ptx_batch: int = 16,
                  warmup: int = 0) -> None:
         import torch
-        from evolve.policy.train import LORA_TARGETS
+        from evolve.policy.train import lora_targets
         from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
         config = init.lora_config() if init is not None else LoraConfig(
-            r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(target_modules or LORA_TARGETS), bias="none")
+            r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(target_modules or lora_targets(model)),
+            bias="none")
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             torch.manual_seed(seed)

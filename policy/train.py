@@ -29,6 +29,19 @@ if TYPE_CHECKING:  # pragma: no cover
 LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
+def lora_targets(model: Any) -> list[str]:
+    """The :data:`LORA_TARGETS` ``model`` has. ``lm_head`` is left out when it is tied to the input
+    embeddings (pretrained checkpoints such as Qwen2.5-0.5B): the untied tiny models need it (see
+    :func:`train_lora`), a pretrained head does not, and peft cannot keep a tied pair tied."""
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+    out = [t for t in LORA_TARGETS if t in names and not (tied and t == "lm_head")]
+    if not out:
+        raise ValueError(f"{type(model).__name__} has none of the LoRA target modules {list(LORA_TARGETS)}; "
+                         "pass target_modules with the names of its linear layers")
+    return out
+
+
 @dataclass(frozen=True)
 class Example:
     """One training sequence: ``prompt_ids`` (context, not learned) then ``completion_ids`` (learned)."""
@@ -56,7 +69,9 @@ def examples_from_chat(tok: CharTokenizer, messages: Sequence[Message | dict]) -
     for i, m in enumerate(msgs):
         if m.role == "assistant":
             prompt = tok.render_chat(msgs[:i], add_generation_prompt=True)
-            out.append(Example(tuple(prompt), tuple(tok.encode(m.content, context=msgs[:i]) + [tok.eos_id])))
+            turn = getattr(tok, "assistant_ids", None)  # a chat template's own end-of-turn (evolve.policy.hf)
+            completion = turn(msgs[:i], m.content) if turn else tok.encode(m.content, context=msgs[:i]) + [tok.eos_id]
+            out.append(Example(tuple(prompt), tuple(completion)))
     return out
 
 
@@ -288,7 +303,7 @@ def train_lora(
     r: int = 16,
     alpha: float = 32,
     dropout: float = 0.0,
-    target_modules: Sequence[str] = LORA_TARGETS,
+    target_modules: Sequence[str] | None = None,
     init: "Adapter | str | os.PathLike | None" = None,
     lr: float = 5e-3,
     seed: int = 0,
@@ -302,7 +317,7 @@ def train_lora(
     continues training an existing adapter (its LoRA config wins over ``r``/``alpha``/...).
     ``eval_fn`` receives the PeftModel being trained. Other keywords go to :func:`train`; the
     statistics are in ``adapter.stats`` (not saved). Defaults (r=16, alpha=32, lr=5e-3, all
-    projections plus ``lm_head``) are sized for tiny models: a random-init base has a tiny frozen
+    projections plus ``lm_head`` unless it is tied: :func:`lora_targets`) are sized for tiny models: a random-init base has a tiny frozen
     ``lm_head``, and without LoRA on it the logits cannot sharpen (the loss stalls near 3.4 nats).
     """
     import torch
@@ -312,7 +327,8 @@ def train_lora(
 
     start = None if init is None else (init if isinstance(init, Adapter) else read_adapter(init))
     config = start.lora_config() if start is not None else LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules), bias="none")
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules or lora_targets(base_model)),
+        bias="none")
     base = bare_copy(base_model)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation noise from inside peft

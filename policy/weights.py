@@ -148,8 +148,27 @@ def read_base_meta(path: PathLike) -> dict[str, Any]:
         return json.loads((f.metadata() or {})[META_KEY])
 
 
-def load_base(path: PathLike) -> tuple[Any, CharTokenizer, TinyConfig]:
-    """Load ``(model, tokenizer, cfg)`` saved by :func:`save_base`; the model is in eval mode."""
+def load_base(path: PathLike, *, device: str | None = None, dtype: str | None = None) -> tuple[Any, Any, TinyConfig | None]:
+    """Load ``(model, tokenizer, cfg)`` saved by :func:`save_base`; the model is in eval mode.
+
+    ``path`` may also be the manifest of a pretrained checkpoint (:mod:`evolve.policy.hf`): then
+    ``cfg`` is None, the tokenizer an :class:`~evolve.policy.hf.HFTokenizer`, and ``device``/``dtype``
+    default to ``auto``. A tiny base stays on the CPU in float32 unless ``device``/``dtype`` say otherwise.
+    """
+    from evolve.policy.hf import check_manifest, load_pretrained, read_manifest, resolve_device, resolve_dtype
+
+    m = read_manifest(path)
+    if m is not None:
+        model, hf_tok = load_pretrained(check_manifest(m), device=device, dtype=dtype)
+        return model, hf_tok, None
+    model, tok, cfg = _load_tiny(path)
+    if device is not None or dtype is not None:
+        dev = resolve_device(device) if device is not None else "cpu"
+        model = model.to(device=dev, dtype=resolve_dtype(dtype, dev) if dtype is not None else None)
+    return model, tok, cfg
+
+
+def _load_tiny(path: PathLike) -> tuple[Any, CharTokenizer, TinyConfig]:
     tensors, meta = _read(path, BASE_FORMAT)
     cfg = TinyConfig.model_validate(meta["tiny_config"])
     from evolve.policy.pointer import tokenizer_from_dict

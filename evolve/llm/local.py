@@ -5,7 +5,7 @@ number of LoRA adapters (attached through peft, never merged: the base tensors a
 Many rollout threads call :meth:`LocalLM.complete` at once; a single worker thread gathers pending
 requests (up to ``max_batch``, waiting ``batch_wait`` seconds for more), groups them by adapter, and
 runs one batched generation: left padding, attention mask, position ids, a KV cache and our own
-sampling loop (:func:`evolve.policy.tiny.sample`, not ``generate``), so temperature and log-probs
+sampling loop (:func:`evolve.policy.sampling.sample`, not ``generate``), so temperature and log-probs
 are exact:
 
 * ``token_ids`` are exactly the ids the sampler drew, the final EOS included when it was drawn
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 from evolve.errors import ConfigError, LLMError
 from evolve.llm.base import Completion, as_messages
 from evolve.llm.local_server import LocalServer
-from evolve.policy.tiny import Sample, sample
+from evolve.policy.sampling import Sample, sample
 from evolve.types import ArtifactRef, Message, ModelSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -180,7 +180,10 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
     ``spec.base``: the base weights artifact (a :func:`~evolve.policy.weights.save_base` file);
     ``spec.adapter``: an optional LoRA adapter artifact (:func:`~evolve.policy.weights.save_adapter`).
     ``spec.params``: ``temperature`` (default 1.0) and ``max_tokens`` (default 256) for calls
-    that do not give them; ``max_batch`` (64), ``batch_wait_ms`` (3), ``max_wait_ms`` (50), ``threads`` for the server.
+    that do not give them; ``max_batch`` (64), ``batch_wait_ms`` (3), ``max_wait_ms`` (50), ``threads`` for the server;
+    ``device`` and ``dtype`` (a pretrained checkpoint: ``auto``, the GPU in bfloat16 when there is one;
+    a tiny base: the CPU in float32 unless given). The base may be a tiny base file or the manifest
+    of a pretrained checkpoint (:mod:`evolve.policy.hf`).
     One server (one base in memory, one worker) is shared by every LLM built on the same base
     sha256 until the last of them is closed; adapters are loaded once per sha256.
     """
@@ -193,7 +196,7 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
         if server is None or server.closed or server.refs <= 0:
             from evolve.policy.weights import load_base
 
-            model, tok, _cfg = load_base(artifacts.path(spec.base))
+            model, tok, _cfg = load_base(artifacts.path(spec.base), device=params.get("device"), dtype=params.get("dtype"))
             server = LocalServer(
                 model, tok, name=spec.name, max_batch=int(params.get("max_batch", 64)),
                 batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,

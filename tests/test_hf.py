@@ -1,0 +1,244 @@
+"""Pretrained Hugging Face checkpoints as local bases: chat templates, the archived manifest,
+sampling that agrees with the trainer, and GRPO training a LoRA adapter on one, end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import evolve  # noqa: E402
+from evolve.archive import Archive  # noqa: E402
+from evolve.config import load_task  # noqa: E402
+from evolve.errors import ConfigError  # noqa: E402
+from evolve.policy import sampling  # noqa: E402
+from evolve.policy.hf import check_manifest, load_pretrained, manifest, read_manifest, resolve_checkpoint  # noqa: E402
+from evolve.policy.rl import token_logprobs  # noqa: E402
+from evolve.policy.train import examples_from_chat  # noqa: E402
+from evolve.policy.weights import load_base  # noqa: E402
+from evolve.types import Message  # noqa: E402
+
+from _hf_checkpoint import make_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+CHAT = [Message(role="system", content="be brief"), Message(role="user", content="select name"),
+        Message(role="assistant", content="aa ee"), Message(role="tool", content="error: no such column"),
+        Message(role="assistant", content="select age")]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("hf") / "qwen-tiny")
+
+
+def _digest(path):
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(path.iterdir())}
+
+
+def test_chats_render_with_the_checkpoints_template_and_turns_end_with_its_end_of_turn(ckpt):
+    _, tok = load_pretrained(ckpt, device="cpu")
+    text = tok.tok.apply_chat_template([m.model_dump(include={"role", "content"}) for m in CHAT[:4]],
+                                       tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>tool\nerror: no such column<|im_end|>\n<|im_start|>assistant\n")
+    ids = tok.render_chat(CHAT[:4])
+    assert tok.tok.decode(ids) == text and ids.count(tok.eos_id) == 4  # <|im_end|> is one id, not its characters
+    full = tok.render_chat(CHAT, add_generation_prompt=False)
+    examples = examples_from_chat(tok, CHAT)
+    assert len(examples) == 2
+    for ex in examples:  # every example is the template's own rendering, cut after the turn's end
+        assert ex.completion_ids[-1] == tok.eos_id
+        seq = list(ex.prompt_ids + ex.completion_ids)
+        assert full[: len(seq)] == seq
+    assert tok.decode(examples[1].completion_ids) == "select age"
+    assert set(tok.eos_ids) == {tok.tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused_with_the_fix(tmp_path, ckpt):
+    bare = shutil.copytree(ckpt, tmp_path / "bare")
+    (bare / "chat_template.jinja").unlink()
+    with pytest.raises(ConfigError, match="no chat template.*chat_template"):
+        load_pretrained(bare, device="cpu")
+
+
+def test_the_archive_keeps_a_manifest_that_refuses_a_changed_checkpoint(tmp_path, ckpt):
+    copy = shutil.copytree(ckpt, tmp_path / "ck")
+    m = read_manifest_bytes(tmp_path, manifest(copy))
+    assert m["path"] == str(copy) and "model.safetensors" in m["files"]
+    model, tok, cfg = load_base(tmp_path / "base.json", device="cpu")
+    assert cfg is None and tok.eos_ids and next(model.parameters()).device.type == "cpu"
+    with open(copy / "model.safetensors", "ab") as f:  # the weights changed under the archived system
+        f.write(b"\0")
+    with pytest.raises(ConfigError, match="model.safetensors is missing or changed"):
+        check_manifest(m)
+    shutil.rmtree(copy)
+    with pytest.raises(ConfigError, match="is gone"):
+        load_base(tmp_path / "base.json")
+    with pytest.raises(ConfigError, match="without config.json"):
+        resolve_checkpoint(str(tmp_path))
+    with pytest.raises(ConfigError, match="not a Hugging Face model in the local cache.*huggingface-cli download"):
+        resolve_checkpoint("no-such-org/no-such-model")
+    assert resolve_checkpoint("weights/base.safetensors", tmp_path) is None  # a missing file, said by the caller
+
+
+def read_manifest_bytes(tmp_path, data: bytes) -> dict:
+    (tmp_path / "base.json").write_bytes(data)
+    m = read_manifest(tmp_path / "base.json")
+    assert m is not None
+    return m
+
+
+def test_sampled_logprobs_match_the_trainers_and_any_end_of_turn_id_stops(ckpt, monkeypatch):
+    model, tok = load_pretrained(ckpt, device="cpu")
+    prompts = [tok.render_chat(CHAT[:2]), tok.render_chat(CHAT[:4])]
+    kw = dict(eos_id=tok.eos_ids, pad_id=tok.pad_id, temperatures=[0.7, 1.3], max_tokens=24, seeds=[11, 12])
+    samples = sampling.sample(model, prompts, **kw)
+    for p, s, t in zip(prompts, samples, (0.7, 1.3)):
+        ids = torch.tensor([p + s.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[:, len(p) - 1:-1].float()
+        lp = token_logprobs(logits / t, ids[:, len(p):])[0]
+        assert torch.allclose(lp, torch.tensor(s.logprobs), atol=1e-4)
+        assert s.finish_reason == "length" or s.token_ids[-1] in tok.eos_ids
+    # drawing each row's noise a step at a time (large vocabularies) gives the same samples
+    monkeypatch.setattr(sampling, "NOISE_AT_ONCE", 0)
+    again = sampling.sample(model, prompts, **kw)
+    assert [s.token_ids for s in again] == [s.token_ids for s in samples]
+    # a model that only ever says <|endoftext|> stops at once on it, though eos_id names <|im_end|> first
+    eot = tok.tok.convert_tokens_to_ids("<|endoftext|>")
+
+    def only_eot(_module, _inputs, logits):
+        out = torch.full_like(logits, -1e4)
+        out[..., eot] = 0.0
+        return out
+
+    hook = model.lm_head.register_forward_hook(only_eot)
+    out = sampling.sample(model, prompts[:1], **kw)[0]
+    hook.remove()
+    assert out.token_ids == [eot] and out.finish_reason == "stop"
+
+
+def _task(ckpt, **params):
+    return {
+        "name": "vowels-hf", "seed": 0, "agent": "_agents:vowel_agent", "reward": "_agents:vowel_reward",
+        "models": {"policy": {"backend": "local", "name": "qwen-tiny",
+                              "params": {"weights": str(ckpt), "device": "cpu", "temperature": 0.0,
+                                         "max_tokens": 4}}},
+        "dataset": {"source": "_agents:vowel_dataset"},
+        "operators": [{"name": "grpo", "params": {"steps": 4, "tasks_per_step": 4, "group_size": 8, "lr": 0.02,
+                                                  "r": 8, "dev_tasks": 0, **params}}],
+        "runner": {"name": "thread", "workers": 16, "timeout": 60},
+        "budget": {"generations": 1}, "engine": {"minibatch": 8},
+    }
+
+
+def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_it(tmp_path, ckpt):
+    before = _digest(ckpt)
+    evolve.run(_task(ckpt), out=tmp_path / "run")
+    assert _digest(ckpt) == before  # the base checkpoint is never written
+    a = Archive(tmp_path / "run", create=False)
+    base_ref = a.get_system(a.get_state("baseline")).models["policy"].base
+    m = read_manifest(a.artifacts.path(base_ref))
+    assert m is not None and m["path"] == str(ckpt.resolve())
+    assert a.artifacts.path(base_ref).stat().st_size < 2000  # a manifest, not a copy of the weights
+    kids = [r for r in a.records() if r.operator == "grpo"]
+    assert len(kids) == 1
+    curve = kids[0].info["curve"]
+    assert len(curve) == 4 and all(r["mismatch"] < 1e-4 and r["trained_tokens"] > 0 for r in curve)  # sampler and trainer agree
+    child = a.get_system(kids[0].id)
+    assert child.models["policy"].base == base_ref and child.models["policy"].adapter is not None
+    from evolve.policy.weights import read_adapter
+
+    names = list(read_adapter(a.artifacts.path(child.models["policy"].adapter)).weights)
+    assert any("q_proj" in n for n in names) and not any("lm_head" in n for n in names)  # the head is tied
+    trajs = [t for t in a.trajectories(split="train") if len(t.steps) == 2]
+    assert trajs and all(s.token_ids and s.prompt_token_ids for t in trajs for s in t.steps)
+
+
+def test_a_task_file_takes_weights_or_a_cold_start_not_both(tmp_path, ckpt):
+    task = _task(ckpt)
+    task["models"]["policy"]["cold_start"] = {"demos": "evolve.worlds.sql:demos"}
+    path = tmp_path / "t.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(task))
+    with pytest.raises(ConfigError, match="not both"):
+        load_task(path)
+
+
+def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
+    openai = pytest.importorskip("openai")
+    from evolve.llm.local import LocalLM
+    from evolve.serve import serve_llm
+
+    model, tok = load_pretrained(ckpt, device="cpu")
+    llm = LocalLM.from_model(model, tok, name="qwen-tiny", temperature=0.0, max_tokens=12)
+    srv = serve_llm(llm, names=["qwen-tiny"], fingerprint="fp")
+    try:
+        msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "select name"}]
+        want = llm.complete(msgs, temperature=0.0, max_tokens=12)
+        c = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
+        r = c.chat.completions.create(model="qwen-tiny", messages=msgs, temperature=0, max_tokens=12, logprobs=True)
+        ch = r.choices[0]
+        assert ch.message.content == want.text and ch.model_extra["token_ids"] == list(want.token_ids)
+        assert r.model_extra["prompt_token_ids"] == tok.render_chat(msgs)  # the checkpoint's chat template
+        assert [t.logprob for t in ch.logprobs.content] == pytest.approx(list(want.logprobs), abs=1e-5)
+    finally:
+        srv.close()
+        llm.close()
+
+
+def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tmp_path, ckpt):
+    """examples/sql_agent/grpo_pretrained.yaml with its checkpoint swapped for the small one and its
+    sizes cut: multi-turn SQL episodes (execution results fed back as context) sampled from the
+    checkpoint's chat template, and a GRPO step on them. Plumbing only: the model is random."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = "operators.0.params."
+    evolve.run(root / "examples/sql_agent/grpo_pretrained.yaml", out=tmp_path / "run", overrides=[
+        f"models.policy.params.weights={ckpt}", "models.policy.params.device=cpu", "models.policy.params.max_tokens=24",
+        "workflow.max_tokens=24", "dataset.params.n_train=40", "dataset.params.n_val=4", "dataset.params.n_test=4",
+        f"{p}steps=1", f"{p}tasks_per_step=4", f"{p}group_size=2", f"{p}dev_tasks=0", f"{p}dynamic_sampling=false",
+        "engine.minibatch=4", "runner.workers=8"])
+    a = Archive(tmp_path / "run", create=False)
+    trajs = [t for t in a.trajectories(split="train") if t.steps]
+    calls = [s for t in trajs for s in t.steps if getattr(s, "token_ids", None)]
+    assert calls and all(s.prompt_token_ids[-3:] == tuple(calls[0].prompt_token_ids[-3:]) for s in calls)
+    # failed queries are retried with the database's error in the context: multi-turn episodes
+    assert any(sum(1 for s in t.steps if getattr(s, "token_ids", None)) > 1 for t in trajs)
+    assert any(r.operator == "grpo" for r in a.records())
+
+
+def test_large_vocabularies_sample_by_inverse_cdf_exactly_and_independently_of_the_batch(ckpt, monkeypatch):
+    """Above INVERSE_CDF_VOCAB a row draws one uniform per step (Gumbel noise would cost V draws):
+    log-probs still match the trainer's, a seed's sample does not depend on its batch, and the
+    first token's frequencies over many seeds follow the model's distribution."""
+    monkeypatch.setattr(sampling, "INVERSE_CDF_VOCAB", 0)
+    model, tok = load_pretrained(ckpt, device="cpu")
+    prompts = [tok.render_chat(CHAT[:2]), tok.render_chat(CHAT[:4]), tok.render_chat(CHAT[:1])]
+    kw = dict(eos_id=tok.eos_ids, pad_id=tok.pad_id, max_tokens=16)
+    batch = sampling.sample(model, prompts, temperatures=[1.0, 0.0, 0.7], seeds=[5, 6, 7], **kw)
+    alone = sampling.sample(model, prompts[:1], temperatures=1.0, seeds=[5], **kw)
+    assert alone[0].token_ids == batch[0].token_ids
+    greedy = sampling.sample(model, prompts[1:2], temperatures=0.0, **kw)[0]
+    assert batch[1].token_ids == greedy.token_ids
+    p = prompts[0]
+    ids = torch.tensor([p + batch[0].token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[:, len(p) - 1:-1].float()
+    assert torch.allclose(token_logprobs(logits, ids[:, len(p):])[0], torch.tensor(batch[0].logprobs), atol=1e-4)
+    n = 3000
+    firsts = sampling.sample(model, [p] * n, temperatures=1.0, seeds=list(range(n)), eos_id=tok.eos_ids,
+                             pad_id=tok.pad_id, max_tokens=1)
+    with torch.no_grad():
+        probs = model(torch.tensor([p])).logits[0, -1].float().softmax(-1)
+    counts = torch.bincount(torch.tensor([s.token_ids[0] for s in firsts]), minlength=len(probs)).float()
+    top = probs.topk(5).indices
+    # each of the five likeliest tokens within 4.5 binomial standard deviations of its expected count
+    sd = (n * probs[top] * (1 - probs[top])).sqrt()
+    assert ((counts[top] - n * probs[top]).abs() <= 4.5 * sd + 1).all(), (counts[top], n * probs[top])
