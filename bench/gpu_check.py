@@ -12,6 +12,12 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
    ``mismatch`` a GRPO step reports), and its tokens against the CPU sampler's for the same seeds.
 2. **Throughput at ~0.5B parameters** (random init, ``--big``): ``Learner.update`` tokens/s and
    optimiser steps/s, the sampler's generated tokens/s, and peak GPU memory.
+3. **A pretrained-format checkpoint** (``evolve.policy.hf``): a random model in Qwen2.5-0.5B's
+   shape (``--big``; a small one otherwise) written with ``save_pretrained`` beside a BPE tokenizer
+   with a chat template, loaded by ``load_pretrained`` with ``device``/``dtype`` ``auto`` (bfloat16
+   on the GPU), sampled through the inverse-CDF path (151,936-token vocabulary), then one GRPO
+   update: sampler tokens/s, trainer tokens/s, the sampler-vs-trainer log-prob gap in bfloat16,
+   peak memory.
 
     bash bench/gpu_wheels.sh     # here, once: pydantic & co. as Python 3.12 wheels in .whl (the GPU image lacks them)
     # on the GPU machine (device tool, carry [".whl"]), torch/transformers/peft from its image:
@@ -187,6 +193,46 @@ def throughput(device: str, cfg: TinyConfig, n: int, prompt: int, completion: in
     return out
 
 
+def pretrained(device: str, big: bool) -> dict:
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _hf_checkpoint import make_checkpoint
+    from evolve.policy.hf import load_pretrained
+    from evolve.types import Message
+
+    shape = (dict(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864, vocab=151936) if big
+             else dict(hidden=64, layers=2, heads=4, kv_heads=2, vocab=151936))
+    with tempfile.TemporaryDirectory() as tmp:
+        make_checkpoint(Path(tmp) / "ck", **shape)
+        model, tok = load_pretrained(Path(tmp) / "ck", device=device, dtype="auto")
+    chats = [[Message(role="system", content="answer with one SQL query"),
+              Message(role="user", content=f"select name from users where age > {i} " * (1 + i % 4))] for i in range(64)]
+    prompts = [tok.render_chat(c) for c in chats]
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    gen = sample(model, prompts, eos_id=-1, pad_id=tok.pad_id, temperatures=1.0, max_tokens=128,
+                 seeds=list(range(len(prompts))))
+    if cuda:
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    seqs = [Packed(ids=list(p) + g.token_ids, mask=[0] * len(p) + [1] * len(g.token_ids),
+                   sampler_logp=[math.nan] * len(p) + g.logprobs, temperature=1.0, advantage=(-1.0) ** i, traj=i)
+            for i, (p, g) in enumerate(zip(prompts, gen))]
+    learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=16, lr=1e-5)
+    st = learner.update(seqs)
+    if cuda:
+        torch.cuda.synchronize()
+    return {"params": count_params(model), "dtype": str(next(model.parameters()).dtype), "vocab": model.config.vocab_size,
+            "sampler_tokens_per_s": round(sum(len(g.token_ids) for g in gen) / dt), "sampler_batch": len(prompts),
+            "trainer_tokens_per_s": round(st.tokens / st.seconds) if st.seconds else None,
+            "trainer_vs_sampler_logp_mean_abs": st.mismatch,
+            "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -214,6 +260,7 @@ def main() -> int:
             torch.backends.cuda.matmul.allow_tf32 = True  # throughput as a user would run it
         res["tf32"] = a.device.startswith("cuda")
         res["big"] = throughput(a.device, BIG, 64, 384, 128, 16)
+    res["pretrained"] = pretrained(a.device, a.big)
     text = json.dumps(res, indent=1)
     print(text)
     if a.out:

@@ -13,7 +13,10 @@ CORPUS = ["select name from users where age > 30", "the quick brown fox jumps ov
           "aeiou aa ee ii oo uu more vowels please", "user assistant system tool result error"] * 20
 
 
-def make_checkpoint(path: Path, *, seed: int = 0, hidden: int = 64) -> Path:
+def make_checkpoint(path: Path, *, seed: int = 0, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                    intermediate: int | None = None, vocab: int | None = None) -> Path:
+    """Write the checkpoint; ``vocab`` pads the model's vocabulary beyond the tokenizer's (as Qwen's
+    151,936 rows pad its tokenizer), e.g. to reach the inverse-CDF sampler."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -30,8 +33,9 @@ def make_checkpoint(path: Path, *, seed: int = 0, hidden: int = 64) -> Path:
     tok.chat_template = CHATML
     tok.save_pretrained(path)
     im_end, eot = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    cfg = Qwen2Config(vocab_size=max(vocab or 0, len(tok)), hidden_size=hidden,
+                      intermediate_size=intermediate or 2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=2048,
                       tie_word_embeddings=True, eos_token_id=im_end, pad_token_id=eot, bos_token_id=None)
     torch.manual_seed(seed)
     Qwen2ForCausalLM(cfg).save_pretrained(path)
