@@ -242,3 +242,20 @@ def test_large_vocabularies_sample_by_inverse_cdf_exactly_and_independently_of_t
     # each of the five likeliest tokens within 4.5 binomial standard deviations of its expected count
     sd = (n * probs[top] * (1 - probs[top])).sqrt()
     assert ((counts[top] - n * probs[top]).abs() <= 4.5 * sd + 1).all(), (counts[top], n * probs[top])
+
+
+def test_star_trains_a_lora_adapter_on_a_pretrained_checkpoint(tmp_path, ckpt):
+    from evolve.policy.weights import read_adapter
+
+    before = _digest(ckpt)
+    task = _task(ckpt)
+    task["operators"] = [{"name": "star", "params": {"tasks": 8, "samples": 4, "threshold": 0.125, "min_examples": 1,
+                                                     "epochs": 1, "batch_size": 8, "r": 8}}]
+    evolve.run(task, out=tmp_path / "run")
+    assert _digest(ckpt) == before
+    a = Archive(tmp_path / "run", create=False)
+    kids = [r for r in a.records() if r.operator == "star"]
+    assert len(kids) == 1
+    adapter = a.get_system(kids[0].id).models["policy"].adapter
+    names = list(read_adapter(a.artifacts.path(adapter)).weights)
+    assert any("down_proj" in n for n in names) and not any("lm_head" in n for n in names)
