@@ -26,7 +26,6 @@ checkpoint's end-of-turn ids (``generation_config.eos_token_id`` plus the tokeni
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -152,11 +151,9 @@ def _files(path: Path) -> list[Path]:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from evolve.policy.weights import file_sha256
+
+    return file_sha256(path)
 
 
 def manifest(path: Path) -> bytes:
