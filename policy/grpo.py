@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evolve.operators import OperatorContext
-from evolve.types import Candidate, System, Trajectory
+from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
 
 
 class GRPO:
@@ -62,6 +62,9 @@ class GRPO:
             "effectiveness of negative reinforcement'); >1 leans on the failures, as their W-REINFORCE does by "
             "down-weighting successes. Zeroed attempts stay in the loss's normaliser (and the KL term)"))
         dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal")
+        reinforce_rejected: bool = Field(True, description=(
+            "false: in a trajectory with a positive advantage, a turn whose tool call failed (SQL the database "
+            "rejected) is context, not reinforced: STaR's rule for its final turns, here for the policy gradient"))
         mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
         max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
         ptx_coef: float = Field(0.0, ge=0, description="weight of an SFT loss on the cold-start demos per "
@@ -111,11 +114,13 @@ class GRPO:
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
         if p.negative_weight != 1.0:
             adv = torch.where(adv < 0, adv * p.negative_weight, adv)
-        seqs, truncated = [], 0
+        seqs, truncated, unreinforced = [], 0, 0
         for k, (t, a, z) in enumerate(zip(trajs, adv.tolist(), zero.tolist())):
             if p.dynamic_sampling and z:
                 continue
-            packed = pack(t, p.role, max_len)
+            rejected = () if p.reinforce_rejected or a <= 0 else rejected_turns(t)
+            unreinforced += len(rejected)
+            packed = pack(t, p.role, max_len, context_only=rejected)
             if p.mask_truncated and any(s.truncated for s in packed):
                 truncated += 1
                 continue
@@ -127,7 +132,7 @@ class GRPO:
         scores = [t.score for t in trajs]
         extra = {"train_reward": round(float(rewards.mean()), 4)} if p.reward_weights and trajs else {}
         return seqs, {"reward": sum(scores) / len(scores) if scores else 0.0, **extra, "groups": groups,
-                      "groups_kept": kept, "truncated_dropped": truncated,
+                      "groups_kept": kept, "truncated_dropped": truncated, "rejected_turns_unreinforced": unreinforced,
                       "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
 
     def _child(self, parent: System, spec: Any, adapter: Any, ctx: OperatorContext, step: int) -> System:
@@ -225,6 +230,13 @@ class GRPO:
         why = (f"GRPO ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
                f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+
+
+def rejected_turns(traj: Trajectory) -> set[int]:
+    """Indices of the LLM calls in ``traj`` whose next step is a tool call that failed."""
+    steps = traj.steps
+    return {i for i, s in enumerate(steps[:-1])
+            if isinstance(s, LLMCall) and isinstance(steps[i + 1], ToolCall) and steps[i + 1].error}
 
 
 def train_reward(traj: Trajectory, weights: dict[str, float]) -> float:

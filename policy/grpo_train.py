@@ -21,7 +21,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,11 +51,13 @@ class Packed:
         return sum(self.mask)
 
 
-def pack(traj: Trajectory, role: str = "policy", max_len: int | None = None) -> list[Packed]:
-    """Training sequences of the calls of ``role`` in ``traj`` (calls without token ids are skipped)."""
+def pack(traj: Trajectory, role: str = "policy", max_len: int | None = None,
+         context_only: Collection[int] = ()) -> list[Packed]:
+    """Training sequences of the calls of ``role`` in ``traj`` (calls without token ids are skipped).
+    The sampled tokens of the steps at the indices in ``context_only`` stay context (mask 0)."""
     out: list[Packed] = []
     cur: Packed | None = None
-    for s in traj.steps:
+    for i, s in enumerate(traj.steps):
         if not isinstance(s, LLMCall) or s.role != role or s.prompt_token_ids is None or not s.token_ids:
             continue
         prompt, toks = list(s.prompt_token_ids), list(s.token_ids)
@@ -72,7 +74,7 @@ def pack(traj: Trajectory, role: str = "policy", max_len: int | None = None) -> 
             cur = Packed(ids=prompt, mask=[0] * len(prompt), sampler_logp=[math.nan] * len(prompt), temperature=temp)
             out.append(cur)
         cur.ids += toks
-        cur.mask += [1] * len(toks)
+        cur.mask += [0 if i in context_only else 1] * len(toks)
         cur.sampler_logp += lps
         cur.truncated = cur.truncated or s.finish_reason == "length"
     total = sum(p.n_trained for p in out)

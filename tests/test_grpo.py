@@ -210,6 +210,25 @@ def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories
     assert len(seqs) == 6 and all(s.advantage == 0 for s in seqs if s.group in ("b", "c"))
 
 
+def test_rejected_turns_of_a_successful_attempt_can_stay_context():
+    """reinforce_rejected=False: a first query the database rejected, in an attempt that then
+    succeeded, is not pushed up; its retry is; a failed attempt is pushed down on every turn."""
+    from evolve.policy.grpo import GRPO
+
+    def t(score, first_error):
+        return Trajectory(task_id="a", system_id="s", reward=Reward(score=score), steps=(
+            call((1, 2), (5, 6)), ToolCall(name="sql", error=first_error),
+            call((1, 2, 5, 6, 9), (7, 8)), ToolCall(name="sql", result=1)))
+
+    trajs = [t(1.0, "no such column"), t(0.0, "syntax error")]
+    seqs, info = GRPO()._batch(trajs, 64)
+    assert [s.mask for s in seqs] == [[0, 0, 1, 1, 0, 1, 1]] * 2 and info["rejected_turns_unreinforced"] == 0
+    seqs, info = GRPO(reinforce_rejected=False)._batch(trajs, 64)
+    assert seqs[0].advantage > 0 and seqs[0].mask == [0, 0, 0, 0, 0, 1, 1] and seqs[0].traj_tokens == 2
+    assert seqs[1].advantage < 0 and seqs[1].mask == [0, 0, 1, 1, 0, 1, 1]
+    assert info["rejected_turns_unreinforced"] == 1
+
+
 def test_negative_weight_scales_only_the_below_average_attempts():
     from evolve.policy.grpo import GRPO
 
