@@ -25,6 +25,9 @@ def starting_system(engine: "Engine") -> System:
         if mc.backend == "local":
             from evolve.policy.sft import cold_start_weights
 
+            if mc.cold_start is not None and "weights" in mc.params:  # LoRA SFT of a pretrained checkpoint
+                models[role] = _pretrained_cold_start(engine, role, mc, params)
+                continue
             if mc.cold_start is not None:
                 path = cold_start_weights(engine, role, mc)
             else:  # ready-made weights, relative to the task file: a pretrained checkpoint or a tiny base file
@@ -55,6 +58,24 @@ def starting_system(engine: "Engine") -> System:
     archive.add_system(system, operator="init", generation=0, rationale="the starting system")
     archive.put_state("baseline", system.id)
     return system
+
+
+def _pretrained_cold_start(engine: "Engine", role: str, mc: Any, params: dict[str, Any]) -> ModelSpec:
+    """The checkpoint's manifest as the base, the cold start's LoRA adapter on it, its demos beside."""
+    from evolve.policy.hf import manifest, resolve_checkpoint
+    from evolve.policy.sft import cold_start_adapter
+
+    ckpt = resolve_checkpoint(str(mc.params["weights"]), engine.base_dir)
+    if ckpt is None:
+        raise ConfigError(f"models.{role}: cold_start with params.weights trains a LoRA adapter on a pretrained "
+                          f"checkpoint, and {mc.params['weights']!r} is not a checkpoint directory or cached Hub id; "
+                          "drop params.weights to cold-start a tiny model")
+    store = engine.archive.artifacts
+    base = store.put_bytes(manifest(ckpt), "base_weights")
+    path = cold_start_adapter(engine, role, mc, ckpt)
+    adapter = store.put_file(path, "adapter")
+    params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
+    return ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params)
 
 
 def initial_tools(task: TaskConfig, base_dir: Path) -> dict[str, Any]:

@@ -23,7 +23,8 @@ class Strict(BaseModel):
 
 
 class ColdStart(Strict):
-    """Stage 1 of the article: SFT of a freshly built tiny model on a small demo set (cached)."""
+    """Stage 1 of the article: SFT of a freshly built tiny model on a small demo set (cached); with
+    ``params.weights`` naming a pretrained checkpoint, LoRA SFT of that checkpoint on the demos."""
 
     demos: str = Field(description="import path of demos(tasks, n=..., seed=...) -> list of chat transcripts")
     n_demos: int = Field(300, ge=1)
@@ -68,8 +69,12 @@ class ModelConfig(Strict):
                 "evolve.policy.weights.save_base)"
             )
         if self.cold_start is not None and "weights" in self.params:
-            raise ValueError("a local model takes either 'cold_start' (build and SFT a tiny model) or "
-                             "params.weights (ready-made weights), not both; remove one")
+            # a pretrained checkpoint plus a cold start: LoRA SFT of the checkpoint on the demos
+            tiny_only = sorted({"tiny", "tokenizer", "keep_share", "pointer_words"} & self.cold_start.model_fields_set)
+            if tiny_only:
+                raise ValueError(f"cold_start.{', '.join(tiny_only)} describe(s) a tiny model built here, but "
+                                 "params.weights names ready-made weights (then the cold start is LoRA SFT on "
+                                 f"them, with their own tokenizer); remove {', '.join(tiny_only)} or params.weights")
         return self
 
 

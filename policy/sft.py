@@ -59,6 +59,94 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
+def _demos(engine: "Engine", role: str, mc: "ModelConfig") -> tuple[list, list, list, dict, dict]:
+    """(picked training tasks, their demo chats, validation tasks, tools, memory) of a cold start."""
+    cs, task = mc.cold_start, engine.task
+    assert cs is not None
+    train_tasks, val_tasks = engine.splits["train"], engine.splits["val"][: cs.n_eval]
+    picked = random.Random(f"{task.seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
+    demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=engine.base_dir)
+    tools, memory = engine.initial_tools(), engine.initial_memory()
+    demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=task.seed,
+                  augment=cs.augment, **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}))
+    return picked, demos, val_tasks, tools, memory
+
+
+def _val_eval(engine: "Engine", role: str, mc: "ModelConfig", tok: Any, val_tasks: list, tools: dict,
+              memory: dict) -> Callable[[Any], float]:
+    """The cold start's checkpoint score: greedy agent accuracy on the validation tasks."""
+    task, agent, reward = engine.task, engine.agent_fn, engine.reward_fn
+    params = {k: v for k, v in mc.params.items() if k != "weights"}
+    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
+                   models={role: ModelSpec(backend="local", name=mc.name, params=params)})
+
+    def eval_fn(m: Any) -> float:
+        from evolve.llm.local import LocalLM
+
+        llm = LocalLM.from_model(m, tok, name=mc.name, temperature=0.0,
+                                 max_tokens=int(mc.params.get("max_tokens", 160)))
+        try:
+            trajs = rollout_many(llm, probe, val_tasks, agent, reward, role=role, temperature=0.0, seed=task.seed)
+        finally:
+            llm.close()
+        acc = sum(t.score for t in trajs) / len(trajs)
+        engine.obs.message(f"cold start: val accuracy {acc:.3f}")
+        return acc
+
+    return eval_fn
+
+
+def _progress(engine: "Engine", n_examples: int, epochs: int, batch_size: int) -> Callable[[dict], None]:
+    engine.obs.phase("cold start SFT", epochs * max(1, -(-n_examples // batch_size)))
+    last = [0]
+
+    def log(row: dict) -> None:
+        engine.obs.advance(row["step"] - last[0])
+        last[0] = row["step"]
+
+    return log
+
+
+def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoint: Path) -> Path:
+    """SFT of a pretrained checkpoint on the demos, as a LoRA adapter (the checkpoint is not
+    written); cached like the tiny cold start. Returns the adapter file; ``sft_examples.json`` (the
+    demos' token ids, for STaR's replay and GRPO's PPO-ptx) lies beside it."""
+    from evolve.policy.hf import load_pretrained, manifest
+    from evolve.policy.train import examples_from_chat, train_lora
+
+    cs = mc.cold_start
+    assert cs is not None
+    task = engine.task
+    picked, demos, val_tasks, tools, memory = _demos(engine, role, mc)
+    params = {k: v for k, v in mc.params.items() if k != "weights"}
+    key = content_hash({
+        "v": SFT_VERSION + "/lora", "base": manifest(checkpoint).decode(), "seed": task.seed,
+        "cs": cs.model_dump(mode="json", exclude_none=True), "demos": demos, "val": [t["id"] for t in val_tasks],
+        "prompts": task.prompts, "workflow": task.workflow, "agent": task.agent, "params": params,
+        **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}),
+    })
+    out = cache_dir() / "sft" / key / "adapter.safetensors"
+    if out.exists():
+        engine.obs.message(f"cold start: reusing cached SFT adapter {out}")
+        return out
+    model, tok = load_pretrained(checkpoint, device=mc.params.get("device"), dtype=mc.params.get("dtype"))
+    examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
+    engine.obs.message(f"cold start: LoRA SFT of {checkpoint.name} on {len(demos)} demos ({len(examples)} turns)")
+    adapter = train_lora(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=task.seed,
+                         eval_fn=_val_eval(engine, role, mc, tok, val_tasks, tools, memory),
+                         eval_every=cs.eval_every, pad_id=tok.pad_id,
+                         log=_progress(engine, len(examples), cs.epochs, cs.batch_size))
+    st = adapter.stats
+    info = {"demos": len(demos), "examples": len(examples), "best_val": st.get("best_score"),
+            "best_step": st.get("best_step"), "steps": st.get("steps"), "seconds": st.get("seconds")}
+    engine.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
+    adapter.save(out)
+    (out.parent / "info.json").write_text(json.dumps(info, indent=1))
+    return out
+
+
 def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     """Build + SFT the tiny model for ``role`` (or reuse the cached result); return the weights file."""
     import torch
@@ -72,12 +160,7 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     task = engine.task
     seed = task.seed
     tiny = TinyConfig(**cs.tiny)
-    train_tasks, val_tasks = engine.splits["train"], engine.splits["val"][: cs.n_eval]
-    picked = random.Random(f"{seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
-    demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=engine.base_dir)
-    tools, memory = engine.initial_tools(), engine.initial_memory()
-    demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=seed, augment=cs.augment,
-                  **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}))
+    picked, demos, val_tasks, tools, memory = _demos(engine, role, mc)
     if cs.tokenizer == "pointer":
         from evolve.policy.pointer import PointerTokenizer
 
@@ -106,39 +189,14 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
         drop_base_info(out, WALL_CLOCK)
         return out
 
-    agent, reward = engine.agent_fn, engine.reward_fn
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
     torch.manual_seed(seed)
     model = build_model(tiny, seed=seed, tokenizer=tok)
     engine.obs.message(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
                        f"SFT on {len(demos)} demos ({len(examples)} assistant turns)")
-    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
-                   models={role: ModelSpec(backend="local", name=mc.name, params=dict(mc.params))})
-
-    def eval_fn(m: Any) -> float:
-        from evolve.llm.local import LocalLM
-
-        llm = LocalLM.from_model(m, tok, name=mc.name, temperature=0.0,
-                                 max_tokens=int(mc.params.get("max_tokens", 160)))
-        try:
-            trajs = rollout_many(llm, probe, val_tasks, agent, reward, role=role, temperature=0.0, seed=seed)
-        finally:
-            llm.close()
-        acc = sum(t.score for t in trajs) / len(trajs)
-        engine.obs.message(f"cold start: val accuracy {acc:.3f}")
-        return acc
-
-    per_epoch = max(1, -(-len(examples) // cs.batch_size))
-    total = cs.epochs * per_epoch
-    engine.obs.phase("cold start SFT", total)
-    last = [0]
-
-    def log(row: dict) -> None:
-        engine.obs.advance(row["step"] - last[0])
-        last[0] = row["step"]
-
     stats = train(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=seed,
-                  eval_fn=eval_fn, eval_every=cs.eval_every, pad_id=tok.pad_id, log=log)
+                  eval_fn=_val_eval(engine, role, mc, tok, val_tasks, tools, memory), eval_every=cs.eval_every,
+                  pad_id=tok.pad_id, log=_progress(engine, len(examples), cs.epochs, cs.batch_size))
     info = {"demos": len(demos), "examples": len(examples), "best_val": stats.get("best_score"),
             "best_step": stats.get("best_step"), "steps": stats.get("steps"), "seconds": stats.get("seconds")}
     engine.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")

@@ -91,6 +91,12 @@ def vowel_agent(task: dict, ctx: Any) -> Any:
     return first + second
 
 
+def vowel_demos(tasks: list[dict], **_: Any) -> list[list[dict]]:
+    """Demo chats for the vowel world: the agent's two turns, answered with vowels."""
+    return [[{"role": "user", "content": str(t["q"])}, {"role": "assistant", "content": "aeio"},
+             {"role": "user", "content": "more"}, {"role": "assistant", "content": "ua"}] for t in tasks]
+
+
 def vowel_reward(task: dict, output: Any) -> float:
     text = str(output or "")[:8]
     return sum(ch in "aeiou" for ch in text) / 8

@@ -4,7 +4,10 @@ sampling that agrees with the trainer, and GRPO training a LoRA adapter on one, 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
+
+import yaml
 
 import pytest
 
@@ -159,14 +162,35 @@ def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_
     assert trajs and all(s.token_ids and s.prompt_token_ids for t in trajs for s in t.steps)
 
 
-def test_a_task_file_takes_weights_or_a_cold_start_not_both(tmp_path, ckpt):
+def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_continued_by_grpo(tmp_path, ckpt,
+                                                                                            monkeypatch):
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    before = _digest(ckpt)
     task = _task(ckpt)
-    task["models"]["policy"]["cold_start"] = {"demos": "evolve.worlds.sql:demos"}
+    task["models"]["policy"]["cold_start"] = {"demos": "_agents:vowel_demos", "n_demos": 16, "epochs": 4,
+                                              "lr": 0.01, "batch_size": 8, "eval_every": 4, "n_eval": 4}
+    task["operators"][0]["params"]["steps"] = 1
+    report = evolve.run(task, out=tmp_path / "run")
+    assert _digest(ckpt) == before
+    a = Archive(tmp_path / "run", create=False)
+    start = a.get_system(a.get_state("baseline")).models["policy"]
+    assert read_manifest(a.artifacts.path(start.base)) is not None and start.adapter is not None
+    _, tok = load_pretrained(ckpt, device="cpu")
+    demos = json.loads(a.artifacts.path(start.params["sft_examples"]["sha256"]).read_text())
+    assert len(demos) == 32 and all(c[-1] == tok.eos_id for _, c in demos)  # each turn ends with <|im_end|>
+    assert tok.decode(demos[0][1]) == "aeio"
+    assert report["baseline"]["val"]["score"] > 0.3  # the demos' behaviour was learnt (random init: ~0.03)
+    kids = [r for r in a.records() if r.operator == "grpo"]
+    assert kids and a.get_system(kids[0].id).models["policy"].adapter != start.adapter  # GRPO went on from it
+    # the second run reuses the cached adapter: the same starting system
+    evolve.run(task, out=tmp_path / "run2")
+    b = Archive(tmp_path / "run2", create=False)
+    assert b.get_state("baseline") == a.get_state("baseline")
+    bad = _task(ckpt)
+    bad["models"]["policy"]["cold_start"] = {"demos": "_agents:vowel_demos", "tiny": {"d_model": 32}}
     path = tmp_path / "t.yaml"
-    import yaml
-
-    path.write_text(yaml.safe_dump(task))
-    with pytest.raises(ConfigError, match="not both"):
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="tiny describe.*remove tiny or params.weights"):
         load_task(path)
 
 
@@ -194,8 +218,8 @@ def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
 
 def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tmp_path, ckpt):
     """examples/sql_agent/grpo_pretrained.yaml with its checkpoint swapped for the small one and its
-    sizes cut: multi-turn SQL episodes (execution results fed back as context) sampled from the
-    checkpoint's chat template, and a GRPO step on them. Plumbing only: the model is random."""
+    sizes cut: LoRA SFT on SQL demos, multi-turn SQL episodes (execution results fed back as
+    context) sampled through the checkpoint's chat template, a GRPO step on them. Plumbing only."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
@@ -204,7 +228,9 @@ def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tm
         f"models.policy.params.weights={ckpt}", "models.policy.params.device=cpu", "models.policy.params.max_tokens=24",
         "workflow.max_tokens=24", "dataset.params.n_train=40", "dataset.params.n_val=4", "dataset.params.n_test=4",
         f"{p}steps=1", f"{p}tasks_per_step=4", f"{p}group_size=2", f"{p}dev_tasks=0", f"{p}dynamic_sampling=false",
-        "engine.minibatch=4", "runner.workers=8"])
+        f"{p}ptx_coef=1.0", f"{p}ptx_batch=4",  # the random model fails every task: the demos' SFT term moves it
+        "engine.minibatch=4", "runner.workers=8", "models.policy.cold_start.n_demos=8",
+        "models.policy.cold_start.epochs=1", "models.policy.cold_start.n_eval=4"])
     a = Archive(tmp_path / "run", create=False)
     trajs = [t for t in a.trajectories(split="train") if t.steps]
     calls = [s for t in trajs for s in t.steps if getattr(s, "token_ids", None)]
