@@ -25,19 +25,21 @@ def starting_system(engine: "Engine") -> System:
         if mc.backend == "local":
             from evolve.policy.sft import cold_start_weights
 
-            if mc.cold_start is not None and "weights" in mc.params:  # LoRA SFT of a pretrained checkpoint
-                models[role] = _pretrained_cold_start(engine, role, mc, params)
-                continue
-            if mc.cold_start is not None:
-                path = cold_start_weights(engine, role, mc)
-            else:  # ready-made weights, relative to the task file: a pretrained checkpoint or a tiny base file
-                from evolve.policy.hf import manifest, resolve_checkpoint
+            ckpt = None
+            if "weights" in mc.params:
+                from evolve.policy.hf import resolve_checkpoint
 
                 ckpt = resolve_checkpoint(str(mc.params["weights"]), engine.base_dir)
-                if ckpt is not None:  # the archive keeps a manifest of the checkpoint, not a copy
-                    base = archive.artifacts.put_bytes(manifest(ckpt), "base_weights")
-                    models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
-                    continue
+            if ckpt is not None:  # a pretrained checkpoint, with or without a cold start on it
+                models[role] = _pretrained(engine, role, mc, ckpt, params)
+                continue
+            if mc.cold_start is not None and "weights" in mc.params:
+                raise ConfigError(f"models.{role}: cold_start with params.weights trains a LoRA adapter on a "
+                                  f"pretrained checkpoint, and {mc.params['weights']!r} is not a checkpoint directory "
+                                  "or cached Hub id; drop params.weights to cold-start a tiny model")
+            if mc.cold_start is not None:
+                path = cold_start_weights(engine, role, mc)
+            else:  # ready-made tiny base weights (evolve.policy.weights.save_base), relative to the task file
                 path = Path(str(mc.params["weights"])).expanduser()
                 path = path if path.is_absolute() else engine.base_dir / path
                 if not path.is_file():
@@ -60,21 +62,19 @@ def starting_system(engine: "Engine") -> System:
     return system
 
 
-def _pretrained_cold_start(engine: "Engine", role: str, mc: Any, params: dict[str, Any]) -> ModelSpec:
-    """The checkpoint's manifest as the base, the cold start's LoRA adapter on it, its demos beside."""
-    from evolve.policy.hf import manifest, resolve_checkpoint
+def _pretrained(engine: "Engine", role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
+    """A checkpoint's manifest as the base (the archive keeps no copy of the weights); with a cold
+    start, its LoRA SFT adapter on top and the demos beside for replay."""
+    from evolve.policy.hf import manifest
     from evolve.policy.sft import cold_start_adapter
 
-    ckpt = resolve_checkpoint(str(mc.params["weights"]), engine.base_dir)
-    if ckpt is None:
-        raise ConfigError(f"models.{role}: cold_start with params.weights trains a LoRA adapter on a pretrained "
-                          f"checkpoint, and {mc.params['weights']!r} is not a checkpoint directory or cached Hub id; "
-                          "drop params.weights to cold-start a tiny model")
     store = engine.archive.artifacts
     base = store.put_bytes(manifest(ckpt), "base_weights")
-    path = cold_start_adapter(engine, role, mc, ckpt)
-    adapter = store.put_file(path, "adapter")
-    params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
+    adapter = None
+    if mc.cold_start is not None:
+        path = cold_start_adapter(engine, role, mc, ckpt)
+        adapter = store.put_file(path, "adapter")
+        params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
     return ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params)
 
 

@@ -192,6 +192,10 @@ def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_contin
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(ConfigError, match="tiny describe.*remove tiny or params.weights"):
         load_task(path)
+    del bad["models"]["policy"]["cold_start"]["tiny"]
+    bad["models"]["policy"]["params"]["weights"] = str(tmp_path / "base.safetensors")
+    with pytest.raises(ConfigError, match="is not a checkpoint directory or cached Hub id"):
+        evolve.run(bad, out=tmp_path / "run3")
 
 
 def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
