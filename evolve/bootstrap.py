@@ -68,11 +68,11 @@ def _pretrained(engine: "Engine", role: str, mc: Any, ckpt: Path, params: dict[s
     from evolve.policy.hf import manifest
     from evolve.policy.sft import cold_start_adapter
 
-    store = engine.archive.artifacts
-    base = store.put_bytes(manifest(ckpt), "base_weights")
+    store, m = engine.archive.artifacts, manifest(ckpt)  # hashes every file of the checkpoint: once
+    base = store.put_bytes(m, "base_weights")
     adapter = None
     if mc.cold_start is not None:
-        path = cold_start_adapter(engine, role, mc, ckpt)
+        path = cold_start_adapter(engine, role, mc, ckpt, m)
         adapter = store.put_file(path, "adapter")
         params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
     return ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params)

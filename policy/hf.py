@@ -142,7 +142,7 @@ def resolve_checkpoint(name: str, base_dir: Path | None = None) -> Path | None:
         return Path(snapshot_download(name, local_files_only=offline))
     except Exception as e:  # noqa: BLE001 - not cached (offline), no such repo, no network
         raise ConfigError(f"{name!r}: not a directory here and not a Hugging Face model in the local cache "
-                          f"({type(e).__name__}: {e}); download it once (huggingface-cli download {name}) "
+                          f"({type(e).__name__}: {e}); download it once (hf download {name}) "
                           "or give the checkpoint's directory") from e
 
 

@@ -107,11 +107,12 @@ def _progress(engine: "Engine", n_examples: int, epochs: int, batch_size: int) -
     return log
 
 
-def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoint: Path) -> Path:
+def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoint: Path, base_manifest: bytes) -> Path:
     """SFT of a pretrained checkpoint on the demos, as a LoRA adapter (the checkpoint is not
-    written); cached like the tiny cold start. Returns the adapter file; ``sft_examples.json`` (the
+    written); cached like the tiny cold start, keyed by the checkpoint's manifest
+    (:func:`evolve.policy.hf.manifest`). Returns the adapter file; ``sft_examples.json`` (the
     demos' token ids, for STaR's replay and GRPO's PPO-ptx) lies beside it."""
-    from evolve.policy.hf import load_pretrained, manifest
+    from evolve.policy.hf import load_pretrained
     from evolve.policy.train import examples_from_chat, train_lora
 
     cs = mc.cold_start
@@ -120,7 +121,7 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
     picked, demos, val_tasks, tools, memory = _demos(engine, role, mc)
     params = {k: v for k, v in mc.params.items() if k != "weights"}
     key = content_hash({
-        "v": SFT_VERSION + "/lora", "base": manifest(checkpoint).decode(), "seed": task.seed,
+        "v": SFT_VERSION + "/lora", "base": base_manifest.decode(), "seed": task.seed,
         "cs": cs.model_dump(mode="json", exclude_none=True), "demos": demos, "val": [t["id"] for t in val_tasks],
         "prompts": task.prompts, "workflow": task.workflow, "agent": task.agent, "params": params,
         **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}),

@@ -83,7 +83,7 @@ def test_the_archive_keeps_a_manifest_that_refuses_a_changed_checkpoint(tmp_path
         load_base(tmp_path / "base.json")
     with pytest.raises(ConfigError, match="without config.json"):
         resolve_checkpoint(str(tmp_path))
-    with pytest.raises(ConfigError, match="not a Hugging Face model in the local cache.*huggingface-cli download"):
+    with pytest.raises(ConfigError, match="not a Hugging Face model in the local cache.*hf download"):
         resolve_checkpoint("no-such-org/no-such-model")
     assert resolve_checkpoint("weights/base.safetensors", tmp_path) is None  # a missing file, said by the caller
 
