@@ -3,7 +3,9 @@
 The model is built from a :class:`~evolve.policy.tiny.TinyConfig` (no download), trained on
 the assistant turns of ``n_demos`` demo transcripts drawn from the training split, and the
 checkpoint with the best agent accuracy on ``n_eval`` validation tasks is kept (the baseline
-is trained as well as its demo set allows). The result is cached under
+is trained as well as its demo set allows). With ``params.weights`` naming a pretrained checkpoint
+(:mod:`evolve.policy.hf`), the same demos train a LoRA adapter on it instead
+(:func:`cold_start_adapter`). The result is cached under
 ``$EVOLVE_CACHE_DIR/sft/<key>`` (default ``~/.cache/evolvekit``), keyed by everything that
 affects it, so a second run with the same settings reuses it in a second.
 """
@@ -118,7 +120,7 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
     cs = mc.cold_start
     assert cs is not None
     task = engine.task
-    picked, demos, val_tasks, tools, memory = _demos(engine, role, mc)
+    _, demos, val_tasks, tools, memory = _demos(engine, role, mc)
     params = {k: v for k, v in mc.params.items() if k != "weights"}
     key = content_hash({
         "v": SFT_VERSION + "/lora", "base": base_manifest.decode(), "seed": task.seed,
