@@ -40,6 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 HF_FORMAT = "evolvekit.hf-base/1"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 _FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json")
+# what a Hub id fetches: config, safetensors weights, tokenizer and chat template; not the .bin,
+# ONNX or GGUF copies many repositories also carry
+HUB_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken")
 
 
 class HFTokenizer:
@@ -139,7 +142,7 @@ def resolve_checkpoint(name: str, base_dir: Path | None = None) -> Path | None:
         from huggingface_hub import snapshot_download
 
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-        return Path(snapshot_download(name, local_files_only=offline))
+        return Path(snapshot_download(name, local_files_only=offline, allow_patterns=list(HUB_FILES)))
     except Exception as e:  # noqa: BLE001 - not cached (offline), no such repo, no network
         raise ConfigError(f"{name!r}: not a directory here and not a Hugging Face model in the local cache "
                           f"({type(e).__name__}: {e}); download it once (hf download {name}) "

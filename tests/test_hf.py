@@ -88,6 +88,25 @@ def test_the_archive_keeps_a_manifest_that_refuses_a_changed_checkpoint(tmp_path
     assert resolve_checkpoint("weights/base.safetensors", tmp_path) is None  # a missing file, said by the caller
 
 
+def test_a_hub_id_fetches_only_what_loading_needs_and_only_when_online(tmp_path, ckpt, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+
+    def fake(repo_id, **kw):
+        calls.append((repo_id, kw))
+        return str(ckpt)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert resolve_checkpoint("Qwen/Qwen2.5-0.5B-Instruct") == ckpt
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    resolve_checkpoint("Qwen/Qwen2.5-0.5B-Instruct")
+    assert [kw["local_files_only"] for _, kw in calls] == [True, False]
+    patterns = calls[0][1]["allow_patterns"]
+    assert "*.safetensors" in patterns and "*.json" in patterns and not any("bin" in p or "onnx" in p for p in patterns)
+
+
 def read_manifest_bytes(tmp_path, data: bytes) -> dict:
     (tmp_path / "base.json").write_bytes(data)
     m = read_manifest(tmp_path / "base.json")
