@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evolve.operators import OperatorContext
-from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
+from evolve.types import Candidate, System, Trajectory
 
 
 class GRPO:
@@ -108,6 +108,7 @@ class GRPO:
         import torch
         from evolve.policy.grpo_train import pack
         from evolve.policy.rl import group_advantages
+        from evolve.policy.star import rejected_turns
 
         p = self.p
         rewards = torch.tensor([train_reward(t, p.reward_weights) for t in trajs], dtype=torch.float32)
@@ -118,7 +119,7 @@ class GRPO:
         for k, (t, a, z) in enumerate(zip(trajs, adv.tolist(), zero.tolist())):
             if p.dynamic_sampling and z:
                 continue
-            rejected = () if p.reinforce_rejected or a <= 0 else rejected_turns(t)
+            rejected = () if p.reinforce_rejected or a <= 0 else rejected_turns(t.steps)
             unreinforced += len(rejected)
             packed = pack(t, p.role, max_len, context_only=rejected)
             if p.mask_truncated and any(s.truncated for s in packed):
@@ -230,13 +231,6 @@ class GRPO:
         why = (f"GRPO ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
                f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
-
-
-def rejected_turns(traj: Trajectory) -> set[int]:
-    """Indices of the LLM calls in ``traj`` whose next step is a tool call that failed."""
-    steps = traj.steps
-    return {i for i, s in enumerate(steps[:-1])
-            if isinstance(s, LLMCall) and isinstance(steps[i + 1], ToolCall) and steps[i + 1].error}
 
 
 def train_reward(traj: Trajectory, weights: dict[str, float]) -> float:

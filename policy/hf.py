@@ -13,7 +13,7 @@ Hugging Face cache) instead of a cold start::
 The archive does not copy the checkpoint: the base artifact is a small JSON manifest
 (:func:`manifest`) naming the directory and the size and sha256 of each file in it, so the
 system id changes when the weights do, and a moved or edited checkpoint is refused at load
-(sizes are checked every load; ``verify=True`` re-hashes). LoRA adapters are trained and stored
+(sizes are checked at every load; hashing a multi-GB checkpoint again would cost seconds). LoRA adapters are trained and stored
 exactly as for the tiny models (:mod:`evolve.policy.weights`); the base is never written.
 
 :class:`HFTokenizer` gives a ``transformers`` tokenizer the interface the rest of the toolkit uses
@@ -153,18 +153,14 @@ def _files(path: Path) -> list[Path]:
     return sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith("."))
 
 
-def _sha256(path: Path) -> str:
-    from evolve.policy.weights import file_sha256
-
-    return file_sha256(path)
-
-
 def manifest(path: Path) -> bytes:
     """The base artifact of a checkpoint directory: its path and each file's size and sha256 (canonical JSON)."""
+    from evolve.policy.weights import file_sha256
+
     files = _files(path)
     if not any(f.name.endswith(_WEIGHT_SUFFIXES) for f in files):
         raise ConfigError(f"{path}: no weights (*.safetensors or *.bin) in the checkpoint directory")
-    entries = {f.name: {"size": f.stat().st_size, "sha256": _sha256(f)} for f in files}
+    entries = {f.name: {"size": f.stat().st_size, "sha256": file_sha256(f)} for f in files}
     return canonical_json({"format": HF_FORMAT, "path": str(path), "files": entries}).encode()
 
 
@@ -184,7 +180,7 @@ def read_manifest(path: Path | str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("format") == HF_FORMAT else None
 
 
-def check_manifest(m: dict[str, Any], *, verify: bool = False) -> Path:
+def check_manifest(m: dict[str, Any]) -> Path:
     """The checkpoint directory of a manifest, after checking it still holds the same files."""
     root = Path(m["path"])
     if not root.is_dir():
@@ -192,7 +188,7 @@ def check_manifest(m: dict[str, Any], *, verify: bool = False) -> Path:
                           "there (or symlink it) to load the system")
     for name, e in m["files"].items():
         f = root / name
-        if not f.is_file() or f.stat().st_size != e["size"] or (verify and _sha256(f) != e["sha256"]):
+        if not f.is_file() or f.stat().st_size != e["size"]:
             raise ConfigError(f"base checkpoint {root}: {name} is missing or changed since the run archived it; "
                               "a system's adapter only fits the exact base it was trained on")
     return root

@@ -188,9 +188,11 @@ def sample(
         sampled = [temps[i] > 0 and max_new[i] > 0 for i in range(B)]
         row_seeds = [(seeds[i] if seeds[i] is not None else random.getrandbits(63)) if sampled[i] else 0
                      for i in range(B)]
-        gens, noise = [torch.Generator().manual_seed(s) if ok else None for s, ok in zip(row_seeds, sampled)], None
-        by_cdf = V > INVERSE_CDF_VOCAB
-        if not by_cdf and B * T * V <= NOISE_AT_ONCE:  # per-request noise (CPU generators): the same whatever else is in the batch
+        gens: list = [None] * B
+        noise, by_cdf = None, V > INVERSE_CDF_VOCAB
+        if by_cdf or B * T * V > NOISE_AT_ONCE:  # drawn a step at a time below
+            gens = [torch.Generator().manual_seed(s) if ok else None for s, ok in zip(row_seeds, sampled)]
+        else:  # per-request noise (CPU generators): the same whatever else is in the batch
             noise = torch.zeros((B, T, V), dtype=torch.float32)
             for i in range(B):
                 if sampled[i]:

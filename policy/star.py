@@ -12,7 +12,7 @@ from the parent's adapter when it has one); the base weights never change.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -94,6 +94,12 @@ class STaR:
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
 
 
+def rejected_turns(steps: Sequence[Any]) -> set[int]:
+    """Indices of the LLM calls in ``steps`` whose next step is a tool call that failed."""
+    return {i for i, s in enumerate(steps[:-1])
+            if isinstance(s, LLMCall) and isinstance(steps[i + 1], ToolCall) and steps[i + 1].error}
+
+
 def success_turns(trajs: list[Trajectory], role: str = "policy", turns: str = "final",
                   dedupe: bool = True) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(prompt ids, sampled ids) of the turns of ``role`` in ``trajs`` (pass successful ones) to learn.
@@ -105,16 +111,13 @@ def success_turns(trajs: list[Trajectory], role: str = "policy", turns: str = "f
     for t in trajs:
         steps = list(t.steps)
         calls = [i for i, s in enumerate(steps) if isinstance(s, LLMCall) and s.role == role]
+        rejected = rejected_turns(steps) if turns == "final" else set()
         for i in calls:
             s = steps[i]
             if s.prompt_token_ids is None or not s.token_ids:
                 continue
-            if turns == "final":
-                if i != calls[-1]:
-                    continue
-                nxt = steps[i + 1] if i + 1 < len(steps) else None
-                if isinstance(nxt, ToolCall) and nxt.error:
-                    continue
+            if turns == "final" and (i != calls[-1] or i in rejected):
+                continue
             key = (s.prompt_token_ids, s.token_ids)
             if dedupe and key in seen:
                 continue
