@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.policy.rl import LossConfig, policy_loss, token_logprobs
+from evolve.policy.train import split_head
 
 from evolve.types import LLMCall, Trajectory
 
@@ -107,13 +108,6 @@ def collate(seqs: Sequence[Packed], pad_id: int) -> dict[str, Any]:
             "seq_weights": torch.tensor([1.0 / max(s.traj_tokens or s.n_trained, 1) for s in seqs], dtype=torch.float32)}
 
 
-def _split_head(model: Any) -> tuple[Any, Any] | None:
-    """(backbone, lm_head) of a causal LM or of the model inside a PeftModel, if it has them."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone, head = getattr(inner, "model", None), getattr(inner, "lm_head", None)
-    return (backbone, head) if backbone is not None and head is not None else None
-
-
 def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
     """Per-token log-probs ``[B, T]`` of the targets, each row at its own sampling temperature.
 
@@ -124,13 +118,13 @@ def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
     import torch
 
     ids, att = batch["input_ids"], batch["attention_mask"]
-    parts = _split_head(model)
+    parts = split_head(model)
     if parts is None:  # any other model: full logits
-        logits = model(input_ids=ids, attention_mask=att).logits
+        logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits
         temps = batch["temperature"].to(logits.device).clamp(min=1e-6).reshape(-1, 1, 1)
         return token_logprobs(logits / temps, batch["targets"].to(logits.device)) * (batch["mask"] > 0)
     backbone, head = parts
-    hidden = backbone(input_ids=ids, attention_mask=att).last_hidden_state
+    hidden = backbone(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
     sel = batch["mask"].to(hidden.device) > 0
     rows = sel.nonzero()[:, 0]
     logits = head(hidden[sel]).float() / batch["temperature"].to(hidden.device).clamp(min=1e-6)[rows, None]
@@ -224,13 +218,12 @@ class Learner:
         """Add ``ptx_coef`` × the mean NLL of a random batch of demo completions to the gradient."""
         import torch.nn.functional as F
 
-        from evolve.policy.train import _collate, _sequence, as_example
+        from evolve.policy.train import _collate, _sequence, as_example, target_logits
 
         batch = self._rng.sample(self.ptx, min(self.ptx_batch, len(self.ptx)))
         x, y = _collate([_sequence(as_example(e), self.max_len) for e in batch], self.pad_id)
-        x, y = x.to(self.device), y.to(self.device)
-        logits = self.model(input_ids=x).logits.float()
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        logits, targets = target_logits(self.model, x.to(self.device), y.to(self.device))
+        nll = F.cross_entropy(logits.float(), targets)
         (self.ptx_coef * nll).backward()
         return float(nll.detach())
 

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from evolve.config import ModelConfig
     from evolve.engine import Engine
 
-SFT_VERSION = "sft-1"
+# part of every cache key: bump when training changes numerically, so a cache never holds weights
+# that a fresh machine would not reproduce (sft-2: the LM head runs on target positions alone)
+SFT_VERSION = "sft-2"
 WALL_CLOCK = ("seconds",)  # SFT stats kept in info.json beside the weights, never in the weights file
 
 

@@ -126,6 +126,30 @@ def _collate(seqs: list[tuple[list[int], int]], pad_id: int) -> tuple[Any, Any]:
     return x, y
 
 
+def split_head(model: Any) -> tuple[Any, Any] | None:
+    """(backbone, lm_head) of a causal LM or of the model inside a PeftModel, if it has them."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone, head = getattr(inner, "model", None), getattr(inner, "lm_head", None)
+    return (backbone, head) if backbone is not None and head is not None else None
+
+
+def target_logits(model: Any, x: Any, y: Any) -> tuple[Any, Any]:
+    """``(logits [N, V], targets [N])`` at the N positions of ``y`` that have a target (not -100).
+
+    The backbone runs on the whole batch; the LM head runs on those positions alone, so prompts
+    and tool output cost no vocabulary-sized logits. With a pretrained vocabulary this is most of
+    the memory of a step: Qwen2.5's 151,936 logits over a 16 x 600-token batch of SQL prompts are
+    5.8 GB in float32, of which the completions need a few percent. Models without a separate
+    ``lm_head`` get full logits, then the selection.
+    """
+    sel = y != -100
+    parts = split_head(model)
+    if parts is None:
+        return model(input_ids=x, use_cache=False).logits[sel], y[sel]
+    backbone, head = parts
+    return head(backbone(input_ids=x, use_cache=False).last_hidden_state[sel]), y[sel]
+
+
 def completion_loss(model: Any, examples: Sequence[ExampleLike], *, batch_size: int = 32, pad_id: int = 0) -> float:
     """Mean cross-entropy per completion token (no gradient), e.g. for validation."""
     import torch
@@ -141,9 +165,9 @@ def completion_loss(model: Any, examples: Sequence[ExampleLike], *, batch_size: 
         for i in range(0, len(exs), batch_size):
             x, y = _collate([_sequence(e, max_len) for e in exs[i:i + batch_size]], pad_id)
             x, y = x.to(device), y.to(device)
-            logits = model(input_ids=x).logits.float()
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100, reduction="sum").item()
-            count += int((y != -100).sum())
+            logits, targets = target_logits(model, x, y)
+            total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+            count += len(targets)
     model.train(was_training)
     return total / max(count, 1)
 
@@ -244,10 +268,8 @@ def train(
             batch = queue.pop()
             x, y = _collate([seqs[i] for i in batch], pad_id)
             x, y = x.to(device), y.to(device)
-            logits = model(input_ids=x).logits
-            n_tok = int((y != -100).sum())
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), ignore_index=-100,
-                                   reduction="sum") / max(n_tok, 1)
+            logits, targets = target_logits(model, x, y)
+            loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(len(targets), 1)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip:
@@ -342,5 +364,5 @@ def train_lora(
     return adapter
 
 
-__all__ = ["Example", "LORA_TARGETS", "as_example", "bare_copy", "completion_loss", "examples_from_chat",
+__all__ = ["Example", "LORA_TARGETS", "as_example", "bare_copy", "completion_loss", "examples_from_chat", "split_head", "target_logits",
            "examples_from_trajectory", "train", "train_lora"]

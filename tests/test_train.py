@@ -202,3 +202,34 @@ def test_a_base_file_is_named_by_its_weights_not_by_how_long_training_took(tmp_p
     assert drop_base_info(tmp_path / "old.safetensors", ["seconds"]) == clean == file_sha256(tmp_path / "old.safetensors")
     assert drop_base_info(tmp_path / "old.safetensors", ["seconds"]) is None  # nothing left to drop
     assert same(params(load_base(tmp_path / "old.safetensors")[0]), params(model))
+
+
+def test_the_lm_head_runs_only_where_there_is_a_target_and_the_loss_is_the_full_logits_loss():
+    """SFT, PPO-ptx and validation loss put the LM head on target positions alone (with a
+    150k-token vocabulary the rest would be most of a step's memory); the loss and gradients are
+    those of full logits."""
+    import torch.nn.functional as F
+    from peft import LoraConfig, get_peft_model
+
+    from evolve.policy.train import target_logits
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, TOK.vocab_size, (4, 40), generator=g)
+    y = torch.full_like(x, -100)
+    y[0, 30:35], y[2, 10:39], y[3, 39] = x[0, 31:36], x[2, 11:40], 7  # row 1: no target at all
+    n = int((y != -100).sum())
+    lora = get_peft_model(build_model(SMALL, seed=1), LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+    for model in (build_model(SMALL, seed=1).train(), lora.train()):
+        rows = []
+        head = model.get_base_model().lm_head if hasattr(model, "get_base_model") else model.lm_head
+        hook = head.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+        logits, targets = target_logits(model, x, y)
+        hook.remove()
+        assert rows == [n] and logits.shape == (n, TOK.vocab_size) and torch.equal(targets, y[y != -100])
+        sel = F.cross_entropy(logits, targets, reduction="sum")
+        grads_sel = torch.autograd.grad(sel, [p for p in model.parameters() if p.requires_grad])
+        full_logits = model(input_ids=x).logits
+        full = F.cross_entropy(full_logits.reshape(-1, full_logits.shape[-1]), y.reshape(-1), reduction="sum")
+        grads_full = torch.autograd.grad(full, [p for p in model.parameters() if p.requires_grad])
+        assert torch.allclose(sel, full, rtol=1e-6)
+        assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(grads_sel, grads_full))
