@@ -163,7 +163,8 @@ class GRPO:
             ctx.log("grpo: no training tasks left after holding out dev_tasks")
             return []
         model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
-                                  dtype=spec.params.get("dtype"))
+                                  dtype=spec.params.get("dtype"),
+                                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
         init = read_adapter(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
         cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
                          level=p.importance_level, max_completion_length=p.max_completion_length)

@@ -118,6 +118,7 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
     demos' token ids, for STaR's replay and GRPO's PPO-ptx) lies beside it."""
     from evolve.policy.hf import load_pretrained
     from evolve.policy.train import examples_from_chat, train_lora
+    from evolve.policy.weights import checkpoint_activations
 
     cs = mc.cold_start
     assert cs is not None
@@ -135,6 +136,8 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
         engine.obs.message(f"cold start: reusing cached SFT adapter {out}")
         return out
     model, tok = load_pretrained(checkpoint, device=mc.params.get("device"), dtype=mc.params.get("dtype"))
+    if mc.params.get("gradient_checkpointing"):
+        checkpoint_activations(model)
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
     engine.obs.message(f"cold start: LoRA SFT of {checkpoint.name} on {len(demos)} demos ({len(examples)} turns)")
     adapter = train_lora(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=task.seed,

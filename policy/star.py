@@ -76,7 +76,8 @@ class STaR:
             k = min(len(demos), round(p.replay * len(demos)))
             examples = examples + ctx.rng.sample(demos, k)
         model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
-                                  dtype=spec.params.get("dtype"))
+                                  dtype=spec.params.get("dtype"),
+                                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
         init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
         seed = ctx.rng.randrange(2**31)
         adapter = train_lora(model, examples, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,

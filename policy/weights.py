@@ -148,24 +148,46 @@ def read_base_meta(path: PathLike) -> dict[str, Any]:
         return json.loads((f.metadata() or {})[META_KEY])
 
 
-def load_base(path: PathLike, *, device: str | None = None, dtype: str | None = None) -> tuple[Any, Any, TinyConfig | None]:
+def load_base(path: PathLike, *, device: str | None = None, dtype: str | None = None,
+              gradient_checkpointing: bool = False) -> tuple[Any, Any, TinyConfig | None]:
     """Load ``(model, tokenizer, cfg)`` saved by :func:`save_base`; the model is in eval mode.
 
     ``path`` may also be the manifest of a pretrained checkpoint (:mod:`evolve.policy.hf`): then
     ``cfg`` is None, the tokenizer an :class:`~evolve.policy.hf.HFTokenizer`, and ``device``/``dtype``
     default to ``auto``. A tiny base stays on the CPU in float32 unless ``device``/``dtype`` say otherwise.
+    ``gradient_checkpointing``: see :func:`checkpoint_activations`.
     """
     from evolve.policy.hf import check_manifest, load_pretrained, read_manifest, resolve_device, resolve_dtype
 
     m = read_manifest(path)
     if m is not None:
-        model, hf_tok = load_pretrained(check_manifest(m), device=device, dtype=dtype)
-        return model, hf_tok, None
-    model, tok, cfg = _load_tiny(path)
-    if device is not None or dtype is not None:
-        dev = resolve_device(device) if device is not None else "cpu"
-        model = model.to(device=dev, dtype=resolve_dtype(dtype, dev) if dtype is not None else None)
+        model, tok = load_pretrained(check_manifest(m), device=device, dtype=dtype)
+        cfg = None
+    else:
+        model, tok, cfg = _load_tiny(path)
+        if device is not None or dtype is not None:
+            dev = resolve_device(device) if device is not None else "cpu"
+            model = model.to(device=dev, dtype=resolve_dtype(dtype, dev) if dtype is not None else None)
+    if gradient_checkpointing:
+        checkpoint_activations(model)
     return model, tok, cfg
+
+
+def checkpoint_activations(model: Any) -> Any:
+    """Turn on gradient checkpointing (``params.gradient_checkpointing: true`` on a local model):
+    in training, each decoder layer keeps only its input and recomputes the rest during the
+    backward pass, trading about a third more compute for activation memory that no longer grows
+    with the number of layers. Sampling (eval mode) is unaffected, and so are the gradients.
+    Non-reentrant checkpointing, so LoRA training needs no ``enable_input_require_grads``."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(f"{type(model).__name__} does not support gradient checkpointing; "
+                         "remove gradient_checkpointing from the model's params")
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name for it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return model
 
 
 def _load_tiny(path: PathLike) -> tuple[Any, CharTokenizer, TinyConfig]:
@@ -267,6 +289,6 @@ def load_adapter(model: Any, path: PathLike, adapter_name: str = "default", *, a
 
 
 __all__ = [
-    "Adapter", "adapter_from_model", "attach_adapter", "file_sha256", "load_adapter", "load_base",
+    "Adapter", "adapter_from_model", "attach_adapter", "checkpoint_activations", "file_sha256", "load_adapter", "load_base",
     "lora_config_dict", "read_adapter", "read_base_meta", "save_adapter", "save_base",
 ]

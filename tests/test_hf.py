@@ -249,6 +249,7 @@ def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tm
     p = "operators.0.params."
     evolve.run(root / "examples/sql_agent/grpo_pretrained.yaml", out=tmp_path / "run", overrides=[
         f"models.policy.params.weights={ckpt}", "models.policy.params.device=cpu", "models.policy.params.max_tokens=24",
+        "models.policy.params.gradient_checkpointing=true",  # the cold start and GRPO train with it
         "workflow.max_tokens=24", "dataset.params.n_train=40", "dataset.params.n_val=4", "dataset.params.n_test=4",
         f"{p}steps=1", f"{p}tasks_per_step=4", f"{p}group_size=2", f"{p}dev_tasks=0", f"{p}dynamic_sampling=false",
         f"{p}ptx_coef=1.0", f"{p}ptx_batch=4",  # the random model fails every task: the demos' SFT term moves it
@@ -261,6 +262,33 @@ def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tm
     # failed queries are retried with the database's error in the context: multi-turn episodes
     assert any(sum(1 for s in t.steps if getattr(s, "token_ids", None)) > 1 for t in trajs)
     assert any(r.operator == "grpo" for r in a.records())
+
+
+def test_gradient_checkpointing_recomputes_layers_in_the_backward_pass_and_keeps_the_gradients(tmp_path, ckpt):
+    from peft import LoraConfig, get_peft_model
+
+    from evolve.policy.train import lora_targets, target_logits
+
+    read_manifest_bytes(tmp_path, manifest(ckpt))
+    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    x = torch.randint(0, vocab, (3, 30), generator=torch.Generator().manual_seed(0))
+    y = torch.full_like(x, -100)
+    y[:, 20:] = x[:, 20:]
+    grads, calls = [], []
+    for on in (False, True):
+        model, _, _ = load_base(tmp_path / "base.json", device="cpu", gradient_checkpointing=on)
+        torch.manual_seed(0)
+        lora = get_peft_model(model, LoraConfig(r=4, target_modules=lora_targets(model), init_lora_weights=False)).train()
+        n, mlp = [0], lora.get_base_model().model.layers[0].mlp
+        mlp.forward = lambda *a, _f=mlp.forward, **k: (n.__setitem__(0, n[0] + 1), _f(*a, **k))[1]  # hooks skip recomputes
+        logits, targets = target_logits(lora, x, y)
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets)
+        grads.append(torch.autograd.grad(loss, [p for p in lora.parameters() if p.requires_grad]))
+        calls.append(n[0])
+        lora.eval()  # sampling: no recomputation, the KV cache as usual
+        lora(input_ids=x[:, :5])
+    assert calls == [1, 2]  # with checkpointing the layer ran again in the backward pass
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads)) and any(a.abs().sum() > 0 for a in grads[0])
 
 
 def test_large_vocabularies_sample_by_inverse_cdf_exactly_and_independently_of_the_batch(ckpt, monkeypatch):
