@@ -3,9 +3,10 @@ every position (what evolve.policy.train did until 2026-12-01) against the head 
 positions alone (``train.target_logits``, what SFT, STaR, PPO-ptx and validation loss do now),
 and the same with gradient checkpointing (``params.gradient_checkpointing: true``).
 
-    python bench/sft_vocab.py [--batch 8] [--prompt 400] [--completion 40] [--threads 2]
+    python bench/sft_vocab.py [--batch 8] [--prompt 400] [--completion 40] [--threads 2] [--layers 4]
+                              [--modes full,targets,checkpointed]
 
-A random Qwen2-shaped model (hidden 256, 4 layers, tied embeddings, LoRA r=16 on the attention
+A random Qwen2-shaped model (hidden 256, 4 layers unless told, tied embeddings, LoRA r=16 on the attention
 and MLP projections) on the CPU; the batch looks like the SQL world's: long prompts (schema, tool
 output) and short completions. Each mode runs in its own process, so its peak resident memory is
 its own; the figure printed is the peak minus the resident memory before the first step."""
@@ -24,7 +25,7 @@ MODES = {"full": "LM head on every position", "targets": "LM head on targets onl
          "checkpointed": "targets only + gradient checkpointing"}
 
 
-def step_cost(mode: str, batch: int, prompt: int, completion: int, threads: int) -> dict:
+def step_cost(mode: str, batch: int, prompt: int, completion: int, threads: int, layers: int) -> dict:
     import torch
     import torch.nn.functional as F
     from peft import LoraConfig, get_peft_model
@@ -35,7 +36,7 @@ def step_cost(mode: str, batch: int, prompt: int, completion: int, threads: int)
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=151936, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+    cfg = Qwen2Config(vocab_size=151936, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                       tie_word_embeddings=True)
     base = Qwen2ForCausalLM(cfg)
@@ -71,12 +72,15 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=400)
     ap.add_argument("--completion", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--modes", default=",".join(MODES), help="a comma-separated subset of " + ", ".join(MODES))
     ap.add_argument("--mode", choices=list(MODES), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.mode:
-        print(json.dumps(step_cost(a.mode, a.batch, a.prompt, a.completion, a.threads)))
+        print(json.dumps(step_cost(a.mode, a.batch, a.prompt, a.completion, a.threads, a.layers)))
         return
-    for mode, label in MODES.items():
+    for mode in a.modes.split(","):
+        label = MODES[mode]
         run = subprocess.run([sys.executable, __file__, "--mode", mode] + sys.argv[1:], capture_output=True, text=True)
         if run.returncode:
             print(f"{label}: the process died (exit {run.returncode}; -9 is the kernel's out-of-memory kill)")
@@ -84,7 +88,7 @@ def main() -> None:
         r = json.loads(run.stdout.strip().splitlines()[-1])
         print(f"{label:42s} "
               f"step {r['step_s']:.2f} s, peak memory +{r['peak_mb']:,.0f} MB "
-              f"(batch {a.batch} x {a.prompt}+{a.completion} tokens, V=151,936, {a.threads} threads)")
+              f"(batch {a.batch} x {a.prompt}+{a.completion} tokens, {a.layers} layers, V=151,936, {a.threads} threads)")
 
 
 if __name__ == "__main__":
