@@ -248,9 +248,11 @@ def test_the_dry_run_estimate_counts_every_grpo_rollout():
 
     from evolve.policy.grpo import GRPO
 
-    # examples/sql_agent/grpo.yaml: 4 steps x 256 tasks x G=8, dev checks at steps 0..4 on 200 tasks
+    # examples/sql_agent/grpo.yaml: 2 steps x 1,500 tasks x G=3, dev checks at steps 0..2 on 200 tasks
+    op = GRPO(steps=2, tasks_per_step=1500, group_size=3, dev_tasks=200, eval_every=1)
+    assert op.estimate(SimpleNamespace(train=5000)) == {"rollouts": 2 * 1500 * 3 + 3 * 200, "llm_calls": 0, "children": 1}
     op = GRPO(steps=4, tasks_per_step=256, group_size=8, dev_tasks=200, eval_every=1)
-    assert op.estimate(SimpleNamespace(train=5000)) == {"rollouts": 4 * 256 * 8 + 5 * 200, "llm_calls": 0, "children": 1}
+    assert op.estimate(SimpleNamespace(train=5000))["rollouts"] == 4 * 256 * 8 + 5 * 200
     # checks at 0, 5, 10 and the last step 12; few training tasks cap both parts
     op = GRPO(steps=12, tasks_per_step=32, group_size=4, dev_tasks=50, eval_every=5)
     assert op.estimate(SimpleNamespace(train=60))["rollouts"] == 12 * 10 * 4 + 4 * 50
