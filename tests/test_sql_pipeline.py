@@ -79,6 +79,7 @@ def test_pointer_words_make_every_schema_name_a_pointer_and_a_new_cache_entry(tm
     task = small_task()
     task["budget"] = {"generations": 0}
     task["models"]["policy"]["cold_start"]["keep_share"] = 0.02  # small demo set: frequent names are kept
+    task["models"]["policy"]["cold_start"].pop("pointer_words")  # task.yaml sets it: first the world without
     evolve.run(task, out=tmp_path / "plain")
     task["models"]["policy"]["cold_start"]["pointer_words"] = "evolve.worlds.sql:name_words"
     evolve.run(task, out=tmp_path / "ptr")
