@@ -25,8 +25,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evolve.policy.rl import LossConfig, policy_loss, token_logprobs
-from evolve.policy.train import split_head
+from evolve.policy.rl import LossConfig, policy_loss
+from evolve.policy.train import head_logits
 
 from evolve.types import LLMCall, Trajectory
 
@@ -117,19 +117,13 @@ def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
     """
     import torch
 
-    ids, att = batch["input_ids"], batch["attention_mask"]
-    parts = split_head(model)
-    if parts is None:  # any other model: full logits
-        logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits
-        temps = batch["temperature"].to(logits.device).clamp(min=1e-6).reshape(-1, 1, 1)
-        return token_logprobs(logits / temps, batch["targets"].to(logits.device)) * (batch["mask"] > 0)
-    backbone, head = parts
-    hidden = backbone(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
-    sel = batch["mask"].to(hidden.device) > 0
+    ids = batch["input_ids"]
+    sel = batch["mask"].to(ids.device) > 0
     rows = sel.nonzero()[:, 0]
-    logits = head(hidden[sel]).float() / batch["temperature"].to(hidden.device).clamp(min=1e-6)[rows, None]
-    lp = logits.log_softmax(-1).gather(-1, batch["targets"].to(hidden.device)[sel][:, None])[:, 0]
-    out = torch.zeros(ids.shape, dtype=lp.dtype, device=hidden.device)
+    logits = head_logits(model, ids, sel, batch["attention_mask"]).float()
+    logits = logits / batch["temperature"].to(ids.device).clamp(min=1e-6)[rows, None]
+    lp = logits.log_softmax(-1).gather(-1, batch["targets"].to(ids.device)[sel][:, None])[:, 0]
+    out = torch.zeros(ids.shape, dtype=lp.dtype, device=ids.device)
     return out.masked_scatter(sel, lp)
 
 

@@ -133,21 +133,27 @@ def split_head(model: Any) -> tuple[Any, Any] | None:
     return (backbone, head) if backbone is not None and head is not None else None
 
 
-def target_logits(model: Any, x: Any, y: Any) -> tuple[Any, Any]:
-    """``(logits [N, V], targets [N])`` at the N positions of ``y`` that have a target (not -100).
+def head_logits(model: Any, ids: Any, sel: Any, attention_mask: Any = None) -> Any:
+    """Logits ``[N, V]`` at the N positions where the boolean ``sel`` ``[B, T]`` is true.
 
     The backbone runs on the whole batch; the LM head runs on those positions alone, so prompts
     and tool output cost no vocabulary-sized logits. With a pretrained vocabulary this is most of
     the memory of a step: Qwen2.5's 151,936 logits over a 16 x 600-token batch of SQL prompts are
     5.8 GB in float32, of which the completions need a few percent. Models without a separate
-    ``lm_head`` get full logits, then the selection.
+    ``lm_head`` get full logits, then the selection. No KV cache is built (training forwards).
     """
-    sel = y != -100
     parts = split_head(model)
     if parts is None:
-        return model(input_ids=x, use_cache=False).logits[sel], y[sel]
+        return model(input_ids=ids, attention_mask=attention_mask, use_cache=False).logits[sel]
     backbone, head = parts
-    return head(backbone(input_ids=x, use_cache=False).last_hidden_state[sel]), y[sel]
+    return head(backbone(input_ids=ids, attention_mask=attention_mask, use_cache=False).last_hidden_state[sel])
+
+
+def target_logits(model: Any, x: Any, y: Any) -> tuple[Any, Any]:
+    """``(logits [N, V], targets [N])`` at the N positions of ``y`` that have a target (not -100):
+    :func:`head_logits` for SFT-style batches."""
+    sel = y != -100
+    return head_logits(model, x, sel), y[sel]
 
 
 def completion_loss(model: Any, examples: Sequence[ExampleLike], *, batch_size: int = 32, pad_id: int = 0) -> float:
@@ -364,5 +370,5 @@ def train_lora(
     return adapter
 
 
-__all__ = ["Example", "LORA_TARGETS", "as_example", "bare_copy", "completion_loss", "examples_from_chat", "split_head", "target_logits",
-           "examples_from_trajectory", "train", "train_lora"]
+__all__ = ["Example", "LORA_TARGETS", "as_example", "bare_copy", "completion_loss", "examples_from_chat",
+           "examples_from_trajectory", "head_logits", "split_head", "target_logits", "train", "train_lora"]
