@@ -264,6 +264,7 @@ class Learner:
         losses: list[float] = []
         agg = {"clip_low": 0.0, "clip_high": 0.0, "kl": 0.0}
         n_stats = 0
+        norms = {"pg": 0.0, "total": 0.0}
         for _ in range(self.num_iterations):
             for mbs, n_seqs in zip(batches, n_samples):
                 n_tok = float(sum(float(b["mask"].sum()) for b in mbs))
@@ -288,7 +289,9 @@ class Learner:
                     st.tokens += int(b["attention_mask"].sum())
                     st.trained_tokens += int(b["mask"].sum())
                 if self.ptx:
+                    norms["pg"] += _grad_norm(self.params)  # the policy-gradient term's share, before PPO-ptx
                     st.extra["ptx_nll"] = self._ptx_backward()
+                norms["total"] += _grad_norm(self.params)
                 if self.grad_clip:
                     torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
                 self.opt.step()
@@ -300,8 +303,17 @@ class Learner:
         st.clip_low, st.clip_high, st.kl = (agg[k] / max(n_stats, 1) for k in ("clip_low", "clip_high", "kl"))
         st.mismatch = mismatch / max(n_mismatch, 1)
         st.extra["lr"] = self.sched.get_last_lr()[0]
+        # mean gradient norms before clipping: when PPO-ptx is on, how much of the step each term drives
+        st.extra["grad_norm"] = norms["total"] / max(st.optimizer_steps, 1)
+        if self.ptx:
+            st.extra["pg_grad_norm"] = norms["pg"] / max(st.optimizer_steps, 1)
         st.seconds = time.perf_counter() - t0
         return st
+
+
+def _grad_norm(params: Sequence[Any]) -> float:
+    """The L2 norm of the gradients of ``params`` (those without one count 0)."""
+    return math.sqrt(sum(float(p.grad.detach().float().pow(2).sum()) for p in params if p.grad is not None))
 
 
 __all__ = ["Learner", "Packed", "UpdateStats", "collate", "pack", "sequence_logprobs"]

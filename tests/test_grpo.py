@@ -191,6 +191,10 @@ def test_ptx_term_pulls_the_policy_toward_the_demos():
     for _ in range(10):
         st = learner.update(zero_adv)
     assert completion_loss(learner.model, demos) < before - 0.5 and st.extra["ptx_nll"] > 0
+    # advantages 0: the policy-gradient term adds no gradient, so the whole norm is PPO-ptx's
+    assert st.extra["pg_grad_norm"] == 0.0 and st.extra["grad_norm"] > 0
+    zero_adv[0].advantage = 1.0
+    assert learner.update(zero_adv).extra["pg_grad_norm"] > 0
 
 
 def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories():
