@@ -1,6 +1,6 @@
 """What experience memory and Reflexion buy the tiny SQL agent, on held-out test tasks.
 
-    .venv/bin/python examples/sql_agent/memory_layer.py --seed 0     # about 15 minutes on 2 cores
+    .venv/bin/python examples/sql_agent/memory_layer.py --seed 0     # 25 min after tool_layer.py (one torch thread beside another run)
 
 All arms share the cold-start model of ``task.yaml`` (SFT on 500 demos) unless said otherwise,
 and are scored on the same 300 test tasks (schemas never seen in training):

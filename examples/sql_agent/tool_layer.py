@@ -1,6 +1,6 @@
 """What the tool layer buys the tiny SQL agent, on held-out test tasks.
 
-    .venv/bin/python examples/sql_agent/tool_layer.py --seed 0     # about 10 minutes on 2 cores
+    .venv/bin/python examples/sql_agent/tool_layer.py --seed 0     # 20-22 min (measured with one torch thread beside another run)
 
 1. The plain system: the cold-start model of ``task.yaml`` (SFT on 500 demos), evaluated on the
    300 test tasks (schemas never seen in training).
