@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
 
 def _system(run: Path, which: str):
+    """``(system, archive)``: the system ``which`` names in the run directory ``run``."""
     from evolve.archive import Archive
 
     archive = Archive(run, create=False)
@@ -32,21 +31,8 @@ def _system(run: Path, which: str):
         kids = [r for r in archive.records() if r.operator == which[3:]]
         if not kids:
             sys.exit(f"{run}: no system was proposed by operator {which[3:]!r}")
-        return archive.get_system(kids[-1].id)
-    return archive.get_system(archive.resolve(which))
-
-
-def _link_artifacts(src: Path, dst: Path) -> None:
-    """Make ``src``'s content-addressed artifacts (base weights, adapters) visible under ``dst``."""
-    for f in (src / "artifacts").rglob("*"):
-        if f.is_file():
-            target = dst / "artifacts" / f.relative_to(src / "artifacts")
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(f, target)
-                except OSError:
-                    shutil.copy2(f, target)
+        return archive.get_system(kids[-1].id), archive
+    return archive.get_system(archive.resolve(which)), archive
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -62,6 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
+    from evolve.archive.export import find_artifact_refs
     from evolve.config import load_task
     from evolve.engine import Engine
     from evolve.stats import paired
@@ -76,8 +63,9 @@ def main(argv: list[str] | None = None) -> dict:
     for spec in args.systems:
         label, _, where = spec.partition("=")
         run, _, which = where.partition(":")
-        system = _system(Path(run), which or "baseline")
-        _link_artifacts(Path(run), out)
+        system, archive = _system(Path(run), which or "baseline")
+        for art in find_artifact_refs(system):  # its base weights and adapter, into this scoring's store
+            archive.artifacts.copy_to(art, engine.archive.artifacts)
         trajs = engine.rollouts(system, tasks, split="test", tag="eval:test", description=f"{label} {system.id[:8]}")
         scores = {str(t.task_id): t.score for t in trajs}
         row = {"label": label, "run": run, "system": system.id, "n": len(scores),

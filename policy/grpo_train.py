@@ -291,9 +291,9 @@ class Learner:
                 if self.ptx:
                     norms["pg"] += _grad_norm(self.params)  # the policy-gradient term's share, before PPO-ptx
                     st.extra["ptx_nll"] = self._ptx_backward()
-                norms["total"] += _grad_norm(self.params)
-                if self.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                # clipping returns the norm it measured before clipping
+                norms["total"] += float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                                        if self.grad_clip else _grad_norm(self.params))
                 self.opt.step()
                 self.sched.step()
                 st.optimizer_steps += 1
@@ -313,7 +313,10 @@ class Learner:
 
 def _grad_norm(params: Sequence[Any]) -> float:
     """The L2 norm of the gradients of ``params`` (those without one count 0)."""
-    return math.sqrt(sum(float(p.grad.detach().float().pow(2).sum()) for p in params if p.grad is not None))
+    import torch
+
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
 
 __all__ = ["Learner", "Packed", "UpdateStats", "collate", "pack", "sequence_logprobs"]
