@@ -63,6 +63,35 @@ def test_cold_start_star_adapter_archive_and_cache(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "sft").iterdir())) == 1
     assert json.loads((tmp_path / "run" / "report.json").read_text())["best"] == report["best"]
     assert evolve.load(tmp_path / "run", "baseline").system.models["policy"].adapter is None
+    _rescored_on_more_tasks(tmp_path, child)
+
+
+def _rescored_on_more_tasks(tmp_path, child):
+    """bench/rescore.py on systems with artifacts (base weights, an adapter): they are copied into
+    the scoring's own store, and the run's test tasks, the first of the larger split, score as in the run."""
+    import sys
+
+    sys.path.insert(0, str(TESTS.parent / "bench"))
+    import rescore
+
+    task = tmp_path / "small.yaml"
+    task.write_text(yaml.safe_dump(small_task()))
+    out = tmp_path / "rescore"
+    run = tmp_path / "run"
+    rows = rescore.main(["--task", str(task), "--seed", "0", "--n-test", "32", "--out", str(out),
+                         f"sft={run}:baseline", f"star={run}:op:star"])["rows"]
+    assert [r["n"] for r in rows] == [32, 32] and rows[1]["system"] == child.id
+    d = rows[1]["vs_first"]
+    assert abs(d["diff"] - (rows[1]["accuracy"] - rows[0]["accuracy"])) < 1e-9
+    spec = child.models["policy"]
+    scoring = Archive(out, create=False)
+    assert scoring.artifacts.path(spec.adapter).exists() and scoring.artifacts.path(spec.base).exists()
+    src = Archive(run, create=False)
+    scored = [{str(t.task_id): t.score for t in scoring.trajectories(system_id=r["system"], split="test")} for r in rows]
+    assert [len(s) for s in scored] == [32, 32]
+    # the run scored its baseline on test (its 16 tasks are the first of the 32): the same scores again
+    mine = {str(t.task_id): t.score for t in src.trajectories(system_id=rows[0]["system"], split="test")}
+    assert len(mine) == 16 and {k: scored[0][k] for k in mine} == mine
 
 
 def _a_test_task(tmp_path):
