@@ -98,6 +98,26 @@ def test_recall_settings_are_proposed_as_variants(data, tmp_path):
     assert len(recall(specs[1], task)) == 2
 
 
+def test_random_recall_is_the_control_for_relevance(data, tmp_path):
+    from evolve.memory.operator import MemoryOperator
+
+    op = MemoryOperator(embedder="hashing", k=1)
+    (cand,) = op.propose(System(), ctx_for(data, tmp_path, [solved(t) for t in data["train"][:40]]))
+    spec = {**cand.system.memory, "recall": "random", "k": 3}
+    by_question = {t["question"]: t for t in data["train"][:40]}
+    picks = []
+    for task in data["train"][40:60]:
+        got = recall(spec, task)
+        assert len(got) == 3 and got == recall(spec, task)  # seeded by the task: training and test see the same
+        assert all(by_question[e["question"]]["db"] != task["db"] and e["similarity"] is None for e in got)
+        picks.append(tuple(e["id"] for e in got))
+    assert len(set(picks)) > 10  # not one fixed set for every task
+    similar = [tuple(e["id"] for e in recall({**spec, "recall": "similar"}, t)) for t in data["train"][40:60]]
+    assert similar != picks
+    with pytest.raises(ValueError, match="'similar' .* or 'random'"):
+        recall({**spec, "recall": "nearest"}, data["train"][40])
+
+
 def test_memory_demos_carry_recalled_examples(data, tmp_path):
     from evolve.memory.operator import MemoryOperator
 

@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="which arms to run, of retry, reflexion, reflexion_turns, memory")
     ap.add_argument("--render", default="full", choices=["full", "skeleton"],
                     help="how recalled experiences are shown (the memory arm is named memory or memory_skeleton)")
+    ap.add_argument("--recall", default="similar", choices=["similar", "random"],
+                    help="random: k experiences drawn at random per task, in training demos and at test alike "
+                         "(the control for relevance; the arm's name gets _random)")
     args = ap.parse_args(argv)
 
     from _layers import plain as plain_run
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
         ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.splits["train"],
                               trajectories=mined, artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=print)
         (cand,) = op.propose(sa, ctx)
-        spec = {**cand.system.memory, **({"render": args.render} if args.render != "full" else {})}
+        spec = {**cand.system.memory, **({"render": args.render} if args.render != "full" else {}),
+                **({"recall": "random"} if args.recall == "random" else {})}
         (out / "memory_spec.json").write_text(json.dumps(spec))
         cfg_m, _ = load_task(HERE / "task.yaml", common + [
             f"memory={json.dumps(spec)}", "models.policy.cold_start.demos=evolve.worlds.sql:memory_demos"])
@@ -100,12 +104,14 @@ def main(argv: list[str] | None = None) -> dict:
         sm = eng.baseline()
         trajs = eng.rollouts(sm, test, split="test", tag="eval:test")
         eng.runner.close()
-        arm = "memory" if args.render == "full" else "memory_" + args.render
+        arm = ("memory" if args.render == "full" else "memory_" + args.render) + (
+            "_random" if args.recall == "random" else "")
         summary[arm] = _acc(trajs)
         summary["memory_items"] = cand.info.get("items")
         sims = [s.result[0]["similarity"] for t in trajs for s in t.steps
-                if getattr(s, "name", "") == "recall_memory" and s.result]
-        summary["memory_mean_similarity"] = round(statistics.mean(sims), 3) if sims else None
+                if getattr(s, "name", "") == "recall_memory" and s.result and s.result[0]["similarity"] is not None]
+        if args.recall == "similar":
+            summary["memory_mean_similarity"] = round(statistics.mean(sims), 3) if sims else None
     path = out / "memory_summary.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     summary = {**old, **summary}

@@ -6,7 +6,9 @@ an operator can evolve them and archive rollback restores them)::
     {"store": "/path/to/store", "version": 812, "k": 1, "kinds": ["experience"], "min_similarity": 0.2}
 
 (``"embedder": "hashing"`` for a store built with the cheap hashing embedder; default MiniLM;
-``"render": "skeleton"`` shows each example as its masked SQL only, see :func:`render`.)
+``"render": "skeleton"`` shows each example as its masked SQL only, see :func:`render`;
+``"recall": "random"`` recalls ``k`` experiences drawn at random (seeded by the task), under the
+same exclusions: the control that tells what relevance adds over an example's mere presence.)
 
 Before its first turn the agent searches the store (as it was at ``version``) with the question,
 records the recall as a ``memory`` tool step, and puts the ``k`` best experiences before the
@@ -45,6 +47,11 @@ def recall(spec: dict | None, task: dict) -> list[dict]:
     k = int(spec.get("k", 1))
     if k <= 0:
         return []
+    mode = spec.get("recall", "similar")
+    if mode == "random":
+        return _random_recall(spec, task, k)
+    if mode != "similar":
+        raise ValueError(f"memory.recall is {mode!r}: use 'similar' (the default) or 'random'")
     hits = view(spec).search(task["question"], k + 8, kinds=spec.get("kinds", ["experience"]),
                              min_similarity=spec.get("min_similarity"))
     out = []
@@ -56,6 +63,17 @@ def recall(spec: dict | None, task: dict) -> list[dict]:
         if len(out) == k:
             break
     return out
+
+
+def _random_recall(spec: dict, task: dict, k: int) -> list[dict]:
+    import random
+
+    kinds = set(spec.get("kinds", ["experience"]))
+    items = sorted(view(spec).view().values(), key=lambda it: it.id)
+    pool = [it for it in items if it.kind in kinds and it.metadata.get("sql") and it.metadata.get("db") != task.get("db")
+            and it.metadata.get("task_id") != task.get("id")]
+    picked = random.Random(f"recall/{task.get('id')}").sample(pool, min(k, len(pool)))
+    return [{"id": it.id, "question": it.text, "sql": it.metadata["sql"], "similarity": None} for it in picked]
 
 
 def skeleton(sql: str) -> str:
