@@ -3,9 +3,9 @@
     .venv/bin/python bench/rescore.py --task examples/sql_agent/task.yaml --seed 0 --n-test 2000 \\
         --out runs/rescore/seed0 sft=runs/s0:baseline star=runs/s0:best grpo=runs/g0:best
 
-A run's report scores its systems on the task file's test split (300 tasks on the SQL world),
-where a paired 95% interval is about ±3.5–4 points: two operators that differ by 2–3 points cannot
-be told apart there. This script builds the same task's dataset with ``--n-test`` test tasks
+A run's report scores its systems on the task file's test split. On 300 tasks (the SQL task
+files until 2026-12-01; the layer scripts still) a paired 95% interval is about ±3.5–4 points, so
+two operators that differ by 2–3 points cannot be told apart there. This script builds the same task's dataset with ``--n-test`` test tasks
 (the SQL world draws each split from its own random stream, so train and val stay the same and
 every extra test task is new), evaluates each ``LABEL=RUN_DIR[:SYSTEM]`` on it greedily, and
 prints each system's accuracy with its paired difference to the first one. ``SYSTEM`` is an id
