@@ -5,10 +5,11 @@
 
 A run's report scores its systems on the task file's test split. On 300 tasks (the SQL task
 files until 2026-12-01; the layer scripts still) a paired 95% interval is about ±3.5–4 points, so
-two operators that differ by 2–3 points cannot be told apart there. This script builds the same task's dataset with ``--n-test`` test tasks
-(the SQL world draws each split from its own random stream, so train and val stay the same and
-every extra test task is new), evaluates each ``LABEL=RUN_DIR[:SYSTEM]`` on it greedily, and
-prints each system's accuracy with its paired difference to the first one. ``SYSTEM`` is an id
+two operators that differ by 2–3 points cannot be told apart there. This script builds the same
+task's dataset with ``--n-test`` test tasks (the SQL world draws each split from its own random
+stream, so train and val stay the same and every extra test task is new), evaluates each
+``LABEL=RUN_DIR[:SYSTEM]`` on it greedily, and prints each system's accuracy with its paired
+difference to the first one. ``SYSTEM`` is an id
 prefix, ``best``, ``baseline`` (the default) or ``op:NAME`` (the newest child an operator
 proposed, accepted or not). Rollouts are memoised in ``--out``, so a rerun or an added system only
 scores what is new. ``--set`` applies to the task file as in ``evolve run``; pass the runs' own.

@@ -108,9 +108,9 @@ def main(argv: list[str] | None = None) -> dict:
             "_random" if args.recall == "random" else "")
         summary[arm] = _acc(trajs)
         summary["memory_items"] = cand.info.get("items")
-        sims = [s.result[0]["similarity"] for t in trajs for s in t.steps
-                if getattr(s, "name", "") == "recall_memory" and s.result and s.result[0]["similarity"] is not None]
-        if args.recall == "similar":
+        if args.recall == "similar":  # random recall has no similarity
+            sims = [s.result[0]["similarity"] for t in trajs for s in t.steps
+                    if getattr(s, "name", "") == "recall_memory" and s.result]
             summary["memory_mean_similarity"] = round(statistics.mean(sims), 3) if sims else None
     path = out / "memory_summary.json"
     old = json.loads(path.read_text()) if path.exists() else {}
