@@ -22,24 +22,57 @@ def run_task(
     overrides: Sequence[str] = (),
     out: str | Path | None = None,
     resume: bool = False,
+    fresh: bool = False,
     observer: Any = None,
     agent: Callable | None = None,
     reward: Callable | None = None,
     base_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Run an evolution job from a task file (or a dict with the same fields); return the report."""
+    """Run an evolution job from a task file, or from a dict with the same fields (whose
+    ``agent`` and ``reward`` may be the functions themselves); return the report.
+
+    ``agent=`` / ``reward=`` give the functions for a task that names them by import path or
+    leaves them out. ``resume`` continues the run in ``out``; ``fresh`` starts it over (the earlier
+    run is moved aside, never deleted). Raises :class:`~evolve.errors.InfraError` when the world
+    kept failing under the rollouts (``resume`` continues once it is back) and
+    :class:`~evolve.errors.RunFailed` when too many rollouts failed by the agent's own error."""
     from evolve._env import quiet_defaults
-    from evolve.config import load_task, run_dir_for, validate_task
+    from evolve.config import read_task_file, run_dir_for, validate_task
     from evolve.engine import Engine
 
     quiet_defaults()
     if isinstance(task, dict):
-        cfg, base = validate_task(task, overrides), Path(base_dir or Path.cwd()).resolve()
+        data, source, base = dict(task), "task", Path(base_dir or Path.cwd()).resolve()
     else:
-        cfg, base = load_task(task, overrides)
+        data, source, base = read_task_file(task), str(task), Path(task).parent.resolve()
+    agent, reward = _callables(data, agent, reward)
+    cfg = validate_task(data, overrides, source=source)
     run_dir = Path(out) if out is not None else run_dir_for(cfg, base)
-    engine = Engine(cfg, base_dir=base, run_dir=run_dir, resume=resume, observer=observer, agent=agent, reward=reward)
+    engine = Engine(cfg, base_dir=base, run_dir=run_dir, resume=resume, fresh=fresh, observer=observer, agent=agent,
+                    reward=reward)
     return engine.run()
+
+
+def _callables(data: dict, agent: Callable | None, reward: Callable | None) -> tuple[Callable | None, Callable | None]:
+    """Take function values of ``agent``/``reward`` out of a task dict (the config keeps their
+    names: ``module:qualname``, which is what a resumed run is compared by); fill in the names of
+    ``agent=``/``reward=`` functions the dict leaves out."""
+    out = []
+    for field, given in (("agent", agent), ("reward", reward)):
+        value = data.get(field)
+        if callable(value) and not isinstance(value, str):
+            if given is not None and given is not value:
+                raise UserError(f"the task gives {field} twice: as a function in the task and as {field}=; keep one")
+            given = value
+        if given is not None and (value is None or callable(value)):
+            data[field] = function_name(given)
+        out.append(given)
+    return out[0], out[1]
+
+
+def function_name(fn: Callable) -> str:
+    """``module:qualname`` of a function (what a run records of an agent or reward given as one)."""
+    return f"{getattr(fn, '__module__', None) or '?'}:{getattr(fn, '__qualname__', None) or type(fn).__name__}"
 
 
 def dry_run(task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir: str | Path | None = None) -> dict[str, Any]:
@@ -109,8 +142,13 @@ class LoadedSystem:
                                                temperature=temperature, timeout=timeout))
 
     def run(self, task: dict, **kw: Any) -> Any:
-        """Run the agent on ``task`` and return its output (raises if the agent failed)."""
+        """Run the agent on ``task`` and return its output. Raises RuntimeError with the agent's error
+        when it failed, :class:`~evolve.errors.InfraError` when the world failed under it."""
         traj = self.rollout(task, **kw)
+        if traj.infra is not None:
+            from evolve.errors import InfraError
+
+            raise InfraError(f"the world failed under the rollout ({traj.infra.category}): {traj.infra.message}")
         if traj.error:
             raise RuntimeError(traj.error)
         return traj.output
@@ -127,26 +165,47 @@ def _no_reward(task: dict, output: Any) -> float:
     return 0.0
 
 
-def load(path: str | Path, system: str = "current", *, agent: str | Callable | None = None) -> LoadedSystem:
+def load(path: str | Path, system: str = "current", *, agent: str | Callable | None = None,
+         reward: str | Callable | None = None) -> LoadedSystem:
     """Load an evolved system from a run directory (``current``/``best``/``baseline``/an id prefix)
-    or from a folder written by ``evolve archive export``."""
+    or from a folder written by ``evolve archive export``. ``agent`` and ``reward`` (functions or
+    import paths) default to those the run recorded; a run given functions records only their
+    names, so pass them again here."""
     p = Path(path)
     if (p / "archive.sqlite").exists():
         from evolve.archive import Archive
 
         archive = Archive(p, create=False)
-        sid = _resolve_system(archive, system)
-        sys_ = archive.get_system(sid)
-        task = json.loads(archive.get_state("task") or "{}")
-        base_dir = archive.get_state("base_dir")
-        archive.close()
-        return LoadedSystem(sys_, p / "artifacts", agent or task.get("agent"), task.get("reward"),
-                            search_path=base_dir)
+        try:
+            sid = _resolve_system(archive, system)
+            sys_ = archive.get_system(sid)
+            task = json.loads(archive.get_state("task") or "{}")
+            base_dir = archive.get_state("base_dir")
+        finally:
+            archive.close()
+        return LoadedSystem(sys_, p / "artifacts", agent or _importable(task.get("agent"), "agent", base_dir),
+                            reward or _importable(task.get("reward"), "reward", base_dir), search_path=base_dir)
     if (p / "system.json").exists():
         data = json.loads((p / "system.json").read_text())
         sys_ = System.model_validate(data.get("system", data))
-        return LoadedSystem(sys_, p / "artifacts", agent)
+        return LoadedSystem(sys_, p / "artifacts", agent, reward)
     raise RunDirError(f"{p} is neither a run directory (archive.sqlite) nor an exported system (system.json)")
+
+
+def _importable(path: str | None, what: str, base_dir: str | None) -> str | None:
+    """The recorded import path of the run's agent or reward, or an error saying to pass it when
+    the run was given a function that cannot be imported by that name (a lambda, a function of a
+    script or a notebook)."""
+    if not path:
+        return None
+    from evolve.registry import import_path
+
+    try:
+        import_path(path, what=what, search=Path(base_dir) if base_dir else None)
+    except UserError:
+        raise UserError(f"the run's {what} was {path!r}, which cannot be imported here (a function defined in a "
+                        f"script or notebook?); pass it: evolve.load(..., {what}=your_{what})") from None
+    return path
 
 
 TEMPLATE = """\

@@ -1,7 +1,15 @@
-"""The ``evolve`` command line: run, eval, init, serve, archive."""
+"""The ``evolve`` command line: run, eval, init, serve, archive.
+
+A user's mistake never shows a traceback: usage errors exit 2 with click's message, an
+:class:`~evolve.errors.UserError` exits 2 with its one paragraph, the world failing
+(:class:`~evolve.errors.InfraError`) exits 3 with how to continue, a failed run
+(:class:`~evolve.errors.RunFailed`) exits 1, Ctrl-C exits 130 with how to resume
+(the exit codes are listed in :mod:`evolve.errors`). Bugs keep their traceback."""
 
 from __future__ import annotations
 
+import importlib
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -9,11 +17,26 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from evolve.errors import ArchiveError, EvolveError, UserError
+from evolve.errors import ArchiveError, EvolveError, InfraError, RunFailed, UserError
 
 app = typer.Typer(name="evolve", help="Evolve agent systems from their own experience.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False)
+                  add_completion=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from evolve import __version__
+
+        Console(highlight=False).print(f"evolvekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                       help="Print evolvekit's version and exit.")) -> None:
+    """Evolve agent systems from their own experience."""
 
 SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repeatable)."
 
@@ -27,6 +50,7 @@ class RichObserver:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=True)
         self._task = None
+        self.run_dir: Path | None = None  # where the run writes (the Engine says, once it has opened it)
 
     def __enter__(self) -> "RichObserver":
         self.progress.start()
@@ -56,7 +80,12 @@ class RichObserver:
         self.progress.console.print(t)
 
     def message(self, text: str) -> None:
-        self.progress.console.print(f"[dim]{text}[/dim]")
+        from rich.text import Text
+
+        self.progress.console.print(Text(text, style="dim"))
+
+    def started(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -124,11 +153,21 @@ def _print_estimate(est: dict[str, Any]) -> None:
         out.print(f"[dim]- {note}[/dim]", highlight=False)
 
 
+def resume_command(task_file: Path, run_dir: Path | None, sets: list[str]) -> str:
+    """The command that continues a run: the same task file and --set values, its --out, --resume."""
+    words = ["evolve", "run", str(task_file)] + (["--out", str(run_dir)] if run_dir else [])
+    for item in sets:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words + ["--resume"])
+
+
 @app.command()
 def run(
     task_file: Path = typer.Argument(..., help="The task YAML."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing all finished work."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start the run in --out over; the earlier run is moved aside "
+                               "to OUT.replaced-TIME, never deleted."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the rollouts, LLM calls, tokens and money the run "
                                  "would spend (a maximum), and where a budget would stop it; run nothing."),
@@ -141,8 +180,21 @@ def run(
 
         _print_estimate(estimate(task_file, overrides=set_))
         return
-    with RichObserver() as obs:
-        report = run_task(task_file, overrides=set_, out=out, resume=resume, observer=obs)
+    obs = RichObserver()
+    try:
+        with obs:
+            report = run_task(task_file, overrides=set_, out=out, resume=resume, fresh=fresh, observer=obs)
+    except KeyboardInterrupt:
+        where = obs.run_dir or out
+        if where is None:
+            console.print("interrupted before the run started", highlight=False)
+        else:
+            console.print(f"interrupted; what finished is kept. Continue with:\n  "
+                          f"{resume_command(task_file, where, set_)}", highlight=False, soft_wrap=True)
+        raise SystemExit(130) from None
+    except InfraError as e:
+        raise InfraError(f"{e}\nNothing it could not score was stored as a score. When it is fixed, continue with:\n  "
+                         f"{resume_command(task_file, obs.run_dir or out, set_)}") from None
     _print_report(report)
 
 
@@ -168,9 +220,14 @@ def init(path: Path = typer.Argument(Path("task.yaml"), help="Where to write the
     """Write a commented task-file template to start from."""
     from evolve.api import TEMPLATE
 
+    if path.is_dir():
+        raise UserError(f"{path} is a directory; give the path of the task file to write, e.g. {path / 'task.yaml'}")
     if path.exists() and not force:
         raise UserError(f"{path} already exists; pass --force to overwrite it or choose another path")
-    path.write_text(TEMPLATE)
+    try:
+        path.write_text(TEMPLATE)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
     Console().print(f"wrote {path}; edit it, then: evolve run {path}")
 
 
@@ -181,12 +238,12 @@ def serve(
     system: str | None = typer.Option(None, "--system", help="Serve this system (id prefix, best, baseline) "
                                       "instead of the current one; a pinned system is never swapped."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback an API key is required."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on (0: any free port)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free port)."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="EVOLVE_SERVE_API_KEY",
                                        help="Require 'Authorization: Bearer KEY' (env EVOLVE_SERVE_API_KEY)."),
     no_follow: bool = typer.Option(False, "--no-follow", help="Keep serving the starting system even when the "
                                    "archive promotes another."),
-    poll: float = typer.Option(1.0, "--poll", help="Seconds between checks of the archive's current pointer."),
+    poll: float = typer.Option(1.0, "--poll", min=0.01, help="Seconds between checks of the archive's current pointer."),
 ) -> None:
     """Serve a system's model behind an OpenAI-compatible chat-completions endpoint; calls are
     recorded in RUN_DIR/serve/calls.jsonl."""
@@ -198,7 +255,11 @@ def serve(
 
     with ServeApp(run_dir, role=role, system=system, follow=not no_follow, poll=poll,
                   log=lambda msg: console.print(msg, highlight=False, markup=False)) as sapp:
-        server = sapp.start(host=host, port=port, api_key=api_key)
+        try:
+            server = sapp.start(host=host, port=port, api_key=api_key)
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port or --host") \
+                from None
         out = Console(highlight=False, soft_wrap=True)
         where = "" if is_loopback(host) else f" (listening on {host}:{server.port}; use this machine's address)"
         out.print(f"serving {role!r} of system {sapp.system_id[:12]} at {server.url}{where}", markup=False)
@@ -221,8 +282,36 @@ def _mount_archive() -> None:
     from evolve.archive_cli import app as archive_app
     from evolve.prompts.cli import baseline_app
 
-    app.add_typer(archive_app, name="archive")
-    app.add_typer(baseline_app, name="baseline")
+    names = {g.name for g in app.registered_groups}
+    for sub, name in ((archive_app, "archive"), (baseline_app, "baseline")):
+        if name not in names:
+            app.add_typer(sub, name=name)
+
+
+def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """click's usage-error and abort classes: typer vendors its own click (typer._click) since
+    0.24, and older typers use the click package; both are caught."""
+    usage: list[type] = []
+    abort: list[type] = []
+    for name in ("click.exceptions", "typer._click.exceptions", "typer.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage += [getattr(mod, "ClickException")] if hasattr(mod, "ClickException") else []
+        abort += [getattr(mod, "Abort")] if hasattr(mod, "Abort") else []
+    return tuple(usage), tuple(abort)
+
+
+def _fail(e: BaseException, code: int) -> None:
+    console.print(f"[bold red]error:[/bold red] {rich_escape(str(e))}", highlight=False, markup=True, soft_wrap=True)
+    sys.exit(code)
+
+
+def rich_escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -230,30 +319,35 @@ def main(argv: list[str] | None = None) -> None:
 
     quiet_defaults()
     _mount_archive()
+    usage_errors, aborts = _click_errors()
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False, prog_name="evolve")
         if isinstance(rc, int) and rc:
+            if rc == 130:
+                console.print("interrupted")
             sys.exit(rc)
     except (UserError, ArchiveError) as e:  # an unknown system id is the user's to fix too
-        console.print(f"[bold red]error:[/bold red] {e}", highlight=False, markup=True, soft_wrap=True)
-        sys.exit(2)
+        _fail(e, 2)
+    except InfraError as e:  # the world failed: fix it and --resume
+        _fail(e, 3)
+    except RunFailed as e:
+        _fail(e, 1)
     except EvolveError as e:
-        console.print(f"[bold red]error:[/bold red] {e}", highlight=False, markup=True, soft_wrap=True)
-        sys.exit(1)
+        _fail(e, 1)
     except KeyboardInterrupt:
-        console.print("interrupted; continue with: evolve run TASK --out RUN_DIR --resume")
+        console.print("interrupted")
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as e:  # click's own usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(130)
-        raise
+    except usage_errors as e:  # click's own usage errors: its message, exit 2
+        e.show()
+        sys.exit(getattr(e, "exit_code", 2))
+    except aborts:
+        console.print("interrupted")
+        sys.exit(130)
+    except OSError as e:  # a path or a port the user gave (a folder that cannot be written, ...)
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        _fail(OSError(f"{e.strerror or e}{where}"), 1)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,25 @@ class EngineConfig(Strict):
     reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
 
 
+class FailuresConfig(Strict):
+    """What a run does when rollouts fail (:mod:`evolve.failures`). The world failing under a
+    rollout (the model unreachable, a rate limit, a server error, a dead worker process) is never
+    a score: such a rollout is run again after ``backoff`` seconds, doubled on each retry up to
+    ``max_backoff``, at most ``retries`` times (while the time budget allows), and if it still
+    fails the run stops with exit code 3, keeping everything finished, so that ``--resume``
+    continues once the world is back. A failure that retrying cannot mend (a bad key, a model
+    that does not exist, a missing package) stops the run at once. The agent's own failures
+    (it raised, timed out, its reward failed) are scores of 0: a run whose baseline, or whose
+    candidates taken together, failed on more than ``max_share`` of their rollouts ends with
+    exit code 1 and names the most common error."""
+
+    retries: int = Field(5, ge=0, description="re-runs of a rollout the world failed under")
+    backoff: float = Field(2.0, ge=0, description="seconds before the first re-run; doubled for each next one")
+    max_backoff: float = Field(60.0, ge=0, description="the longest wait between two re-runs (seconds)")
+    max_share: float = Field(0.5, ge=0, le=1, description="the share of the baseline's (or of the candidates') "
+                             "rollouts that may fail by the agent's or the reward's own error before the run fails")
+
+
 class TaskConfig(Strict):
     name: str = "task"
     seed: int = 0
@@ -157,12 +176,18 @@ class TaskConfig(Strict):
     runner: RunnerConfig = RunnerConfig()
     budget: BudgetConfig = BudgetConfig()
     engine: EngineConfig = EngineConfig()
+    failures: FailuresConfig = FailuresConfig()
+    reward_range: tuple[float, float] = Field((0.0, 1.0), description="the scores the reward is meant to give: "
+                                              "rollouts scored outside are counted in the report")
     out: str | None = Field(None, description="run directory (default runs/<name>-seed<seed>)")
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
         if not self.models:
             raise ValueError("'models' is empty; add at least one role, e.g. models: {policy: {backend: litellm, name: gpt-4o-mini}}")
+        lo, hi = self.reward_range
+        if not (lo < hi) or any(x != x or x in (float("inf"), float("-inf")) for x in (lo, hi)):
+            raise ValueError(f"reward_range must be two finite numbers [low, high] with low < high; got [{lo}, {hi}]")
         return self
 
 
@@ -314,10 +339,13 @@ def _check_operators(task: TaskConfig, source: str) -> None:
     _check_selector_params(task, source)
     from evolve.registry import llm_backends
 
+    from evolve.llm.params import check_keys
+
     for role, m in task.models.items():
         if m.backend not in llm_backends:
             raise ConfigError(f"unknown {llm_backends.kind} {m.backend!r}; {did_you_mean(m.backend, llm_backends.names())}",
                               path=f"models.{role}.backend", source=source)
+        check_keys(role, m.backend, m.params, source)
 
 
 def _check_workflow(task: TaskConfig, source: str) -> None:

@@ -31,15 +31,17 @@ from evolve.archive import Archive
 from evolve.budget import allowed_rollouts, spent
 from evolve.config import TaskConfig
 from evolve.data import Splits, load_splits
-from evolve.errors import BudgetExhausted, RunDirError
+from evolve.errors import BudgetExhausted, RunDirError, RunFailed
 from evolve.fingerprint import fingerprint as task_fingerprint
 from evolve.fingerprint import same_run
 from evolve.judge import judge, mean_score, promotion
 from evolve.operators import OperatorContext
 from evolve.pool import OperatorPool, scored_pool
+from evolve.recorder import RolloutRecorder
 from evolve.registry import operators as operator_registry
 from evolve.registry import runners as runner_registry
 from evolve.registry import selectors as selector_registry
+from evolve.retry import RetryPolicy, Retrying
 from evolve.runners import RolloutJob, WorkerSpec
 from evolve.types import Candidate, LLMCall, System, Trajectory
 
@@ -51,10 +53,30 @@ class Observer:
     def advance(self, n: int = 1) -> None: ...
     def generation(self, row: dict[str, Any]) -> None: ...
     def message(self, text: str) -> None: ...
+    def started(self, run_dir: Path) -> None: ...
 
 
 def job_seed(seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{seed}/{key}".encode()).hexdigest()[:8], 16)
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move a run directory to ``NAME.replaced-YYYYmmdd-HHMMSS`` beside it (``--fresh``): nothing
+    is deleted. Refuses the working directory and its parents (a run in ``.`` is the user's folder)."""
+    here, target = Path.cwd().resolve(), run_dir.resolve()
+    if target == here or target in here.parents:
+        raise RunDirError(f"--fresh would move {run_dir}, which holds the working directory; choose another --out")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = target.with_name(f"{target.name}.replaced-{stamp}")
+    k = 1
+    while dest.exists():
+        k += 1
+        dest = target.with_name(f"{target.name}.replaced-{stamp}-{k}")
+    try:
+        target.rename(dest)
+    except OSError as e:
+        raise RunDirError(f"--fresh could not move {run_dir} aside to {dest}: {e.strerror or e}") from None
+    return dest
 
 
 class Engine:
@@ -65,6 +87,7 @@ class Engine:
         base_dir: Path,
         run_dir: Path,
         resume: bool = False,
+        fresh: bool = False,
         observer: Observer | None = None,
         agent: Callable | None = None,
         reward: Callable | None = None,
@@ -73,7 +96,8 @@ class Engine:
         self.task, self.base_dir, self.run_dir = task, Path(base_dir), Path(run_dir)
         self._evaluating = evaluating  # scoring a finished run (evolve eval): its stored task is left as it is
         self.obs = observer or Observer()
-        self._open_archive(resume)
+        # everything a mistake can be found in is loaded before the run directory is touched, so that a
+        # failed start leaves nothing in the way of the corrected run
         self.splits: Splits = load_splits(task.dataset, self.base_dir, task.seed)
         self.spec = WorkerSpec(
             agent=agent or task.agent,
@@ -82,9 +106,15 @@ class Engine:
             search_path=str(self.base_dir),
         )
         self.agent_fn, self.reward_fn = self._resolve_callables()
-        self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
+        self._preflight()
         self.selector = selector_registry.get(task.engine.selector)(**task.engine.selector_params)
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
+        self._open_archive(resume, fresh)
+        self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
+        f = task.failures
+        self.retrying = Retrying(self.runner, RetryPolicy(f.retries, f.backoff, f.max_backoff), log=self.obs.message,
+                                 may_wait=self._may_wait)
+        self._seen_failures: set[str] = set()  # failure kinds shown on the console so far
         self._t0 = time.monotonic()
         self.final = False
         self._elapsed_before = float(self.archive.get_state("elapsed", 0.0))
@@ -92,26 +122,60 @@ class Engine:
 
     # ------------------------------------------------------------------ setup
 
-    def _open_archive(self, resume: bool) -> None:
+    def _preflight(self) -> None:
+        """What the task's models need before the run starts (a key in the environment, a scripted
+        reply that imports), checked before anything is written."""
+        from evolve.llm.params import check_ready
+
+        for role, m in self.task.models.items():
+            check_ready(role, m.backend, m.params, self.base_dir)
+
+    def _open_archive(self, resume: bool, fresh: bool = False) -> None:
+        from evolve.fingerprint import changes
+
+        if fresh and resume:
+            raise RunDirError("--fresh starts the run over and --resume continues it; give one of them")
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise RunDirError(f"{self.run_dir} is a file, not a run directory; choose another --out")
         exists = (self.run_dir / "archive.sqlite").exists()
-        if exists and not resume:
-            raise RunDirError(
-                f"{self.run_dir} already holds a run; add --resume to continue it, or choose another --out"
-            )
+        if fresh and exists:
+            moved = set_aside(self.run_dir)
+            self.obs.message(f"--fresh: moved the earlier run to {moved} (delete it when you no longer need it)")
+            exists = False
         if resume and not exists:
             self.obs.message(f"nothing to resume in {self.run_dir}; starting a new run")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirError(f"cannot create the run directory {self.run_dir}: {e.strerror or e}") from None
         self.archive = Archive(self.run_dir)
+        started = getattr(self.obs, "started", None)  # observers written before it existed lack it
+        if started is not None:
+            started(self.run_dir)
         fingerprint = task_fingerprint(self.task)
         saved = self.archive.get_state("task")
+        ways = f"continue it with --resume, start it over with --fresh (the earlier run is moved aside, not " \
+               f"deleted), or choose another --out"
+        if saved is not None and self.archive.get_state("baseline") is None and not self.archive.usage()["rollouts"]:
+            if not same_run(self.task, saved) or not resume:  # a start that failed before doing any work
+                self.archive.log_event("replaced", {"why": "the run held no work", "was": json.loads(saved)})
+                self.archive.put_state("task", fingerprint)
+                self.archive.put_state("base_dir", str(self.base_dir))
+            saved = self.archive.get_state("task")
         if saved is None:
             self.archive.put_state("task", fingerprint)
             self.archive.put_state("base_dir", str(self.base_dir))  # where the task's own modules live
+        elif not resume and not self._evaluating:
+            self.archive.close()
+            raise RunDirError(f"{self.run_dir} already holds a run; {ways}")
         elif not same_run(self.task, saved):
+            self.archive.close()
+            what = "\n  ".join(changes(self.task, saved))
             raise RunDirError(
-                f"{self.run_dir} was started with a different task configuration; resume it with the same task "
-                "file and --set values (only the budget may change), or choose another --out"
-            )
+                f"{self.run_dir} was started with a different task configuration:\n  {what}\n"
+                "Resume it with the task file and --set values it was started with (only budget and failures may "
+                "change), start it over with --fresh (the earlier run is moved aside, not deleted), or choose "
+                "another --out")
         elif not self._evaluating and (was := json.loads(saved).get("budget")) != (now := self.task.budget.model_dump()):
             self.archive.put_state("task", fingerprint)  # a new budget: the run goes on under it, and says so
             self.archive.log_event("budget", {"was": was, "now": now})
@@ -186,6 +250,11 @@ class Engine:
             per_rollout = b.calls_per_rollout or max(1, self._max_calls, bound or 0)
         return allowed_rollouts(b, self.usage(), self.elapsed(), pending, per_rollout)
 
+    def _may_wait(self, seconds: float) -> bool:
+        """Whether waiting ``seconds`` before retrying the world failing fits the time budget."""
+        b = self.task.budget
+        return self.final or b.seconds is None or self.elapsed() + seconds < b.seconds
+
     def check_operator_call(self) -> None:
         """Before an operator calls a model itself: raise :class:`BudgetExhausted` when the budget
         has no room for one more call (or another budget is spent)."""
@@ -219,23 +288,26 @@ class Engine:
             run_now = missing[:allowed]
             jobs = [RolloutJob(key=k, system=system, task=t, seed=job_seed(self.task.seed, k), sample=s,
                                temperature=temperature, timeout=self.task.runner.timeout) for k, t, s in run_now]
-            self.obs.phase(description or f"{tag} {system.id[:8]}", len(jobs))
-            buf: list = []
-            last = time.monotonic()
-            for job, traj in self.runner.run(self.spec, jobs):
-                done[job.key] = traj
-                buf.append((job.key, split, phase, generation, traj))
-                if self._max_calls is not None:
-                    self._max_calls = max(self._max_calls, sum(isinstance(st, LLMCall) for st in traj.steps))
-                self.obs.advance()
-                if len(buf) >= 256 or time.monotonic() - last > 0.5:
-                    self.archive.add_trajectories(buf)
-                    buf, last = [], time.monotonic()
-            if buf:
-                self.archive.add_trajectories(buf)
+            what = description or f"{tag} {system.id[:8]}"
+            self.obs.phase(what, len(jobs))
+            rec = RolloutRecorder(self.archive, self.obs, split=split, phase=phase, generation=generation,
+                                  seen=self._seen_failures, reward_range=self.task.reward_range,
+                                  on_result=self._count_calls)
+            try:
+                for job, traj in self.retrying.run(self.spec, jobs, on_failure=rec.world_failed):
+                    done[job.key] = traj
+                    rec.add(job, traj)
+                    self.obs.advance()
+            finally:
+                rec.flush()  # what finished is kept, whatever stops the batch
+            rec.summary(what, len(jobs))
             if len(run_now) < len(missing):
                 raise BudgetExhausted(spent(self.task.budget, cut_by or "rollouts", self.usage()))
         return [done[k] for k, _, _ in keys]
+
+    def _count_calls(self, traj: Trajectory) -> None:
+        if self._max_calls is not None:
+            self._max_calls = max(self._max_calls, sum(isinstance(st, LLMCall) for st in traj.steps))
 
     def _eval(self, system: System, split: str, generation: int = 0) -> list[Trajectory]:
         return self.rollouts(system, self._split(split), split=split, tag=f"eval:{split}", generation=generation,
@@ -292,10 +364,28 @@ class Engine:
             self.archive.put_state("accepted", acc)
 
     def run(self) -> dict[str, Any]:
+        """Bootstrap, evolve, score on test, write the report; returns the report. Raises
+        :class:`~evolve.errors.InfraError` when the world kept failing (what finished is kept:
+        ``--resume`` continues) and :class:`~evolve.errors.RunFailed` when too many of the
+        baseline's or the candidates' rollouts failed (the report is written first)."""
+        try:
+            return self._run()
+        finally:
+            self.archive.put_state("elapsed", self.elapsed())
+            self.runner.close()
+
+    def _run(self) -> dict[str, Any]:
+        from evolve.report import failure_check, write_report
+
         stop_reason = "generations done"
         try:
             base = self.baseline()
             val, n = self.evaluate(base, "val")
+            problem = failure_check(self, baseline=True)
+            if problem:
+                self.final = True
+                write_report(self, f"failed: {problem}", score_test=False)
+                raise RunFailed(f"{problem}; the report is in {self.run_dir / 'report.md'}")
             if self.archive.current() is None:
                 self.archive.set_current(base.id, "baseline")
             self._accept(base.id, val, 0)
@@ -308,14 +398,13 @@ class Engine:
         except BudgetExhausted as e:
             stop_reason = str(e)
             self.obs.message(f"stopping: {stop_reason}")
-        finally:
-            self.archive.put_state("elapsed", self.elapsed())
-        from evolve.report import write_report
-
+        self.archive.put_state("elapsed", self.elapsed())
         self.used_by_run = self.budget_used()  # before the final test scoring, which is outside the budget
         self.final = True
-        report = write_report(self, stop_reason)
-        self.runner.close()
+        problem = failure_check(self, baseline=False)
+        report = write_report(self, f"failed: {problem}" if problem else stop_reason)
+        if problem:
+            raise RunFailed(f"{problem}; the report is in {self.run_dir / 'report.md'}")
         return report
 
     def _generation(self, gen: int) -> None:

@@ -5,6 +5,8 @@ The fingerprint is the task's canonical JSON (without ``out``). A resume must ma
 
 * the ``budget`` may change: it only decides when to stop; what was done is memoised and seeded
   the same either way, so a run stopped by its budget can be given more;
+* so may ``failures`` (how often to retry the world failing, when to call a run failed): no
+  stored result depends on it;
 * fields added to evolvekit after the run started, left at their defaults, are ignored, so an
   older run still resumes.
 """
@@ -31,16 +33,62 @@ def same_run(task: TaskConfig, saved: str) -> bool:
     return without_budget(saved) in (ours, without_budget(older_fingerprint(task, saved)))
 
 
+FREE = ("budget", "failures")  # sections a resumed run may change (no stored result depends on them)
+
+
 def without_budget(fingerprint: str) -> str:
-    """A run fingerprint without its ``budget``: a run may be resumed under another budget (it
-    only decides when to stop; what was done is memoised and seeded the same either way)."""
+    """A run fingerprint without its :data:`FREE` sections: a run may be resumed under another
+    budget (it only decides when to stop; what was done is memoised and seeded the same either
+    way) or another failure policy."""
     try:
         data = json.loads(fingerprint)
     except (ValueError, TypeError):
         return fingerprint
     if isinstance(data, dict):
-        data.pop("budget", None)
+        for key in FREE:
+            data.pop(key, None)
     return canonical_json(data)
+
+
+def changes(task: TaskConfig, saved: str, limit: int = 8) -> list[str]:
+    """What differs between ``task`` and the run started with the fingerprint ``saved``, as
+    ``path: old -> new`` lines (the :data:`FREE` sections and fields newer than the run left out)."""
+    try:
+        old = json.loads(saved)
+    except (ValueError, TypeError):
+        return ["(the saved task configuration is unreadable)"]
+    new = json.loads(older_fingerprint(task, saved) or fingerprint(task))
+    for d in (old, new):
+        if isinstance(d, dict):
+            for key in FREE:
+                d.pop(key, None)
+    out: list[str] = []
+    _diff(old, new, "", out)
+    if len(out) > limit:
+        out = out[:limit] + [f"... and {len(out) - limit} more"]
+    return out
+
+
+def _short(v: object) -> str:
+    text = json.dumps(v, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _diff(old: object, new: object, path: str, out: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in old:
+                out.append(f"{sub}: (not set) -> {_short(new[key])}")
+            elif key not in new:
+                out.append(f"{sub}: {_short(old[key])} -> (not set)")
+            else:
+                _diff(old[key], new[key], sub, out)
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            _diff(a, b, f"{path}.{i}", out)
+    elif old != new:
+        out.append(f"{path}: {_short(old)} -> {_short(new)}")
 
 
 def older_fingerprint(task: TaskConfig, saved: str) -> str:

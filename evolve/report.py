@@ -9,6 +9,9 @@ sign test), so a reader can tell a gain from noise. When the best system (else t
 workflow graph, ``workflow`` holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
 ``environment`` records the Python, the platform and the installed versions of the libraries a
 result depends on (torch, transformers, peft, ...), so a number can be traced to what produced it.
+``failures`` counts, per split, the rollouts that failed by the agent's or the reward's own error
+(scores of 0) with their most common kinds, and the world failures that were retried and never
+scored; ``out_of_range`` counts the scores outside the task's ``reward_range``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.failures import describe_common, most_common
 from evolve.stats import describe, paired
 
 if TYPE_CHECKING:
@@ -42,10 +46,17 @@ def environment() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
 
 
-def _scores(engine: "Engine", system_id: str) -> dict[str, dict[str, float]]:
-    """``{split: {task_id: score}}`` on val and test (the memoised evaluation rollouts)."""
+def _scores(engine: "Engine", system_id: str, score_test: bool = True) -> dict[str, dict[str, float]]:
+    """``{split: {task_id: score}}`` on val and test (the memoised evaluation rollouts; without
+    ``score_test``, test only as far as it is stored)."""
     system = engine.archive.get_system(system_id)
-    return {split: engine.task_scores(system, split) for split in ("val", "test") if engine._split(split)}
+    out = {split: engine.task_scores(system, split) for split in ("val", "test") if engine._split(split)
+           and (score_test or split == "val")}
+    if not score_test:
+        stored = engine.archive.task_scores(system_id, "test")
+        if stored:
+            out["test"] = stored
+    return out
 
 
 def _entry(system_id: str, scores: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -55,7 +66,56 @@ def _entry(system_id: str, scores: dict[str, dict[str, float]]) -> dict[str, Any
     return out
 
 
-def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
+def failure_check(engine: "Engine", *, baseline: bool) -> str | None:
+    """Why the run must be called failed, or None: more than ``failures.max_share`` of the
+    baseline's evaluation rollouts (``baseline=True``), or of all candidates' taken together,
+    failed by the agent's or the reward's own error."""
+    arch, limit = engine.archive, engine.task.failures.max_share
+    base_id = arch.get_state("baseline")
+    if base_id is None:
+        return None
+    if baseline:
+        n, msgs = arch.failure_stats(system_id=base_id, split="val")
+        who, show = "the baseline", "baseline"
+    else:
+        n, msgs = arch.failure_stats(other_than=base_id)
+        who, show = "the candidates", "SYSTEM  (evolve archive list " + str(engine.run_dir) + " lists them)"
+    if not n or len(msgs) / n <= limit:
+        return None
+    return (f"{who} failed on {len(msgs)} of {n} evaluation rollouts ({100 * len(msgs) / n:.0f}%, more than "
+            f"failures.max_share = {limit:g}); most common: {describe_common(msgs)}; the trajectories: "
+            f"evolve archive show {engine.run_dir} {show}")
+
+
+def failures(engine: "Engine") -> dict[str, Any]:
+    """Per split: stored rollouts, those that failed (the agent's error; the reward's), the world
+    failures retried (never stored as scores) and the most common kinds of each."""
+    arch = engine.archive
+    out: dict[str, Any] = {}
+    for (split, _phase), c in sorted(arch.rollout_counts().items()):
+        row = out.setdefault(split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0,
+                                     "kinds": [], "world_kinds": []})
+        row["rollouts"] += c["rollouts"]
+        row["failed"] += c["failed"]
+        row["reward_errors"] += c["reward_errors"]
+    for split, row in out.items():
+        if row["failed"] or row["reward_errors"]:
+            _, msgs = arch.failure_stats(phase=None, split=split)
+            row["kinds"] = [list(k) for k in most_common(msgs, 5)]
+    world: dict[str, list[str]] = {}
+    for e in arch.events("world_failure"):
+        world.setdefault(e.get("split", "?"), []).append(e.get("message", ""))
+    for split, msgs in world.items():
+        row = out.setdefault(split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0,
+                                     "kinds": [], "world_kinds": []})
+        row["world_failures"] = len(msgs)
+        row["world_kinds"] = [list(k) for k in most_common(msgs, 5)]
+    return out
+
+
+def write_report(engine: "Engine", stop_reason: str, *, score_test: bool = True) -> dict[str, Any]:
+    """Write ``report.json`` and ``report.md``; with ``score_test=False`` (a run that failed) the
+    test split is not scored and the report shows what is stored."""
     arch = engine.archive
     baseline_id = arch.get_state("baseline")
     best_id = arch.current() or baseline_id
@@ -64,8 +124,8 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
         report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})
     else:
         # Scoring on test is part of the run's final step; it is memoised like every rollout.
-        base = _scores(engine, baseline_id)
-        best = _scores(engine, best_id) if best_id != baseline_id else base
+        base = _scores(engine, baseline_id, score_test)
+        best = _scores(engine, best_id, score_test) if best_id != baseline_id else base
         report["baseline"], report["best"] = _entry(baseline_id, base), _entry(best_id, best)
         if best is not base:
             report["paired"] = {split: paired(base[split], best[split]) for split in base}
@@ -81,6 +141,10 @@ def write_report(engine: "Engine", stop_reason: str) -> dict[str, Any]:
     tried = _workflows_tried(engine.run_dir)
     if tried:
         report["workflows_tried"] = tried
+    report["failures"] = failures(engine)
+    lo, hi = engine.task.reward_range
+    report["reward_range"] = [lo, hi]
+    report["out_of_range"] = arch.out_of_range(lo, hi)
     report["environment"] = environment()
     (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (engine.run_dir / "report.md").write_text(to_markdown(report))
@@ -166,6 +230,7 @@ def to_markdown(report: dict[str, Any]) -> str:
               f"{u.get('tokens', 0)} tokens, ${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. "
               f"Stopped: {report.get('stop_reason')}. With the final test scoring (outside the budget): "
               f"{a.get('rollouts', 0)} rollouts, {a.get('calls', 0)} LLM calls, ${a.get('cost', 0):.4f}.", ""]
+    lines += _failures_md(report)
     env = report.get("environment")
     if env:
         pk = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
@@ -185,6 +250,28 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['search']} | {_pct(r['score'])} | {_num(r['calls'])} | {_num(r['utility'], 4)} | "
                          f"{'yes' if r['chosen'] else ''} | `{r['workflow']}` |")
     return "\n".join(lines) + "\n"
+
+
+def _failures_md(report: dict[str, Any]) -> list[str]:
+    fails = report.get("failures") or {}
+    rng = report.get("out_of_range") or {}
+    lines = ["## Failures", ""]
+    if not any(r["failed"] or r["reward_errors"] or r["world_failures"] for r in fails.values()) and not rng:
+        return lines + ["No rollout failed: no agent or reward error, and the world never failed under one.", ""]
+    lines += ["Failed rollouts score 0 (the agent raised or timed out; the reward failed). World failures (the model "
+              "unreachable, a rate limit, a dead worker) were retried and are never scores.", "",
+              "| split | rollouts | agent failed | reward failed | world failures retried | most common |",
+              "|---|---|---|---|---|---|"]
+    for split, r in fails.items():
+        kinds = r["kinds"] or r["world_kinds"]
+        common = "; ".join(f"`{k}` ×{n}" for k, n in kinds[:2]) if kinds else ""
+        lines.append(f"| {split} | {r['rollouts']} | {r['failed']} | {r['reward_errors']} | {r['world_failures']} | "
+                     f"{common} |")
+    lo, hi = report.get("reward_range") or [0, 1]
+    for split, r in rng.items():
+        lines.append(f"\n{r['n']} {split} rollouts scored outside the reward range [{lo:g}, {hi:g}] "
+                     f"(from {r['min']:g} to {r['max']:g}).")
+    return lines + [""]
 
 
 def _pct(x: Any) -> str:

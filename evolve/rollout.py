@@ -7,7 +7,15 @@ A *reward* is any callable ``reward(task, output)`` or ``reward(task, output, tr
 returning a float, a :class:`~evolve.types.Reward`, or a dict with ``score``.
 
 Nothing an agent or a reward does can crash a run: exceptions and timeouts become a failed
-trajectory (``error`` set, score 0) or a failed reward (``reward.error`` set, score 0).
+trajectory (``error`` set, score 0) or a failed reward (``reward.error`` set, score 0). A reward
+must be a finite real number (numpy scalars and bools are converted); NaN, inf, a string or
+``None`` is a failed reward, never a crash.
+
+The world failing under a rollout is another matter (:mod:`evolve.failures`): a model call that
+fails because the model is unreachable, rate-limited, misconfigured or gone marks the
+trajectory's ``infra`` (even when the agent caught the error and went on), and so does such an
+exception raised by the agent's own model client or by the reward. Such a trajectory is not a
+result: the engine retries it or stops, and never stores it as a score.
 """
 
 from __future__ import annotations
@@ -15,14 +23,17 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
+import numbers
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from evolve.failures import classify, infra
 from evolve.llm.base import LLM, Completion, as_messages
-from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory
+from evolve.types import InfraFailure, LLMCall, Message, Reward, System, ToolCall, Trajectory
 
 Task = dict[str, Any]
 
@@ -61,7 +72,11 @@ class RecordedLLM:
             max_tokens = self._defaults.get("max_tokens")
         seed = ctx.seed * 1000 + len(ctx.steps)
         t0 = time.perf_counter()
-        out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+        try:
+            out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+        except Exception as e:
+            ctx.note_failure(e)  # the world failing is recorded even if the agent catches it
+            raise
         ctx.add_step(
             LLMCall(
                 role=self.role,
@@ -95,11 +110,30 @@ class RolloutContext:
     steps: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _gateway: dict = field(default_factory=dict, repr=False)  # role -> token (evolve.serve.gateway)
+    infra: InfraFailure | None = None  # the first time the world failed under this rollout
 
     def llm(self, role: str = "policy") -> RecordedLLM:
         if role not in self.system.models:
             raise KeyError(f"the system has no model role {role!r}; it has {sorted(self.system.models)}")
-        return RecordedLLM(self, role, self.llm_provider(self.system, role))
+        try:
+            llm = self.llm_provider(self.system, role)
+        except Exception as e:  # the model could not be built (a bad key, a missing file, ...): the world's
+            self.note_failure(e, building=f"building the model of role {role!r}")
+            raise
+        return RecordedLLM(self, role, llm)
+
+    def note_failure(self, e: BaseException, building: str | None = None) -> None:
+        """Record ``e`` as the world failing under this rollout when it is one (see
+        :func:`evolve.failures.classify`); while ``building`` a model, every failure is."""
+        if self.infra is not None:
+            return
+        found = classify(e)
+        if found is None and building is not None:
+            from evolve.errors import UserError
+
+            found = infra("config" if isinstance(e, UserError) else "backend", f"{building}: {type(e).__name__}: {e}")
+        if found is not None:
+            self.infra = found
 
     def openai_base_url(self, role: str = "policy") -> str:
         """A loopback OpenAI-compatible base URL (``http://127.0.0.1:PORT/r/TOKEN/v1``) for this
@@ -148,10 +182,13 @@ class RolloutContext:
 
     def join(self, forks: Sequence["RolloutContext"]) -> None:
         """Append the forks' steps, branch after branch, in the order given, and drop any gateway
-        URL a fork registered (its calls are recorded; the URL must not outlive the branch)."""
+        URL a fork registered (its calls are recorded; the URL must not outlive the branch). The
+        world failing under a fork failed it under this rollout too."""
         with self._lock:
             for f in forks:
                 self.steps.extend(f.steps)
+                if self.infra is None and f.infra is not None:
+                    self.infra = f.infra
         for f in forks:
             if f._gateway:
                 from evolve.serve.gateway import unregister
@@ -197,11 +234,14 @@ def run_agent(
         error = f"timeout: the agent ran past its {timeout:g}s limit"
     except Exception as e:
         error = f"agent raised {type(e).__name__}: {e}\n" + _short_tb(e)
+        ctx.note_failure(e)  # its own model client's errors (openai, httpx, ...) speak for the world
     finally:
         if ctx._gateway:  # the rollout's OpenAI URLs stop working now
             from evolve.serve.gateway import unregister
 
             unregister(ctx)
+    if ctx.infra is not None and error is None:  # the agent caught the failure and went on
+        error = f"the world failed under the rollout: {ctx.infra.message}"
     steps = tuple(ctx.steps)
     tokens = sum(s.prompt_tokens + s.completion_tokens for s in steps if isinstance(s, LLMCall))
     cost = sum((s.cost or 0.0) for s in steps if isinstance(s, LLMCall))
@@ -211,6 +251,7 @@ def run_agent(
         steps=steps,
         output=_jsonable(output),
         error=error,
+        infra=ctx.infra,
         tokens=tokens,
         cost=cost,
         duration=time.monotonic() - t0,
@@ -246,7 +287,10 @@ def check_reward_signature(fn: Callable) -> None:
 
 
 def score(reward_fn: Callable, task: Task, trajectory: Trajectory) -> Trajectory:
-    """Attach a Reward to ``trajectory``. A failed rollout scores 0; a raising reward is recorded."""
+    """Attach a Reward to ``trajectory``. A failed rollout scores 0; a raising reward, or one that
+    returns anything but a finite real number, a Reward or a dict with ``score``, is recorded as a
+    reward error (score 0); a reward that fails because the world failed under it (its judge model
+    unreachable) marks the trajectory's ``infra``."""
     if trajectory.error is not None:
         r = Reward(score=0.0, feedback=trajectory.error.splitlines()[0], components={"failed": 1.0})
         return trajectory.model_copy(update={"reward": r})
@@ -255,20 +299,56 @@ def score(reward_fn: Callable, task: Task, trajectory: Trajectory) -> Trajectory
             value = reward_fn(task, trajectory.output, trajectory)
         else:
             value = reward_fn(task, trajectory.output)
-        r = as_reward(value)
     except Exception as e:
+        found = classify(e, source="reward")
+        if found is not None:
+            return trajectory.model_copy(update={"infra": found, "error": f"the reward failed: {found.message}",
+                                                 "reward": Reward(score=0.0, error=found.message)})
         r = Reward(score=0.0, error=f"reward raised {type(e).__name__}: {e}",
                    feedback=f"the reward function failed: {type(e).__name__}: {e}")
+        return trajectory.model_copy(update={"reward": r})
+    try:
+        r = as_reward(value)
+    except (TypeError, ValueError) as e:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:59] + "…"
+        r = Reward(score=0.0, error=f"reward returned {shown}: {e}", feedback=f"the reward function returned {shown}")
     return trajectory.model_copy(update={"reward": r})
 
 
+_ACCEPTED = "a finite real number (a float, an int, a bool or a numpy scalar), a Reward, or a dict with 'score'"
+
+
+def as_real(value: Any, what: str = "a reward") -> float:
+    """``value`` as a finite float: bools, ints, floats, numpy scalars and one-element arrays or
+    tensors. Raises TypeError for other types, ValueError for NaN and infinities."""
+    if not isinstance(value, (bool, numbers.Real)):
+        item = getattr(value, "item", None)  # numpy scalars (np.bool_ is no numbers.Real), one-element arrays, tensors
+        if callable(item):
+            try:
+                value = item()
+            except Exception:  # noqa: BLE001 - more than one element (numpy: ValueError, torch: RuntimeError)
+                pass
+        if not isinstance(value, (bool, numbers.Real)):
+            kinds = _ACCEPTED if what == "a reward" else "a finite real number (a float, an int, a bool or a numpy scalar)"
+            raise TypeError(f"{what} must be {kinds}; got {type(value).__name__}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"{what} must be a finite number; got {x}")
+    return x
+
+
 def as_reward(value: Any) -> Reward:
+    """A :class:`Reward` from what a reward function returned (see :func:`as_real`)."""
     if isinstance(value, Reward):
         return value
-    if isinstance(value, bool):
-        return Reward(score=float(value))
-    if isinstance(value, (int, float)):
-        return Reward(score=float(value))
-    if isinstance(value, dict) and "score" in value:
-        return Reward.model_validate(value)
-    raise TypeError(f"a reward must return a float, a Reward or a dict with 'score'; got {type(value).__name__}")
+    if isinstance(value, dict):
+        if "score" not in value:
+            raise TypeError(f"a reward dict needs a 'score'; got keys {sorted(value)[:8]}")
+        data = dict(value)
+        data["score"] = as_real(value["score"], "the reward's score")
+        comps = data.get("components")
+        if isinstance(comps, dict):
+            data["components"] = {str(k): as_real(v, f"reward component {k!r}") for k, v in comps.items()}
+        return Reward.model_validate(data)
+    return Reward(score=as_real(value))

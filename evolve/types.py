@@ -120,14 +120,35 @@ class ToolCall(Frozen):
 Step = Annotated[Union[LLMCall, ToolCall], Field(discriminator="kind")]
 
 
-class Reward(Frozen):
-    """r: a score in [0, 1] by convention, named components, and feedback text for operators
-    that reflect. ``error`` is set when the reward function itself failed."""
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
-    score: float
-    components: dict[str, float] = Field(default_factory=dict)
+
+class Reward(Frozen):
+    """r: a score in [0, 1] by convention (a task file may declare another ``reward_range``),
+    named components, and feedback text for operators that reflect. ``error`` is set when the
+    reward function itself failed. Score and components are finite numbers: NaN and inf are
+    refused, so no archive, mean or test statistic ever holds one."""
+
+    score: Finite
+    components: dict[str, Finite] = Field(default_factory=dict)
     feedback: str = ""
     error: str | None = None
+
+
+class InfraFailure(Frozen):
+    """The world failed under a rollout, so the rollout is not a result: the engine retries it
+    (``retryable``) or stops the run, and never stores it as a score.
+
+    ``category``: ``unreachable``, ``timeout``, ``rate_limit``, ``server`` (transient: retried),
+    ``worker`` (a worker process died under the rollout: retried; if it dies on every attempt the
+    rollout is the agent's own failure), ``auth``, ``not_found``, ``config``, ``backend``,
+    ``sandbox`` (not retried: someone has to fix something). ``source`` says who met it: the
+    ``agent`` (a model call, or an exception it raised), the ``reward`` or the ``runner``."""
+
+    category: str
+    retryable: bool
+    message: str
+    source: Literal["agent", "reward", "runner"] = "agent"
 
 
 class Trajectory(Frozen):
@@ -138,6 +159,7 @@ class Trajectory(Frozen):
     steps: tuple[Step, ...] = ()
     output: JSON = None
     error: str | None = None  # the agent crashed or timed out: the message, else None
+    infra: InfraFailure | None = None  # the world failed under it (then ``error`` is set too): not a result
     reward: Reward | None = None
     tokens: int = 0
     cost: float = 0.0
@@ -170,6 +192,7 @@ class Candidate(Frozen):
 __all__ = [
     "ArtifactRef",
     "Candidate",
+    "InfraFailure",
     "LLMCall",
     "Message",
     "ModelSpec",

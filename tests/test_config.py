@@ -69,7 +69,7 @@ def test_missing_required_and_cross_field():
 
 
 def test_pointer_options_with_the_char_tokenizer_are_refused_not_ignored():
-    cold = ["models.policy.backend=local", "models.policy.cold_start.demos=evolve.worlds.sql:demos"]
+    cold = ["models.policy.backend=local", "models.policy.params={}", "models.policy.cold_start.demos=evolve.worlds.sql:demos"]
     ok = validate_task(BASE, cold + ["models.policy.cold_start.pointer_words=evolve.worlds.sql:name_words"])
     assert ok.models["policy"].cold_start.pointer_words == "evolve.worlds.sql:name_words"
     msg = _err(BASE, cold + ["models.policy.cold_start.tokenizer=char",

@@ -10,10 +10,10 @@ import sys
 import textwrap
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from _servers import FakeOpenAI
 
 from evolve.errors import ConfigError, LLMError, MissingDependency
 from evolve.llm.base import LLM, Completion
@@ -151,79 +151,6 @@ def test_scripted_build_from_model_spec():
 
 
 # ============================================================================= litellm over loopback HTTP
-
-
-class FakeOpenAI:
-    """A tiny OpenAI-compatible /v1/chat/completions server on 127.0.0.1 (random port).
-
-    ``script`` lists what to do for successive requests (the last entry repeats):
-    ok | 500 | 429 | 401 | 404 | hang | garbage | empty | none | nochoices.
-    """
-
-    def __init__(self) -> None:
-        self.script: list[str] = ["ok"]
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        self.reply = "hello from loopback"
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                n = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(n) or b"{}")
-                server.requests.append(body)
-                server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                i = len(server.requests) - 1
-                what = server.script[min(i, len(server.script) - 1)]
-                if what == "hang":
-                    time.sleep(3)
-                    what = "ok"
-                if what in ("500", "429", "401", "404"):
-                    key = server.headers[-1].get("authorization", "")
-                    return self.send(int(what), {"error": {"message": f"scripted {what}; got key {key}",
-                                                           "type": "x", "code": what}})
-                if what == "garbage":
-                    return self.send(200, b"<html>this is {not json")
-                choice = {"index": 0, "message": {"role": "assistant", "content": server.reply},
-                          "finish_reason": "stop"}
-                if what == "none":
-                    choice["message"]["content"] = None
-                    choice["finish_reason"] = "content_filter"
-                if body.get("logprobs"):
-                    choice["logprobs"] = {"content": [
-                        {"token": "hello", "logprob": -0.25, "bytes": None, "top_logprobs": []},
-                        {"token": " from", "logprob": -1.5, "bytes": None, "top_logprobs": []},
-                    ]}
-                resp = {"id": "cmpl-1", "object": "chat.completion", "created": 1, "model": body.get("model", "?"),
-                        "choices": [] if what == "empty" else [choice],
-                        "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}
-                if what == "nochoices":
-                    resp.pop("choices")
-                return self.send(200, resp)
-
-            def send(self, code, payload):
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def needs_litellm() -> None:

@@ -229,6 +229,42 @@ class _TrajectoriesMixin:
             ).fetchone()
         return {} if not n else {"cost": float(cost), "calls": float(calls), "latency": float(latency)}
 
+    def failure_stats(self, *, phase: str | None = "eval", system_id: str | None = None,
+                      other_than: str | None = None, split: str | None = None) -> tuple[int, list[str]]:
+        """``(rollouts, failure messages)`` of the stored rollouts of one phase (None: all), of one
+        system (or of every system but ``other_than``), on one split or all."""
+        where, args = ["1 = 1"], []
+        for cond, val in (("t.phase = ?", phase), ("t.system_id = ?", system_id), ("t.system_id != ?", other_than),
+                          ("t.split = ?", split)):
+            if val is not None:
+                where.append(cond)
+                args.append(val)
+        q = " AND ".join(where)
+        with self._read() as c:
+            n = int(c.execute(f"SELECT COUNT(*) FROM trajectories t WHERE {q}", tuple(args)).fetchone()[0])
+            raw = c.execute("SELECT d.enc, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
+                            f"WHERE {q} AND (t.error = 1 OR t.reward_error = 1) ORDER BY t.seq", tuple(args)).fetchall()
+        msgs = []
+        for enc, data in raw:
+            t = Trajectory.model_validate_json(_unpack(enc, data))
+            msgs.append(t.error or (t.reward.error if t.reward is not None else "") or "")
+        return n, msgs
+
+    def rollout_counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """``(split, phase) -> {rollouts, failed, reward_errors}`` over every stored rollout."""
+        with self._read() as c:
+            rows = c.execute("SELECT split, phase, COUNT(*), SUM(error), SUM(reward_error) FROM trajectories "
+                             "GROUP BY split, phase").fetchall()
+        return {(s, p): {"rollouts": int(n), "failed": int(e or 0), "reward_errors": int(r or 0)}
+                for s, p, n, e, r in rows}
+
+    def out_of_range(self, low: float, high: float) -> dict[str, dict[str, float]]:
+        """``split -> {n, min, max}`` of the stored rollouts whose score lies outside [low, high]."""
+        with self._read() as c:
+            rows = c.execute("SELECT split, COUNT(*), MIN(score), MAX(score) FROM trajectories "
+                             "WHERE score < ? OR score > ? GROUP BY split", (low, high)).fetchall()
+        return {s: {"n": int(n), "min": float(lo), "max": float(hi)} for s, n, lo, hi in rows}
+
     def max_calls(self) -> int:
         """The most LLM calls one stored trajectory made (0 when none is stored)."""
         with self._read() as c:

@@ -26,16 +26,24 @@ prompt) with zero log-probs when ``token_ids=True``, usage counts of ``ceil(char
 is one byte here), and ``cost_per_call`` as the cost when it is set. ``delay`` sleeps that
 many seconds per call to simulate latency. It is thread-safe and cheap (a few µs per call).
 
+Fault injection (``faults={"rate": 0.3, "kinds": ["unreachable", "timeout", "rate_limit"],
+"seed": 0}``): that share of calls raises :class:`~evolve.errors.LLMError` of one of those
+categories, as a flaky model server would (the world failing, which the engine retries and
+never scores). Whether a call fails depends only on the fault seed, the call (messages and
+seed) and how many times that same call was made before, not on thread timing, so a run
+with faults is reproducible and a retried call can succeed. ``rate: 1`` is a server that is down.
+
 From a task file (``backend: scripted``), :func:`build` reads ``spec.params``::
 
     params: {reply: "evolve.worlds.toy:reply"}      # an import path to a callable
     params: {responses: ["a", "b"], by_seed: true}  # a list (or a dict)
     params: {echo: true}                            # echo the last user message
-    # optional: delay, cost_per_call, token_ids, cycle
+    # optional: delay, cost_per_call, token_ids, cycle, by_seed, faults
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import threading
 import time
@@ -78,8 +86,12 @@ class ScriptedLM:
         cost_per_call: float | None = None,
         cycle: bool = True,
         by_seed: bool = False,
+        faults: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
+        self._faults = _check_faults(faults)
+        self._seen: dict[str, int] = {}  # call -> times made (fault injection)
+        self.faults_injected = 0
         self.token_ids = token_ids
         self.delay = float(delay)
         self.cost_per_call = cost_per_call
@@ -121,6 +133,8 @@ class ScriptedLM:
         msgs = as_messages(messages)
         if self.delay:
             time.sleep(self.delay)
+        if self._faults is not None:
+            self._maybe_fail(msgs, seed)
         with self._lock:
             call_index = self.calls
             self.calls += 1
@@ -129,13 +143,27 @@ class ScriptedLM:
             return reply
         if not isinstance(reply, str):
             raise LLMError(f"ScriptedLM {self.name!r}: its reply function returned {type(reply).__name__}, "
-                           "expected str or Completion")
+                           "expected str or Completion", category="config")
         return self._completion(msgs, reply, max_tokens=max_tokens, stop=stop)
 
     def close(self) -> None:
         self.closed = True
 
     # ------------------------------------------------------------------ internals
+
+    def _maybe_fail(self, msgs: tuple[Message, ...], seed: int | None) -> None:
+        rate, kinds, fseed = self._faults
+        call = hashlib.sha256(repr((seed, [(m.role, m.content) for m in msgs])).encode()).hexdigest()
+        with self._lock:
+            n = self._seen.get(call, 0)
+            self._seen[call] = n + 1
+        h = hashlib.sha256(f"{fseed}/{call}/{n}".encode()).digest()
+        if int.from_bytes(h[:8], "big") / 2**64 < rate:
+            kind = kinds[h[8] % len(kinds)]
+            with self._lock:
+                self.faults_injected += 1
+            raise LLMError(f"ScriptedLM {self.name!r}: injected fault ({kind}; attempt {n + 1} of this call)",
+                           category=kind)
 
     def _reply(self, msgs: tuple[Message, ...], call_index: int, **kw: Any) -> str | Completion:
         if self._fn is not None:
@@ -146,7 +174,7 @@ class ScriptedLM:
                 return self._list[(kw["seed"] or 0) % n]
             if call_index >= n and not self.cycle:
                 raise LLMError(f"ScriptedLM {self.name!r} ran out of its {n} scripted responses (call {call_index + 1}); "
-                               "give more responses, or cycle=True")
+                               "give more responses, or cycle=True", category="config")
             return self._list[call_index % n]
         last = _last_user(msgs)
         if self._dict is not None:
@@ -156,7 +184,7 @@ class ScriptedLM:
             if "default" in self._dict:
                 return self._dict["default"]
             raise LLMError(f"ScriptedLM {self.name!r}: no scripted key is a substring of the last user message "
-                           f"{last[:80]!r}; keys: {list(self._dict)[:10]} (add a 'default' key)")
+                           f"{last[:80]!r}; keys: {list(self._dict)[:10]} (add a 'default' key)", category="config")
         return last  # echo
 
     def _completion(self, msgs: tuple[Message, ...], text: str, *, max_tokens: int | None,
@@ -196,6 +224,32 @@ class ScriptedLM:
         return f"ScriptedLM(name={self.name!r}, {kind})"
 
 
+FAULT_KINDS = ("unreachable", "timeout", "rate_limit", "server")
+
+
+def _check_faults(faults: Mapping[str, Any] | None) -> tuple[float, tuple[str, ...], int] | None:
+    if faults is None:
+        return None
+    if not isinstance(faults, Mapping):
+        raise ConfigError(f"ScriptedLM faults must be a mapping {{rate, kinds, seed}}; got {faults!r}")
+    unknown = sorted(set(faults) - {"rate", "kinds", "seed"})
+    if unknown:
+        from evolve.registry import did_you_mean
+
+        raise ConfigError(f"ScriptedLM faults: unknown key(s) {unknown}; {did_you_mean(unknown[0], ['rate', 'kinds', 'seed'])}")
+    try:
+        rate = float(faults.get("rate", 0.0))
+    except (TypeError, ValueError):
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        raise ConfigError(f"ScriptedLM faults.rate must be a share in [0, 1]; got {faults.get('rate')!r}")
+    kinds = tuple(faults.get("kinds") or ("unreachable", "timeout", "rate_limit"))
+    bad = [k for k in kinds if k not in FAULT_KINDS]
+    if bad or not kinds:
+        raise ConfigError(f"ScriptedLM faults.kinds: {bad or kinds} are not fault kinds; choose from {list(FAULT_KINDS)}")
+    return rate, kinds, int(faults.get("seed", 0))
+
+
 def _last_user(msgs: Sequence[Message]) -> str:
     for m in reversed(msgs):
         if m.role == "user":
@@ -205,7 +259,7 @@ def _last_user(msgs: Sequence[Message]) -> str:
 
 # sampling keys that role defaults carry (applied by the rollout, not by this backend)
 _GENERIC = {"temperature", "max_tokens", "top_p", "top_k", "stop", "seed", "logprobs", "n"}
-_OWN = {"responses", "reply", "echo", "delay", "cost_per_call", "token_ids", "cycle", "by_seed"}
+_OWN = {"responses", "reply", "echo", "delay", "cost_per_call", "token_ids", "cycle", "by_seed", "faults"}
 
 
 def build(spec: Any, artifacts: Any = None) -> ScriptedLM:
@@ -237,6 +291,7 @@ def build(spec: Any, artifacts: Any = None) -> ScriptedLM:
         cost_per_call=params.get("cost_per_call"),
         cycle=bool(params.get("cycle", True)),
         by_seed=bool(params.get("by_seed", False)),
+        faults=params.get("faults"),
     )
 
 

@@ -18,7 +18,9 @@ Behaviour of :meth:`LiteLLM.complete`:
   not found (404), missing credentials — fail at once;
 * either way the failure is an :class:`~evolve.errors.LLMError` that names the model, the
   api_base, the number of attempts and the underlying error's class and message (the API
-  key is redacted from it);
+  key is redacted from it), with its ``category`` (:func:`evolve.failures.category_of`):
+  every category but ``request`` (a bad request: the agent's own failure) is the world
+  failing, which the engine retries or stops on and never scores;
 * a response with no ``choices`` is an ``LLMError`` (not retried); a choice whose content
   is ``None`` (e.g. a content filter, or tool calls only) gives **empty text** with the
   response's ``finish_reason`` kept, because a model may legitimately say nothing;
@@ -39,7 +41,10 @@ From a task file::
         params: {temperature: 0.7, max_tokens: 512, api_key_env: OPENAI_API_KEY,
                  api_base: null, timeout: 60, max_retries: 3, backoff: 0.5, logprobs: false}
 
-Other keys in ``params`` (``top_p``, ...) are passed to ``litellm.completion`` as they are.
+Other keys in ``params`` (``top_p``, ``seed``, ``reasoning_effort``, ...: the list is
+:data:`evolve.llm.params.LITELLM`; an unknown key is refused when the task file loads) are
+passed to ``litellm.completion`` as they are, and so is everything under ``params.extra``
+(a provider's own parameters).
 """
 
 from __future__ import annotations
@@ -51,27 +56,13 @@ import time
 import warnings
 from typing import Any, Sequence
 
-from evolve.errors import ConfigError, LLMError, MissingDependency
+from evolve.errors import TRANSIENT, ConfigError, LLMError, MissingDependency
+from evolve.failures import category_of
 from evolve.llm.base import Completion, as_messages
 from evolve.types import Message
 
 _import_lock = threading.Lock()
 _litellm: Any = None
-
-RETRYABLE_STATUS = {408, 409, 425, 429}
-RETRYABLE_NAMES = {
-    "RateLimitError", "Timeout", "APITimeoutError", "APIConnectionError", "InternalServerError",
-    "ServiceUnavailableError", "BadGatewayError", "GatewayTimeoutError",
-    "TimeoutError", "ConnectionError", "ConnectError", "ReadTimeout", "ConnectTimeout", "RemoteProtocolError",
-    "ReadError", "WriteError", "PoolTimeout",
-}
-FATAL_NAMES = {
-    "AuthenticationError", "PermissionDeniedError", "BadRequestError", "NotFoundError", "UnprocessableEntityError",
-    "ContextWindowExceededError", "ContentPolicyViolationError", "UnsupportedParamsError", "InvalidRequestError",
-    "BudgetExceededError",
-}
-_FATAL_TEXT = ("missing credentials", "api_key client option must be set", "no api key", "invalid api key")
-
 
 def import_litellm() -> Any:
     """Import litellm offline and quietly (once); MissingDependency when it is not installed."""
@@ -108,28 +99,10 @@ def import_litellm() -> Any:
         return litellm
 
 
-def _status(e: BaseException) -> int | None:
-    for obj in (e, getattr(e, "response", None)):
-        code = getattr(obj, "status_code", None)
-        if isinstance(code, int):
-            return code
-    return None
-
-
 def is_retryable(e: BaseException) -> bool:
-    """Transient (rate limit, timeout, 5xx, connection) → True; auth/bad request/not found → False."""
-    names = {c.__name__ for c in type(e).__mro__}
-    text = str(e).lower()
-    if any(t in text for t in _FATAL_TEXT):
-        return False
-    if names & {"Timeout", "APITimeoutError", "APIConnectionError", "RateLimitError"}:
-        return True
-    if names & FATAL_NAMES:
-        return False
-    code = _status(e)
-    if code is not None:
-        return code in RETRYABLE_STATUS or code >= 500
-    return bool(names & RETRYABLE_NAMES)
+    """Transient (rate limit, timeout, 5xx, connection) → True; auth/bad request/not found → False
+    (:func:`evolve.failures.category_of` on an exception of the model client)."""
+    return category_of(e, client=True) in TRANSIENT
 
 
 def _retry_after(e: BaseException) -> float | None:
@@ -251,17 +224,17 @@ class LiteLLM:
             msg = msg.replace(api_key, "***")
         if len(msg) > 500:
             msg = msg[:500] + "…"
-        kind = "retryable" if is_retryable(e) else "not retryable"
+        category = category_of(e, client=True) or "backend"
+        kind = "retryable" if category in TRANSIENT else "not retryable"
         return LLMError(
             f"{self._where()}: failed after {attempts} attempt{'s' if attempts != 1 else ''} "
-            f"in {elapsed:.1f}s ({kind}): {type(e).__name__}: {msg}"
-        )
+            f"in {elapsed:.1f}s ({kind}, {category}): {type(e).__name__}: {msg}", category=category)
 
     def _parse(self, litellm: Any, response: Any, attempts: int) -> Completion:
         choices = getattr(response, "choices", None)
         if not choices:
             raise LLMError(f"{self._where()}: the response has no choices (an empty or malformed reply); "
-                           f"got {str(response)[:200]!r}")
+                           f"got {str(response)[:200]!r}", category="server")
         choice = choices[0]
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None)
@@ -321,7 +294,8 @@ def build(spec: Any, artifacts: Any = None) -> LiteLLM:
     """Build a :class:`LiteLLM` from a :class:`~evolve.types.ModelSpec` (``backend: litellm``)."""
     params = dict(spec.params or {})
     params.pop("name", None)
-    return LiteLLM(spec.name, **params)
+    extra = params.pop("extra", None) or {}
+    return LiteLLM(spec.name, **params, **extra)
 
 
 __all__ = ["LiteLLM", "build", "import_litellm", "is_retryable"]

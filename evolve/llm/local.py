@@ -129,7 +129,7 @@ class LocalLM:
         try:
             return fut.result(timeout=self.timeout)
         except cf.TimeoutError:
-            raise LLMError(f"local model {self.name!r}: no answer within {self.timeout} s") from None
+            raise LLMError(f"local model {self.name!r}: no answer within {self.timeout} s", category="timeout") from None
 
     def _completion(self, prompt: list[int], s: Sample, temperature: float, seed: int,
                     context: Sequence[Message] = ()) -> Completion:

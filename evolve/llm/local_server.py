@@ -109,11 +109,11 @@ class LocalServer:
         cut to fit the context (``max_len`` of the model): ``finish_reason="length"``."""
         prompt = list(prompt_ids)
         if not prompt:
-            raise LLMError(f"local model {self.name!r}: empty prompt")
+            raise LLMError(f"local model {self.name!r}: empty prompt", category="request")
         if len(prompt) >= self.max_len:
             raise LLMError(
-                f"local model {self.name!r}: the prompt has {len(prompt)} tokens; the context holds {self.max_len}"
-            )
+                f"local model {self.name!r}: the prompt has {len(prompt)} tokens; the context holds {self.max_len}",
+                category="request")
         if adapter is not None and adapter not in self.adapters():
             raise LLMError(f"local model {self.name!r}: no adapter {adapter!r} is loaded")
         req = _Request(prompt=prompt, adapter=adapter, temperature=max(0.0, float(temperature)),

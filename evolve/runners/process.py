@@ -18,6 +18,7 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable, Iterator, Sequence
 
 from evolve.errors import EvolveError, UserError
+from evolve.failures import infra
 from evolve.runners.base import RolloutJob, Worker, WorkerSpec, failed_trajectory
 from evolve.types import Trajectory
 
@@ -327,9 +328,9 @@ class ProcessRunner:
                         code = self._discard(w, kill=True)
                         if w.job is not None and w.token == token:
                             self.restarts += 1
-                            emit(w.job, failed_trajectory(
-                                jobs[w.job], f"worker process died ({_exit_text(code)}) while running this rollout",
-                                time.monotonic() - (w.started_at or w.sent_at)))
+                            why = f"worker process died ({_exit_text(code)}) while running this rollout"
+                            emit(w.job, failed_trajectory(jobs[w.job], why, time.monotonic() - (w.started_at or w.sent_at),
+                                                          infra=infra("worker", why, "runner")))
                         if not w.ready:
                             start_failures += 1
                             if start_failures >= self.MAX_START_FAILURES:
