@@ -95,7 +95,7 @@ def initial_memory(task: TaskConfig, base_dir: Path) -> dict[str, Any]:
         path = Path(str(spec["store"])).expanduser()
         path = path if path.is_absolute() else base_dir / path
         if not (path / "memory.db").exists():
-            raise ConfigError(f"memory.store: no memory store at {path} (a folder made by evolve.memory.MemoryStore)",
+            raise ConfigError(f"no memory store at {path} (a folder made by evolve.memory.MemoryStore)",
                               path="memory.store")
         spec["store"] = str(path.resolve())
     return spec

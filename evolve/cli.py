@@ -211,7 +211,13 @@ def eval_(
 
     with RichObserver() as obs:
         score, n, sid = evaluate(task_file, run_dir, system=system, split=split, overrides=set_, observer=obs)
-    Console().print(f"system {sid[:12]} on {split}: {100 * score:.1f}% (n={n})")
+    from evolve.archive import Archive
+    from evolve.failures import describe_common
+
+    with Archive(run_dir, create=False) as archive:
+        _, failed = archive.failure_stats(system_id=sid, split=split)
+    note = f"; {len(failed)} failed: {describe_common(failed)}" if failed else ""
+    Console(highlight=False).print(f"system {sid[:12]} on {split}: {100 * score:.1f}% (n={n}{note})")
 
 
 @app.command()

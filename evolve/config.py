@@ -279,8 +279,12 @@ def read_task_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"task file {str(p)!r} does not exist; create one with: evolve init {p}")
+    if p.is_dir():
+        raise ConfigError(f"{str(p)!r} is a folder; give the task YAML file (e.g. {p / 'task.yaml'})")
     try:
         data = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the task file: {getattr(e, 'strerror', None) or e}", source=str(p)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -20,20 +20,16 @@ fixed lineage.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.archive import Archive
 from evolve.budget import allowed_rollouts, spent
 from evolve.config import TaskConfig
 from evolve.data import Splits, load_splits
-from evolve.errors import BudgetExhausted, RunDirError, RunFailed
-from evolve.fingerprint import fingerprint as task_fingerprint
-from evolve.fingerprint import same_run
+from evolve.errors import BudgetExhausted, RunFailed
 from evolve.judge import judge, mean_score, promotion
 from evolve.operators import OperatorContext
 from evolve.pool import OperatorPool, scored_pool
@@ -42,6 +38,7 @@ from evolve.registry import operators as operator_registry
 from evolve.registry import runners as runner_registry
 from evolve.registry import selectors as selector_registry
 from evolve.retry import RetryPolicy, Retrying
+from evolve.rundir import open_run
 from evolve.runners import RolloutJob, WorkerSpec
 from evolve.types import Candidate, LLMCall, System, Trajectory
 
@@ -58,25 +55,6 @@ class Observer:
 
 def job_seed(seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{seed}/{key}".encode()).hexdigest()[:8], 16)
-
-
-def set_aside(run_dir: Path) -> Path:
-    """Move a run directory to ``NAME.replaced-YYYYmmdd-HHMMSS`` beside it (``--fresh``): nothing
-    is deleted. Refuses the working directory and its parents (a run in ``.`` is the user's folder)."""
-    here, target = Path.cwd().resolve(), run_dir.resolve()
-    if target == here or target in here.parents:
-        raise RunDirError(f"--fresh would move {run_dir}, which holds the working directory; choose another --out")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    dest = target.with_name(f"{target.name}.replaced-{stamp}")
-    k = 1
-    while dest.exists():
-        k += 1
-        dest = target.with_name(f"{target.name}.replaced-{stamp}-{k}")
-    try:
-        target.rename(dest)
-    except OSError as e:
-        raise RunDirError(f"--fresh could not move {run_dir} aside to {dest}: {e.strerror or e}") from None
-    return dest
 
 
 class Engine:
@@ -109,7 +87,8 @@ class Engine:
         self._preflight()
         self.selector = selector_registry.get(task.engine.selector)(**task.engine.selector_params)
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
-        self._open_archive(resume, fresh)
+        self.archive = open_run(self.run_dir, task, self.base_dir, resume=resume, fresh=fresh,
+                                evaluating=evaluating, observer=self.obs)
         self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
         f = task.failures
         self.retrying = Retrying(self.runner, RetryPolicy(f.retries, f.backoff, f.max_backoff), log=self.obs.message,
@@ -123,62 +102,15 @@ class Engine:
     # ------------------------------------------------------------------ setup
 
     def _preflight(self) -> None:
-        """What the task's models need before the run starts (a key in the environment, a scripted
-        reply that imports), checked before anything is written."""
+        """What the run needs before it starts (a key in the environment, a scripted reply that
+        imports, the tool library and memory store it names), checked before anything is written."""
+        from evolve.bootstrap import initial_memory, initial_tools
         from evolve.llm.params import check_ready
 
         for role, m in self.task.models.items():
             check_ready(role, m.backend, m.params, self.base_dir)
-
-    def _open_archive(self, resume: bool, fresh: bool = False) -> None:
-        from evolve.fingerprint import changes
-
-        if fresh and resume:
-            raise RunDirError("--fresh starts the run over and --resume continues it; give one of them")
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise RunDirError(f"{self.run_dir} is a file, not a run directory; choose another --out")
-        exists = (self.run_dir / "archive.sqlite").exists()
-        if fresh and exists:
-            moved = set_aside(self.run_dir)
-            self.obs.message(f"--fresh: moved the earlier run to {moved} (delete it when you no longer need it)")
-            exists = False
-        if resume and not exists:
-            self.obs.message(f"nothing to resume in {self.run_dir}; starting a new run")
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RunDirError(f"cannot create the run directory {self.run_dir}: {e.strerror or e}") from None
-        self.archive = Archive(self.run_dir)
-        started = getattr(self.obs, "started", None)  # observers written before it existed lack it
-        if started is not None:
-            started(self.run_dir)
-        fingerprint = task_fingerprint(self.task)
-        saved = self.archive.get_state("task")
-        ways = f"continue it with --resume, start it over with --fresh (the earlier run is moved aside, not " \
-               f"deleted), or choose another --out"
-        if saved is not None and self.archive.get_state("baseline") is None and not self.archive.usage()["rollouts"]:
-            if not same_run(self.task, saved) or not resume:  # a start that failed before doing any work
-                self.archive.log_event("replaced", {"why": "the run held no work", "was": json.loads(saved)})
-                self.archive.put_state("task", fingerprint)
-                self.archive.put_state("base_dir", str(self.base_dir))
-            saved = self.archive.get_state("task")
-        if saved is None:
-            self.archive.put_state("task", fingerprint)
-            self.archive.put_state("base_dir", str(self.base_dir))  # where the task's own modules live
-        elif not resume and not self._evaluating:
-            self.archive.close()
-            raise RunDirError(f"{self.run_dir} already holds a run; {ways}")
-        elif not same_run(self.task, saved):
-            self.archive.close()
-            what = "\n  ".join(changes(self.task, saved))
-            raise RunDirError(
-                f"{self.run_dir} was started with a different task configuration:\n  {what}\n"
-                "Resume it with the task file and --set values it was started with (only budget and failures may "
-                "change), start it over with --fresh (the earlier run is moved aside, not deleted), or choose "
-                "another --out")
-        elif not self._evaluating and (was := json.loads(saved).get("budget")) != (now := self.task.budget.model_dump()):
-            self.archive.put_state("task", fingerprint)  # a new budget: the run goes on under it, and says so
-            self.archive.log_event("budget", {"was": was, "now": now})
+        initial_tools(self.task, self.base_dir)  # the tool library file and the memory store exist
+        initial_memory(self.task, self.base_dir)
 
     def _resolve_callables(self) -> tuple[Callable, Callable]:
         """Import the agent and reward now, so a typo fails before any work is done."""

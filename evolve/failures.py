@@ -142,6 +142,26 @@ def infra(category: str, message: str, source: str = "agent") -> InfraFailure:
                         message=" ".join(message.split())[:2000], source=source)
 
 
+def legacy_category(error: str) -> str | None:
+    """The world-failure category of an error an evolvekit before 0.2 stored as a score (its model
+    errors read ``agent raised LLMError: ... (retryable): APIConnectionError: ...``), or None when it
+    was the agent's own. Used once, when such an archive is opened (:mod:`evolve.archive._schema`)."""
+    first = (error or "").strip().splitlines()[0] if (error or "").strip() else ""
+    if first.startswith("worker process died"):
+        return "worker"
+    if first.startswith("agent raised ConfigError: model ") and "api_key_env" in first:
+        return "config"
+    m = re.match(r"agent raised LLMError: .*\((retryable|not retryable)\): (\w+)", first)
+    if m is None:
+        return None
+    if any(t in first.lower() for t in _UNREACHABLE_TEXT):
+        return "unreachable"
+    cat = _BY_NAME.get(m.group(2))
+    if m.group(1) == "retryable":
+        return cat if cat in TRANSIENT else "server"
+    return cat if cat not in (None, "request") else None
+
+
 # ----------------------------------------------------------------------------- summaries
 
 _NUM = re.compile(r"\d+(\.\d+)?")
@@ -189,5 +209,5 @@ def failure_of(traj: Any) -> str | None:
     return None
 
 
-__all__ = ["category_of", "classify", "describe_common", "failure_of", "http_category", "infra", "most_common",
-           "signature", "status_of"]
+__all__ = ["category_of", "classify", "describe_common", "failure_of", "http_category", "infra", "legacy_category",
+           "most_common", "signature", "status_of"]

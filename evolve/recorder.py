@@ -6,10 +6,10 @@ kind, and a count per batch)."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from evolve.failures import describe_common, failure_of, signature
+from evolve.retry import by_category
 from evolve.types import LLMCall, Trajectory
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class RolloutRecorder:
         self._events: list[dict[str, Any]] = []
         self._last = time.monotonic()
         self.failed: list[str] = []  # messages of this batch's failed results
-        self.world: list[str] = []  # messages of this batch's world failures (retried)
+        self.world: list[Trajectory] = []  # this batch's world failures (retried)
         self.out_of_range = 0
 
     def add(self, job: "RolloutJob", traj: Trajectory) -> None:
@@ -57,7 +57,7 @@ class RolloutRecorder:
     def world_failed(self, job: "RolloutJob", traj: Trajectory, attempt: int) -> None:
         f = traj.infra
         assert f is not None
-        self.world.append(f.message)
+        self.world.append(traj)
         self._events.append({"key": job.key, "split": self.split, "phase": self.phase, "generation": self.generation,
                              "system": job.system.id, "task": traj.task_id, "attempt": attempt,
                              "category": f.category, "retryable": f.retryable, "source": f.source,
@@ -72,8 +72,9 @@ class RolloutRecorder:
         if kind in self._seen or len(self._seen) > MAX_KINDS_SHOWN:
             return
         self._seen.add(kind)
-        self.obs.message(f"{what} on task {task_id}: {kind}" + (" (first of its kind; later ones are counted)"
-                                                                  if what == "failed" else ""))
+        first = message.strip().splitlines()[0] if message.strip() else "(no message)"
+        self.obs.message(f"{what} on task {task_id}: {first[:300]}" + (" (the first of its kind; the others are "
+                                                                       "counted)" if what == "failed" else ""))
 
     def flush(self) -> None:
         if not self._rows and not self._events:
@@ -91,7 +92,8 @@ class RolloutRecorder:
         if self.failed:
             parts.append(f"{len(self.failed)} of {total} rollouts failed ({describe_common(self.failed)})")
         if self.world:
-            parts.append(f"{len(self.world)} world failures retried ({', '.join(f'{k} x{n}' for k, n in Counter(signature(m) for m in self.world).most_common(2))})")
+            parts.append(f"{len(self.world)} world failure{'s' if len(self.world) != 1 else ''} retried "
+                         f"({by_category(self.world)})")
         if parts:
             self.obs.message(f"{description}: " + "; ".join(parts))
 

@@ -26,6 +26,7 @@ engine logs it in the archive and on the console). Results that were yielded bef
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generator
@@ -75,12 +76,12 @@ class Retrying:
                     yield from self._give_up(pending, last, waited)
                     return
                 wait = self.policy.wait(attempt)
-                why = describe_common(last[j.key].infra.message for j in pending if j.key in last)
+                why = by_category(last[j.key] for j in pending if j.key in last)
                 if not self._may_wait(wait):
                     raise InfraError(self._summary(pending, last, waited) + "; the run's time budget ends before the "
                                      "next retry")
-                self._log(f"{len(pending)} rollout{'s' if len(pending) != 1 else ''} held back by the world failing "
-                          f"({why}); retry {attempt} of {self.policy.retries} in {wait:g}s")
+                self._log(f"{len(pending)} rollout{'s' if len(pending) != 1 else ''} held back, the world failing "
+                          f"under them ({why}); retry {attempt} of {self.policy.retries} in {wait:g}s")
                 self._sleep(wait)
                 waited += wait
                 if len(pending) > 1:  # a probe first: while it fails, the others wait
@@ -116,8 +117,8 @@ class Retrying:
                 failed.append(job)
                 in_a_row += 1
                 if in_a_row >= self.breaker and len(finished) < len(jobs):
-                    self._log(f"{in_a_row} rollouts in a row failed by the world ({describe_common([f.message])}); "
-                              "holding the rest of the batch back")
+                    self._log(f"{in_a_row} rollouts in a row failed by the world ({f.category}); holding the other "
+                              f"{len(jobs) - len(finished)} back")
                     break
         finally:
             close = getattr(it, "close", None)
@@ -146,4 +147,10 @@ class Retrying:
                 f"retr{'ies' if r != 1 else 'y'} over {waited:.1f}s; the most common failure: {why}")
 
 
-__all__ = ["RetryPolicy", "Retrying"]
+def by_category(trajs: Iterator[Trajectory] | Sequence[Trajectory]) -> str:
+    """``unreachable x3, rate_limit x1``: the world failures' categories, most common first."""
+    counts = Counter(t.infra.category for t in trajs if t.infra is not None)
+    return ", ".join(f"{c} x{n}" for c, n in counts.most_common())
+
+
+__all__ = ["RetryPolicy", "Retrying", "by_category"]

@@ -394,3 +394,30 @@ def test_a_worker_that_dies_on_one_task_every_time_is_that_rollouts_failure(tmp_
     crashed = [t for t in Archive(tmp_path / "r", create=False).trajectories(split="val") if t.error]
     assert len(crashed) == 1 and "worker process died" in crashed[0].error and "on each of 3 attempts" in crashed[0].error
     assert len(Archive(tmp_path / "r", create=False).events("world_failure")) == 3
+
+
+def test_an_archive_that_stored_an_outage_as_a_score_gives_it_up_and_eval_runs_it_again(tmp_path):
+    """Archives written before this change stored a model's connection errors as scores of 0."""
+    task = toy(prompts={"instruction": "add carefully"}, budget={"generations": 0})
+    f = tmp_path / "task.yaml"
+    f.write_text(yaml.safe_dump(task))
+    evolve.run(f, out=tmp_path / "r")
+    db = sqlite3.connect(tmp_path / "r" / "archive.sqlite")
+    seq, data = db.execute("SELECT t.seq, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
+                           "WHERE t.split = 'test' ORDER BY t.seq LIMIT 1").fetchone()
+    old = json.loads(data)
+    old.update(output=None, reward={"score": 0.0, "components": {"failed": 1.0}, "feedback": "x", "error": None},
+               error="agent raised LLMError: model 'openai/x' at http://127.0.0.1:1/v1: failed after 4 attempts in "
+                     "3.1s (retryable): APIConnectionError: litellm.APIConnectionError: Connection error.\n  tb")
+    for t in ("trajectories", "trajectory_data"):
+        db.execute(f"DROP TRIGGER {t}_no_update")
+    db.execute("UPDATE trajectory_data SET data = ? WHERE seq = ?", (json.dumps(old).encode(), seq))
+    db.execute("UPDATE trajectories SET error = 1, score = 0 WHERE seq = ?", (seq,))
+    db.execute("DELETE FROM schema_version")  # as evolvekit 0.1 left it
+    db.execute("INSERT INTO schema_version (version, applied_at) VALUES (2, 0)")
+    db.commit()
+    db.close()
+    score_, n, _ = evolve.evaluate(f, tmp_path / "r", system="baseline", split="test")
+    assert (score_, n) == (1.0, 20)  # the outage was not served as a score: the task ran again
+    events = Archive(tmp_path / "r", create=False).events("world_failure")
+    assert len(events) == 1 and events[0]["category"] == "unreachable" and events[0]["trajectory"]["error"]

@@ -3,7 +3,6 @@ OpenAI-compatible server (retries, non-retryable errors, timeouts, garbage, no i
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

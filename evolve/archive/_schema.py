@@ -2,14 +2,19 @@
 migrations that bring an archive written by an older evolvekit up to date.
 
 v2 added ``trajectories.calls`` (the trajectory's LLM calls) and ``trajectories.duration``
-(its wall time in seconds), so call budgets and per-rollout cost/latency are SQL sums."""
+(its wall time in seconds), so call budgets and per-rollout cost/latency are SQL sums.
+
+v3 moves rollouts that an older evolvekit stored as scores although the world failed under them
+(the model unreachable, a rate limit, a dead worker: :func:`evolve.failures.legacy_category`) out
+of the trajectories into ``world_failure`` events, with their whole JSON (nothing is lost), so a
+resumed run or ``evolve eval`` runs them again instead of serving a connection error as a 0."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "archive.sqlite"
 ARTIFACTS_DIR = "artifacts"
 
@@ -116,9 +121,44 @@ def _split_sql(script: str) -> list[str]:
     return out
 
 
+def _set_aside_world_failures(conn: sqlite3.Connection) -> None:
+    """v3: stored rollouts the world failed under become ``world_failure`` events (see above)."""
+    import time
+
+    from evolve.archive._codec import _unpack
+    from evolve.failures import legacy_category
+
+    rows = conn.execute("SELECT t.seq, t.key, t.split, t.phase, t.generation, t.system_id, t.task_id, d.enc, d.data "
+                        "FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq WHERE t.error = 1").fetchall()
+    moved = []
+    for seq, key, split, phase, gen, sid, tid, enc, data in rows:
+        traj = json.loads(_unpack(enc, data))
+        cat = legacy_category(traj.get("error") or "")
+        if cat is not None:
+            moved.append((seq, {"key": key, "split": split, "phase": phase, "generation": gen, "system": sid,
+                                "task": tid, "category": cat, "message": (traj.get("error") or "").splitlines()[0],
+                                "migrated": "stored as a score by an evolvekit before 0.2", "trajectory": traj}))
+    if not moved:
+        return
+    for t in ("trajectories", "trajectory_data"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {t}_no_delete")  # restored by _SCHEMA right after
+    now = time.time()
+    for seq, event in moved:
+        conn.execute("INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
+                     ("world_failure", json.dumps(event, ensure_ascii=False), now))
+        conn.execute("DELETE FROM trajectory_data WHERE seq = ?", (seq,))
+        conn.execute("DELETE FROM trajectories WHERE seq = ?", (seq,))
+
+
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
     """Bring a v``version`` archive's tables up to :data:`SCHEMA_VERSION` inside the caller's
     transaction (the caller then runs :data:`_SCHEMA`, which restores dropped triggers)."""
+    _migrate_v2(conn, version)
+    if version < 3:
+        _set_aside_world_failures(conn)
+
+
+def _migrate_v2(conn: sqlite3.Connection, version: int) -> None:
     if version < 2:
         from evolve.archive._codec import _unpack
 
