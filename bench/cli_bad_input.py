@@ -134,8 +134,11 @@ def fill(case: Case, paths: dict[str, str]) -> list[str]:
 
 def run_subprocess(args: list[str], cwd: Path) -> tuple[int, str]:
     env = {**os.environ, "COLUMNS": "100"}
-    p = subprocess.run([sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                       env=env)
+    try:
+        p = subprocess.run([sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True,
+                           timeout=60, env=env)
+    except subprocess.TimeoutExpired as e:  # e.g. a server started on a bad option and listening on
+        return -1, f"{e.stdout or ''}{e.stderr or ''}\n(still running after 60s: killed)"
     return p.returncode, p.stdout + p.stderr
 
 

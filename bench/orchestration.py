@@ -18,12 +18,12 @@ from pathlib import Path
 
 from evolve.archive import Archive
 from evolve.config import validate_task
-from evolve.engine import Engine
+from evolve.session import Session
 from evolve.types import ModelSpec, System
 
 
 def engine_rollouts(n: int, workers: int) -> dict:
-    """Single-step rollouts through Engine.rollouts: scheduling, agent, LM, reward, archive writes."""
+    """Single-step rollouts through Session.rollouts: scheduling, agent, LM, reward, archive writes."""
     task = validate_task({
         "name": "bench", "agent": "evolve.worlds.toy:agent", "reward": "evolve.worlds.toy:reward",
         "models": {"policy": {"backend": "scripted", "name": "s", "params": {"reply": "evolve.worlds.toy:reply"}}},
@@ -31,12 +31,12 @@ def engine_rollouts(n: int, workers: int) -> dict:
         "runner": {"name": "thread", "workers": workers, "timeout": 60},
     })
     with tempfile.TemporaryDirectory() as d:
-        eng = Engine(task, base_dir=Path.cwd(), run_dir=Path(d) / "run")
+        eng = Session(task, base_dir=Path.cwd(), run_dir=Path(d) / "run")
         system = System(models={"policy": ModelSpec(backend="scripted", name="s",
                                                     params={"reply": "evolve.worlds.toy:reply"})},
                         prompts={"instruction": "add"})
-        eng.rollouts(system, eng.splits["train"][:200], split="train", tag="warmup")  # build the LM once
-        tasks = eng.splits["train"]
+        eng.rollouts(system, eng.tasks("train")[:200], split="train", tag="warmup")  # build the LM once
+        tasks = eng.tasks("train")
         t0 = time.perf_counter()
         trajs = eng.rollouts(system, tasks, split="train", tag="eval:train")
         dt = time.perf_counter() - t0
@@ -44,7 +44,7 @@ def engine_rollouts(n: int, workers: int) -> dict:
         again = eng.rollouts(system, tasks, split="train", tag="eval:train")  # all memoised: resume path
         dt_memo = time.perf_counter() - t1
         assert len(trajs) == len(again) == n
-        eng.runner.close()
+        eng.close()
         size = sum(f.stat().st_size for f in (Path(d) / "run").rglob("*") if f.is_file())
     return {"rollouts": n, "workers": workers, "seconds": round(dt, 3), "rollouts_per_s": round(n / dt),
             "memoised_per_s": round(n / dt_memo), "run_dir_bytes": size}

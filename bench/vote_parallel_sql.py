@@ -34,26 +34,26 @@ def main() -> None:
 
     quiet_defaults()
     from evolve.config import load_task
-    from evolve.engine import Engine
+    from evolve.session import Session
     from evolve.worlds.sql.workflow import vote
 
     out = Path(args.out) / f"w{args.workers}"
     shutil.rmtree(out, ignore_errors=True)
     cfg, base = load_task(ROOT / "examples/sql_agent/task.yaml",
                           [f"seed={args.seed}", "operators=[]", f"runner.workers={args.workers}", "runner.timeout=900"])
-    eng = Engine(cfg, base_dir=base, run_dir=out, agent="evolve.topology:agent")
+    eng = Session(cfg, base_dir=base, run_dir=out, agent="evolve.topology:agent")
     start = eng.baseline()
-    eng.final = True  # scoring outside any budget
-    tasks = eng._split("test")[: args.tasks]
-    for parallel in (1, 16):
-        system = start.replace(workflow={**start.workflow, "graph": vote(16, 0.8, parallel)})
-        t0 = time.perf_counter()
-        trajs = eng.rollouts(system, tasks, split="test", tag="eval:test")
-        dt = time.perf_counter() - t0
-        print(f"workers {args.workers:3d}, {len(tasks)} tasks, parallel {parallel:2d}: {dt:.1f} s "
-              f"({dt / len(tasks):.2f} s per task), accuracy {statistics.mean(t.score for t in trajs):.3f}, "
-              f"errors {sum(1 for t in trajs if t.error)}", flush=True)
-    eng.runner.close()
+    tasks = eng.tasks("test")[: args.tasks]
+    with eng.outside_budget():  # scoring outside any budget
+        for parallel in (1, 16):
+            system = start.replace(workflow={**start.workflow, "graph": vote(16, 0.8, parallel)})
+            t0 = time.perf_counter()
+            trajs = eng.rollouts(system, tasks, split="test", tag="eval:test")
+            dt = time.perf_counter() - t0
+            print(f"workers {args.workers:3d}, {len(tasks)} tasks, parallel {parallel:2d}: {dt:.1f} s "
+                  f"({dt / len(tasks):.2f} s per task), accuracy {statistics.mean(t.score for t in trajs):.3f}, "
+                  f"errors {sum(1 for t in trajs if t.error)}", flush=True)
+    eng.close()
 
 
 if __name__ == "__main__":

@@ -99,18 +99,21 @@ def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "curre
              overrides: Sequence[str] = (), observer: Any = None) -> tuple[float, int, str]:
     """Score an archived system on a split of the task's dataset."""
     from evolve.config import load_task
-    from evolve.engine import Engine
+    from evolve.session import Session
 
     cfg, base = load_task(task_file, overrides)
     if not (Path(run_dir) / "archive.sqlite").exists():
         raise RunDirError(f"{run_dir} is not an evolvekit run directory (no archive.sqlite)")
-    engine = Engine(cfg, base_dir=base, run_dir=Path(run_dir), resume=True, observer=observer, evaluating=True)
-    engine.final = True  # scoring after the run, like the report's: outside the run's budget
-    if split not in engine.splits or not engine.splits[split]:
-        raise UserError(f"the dataset has no {split!r} split; choose one of {sorted(k for k, v in engine.splits.items() if v)}")
-    sid = _resolve_system(engine.archive, system)
-    score, n = engine.evaluate(engine.archive.get_system(sid), split)
-    engine.runner.close()
+    session = Session(cfg, base_dir=base, run_dir=Path(run_dir), resume=True, observer=observer, evaluating=True)
+    try:
+        if not session.tasks(split):
+            raise UserError(f"the dataset has no {split!r} split; choose one of "
+                            f"{sorted(k for k, v in session.splits.items() if v)}")
+        sid = _resolve_system(session.archive, system)
+        with session.outside_budget():  # scoring after the run, like the report's
+            score, n = session.evaluate(session.archive.get_system(sid), split)
+    finally:
+        session.close()
     return score, n, sid
 
 

@@ -12,12 +12,12 @@ from evolve.errors import ConfigError
 from evolve.types import ModelSpec, System
 
 if TYPE_CHECKING:
-    from evolve.engine import Engine
+    from evolve.session import Session
 
 
-def starting_system(engine: "Engine") -> System:
+def starting_system(session: "Session") -> System:
     """Build Π₀ (cold-starting local models), archive it and record it as the run's baseline."""
-    task, archive = engine.task, engine.archive
+    task, archive = session.task, session.archive
     models = {}
     for role, mc in task.models.items():
         params = {k: v for k, v in mc.params.items() if k != "weights"}
@@ -29,19 +29,19 @@ def starting_system(engine: "Engine") -> System:
             if "weights" in mc.params:
                 from evolve.policy.hf import resolve_checkpoint
 
-                ckpt = resolve_checkpoint(str(mc.params["weights"]), engine.base_dir)
+                ckpt = resolve_checkpoint(str(mc.params["weights"]), session.base_dir)
             if ckpt is not None:  # a pretrained checkpoint, with or without a cold start on it
-                models[role] = _pretrained(engine, role, mc, ckpt, params)
+                models[role] = _pretrained(session, role, mc, ckpt, params)
                 continue
             if mc.cold_start is not None and "weights" in mc.params:
                 raise ConfigError(f"models.{role}: cold_start with params.weights trains a LoRA adapter on a "
                                   f"pretrained checkpoint, and {mc.params['weights']!r} is not a checkpoint directory "
                                   "or cached Hub id; drop params.weights to cold-start a tiny model")
             if mc.cold_start is not None:
-                path = cold_start_weights(engine, role, mc)
+                path = cold_start_weights(session, role, mc)
             else:  # ready-made tiny base weights (evolve.policy.weights.save_base), relative to the task file
                 path = Path(str(mc.params["weights"])).expanduser()
-                path = path if path.is_absolute() else engine.base_dir / path
+                path = path if path.is_absolute() else session.base_dir / path
                 if not path.is_file():
                     raise ConfigError(f"models.{role}.params.weights: no file or checkpoint directory {path}; give "
                                       "a Hugging Face checkpoint directory (or a Hub id in the local cache), a "
@@ -52,27 +52,27 @@ def starting_system(engine: "Engine") -> System:
                 params["sft_examples"] = archive.artifacts.put_file(demos, "sft_examples").model_dump()
         models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
     prompts = dict(task.prompts)
-    hook = getattr(engine.agent_fn, "initial_prompts", None)
+    hook = getattr(session.agent, "initial_prompts", None)
     if not prompts and callable(hook):  # e.g. a DSPy program's own instructions and demos
-        prompts = dict(hook(dict(task.workflow), engine.base_dir))
+        prompts = dict(hook(dict(task.workflow), session.base_dir))
     system = System(workflow=dict(task.workflow), models=models, prompts=prompts,
-                    tools=initial_tools(task, engine.base_dir), memory=initial_memory(task, engine.base_dir))
+                    tools=initial_tools(task, session.base_dir), memory=initial_memory(task, session.base_dir))
     archive.add_system(system, operator="init", generation=0, rationale="the starting system")
     archive.put_state("baseline", system.id)
     return system
 
 
-def _pretrained(engine: "Engine", role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
+def _pretrained(session: "Session", role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
     """A checkpoint's manifest as the base (the archive keeps no copy of the weights); with a cold
     start, its LoRA SFT adapter on top and the demos beside for replay."""
     from evolve.policy.hf import manifest
     from evolve.policy.sft import cold_start_adapter
 
-    store, m = engine.archive.artifacts, manifest(ckpt)  # hashes every file of the checkpoint: once
+    store, m = session.archive.artifacts, manifest(ckpt)  # hashes every file of the checkpoint: once
     base = store.put_bytes(m, "base_weights")
     adapter = None
     if mc.cold_start is not None:
-        path = cold_start_adapter(engine, role, mc, ckpt, m)
+        path = cold_start_adapter(session, role, mc, ckpt, m)
         adapter = store.put_file(path, "adapter")
         params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
     return ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params)

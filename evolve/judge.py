@@ -15,17 +15,14 @@ samples is its score from then on (``state["reevaluated"]``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evolve.selectors import Scored
-from evolve.types import Candidate, System, Trajectory
+from evolve.session import mean_score
+from evolve.types import Candidate, System
 
 if TYPE_CHECKING:
-    from evolve.engine import Engine
-
-
-def mean_score(trajs: Sequence[Trajectory]) -> float:
-    return sum(t.score for t in trajs) / len(trajs) if trajs else 0.0
+    from evolve.session import Session
 
 
 @dataclass
@@ -36,32 +33,29 @@ class Verdict:
     reeval: list[dict[str, Any]] = field(default_factory=list)
 
 
-def refine(engine: "Engine", system: System, gen: int) -> float:
+def refine(session: "Session", system: System, gen: int) -> float:
     """The system's val mean over ``1 + reeval.samples`` samples per task (memoised)."""
-    n = 1 + engine.task.engine.reeval.samples
-    trajs = engine.rollouts(system, engine._split("val"), split="val", tag="eval:val", generation=gen, samples=n,
-                            description=f"gen {gen}: re-evaluate {system.id[:8]} on val x{n}")
+    n = 1 + session.task.engine.reeval.samples
+    trajs = session.rollouts(system, session.tasks("val"), split="val", tag="eval:val", generation=gen, samples=n,
+                             description=f"gen {gen}: re-evaluate {system.id[:8]} on val x{n}")
     mean = mean_score(trajs)
-    refined = engine.archive.get_state("reevaluated", {})
-    if system.id not in refined:  # the first generation that refined it (see evolve.pool)
-        refined[system.id] = [mean, gen]
-        engine.archive.put_state("reevaluated", refined)
+    session.state.refine(system.id, mean, gen)
     return mean
 
 
-def judge(engine: "Engine", gen: int, cand: Candidate, minibatch: list, parent: System, p_mb: float,
+def judge(session: "Session", gen: int, cand: Candidate, minibatch: list, parent: System, p_mb: float,
           p_val: float) -> Verdict:
     """Stage 1 on the minibatch, then stage 2 on validation (re-evaluated when close)."""
-    cfg = engine.task.engine
-    c_traj = engine.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
-                             description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
+    cfg = session.task.engine
+    c_traj = session.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
+                              description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
     c_mb = mean_score(c_traj)
     if not c_mb > p_mb + cfg.min_gain:
         return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
-    c_val, _ = engine.evaluate(cand.system, "val", generation=gen)
+    c_val, _ = session.evaluate(cand.system, "val", generation=gen)
     notes, how = [], "val"
     if cfg.reeval is not None and abs(c_val - p_val) <= cfg.reeval.margin:
-        c_mean, p_mean = refine(engine, cand.system, gen), refine(engine, parent, gen)
+        c_mean, p_mean = refine(session, cand.system, gen), refine(session, parent, gen)
         notes.append({"against": "parent", "system": parent.id, "child_score": round(c_val, 6),
                       "other_score": round(p_val, 6), "child_mean": round(c_mean, 6), "other_mean": round(p_mean, 6),
                       "samples": 1 + cfg.reeval.samples})
@@ -72,19 +66,19 @@ def judge(engine: "Engine", gen: int, cand: Candidate, minibatch: list, parent: 
                    notes)
 
 
-def promotion(engine: "Engine", gen: int, cand: Candidate, verdict: Verdict, best: Scored) -> tuple[bool, Scored]:
+def promotion(session: "Session", gen: int, cand: Candidate, verdict: Verdict, best: Scored) -> tuple[bool, Scored]:
     """Whether the accepted child becomes the best system, and the best afterwards. A close
     call against the best is re-evaluated (both means; ``verdict`` gets the note and the
     child's mean as its score), and so is any comparison where one side's score is already a
     mean (a single lucky sample must not beat a mean)."""
-    reeval = engine.task.engine.reeval
+    reeval = session.task.engine.reeval
     # like with like: once either score is a mean over samples, both are compared as means
-    means = bool(verdict.reeval) or best.system_id in engine.archive.get_state("reevaluated", {})
+    means = bool(verdict.reeval) or best.system_id in session.state.reevaluated()
     if reeval is not None and best.system_id != cand.system.id and (
             means or abs(verdict.score - best.score) <= reeval.margin):
         first = verdict.score
-        c_mean = refine(engine, cand.system, gen)
-        b_mean = refine(engine, engine.archive.get_system(best.system_id), gen)
+        c_mean = refine(session, cand.system, gen)
+        b_mean = refine(session, session.archive.get_system(best.system_id), gen)
         verdict.reeval.append({"against": "best", "system": best.system_id, "child_score": round(first, 6),
                                "other_score": round(best.score, 6), "child_mean": round(c_mean, 6),
                                "other_mean": round(b_mean, 6), "samples": 1 + reeval.samples})

@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from evolve.selectors import Scored
 
 if TYPE_CHECKING:
-    from evolve.engine import Engine
+    from evolve.session import Session
 
 
-def scored_pool(engine: "Engine", before: int | None = None, detail: bool = False) -> list[Scored]:
+def scored_pool(session: "Session", before: int | None = None, detail: bool = False) -> list[Scored]:
     """The accepted systems (those accepted before generation ``before``, or all), each with
     its validation score; with ``detail``, also ``per_task`` and ``metrics`` (mean ``cost``,
     ``calls`` and ``latency`` per val rollout) from the stored val trajectories."""
-    archive = engine.archive
-    refined = archive.get_state("reevaluated", {})
-    reeval = engine.task.engine.reeval
-    val_ids = {str(t["id"]) for t in engine._split("val")} if detail else set()
+    archive = session.archive
+    refined = session.state.reevaluated()
+    reeval = session.task.engine.reeval
+    val_ids = {str(t["id"]) for t in session.tasks("val")} if detail else set()
     out = []
-    for a in archive.get_state("accepted", []):
-        sid, gen = a["system_id"], a["generation"]
+    for a in session.state.accepted():
+        sid, gen = a.system_id, a.generation
         if before is not None and gen >= before:
             continue
         r = refined.get(sid)
         use_refined = r is not None and (before is None or r[1] < before)
-        score = float(r[0]) if use_refined else float(a["score"])
+        score = float(r[0]) if use_refined else float(a.score)
         per_task, metrics = None, {}
         if detail:
             n = 1 + reeval.samples if use_refined and reeval is not None else 1
@@ -47,16 +47,16 @@ class OperatorPool(Sequence[dict]):
     "metrics": {...}}`` for every system accepted so far, built on first access (an operator
     that never looks at it costs nothing)."""
 
-    def __init__(self, engine: "Engine") -> None:
-        self._engine = engine
+    def __init__(self, session: "Session") -> None:
+        self._session = session
         self._items: list[dict[str, Any]] | None = None
 
     def _load(self) -> list[dict[str, Any]]:
         if self._items is None:
-            get = self._engine.archive.get_system
+            get = self._session.archive.get_system
             self._items = [{"system": get(s.system_id), "score": s.score, "per_task": s.per_task or None,
                             "metrics": s.metrics, "generation": s.generation}
-                           for s in scored_pool(self._engine, detail=True)]
+                           for s in scored_pool(self._session, detail=True)]
         return self._items
 
     def __len__(self) -> int:

@@ -19,7 +19,7 @@ MAX_KINDS_SHOWN = 10  # distinct failure kinds a run announces on the console (t
 
 
 class RolloutRecorder:
-    """Buffers one :meth:`Engine.rollouts` call's results and world failures; :meth:`flush`
+    """Buffers one :meth:`Session.rollouts` call's results and world failures; :meth:`flush`
     writes them in one transaction (also called every 256 results or half second)."""
 
     def __init__(self, archive: Any, observer: Any, *, split: str, phase: str, generation: int,

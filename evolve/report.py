@@ -27,7 +27,7 @@ from evolve.failures import describe_common, most_common
 from evolve.stats import describe, paired
 
 if TYPE_CHECKING:
-    from evolve.engine import Engine
+    from evolve.session import Session
 
 
 # the distributions whose versions can change a recorded number (sampling, training, embeddings, clients)
@@ -46,14 +46,14 @@ def environment() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
 
 
-def _scores(engine: "Engine", system_id: str, score_test: bool = True) -> dict[str, dict[str, float]]:
+def _scores(session: "Session", system_id: str, score_test: bool = True) -> dict[str, dict[str, float]]:
     """``{split: {task_id: score}}`` on val and test (the memoised evaluation rollouts; without
     ``score_test``, test only as far as it is stored)."""
-    system = engine.archive.get_system(system_id)
-    out = {split: engine.task_scores(system, split) for split in ("val", "test") if engine._split(split)
+    system = session.archive.get_system(system_id)
+    out = {split: session.task_scores(system, split) for split in ("val", "test") if session.tasks(split)
            and (score_test or split == "val")}
     if not score_test:
-        stored = engine.archive.task_scores(system_id, "test")
+        stored = session.archive.task_scores(system_id, "test")
         if stored:
             out["test"] = stored
     return out
@@ -66,12 +66,12 @@ def _entry(system_id: str, scores: dict[str, dict[str, float]]) -> dict[str, Any
     return out
 
 
-def failure_check(engine: "Engine", *, baseline: bool) -> str | None:
+def failure_check(session: "Session", *, baseline: bool) -> str | None:
     """Why the run must be called failed, or None: more than ``failures.max_share`` of the
     baseline's evaluation rollouts (``baseline=True``), or of all candidates' taken together,
     failed by the agent's or the reward's own error."""
-    arch, limit = engine.archive, engine.task.failures.max_share
-    base_id = arch.get_state("baseline")
+    arch, limit = session.archive, session.task.failures.max_share
+    base_id = session.state.baseline
     if base_id is None:
         return None
     if baseline:
@@ -79,18 +79,18 @@ def failure_check(engine: "Engine", *, baseline: bool) -> str | None:
         who, show = "the baseline", "baseline"
     else:
         n, msgs = arch.failure_stats(other_than=base_id)
-        who, show = "the candidates", "SYSTEM  (evolve archive list " + str(engine.run_dir) + " lists them)"
+        who, show = "the candidates", "SYSTEM  (evolve archive list " + str(session.run_dir) + " lists them)"
     if not n or len(msgs) / n <= limit:
         return None
     return (f"{who} failed on {len(msgs)} of {n} evaluation rollouts ({100 * len(msgs) / n:.0f}%, more than "
             f"failures.max_share = {limit:g}); most common: {describe_common(msgs)}; the trajectories: "
-            f"evolve archive show {engine.run_dir} {show}")
+            f"evolve archive show {session.run_dir} {show}")
 
 
-def failures(engine: "Engine") -> dict[str, Any]:
+def failures(session: "Session") -> dict[str, Any]:
     """Per split: stored rollouts, those that failed (the agent's error; the reward's), the world
     failures retried (never stored as scores) and the most common kinds of each."""
-    arch = engine.archive
+    arch = session.archive
     out: dict[str, Any] = {}
     for (split, _phase), c in sorted(arch.rollout_counts().items()):
         row = out.setdefault(split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0,
@@ -113,45 +113,47 @@ def failures(engine: "Engine") -> dict[str, Any]:
     return out
 
 
-def write_report(engine: "Engine", stop_reason: str, *, score_test: bool = True) -> dict[str, Any]:
+def write_report(session: "Session", stop_reason: str, *, score_test: bool = True,
+                 used_by_run: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``report.json`` and ``report.md``; with ``score_test=False`` (a run that failed) the
-    test split is not scored and the report shows what is stored."""
-    arch = engine.archive
-    baseline_id = arch.get_state("baseline")
+    test split is not scored and the report shows what is stored. ``used_by_run``: the budget used
+    before the final scoring (default: all of it)."""
+    arch = session.archive
+    baseline_id = session.state.baseline
     best_id = arch.current() or baseline_id
-    report: dict[str, Any] = {"task": engine.task.name, "seed": engine.task.seed, "run_dir": str(engine.run_dir)}
+    report: dict[str, Any] = {"task": session.task.name, "seed": session.task.seed, "run_dir": str(session.run_dir)}
     if baseline_id is None:
         report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})
     else:
         # Scoring on test is part of the run's final step; it is memoised like every rollout.
-        base = _scores(engine, baseline_id, score_test)
-        best = _scores(engine, best_id, score_test) if best_id != baseline_id else base
+        base = _scores(session, baseline_id, score_test)
+        best = _scores(session, best_id, score_test) if best_id != baseline_id else base
         report["baseline"], report["best"] = _entry(baseline_id, base), _entry(best_id, best)
         if best is not base:
             report["paired"] = {split: paired(base[split], best[split]) for split in base}
-        report["generations"] = arch.get_state("generations", [])
+        report["generations"] = [g.model_dump(mode="json", exclude_unset=True) for g in session.state.generations()]
         report["stop_reason"] = stop_reason
-    report["budget_used"] = engine.budget_used(test=True)
-    report["budget_used_by_run"] = getattr(engine, "used_by_run", None) or report["budget_used"]
-    report["budget"] = engine.task.budget.model_dump()
+    report["budget_used"] = session.budget_used(test=True)
+    report["budget_used_by_run"] = used_by_run or report["budget_used"]
+    report["budget"] = session.task.budget.model_dump()
     report["lineage"] = arch.lineage(best_id) if best_id else []
-    workflow = _workflow(engine, best_id, baseline_id)
+    workflow = _workflow(session, best_id, baseline_id)
     if workflow is not None:
         report["workflow"] = workflow
-    tried = _workflows_tried(engine.run_dir)
+    tried = _workflows_tried(session.run_dir)
     if tried:
         report["workflows_tried"] = tried
-    report["failures"] = failures(engine)
-    lo, hi = engine.task.reward_range
+    report["failures"] = failures(session)
+    lo, hi = session.task.reward_range
     report["reward_range"] = [lo, hi]
     report["out_of_range"] = arch.out_of_range(lo, hi)
     report["environment"] = environment()
-    (engine.run_dir / "report.json").write_text(json.dumps(report, indent=2))
-    (engine.run_dir / "report.md").write_text(to_markdown(report))
+    (session.run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (session.run_dir / "report.md").write_text(to_markdown(report))
     return report
 
 
-def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
+def _workflow(session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
     """The workflow graph of the best system (else the baseline) as text, drawn to
     ``best_workflow.png`` in the run dir; None when neither has a graph. Drawing is optional:
     a failure leaves the text and says why."""
@@ -162,7 +164,7 @@ def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) ->
         if sid is None:
             continue
         try:
-            wf = graph_of(engine.archive.get_system(sid))
+            wf = graph_of(session.archive.get_system(sid))
         except Exception as e:  # noqa: BLE001 - a bad graph must not sink the report
             return {"system": which, "system_id": sid, "text": f"(unreadable workflow graph: {e})", "image": None}
         if wf is None:
@@ -170,7 +172,7 @@ def _workflow(engine: "Engine", best_id: str | None, baseline_id: str | None) ->
         out: dict[str, Any] = {"system": which, "system_id": sid, "workflow_id": wf.id, "text": render_text(wf),
                                "image": None}
         try:
-            render_png(wf, engine.run_dir / "best_workflow.png", title=f"{which} system {sid[:12]}")
+            render_png(wf, session.run_dir / "best_workflow.png", title=f"{which} system {sid[:12]}")
             out["image"] = "best_workflow.png"
         except Exception as e:  # noqa: BLE001 - no matplotlib, a full disk: keep the text
             out["image_error"] = f"{type(e).__name__}: {e}"

@@ -26,7 +26,7 @@ from evolve.types import ModelSpec, System, Trajectory, content_hash
 
 if TYPE_CHECKING:
     from evolve.config import ModelConfig
-    from evolve.engine import Engine
+    from evolve.session import Session
 
 # part of every cache key: bump when training changes numerically, so a cache never holds weights
 # that a fresh machine would not reproduce (sft-2: the LM head runs on target positions alone)
@@ -63,23 +63,23 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
-def _demos(engine: "Engine", role: str, mc: "ModelConfig") -> tuple[list, list, list, dict, dict]:
+def _demos(session: "Session", role: str, mc: "ModelConfig") -> tuple[list, list, list, dict, dict]:
     """(picked training tasks, their demo chats, validation tasks, tools, memory) of a cold start."""
-    cs, task = mc.cold_start, engine.task
+    cs, task = mc.cold_start, session.task
     assert cs is not None
-    train_tasks, val_tasks = engine.splits["train"], engine.splits["val"][: cs.n_eval]
+    train_tasks, val_tasks = session.splits["train"], session.splits["val"][: cs.n_eval]
     picked = random.Random(f"{task.seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
-    demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=engine.base_dir)
-    tools, memory = engine.initial_tools(), engine.initial_memory()
+    demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=session.base_dir)
+    tools, memory = session.initial_tools(), session.initial_memory()
     demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=task.seed,
                   augment=cs.augment, **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}))
     return picked, demos, val_tasks, tools, memory
 
 
-def _val_eval(engine: "Engine", role: str, mc: "ModelConfig", tok: Any, val_tasks: list, tools: dict,
+def _val_eval(session: "Session", role: str, mc: "ModelConfig", tok: Any, val_tasks: list, tools: dict,
               memory: dict) -> Callable[[Any], float]:
     """The cold start's checkpoint score: greedy agent accuracy on the validation tasks."""
-    task, agent, reward = engine.task, engine.agent_fn, engine.reward_fn
+    task, agent, reward = session.task, session.agent, session.reward
     params = {k: v for k, v in mc.params.items() if k != "weights"}
     probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
                    models={role: ModelSpec(backend="local", name=mc.name, params=params)})
@@ -94,24 +94,24 @@ def _val_eval(engine: "Engine", role: str, mc: "ModelConfig", tok: Any, val_task
         finally:
             llm.close()
         acc = sum(t.score for t in trajs) / len(trajs)
-        engine.obs.message(f"cold start: val accuracy {acc:.3f}")
+        session.obs.message(f"cold start: val accuracy {acc:.3f}")
         return acc
 
     return eval_fn
 
 
-def _progress(engine: "Engine", n_examples: int, epochs: int, batch_size: int) -> Callable[[dict], None]:
-    engine.obs.phase("cold start SFT", epochs * max(1, -(-n_examples // batch_size)))
+def _progress(session: "Session", n_examples: int, epochs: int, batch_size: int) -> Callable[[dict], None]:
+    session.obs.phase("cold start SFT", epochs * max(1, -(-n_examples // batch_size)))
     last = [0]
 
     def log(row: dict) -> None:
-        engine.obs.advance(row["step"] - last[0])
+        session.obs.advance(row["step"] - last[0])
         last[0] = row["step"]
 
     return log
 
 
-def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoint: Path, base_manifest: bytes) -> Path:
+def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpoint: Path, base_manifest: bytes) -> Path:
     """SFT of a pretrained checkpoint on the demos, as a LoRA adapter (the checkpoint is not
     written); cached like the tiny cold start, keyed by the checkpoint's manifest
     (:func:`evolve.policy.hf.manifest`). Returns the adapter file; ``sft_examples.json`` (the
@@ -122,8 +122,8 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
 
     cs = mc.cold_start
     assert cs is not None
-    task = engine.task
-    _, demos, val_tasks, tools, memory = _demos(engine, role, mc)
+    task = session.task
+    _, demos, val_tasks, tools, memory = _demos(session, role, mc)
     params = {k: v for k, v in mc.params.items() if k != "weights"}
     key = content_hash({
         "v": SFT_VERSION + "/lora", "base": base_manifest.decode(), "seed": task.seed,
@@ -133,21 +133,21 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
     })
     out = cache_dir() / "sft" / key / "adapter.safetensors"
     if out.exists():
-        engine.obs.message(f"cold start: reusing cached SFT adapter {out}")
+        session.obs.message(f"cold start: reusing cached SFT adapter {out}")
         return out
     model, tok = load_pretrained(checkpoint, device=mc.params.get("device"), dtype=mc.params.get("dtype"))
     if mc.params.get("gradient_checkpointing"):
         checkpoint_activations(model)
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
-    engine.obs.message(f"cold start: LoRA SFT of {checkpoint.name} on {len(demos)} demos ({len(examples)} turns)")
+    session.obs.message(f"cold start: LoRA SFT of {checkpoint.name} on {len(demos)} demos ({len(examples)} turns)")
     adapter = train_lora(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=task.seed,
-                         eval_fn=_val_eval(engine, role, mc, tok, val_tasks, tools, memory),
+                         eval_fn=_val_eval(session, role, mc, tok, val_tasks, tools, memory),
                          eval_every=cs.eval_every, pad_id=tok.pad_id,
-                         log=_progress(engine, len(examples), cs.epochs, cs.batch_size))
+                         log=_progress(session, len(examples), cs.epochs, cs.batch_size))
     st = adapter.stats
     info = {"demos": len(demos), "examples": len(examples), "best_val": st.get("best_score"),
             "best_step": st.get("best_step"), "steps": st.get("steps"), "seconds": st.get("seconds")}
-    engine.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']})")
+    session.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']})")
     out.parent.mkdir(parents=True, exist_ok=True)
     (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
     adapter.save(out)
@@ -155,7 +155,7 @@ def cold_start_adapter(engine: "Engine", role: str, mc: "ModelConfig", checkpoin
     return out
 
 
-def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
+def cold_start_weights(session: "Session", role: str, mc: "ModelConfig") -> Path:
     """Build + SFT the tiny model for ``role`` (or reuse the cached result); return the weights file."""
     import torch
 
@@ -165,17 +165,17 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
 
     cs = mc.cold_start
     assert cs is not None
-    task = engine.task
+    task = session.task
     seed = task.seed
     tiny = TinyConfig(**cs.tiny)
-    picked, demos, val_tasks, tools, memory = _demos(engine, role, mc)
+    picked, demos, val_tasks, tools, memory = _demos(session, role, mc)
     if cs.tokenizer == "pointer":
         from evolve.policy.pointer import PointerTokenizer
 
         pointers: set[str] = set()
         if cs.pointer_words:
             words_fn = import_path(cs.pointer_words, what=f"models.{role}.cold_start.pointer_words",
-                                   search=engine.base_dir)
+                                   search=session.base_dir)
             pointers = set(words_fn(picked))
         # tool names are vocabulary: a pointer would hide which tool the model names
         tok = PointerTokenizer.fit([" ".join(m["content"] for m in chat) for chat in demos], min_share=cs.keep_share,
@@ -192,7 +192,7 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     })
     out = cache_dir() / "sft" / key / "base.safetensors"
     if out.exists():
-        engine.obs.message(f"cold start: reusing cached SFT weights {out}")
+        session.obs.message(f"cold start: reusing cached SFT weights {out}")
         # caches written before 2026-12-01 kept the SFT's wall time in the file (see below)
         drop_base_info(out, WALL_CLOCK)
         return out
@@ -200,14 +200,14 @@ def cold_start_weights(engine: "Engine", role: str, mc: "ModelConfig") -> Path:
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
     torch.manual_seed(seed)
     model = build_model(tiny, seed=seed, tokenizer=tok)
-    engine.obs.message(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
+    session.obs.message(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
                        f"SFT on {len(demos)} demos ({len(examples)} assistant turns)")
     stats = train(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=seed,
-                  eval_fn=_val_eval(engine, role, mc, tok, val_tasks, tools, memory), eval_every=cs.eval_every,
-                  pad_id=tok.pad_id, log=_progress(engine, len(examples), cs.epochs, cs.batch_size))
+                  eval_fn=_val_eval(session, role, mc, tok, val_tasks, tools, memory), eval_every=cs.eval_every,
+                  pad_id=tok.pad_id, log=_progress(session, len(examples), cs.epochs, cs.batch_size))
     info = {"demos": len(demos), "examples": len(examples), "best_val": stats.get("best_score"),
             "best_step": stats.get("best_step"), "steps": stats.get("steps"), "seconds": stats.get("seconds")}
-    engine.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")
+    session.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")
     # the demo examples go next to the weights: STaR replays them so self-training does not forget
     out.parent.mkdir(parents=True, exist_ok=True)
     (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))

@@ -252,9 +252,9 @@ def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, bu
     """Compile the task's DSPy program with a DSPy optimiser and score it like an evolved system;
     returns (and writes to ``RUN_DIR/dspy_baseline.json``) what it cost and what it scored."""
     from evolve._env import quiet_defaults
-    from evolve.engine import Engine
     from evolve.registry import did_you_mean, import_path
     from evolve.runners import Worker
+    from evolve.session import Session
 
     quiet_defaults()
     if optimizer not in OPTIMIZERS:
@@ -266,17 +266,17 @@ def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, bu
     dagent = as_dspy_agent(import_path(cfg.agent, what="agent", search=base), cfg.workflow, base)
     s = dagent.resolved(cfg.workflow)
     run_dir = Path(out) if out is not None else Path.cwd() / "runs" / f"{cfg.name}-seed{cfg.seed}-dspy-{optimizer}"
-    engine = Engine(cfg, base_dir=base, run_dir=run_dir, observer=observer, resume=_resume(run_dir, optimizer))
+    session = Session(cfg, base_dir=base, run_dir=run_dir, observer=observer, resume=_resume(run_dir, optimizer))
     try:
-        engine.archive.put_state("dspy_baseline_started", optimizer)
-        baseline = engine.baseline()
+        session.archive.put_state("dspy_baseline_started", optimizer)
+        baseline = session.baseline()
         start = dict(baseline.prompts) or dagent.initial_prompts()
         student = apply_components(dagent.program, start)
-        train, val = engine.splits["train"], engine.splits["val"]
+        train, val = session.splits["train"], session.splits["val"]
         knobs = plan(optimizer, budget, n_predictors=len(student.predictors()), n_train=len(train), n_val=len(val))
-        metric = TaskMetric(engine.reward_fn, s["output"], feedback=optimizer == "gepa")
+        metric = TaskMetric(session.reward, s["output"], feedback=optimizer == "gepa")
         params = baseline.models[s["role"]].params
-        worker, server = Worker(engine.spec), None
+        worker, server = Worker(session.spec), None
         t0 = time.monotonic()
         try:
             counter = CountingLLM(worker.llm(baseline, s["role"]))
@@ -298,13 +298,13 @@ def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, bu
         components = components_from_program(compiled)
         system = baseline.replace(prompts={**start, **components})
         spent = {**counter.totals(), "metric_calls": metric.calls}
-        engine.archive.add_system(system, parents=(baseline.id,), operator=f"dspy.{optimizer}",
+        session.archive.add_system(system, parents=(baseline.id,), operator=f"dspy.{optimizer}",
                                   rationale=f"dspy.{OPTIMIZERS[optimizer]} on {knobs['train']} training tasks",
                                   info={"knobs": knobs, "spent": spent})
-        engine.archive.set_current(system.id, reason=f"dspy {optimizer}")
-        split = "test" if engine.splits.get("test") else "val"
-        before = engine.evaluate(baseline, split)
-        after = engine.evaluate(system, split)
+        session.archive.set_current(system.id, reason=f"dspy {optimizer}")
+        split = "test" if session.splits.get("test") else "val"
+        before = session.evaluate(baseline, split)
+        after = session.evaluate(system, split)
         compiled.save(str(run_dir / "program.json"))
         result = {
             "task": cfg.name, "seed": cfg.seed, "optimizer": optimizer, "dspy_class": f"dspy.{OPTIMIZERS[optimizer]}",
@@ -314,16 +314,16 @@ def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, bu
             "spent": spent, "compile_seconds": seconds, "split": split,
             "baseline": {"system_id": baseline.id, "score": before[0], "n": before[1]},
             "compiled": {"system_id": system.id, "score": after[0], "n": after[1], "prompts": components},
-            "eval_usage": engine.archive.usage(),
+            "eval_usage": session.archive.usage(),
             # the run was made with the task's operators dropped and no budget: `evolve eval` needs the same
             "eval_overrides": [*overrides, *EVAL_OVERRIDES],
         }
-        engine.archive.put_state("dspy_baseline", result)
+        session.archive.put_state("dspy_baseline", result)
         (run_dir / "dspy_baseline.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
         return result
     finally:
-        engine.runner.close()
-        engine.archive.close()
+        session.close()
+        session.archive.close()
 
 
 __all__ = ["CountingLLM", "OPTIMIZERS", "TaskMetric", "compile_program", "plan", "run_dspy_baseline", "to_examples"]

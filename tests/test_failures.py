@@ -421,3 +421,21 @@ def test_an_archive_that_stored_an_outage_as_a_score_gives_it_up_and_eval_runs_i
     assert (score_, n) == (1.0, 20)  # the outage was not served as a score: the task ran again
     events = Archive(tmp_path / "r", create=False).events("world_failure")
     assert len(events) == 1 and events[0]["category"] == "unreachable" and events[0]["trajectory"]["error"]
+
+
+class _MutatorDown:
+    """An operator whose own model (a mutating LLM) is unreachable."""
+
+    name = "mutator_down"
+
+    def propose(self, parent, ctx):
+        raise LLMError("model 'openai/mutator' at http://127.0.0.1:1/v1: failed after 4 attempts (retryable, "
+                       "unreachable): APIConnectionError: Connection error.", category="unreachable")
+
+
+def test_an_operator_whose_model_is_down_stops_the_run_as_the_world_failing(tmp_path, monkeypatch):
+    from evolve.registry import operators
+
+    monkeypatch.setitem(operators._objects, "mutator_down", _MutatorDown)
+    with pytest.raises(InfraError, match="operator 'mutator_down': its model failed \\(unreachable\\)"):
+        evolve.run(toy(operators=[{"name": "mutator_down"}]), out=tmp_path / "r")

@@ -118,10 +118,10 @@ def test_a_task_files_tool_library_is_checked_and_given_to_the_starting_system(d
     with pytest.raises(ConfigError, match=f"tool '{name}'.*name"):
         load_library(tmp_path / "broken.json")
     from evolve.config import validate_task
-    from evolve.engine import Engine
+    from evolve.session import Session
 
     cfg = validate_task({"agent": "evolve.worlds.sql:agent", "reward": "evolve.worlds.sql:reward", "tools": str(path),
                          "models": {"policy": {"backend": "scripted", "name": "x"}},
                          "dataset": {"source": "evolve.worlds.toy:dataset"}, "budget": {"generations": 0}})
-    engine = Engine(cfg, base_dir=Path.cwd(), run_dir=tmp_path / "run")
-    assert ToolLibrary.from_system(engine.baseline()).to_json() == library.to_json()
+    session = Session(cfg, base_dir=Path.cwd(), run_dir=tmp_path / "run")
+    assert ToolLibrary.from_system(session.baseline()).to_json() == library.to_json()

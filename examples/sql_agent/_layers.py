@@ -32,18 +32,19 @@ def plain(seed: int, out: str | Path, *, mine: int, samples: int) -> Plain:
 
     quiet_defaults()
     from evolve.config import load_task
-    from evolve.engine import Engine
+    from evolve.session import Session
 
     root = Path(out) / f"seed{seed}"
     # the layer tables (README) were measured on task.yaml's first 300 test tasks; its test split is 2,000 now
     common = [f"seed={seed}", "operators=[]", "budget.seconds=100000", "dataset.params.n_test=300"]
     cfg, base = load_task(HERE / "task.yaml", common)
-    eng = Engine(cfg, base_dir=base, run_dir=root / "plain", resume=True)  # rollouts are memoised
+    eng = Session(cfg, base_dir=base, run_dir=root / "plain", resume=True)  # rollouts are memoised
     system = eng.baseline()
-    test = eng._split("test")
+    test = eng.tasks("test")
     test_trajs = eng.rollouts(system, test, split="test", tag="eval:test")
     rng = random.Random(f"tool_layer/{seed}")
-    mine_tasks = rng.sample(eng.splits["train"], min(mine, len(eng.splits["train"]))) if mine else []
+    train = eng.tasks("train")
+    mine_tasks = rng.sample(train, min(mine, len(train))) if mine else []
     mined = eng.rollouts(system, mine_tasks, split="train", tag="mine", samples=samples, temperature=0.8) if mine else []
-    eng.runner.close()
+    eng.close()
     return Plain(seed, root, common, cfg, base, eng, system, test, test_trajs, mine_tasks, mined)

@@ -40,7 +40,7 @@ def main() -> None:
     import numpy as np
 
     from evolve.config import load_task
-    from evolve.engine import Engine
+    from evolve.session import Session
     from evolve.prompts.bootstrap import DemoBootstrap
     from evolve.prompts.components import set_demos
     from evolve.worlds.sql.dataset import _gen_split, _resolve
@@ -48,15 +48,14 @@ def main() -> None:
 
     root = Path(args.out) / f"seed{args.seed}"
     cfg, base = load_task(HERE / "prompts.yaml", [f"seed={args.seed}"])
-    eng = Engine(cfg, base_dir=base, run_dir=root / "ours", resume=True)
+    eng = Session(cfg, base_dir=base, run_dir=root / "ours", resume=True, budgeted=False)  # analysis scoring
     start = eng.baseline()
-    eng.final = True  # analysis scoring, outside the run's budget
     probe = root / "demo_probe"
     (probe / "k" / "db").mkdir(parents=True, exist_ok=True)
     ood = _resolve({"v": _gen_split("val", "test", 300, args.seed, probe / "k" / "db", "k")}, probe)["v"]
     for t in ood:
         t["id"] += "-heldout"
-    val, test = eng._split("val"), eng._split("test")
+    val, test = eng.tasks("val"), eng.tasks("test")
 
     op, pool, seen = DemoBootstrap(), [], set()  # the pool prompt_layer.py's spread draws from
     for t in eng.archive.trajectories(start.id, "train"):
@@ -92,7 +91,7 @@ def main() -> None:
     covered = sum(len(v) for k, v in groups.items() if k)
     print(f"oracle per-task demo (own template, when the pool of {len(pool)} has it: {covered}/{len(test)} tasks): "
           f"test {statistics.mean(scores):.3f} (no demos {rows[0][2]:.3f})")
-    eng.runner.close()
+    eng.close()
 
 
 if __name__ == "__main__":

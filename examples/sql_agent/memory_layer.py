@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     from _layers import plain as plain_run
 
     from evolve.config import load_task
-    from evolve.engine import Engine
+    from evolve.session import Session
     from evolve.memory.operator import MemoryOperator
     from evolve.operators import OperatorContext
     from evolve.reflexion import reflexion_agent
@@ -82,17 +82,17 @@ def main(argv: list[str] | None = None) -> dict:
     for name, agent in arms.items():
         if name not in wanted:
             continue
-        eng = Engine(cfg, base_dir=base, run_dir=out / name, resume=True, agent=agent)
+        eng = Session(cfg, base_dir=base, run_dir=out / name, resume=True, agent=agent)
         system = eng.baseline()
         trajs = eng.rollouts(system, test, split="test", tag="eval:test")
-        eng.runner.close()
+        eng.close()
         summary[name] = _acc(trajs)
 
     if "memory" in wanted:
         work = out / "memory_op"
         work.mkdir(parents=True, exist_ok=True)
         op = MemoryOperator(store=str((out / "memory").resolve()), k=1)
-        ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.splits["train"],
+        ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.tasks("train"),
                               trajectories=mined, artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=print)
         (cand,) = op.propose(sa, ctx)
         spec = {**cand.system.memory, **({"render": args.render} if args.render != "full" else {}),
@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
         (out / "memory_spec.json").write_text(json.dumps(spec))
         cfg_m, _ = load_task(HERE / "task.yaml", common + [
             f"memory={json.dumps(spec)}", "models.policy.cold_start.demos=evolve.worlds.sql:memory_demos"])
-        eng = Engine(cfg_m, base_dir=base, run_dir=out / f"memory-{content_hash(spec, 8)}", resume=True)
+        eng = Session(cfg_m, base_dir=base, run_dir=out / f"memory-{content_hash(spec, 8)}", resume=True)
         sm = eng.baseline()
         trajs = eng.rollouts(sm, test, split="test", tag="eval:test")
-        eng.runner.close()
+        eng.close()
         arm = ("memory" if args.render == "full" else "memory_" + args.render) + (
             "_random" if args.recall == "random" else "")
         summary[arm] = _acc(trajs)

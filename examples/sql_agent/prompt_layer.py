@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from evolve.config import load_task
     from evolve.engine import Engine
+    from evolve.session import Session
 
     wanted = set(args.arms.split(","))
     root = Path(args.out) / f"seed{args.seed}"
@@ -160,14 +161,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     # 1. our search (it also builds the few-shot cold start, cached by content)
     cfg, base = load_task(HERE / "prompts.yaml", [f"seed={args.seed}", *args.set])
-    eng = Engine(cfg, base_dir=base, run_dir=root / "ours", resume=True)
-    report = eng.run() if "ours" in wanted else None
+    report = Engine(cfg, base_dir=base, run_dir=root / "ours", resume=True).run() if "ours" in wanted else None
+    eng = Session(cfg, base_dir=base, run_dir=root / "ours", resume=True, budgeted=False)  # test scoring: no budget
     start = eng.baseline()
     best = eng.archive.get_system(eng.archive.current() or start.id)
     weights = eng.archive.artifacts.path(start.models["policy"].base)
     spent = search_calls(root / "ours")
-    eng.final = True  # test scoring is outside every budget
-    test = eng._split("test")
+    test = eng.tasks("test")
 
     def score(system, name: str, **info) -> list:
         trajs = eng.rollouts(system, test, split="test", tag="eval:test", description=f"test {name}")
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary["ours_report"] = {k: report.get(k) for k in ("baseline", "best", "stop_reason")}
         ours_trajs = score(best, OURS, llm_calls=spent["llm_calls"], rollouts=spent["rollouts"],
               demos=len(_demos(best)), system_id=best.id, template=get_template(best),
-              generations=len(eng._gen_rows()), shown=[d.get("input", "")[-120:] for d in _demos(best)])
+              generations=len(eng.state.generations()), shown=[d.get("input", "")[-120:] for d in _demos(best)])
     found = get_template(best) if OURS in arms else ""
     if found:  # where the gain comes from: the layout alone, without the demos
         trajs = eng.rollouts(set_template(start, found), test, split="test", tag="eval:test",
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
             summary["layouts"][alt or "(as given)"] = row
     if args.spread:
         summary["spread"] = spread(eng, start, test, nodemo, args.spread, args.seed)
-    eng.runner.close()
+    eng.close()
 
     # 3. task.yaml's plain system, for reference (3 turns, its own cold start)
     if "plain" in wanted:

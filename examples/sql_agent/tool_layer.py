@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     from _layers import plain as plain_run
 
     from evolve.config import load_task
-    from evolve.engine import Engine
+    from evolve.session import Session
     from evolve.operators import OperatorContext
     from evolve.toolforge.operator import ToolForge
     from evolve.toolforge.tool import ToolLibrary, save_library
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     work = out / "toolforge"
     work.mkdir(parents=True, exist_ok=True)
     op = ToolForge(min_support=args.min_support, max_new=40, max_tools=40, retire=False)
-    ctx = OperatorContext(generation=1, seed=args.seed, rng=rng, train=plain.splits["train"], trajectories=trajs,
+    ctx = OperatorContext(generation=1, seed=args.seed, rng=rng, train=plain.tasks("train"), trajectories=trajs,
                           artifacts=plain.archive.artifacts, workdir=work, rollouts=lambda *a, **k: [], log=print)
     cands = op.propose(sa, ctx)
     if not cands:
@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> dict:
                                                        "models.policy.cold_start.demos=evolve.worlds.sql:tool_demos"])
     # one run directory per library: a resumed run must not reuse a baseline built with other tools
     run_b = out / f"tools-{content_hash(lib.to_json(), 8)}"
-    with_tools = Engine(cfg_b, base_dir=base, run_dir=run_b, resume=True)
+    with_tools = Session(cfg_b, base_dir=base, run_dir=run_b, resume=True)
     sb = with_tools.baseline()
-    test_b = with_tools.rollouts(sb, with_tools._split("test"), split="test", tag="eval:test")
-    with_tools.runner.close()
+    test_b = with_tools.rollouts(sb, with_tools.tasks("test"), split="test", tag="eval:test")
+    with_tools.close()
 
     names = set(lib.names())
     report = json.loads((work / "toolforge.json").read_text())

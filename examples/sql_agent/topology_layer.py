@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from evolve.config import load_task
     from evolve.engine import Engine
+    from evolve.session import Session
     from evolve.topology.graph import Workflow, graph_of
     from evolve.worlds.sql.workflow import repair_loop, vote
 
@@ -57,8 +58,9 @@ def main(argv: list[str] | None = None) -> dict:
     run_dir = p.out / "topology"
     cfg, base = load_task(HERE / "topology.yaml", [f"seed={args.seed}", "models.policy.cold_start=null",
                                                   f"models.policy.params.weights={weights}", *args.set])
-    eng = Engine(cfg, base_dir=base, run_dir=run_dir, resume=True)
-    report = eng.run()
+    report = Engine(cfg, base_dir=base, run_dir=run_dir, resume=True).run()
+    # test scoring is outside the budget, as in the engine's own report
+    eng = Session(cfg, base_dir=base, run_dir=run_dir, resume=True, budgeted=False)
     start = eng.baseline()
     best = eng.archive.get_system(eng.archive.current())
 
@@ -67,8 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         arms += [(f"searched: {row['signature']}", row["graph"]) for row in json.loads(f.read_text())["evaluated"]]
     arms += [("promoted", graph_of(best).to_json()), ("hand-written: repair loop x3 (the default agent)", repair_loop(3)),
              ("hand-written: vote n=5 T=0.8", vote(5, 0.8))]
-    eng.final = True  # test scoring is outside the budget, as in the engine's own report
-    test = eng._split("test")
+    test = eng.tasks("test")
     rows, seen = [], {}
     for name, graph in arms:
         wf = Workflow.from_json(graph)
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "fixed": sum(1 for k, v in per_task.items() if v > first.get(k, 0.0)),
                      "broken": sum(1 for k, v in per_task.items() if v < first.get(k, 0.0))})
         seen[system.id] = rows[-1]
-    eng.runner.close()
+    eng.close()
     for r in rows:
         r.pop("per_task")
     summary = {"seed": args.seed, "tasks": len(test), "report": {k: report.get(k) for k in ("baseline", "best", "stop_reason")},
