@@ -158,10 +158,10 @@ class RolloutContext:
         try:
             result = fn(**args)
         except Exception as e:
-            self.add_step(ToolCall(name=name, args=_jsonable(args), error=f"{type(e).__name__}: {e}",
+            self.add_step(ToolCall(name=name, args=jsonable(args), error=f"{type(e).__name__}: {e}",
                                    duration=time.perf_counter() - t0))
             raise
-        self.add_step(ToolCall(name=name, args=_jsonable(args), result=_jsonable(result),
+        self.add_step(ToolCall(name=name, args=jsonable(args), result=jsonable(result),
                                duration=time.perf_counter() - t0))
         return result
 
@@ -200,13 +200,13 @@ class RolloutContext:
             raise RolloutTimeout("rollout timed out")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return repr(value)
 
 
@@ -249,7 +249,7 @@ def run_agent(
         task_id=str(task["id"]),
         system_id=system.id,
         steps=steps,
-        output=_jsonable(output),
+        output=jsonable(output),
         error=error,
         infra=ctx.infra,
         tokens=tokens,

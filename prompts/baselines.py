@@ -90,7 +90,7 @@ class TaskMetric:
         self._lock = threading.Lock()
 
     def reward(self, example: Any, pred: Any) -> Reward:
-        from evolve.rollout import _jsonable, score
+        from evolve.rollout import jsonable, score
         from evolve.types import Trajectory
 
         task = example.toDict()  # the task itself: an example holds every task key (see to_examples)
@@ -98,7 +98,7 @@ class TaskMetric:
             output = prediction_output(pred, self.output)
         except Exception as e:  # noqa: BLE001 - the program gave no such field
             return Reward(score=0.0, feedback=f"the program's prediction has no usable {self.output!r}: {e}")
-        traj = Trajectory(task_id=str(task["id"]), system_id="dspy-baseline", output=_jsonable(output))
+        traj = Trajectory(task_id=str(task["id"]), system_id="dspy-baseline", output=jsonable(output))
         return score(self.reward_fn, task, traj).reward
 
     def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: Any = None,

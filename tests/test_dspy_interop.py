@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evolve.llm.fake import ScriptedLM
-from evolve.prompts.dspy_fake import chat_reply, input_values
+from _dspy_fake import chat_reply, input_values
 from evolve.prompts.dspy_interop import DSPyAgent, apply_components, components_from_program, dspy_agent, write_back
 from evolve.prompts.dspy_interop import agent as generic_agent
 from evolve.rollout import run_agent

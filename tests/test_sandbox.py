@@ -17,7 +17,7 @@ from evolve.sandbox import (
     SandboxUnavailable,
     get_sandbox,
 )
-from evolve.sandbox.testing import assert_no_leftovers
+from _sandbox_leftovers import assert_no_leftovers
 
 FAST = Limits(wall_s=2, cpu_s=2)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from evolve.sandbox import Limits, SandboxUnavailable, get_sandbox
-from evolve.sandbox.testing import assert_no_leftovers
+from _sandbox_leftovers import assert_no_leftovers
 
 FAST = Limits(wall_s=2, cpu_s=2)
 PROJECT = Path(__file__).resolve().parents[1]

@@ -215,9 +215,9 @@ class CheckStep:
 
 
 def _vote_key(value: Any) -> str:
-    from evolve.rollout import _jsonable
+    from evolve.rollout import jsonable
 
-    return canonical_json(_jsonable(value))
+    return canonical_json(jsonable(value))
 
 
 class VoteStep:

@@ -27,7 +27,7 @@ from evolve.archive.store import Archive
 
 # WAL checkpoints (copying the log back into the database file, with an fsync) run on a
 # background thread with its own connection once the log passes _CKPT_BYTES, so writers do
-# not pay for them; the writer's own auto-checkpoint stays on as a backstop at _BACKSTOP_PAGES
+# not pay for them; the writer's own auto-checkpoint stays on as a backstop at BACKSTOP_PAGES
 # (evolve.archive._checkpoint). The threshold lives here, on the package, so that it can be
 # tuned as ``evolve.archive._CKPT_BYTES``; the checkpointer reads it from here on every check.
 _CKPT_BYTES = 4 << 20

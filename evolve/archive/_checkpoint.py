@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 # The checkpointer runs once the log passes evolve.archive._CKPT_BYTES (see there); the
-# writer's own auto-checkpoint stays on as a backstop at _BACKSTOP_PAGES.
-_BACKSTOP_PAGES = 16384
+# writer's own auto-checkpoint stays on as a backstop at BACKSTOP_PAGES.
+BACKSTOP_PAGES = 16384
 
 
 def _ckpt_bytes() -> int:
@@ -18,7 +18,7 @@ def _ckpt_bytes() -> int:
     return evolve.archive._CKPT_BYTES
 
 
-class _Checkpointer:
+class Checkpointer:
     """A daemon thread that runs passive WAL checkpoints on its own connection when the
     log grows past ``_CKPT_BYTES``. Holds no reference to the Archive."""
 

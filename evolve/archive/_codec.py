@@ -17,7 +17,7 @@ _ENC_RAW, _ENC_ZLIB = 0, 1
 _CHUNK = 500  # keys per "IN (...)" query
 
 
-def _pack(text: str, level: int = 0) -> tuple[int, bytes]:
+def pack(text: str, level: int = 0) -> tuple[int, bytes]:
     """Encode a JSON text for storage: zlib when it is long enough and it helps, else raw.
 
     The window and memory level are sized to the input (any zlib reader inflates them):
@@ -34,7 +34,7 @@ def _pack(text: str, level: int = 0) -> tuple[int, bytes]:
     return _ENC_RAW, raw
 
 
-def _unpack(enc: int, data: bytes) -> str:
+def unpack(enc: int, data: bytes) -> str:
     if enc == _ENC_ZLIB:
         data = zlib.decompress(data)
     elif enc != _ENC_RAW:
@@ -42,11 +42,11 @@ def _unpack(enc: int, data: bytes) -> str:
     return bytes(data).decode("utf-8")
 
 
-def _finite(x: float) -> float:
+def finite(x: float) -> float:
     # SQLite stores NaN as NULL; keep the columns numeric (the full JSON keeps the truth).
     return 0.0 if x is None or math.isnan(x) else float(x)
 
 
-def _chunks(seq: Sequence[str], n: int = _CHUNK) -> Iterator[Sequence[str]]:
+def chunks(seq: Sequence[str], n: int = _CHUNK) -> Iterator[Sequence[str]]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]

@@ -20,7 +20,7 @@ ARTIFACTS_DIR = "artifacts"
 
 _HISTORY_TABLES = ("systems", "lineage", "rediscoveries", "trajectories", "trajectory_data", "pointer", "events")
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version    INTEGER PRIMARY KEY,
     applied_at REAL NOT NULL
@@ -107,7 +107,7 @@ BEGIN SELECT RAISE(ABORT, 'the archive history is append-only ({t})'); END;"""
 )
 
 
-def _split_sql(script: str) -> list[str]:
+def split_sql(script: str) -> list[str]:
     """Split the schema into statements (triggers keep their inner ``;``)."""
     out, buf = [], ""
     for line in script.splitlines():
@@ -125,14 +125,14 @@ def _set_aside_world_failures(conn: sqlite3.Connection) -> None:
     """v3: stored rollouts the world failed under become ``world_failure`` events (see above)."""
     import time
 
-    from evolve.archive._codec import _unpack
+    from evolve.archive._codec import unpack
     from evolve.failures import legacy_category
 
     rows = conn.execute("SELECT t.seq, t.key, t.split, t.phase, t.generation, t.system_id, t.task_id, d.enc, d.data "
                         "FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq WHERE t.error = 1").fetchall()
     moved = []
     for seq, key, split, phase, gen, sid, tid, enc, data in rows:
-        traj = json.loads(_unpack(enc, data))
+        traj = json.loads(unpack(enc, data))
         cat = legacy_category(traj.get("error") or "")
         if cat is not None:
             moved.append((seq, {"key": key, "split": split, "phase": phase, "generation": gen, "system": sid,
@@ -141,7 +141,7 @@ def _set_aside_world_failures(conn: sqlite3.Connection) -> None:
     if not moved:
         return
     for t in ("trajectories", "trajectory_data"):
-        conn.execute(f"DROP TRIGGER IF EXISTS {t}_no_delete")  # restored by _SCHEMA right after
+        conn.execute(f"DROP TRIGGER IF EXISTS {t}_no_delete")  # restored by SCHEMA right after
     now = time.time()
     for seq, event in moved:
         conn.execute("INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
@@ -150,9 +150,9 @@ def _set_aside_world_failures(conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM trajectories WHERE seq = ?", (seq,))
 
 
-def _migrate(conn: sqlite3.Connection, version: int) -> None:
+def migrate(conn: sqlite3.Connection, version: int) -> None:
     """Bring a v``version`` archive's tables up to :data:`SCHEMA_VERSION` inside the caller's
-    transaction (the caller then runs :data:`_SCHEMA`, which restores dropped triggers)."""
+    transaction (the caller then runs :data:`SCHEMA`, which restores dropped triggers)."""
     _migrate_v2(conn, version)
     if version < 3:
         _set_aside_world_failures(conn)
@@ -160,14 +160,14 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
 
 def _migrate_v2(conn: sqlite3.Connection, version: int) -> None:
     if version < 2:
-        from evolve.archive._codec import _unpack
+        from evolve.archive._codec import unpack
 
         cols = {r[1] for r in conn.execute("PRAGMA table_info(trajectories)")}
         for col, decl in (("calls", "INTEGER NOT NULL DEFAULT 0"), ("duration", "REAL NOT NULL DEFAULT 0.0")):
             if col not in cols:
                 conn.execute(f"ALTER TABLE trajectories ADD COLUMN {col} {decl}")
         # fill the new columns of the stored rows from their JSON (once; the history is
-        # append-only again as soon as _SCHEMA recreates the trigger)
+        # append-only again as soon as SCHEMA recreates the trigger)
         conn.execute("DROP TRIGGER IF EXISTS trajectories_no_update")
         # in chunks, so that memory stays flat however many (large) trajectories are stored
         last = -1
@@ -178,7 +178,7 @@ def _migrate_v2(conn: sqlite3.Connection, version: int) -> None:
                 break
             filled = []
             for seq, enc, data in rows:
-                t = json.loads(_unpack(enc, data))
+                t = json.loads(unpack(enc, data))
                 calls = sum(1 for step in t.get("steps") or () if step.get("kind") == "llm")
                 filled.append((calls, float(t.get("duration") or 0.0), seq))
             conn.executemany("UPDATE trajectories SET calls = ?, duration = ? WHERE seq = ?", filled)

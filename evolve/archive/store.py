@@ -13,8 +13,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
-from evolve.archive._checkpoint import _BACKSTOP_PAGES, _Checkpointer
-from evolve.archive._schema import _SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, _migrate, _split_sql
+from evolve.archive._checkpoint import BACKSTOP_PAGES, Checkpointer
+from evolve.archive._schema import SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, migrate, split_sql
 from evolve.archive.export import _ExportMixin
 from evolve.archive.systems import _SystemsMixin
 from evolve.archive.trajectories import _TrajectoriesMixin
@@ -55,7 +55,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
         # (data_version, {"all": totals, "test": totals}); the deltas of the open transaction
         self._usage: tuple[int, dict[str, dict[str, Any]]] | None = None
         self._usage_delta = _no_usage()
-        self._ckpt: _Checkpointer | None = None
+        self._ckpt: Checkpointer | None = None
         try:
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         except sqlite3.Error as e:
@@ -77,7 +77,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
             conn.execute("PRAGMA busy_timeout = 30000")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(f"PRAGMA wal_autocheckpoint = {_BACKSTOP_PAGES}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
             has_version = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'"
             ).fetchone()
@@ -102,9 +102,9 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
                 raise RunDirError(f"not an evolvekit archive: {self.path} (foreign tables: {', '.join(names[:5])})")
         with self._write() as c:
             if version is not None:  # an archive written by an older evolvekit
-                _migrate(c, version)
+                migrate(c, version)
             # executescript() would COMMIT on its own: run the statements one by one instead
-            for stmt in _split_sql(_SCHEMA):
+            for stmt in split_sql(SCHEMA):
                 c.execute(stmt)
             c.execute(
                 "INSERT OR IGNORE INTO schema_version (version, applied_at) VALUES (?, ?)",
@@ -158,7 +158,7 @@ class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
                 raise
             self._depth = 0
             if self._ckpt is None:
-                self._ckpt = _Checkpointer(self.path)
+                self._ckpt = Checkpointer(self.path)
                 weakref.finalize(self, self._ckpt.stop)
             self._ckpt.kick()
             if self._usage is not None:

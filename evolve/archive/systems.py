@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evolve.archive._codec import _chunks, _pack, _unpack
+from evolve.archive._codec import chunks, pack, unpack
 from evolve.archive.records import SystemRecord
 from evolve.errors import ArchiveError
 from evolve.types import Candidate, System, canonical_json
@@ -51,12 +51,12 @@ class _SystemsMixin:
         parents = tuple(parents)
         sid = system.id
         now = time.time()
-        enc, blob = _pack(canonical_json(system.model_dump(mode="json")), self.compress)
+        enc, blob = pack(canonical_json(system.model_dump(mode="json")), self.compress)
         info_json = json.dumps(info or {}, sort_keys=True, ensure_ascii=False)
         with self._write() as c:
             wanted = list(dict.fromkeys((sid, *parents)))
             known: set[str] = set()
-            for chunk in _chunks(wanted):
+            for chunk in chunks(wanted):
                 q = f"SELECT id FROM systems WHERE id IN ({','.join('?' * len(chunk))})"
                 known.update(r[0] for r in c.execute(q, tuple(chunk)))
             if sid in known:
@@ -144,7 +144,7 @@ class _SystemsMixin:
             row = c.execute("SELECT enc, data FROM systems WHERE id = ?", (sid,)).fetchone()
         if row is None:  # pragma: no cover - resolve() checked it
             raise ArchiveError(f"no system {id_or_unique_prefix!r} in {self.run_dir}")
-        system = System.model_validate_json(_unpack(row[0], row[1]))
+        system = System.model_validate_json(unpack(row[0], row[1]))
         if system.id != sid:
             raise ArchiveError(f"system {sid} is damaged in {self.path}: its content hashes to {system.id}")
         return system
@@ -157,7 +157,7 @@ class _SystemsMixin:
             if where:
                 ids = [r[0] for r in rows]
                 edges = []
-                for chunk in _chunks(ids):
+                for chunk in chunks(ids):
                     q = f"SELECT child, position, parent FROM lineage WHERE child IN ({','.join('?' * len(chunk))})"
                     edges += c.execute(q, tuple(chunk)).fetchall()
             else:

@@ -7,7 +7,7 @@ import sqlite3
 import time
 from typing import Any, Callable, Sequence
 
-from evolve.archive._codec import _chunks, _finite, _pack, _unpack
+from evolve.archive._codec import chunks, finite, pack, unpack
 from evolve.archive.records import TrajectoryRow
 from evolve.types import LLMCall, Trajectory
 
@@ -44,7 +44,7 @@ class _TrajectoriesMixin:
             if key in stored:
                 continue
             stored.add(key)  # a key repeated within the batch: the first row wins
-            enc, blob = _pack(traj.model_dump_json(), self.compress)
+            enc, blob = pack(traj.model_dump_json(), self.compress)
             reward = traj.reward
             prepared.append(
                 (
@@ -56,14 +56,14 @@ class _TrajectoriesMixin:
                         traj.system_id,
                         traj.task_id,
                         traj.sample,
-                        _finite(reward.score if reward is not None else 0.0),
+                        finite(reward.score if reward is not None else 0.0),
                         int(traj.error is not None),
                         int(reward is not None and reward.error is not None),
                         int(traj.tokens),
-                        _finite(traj.cost),
+                        finite(traj.cost),
                         now,
                         sum(1 for s in traj.steps if isinstance(s, LLMCall)),
-                        _finite(traj.duration),
+                        finite(traj.duration),
                     ),
                     enc,
                     blob,
@@ -106,7 +106,7 @@ class _TrajectoriesMixin:
     def _has_keys(c: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
         keys = list(dict.fromkeys(keys))
         found: set[str] = set()
-        for chunk in _chunks(keys):
+        for chunk in chunks(keys):
             q = f"SELECT key FROM trajectories WHERE key IN ({','.join('?' * len(chunk))})"
             found.update(r[0] for r in c.execute(q, tuple(chunk)))
         return found
@@ -121,13 +121,13 @@ class _TrajectoriesMixin:
         keys = list(dict.fromkeys(keys))
         raw: list[tuple[str, int, bytes]] = []
         with self._read() as c:
-            for chunk in _chunks(keys):
+            for chunk in chunks(keys):
                 q = (
                     "SELECT t.key, d.enc, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
                     f"WHERE t.key IN ({','.join('?' * len(chunk))})"
                 )
                 raw += c.execute(q, tuple(chunk)).fetchall()
-        return {k: Trajectory.model_validate_json(_unpack(enc, data)) for k, enc, data in raw}
+        return {k: Trajectory.model_validate_json(unpack(enc, data)) for k, enc, data in raw}
 
     def trajectory_rows(
         self,
@@ -157,7 +157,7 @@ class _TrajectoriesMixin:
         with self._read() as c:
             raw = c.execute(q, tuple(args)).fetchall()
         return [
-            TrajectoryRow(key=k, split=s, phase=p, generation=g, trajectory=Trajectory.model_validate_json(_unpack(enc, data)))
+            TrajectoryRow(key=k, split=s, phase=p, generation=g, trajectory=Trajectory.model_validate_json(unpack(enc, data)))
             for k, s, p, g, enc, data in raw
         ]
 
@@ -246,7 +246,7 @@ class _TrajectoriesMixin:
                             f"WHERE {q} AND (t.error = 1 OR t.reward_error = 1) ORDER BY t.seq", tuple(args)).fetchall()
         msgs = []
         for enc, data in raw:
-            t = Trajectory.model_validate_json(_unpack(enc, data))
+            t = Trajectory.model_validate_json(unpack(enc, data))
             msgs.append(t.error or (t.reward.error if t.reward is not None else "") or "")
         return n, msgs
 

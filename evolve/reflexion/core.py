@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evolve.rollout import RolloutContext, RolloutTimeout, _jsonable, run_agent, score
+from evolve.rollout import RolloutContext, RolloutTimeout, jsonable, run_agent, score
 from evolve.types import (
     LLMCall,
     System,
@@ -210,7 +210,7 @@ class Reflexion:
                 lctx.close()
             steps = tuple(ctx.steps[n0:])
             tokens = sum(s.prompt_tokens + s.completion_tokens for s in steps if isinstance(s, LLMCall))
-            return Trajectory(task_id=str(task["id"]), system_id=ctx.system.id, steps=steps, output=_jsonable(output),
+            return Trajectory(task_id=str(task["id"]), system_id=ctx.system.id, steps=steps, output=jsonable(output),
                               error=error, tokens=tokens, duration=time.monotonic() - t0, sample=i, temperature=temp)
 
         def reflector(i: int, messages: list) -> tuple[str | None, LLMCall | None, str | None]:

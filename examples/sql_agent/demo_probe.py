@@ -43,8 +43,8 @@ def main() -> None:
     from evolve.session import Session
     from evolve.prompts.bootstrap import DemoBootstrap
     from evolve.prompts.components import set_demos
-    from evolve.worlds.sql.dataset import _gen_split, _resolve
-    from evolve.worlds.sql.fewshot import _sql_of, mask
+    from evolve.worlds.sql.dataset import generate_split, with_db_paths
+    from evolve.worlds.sql.fewshot import sql_of, mask
 
     root = Path(args.out) / f"seed{args.seed}"
     cfg, base = load_task(HERE / "prompts.yaml", [f"seed={args.seed}"])
@@ -52,7 +52,7 @@ def main() -> None:
     start = eng.baseline()
     probe = root / "demo_probe"
     (probe / "k" / "db").mkdir(parents=True, exist_ok=True)
-    ood = _resolve({"v": _gen_split("val", "test", 300, args.seed, probe / "k" / "db", "k")}, probe)["v"]
+    ood = with_db_paths({"v": generate_split("val", "test", 300, args.seed, probe / "k" / "db", "k")}, probe)["v"]
     for t in ood:
         t["id"] += "-heldout"
     val, test = eng.tasks("val"), eng.tasks("test")
@@ -79,7 +79,7 @@ def main() -> None:
     print(f"correlation with test over {len(rows)} prompts: validation {np.corrcoef(r[:, 0], r[:, 2])[0, 1]:+.2f}, "
           f"held-out-domain validation {np.corrcoef(r[:, 1], r[:, 2])[0, 1]:+.2f}")
 
-    skel = [mask("", _sql_of(d))[1] for d in pool]
+    skel = [mask("", sql_of(d))[1] for d in pool]
     groups: dict[tuple, list] = defaultdict(list)
     for t in test:
         same = [i for i, s in enumerate(skel) if s == mask("", t["gold_sql"])[1]][:1]

@@ -92,9 +92,9 @@ def _skeleton(sql: str) -> str:
 def shown_template(test: list, trajs: list, nodemo: list, demos: list[dict]) -> dict:
     """Accuracy with ``demos`` on the test tasks whose SQL skeleton one of them shows, and on the
     rest, each against the same tasks without demos: what a demo does when it fits and when not."""
-    from evolve.worlds.sql.fewshot import _sql_of
+    from evolve.worlds.sql.fewshot import sql_of
 
-    shown = {_skeleton(_sql_of(d)) for d in demos}
+    shown = {_skeleton(sql_of(d)) for d in demos}
     fit = [_skeleton(t["gold_sql"]) in shown for t in test]
     out = {}
     for name, want in (("fits", True), ("other", False)):

@@ -136,7 +136,7 @@ def messages_for(task: dict, instruction: str = "", examples: list[dict] | None 
     return out
 
 
-def _act(ctx: Any, box: Any, said: str, db: str) -> tuple[str, Any]:
+def act(ctx: Any, box: Any, said: str, db: str) -> tuple[str, Any]:
     """Run what the model said: a call when it names one of the system's query tools (in the
     sandbox), else SQL. Returns ``(the sql it stands for, rows)``."""
     if box is not None:
@@ -182,7 +182,7 @@ def agent(task: dict, ctx: Any) -> dict:
         completion = llm.complete(messages, max_tokens=max_tokens, stop=None)
         said = sql = clean_sql(getattr(completion, "text", ""))
         try:
-            sql, rows = _act(ctx, box, said, db)
+            sql, rows = act(ctx, box, said, db)
             if retry_on_empty and not rows and turn < max_turns:
                 raise SQLError("no rows returned")
         except Exception as e:  # noqa: BLE001 - every failure is shown to the model

@@ -54,7 +54,7 @@ def _params(seed: int, n_train: int, n_val: int, n_test: int, val_side: str = "t
     return {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test": n_test, "generator": generator_hash(), **extra}
 
 
-def _gen_split(split: str, side: str, n: int, seed: int, db_dir: Path, key: str) -> list[dict]:
+def generate_split(split: str, side: str, n: int, seed: int, db_dir: Path, key: str) -> list[dict]:
     tasks: list[dict] = []
     i = 0
     while len(tasks) < n:
@@ -83,7 +83,7 @@ def _gen_split(split: str, side: str, n: int, seed: int, db_dir: Path, key: str)
     return tasks
 
 
-def _resolve(tasks: dict[str, list[dict]], root: Path) -> dict[str, list[dict]]:
+def with_db_paths(tasks: dict[str, list[dict]], root: Path) -> dict[str, list[dict]]:
     return {s: [dict(t, db=str(root / t["db"])) for t in ts] for s, ts in tasks.items()}
 
 
@@ -101,7 +101,7 @@ def build(
     tasks_file = root / key / "tasks.json"
     try:
         if json.loads(manifest.read_text()).get("key") == key and tasks_file.is_file():
-            return _resolve(json.loads(tasks_file.read_text()), root)
+            return with_db_paths(json.loads(tasks_file.read_text()), root)
     except (OSError, ValueError):
         pass
     root.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ def build(
         try:
             sizes = {"train": n_train, "val": n_val, "test": n_test}
             sides = dict(SPLITS, val=val_side)
-            out = {split: _gen_split(split, sides[split], sizes[split], seed, tmp / "db", key) for split, _ in SPLITS}
+            out = {split: generate_split(split, sides[split], sizes[split], seed, tmp / "db", key) for split, _ in SPLITS}
             (tmp / "tasks.json").write_text(json.dumps(out, indent=0))
             try:
                 os.rename(tmp, root / key)
@@ -126,7 +126,7 @@ def build(
     tmp_manifest = root / f".manifest-{uuid.uuid4().hex}"
     tmp_manifest.write_text(json.dumps(dict(params, key=key), indent=1))
     os.replace(tmp_manifest, manifest)
-    return _resolve(json.loads(tasks_file.read_text()), root)
+    return with_db_paths(json.loads(tasks_file.read_text()), root)
 
 
 def cache_root() -> Path:

@@ -36,7 +36,7 @@ from evolve.types import Message
 Q_MARK = "\nq: "
 
 
-def _sql_of(demo: dict) -> str:
+def sql_of(demo: dict) -> str:
     for k in ("sql", "gold_sql", "output", "answer"):
         v = demo.get(k)
         if isinstance(v, str) and v.strip():
@@ -85,7 +85,7 @@ def mask(question: str, sql: str) -> tuple[str, str]:
 
 def render_line(demo: dict, style: str = "masked") -> str:
     """One demo as a prompt line (``e: <question> = <sql>``), masked unless ``style="full"``."""
-    q, sql = _question_of(demo), _sql_of(demo)
+    q, sql = _question_of(demo), sql_of(demo)
     if style != "full":
         q, sql = mask(q, sql)
     return f"e: {q} = {sql}\n"

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.types import Message
-from evolve.worlds.sql.agent import SQLError, _act, clean_sql, error_text, messages_for
+from evolve.worlds.sql.agent import SQLError, act, clean_sql, error_text, messages_for
 from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.tools import toolbox
@@ -83,7 +83,7 @@ class Execute:
     def run(self, p: "Execute.Params", state: dict, rt: Any) -> dict:
         said = state.get("said", state.get("sql", ""))
         try:
-            sql, rows = _act(rt.ctx, toolbox(rt.ctx.system), said, state["task"]["db"])
+            sql, rows = act(rt.ctx, toolbox(rt.ctx.system), said, state["task"]["db"])
         except Exception as e:  # noqa: BLE001 - a failed query is data for the next step, not a crash
             return {"rows": None, "error": error_text(e), "empty": True}
         error = error_text(SQLError("no rows returned")) if p.empty_is_error and not rows else None

@@ -1,4 +1,7 @@
-"""A benchmark of the archive's writes and queries (``python -m evolve.archive bench``)."""
+"""A benchmark of the archive's writes and queries.
+
+    python bench/archive_bench.py [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evolve.archive._schema import DB_NAME
-from evolve.archive.store import Archive
+from evolve.archive import Archive
 from evolve.types import System, Trajectory
 
 
-def _bench(n_systems: int = 10_000, n_trajectories: int = 100_000, shape: str = "text", compress: int = 0) -> None:
-    """``python -m evolve.archive bench [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]``"""
+def bench(n_systems: int = 10_000, n_trajectories: int = 100_000, shape: str = "text", compress: int = 0) -> None:
+    """Write ``n_systems`` systems and ``n_trajectories`` trajectories, then time the archive's queries."""
     import random
     import statistics
 
@@ -114,7 +116,17 @@ def _bench(n_systems: int = 10_000, n_trajectories: int = 100_000, shape: str = 
         timed("usage() cached", a.usage, 100)
         timed("trajectories(system, val)", lambda: a.trajectories(samples[1].system_id, "val"), 3)
         a.close()
-        size = sum(f.stat().st_size for f in (root / "run").glob(DB_NAME + "*"))
+        size = sum(f.stat().st_size for f in (root / "run").glob("archive.sqlite*"))
         print(f"file size: {size / 1e6:.1f} MB ({size / max(n_trajectories + n_systems, 1):.0f} bytes per row)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    args = sys.argv[1:]
+    if len(args) > 4:
+        sys.exit("usage: python bench/archive_bench.py [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]")
+    kinds = (int, int, str, int)
+    bench(*(k(a) for k, a in zip(kinds, args)))

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from .process import SANDBOX_UIDS as SANDBOX_UID_RANGE
+from evolve.sandbox.process import SANDBOX_UIDS as SANDBOX_UID_RANGE
 
 
 def _procs():
