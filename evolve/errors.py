@@ -101,6 +101,12 @@ class InfraError(EvolveError):
     retried: a bad key, a missing model): the run stops without storing what it could not score."""
 
 
+class RolloutTimeout(Exception):
+    """Raised inside an agent when its rollout is past its deadline (by every recorded model and tool
+    call); the rollout is then the agent's failure, with a timeout error. Not an EvolveError: it
+    travels through the agent's own code, which should not catch it."""
+
+
 class RunFailed(EvolveError):
     """The run's rollouts failed (the agent's or the reward's own errors) above the configured share."""
 

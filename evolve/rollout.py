@@ -31,15 +31,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from evolve.errors import RolloutTimeout
 from evolve.failures import classify, infra
 from evolve.llm.base import LLM, Completion, as_messages
 from evolve.types import InfraFailure, LLMCall, Message, Reward, System, ToolCall, Trajectory
 
 Task = dict[str, Any]
-
-
-class RolloutTimeout(Exception):
-    """Raised inside an agent when its rollout is past its deadline."""
 
 
 class LLMProvider(Protocol):

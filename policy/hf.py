@@ -155,7 +155,7 @@ def _files(path: Path) -> list[Path]:
 
 def manifest(path: Path) -> bytes:
     """The base artifact of a checkpoint directory: its path and each file's size and sha256 (canonical JSON)."""
-    from evolve.policy.weights import file_sha256
+    from evolve.artifacts import file_sha256
 
     files = _files(path)
     if not any(f.name.endswith(_WEIGHT_SUFFIXES) for f in files):

@@ -13,7 +13,6 @@ sha256 of the file is a faithful id.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import uuid
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
+from evolve.artifacts import file_sha256
 from evolve.types import canonical_json
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
 
@@ -60,14 +60,6 @@ class Adapter:
 
     def num_params(self) -> int:
         return sum(t.numel() for t in self.weights.values())
-
-
-def file_sha256(path: PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _write(tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], path: PathLike) -> str:

@@ -144,7 +144,7 @@ class ToolBox:
     def relevant(self, query: str, k: int = 5, **kwargs: Any) -> list:
         """The ``k`` tools whose descriptions are closest to ``query`` (e.g. the task text), for an
         agent that shows a model only the tools that matter; ``[(tool, similarity)]``."""
-        from evolve.toolforge.curate import retrieve
+        from evolve.toolforge.retrieve import retrieve
 
         return retrieve(self.library, query, k, **kwargs)
 

@@ -165,7 +165,7 @@ class Runtime:
 
     def run_node(self, node_id: str, state: dict) -> dict:
         """Run one node on ``state``; return a new state with its updates merged in."""
-        from evolve.rollout import RolloutTimeout
+        from evolve.errors import RolloutTimeout
 
         if node_id not in self._nodes:
             raise NodeError(f"node {node_id!r} is not in the workflow; nodes are {list(self._nodes)}")

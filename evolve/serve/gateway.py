@@ -55,7 +55,7 @@ class _RolloutTarget:
         return True
 
     def chat(self, req: ChatRequest) -> Answer:
-        from evolve.rollout import RolloutTimeout
+        from evolve.errors import RolloutTimeout
 
         ctx = self.ctx
         llm = ctx.llm(self.role)
