@@ -4,7 +4,7 @@ Each proposal, for one parent:
 
 1. solved trajectories become experiences (``extract``: an import path of
    ``fn(trajectories, tasks_by_id) -> [{"kind", "text", "metadata"}]``; default: the SQL world's
-   :func:`~evolve.worlds.sql.memory.experiences`), added to the store in one transaction (an
+   :func:`~evolve.worlds.sql.mining.experiences`), added to the store in one transaction (an
    exact duplicate is a no-op, never a delete);
 2. with ``feedback``, the items each trajectory recalled (its ``recall_memory`` tool step) are
    judged by the outcome, ExpeL-style, through :class:`~evolve.memory.HeuristicPolicy`: a solved
@@ -33,7 +33,7 @@ class MemoryOperator:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         store: str | None = Field(None, description="store folder; default: the parent's, else <run>/memory")
-        extract: str = Field("evolve.worlds.sql.memory:experiences", description="trajectories -> memory entries")
+        extract: str = Field("evolve.worlds.sql.mining:experiences", description="trajectories -> memory entries")
         tasks: int = Field(0, ge=0, description="extra training tasks rolled out to learn from (0: the minibatch)")
         samples: int = Field(1, ge=1)
         temperature: float | None = None

@@ -13,7 +13,9 @@ from evolve.operators import OperatorContext
 from evolve.rollout import run_agent, score
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql
-from evolve.worlds.sql.memory import experiences, memory_demos, recall
+from evolve.worlds.sql.coldstart import memory_demos
+from evolve.worlds.sql.memory import recall
+from evolve.worlds.sql.mining import experiences
 
 pytest.importorskip("chromadb")
 

@@ -15,13 +15,9 @@ from evolve.llm.fake import ScriptedLM
 from evolve.rollout import run_agent
 from evolve.types import LLMCall, Message, ModelSpec, System
 from evolve.worlds.sql import agent, messages_for, prompt_text
-from evolve.worlds.sql.fewshot import (
-    fewshot_demos,
-    fewshot_messages,
-    mask,
-    render,
-    render_line,
-)
+from evolve.worlds.sql.coldstart import fewshot_demos
+from evolve.worlds.sql.fewshot import mask, render, render_line
+from evolve.worlds.sql.prompt import fewshot_messages
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sql_agent"
 
@@ -158,7 +154,7 @@ def test_prompts_yaml_loads():
     from evolve.config import load_task
 
     cfg, _ = load_task(EXAMPLES / "prompts.yaml", [])
-    assert cfg.models["policy"].cold_start.demos == "evolve.worlds.sql.fewshot:fewshot_demos"
+    assert cfg.models["policy"].cold_start.demos == "evolve.worlds.sql:fewshot_demos"
     assert [o.name for o in cfg.operators] == ["prompt_choice", "bootstrap_demos"] and cfg.engine.selector == "pareto"
     from evolve.prompts.choices import PromptChoice
     from evolve.worlds.sql.render import check_template

@@ -16,7 +16,8 @@ from evolve.toolforge.abstract import call_text, mine_sql, shape_of
 from evolve.toolforge.tool import load_library, save_library
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql
-from evolve.worlds.sql.tools import expand_sql, tool_demos
+from evolve.worlds.sql.coldstart import tool_demos
+from evolve.worlds.sql.tools import expand_sql
 
 
 @pytest.fixture(scope="module")

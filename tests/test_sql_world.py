@@ -12,8 +12,8 @@ import pytest
 
 from evolve.types import Message, Reward, System
 from evolve.worlds import sql
-from evolve.worlds.sql.agent import execute
-from evolve.worlds.sql.dataset import corrupt
+from evolve.worlds.sql.coldstart import corrupt
+from evolve.worlds.sql.db import execute
 
 SIZES = {"n_train": 80, "n_val": 20, "n_test": 40}
 CHARSET = re.compile(r"^[a-z0-9 _,.()*=<>'?:;\-\n]+$")

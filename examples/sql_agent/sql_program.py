@@ -4,7 +4,7 @@ One ``dspy.Predict`` over ``question, db_schema -> gold_sql`` (``db_schema`` is 
 ``schema``; the output is named after the task key so that DSPy's *labeled* demos — training
 examples with their gold SQL — carry it too),
 with :class:`SQLAdapter`, which sends exactly the messages the native agent sends
-(:func:`evolve.worlds.sql.fewshot.fewshot_messages`: the demos as masked lines before
+(:func:`evolve.worlds.sql.prompt.fewshot_messages`: the demos as masked lines before
 ``schema: ...\\nq: ...``, one user message) and reads the reply with the agent's ``clean_sql``.
 So a demo set DSPy picks is shown to the model byte for byte as ours is. The schema is sent as
 the task gives it: the layout of the schema (``prompts.yaml``'s ``prompt_choice``) is a choice
@@ -27,8 +27,8 @@ from typing import Any
 import dspy
 from evolve.prompts.dspy_interop import dspy_agent
 
-from evolve.worlds.sql.agent import clean_sql
-from evolve.worlds.sql.fewshot import fewshot_messages
+from evolve.worlds.sql.db import clean_sql
+from evolve.worlds.sql.prompt import fewshot_messages
 
 CLIP = 300  # characters of a non-SQL prompt (MIPROv2's proposer) kept
 INPUTS, OUTPUT = {"question": "question", "db_schema": "schema"}, "gold_sql"  # program argument -> task key

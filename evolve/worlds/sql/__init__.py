@@ -15,16 +15,30 @@ sets (and disjoint domains), so a model must copy names from the prompt to gener
 
 A task is a plain JSON dict: ``id, split, domain, template, db`` (absolute path of its
 database), ``schema`` (rendered), ``question``, ``gold_sql``.
+
+The folder, each module depending only on those above it:
+
+* ``vocab``, ``schema``, ``questions``, ``augment`` — the generator: names, schemas, questions
+  with gold SQL, renamed copies; ``db`` — safe SQL execution (one read-only SELECT);
+* ``dataset`` — the splits, built once per seed and size and cached on disk;
+* ``render`` (prompt templates), ``fewshot`` (how demos are shown), ``memory`` (recall of
+  experiences), ``tools`` (query tools run in the sandbox) — what a system can put in the prompt;
+* ``prompt`` — the messages an episode opens with; ``agent`` — the multi-turn agent;
+  ``reward`` — execution match; ``workflow`` — the agent's steps as workflow-graph nodes;
+* ``coldstart`` — SFT demos for a local model and the pointer tokenizer's words; ``mining`` —
+  memory entries from solved trajectories.
 """
 
 from __future__ import annotations
 
-from evolve.worlds.sql.agent import SQLError, agent, execute, messages_for, reward
-from evolve.worlds.sql.dataset import build, corrupt, dataset, demos, name_words
-from evolve.worlds.sql.fewshot import fewshot_demos
-from evolve.worlds.sql.memory import memory_demos
+from evolve.worlds.sql.agent import agent
+from evolve.worlds.sql.coldstart import corrupt, demos, fewshot_demos, memory_demos, name_words, tool_demos
+from evolve.worlds.sql.dataset import build, dataset
+from evolve.worlds.sql.db import SQLError, execute
+from evolve.worlds.sql.mining import experiences
+from evolve.worlds.sql.prompt import messages_for
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
-from evolve.worlds.sql.tools import tool_demos
+from evolve.worlds.sql.reward import reward
 
 __all__ = [
     "MAX_PROMPT",
@@ -37,6 +51,7 @@ __all__ = [
     "dataset",
     "demos",
     "execute",
+    "experiences",
     "fewshot_demos",
     "memory_demos",
     "messages_for",

@@ -27,15 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from evolve.types import content_hash
-from evolve.worlds.sql.augment import schema_names
-from evolve.worlds.sql.agent import SQLError, error_text, execute, messages_for
 from evolve.worlds.sql.questions import make_questions
 from evolve.worlds.sql.schema import make_schema
 
 LAYOUT_VERSION = "sql-world-1"
 SPLITS = (("train", "train"), ("val", "train"), ("test", "test"))  # (split, name side)
-_SQL_WORDS = {"select", "from", "where", "join", "on", "order", "by", "group", "limit", "asc", "desc",
-              "count", "max", "min", "avg", "sum", "a", "b", "id"}
 
 
 def generator_hash() -> str:
@@ -143,101 +139,3 @@ def dataset(seed: int = 0, root: str | Path | None = None, val_side: str = "trai
         full = {"n_train": 2000, "n_val": 200, "n_test": 300, **sizes}
         root = cache_root() / content_hash(_params(seed, val_side=val_side, **full))
     return build(root, seed=seed, val_side=val_side, **sizes)
-
-
-# ----------------------------------------------------------------------------- demos
-
-
-def _misspell(rng: random.Random, word: str) -> str:
-    i = rng.randrange(len(word))
-    op = rng.randrange(4)
-    if op == 0 and len(word) > 3:
-        return word[:i] + word[i + 1 :]
-    if op == 1:
-        return word[:i] + word[i] + word[i:]
-    if op == 2 and i < len(word) - 1 and word[i] != word[i + 1]:
-        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
-    return word[:i] + rng.choice([c for c in "aeiouy" if c != word[i]]) + word[i + 1 :]
-
-
-def corrupt(rng: random.Random, task: dict) -> str:
-    """A plausible wrong first attempt at the task's gold SQL: a misspelt name, a column
-    taken from the wrong table, or a dropped keyword."""
-    tables, cols = schema_names(task["schema"])
-    sql, names = task["gold_sql"], tables + cols
-    bare = re.sub(r"'[^']*'", lambda m: " " * len(m.group()), sql)
-    spots = [m for m in re.finditer(r"\b[a-z_][a-z0-9_]*\b", bare) if m.group() in names and m.group() not in _SQL_WORDS]
-    x = rng.random()
-    if x < 0.2:
-        kw = rng.choice([k for k in (" from ", " where ", " by ", " on ") if k in sql])
-        return sql.replace(kw, " ", 1)
-    if x < 0.4 and " join " not in sql:
-        tables = [n for n in re.findall(r"(\w+)\(", task["schema"])]
-        m = re.search(r" from (\w+)", sql)
-        others = [t for t in tables if m and t != m.group(1)]
-        if m and others:
-            return sql[: m.start(1)] + rng.choice(others) + sql[m.end(1) :]
-    if not spots:
-        return sql.replace(" from ", " form ", 1)
-    m = rng.choice(spots)
-    return sql[: m.start()] + _misspell(rng, m.group()) + sql[m.end() :]
-
-
-def name_words(tasks: list[dict]) -> set[str]:
-    """Every table and column name in the tasks' schemas, except ``id`` (the one name both sides
-    share). Give it to a pointer tokenizer (``cold_start.pointer_words``) so that training names
-    are copy pointers, as every held-out name is, however often they occur in the demos."""
-    names: set[str] = set()
-    for task in tasks:
-        tables, cols = schema_names(task["schema"])
-        names.update(tables, cols)
-    return names
-
-
-def demos(
-    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0, augment: int = 0
-) -> list[list[dict[str, str]]]:
-    """SFT demos in the agent's exact message format, as ``{"role", "content"}`` dicts
-    (``evolve.llm.base.as_messages`` turns them into Messages). Every task gives a one-turn
-    demo ``[system?], user, assistant(gold)``; a ``retry_frac`` share of tasks also gives a
-    repair demo ``[system?], user, assistant(wrong sql), tool(error: ...), assistant(gold)``
-    whose error text is what sqlite really says about the wrong query. ``augment`` adds that many
-    copies of each demo with every table and column renamed (see :mod:`evolve.worlds.sql.augment`)."""
-    rng = random.Random(f"sql-demos:{seed}")
-    out: list[list[dict[str, str]]] = []
-    for task in tasks:
-        head = [m.model_dump() for m in messages_for(task, instruction)]
-        out.append(head + [{"role": "assistant", "content": task["gold_sql"]}])
-        if rng.random() >= retry_frac:
-            continue
-        for _ in range(5):
-            bad = corrupt(rng, task)
-            try:
-                execute(task["db"], bad)
-            except SQLError as e:
-                out.append(head + [
-                    {"role": "assistant", "content": bad},
-                    {"role": "tool", "content": error_text(e)},
-                    {"role": "assistant", "content": task["gold_sql"]},
-                ])
-                break
-    if augment:
-        from evolve.worlds.sql.augment import rename_chat
-
-        arng = random.Random(f"sql-augment:{seed}")
-        out = out + [rename_chat(chat, arng) for _ in range(augment) for chat in out]
-    return out
-
-
-def with_prefixes(chats: list[list[dict[str, str]]], heads: dict[str, str]) -> list[list[dict[str, str]]]:
-    """Copies of ``chats`` where the first user message that is a key of ``heads`` starts with
-    that key's text (recalled examples, few-shot demos), so a cold start sees what the agent shows."""
-    out = []
-    for chat in chats:
-        chat = [dict(m) for m in chat]
-        for m in chat:
-            if m["role"] == "user" and m["content"] in heads:
-                m["content"] = heads[m["content"]] + m["content"]
-                break
-        out.append(chat)
-    return out

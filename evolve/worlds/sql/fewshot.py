@@ -18,7 +18,7 @@ A demo is a JSON object in the ``demos`` component (:mod:`evolve.prompts.compone
 harvests from successful trajectories) or ``{"question": ..., "sql": ...}`` (a DSPy signature's
 fields; ``gold_sql`` is read as ``sql`` too). Only the question and the SQL are shown.
 
-:func:`fewshot_demos` is the cold start (``models.policy.cold_start.demos``): the plain SFT
+:func:`evolve.worlds.sql.coldstart.fewshot_demos` is the cold start (``cold_start.demos``): the plain SFT
 chats, each with ``k`` demos (0..``max_k``) of other training tasks before the prompt, of which
 one has the task's own template with probability ``match`` — so the model learns that copying a
 matching demo's structure pays and that a non-matching one is to be ignored.
@@ -26,12 +26,11 @@ matching demo's structure pays and that a non-matching one is to be ignored.
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.types import Message
+from evolve.worlds.sql.db import clean_sql
 
 Q_MARK = "\nq: "
 
@@ -40,8 +39,6 @@ def sql_of(demo: dict) -> str:
     for k in ("sql", "gold_sql", "output", "answer"):
         v = demo.get(k)
         if isinstance(v, str) and v.strip():
-            from evolve.worlds.sql.agent import clean_sql
-
             return clean_sql(v)
     return ""
 
@@ -106,53 +103,9 @@ def demos_of(system: Any) -> list[dict]:
     return get_demos(prompts)
 
 
-def fewshot_messages(task: dict, demos: Sequence[dict], instruction: str = "", style: str = "masked") -> list[Message]:
-    """The agent's opening messages with ``demos`` shown before the prompt."""
-    from evolve.worlds.sql.agent import messages_for
-
-    msgs = messages_for(task, instruction)
-    head = render(demos, style)
-    if head:
-        last = msgs[-1]
-        msgs[-1] = Message(role=last.role, content=head + last.content)
-    return msgs
-
-
 def task_demo(task: dict) -> dict:
     """A training task as a demo object (its question and gold SQL)."""
     return {"question": task["question"], "sql": task["gold_sql"]}
 
 
-def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, augment: int = 0, max_k: int = 4,
-                  match: float = 0.5, retry_frac: float = 0.0, style: str = "masked",
-                  pool: Sequence[dict] | None = None) -> list[list[dict[str, str]]]:
-    """Cold-start chats (see the module docstring): the plain demos of ``tasks``
-    (:func:`evolve.worlds.sql.dataset.demos`), each chat's prompt preceded by ``k`` demos,
-    ``k`` uniform in 0..``max_k``, drawn from ``pool`` (default: ``tasks``) outside the task's
-    database; with probability ``match`` one of them (at a random place) has the task's template.
-    A task's repair chats (``retry_frac``) carry the same demos as its one-turn chat."""
-    from evolve.worlds.sql.dataset import demos as plain_demos
-    from evolve.worlds.sql.questions import prompt_text
-
-    pool = list(pool if pool is not None else tasks)
-    by_template: dict[str, list[dict]] = {}
-    for t in pool:
-        by_template.setdefault(t.get("template", ""), []).append(t)
-    rng = random.Random(f"sql-fewshot:{seed}")
-    heads: dict[str, str] = {}
-    for task in tasks:
-        k = rng.randint(0, max_k)
-        others = [t for t in rng.sample(pool, min(len(pool), 4 * k + 4)) if t["db"] != task["db"]
-                  and t.get("template") != task.get("template")][:k]
-        if k and rng.random() < match:
-            same = [t for t in by_template.get(task.get("template", ""), []) if t["db"] != task["db"]]
-            if same:
-                others = others[: k - 1]
-                others.insert(rng.randint(0, len(others)), rng.choice(same))
-        heads[prompt_text(task["schema"], task["question"])] = render([task_demo(t) for t in others], style)
-    from evolve.worlds.sql.dataset import with_prefixes
-
-    return with_prefixes(plain_demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment), heads)
-
-
-__all__ = ["demos_of", "fewshot_demos", "fewshot_messages", "mask", "render", "render_line", "task_demo"]
+__all__ = ["demos_of", "mask", "render", "render_line", "sql_of", "task_demo"]

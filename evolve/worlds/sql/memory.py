@@ -97,30 +97,3 @@ def render(examples: Sequence[dict], style: str = "full") -> str:
     return "".join(f"e: {e['question']} = {e['sql']}\n" for e in examples)
 
 
-def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict]:
-    """Memory entries (``kind, text, metadata``) for the solved trajectories: the question as text,
-    the SQL that scored and its database in the metadata; one per task and SQL."""
-    out, seen = [], set()
-    for t in trajectories:
-        task = tasks.get(t.task_id)
-        sql = t.output.get("sql") if isinstance(t.output, dict) else None
-        if task is None or t.error is not None or t.score < threshold or not sql or (t.task_id, sql) in seen:
-            continue
-        seen.add((t.task_id, sql))
-        out.append({"kind": "experience", "text": task["question"],
-                    "metadata": {"sql": sql, "db": task["db"], "task_id": t.task_id, "template": task.get("template")}})
-    return out
-
-
-def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
-                 augment: int = 0) -> list[list[dict[str, str]]]:
-    """The cold-start demos of :func:`evolve.worlds.sql.demos` with the experiences the agent would
-    recall (same store, same settings) before each prompt, so the model learns to use them."""
-    from evolve.worlds.sql.dataset import demos
-    from evolve.worlds.sql.questions import prompt_text
-
-    style = memory.get("render", "full")
-    by_prompt = {prompt_text(t["schema"], t["question"]): render(recall(memory, t), style) for t in tasks}
-    from evolve.worlds.sql.dataset import with_prefixes
-
-    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment), by_prompt)

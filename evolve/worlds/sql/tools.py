@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from evolve.toolforge.abstract import call_text, parse_call, shape_of
+from evolve.toolforge.abstract import parse_call
 from evolve.toolforge.tool import Tool, ToolLibrary
 from evolve.toolforge.validate import ToolBox
 
@@ -69,20 +69,3 @@ def run_call(ctx: Any, box: ToolBox, text: str, db: str) -> tuple[str, Any]:
     return expand_sql(tool, kwargs), rows
 
 
-def tool_demos(tasks: list[dict], *, tools: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
-               augment: int = 0) -> list[list[dict[str, str]]]:
-    """The cold-start demos of :func:`evolve.worlds.sql.demos`, with every gold SQL that a tool's
-    template covers written as the tool call (a repair demo's final turn too)."""
-    from evolve.worlds.sql.dataset import demos
-
-    lib = ToolLibrary({n: Tool.model_validate(t) for n, t in tools.items()})
-    by_template = {t.meta["template"]: t for t in lib if "template" in t.meta}
-    out = []
-    for chat in demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment):
-        last = chat[-1]
-        got = shape_of(last["content"])
-        if got is not None and got[0] in by_template:
-            tool = by_template[got[0]]
-            chat = chat[:-1] + [{"role": "assistant", "content": call_text(tool, got[3])}]
-        out.append(chat)
-    return out

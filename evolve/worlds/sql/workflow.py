@@ -27,7 +27,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.types import Message
-from evolve.worlds.sql.agent import SQLError, act, clean_sql, error_text, messages_for
+from evolve.worlds.sql.agent import act
+from evolve.worlds.sql.db import SQLError, clean_sql, error_text
+from evolve.worlds.sql.prompt import messages_for
 from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.tools import toolbox

@@ -1,0 +1,38 @@
+"""The messages an episode opens with: an optional system instruction, then the few-shot demos,
+the recalled experiences and the task's prompt, laid out by the system's template."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from evolve.types import Message
+from evolve.worlds.sql.fewshot import render as render_demos
+from evolve.worlds.sql.memory import render as render_memory
+from evolve.worlds.sql.questions import prompt_text
+from evolve.worlds.sql.render import fill
+
+
+def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None,
+                 style: str = "full", demos: list[dict] | None = None, demo_style: str = "masked",
+                 template: str = "") -> list[Message]:
+    """The opening messages of an episode: an optional system instruction, then the prompt laid
+    out by ``template`` (see :mod:`evolve.worlds.sql.render`; empty: ``schema: ...\\nq: ...``),
+    after the few-shot demos (see :mod:`evolve.worlds.sql.fewshot`) and the recalled experiences
+    (see :mod:`evolve.worlds.sql.memory`) when there are any."""
+    out = [Message(role="system", content=instruction)] if instruction else []
+    head = render_memory(examples, style) if examples else ""
+    if demos:
+        head = render_demos(demos, demo_style) + head
+    body = fill(template, task["schema"], task["question"]) if template else prompt_text(task["schema"], task["question"])
+    out.append(Message(role="user", content=head + body))
+    return out
+
+
+def fewshot_messages(task: dict, demos: Sequence[dict], instruction: str = "", style: str = "masked") -> list[Message]:
+    """The agent's opening messages with ``demos`` shown before the prompt."""
+    msgs = messages_for(task, instruction)
+    head = render_demos(demos, style)
+    if head:
+        last = msgs[-1]
+        msgs[-1] = Message(role=last.role, content=head + last.content)
+    return msgs
