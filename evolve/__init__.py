@@ -16,23 +16,45 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
+    # running
     "run": ("evolve.api", "run_task"),
     "load": ("evolve.api", "load"),
     "evaluate": ("evolve.api", "evaluate"),
     "dry_run": ("evolve.api", "dry_run"),
     "LoadedSystem": ("evolve.api", "LoadedSystem"),
+    "RunReport": ("evolve.report", "RunReport"),
     "Engine": ("evolve.engine", "Engine"),
+    "Session": ("evolve.session", "Session"),
     "Archive": ("evolve.archive", "Archive"),
     "load_task": ("evolve.config", "load_task"),
     "TaskConfig": ("evolve.config", "TaskConfig"),
+    # the data model
     "System": ("evolve.types", "System"),
     "ModelSpec": ("evolve.types", "ModelSpec"),
     "Trajectory": ("evolve.types", "Trajectory"),
     "Reward": ("evolve.types", "Reward"),
     "Candidate": ("evolve.types", "Candidate"),
     "Message": ("evolve.types", "Message"),
+    # the protocols a user implements (docs/extending.md)
+    "Operator": ("evolve.operators", "Operator"),
+    "OperatorContext": ("evolve.operators", "OperatorContext"),
+    "Selector": ("evolve.selectors", "Selector"),
+    "Scored": ("evolve.selectors", "Scored"),
+    "Runner": ("evolve.runners", "Runner"),
+    "RolloutJob": ("evolve.runners", "RolloutJob"),
+    "WorkerSpec": ("evolve.runners", "WorkerSpec"),
+    "LLM": ("evolve.llm.base", "LLM"),
+    "Completion": ("evolve.llm.base", "Completion"),
+    "World": ("evolve.worlds.base", "World"),
+    "Acceptance": ("evolve.loop", "Acceptance"),
+    "MinibatchSampler": ("evolve.loop", "MinibatchSampler"),
+    "Stopping": ("evolve.loop", "Stopping"),
+    "Verdict": ("evolve.judge", "Verdict"),
+    # errors
     "EvolveError": ("evolve.errors", "EvolveError"),
     "UserError": ("evolve.errors", "UserError"),
+    "InfraError": ("evolve.errors", "InfraError"),
+    "RunFailed": ("evolve.errors", "RunFailed"),
     "ScriptedLM": ("evolve.llm.fake", "ScriptedLM"),
 }
 

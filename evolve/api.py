@@ -12,8 +12,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from typing import TYPE_CHECKING
+
 from evolve.errors import RunDirError, UserError
 from evolve.types import System, Trajectory
+
+if TYPE_CHECKING:
+    from evolve.report import RunReport
 
 
 def run_task(
@@ -27,9 +32,11 @@ def run_task(
     agent: Callable | None = None,
     reward: Callable | None = None,
     base_dir: str | Path | None = None,
-) -> dict[str, Any]:
+) -> "RunReport":
     """Run an evolution job from a task file, or from a dict with the same fields (whose
-    ``agent`` and ``reward`` may be the functions themselves); return the report.
+    ``agent`` and ``reward`` may be the functions themselves); return the report
+    (:class:`~evolve.report.RunReport`: ``report.best.test.score``, ``report.gain("test")``, or
+    ``report["best"]["test"]["score"]`` as in report.json).
 
     ``agent=`` / ``reward=`` give the functions for a task that names them by import path or
     leaves them out. ``resume`` continues the run in ``out``; ``fresh`` starts it over (the earlier

@@ -26,7 +26,8 @@ class ColdStart(Strict):
     """Stage 1 of the article: SFT of a freshly built tiny model on a small demo set (cached); with
     ``params.weights`` naming a pretrained checkpoint, LoRA SFT of that checkpoint on the demos."""
 
-    demos: str = Field(description="import path of demos(tasks, n=..., seed=...) -> list of chat transcripts")
+    demos: str = Field(description="import path of demos(tasks, n=..., seed=...) -> list of chat transcripts "
+                       "(default: the world's coldstart.demos hook)")
     n_demos: int = Field(300, ge=1)
     epochs: int = Field(30, ge=1, description="upper bound; the best validation checkpoint is kept")
     lr: float = Field(3e-3, gt=0)
@@ -138,6 +139,11 @@ class EngineConfig(Strict):
     val_size: int | None = Field(None, ge=1, description="validation tasks used (default: all)")
     test_size: int | None = Field(None, ge=1, description="test tasks used (default: all)")
     reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
+    acceptance: str = Field("two_stage", description="two_stage (minibatch, then val) | val_only | an import path "
+                            "(evolve.loop.Acceptance)")
+    minibatch_sampler: str = Field("random", description="random (anew each generation) | fixed | an import path")
+    stopping: str = Field("budget", description="budget (the budgets alone) | plateau | an import path")
+    stopping_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {patience: 2} for plateau")
 
 
 class FailuresConfig(Strict):
@@ -162,6 +168,9 @@ class FailuresConfig(Strict):
 class TaskConfig(Strict):
     name: str = "task"
     seed: int = 0
+    world: str | None = Field(None, description="a world (evolve.worlds): a registered name (sql, toy) or an import "
+                              "path; fills agent, reward, dataset.source, cold_start.demos and operators' world "
+                              "settings the task file leaves out")
     agent: str = Field(description="import path of agent(task, ctx) -> output")
     reward: str = Field(description="import path of reward(task, output[, trajectory]) -> float | Reward")
     models: dict[str, ModelConfig]
@@ -305,6 +314,8 @@ def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), sourc
     for item in overrides:
         keys, value = parse_override(item)
         apply_override(data, keys, value, item)
+    if data.get("world"):
+        _apply_world(data, source)
     try:
         task = TaskConfig.model_validate(data)
     except ValidationError as e:
@@ -312,6 +323,36 @@ def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), sourc
     _check_operators(task, source)
     _check_workflow(task, source)
     return task
+
+
+def _apply_world(data: dict, source: str) -> None:
+    """Fill what the task file leaves out from its ``world`` (see :mod:`evolve.worlds.base`): agent,
+    reward, dataset.source, each local model's cold_start.demos, and the operator params a world
+    hook provides (an operator class names them in ``world_params``: param -> hook)."""
+    from evolve.registry import operators
+    from evolve.worlds.base import load_world
+
+    try:
+        world = load_world(str(data["world"]))
+    except ConfigError as e:
+        raise ConfigError(str(e).removeprefix("world: "), path="world", source=source) from None
+    data.setdefault("agent", world.agent)
+    data.setdefault("reward", world.reward)
+    ds = data.get("dataset")
+    if ds is None or (isinstance(ds, dict) and not any(ds.get(k) for k in ("source", "train", "val", "test"))):
+        data["dataset"] = {**(ds or {}), "source": world.dataset}
+    demos = world.hook("coldstart.demos")
+    for m in (data.get("models") or {}).values():
+        cs = m.get("cold_start") if isinstance(m, dict) else None
+        if isinstance(cs, dict) and "demos" not in cs and demos:
+            cs["demos"] = demos
+    for op in data.get("operators") or []:
+        if not isinstance(op, dict) or op.get("name") not in operators:
+            continue
+        params = op.setdefault("params", {})
+        for param, hook in getattr(operators.get(op["name"]), "world_params", {}).items():
+            if isinstance(params, dict) and param not in params and world.hook(hook):
+                params[param] = world.hook(hook)
 
 
 def _check_operators(task: TaskConfig, source: str) -> None:
@@ -328,7 +369,13 @@ def _check_operators(task: TaskConfig, source: str) -> None:
             try:
                 params = params_model.model_validate(op.params)
             except ValidationError as e:
-                raise ConfigError(format_validation_error(e, source, params_model, prefix=f"operators.{i}.params.")) from None
+                msg = format_validation_error(e, source, params_model, prefix=f"operators.{i}.params.")
+                hooks = getattr(cls, "world_params", {})
+                missing = [p for p in hooks if p not in op.params]
+                if missing and not task.world:
+                    msg += (f", or name a world that provides it (`world: sql` fills {', '.join(missing)} from its "
+                            f"{', '.join(hooks[p] for p in missing)} hook)")
+                raise ConfigError(msg) from None
             if op.name == "topology":  # its palette must fit the node types
                 from evolve.registry import node_types
                 from evolve.topology.palette import Palette
@@ -337,9 +384,23 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                     Palette.parse(params.palette).check(node_types)
                 except UserError as e:
                     raise ConfigError(str(e), path=f"operators.{i}.params.palette", source=source) from None
-    for field, reg, name in (("engine.selector", selectors, task.engine.selector), ("runner.name", runners, task.runner.name)):
-        if name not in reg:
+    from evolve.registry import acceptances, minibatch_samplers, stoppings
+
+    e = task.engine
+    for field, reg, name in (("engine.selector", selectors, e.selector), ("runner.name", runners, task.runner.name),
+                             ("engine.acceptance", acceptances, e.acceptance),
+                             ("engine.minibatch_sampler", minibatch_samplers, e.minibatch_sampler),
+                             ("engine.stopping", stoppings, e.stopping)):
+        if name not in reg and ":" not in name:
             raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
+    try:
+        from evolve.loop import build_policies
+
+        build_policies(e)
+    except UserError as e2:
+        raise ConfigError(str(e2), path="engine", source=source) from None
+    except (TypeError, ValueError) as e2:
+        raise ConfigError(f"{e.stopping}: {e2}", path="engine.stopping_params", source=source) from None
     _check_selector_params(task, source)
     from evolve.registry import llm_backends
 

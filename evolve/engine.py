@@ -1,15 +1,16 @@
 """The engine: f(Π, τ, r) → Π′, one generation at a time, on top of a scoring
 :class:`~evolve.session.Session` (splits, runner, memoised rollouts, the budget ledger).
 
-Each generation: select parents from the pool of accepted systems (:mod:`evolve.pool`;
-selectors that ask get per-task val scores and cost/latency metrics); roll each parent out on
-a minibatch of training tasks; let every operator propose children from those trajectories
-(``ctx.extra["pool"]`` holds the accepted systems); accept a child in two stages (better than
-its parent on the same minibatch, then not worse on validation, re-evaluated on more samples
-when close: :mod:`evolve.judge`); archive everything; promote the best. Stop on any budget
-(generations, rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.budget`). At the end
-the baseline and the promoted system are scored on the held-out test split and a report is
-written.
+Each generation: select parents from the pool of accepted systems (:mod:`evolve.selectors`,
+:mod:`evolve.pool`; selectors that ask get per-task val scores and cost/latency metrics); roll
+each parent out on a minibatch of training tasks (the minibatch sampler); let every operator
+propose children from those trajectories (``ctx.extra["pool"]`` holds the accepted systems);
+judge each child (the acceptance policy; by default two stages: better than its parent on the
+same minibatch, then not worse on validation, re-evaluated on more samples when close:
+:mod:`evolve.judge`); archive everything; promote the best. Stop on any budget (generations,
+rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.budget`) or the stopping rule. The
+three policies are in :mod:`evolve.loop`. At the end the baseline and the promoted system are
+scored on the held-out test split and a report is written.
 
 Resume: every rollout is stored under a deterministic key and every operator's proposals
 under (generation, operator, parent), so re-running the same plan after a kill -9 reuses all
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evolve.config import TaskConfig
 from evolve.errors import BudgetExhausted, InfraError, LLMError, RunFailed
-from evolve.judge import judge, promotion
+from evolve.loop import build_policies
 from evolve.operators import OperatorContext
 from evolve.pool import OperatorPool, scored_pool
 from evolve.registry import operators as operator_registry
@@ -34,6 +35,9 @@ from evolve.registry import selectors as selector_registry
 from evolve.session import Observer, Session, job_seed, mean_score  # noqa: F401 - Observer, job_seed: re-exported
 from evolve.state import GenerationRow
 from evolve.types import Candidate, System, Trajectory
+
+if TYPE_CHECKING:
+    from evolve.report import RunReport
 
 
 class Engine:
@@ -54,13 +58,14 @@ class Engine:
     ) -> None:
         # the loop's parts first: a mistake in them must not leave a run directory behind
         self.selector = selector_registry.get(task.engine.selector)(**task.engine.selector_params)
+        self.acceptance, self.sampler, self.stopping = build_policies(task.engine)
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
         self.session = Session(task, base_dir=base_dir, run_dir=run_dir, resume=resume, fresh=fresh,
                                observer=observer, agent=agent, reward=reward)
         self.task, self.archive, self.run_dir = task, self.session.archive, self.session.run_dir
         self.state, self.obs = self.session.state, self.session.obs
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> "RunReport":
         """Bootstrap, evolve, score on test, write the report; returns the report. Raises
         :class:`~evolve.errors.InfraError` when the world kept failing (what finished is kept:
         ``--resume`` continues) and :class:`~evolve.errors.RunFailed` when too many of the
@@ -70,7 +75,7 @@ class Engine:
         finally:
             self.session.close()
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> "RunReport":
         from evolve.report import failure_check, write_report
 
         s = self.session
@@ -91,6 +96,11 @@ class Engine:
                 self._record_generation(0, {"children": 0, "accepted": 0, "rollouts": used["rollouts"],
                                             "calls": used["calls"], "tokens": used["tokens"]})
             for gen in range(len(self.state.generations()), self.task.budget.generations + 1):
+                why = self.stopping.stop(self.state.generations())
+                if why:
+                    stop_reason = why
+                    self.obs.message(f"stopping: {why}")
+                    break
                 self._generation(gen)
         except BudgetExhausted as e:
             stop_reason = str(e)
@@ -113,7 +123,7 @@ class Engine:
         pool = scored_pool(s, before=gen, detail=bool(getattr(self.selector, "needs_per_task", False)))
         parents = self.selector.select(pool, self.task.engine.parents, s.rng(f"select/{gen}"))
         train = s.tasks("train")
-        minibatch = s.rng(f"minibatch/{gen}").sample(train, min(self.task.engine.minibatch, len(train)))
+        minibatch = self.sampler.sample(train, self.task.engine.minibatch, s.rng(f"minibatch/{gen}"), gen)
         best = max(pool, key=lambda s: (s.score, -s.generation))
         n_children = n_accepted = 0
         for pid in parents:
@@ -124,10 +134,10 @@ class Engine:
             for i, op in enumerate(self.operators):
                 for cand in self._propose(gen, i, op, parent, p_traj):
                     n_children += 1
-                    verdict = judge(s, gen, cand, minibatch, parent, mean_score(p_traj), p_val)
+                    verdict = self.acceptance.judge(s, gen, cand, minibatch, parent, mean_score(p_traj), p_val)
                     promoted = False
                     if verdict.accepted:
-                        promoted, best = promotion(s, gen, cand, verdict, best)
+                        promoted, best = self.acceptance.promote(s, gen, cand, verdict, best)
                     event = {"generation": gen, "child": cand.system.id, "parent": pid, "operator": cand.operator,
                              "accepted": verdict.accepted, "why": verdict.why}
                     if verdict.reeval:

@@ -43,15 +43,19 @@ def refine(session: "Session", system: System, gen: int) -> float:
     return mean
 
 
-def judge(session: "Session", gen: int, cand: Candidate, minibatch: list, parent: System, p_mb: float,
+def judge(session: "Session", gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float,
           p_val: float) -> Verdict:
-    """Stage 1 on the minibatch, then stage 2 on validation (re-evaluated when close)."""
+    """Stage 1 on the minibatch (skipped when ``minibatch`` is None: ``acceptance: val_only``), then
+    stage 2 on validation (re-evaluated when close)."""
     cfg = session.task.engine
-    c_traj = session.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
-                              description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
-    c_mb = mean_score(c_traj)
-    if not c_mb > p_mb + cfg.min_gain:
-        return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
+    first = ""
+    if minibatch is not None:
+        c_traj = session.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
+                                  description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
+        c_mb = mean_score(c_traj)
+        if not c_mb > p_mb + cfg.min_gain:
+            return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
+        first = f"minibatch {c_mb:.3f} vs {p_mb:.3f}, "
     c_val, _ = session.evaluate(cand.system, "val", generation=gen)
     notes, how = [], "val"
     if cfg.reeval is not None and abs(c_val - p_val) <= cfg.reeval.margin:
@@ -62,8 +66,7 @@ def judge(session: "Session", gen: int, cand: Candidate, minibatch: list, parent
         c_val, p_val, how = c_mean, p_mean, f"val mean of {1 + cfg.reeval.samples} samples"
     if c_val < p_val - cfg.val_tolerance:
         return Verdict(False, c_val, f"rejected at stage 2: {how} {c_val:.3f} vs parent {p_val:.3f}", notes)
-    return Verdict(True, c_val, f"accepted: minibatch {c_mb:.3f} vs {p_mb:.3f}, {how} {c_val:.3f} vs {p_val:.3f}",
-                   notes)
+    return Verdict(True, c_val, f"accepted: {first}{how} {c_val:.3f} vs {p_val:.3f}", notes)
 
 
 def promotion(session: "Session", gen: int, cand: Candidate, verdict: Verdict, best: Scored) -> tuple[bool, Scored]:

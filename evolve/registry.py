@@ -1,8 +1,9 @@
 """Explicit, lazy registries: name -> "module:attribute", imported on first use.
 
 Third-party plugins register through the entry-point group ``evolvekit.<kind>``
-(e.g. ``evolvekit.operators``); nothing is scanned. An unknown name raises
-:class:`~evolve.errors.RegistryError` with the closest known names.
+(e.g. ``evolvekit.operators``); nothing is scanned. A name with a colon is an import path
+(``my_pkg.ops:MyOperator``). An unknown name raises :class:`~evolve.errors.RegistryError`
+with the closest known names.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class Registry:
             self._paths.setdefault(ep.name, ep.value)
 
     def names(self) -> list[str]:
+        self._load_plugins()
         return sorted(set(self._paths) | set(self._objects))
 
     def __contains__(self, name: str) -> bool:
@@ -95,10 +97,15 @@ class Registry:
         return name in self._paths
 
     def get(self, name: str) -> Any:
+        """The object registered as ``name``, or at the import path ``name`` ("pkg.mod:attr")."""
         if name in self._objects:
             return self._objects[name]
         if name not in self._paths:
             self._load_plugins()
+        if name not in self._paths and ":" in name:
+            obj = import_path(name, what=self.kind)
+            self._objects[name] = obj
+            return obj
         if name not in self._paths:
             raise RegistryError(f"unknown {self.kind} {name!r}; {did_you_mean(name, self.names())}")
         obj = import_path(self._paths[name], what=f"{self.kind} {name!r}")
@@ -138,7 +145,8 @@ selectors = Registry(
         "pareto": "evolve.selectors:Pareto",
     },
 )
-# Workflow node types (evolve.topology): generic steps, plus the steps of the embedded SQL world.
+# Workflow node types (evolve.topology): the generic steps. A world's own steps (the SQL world's
+# sql.write, sql.execute, sql.rewrite) come through the entry-point group evolvekit.node_types.
 node_types = Registry(
     "node type",
     {
@@ -148,9 +156,19 @@ node_types = Registry(
         "vote": "evolve.topology.nodes:VoteStep",
         "reflect": "evolve.topology.nodes:ReflectStep",
         "answer": "evolve.topology.nodes:AnswerStep",
-        "sql.write": "evolve.worlds.sql.workflow:Write",
-        "sql.execute": "evolve.worlds.sql.workflow:Execute",
-        "sql.rewrite": "evolve.worlds.sql.workflow:Rewrite",
+    },
+)
+# The loop's policies (evolve.loop): acceptance of a child, the generation's minibatch, early stopping.
+acceptances = Registry("acceptance", {"two_stage": "evolve.loop:TwoStage", "val_only": "evolve.loop:ValOnly"})
+minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop:RandomMinibatch",
+                                                    "fixed": "evolve.loop:FixedMinibatch"})
+stoppings = Registry("stopping rule", {"budget": "evolve.loop:BudgetOnly", "plateau": "evolve.loop:Plateau"})
+# Worlds (evolve.worlds.base.World): task environments a task file can name with `world:`.
+worlds = Registry(
+    "world",
+    {
+        "sql": "evolve.worlds.sql:WORLD",
+        "toy": "evolve.worlds.toy:WORLD",
     },
 )
 runners = Registry(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,64 @@ from evolve.stats import describe, paired
 
 if TYPE_CHECKING:
     from evolve.session import Session
+
+
+@dataclass(frozen=True)
+class SplitScore:
+    score: float  # mean score over the split's tasks
+    n: int  # tasks
+
+
+@dataclass(frozen=True)
+class SystemScores:
+    system_id: str
+    val: SplitScore | None = None
+    test: SplitScore | None = None
+
+
+class RunReport(dict):
+    """What :func:`evolve.run` returns: ``report.json`` as a mapping (``report["best"]["test"]``),
+    with typed views of its parts (``report.best.test.score``, ``report.gain("test")``)."""
+
+    def _system(self, which: str) -> SystemScores | None:
+        e = self.get(which)
+        if not e:
+            return None
+        return SystemScores(e["system_id"], *(SplitScore(e[s]["score"], e[s]["n"]) if s in e else None
+                                              for s in ("val", "test")))
+
+    @property
+    def baseline(self) -> SystemScores | None:
+        """The starting system's scores."""
+        return self._system("baseline")
+
+    @property
+    def best(self) -> SystemScores | None:
+        """The promoted (current) system's scores."""
+        return self._system("best")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self["run_dir"])
+
+    @property
+    def stop_reason(self) -> str:
+        return str(self.get("stop_reason") or "")
+
+    @property
+    def generations(self) -> list[Any]:
+        """One :class:`~evolve.state.GenerationRow` per generation."""
+        from evolve.state import GenerationRow
+
+        return [GenerationRow.model_validate(g) for g in self.get("generations", [])]
+
+    def gain(self, split: str = "test") -> float | None:
+        """The best system's score minus the baseline's on ``split`` (None when either lacks it)."""
+        return gain(self, split)
+
+    def comparison(self, split: str = "test") -> dict[str, Any] | None:
+        """The paired comparison on ``split`` (:func:`evolve.stats.paired`: ``diff``, ``ci95``, ``p``, ...)."""
+        return (self.get("paired") or {}).get(split)
 
 
 # the distributions whose versions can change a recorded number (sampling, training, embeddings, clients)
@@ -114,7 +173,7 @@ def failures(session: "Session") -> dict[str, Any]:
 
 
 def write_report(session: "Session", stop_reason: str, *, score_test: bool = True,
-                 used_by_run: dict[str, Any] | None = None) -> dict[str, Any]:
+                 used_by_run: dict[str, Any] | None = None) -> RunReport:
     """Write ``report.json`` and ``report.md``; with ``score_test=False`` (a run that failed) the
     test split is not scored and the report shows what is stored. ``used_by_run``: the budget used
     before the final scoring (default: all of it)."""
@@ -150,7 +209,7 @@ def write_report(session: "Session", stop_reason: str, *, score_test: bool = Tru
     report["environment"] = environment()
     (session.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (session.run_dir / "report.md").write_text(to_markdown(report))
-    return report
+    return RunReport(report)
 
 
 def _workflow(session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:

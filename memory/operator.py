@@ -29,11 +29,13 @@ from evolve.types import Candidate, System, ToolCall
 
 class MemoryOperator:
     name = "memory"
+    world_params = {"extract": "memory.extract"}  # filled from the task's world when not given
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         store: str | None = Field(None, description="store folder; default: the parent's, else <run>/memory")
-        extract: str = Field("evolve.worlds.sql.mining:experiences", description="trajectories -> memory entries")
+        extract: str = Field(description="import path of extract(trajectories, tasks, *, threshold) -> memory entries "
+                             "(the world's memory.extract hook, e.g. evolve.worlds.sql:experiences)")
         tasks: int = Field(0, ge=0, description="extra training tasks rolled out to learn from (0: the minibatch)")
         samples: int = Field(1, ge=1)
         temperature: float | None = None

@@ -17,6 +17,8 @@ from evolve.worlds.sql.coldstart import memory_demos
 from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.mining import experiences
 
+EXTRACT = "evolve.worlds.sql:experiences"  # what `world: sql` would fill in
+
 pytest.importorskip("chromadb")
 
 
@@ -40,7 +42,7 @@ def ctx_for(data, tmp_path, trajs, gen=1) -> OperatorContext:
 def test_experiences_go_to_memory_and_are_recalled_into_the_prompt(data, tmp_path):
     from evolve.memory.operator import MemoryOperator
 
-    op = MemoryOperator(embedder="hashing", k=1)
+    op = MemoryOperator(extract=EXTRACT, embedder="hashing", k=1)
     parent = System(models={"policy": {"backend": "scripted", "name": "x"}})
     trajs = [solved(t) for t in data["train"][:30]] + [Trajectory(task_id=data["train"][40]["id"], system_id="s",
                                                                    reward=Reward(score=0.0))]
@@ -91,7 +93,7 @@ def test_experiences_go_to_memory_and_are_recalled_into_the_prompt(data, tmp_pat
 def test_recall_settings_are_proposed_as_variants(data, tmp_path):
     from evolve.memory.operator import MemoryOperator
 
-    op = MemoryOperator(embedder="hashing", variants=[{"k": 2}, {"render": "skeleton"}, {}])
+    op = MemoryOperator(extract=EXTRACT, embedder="hashing", variants=[{"k": 2}, {"render": "skeleton"}, {}])
     cands = op.propose(System(), ctx_for(data, tmp_path, [solved(t) for t in data["train"][:10]]))
     specs = [c.system.memory for c in cands]
     assert [(s["k"], s.get("render")) for s in specs] == [(1, None), (2, None), (1, "skeleton")]  # {} == the base
@@ -103,7 +105,7 @@ def test_recall_settings_are_proposed_as_variants(data, tmp_path):
 def test_random_recall_is_the_control_for_relevance(data, tmp_path):
     from evolve.memory.operator import MemoryOperator
 
-    op = MemoryOperator(embedder="hashing", k=1)
+    op = MemoryOperator(extract=EXTRACT, embedder="hashing", k=1)
     (cand,) = op.propose(System(), ctx_for(data, tmp_path, [solved(t) for t in data["train"][:40]]))
     spec = {**cand.system.memory, "recall": "random", "k": 3}
     by_question = {t["question"]: t for t in data["train"][:40]}
@@ -123,7 +125,7 @@ def test_random_recall_is_the_control_for_relevance(data, tmp_path):
 def test_memory_demos_carry_recalled_examples(data, tmp_path):
     from evolve.memory.operator import MemoryOperator
 
-    op = MemoryOperator(embedder="hashing")
+    op = MemoryOperator(extract=EXTRACT, embedder="hashing")
     (cand,) = op.propose(System(), ctx_for(data, tmp_path, [solved(t) for t in data["train"][:40]]))
     tasks = data["train"][40:50]
     chats = memory_demos(tasks, memory=cand.system.memory, seed=0)
@@ -140,6 +142,6 @@ def test_the_dry_run_estimate_counts_the_extra_rollouts_and_the_variants():
 
     from evolve.memory.operator import MemoryOperator
 
-    op = MemoryOperator(tasks=40, samples=2, variants=[{"k": 2}, {"k": 0}])
+    op = MemoryOperator(extract=EXTRACT, tasks=40, samples=2, variants=[{"k": 2}, {"k": 0}])
     assert op.estimate(SimpleNamespace(train=30)) == {"rollouts": 60, "llm_calls": 0, "children": 3}
-    assert MemoryOperator().estimate(SimpleNamespace(train=30))["rollouts"] == 0  # the minibatch only
+    assert MemoryOperator(extract=EXTRACT).estimate(SimpleNamespace(train=30))["rollouts"] == 0  # the minibatch only

@@ -17,7 +17,6 @@ from evolve.reflexion import (
     format_lessons,
     inject,
     reflexion_agent,
-    sql_agent,
 )
 from evolve.rollout import run_agent, score
 from evolve.types import LLMCall, Message, ModelSpec, Reward, System, ToolCall
@@ -304,7 +303,8 @@ def test_the_sql_ready_agent_retries_with_the_feedback(tmp_path):
     from evolve.registry import import_path
     from evolve.worlds import sql
 
-    assert import_path("evolve.reflexion:sql_agent") is sql_agent and sql_agent.__name__ == "sql_agent"
+    sql_agent = sql.reflexion_agent
+    assert import_path("evolve.worlds.sql:reflexion_agent") is sql_agent and sql_agent.__name__ == "reflexion_agent"
     tasks = sql.build(tmp_path / "sql", seed=0, n_train=3, n_val=0, n_test=0)["train"]
     gold = {t["question"]: t["gold_sql"] for t in tasks}
 

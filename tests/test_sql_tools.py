@@ -12,7 +12,7 @@ from evolve.errors import ConfigError
 from evolve.llm.fake import ScriptedLM
 from evolve.rollout import run_agent, score
 from evolve.toolforge import ToolLibrary, check
-from evolve.toolforge.abstract import call_text, mine_sql, shape_of
+from evolve.worlds.sql.abstract import call_text, mine_sql, shape_of
 from evolve.toolforge.tool import load_library, save_library
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql

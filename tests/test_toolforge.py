@@ -16,7 +16,7 @@ import pytest
 from evolve.llm.fake import ScriptedLM
 from evolve.operators import OperatorContext
 from evolve.toolforge import Tool, ToolBox, ToolCase, ToolLibrary, check, same
-from evolve.toolforge.abstract import call_text, mine_sql, parse_call, shape_of
+from evolve.worlds.sql.abstract import call_text, mine_sql, parse_call, shape_of
 from evolve.toolforge.curate import duplicate_of, lexical_embed, retire_names, retrieve, with_usage
 from evolve.toolforge.operator import ToolForge
 from evolve.toolforge.synth import collect_examples, parse, synthesize
@@ -296,7 +296,7 @@ def test_operator_admits_mined_tools_records_rejections_and_retires_unused(sandb
             "select name from items where price > 5"]
     trajs = [traj(f"t{i}", shop, [s], 1.0) for i, s in enumerate(sqls)]
     bad = CORRECT.replace("price > ?", "price >= ?") % {"db": shop}
-    op = ToolForge(min_support=2, synthesis={"backend": "scripted", "name": "toolsmith", "params": {"responses": [bad]}},
+    op = ToolForge(min_support=2, miner="evolve.worlds.sql:mine_tools", synthesis={"backend": "scripted", "name": "toolsmith", "params": {"responses": [bad]}},
                    proposals=1)
 
     def ctx(gen: int, trajectories) -> OperatorContext:
@@ -346,7 +346,7 @@ def test_synthesis_calls_count_against_the_budget_and_a_spent_budget_stops_them(
 
     trajs = [traj("t0", shop, ["select name from items where price > 20"], 1.0)]
     synthesis = {"backend": "scripted", "name": "toolsmith", "params": {"responses": ["no tool here"] * 3}}
-    op = ToolForge(synthesis=synthesis, proposals=3)
+    op = ToolForge(synthesis=synthesis, proposals=3, miner="evolve.worlds.sql:mine_tools")
     assert op.estimate(SimpleNamespace(train=100)) == {"rollouts": 0, "llm_calls": 3, "children": 1}
     charged, room = [], [2]
 

@@ -4,7 +4,8 @@ Each proposal, for one parent:
 
 1. counts how often each library tool was used in the parent's trajectories, and in how many
    successful ones; retires tools that stay unused or that lower success;
-2. proposes new tools — by abstraction of repeated SQL shapes (no LLM) and/or by an LLM
+2. proposes new tools — by abstraction of repeated actions (``miner``, no LLM: the world's
+   ``tools.mine`` hook, e.g. the SQL world's repeated SQL shapes) and/or by an LLM
    shown recorded tool calls (``synthesis``: a model spec, e.g. ``{backend: litellm, name:
    gpt-4o-mini}``);
 3. drops duplicates (same code, same template, or same results on shared inputs);
@@ -20,10 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evolve.operators import ChargedLLM, OperatorContext
-from evolve.toolforge.abstract import mine_sql
 from evolve.toolforge.curate import duplicate_of, retirements, with_usage
 from evolve.toolforge.synth import synthesize
 from evolve.toolforge.tool import ToolLibrary
@@ -33,10 +33,13 @@ from evolve.types import Candidate, ModelSpec, System
 
 class ToolForge:
     name = "toolforge"
+    world_params = {"miner": "tools.mine"}  # filled from the task's world when not given
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
-        abstraction: bool = Field(True, description="mine repeated SQL shapes into parametrised tools")
+        abstraction: bool = Field(True, description="mine repeated actions into parametrised tools (with miner)")
+        miner: str | None = Field(None, description="import path of miner(trajectories, *, tool, sql_arg, db_arg, "
+                                  "min_support, taken, provenance) -> tools (the world's tools.mine hook)")
         source_tool: str = Field("execute_sql", description="the recorded tool whose calls are mined")
         sql_arg: str = "sql"
         db_arg: str = "db"
@@ -56,6 +59,13 @@ class ToolForge:
         margin: float = Field(0.1, ge=0)
         sandbox: str = Field("process", description="sandbox backend: process | docker")
         limits: dict[str, Any] = Field(default_factory=dict, description="sandbox limits per tool call")
+
+        @model_validator(mode="after")
+        def _abstraction_needs_a_miner(self) -> "ToolForge.Params":
+            if self.abstraction and self.miner is None:
+                raise ValueError("abstraction needs a miner: give params.miner (an import path), a world that "
+                                 "provides tools.mine (world: sql), or set abstraction: false")
+            return self
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
@@ -100,8 +110,11 @@ class ToolForge:
         prov = {"operator": self.name, "generation": ctx.generation, "parent_system": parent.id}
         proposals = []  # (tool, claimed recorded cases)
         if p.abstraction:
-            for tool in mine_sql(trajs, tool=p.source_tool, sql_arg=p.sql_arg, db_arg=p.db_arg,
-                                 min_support=p.min_support, taken=lib.names(), provenance=prov):
+            from evolve.registry import import_path
+
+            mine = import_path(str(p.miner), what="toolforge miner")
+            for tool in mine(trajs, tool=p.source_tool, sql_arg=p.sql_arg, db_arg=p.db_arg,
+                             min_support=p.min_support, taken=lib.names(), provenance=prov):
                 proposals.append((tool, []))
         llm = self._synth_llm(ctx)
         if llm is not None and p.proposals:

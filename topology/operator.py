@@ -42,6 +42,7 @@ from evolve.types import Candidate, LLMCall, System
 
 class TopologySearch:
     name = "topology"
+    world_params = {"palette": "topology.palette"}  # filled from the task's world when not given
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)

@@ -28,10 +28,10 @@ lessons before their first attempt.
   folder for local weights), or given: ``llm_provider=lambda system, role: app.llm(role)`` for an
   ``evolve.load(run_dir)`` app, or an engine :class:`~evolve.runners.Worker`'s ``.llm``.
 * Inside the engine: :func:`reflexion_agent` wraps an agent so that all attempts run inside one
-  rollout; ``agent: evolve.reflexion:sql_agent`` is the SQL world's agent with Reflexion.
+  rollout; ``agent: evolve.worlds.sql:reflexion_agent`` is the SQL world's agent with Reflexion.
 """
 
-from .agent import reflexion_agent, sql_agent
+from .agent import reflexion_agent
 from .context import HEADER, Lesson, LessonContext, LessonLLM, format_lessons, inject
 from .core import AttemptEvent, Reflexion, ReflexionResult, memory_text
 from .reflect import REFLECT_SYSTEM, Reflection, clean_reflection, describe_task
@@ -52,5 +52,4 @@ __all__ = [
     "inject",
     "memory_text",
     "reflexion_agent",
-    "sql_agent",
 ]

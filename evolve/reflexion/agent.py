@@ -54,10 +54,4 @@ def reflexion_agent(agent: Callable | str, reward_or_evaluator: Callable | str, 
     return reflexion
 
 
-# The SQL world's agent with Reflexion: the execution-match feedback ("expected 3 rows, got 5") is
-# the lesson (the tiny model cannot write reflections); attempts from workflow.reflexion_attempts (2).
-sql_agent = reflexion_agent("evolve.worlds.sql:agent", "evolve.worlds.sql:reward", name="sql_agent",
-                            reflect="feedback", max_attempts=2)
-sql_agent.__module__ = "evolve.reflexion"
-
-__all__ = ["reflexion_agent", "sql_agent"]
+__all__ = ["reflexion_agent"]

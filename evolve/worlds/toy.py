@@ -11,6 +11,7 @@ import random
 from typing import Any
 
 from evolve.types import Message
+from evolve.worlds.base import World
 
 
 def dataset(seed: int = 0, n_train: int = 40, n_val: int = 20, n_test: int = 20) -> dict[str, list[dict]]:
@@ -44,3 +45,7 @@ def reply(messages: tuple[Message, ...], seed: int | None = None, temperature: f
     if "add" in instruction:
         return str(a + b) if (a + b) % 3 else str(a + b + 1)  # right two times in three
     return str(a * b % 100)
+
+
+WORLD = World(name="toy", agent="evolve.worlds.toy:agent", reward="evolve.worlds.toy:reward",
+              dataset="evolve.worlds.toy:dataset", description="a + b with a scripted model: plumbing, not learning")

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "memory" in wanted:
         work = out / "memory_op"
         work.mkdir(parents=True, exist_ok=True)
-        op = MemoryOperator(store=str((out / "memory").resolve()), k=1)
+        op = MemoryOperator(store=str((out / "memory").resolve()), k=1, extract="evolve.worlds.sql:experiences")
         ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.tasks("train"),
                               trajectories=mined, artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=print)
         (cand,) = op.propose(sa, ctx)

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     rng, mine_tasks, plain = random.Random(f"tool_layer/{args.seed}/op"), pl.mine_tasks, pl.engine
     work = out / "toolforge"
     work.mkdir(parents=True, exist_ok=True)
-    op = ToolForge(min_support=args.min_support, max_new=40, max_tools=40, retire=False)
+    op = ToolForge(min_support=args.min_support, max_new=40, max_tools=40, retire=False, miner="evolve.worlds.sql:mine_tools")
     ctx = OperatorContext(generation=1, seed=args.seed, rng=rng, train=plain.tasks("train"), trajectories=trajs,
                           artifacts=plain.archive.artifacts, workdir=work, rollouts=lambda *a, **k: [], log=print)
     cands = op.propose(sa, ctx)

@@ -26,12 +26,17 @@ The folder, each module depending only on those above it:
 * ``prompt`` — the messages an episode opens with; ``agent`` — the multi-turn agent;
   ``reward`` — execution match; ``workflow`` — the agent's steps as workflow-graph nodes;
 * ``coldstart`` — SFT demos for a local model and the pointer tokenizer's words; ``mining`` —
-  memory entries from solved trajectories.
+  memory entries from solved trajectories; ``abstract`` — repeated SQL shapes mined into
+  parametrised query tools.
+
+``WORLD`` is the :class:`~evolve.worlds.base.World` a task file names with ``world: sql``.
 """
 
 from __future__ import annotations
 
-from evolve.worlds.sql.agent import agent
+from evolve.worlds.base import World
+from evolve.worlds.sql.abstract import mine_sql as mine_tools
+from evolve.worlds.sql.agent import agent, reflexion_agent
 from evolve.worlds.sql.coldstart import corrupt, demos, fewshot_demos, memory_demos, name_words, tool_demos
 from evolve.worlds.sql.dataset import build, dataset
 from evolve.worlds.sql.db import SQLError, execute
@@ -40,8 +45,23 @@ from evolve.worlds.sql.prompt import messages_for
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
 from evolve.worlds.sql.reward import reward
 
+WORLD = World(
+    name="sql",
+    agent="evolve.worlds.sql:agent",
+    reward="evolve.worlds.sql:reward",
+    dataset="evolve.worlds.sql:dataset",
+    hooks={
+        "coldstart.demos": "evolve.worlds.sql:demos",
+        "memory.extract": "evolve.worlds.sql:experiences",
+        "tools.mine": "evolve.worlds.sql:mine_tools",
+        "topology.palette": "evolve.worlds.sql.workflow:PALETTE",
+    },
+    description="procedurally generated SQLite databases and questions; execution-match reward",
+)
+
 __all__ = [
     "MAX_PROMPT",
+    "WORLD",
     "MAX_SQL",
     "SQLError",
     "TEMPLATES",
@@ -55,8 +75,10 @@ __all__ = [
     "fewshot_demos",
     "memory_demos",
     "messages_for",
+    "mine_tools",
     "name_words",
     "prompt_text",
+    "reflexion_agent",
     "reward",
     "tool_demos",
 ]

@@ -65,3 +65,17 @@ def agent(task: dict, ctx: Any) -> dict:
             continue
         return {"sql": sql, "rows": rows, "turns": turn}
     return {"sql": sql, "rows": None, "turns": turn}
+
+
+def _reflexion_agent() -> Any:
+    """The agent with Reflexion: the execution-match feedback ("expected 3 rows, got 5") is the
+    lesson (the tiny model cannot write reflections); attempts from workflow.reflexion_attempts (2)."""
+    from evolve.reflexion import reflexion_agent as wrap
+
+    fn = wrap("evolve.worlds.sql:agent", "evolve.worlds.sql:reward", name="reflexion_agent", reflect="feedback",
+              max_attempts=2)
+    fn.__module__ = "evolve.worlds.sql"
+    return fn
+
+
+reflexion_agent = _reflexion_agent()  # ``agent: evolve.worlds.sql:reflexion_agent`` in a task file

@@ -9,7 +9,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from evolve.toolforge.abstract import call_text, shape_of
+from evolve.worlds.sql.abstract import call_text, shape_of
 from evolve.toolforge.tool import Tool, ToolLibrary
 from evolve.worlds.sql.augment import rename_chat, schema_names
 from evolve.worlds.sql.db import SQLError, error_text, execute

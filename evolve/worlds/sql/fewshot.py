@@ -57,7 +57,7 @@ def _question_of(demo: dict) -> str:
 def mask(question: str, sql: str) -> tuple[str, str]:
     """``(question, sql)`` with every name and literal of the SQL replaced by its skeleton
     placeholder (``t0``, ``c0``, ``v0``...), in both. Unparseable SQL is returned as it is."""
-    from evolve.toolforge.abstract import shape_of
+    from evolve.worlds.sql.abstract import shape_of
 
     got = shape_of(sql)
     if got is None:

@@ -79,7 +79,7 @@ def _random_recall(spec: dict, task: dict, k: int) -> list[dict]:
 def skeleton(sql: str) -> str:
     """``select count(*) from t0 where c0 > v0``: the SQL with names and values masked (as
     DAIL-SQL masks domain words), so an example shows structure without naming anything."""
-    from evolve.toolforge.abstract import shape_of
+    from evolve.worlds.sql.abstract import shape_of
 
     got = shape_of(sql)
     if got is None:

@@ -1,6 +1,6 @@
 """The SQL world with tools: the agent may answer with a call to an admitted tool instead of SQL.
 
-A tool made by abstraction (:mod:`evolve.toolforge.abstract`) is a parametrised query: the model
+A tool made by abstraction (:mod:`evolve.worlds.sql.abstract`) is a parametrised query: the model
 writes ``count_where_gt(pet, age, 3)`` and the tool runs ``select count(*) from "pet" where "age"
 > ?`` in the sandbox, with the names checked and the value bound. The answer the reward sees is
 the SQL the call stands for, so execution match scores a tool call exactly like the same SQL.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from evolve.toolforge.abstract import parse_call
+from evolve.worlds.sql.abstract import parse_call
 from evolve.toolforge.tool import Tool, ToolLibrary
 from evolve.toolforge.validate import ToolBox
 
