@@ -139,7 +139,7 @@ def show(
         if len(rows) < trajectories:
             seen = {r.key for r in rows}
             rows += [r for r in archive.trajectory_rows(sid, limit=trajectories) if r.key not in seen][: trajectories - len(rows)]
-    wf, problem = _workflow_of(sysobj, graph)
+    views = _views(sysobj, graph)
     out = _out()
     title = Text(f"system {sid}", style="bold")
     if sid == current:
@@ -170,7 +170,8 @@ def show(
     else:
         out.print(Text("scores: none yet"))
 
-    _show_workflow(out, wf, problem, graph, sid)
+    for view in views:
+        view.show(out, _err(), sid)
 
     out.print(Text("system JSON", style="bold"))
     out.print_json(sysobj.model_dump_json(), indent=2, highlight=False)
@@ -198,38 +199,21 @@ def show(
         out.print(tt)
 
 
-def _workflow_of(sysobj: Any, png: Path | None) -> tuple[Any, str | None]:
-    """The system's workflow graph (or None) and why it cannot be read; exit 2 when ``--graph``
-    asks to draw a graph the system does not have."""
-    from evolve.topology.graph import WorkflowError, graph_of
+def _views(sysobj: Any, png: Path | None) -> list[Any]:
+    """What the layers show of a system (:data:`evolve.registry.report_sections`: its workflow graph,
+    drawn to ``--graph``); each checks first that it can (exit 2 when ``--graph`` cannot be drawn)."""
+    from evolve.registry import report_sections
 
-    try:
-        wf, problem = graph_of(sysobj), None
-    except WorkflowError as e:
-        wf, problem = None, str(e)
-    if png is not None and wf is None:
-        why = f": {problem}" if problem else ""
-        _err().print(Text(f"error: system {sysobj.id} has no workflow graph to draw (--graph){why}", style="red"))
-        raise SystemExit(2)
-    return wf, problem
-
-
-def _show_workflow(out: Console, wf: Any, problem: str | None, png: Path | None, sid: str) -> None:
-    if problem:
-        out.print(Text(f"workflow graph: unreadable ({problem})", style="red"))
-    if wf is None:
-        return
-    from evolve.topology.render import render_png, render_text
-
-    out.print(Text("workflow graph", style="bold"))
-    out.print(Text(render_text(wf)))
-    if png is not None:
+    out = []
+    for name in report_sections.names():
+        view = report_sections.get(name)()
         try:
-            written = render_png(wf, png, title=f"system {sid[:12]}")
-        except (UserError, OSError) as e:
-            _err().print(Text(f"error: cannot draw the workflow graph to {png}: {e}", style="red"))
+            view.prepare(sysobj, png)
+        except UserError as e:
+            _err().print(Text(f"error: {e}", style="red"))
             raise SystemExit(2) from None
-        out.print(Text(f"workflow graph drawn to {written}"))
+        out.append(view)
+    return out
 
 
 @app.command("diff")

@@ -1,6 +1,8 @@
-"""The starting system Π₀ of a run, built from the task file: its models (a local model's
-base weights cold-started or read from a file, stored as artifacts), prompts, workflow,
-tool library and memory."""
+"""The starting system Π₀ of a run, built from the task file: its models, prompts, workflow, tool
+library and memory. A backend whose models need more than their spec to start (a local model's
+weights, cold-started or read, stored as artifacts) registers how in
+:data:`evolve.registry.model_starts`; a tool library file is read by the loader registered in
+:data:`evolve.registry.part_loaders`."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from evolve.config import TaskConfig
 from evolve.errors import ConfigError
+from evolve.registry import model_starts, part_loaders
 from evolve.types import ModelSpec, System
 
 if TYPE_CHECKING:
@@ -20,37 +23,12 @@ def starting_system(session: "Session") -> System:
     task, archive = session.task, session.archive
     models = {}
     for role, mc in task.models.items():
+        start = model_starts.get(mc.backend) if mc.backend in model_starts else None
+        if start is not None:  # e.g. a local model: weights cold-started or read, stored as artifacts
+            models[role] = start(session, role, mc)
+            continue
         params = {k: v for k, v in mc.params.items() if k != "weights"}
-        base = None
-        if mc.backend == "local":
-            from evolve.policy.sft import cold_start_weights
-
-            ckpt = None
-            if "weights" in mc.params:
-                from evolve.policy.hf import resolve_checkpoint
-
-                ckpt = resolve_checkpoint(str(mc.params["weights"]), session.base_dir)
-            if ckpt is not None:  # a pretrained checkpoint, with or without a cold start on it
-                models[role] = _pretrained(session, role, mc, ckpt, params)
-                continue
-            if mc.cold_start is not None and "weights" in mc.params:
-                raise ConfigError(f"models.{role}: cold_start with params.weights trains a LoRA adapter on a "
-                                  f"pretrained checkpoint, and {mc.params['weights']!r} is not a checkpoint directory "
-                                  "or cached Hub id; drop params.weights to cold-start a tiny model")
-            if mc.cold_start is not None:
-                path = cold_start_weights(session, role, mc)
-            else:  # ready-made tiny base weights (evolve.policy.weights.save_base), relative to the task file
-                path = Path(str(mc.params["weights"])).expanduser()
-                path = path if path.is_absolute() else session.base_dir / path
-                if not path.is_file():
-                    raise ConfigError(f"models.{role}.params.weights: no file or checkpoint directory {path}; give "
-                                      "a Hugging Face checkpoint directory (or a Hub id in the local cache), a "
-                                      "file written by evolve.policy.weights.save_base, or use cold_start")
-            base = archive.artifacts.put_file(path, "base_weights")
-            demos = path.parent / "sft_examples.json"
-            if demos.exists():
-                params["sft_examples"] = archive.artifacts.put_file(demos, "sft_examples").model_dump()
-        models[role] = ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
+        models[role] = ModelSpec(backend=mc.backend, name=mc.name, params=params)
     prompts = dict(task.prompts)
     hook = getattr(session.agent, "initial_prompts", None)
     if not prompts and callable(hook):  # e.g. a DSPy program's own instructions and demos
@@ -62,30 +40,12 @@ def starting_system(session: "Session") -> System:
     return system
 
 
-def _pretrained(session: "Session", role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
-    """A checkpoint's manifest as the base (the archive keeps no copy of the weights); with a cold
-    start, its LoRA SFT adapter on top and the demos beside for replay."""
-    from evolve.policy.hf import manifest
-    from evolve.policy.sft import cold_start_adapter
-
-    store, m = session.archive.artifacts, manifest(ckpt)  # hashes every file of the checkpoint: once
-    base = store.put_bytes(m, "base_weights")
-    adapter = None
-    if mc.cold_start is not None:
-        path = cold_start_adapter(session, role, mc, ckpt, m)
-        adapter = store.put_file(path, "adapter")
-        params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
-    return ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params)
-
-
 def initial_tools(task: TaskConfig, base_dir: Path) -> dict[str, Any]:
     """The task file's tool library (``tools: file.json``), checked, as ``System.tools``."""
     if not task.tools:
         return {}
-    from evolve.toolforge.tool import load_library
-
     path = Path(task.tools).expanduser()
-    return load_library(path if path.is_absolute() else base_dir / path).to_json()
+    return part_loaders.get("tools")(path if path.is_absolute() else base_dir / path)
 
 
 def initial_memory(task: TaskConfig, base_dir: Path) -> dict[str, Any]:

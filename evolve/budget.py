@@ -28,6 +28,15 @@ from evolve.config import BudgetConfig
 from evolve.errors import BudgetExhausted
 
 
+def calls_bound(workflow: dict[str, Any]) -> int | None:
+    """The most LLM calls a rollout of a system with this ``workflow`` can make, as the layers that
+    run workflows say (:data:`evolve.registry.call_bounds`), or None when none can tell."""
+    from evolve.registry import call_bounds
+
+    bounds = [b for b in (call_bounds.get(name)(workflow) for name in call_bounds.names()) if b is not None]
+    return max(bounds) if bounds else None
+
+
 def spent(budget: BudgetConfig, kind: str, used: dict[str, Any]) -> str:
     """The stop reason for a spent budget of ``kind`` (``rollouts``, ``calls``, ...)."""
     if kind == "rollouts":

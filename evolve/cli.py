@@ -284,14 +284,14 @@ def serve(
             console.print("stopped")
 
 
-def _mount_archive() -> None:
-    from evolve.archive_cli import app as archive_app
-    from evolve.prompts.cli import baseline_app
+def _mount_commands() -> None:
+    """The command groups of :data:`evolve.registry.commands` (``archive``, ``baseline``, plugins')."""
+    from evolve.registry import commands
 
     names = {g.name for g in app.registered_groups}
-    for sub, name in ((archive_app, "archive"), (baseline_app, "baseline")):
+    for name in commands.names():
         if name not in names:
-            app.add_typer(sub, name=name)
+            app.add_typer(commands.get(name), name=name)
 
 
 def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    _mount_archive()
+    _mount_commands()
     usage_errors, aborts = _click_errors()
     try:
         rc = app(args=argv, standalone_mode=False, prog_name="evolve")

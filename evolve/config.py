@@ -367,7 +367,7 @@ def _check_operators(task: TaskConfig, source: str) -> None:
         params_model = getattr(cls, "Params", None)
         if params_model is not None:
             try:
-                params = params_model.model_validate(op.params)
+                params_model.model_validate(op.params)
             except ValidationError as e:
                 msg = format_validation_error(e, source, params_model, prefix=f"operators.{i}.params.")
                 hooks = getattr(cls, "world_params", {})
@@ -376,14 +376,6 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                     msg += (f", or name a world that provides it (`world: sql` fills {', '.join(missing)} from its "
                             f"{', '.join(hooks[p] for p in missing)} hook)")
                 raise ConfigError(msg) from None
-            if op.name == "topology":  # its palette must fit the node types
-                from evolve.registry import node_types
-                from evolve.topology.palette import Palette
-
-                try:
-                    Palette.parse(params.palette).check(node_types)
-                except UserError as e:
-                    raise ConfigError(str(e), path=f"operators.{i}.params.palette", source=source) from None
     from evolve.registry import acceptances, minibatch_samplers, stoppings
 
     e = task.engine
@@ -393,14 +385,16 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                              ("engine.stopping", stoppings, e.stopping)):
         if name not in reg and ":" not in name:
             raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
-    try:
-        from evolve.loop import build_policies
-
-        build_policies(e)
-    except UserError as e2:
-        raise ConfigError(str(e2), path="engine", source=source) from None
-    except (TypeError, ValueError) as e2:
-        raise ConfigError(f"{e.stopping}: {e2}", path="engine.stopping_params", source=source) from None
+    for field, reg, name, params in (("engine.acceptance", acceptances, e.acceptance, {}),
+                                     ("engine.minibatch_sampler", minibatch_samplers, e.minibatch_sampler, {}),
+                                     ("engine.stopping", stoppings, e.stopping, e.stopping_params)):
+        try:
+            reg.get(name)(**params)  # built once per run with these: check they build
+        except UserError as e2:
+            raise ConfigError(str(e2), path=field, source=source) from None
+        except (TypeError, ValueError) as e2:
+            where = "engine.stopping_params" if params else field
+            raise ConfigError(f"{name}: {e2}", path=where, source=source) from None
     _check_selector_params(task, source)
     from evolve.registry import llm_backends
 
@@ -414,19 +408,16 @@ def _check_operators(task: TaskConfig, source: str) -> None:
 
 
 def _check_workflow(task: TaskConfig, source: str) -> None:
-    """``workflow.graph``, when given, must be a valid graph of known node types (else every
-    rollout would fail and the run would score 0)."""
-    graph = task.workflow.get("graph")
-    if graph is None:
-        return
-    from evolve.topology.graph import Workflow, WorkflowError, validate
+    """The task's workflow settings, checked by the layers that read them
+    (:data:`evolve.registry.workflow_checks`; e.g. ``workflow.graph`` must be a valid graph of known
+    node types, else every rollout would fail and the run would score 0)."""
+    from evolve.registry import workflow_checks
 
-    try:
-        if not isinstance(graph, dict):
-            raise WorkflowError([f"expected a mapping (entry, nodes, edges), got {type(graph).__name__}"])
-        validate(Workflow.from_json(graph))
-    except UserError as e:  # a WorkflowError, or a node type that does not import
-        raise ConfigError(str(e), path="workflow.graph", source=source) from None
+    for name in workflow_checks.names():
+        try:
+            workflow_checks.get(name)(dict(task.workflow))
+        except UserError as e:
+            raise ConfigError(str(e), path=f"workflow.{name}", source=source) from None
 
 
 def _check_selector_params(task: TaskConfig, source: str) -> None:

@@ -160,9 +160,9 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     m = min(eng.minibatch, sizes["train"])
     V, T = sizes["val"], sizes["test"]
     cpr, cpr_source = float(b.calls_per_rollout or 1), "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1"
-    from evolve.topology.runtime import graph_calls_bound
+    from evolve.budget import calls_bound
 
-    graph_bound = graph_calls_bound(dict(task.workflow or {}))
+    graph_bound = calls_bound(dict(task.workflow or {}))
     if not b.calls_per_rollout and graph_bound:
         cpr, cpr_source = float(graph_bound), "the starting workflow graph's bound"
     plan = RunPlan(minibatch=m, train=sizes["train"], val=V, generations=b.generations, parents=eng.parents,

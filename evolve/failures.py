@@ -125,9 +125,7 @@ def category_of(e: BaseException, *, client: bool = False) -> str | None:
 def classify(e: BaseException, source: str = "agent") -> InfraFailure | None:
     """An :class:`~evolve.types.InfraFailure` when ``e`` is the world failing (see the module
     docstring), None when it is the agent's (or the reward's) own failure."""
-    from evolve.sandbox import SandboxUnavailable  # noqa: PLC0415 - light: its backends load on use
-
-    if isinstance(e, SandboxUnavailable):
+    if any(c.__name__ == "SandboxUnavailable" and c.__module__.startswith("evolve.sandbox") for c in type(e).__mro__):
         return InfraFailure(category="sandbox", retryable=False, message=f"{type(e).__name__}: {e}", source=source)
     if isinstance(e, MissingDependency):
         return InfraFailure(category="config", retryable=False, message=str(e), source=source)

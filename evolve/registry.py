@@ -116,7 +116,7 @@ class Registry:
 llm_backends = Registry(
     "llm backend",
     {
-        "local": "evolve.llm.local:build",
+        "local": "evolve.policy.local:build",
         "litellm": "evolve.llm.litellm:build",
         "scripted": "evolve.llm.fake:build",
     },
@@ -163,6 +163,21 @@ acceptances = Registry("acceptance", {"two_stage": "evolve.loop:TwoStage", "val_
 minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop:RandomMinibatch",
                                                     "fixed": "evolve.loop:FixedMinibatch"})
 stoppings = Registry("stopping rule", {"budget": "evolve.loop:BudgetOnly", "plateau": "evolve.loop:Plateau"})
+# The CLI's command groups beside run/eval/init/serve (evolve.cli): name -> a typer app.
+commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline": "evolve.prompts.cli:baseline_app"})
+# How a backend's model starts a run (evolve.bootstrap): function(session, role, model config) -> ModelSpec;
+# a backend without an entry starts from its spec as written.
+model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})
+# Readers of the starting system's parts from files the task file names: function(path) -> JSON.
+part_loaders = Registry("part loader", {"tools": "evolve.toolforge.tool:tools_from_file"})
+# Checks of the task's workflow settings by the layers that read them: function(workflow) raising UserError.
+workflow_checks = Registry("workflow check", {"graph": "evolve.topology.graph:check_task_workflow"})
+# What the layers add to a run's report and to `evolve archive show`: a class with build(session,
+# best_id, baseline_id) -> dict, markdown(report) -> lines, prepare(system, png), show(out, err, sid).
+report_sections = Registry("report section", {"workflow": "evolve.topology.report:WorkflowSection"})
+# What bounds the LLM calls one rollout can make (evolve.budget.calls_bound): the layers that run a
+# system's workflow say, each a function(workflow dict) -> int | None.
+call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime:graph_calls_bound"})
 # Worlds (evolve.worlds.base.World): task environments a task file can name with `world:`.
 worlds = Registry(
     "world",

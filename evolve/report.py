@@ -5,8 +5,10 @@
 and ``budget_used_by_run``: before the final test scoring, which is outside the budget) and why
 the run stopped. ``paired`` holds, per split, the best system against the baseline on the same
 tasks (:func:`evolve.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
-sign test), so a reader can tell a gain from noise. When the best system (else the baseline) has a
-workflow graph, ``workflow`` holds its text rendering and ``best_workflow.png`` (in the run directory) its picture.
+sign test), so a reader can tell a gain from noise. The layers add sections
+(:data:`evolve.registry.report_sections`): with a workflow graph, ``workflow`` holds the best (else the
+baseline) system's graph as text and ``best_workflow.png`` its picture; ``workflows_tried`` what a
+topology search scored.
 ``environment`` records the Python, the platform and the installed versions of the libraries a
 result depends on (torch, transformers, peft, ...), so a number can be traced to what produced it.
 ``failures`` counts, per split, the rollouts that failed by the agent's or the reward's own error
@@ -196,12 +198,8 @@ def write_report(session: "Session", stop_reason: str, *, score_test: bool = Tru
     report["budget_used_by_run"] = used_by_run or report["budget_used"]
     report["budget"] = session.task.budget.model_dump()
     report["lineage"] = arch.lineage(best_id) if best_id else []
-    workflow = _workflow(session, best_id, baseline_id)
-    if workflow is not None:
-        report["workflow"] = workflow
-    tried = _workflows_tried(session.run_dir)
-    if tried:
-        report["workflows_tried"] = tried
+    for section in _sections():  # what the layers add (a workflow graph and the workflows a search tried)
+        report.update(section.build(session, best_id, baseline_id))
     report["failures"] = failures(session)
     lo, hi = session.task.reward_range
     report["reward_range"] = [lo, hi]
@@ -210,48 +208,6 @@ def write_report(session: "Session", stop_reason: str, *, score_test: bool = Tru
     (session.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (session.run_dir / "report.md").write_text(to_markdown(report))
     return RunReport(report)
-
-
-def _workflow(session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
-    """The workflow graph of the best system (else the baseline) as text, drawn to
-    ``best_workflow.png`` in the run dir; None when neither has a graph. Drawing is optional:
-    a failure leaves the text and says why."""
-    from evolve.topology.graph import graph_of
-    from evolve.topology.render import render_png, render_text
-
-    for which, sid in (("best", best_id), ("baseline", baseline_id)):
-        if sid is None:
-            continue
-        try:
-            wf = graph_of(session.archive.get_system(sid))
-        except Exception as e:  # noqa: BLE001 - a bad graph must not sink the report
-            return {"system": which, "system_id": sid, "text": f"(unreadable workflow graph: {e})", "image": None}
-        if wf is None:
-            continue
-        out: dict[str, Any] = {"system": which, "system_id": sid, "workflow_id": wf.id, "text": render_text(wf),
-                               "image": None}
-        try:
-            render_png(wf, session.run_dir / "best_workflow.png", title=f"{which} system {sid[:12]}")
-            out["image"] = "best_workflow.png"
-        except Exception as e:  # noqa: BLE001 - no matplotlib, a full disk: keep the text
-            out["image_error"] = f"{type(e).__name__}: {e}"
-        return out
-    return None
-
-
-def _workflows_tried(run_dir: Path) -> list[dict[str, Any]]:
-    """Every workflow a topology search scored (``work/*/topology.json``): its accuracy on the
-    search's training tasks and its model calls per task, so cost and accuracy sit side by side."""
-    rows = []
-    for f in sorted(Path(run_dir).glob("work/*/topology.json")):
-        try:
-            data = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        for r in data.get("evaluated", []):
-            rows.append({"search": f.parent.name, "workflow": r.get("signature", ""), "score": r.get("score"),
-                         "calls": r.get("cost"), "utility": r.get("utility"), "chosen": bool(r.get("chosen"))})
-    return rows
 
 
 def _fmt(entry: dict | None, split: str) -> str:
@@ -298,18 +254,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"Environment: Python {env.get('python')} on {env.get('platform')}; {pk}.", ""]
     if report.get("lineage"):
         lines.append("Lineage of the best system: " + " → ".join(f"`{s[:8]}`" for s in reversed(report["lineage"])))
-    w = report.get("workflow")
-    if w:
-        lines += ["", f"## Workflow of the {w['system']} system (`{w['system_id'][:12]}`)", "", "```text", w["text"], "```"]
-        if w.get("image"):
-            lines += ["", f"![workflow graph]({w['image']})"]
-    tried = report.get("workflows_tried")
-    if tried:
-        lines += ["", "## Workflows tried by the topology search (accuracy on its training tasks)", "",
-                  "| search | accuracy | model calls per task | utility | chosen | workflow |", "|---|---|---|---|---|---|"]
-        for r in sorted(tried, key=lambda r: (r["search"], r["calls"] or 0)):
-            lines.append(f"| {r['search']} | {_pct(r['score'])} | {_num(r['calls'])} | {_num(r['utility'], 4)} | "
-                         f"{'yes' if r['chosen'] else ''} | `{r['workflow']}` |")
+    for section in _sections():
+        lines += section.markdown(report)
     return "\n".join(lines) + "\n"
 
 
@@ -335,9 +281,8 @@ def _failures_md(report: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _pct(x: Any) -> str:
-    return f"{100 * x:.1f}%" if isinstance(x, (int, float)) else "—"
+def _sections() -> list[Any]:
+    """The report sections the layers register (:data:`evolve.registry.report_sections`)."""
+    from evolve.registry import report_sections
 
-
-def _num(x: Any, digits: int = 2) -> str:
-    return f"{x:.{digits}f}" if isinstance(x, (int, float)) else "—"
+    return [report_sections.get(name)() for name in report_sections.names()]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import allowed_rollouts, spent
+from evolve.budget import allowed_rollouts, calls_bound, spent
 from evolve.config import TaskConfig
 from evolve.data import Splits, load_splits
 from evolve.errors import BudgetExhausted
@@ -205,9 +205,7 @@ class Session:
         if b.calls is not None:
             if self._max_calls is None:
                 self._max_calls = self.archive.max_calls()
-            from evolve.topology.runtime import graph_calls_bound
-
-            bound = graph_calls_bound(system.workflow) if system is not None else None
+            bound = calls_bound(system.workflow) if system is not None else None
             per_rollout = b.calls_per_rollout or max(1, self._max_calls, bound or 0)
         return allowed_rollouts(b, self.usage(), self.elapsed(), pending, per_rollout)
 

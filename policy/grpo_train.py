@@ -212,10 +212,10 @@ class Learner:
         """Add ``ptx_coef`` × the mean NLL of a random batch of demo completions to the gradient."""
         import torch.nn.functional as F
 
-        from evolve.policy.train import _collate, _sequence, as_example, target_logits
+        from evolve.policy.train import collate, truncated_sequence, as_example, target_logits
 
         batch = self._rng.sample(self.ptx, min(self.ptx_batch, len(self.ptx)))
-        x, y = _collate([_sequence(as_example(e), self.max_len) for e in batch], self.pad_id)
+        x, y = collate([truncated_sequence(as_example(e), self.max_len) for e in batch], self.pad_id)
         logits, targets = target_logits(self.model, x.to(self.device), y.to(self.device))
         nll = F.cross_entropy(logits.float(), targets)
         (self.ptx_coef * nll).backward()

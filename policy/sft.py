@@ -85,7 +85,7 @@ def _val_eval(session: "Session", role: str, mc: "ModelConfig", tok: Any, val_ta
                    models={role: ModelSpec(backend="local", name=mc.name, params=params)})
 
     def eval_fn(m: Any) -> float:
-        from evolve.llm.local import LocalLM
+        from evolve.policy.local import LocalLM
 
         llm = LocalLM.from_model(m, tok, name=mc.name, temperature=0.0,
                                  max_tokens=int(mc.params.get("max_tokens", 160)))

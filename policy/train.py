@@ -90,7 +90,7 @@ def examples_from_trajectory(traj: Trajectory | Iterable[Any], role: str | None 
 # ----------------------------------------------------------------------------- batching
 
 
-def _sequence(ex: Example, max_len: int) -> tuple[list[int], int]:
+def truncated_sequence(ex: Example, max_len: int) -> tuple[list[int], int]:
     """prompt + completion cut to ``max_len`` (prompt trimmed from the left) and the prompt length."""
     p, c = list(ex.prompt_ids), list(ex.completion_ids)
     c = c[:max_len - 1] if len(c) >= max_len else c
@@ -113,7 +113,7 @@ def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[li
     return out
 
 
-def _collate(seqs: list[tuple[list[int], int]], pad_id: int) -> tuple[Any, Any]:
+def collate(seqs: list[tuple[list[int], int]], pad_id: int) -> tuple[Any, Any]:
     import torch
 
     L = max(len(s) for s, _ in seqs) - 1
@@ -169,7 +169,7 @@ def completion_loss(model: Any, examples: Sequence[ExampleLike], *, batch_size: 
     model.eval()
     with torch.inference_mode():
         for i in range(0, len(exs), batch_size):
-            x, y = _collate([_sequence(e, max_len) for e in exs[i:i + batch_size]], pad_id)
+            x, y = collate([truncated_sequence(e, max_len) for e in exs[i:i + batch_size]], pad_id)
             x, y = x.to(device), y.to(device)
             logits, targets = target_logits(model, x, y)
             total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
@@ -219,7 +219,7 @@ def train(
     if not exs:
         raise ValueError("train: no examples with a completion")
     max_len = int(model.config.max_position_embeddings)
-    seqs = [_sequence(e, max_len) for e in exs]
+    seqs = [truncated_sequence(e, max_len) for e in exs]
     lengths = [len(s) for s, _ in seqs]
     per_epoch = math.ceil(len(exs) / batch_size)
     total = int(steps) if steps is not None else max(1, round((epochs if epochs is not None else 1.0) * per_epoch))
@@ -272,7 +272,7 @@ def train(
             if not queue:
                 queue = _batches(lengths, batch_size, rng)
             batch = queue.pop()
-            x, y = _collate([seqs[i] for i in batch], pad_id)
+            x, y = collate([seqs[i] for i in batch], pad_id)
             x, y = x.to(device), y.to(device)
             logits, targets = target_logits(model, x, y)
             loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(len(targets), 1)

@@ -38,7 +38,7 @@ def make_tiny_llm(temperature: float):
     """A random-init tiny local model served in memory (skips without torch/peft); close() it."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from evolve.llm.local import LocalLM
+    from evolve.policy.local import LocalLM
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
 
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)

@@ -72,6 +72,7 @@ def test_the_world_failing_is_told_from_the_agent_failing():
         (ConnectionRefusedError(111, "refused"), "unreachable", True),
         (LLMError("m: down", category="unreachable"), "unreachable", True),
         (LLMError("m: closed"), "backend", False),
+        (__import__("evolve.sandbox", fromlist=["SandboxUnavailable"]).SandboxUnavailable("no bwrap"), "sandbox", False),
     ]
     for e, category, retryable in cases:
         f = classify(e)

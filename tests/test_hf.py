@@ -219,7 +219,7 @@ def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_contin
 
 def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
     openai = pytest.importorskip("openai")
-    from evolve.llm.local import LocalLM
+    from evolve.policy.local import LocalLM
     from evolve.serve import serve_llm
 
     model, tok = load_pretrained(ckpt, device="cpu")

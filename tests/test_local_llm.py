@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 
 from evolve.errors import LLMError  # noqa: E402
 from evolve.llm.base import LLM  # noqa: E402
-from evolve.llm.local import LocalLM, LocalServer, build, shutdown_all  # noqa: E402
+from evolve.policy.local import LocalLM, LocalServer, build, shutdown_all  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params, sample  # noqa: E402
 from evolve.policy.weights import (  # noqa: E402
     Adapter, adapter_from_model, file_sha256, load_adapter, load_base, read_adapter, save_adapter, save_base,

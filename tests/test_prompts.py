@@ -16,7 +16,7 @@ from evolve.prompts import components as C
 from evolve.prompts.bootstrap import DemoBootstrap, select
 from evolve.prompts.crossover import Crossover
 from evolve.prompts.mutation import MUTATION_PROMPTS, PromptMutation
-from evolve.prompts.pareto import best_counts, pareto_front, sample_from_front
+from evolve.pareto import best_counts, pareto_front, sample_from_front
 from evolve.prompts.reflective import ReflectiveMutation
 from evolve.registry import llm_backends
 from evolve.types import LLMCall, Message, ModelSpec, Reward, System, Trajectory

@@ -218,7 +218,7 @@ def run_dir(tmp_path_factory):
 
 def test_hot_swap_on_promotion_and_recording(run_dir):
     from evolve.archive import Archive
-    from evolve.llm.local import build
+    from evolve.policy.local import build
 
     path, a, b = run_dir
     with Archive(path, create=False) as archive:

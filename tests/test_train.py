@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from evolve.llm.local import LocalLM  # noqa: E402
+from evolve.policy.local import LocalLM  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, sample  # noqa: E402
 from evolve.policy.train import (  # noqa: E402
-    Example, _collate, _sequence, completion_loss, examples_from_chat, examples_from_trajectory, train, train_lora,
+    Example, collate, truncated_sequence, completion_loss, examples_from_chat, examples_from_trajectory, train, train_lora,
 )
 from evolve.policy.weights import attach_adapter, read_adapter  # noqa: E402
 from evolve.types import LLMCall, Message, ToolCall, Trajectory  # noqa: E402
@@ -51,14 +51,14 @@ def test_examples_from_chat_and_masking():
     for ex, text in zip(exs, ("a1", "a2")):
         seq = list(ex.prompt_ids) + list(ex.completion_ids)
         assert seq == full[: len(seq)] and ex.completion_ids == tuple(TOK.encode(text) + [TOK.eos_id])
-    x, y = _collate([_sequence(e, 96) for e in exs], TOK.pad_id)
+    x, y = collate([truncated_sequence(e, 96) for e in exs], TOK.pad_id)
     for i, ex in enumerate(exs):  # labels: exactly the completion tokens, at the positions that predict them
         targets = y[i][y[i] != -100].tolist()
         assert targets == list(ex.completion_ids)
         n = len(ex.prompt_ids)
         assert x[i, n - 1].item() == ex.prompt_ids[-1] and y[i, n - 1].item() == ex.completion_ids[0]
     # a too-long example keeps its completion and the end of its prompt
-    seq, n_prompt = _sequence(Example(tuple(range(8, 100)), (9, 10, 2)), 20)
+    seq, n_prompt = truncated_sequence(Example(tuple(range(8, 100)), (9, 10, 2)), 20)
     assert len(seq) == 20 and seq[-3:] == [9, 10, 2] and n_prompt == 17
 
 

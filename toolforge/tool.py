@@ -180,6 +180,11 @@ class ToolLibrary:
         return name
 
 
+def tools_from_file(path: str | Path) -> dict[str, Any]:
+    """A tool library file as ``System.tools`` (checked by :func:`load_library`): the task file's ``tools:``."""
+    return load_library(path).to_json()
+
+
 def load_library(path: str | Path) -> ToolLibrary:
     """Read a tool library file (``{name: tool}`` JSON); a clear error names what is wrong."""
     from pydantic import ValidationError

@@ -189,6 +189,17 @@ def graph_of(system: Any) -> Workflow | None:
 # ----------------------------------------------------------------------------- validation
 
 
+def check_task_workflow(workflow: dict[str, Any]) -> None:
+    """A task file's ``workflow.graph``, when given, must be a valid graph of known node types
+    (:data:`evolve.registry.workflow_checks`); raises :class:`WorkflowError` (a UserError)."""
+    graph = workflow.get("graph")
+    if graph is None:
+        return
+    if not isinstance(graph, dict):
+        raise WorkflowError([f"expected a mapping (entry, nodes, edges), got {type(graph).__name__}"])
+    validate(Workflow.from_json(graph))
+
+
 def validate(wf: Workflow, types: Any = None) -> Workflow:
     """Check ``wf``; raise :class:`WorkflowError` listing every problem, else return it.
 

@@ -69,8 +69,12 @@ class TopologySearch:
         def _palette(cls, v: Any) -> Any:
             from evolve.registry import import_path
 
+            from evolve.registry import node_types
+
             try:  # a ValueError, so that a task file's error names operators.<i>.params.palette
-                return Palette.parse(import_path(v, what="topology palette") if isinstance(v, str) else v)
+                palette = Palette.parse(import_path(v, what="topology palette") if isinstance(v, str) else v)
+                palette.check(node_types)  # its node types must exist
+                return palette
             except UserError as e:
                 raise ValueError(str(e)) from None
 
@@ -102,14 +106,14 @@ class TopologySearch:
         no chain; all of them for a number) multiplied by the largest vote ``n``; each loop adds
         its largest ``max_visits`` x the calls of its node and of the node it returns to, each
         step its calls x (1 + the loops' bounds), also multiplied when a vote can wrap its type."""
-        from evolve.topology.runtime import _calls_per_run, calls_upper_bound
+        from evolve.topology.runtime import calls_per_run, calls_upper_bound
 
         if types is None:
             from evolve.registry import node_types as types
         items = self.palette.items
 
         def calls(t: str | None, params: dict | None = None) -> int:  # unknown types: 1 (conservative)
-            return _calls_per_run(types.get(t), params or {}) if t and t in types else 1
+            return calls_per_run(types.get(t), params or {}) if t and t in types else 1
 
         chained = {t for it in items if it.kind == "wrap" for t in it.chain_types}
         if isinstance(root, Workflow):

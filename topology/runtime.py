@@ -286,7 +286,7 @@ def agent(task: dict, ctx: Any) -> Any:
 # ----------------------------------------------------------------------------- static cost bound
 
 
-def _calls_per_run(kind: Any, params: dict) -> int:
+def calls_per_run(kind: Any, params: dict) -> int:
     fn = getattr(kind, "calls", None)
     if fn is not None:
         return int(fn(params))
@@ -322,7 +322,7 @@ def calls_upper_bound(wf: Workflow, types: Any = None) -> int | None:
                                  f"{did_you_mean(n.type, types.names())}")])
         kinds[n.id] = types.get(n.type)
     ids = set(kinds)
-    own = {v: _calls_per_run(kinds[v], wf.node(v).params) for v in ids}
+    own = {v: calls_per_run(kinds[v], wf.node(v).params) for v in ids}
     refs: dict[str, tuple[list[str], int]] = {}
     for n in wf.nodes:
         ref_fn = getattr(kinds[n.id], "refs", None)

@@ -65,7 +65,7 @@ def load_export(path: str | Path) -> tuple[System, ArtifactStore]:
     return system, store
 
 
-class _ExportMixin:
+class ExportMixin:
     """:meth:`export`, mixed into :class:`~evolve.archive.Archive` (which provides the rest)."""
 
     run_dir: Path

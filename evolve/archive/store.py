@@ -15,9 +15,9 @@ from typing import Any, Iterator
 
 from evolve.archive._checkpoint import BACKSTOP_PAGES, Checkpointer
 from evolve.archive._schema import SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, migrate, split_sql
-from evolve.archive.export import _ExportMixin
-from evolve.archive.systems import _SystemsMixin
-from evolve.archive.trajectories import _TrajectoriesMixin
+from evolve.archive.export import ExportMixin
+from evolve.archive.systems import SystemsMixin
+from evolve.archive.trajectories import TrajectoriesMixin
 from evolve.artifacts import ArtifactStore
 from evolve.errors import ArchiveError, RunDirError
 from evolve.types import JSON
@@ -27,7 +27,7 @@ _EVENT_KEYS = frozenset({"seq", "kind", "created_at"})  # added to every event b
 _FORKED_CONNECTIONS: list[sqlite3.Connection] = []  # see Archive.close
 
 
-class Archive(_SystemsMixin, _TrajectoriesMixin, _ExportMixin):
+class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
     """Systems, lineage, trajectories, scores, the current pointer and run state of one run.
 
     ``Archive(run_dir)`` creates ``run_dir/archive.sqlite`` and ``run_dir/artifacts/`` when

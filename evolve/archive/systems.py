@@ -15,7 +15,7 @@ from evolve.errors import ArchiveError
 from evolve.types import Candidate, System, canonical_json
 
 
-class _SystemsMixin:
+class SystemsMixin:
     """Systems & lineage, mixed into :class:`~evolve.archive.Archive` (which provides the
     connection plumbing: ``_read``, ``_write``)."""
 

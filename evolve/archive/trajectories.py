@@ -12,7 +12,7 @@ from evolve.archive.records import TrajectoryRow
 from evolve.types import LLMCall, Trajectory
 
 
-class _TrajectoriesMixin:
+class TrajectoriesMixin:
     """Trajectories & scores, mixed into :class:`~evolve.archive.Archive` (which provides the
     connection plumbing: ``_read``, ``_write``)."""
 

@@ -258,8 +258,8 @@ def _last_user(msgs: Sequence[Message]) -> str:
 
 
 # sampling keys that role defaults carry (applied by the rollout, not by this backend)
-_GENERIC = {"temperature", "max_tokens", "top_p", "top_k", "stop", "seed", "logprobs", "n"}
-_OWN = {"responses", "reply", "echo", "delay", "cost_per_call", "token_ids", "cycle", "by_seed", "faults"}
+SAMPLING_PARAMS = {"temperature", "max_tokens", "top_p", "top_k", "stop", "seed", "logprobs", "n"}
+OWN_PARAMS = {"responses", "reply", "echo", "delay", "cost_per_call", "token_ids", "cycle", "by_seed", "faults"}
 
 
 def build(spec: Any, artifacts: Any = None) -> ScriptedLM:
@@ -268,9 +268,9 @@ def build(spec: Any, artifacts: Any = None) -> ScriptedLM:
 
     params = dict(spec.params or {})
     where = f"model {spec.name!r} (backend scripted): "
-    unknown = sorted(set(params) - _GENERIC - _OWN)
+    unknown = sorted(set(params) - SAMPLING_PARAMS - OWN_PARAMS)
     if unknown:
-        raise ConfigError(f"{where}unknown parameter(s) {unknown}; {did_you_mean(unknown[0], sorted(_OWN))}")
+        raise ConfigError(f"{where}unknown parameter(s) {unknown}; {did_you_mean(unknown[0], sorted(OWN_PARAMS))}")
     given = [k for k in ("responses", "reply", "echo") if params.get(k) not in (None, False)]
     if len(given) > 1:
         raise ConfigError(f"{where}give one of responses, reply or echo, not {given}")

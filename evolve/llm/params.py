@@ -35,9 +35,9 @@ LITELLM = GENERIC | LITELLM_OWN | {
 
 
 def _scripted() -> frozenset[str]:
-    from evolve.llm.fake import _GENERIC, _OWN
+    from evolve.llm.fake import SAMPLING_PARAMS, OWN_PARAMS
 
-    return frozenset(_GENERIC | _OWN)
+    return frozenset(SAMPLING_PARAMS | OWN_PARAMS)
 
 
 def accepted(backend: str) -> frozenset[str] | None:

@@ -72,7 +72,7 @@ Router = Callable[[str | None, str | None], "Target | None"]
 
 
 def tokenizer_of(llm: Any) -> Any:
-    """The tokenizer behind an LLM (``.tokenizer``, as :class:`~evolve.llm.local.LocalLM` has), if it
+    """The tokenizer behind an LLM (``.tokenizer``, as :class:`~evolve.policy.local.LocalLM` has), if it
     can name tokens (``token_text``); looks through a rollout's recording wrapper."""
     for obj in (llm, getattr(llm, "_llm", None)):
         tok = getattr(obj, "tokenizer", None)

@@ -1,6 +1,6 @@
 """The local backend: a tiny causal LM (plus LoRA adapters) served with dynamic batching.
 
-One :class:`LocalServer` (:mod:`evolve.llm.local_server`) holds one base model in memory and any
+One :class:`LocalServer` (:mod:`evolve.policy.local_server`) holds one base model in memory and any
 number of LoRA adapters (attached through peft, never merged: the base tensors are not changed).
 Many rollout threads call :meth:`LocalLM.complete` at once; a single worker thread gathers pending
 requests (up to ``max_batch``, waiting ``batch_wait`` seconds for more), groups them by adapter, and
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from evolve.errors import ConfigError, LLMError
 from evolve.llm.base import Completion, as_messages
-from evolve.llm.local_server import LocalServer
+from evolve.policy.local_server import LocalServer
 from evolve.policy.sampling import Sample, sample
 from evolve.types import ArtifactRef, Message, ModelSpec
 

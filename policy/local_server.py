@@ -2,7 +2,7 @@
 
 :class:`LocalServer` gathers pending requests (up to ``max_batch``, waiting ``batch_wait``
 seconds for more), groups them by adapter and runs one batched generation with our own sampling
-loop (:func:`evolve.policy.tiny.sample`). :mod:`evolve.llm.local` wraps it in the LLM protocol.
+loop (:func:`evolve.policy.tiny.sample`). :mod:`evolve.policy.local` wraps it in the LLM protocol.
 """
 
 from __future__ import annotations

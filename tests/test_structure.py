@@ -1,0 +1,118 @@
+"""The import structure of the library, scanned from the source (lazy imports included, imports
+under ``if TYPE_CHECKING:`` left out): no circle between modules, the core reaches a layer or a
+world only through registries (names resolved at run time) and the World protocol, and no module
+imports another module's private names."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+LAYERS = ("evolve.policy", "evolve.memory", "evolve.prompts", "evolve.toolforge", "evolve.topology", "evolve.sandbox",
+          "evolve.worlds")
+CORE_MAY_IMPORT = {"evolve.worlds.base"}  # the World protocol: a task file's `world:` is checked at load
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg, folder in PACKAGE_DIRS.items():
+        for f in (ROOT / folder).rglob("*.py"):
+            parts = list(f.relative_to(ROOT / folder).with_suffix("").parts)
+            if pkg == "evolve" and parts and f"evolve.{parts[0]}" in PACKAGE_DIRS:
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join([pkg, *parts])] = f
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) not in skip and isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def _resolve(name: str, node: ast.ImportFrom, is_pkg: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _owner(target: str) -> str | None:
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _graph() -> nx.DiGraph:
+    g = nx.DiGraph()
+    for name, path in MODULES.items():
+        is_pkg = path.name == "__init__.py"
+        for node in _imports(path):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                mod = _resolve(name, node, is_pkg)
+                subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in MODULES]
+                targets = subs if len(subs) == len(node.names) else [mod, *subs]
+            for t in targets:
+                owner = _owner(t)
+                # a module's own packages are imported before it: never a circle
+                if owner and owner != name and not name.startswith(owner + "."):
+                    g.add_edge(name, owner)
+    return g
+
+
+def _layer(module: str) -> str | None:
+    return next((lay for lay in LAYERS if module == lay or module.startswith(lay + ".")), None)
+
+
+def test_the_scan_sees_the_whole_library():
+    assert len(MODULES) > 140 and "evolve.session" in MODULES and "evolve.policy.grpo" in MODULES
+    assert _graph().number_of_edges() > 300
+
+
+def test_no_module_imports_itself_back_through_a_circle():
+    g = _graph()
+    circles = [sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1]
+    assert not circles, [list(nx.simple_cycles(g.subgraph(c)))[:2] for c in circles]
+
+
+def test_the_core_reaches_layers_and_worlds_only_through_registries_and_protocols():
+    leaks = sorted((a, b) for a, b in _graph().edges if _layer(a) is None and _layer(b) and b not in CORE_MAY_IMPORT)
+    assert not leaks, leaks
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for name, path in MODULES.items():
+        is_pkg = path.name == "__init__.py"
+        for node in _imports(path):
+            if isinstance(node, ast.ImportFrom):
+                mod = _resolve(name, node, is_pkg)
+                for a in node.names:
+                    private_module = f"{mod}.{a.name}" in MODULES  # `from . import _seccomp`: a submodule
+                    same_package = mod == name.rpartition(".")[0] or mod == name
+                    if a.name.startswith("_") and not a.name.startswith("__") and not (private_module and same_package):
+                        found.append(f"{name}: from {mod} import {a.name}")
+                parts = mod.split(".")
+                outside = [p for p in parts if p.startswith("_") and not p.startswith("__")]
+                owner = ".".join(parts[: parts.index(outside[0])]) if outside else ""  # its package
+                if outside and name != owner and not name.startswith(owner + "."):
+                    found.append(f"{name}: imports the private module {mod}")
+    assert not found, found
