@@ -28,10 +28,10 @@ class ColdStart(Strict):
 
     demos: str = Field(description="import path of demos(tasks, n=..., seed=...) -> list of chat transcripts "
                        "(default: the world's coldstart.demos hook)")
-    n_demos: int = Field(300, ge=1)
+    n_demos: int = Field(300, ge=1, description="training tasks the demos are made from")
     epochs: int = Field(30, ge=1, description="upper bound; the best validation checkpoint is kept")
-    lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(32, ge=1)
+    lr: float = Field(3e-3, gt=0, description="learning rate (AdamW)")
+    batch_size: int = Field(32, ge=1, description="demo turns per optimizer step")
     eval_every: int = Field(100, ge=1, description="optimizer steps between validation checks")
     n_eval: int = Field(100, ge=1, description="validation tasks used to pick the checkpoint")
     tiny: dict[str, Any] = Field(default_factory=dict, description="TinyConfig overrides (d_model, n_layers, ...)")
@@ -56,10 +56,15 @@ class ColdStart(Strict):
 
 
 class ModelConfig(Strict):
-    backend: str = "local"
-    name: str = "tiny-char-llama"
-    params: dict[str, Any] = Field(default_factory=dict, description="temperature, max_tokens, api_base, ...")
-    cold_start: ColdStart | None = None
+    """One model role of the starting system (``models: {policy: ...}``)."""
+
+    backend: str = Field("local", description="local | litellm | scripted | a plugin's (evolve.registry.llm_backends)")
+    name: str = Field("tiny-char-llama", description="the model's name: a litellm model id (openai/gpt-4o-mini, "
+                      "anthropic/..., hosted_vllm/...), or a label for a local or scripted model")
+    params: dict[str, Any] = Field(default_factory=dict, description="the backend's settings (temperature, max_tokens, "
+                                   "api_base, api_key_env, weights, ...: evolve.llm.params lists each backend's)")
+    cold_start: ColdStart | None = Field(None, description="local only: build and SFT a tiny model (or LoRA SFT "
+                                         "params.weights) on demos before the run")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -80,11 +85,13 @@ class ModelConfig(Strict):
 
 
 class DatasetConfig(Strict):
+    """The tasks: a generator, or JSONL files relative to the task file (a world gives its generator)."""
+
     source: str | None = Field(None, description="import path of a callable(seed=..., **params) -> {split: tasks}")
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of source")
     train: str | None = Field(None, description="JSONL file, one task per line (each with an 'id')")
-    val: str | None = None
-    test: str | None = None
+    val: str | None = Field(None, description="JSONL file of validation tasks (acceptance, the cold start's checkpoint)")
+    test: str | None = Field(None, description="JSONL file of held-out tasks (the report's final scoring)")
 
     @model_validator(mode="after")
     def _check(self) -> "DatasetConfig":
@@ -97,23 +104,30 @@ class DatasetConfig(Strict):
 
 
 class OperatorConfig(Strict):
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    """One operator (``operators: [{name: star, params: {...}}]``); its params are validated by its own model."""
+
+    name: str = Field(description="a registered operator (star, grpo, toolforge, memory, topology, prompt_mutation, "
+                      "reflective, bootstrap_demos, prompt_crossover, prompt_choice, scripted) or an import path")
+    params: dict[str, Any] = Field(default_factory=dict, description="the operator's settings (docs/ has each layer's)")
 
 
 class RunnerConfig(Strict):
-    name: str = "thread"
-    workers: int = Field(32, ge=1)
+    """Where rollouts run."""
+
+    name: str = Field("thread", description="thread (in-process) | process (kills hung agents) | a plugin's")
+    workers: int = Field(32, ge=1, description="rollouts at once")
     timeout: float = Field(60.0, gt=0, description="seconds per rollout before it is recorded as failed")
 
 
 class BudgetConfig(Strict):
-    generations: int = Field(3, ge=0)
-    rollouts: int | None = Field(None, ge=1)
+    """When the run stops (the first budget spent); the final test scoring is outside every budget."""
+
+    generations: int = Field(3, ge=0, description="generations after the baseline's (0: score the baseline only)")
+    rollouts: int | None = Field(None, ge=1, description="rollouts (exact: only as many as fit start)")
     calls: int | None = Field(None, ge=1, description="LLM calls recorded in rollouts (LLMCall steps)")
-    tokens: int | None = Field(None, ge=1)
-    usd: float | None = Field(None, gt=0)
-    seconds: float | None = Field(None, gt=0)
+    tokens: int | None = Field(None, ge=1, description="tokens of every recorded model call")
+    usd: float | None = Field(None, gt=0, description="money, as litellm prices the calls")
+    seconds: float | None = Field(None, gt=0, description="wall time, over all of a resumed run's sessions")
     calls_per_rollout: float | None = Field(
         None, gt=0, description="LLM calls one rollout makes (at most): the dry run's estimate, and how many rollouts "
         "may start within what is left of 'calls' (default: 1 for the estimate; the most seen so far in the run)")
@@ -124,14 +138,16 @@ class ReevalConfig(Strict):
     best system's) is scored again, with ``samples`` more samples per val task for both, and
     the decision is taken on the means."""
 
-    margin: float = Field(0.02, ge=0)
+    margin: float = Field(0.02, ge=0, description="a val difference at most this close is re-evaluated")
     samples: int = Field(2, ge=1, description="extra samples per val task for each of the two systems")
 
 
 class EngineConfig(Strict):
+    """How each generation picks parents, compares children and decides (:mod:`evolve.loop`)."""
+
     minibatch: int = Field(64, ge=1, description="training tasks per generation for stage-1 acceptance")
     parents: int = Field(1, ge=1, description="parents selected per generation")
-    selector: str = "best"
+    selector: str = Field("best", description="best | tournament | pareto | an import path (evolve.selectors)")
     selector_params: dict[str, Any] = Field(default_factory=dict, description="passed to the selector's "
                                             "constructor, e.g. {objectives: [cost, latency]} for selector: pareto")
     min_gain: float = Field(0.0, description="stage 1: child must beat its parent on the minibatch by more than this")
@@ -166,26 +182,30 @@ class FailuresConfig(Strict):
 
 
 class TaskConfig(Strict):
-    name: str = "task"
-    seed: int = 0
+    """A task file: what to evolve, on which tasks, with which operators, under which budget."""
+
+    name: str = Field("task", description="names the default run directory runs/NAME-seedN")
+    seed: int = Field(0, description="all randomness derives from it (a seeded run with a deterministic model repeats)")
     world: str | None = Field(None, description="a world (evolve.worlds): a registered name (sql, toy) or an import "
                               "path; fills agent, reward, dataset.source, cold_start.demos and operators' world "
                               "settings the task file leaves out")
-    agent: str = Field(description="import path of agent(task, ctx) -> output")
-    reward: str = Field(description="import path of reward(task, output[, trajectory]) -> float | Reward")
-    models: dict[str, ModelConfig]
-    prompts: dict[str, str] = Field(default_factory=dict)
-    workflow: dict[str, Any] = Field(default_factory=dict)
+    agent: str = Field(description="import path of agent(task, ctx) -> output (or the world's)")
+    reward: str = Field(description="import path of reward(task, output[, trajectory]) -> float | Reward (or the "
+                        "world's)")
+    models: dict[str, ModelConfig] = Field(description="role -> model; the agent calls ctx.llm(role)")
+    prompts: dict[str, str] = Field(default_factory=dict, description="the starting system's named prompt components")
+    workflow: dict[str, Any] = Field(default_factory=dict, description="settings the agent reads from "
+                                     "ctx.system.workflow; graph: a workflow graph (evolve.topology)")
     tools: str | None = Field(None, description="a tool library JSON file, relative to the task file: {name: tool}, "
                               "e.g. the tools.json the toolforge operator writes; the starting system gets it")
     memory: dict[str, Any] = Field(default_factory=dict, description="the starting system's memory: {store: folder "
                                    "(relative to the task file), version, k, kinds, ...}; the agent reads it")
-    dataset: DatasetConfig
-    operators: list[OperatorConfig] = Field(default_factory=list)
-    runner: RunnerConfig = RunnerConfig()
-    budget: BudgetConfig = BudgetConfig()
-    engine: EngineConfig = EngineConfig()
-    failures: FailuresConfig = FailuresConfig()
+    dataset: DatasetConfig = Field(description="the tasks (or the world's)")
+    operators: list[OperatorConfig] = Field(default_factory=list, description="each proposes children every generation")
+    runner: RunnerConfig = Field(RunnerConfig(), description="where rollouts run")
+    budget: BudgetConfig = Field(BudgetConfig(), description="when the run stops")
+    engine: EngineConfig = Field(EngineConfig(), description="the loop's settings and policies")
+    failures: FailuresConfig = Field(FailuresConfig(), description="retries of the world failing, when a run has failed")
     reward_range: tuple[float, float] = Field((0.0, 1.0), description="the scores the reward is meant to give: "
                                               "rollouts scored outside are counted in the report")
     out: str | None = Field(None, description="run directory (default runs/<name>-seed<seed>)")

@@ -79,11 +79,14 @@ class RolloutRecorder:
     def flush(self) -> None:
         if not self._rows and not self._events:
             return
-        with self.archive.transaction():
-            if self._rows:
-                self.archive.add_trajectories(self._rows)
-            for e in self._events:
-                self.archive.log_event("world_failure", e)
+        if not self._events:  # the common case: one write, as add_trajectories makes it
+            self.archive.add_trajectories(self._rows)
+        else:
+            with self.archive.transaction():
+                if self._rows:
+                    self.archive.add_trajectories(self._rows)
+                for e in self._events:
+                    self.archive.log_event("world_failure", e)
         self._rows, self._events, self._last = [], [], time.monotonic()
 
     def summary(self, description: str, total: int) -> None:

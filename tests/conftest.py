@@ -12,6 +12,17 @@ for key, value in {
 }.items():
     os.environ.setdefault(key, value)
 
+# The tests' caches (generated SQL databases, SFT weights) go to a folder of this test run, never to the
+# user's ~/.cache/evolvekit; set EVOLVE_CACHE_DIR to reuse a cache across runs.
+if not os.environ.get("EVOLVE_CACHE_DIR"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _cache = tempfile.mkdtemp(prefix="evolve-test-cache-")
+    os.environ["EVOLVE_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
 sys.path.insert(0, str(TESTS))
@@ -44,3 +55,25 @@ def make_tiny_llm(temperature: float):
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
     return LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=temperature,
                               max_tokens=16, batch_wait=0.001, max_wait=0.005)
+
+
+
+@pytest.fixture(autouse=True)
+def _slow_if_it_trains(request):
+    """A test that steps an optimizer trains a model: it must be marked slow, so that
+    ``-m "not slow"`` trains nothing (the mark is checked, not trusted)."""
+    import importlib.util
+
+    if request.node.get_closest_marker("slow") or importlib.util.find_spec("torch") is None:
+        yield
+        return
+    import torch.optim.optimizer as optim
+
+    steps: list[int] = []
+    handle = optim.register_optimizer_step_pre_hook(lambda *args, **kwargs: steps.append(1))
+    try:
+        yield
+    finally:
+        handle.remove()
+    if steps:
+        pytest.fail(f"{request.node.nodeid} trains a model ({len(steps)} optimizer steps): mark it @pytest.mark.slow")

@@ -66,8 +66,8 @@ def test_load_asks_for_a_function_it_cannot_import(tmp_path):
 
 def test_the_readme_python_snippet_runs_as_printed(tmp_path):
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Python API"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = readme[readme.index("## Bring your own agent"):]
+    code = re.search(r"```python runnable\n(.*?)```", section, re.S).group(1)
     (tmp_path / "snippet.py").write_text(code)
     r = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

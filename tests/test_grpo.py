@@ -65,6 +65,7 @@ def test_pack_keeps_turns_at_different_temperatures_apart():
 # ----------------------------------------------------------------------------- LoRA without drift
 
 
+@pytest.mark.slow
 def test_fresh_adapter_reproduces_the_base_exactly_and_the_base_never_changes():
     base = build_model(SMALL, seed=1)
     before = state(base)
@@ -88,6 +89,7 @@ def test_fresh_adapter_reproduces_the_base_exactly_and_the_base_never_changes():
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
 
 
+@pytest.mark.slow
 def test_an_archived_adapter_restores_exactly(tmp_path):
     base = build_model(SMALL, seed=2)
     save_base(base, TOK, SMALL, tmp_path / "base.safetensors")
@@ -127,6 +129,7 @@ def _learn(seed: int, steps: int, temperature: float = 1.0, **kw) -> tuple[list[
     return hist, stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_init_model_learns_a_rewarded_behaviour_under_lora(seed):
     hist, stats = _learn(seed, steps=15, temperature=0.8)
@@ -135,6 +138,7 @@ def test_random_init_model_learns_a_rewarded_behaviour_under_lora(seed):
     assert max(s.mismatch for s in stats) < 1e-4
 
 
+@pytest.mark.slow
 def test_several_iterations_use_stored_old_logprobs_and_clip():
     _, stats = _learn(0, steps=3, num_iterations=4, cfg=LossConfig(eps_low=0.05, eps_high=0.05))
     assert all(s.optimizer_steps == 4 for s in stats)
@@ -160,6 +164,7 @@ def _vowel_task(tmp_path, **params):
     }
 
 
+@pytest.mark.slow
 def test_grpo_operator_in_an_evolution_run(tmp_path):
     report = evolve.run(_vowel_task(tmp_path), out=tmp_path / "run")
     a = Archive(tmp_path / "run", create=False)
@@ -180,6 +185,7 @@ def test_grpo_operator_in_an_evolution_run(tmp_path):
     assert report["best"]["val"]["score"] >= report["baseline"]["val"]["score"]
 
 
+@pytest.mark.slow
 def test_ptx_term_pulls_the_policy_toward_the_demos():
     """PPO-ptx: with only the SFT term (advantages 0), the demo completions become likelier."""
     from evolve.policy.train import completion_loss
@@ -282,6 +288,7 @@ def test_reward_weights_add_named_components_to_the_training_reward_only():
         check_components(trajs, {"execute": 0.25})
 
 
+@pytest.mark.slow
 def test_warmup_scales_the_first_optimiser_steps():
     # Adam's first step moves each parameter by about lr (|m/sqrt(v)| = 1), so the largest change
     # after one step reads the learning rate it used: lr/4, then 2lr/4, ... with warmup=4
@@ -301,6 +308,7 @@ def test_warmup_scales_the_first_optimiser_steps():
     assert moved == pytest.approx(1e-2 / 4, rel=0.05) and lr_next == pytest.approx(1e-2 / 2)
 
 
+@pytest.mark.slow
 def test_self_imitation_replays_the_policys_successes_through_the_ptx_term(tmp_path):
     from evolve.policy.grpo import GRPO
 

@@ -158,6 +158,7 @@ def _task(ckpt, **params):
     }
 
 
+@pytest.mark.slow
 def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_it(tmp_path, ckpt):
     before = _digest(ckpt)
     evolve.run(_task(ckpt), out=tmp_path / "run")
@@ -181,6 +182,7 @@ def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_
     assert trajs and all(s.token_ids and s.prompt_token_ids for t in trajs for s in t.steps)
 
 
+@pytest.mark.slow
 def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_continued_by_grpo(tmp_path, ckpt,
                                                                                             monkeypatch):
     monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
@@ -239,6 +241,7 @@ def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
         llm.close()
 
 
+@pytest.mark.slow
 def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tmp_path, ckpt):
     """examples/sql_agent/grpo_pretrained.yaml with its checkpoint swapped for the small one and its
     sizes cut: LoRA SFT on SQL demos, multi-turn SQL episodes (execution results fed back as
@@ -321,6 +324,7 @@ def test_large_vocabularies_sample_by_inverse_cdf_exactly_and_independently_of_t
     assert ((counts[top] - n * probs[top]).abs() <= 4.5 * sd + 1).all(), (counts[top], n * probs[top])
 
 
+@pytest.mark.slow
 def test_star_trains_a_lora_adapter_on_a_pretrained_checkpoint(tmp_path, ckpt):
     from evolve.policy.weights import read_adapter
 

@@ -106,6 +106,7 @@ def run_copy_task(lengths: tuple[int, int], cfg: TinyConfig, steps: int, lr: flo
     return accuracy(model, test), stats, logs
 
 
+@pytest.mark.slow
 def test_sft_learns_to_copy_unseen_strings():
     """~2 s of SFT: a 2-layer model copies unseen 4-letter words exactly (chance: 26**-4)."""
     acc, stats, logs = run_copy_task((4, 4), TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=64),
@@ -131,6 +132,7 @@ def toy_examples(n: int = 48, reply: str = "ok!") -> list[Example]:
     return [e for c in chats for e in examples_from_chat(TOK, c)]
 
 
+@pytest.mark.slow
 def test_train_is_deterministic_given_the_seed():
     exs = toy_examples(24)
     runs = []
@@ -141,6 +143,7 @@ def test_train_is_deterministic_given_the_seed():
     assert same(runs[0], runs[1]) and not same(runs[0], runs[2])
 
 
+@pytest.mark.slow
 def test_best_checkpoint_is_restored():
     exs = toy_examples(24)
     m = build_model(SMALL, seed=3)
@@ -155,6 +158,7 @@ def test_best_checkpoint_is_restored():
     assert same(params(m), seen[0]) and not same(seen[0], seen[-1])
 
 
+@pytest.mark.slow
 def test_train_lora_learns_and_leaves_the_base_alone(tmp_path):
     base = build_model(SMALL, seed=5)
     before = params(base)
