@@ -264,19 +264,20 @@ def _model_at(loc: tuple, root: type[BaseModel] = None) -> type[BaseModel] | Non
         if not fields or part not in fields:
             return None
         ann = fields[part].annotation
-        model = _inner_model(ann)
+        model = inner_model(ann)
         if model is None:
             return None
     return model if hasattr(model, "model_fields") else None
 
 
-def _inner_model(ann: Any) -> Any:
+def inner_model(ann: Any) -> Any:
+    """The pydantic model class inside an annotation (``X``, ``X | None``, ``dict[str, X]``), or None."""
     import typing
 
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann
     for arg in typing.get_args(ann):
-        found = _inner_model(arg)
+        found = inner_model(arg)
         if found is not None:
             return found
     return None

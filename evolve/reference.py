@@ -51,21 +51,13 @@ def _default(field: Any) -> str:
 
 
 def _sections(model: type[BaseModel], path: str, seen: list[tuple[str, type[BaseModel]]]) -> None:
+    from evolve.config import inner_model
+
     seen.append((path, model))
     for name, field in model.model_fields.items():
-        inner = _inner_model(field.annotation)
+        inner = inner_model(field.annotation)
         if inner is not None and all(m is not inner for _, m in seen):
             _sections(inner, f"{path}.{name}" if path else name, seen)
-
-
-def _inner_model(ann: Any) -> type[BaseModel] | None:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in typing.get_args(ann):
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def _doc(model: type[BaseModel]) -> str:
