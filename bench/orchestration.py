@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from evolve.archive import Archive
-from evolve.config import validate_task
+from evolve.taskfile import validate_task
 from evolve.session import Session
 from evolve.types import ModelSpec, System
 

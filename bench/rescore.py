@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     quiet_defaults()
     from evolve.archive.export import find_artifact_refs
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
     from evolve.stats import paired
 

@@ -33,7 +33,7 @@ def main() -> None:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
     from evolve.worlds.sql.workflow import vote
 

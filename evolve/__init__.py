@@ -26,7 +26,7 @@ _LAZY = {
     "Engine": ("evolve.engine", "Engine"),
     "Session": ("evolve.session", "Session"),
     "Archive": ("evolve.archive", "Archive"),
-    "load_task": ("evolve.config", "load_task"),
+    "load_task": ("evolve.taskfile", "load_task"),
     "TaskConfig": ("evolve.config", "TaskConfig"),
     # the data model
     "System": ("evolve.types", "System"),

@@ -44,7 +44,7 @@ def run_task(
     kept failing under the rollouts (``resume`` continues once it is back) and
     :class:`~evolve.errors.RunFailed` when too many rollouts failed by the agent's own error."""
     from evolve._env import quiet_defaults
-    from evolve.config import read_task_file, run_dir_for, validate_task
+    from evolve.taskfile import read_task_file, run_dir_for, validate_task
     from evolve.engine import Engine
 
     quiet_defaults()
@@ -86,7 +86,7 @@ def dry_run(task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir:
     """What a run of ``task`` would spend (rollouts, LLM calls, tokens, money per phase, and where
     a budget would stop it), without running anything; see :mod:`evolve.estimate`."""
     from evolve._env import quiet_defaults
-    from evolve.config import load_task, validate_task
+    from evolve.taskfile import load_task, validate_task
     from evolve.estimate import estimate_run
 
     quiet_defaults()
@@ -105,7 +105,7 @@ def _resolve_system(archive: Any, which: str) -> str:
 def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "current", split: str = "test",
              overrides: Sequence[str] = (), observer: Any = None) -> tuple[float, int, str]:
     """Score an archived system on a split of the task's dataset."""
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
 
     cfg, base = load_task(task_file, overrides)

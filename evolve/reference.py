@@ -51,7 +51,7 @@ def _default(field: Any) -> str:
 
 
 def _sections(model: type[BaseModel], path: str, seen: list[tuple[str, type[BaseModel]]]) -> None:
-    from evolve.config import inner_model
+    from evolve.taskfile import inner_model
 
     seen.append((path, model))
     for name, field in model.model_fields.items():

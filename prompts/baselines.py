@@ -209,7 +209,7 @@ def compile_program(optimizer: str, student: Any, knobs: dict[str, Any], metric:
 def _task_config(task_file: str | Path, overrides: Sequence[str]) -> tuple[Any, Path, dict]:
     """The task file with overrides applied, without its operators (not used here) and with no run
     budget (evaluation rollouts are never cut); returns the config, its folder and the budget given."""
-    from evolve.config import apply_override, parse_override, read_task_file, validate_task
+    from evolve.taskfile import apply_override, parse_override, read_task_file, validate_task
 
     p = Path(task_file)
     data = read_task_file(p)

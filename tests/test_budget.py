@@ -10,7 +10,7 @@ import yaml
 
 import evolve
 from evolve.archive import SCHEMA_VERSION, Archive
-from evolve.config import validate_task
+from evolve.taskfile import validate_task
 from evolve.errors import ConfigError
 from evolve.registry import operators as operator_registry
 from evolve.types import LLMCall

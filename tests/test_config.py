@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from evolve.config import load_task, validate_task
+from evolve.taskfile import load_task, validate_task
 from evolve.errors import ConfigError
 
 from conftest import DATA

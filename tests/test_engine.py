@@ -222,7 +222,7 @@ def _finished(engine) -> None:
 
 def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
     """Fields added to the task file schema later (tools, memory) must not orphan older runs."""
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.engine import Engine
     from evolve.errors import RunDirError
 
@@ -241,7 +241,7 @@ def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
 
 def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes(tmp_path):
     """Fields added inside a section (budget.calls, engine.reeval, ...) must not orphan older runs either."""
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.engine import Engine
     from evolve.errors import RunDirError
 

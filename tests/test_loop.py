@@ -10,7 +10,7 @@ import yaml
 
 import evolve
 from evolve.archive import Archive
-from evolve.config import validate_task
+from evolve.taskfile import validate_task
 from evolve.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"

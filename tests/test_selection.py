@@ -9,7 +9,7 @@ import pytest
 
 import evolve
 from evolve.archive import Archive
-from evolve.config import validate_task
+from evolve.taskfile import validate_task
 from evolve.errors import ConfigError
 from evolve.registry import operators as operator_registry
 from evolve.registry import selectors as selector_registry

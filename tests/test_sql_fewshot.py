@@ -151,7 +151,7 @@ def test_the_dspy_adapter_sends_the_native_agents_messages():
 
 
 def test_prompts_yaml_loads():
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
 
     cfg, _ = load_task(EXAMPLES / "prompts.yaml", [])
     assert cfg.models["policy"].cold_start.demos == "evolve.worlds.sql:fewshot_demos"

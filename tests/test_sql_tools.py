@@ -118,7 +118,7 @@ def test_a_task_files_tool_library_is_checked_and_given_to_the_starting_system(d
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ConfigError, match=f"tool '{name}'.*name"):
         load_library(tmp_path / "broken.json")
-    from evolve.config import validate_task
+    from evolve.taskfile import validate_task
     from evolve.session import Session
 
     cfg = validate_task({"agent": "evolve.worlds.sql:agent", "reward": "evolve.worlds.sql:reward", "tools": str(path),

@@ -31,7 +31,7 @@ def plain(seed: int, out: str | Path, *, mine: int, samples: int) -> Plain:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
 
     root = Path(out) / f"seed{seed}"

@@ -39,7 +39,7 @@ def main() -> None:
     quiet_defaults()
     import numpy as np
 
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
     from evolve.prompts.bootstrap import DemoBootstrap
     from evolve.prompts.components import set_demos

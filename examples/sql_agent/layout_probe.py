@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
     from evolve.prompts.components import set_template
 

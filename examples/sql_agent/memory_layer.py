@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from _layers import plain as plain_run
 
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.session import Session
     from evolve.memory.operator import MemoryOperator
     from evolve.operators import OperatorContext

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_defaults()
     from evolve.prompts.components import get_template, set_demos, set_template
 
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.engine import Engine
     from evolve.session import Session
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from _layers import plain as plain_run
 
-    from evolve.config import load_task
+    from evolve.taskfile import load_task
     from evolve.engine import Engine
     from evolve.session import Session
     from evolve.topology.graph import Workflow, graph_of
