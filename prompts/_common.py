@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -21,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import BudgetExhausted, ConfigError
+from evolve.llm.cache import LLMCache
 from evolve.operators import ChargedLLM, OperatorContext
-from evolve.types import Message, ModelSpec, System, canonical_json
+from evolve.types import Message, ModelSpec, System
 
 RAW_KEPT = 4000  # characters of a raw answer kept in the log
 
@@ -39,7 +39,7 @@ class LLMSource:
     def __init__(self, op_name: str, model: dict[str, Any] | None, role: str) -> None:
         self.op_name, self.role = op_name, role
         self.spec = ModelSpec.model_validate(model) if model is not None else None
-        self._built: dict[str, Any] = {}
+        self._cache: LLMCache | None = None  # at most two models: the mutator's and a parent's
 
     def get(self, parent: System, ctx: OperatorContext) -> tuple[Any, ModelSpec]:
         spec = self.spec
@@ -49,18 +49,9 @@ class LLMSource:
                 raise ConfigError(f"operator {self.op_name!r}: the parent system has no model role {self.role!r} "
                                   f"(it has {sorted(parent.models)}); set the operator's 'role' to one of them, or "
                                   f"give it a 'model': {{backend, name, params}}")
-        key = canonical_json(spec.model_dump(mode="json"))
-        llm = self._built.get(key)
-        if llm is None:
-            from evolve.registry import llm_backends
-
-            llm = llm_backends.get(spec.backend)(spec, ctx.artifacts)
-            self._built[key] = llm
-            while len(self._built) > 2:  # dicts keep insertion order: the oldest goes first
-                old = self._built.pop(next(iter(self._built)))
-                with contextlib.suppress(Exception):  # closing must not fail a run
-                    old.close()
-        return llm, spec
+        if self._cache is None:
+            self._cache = LLMCache(ctx.artifacts, max_size=2)
+        return self._cache.get(spec), spec
 
 
 class OperatorLog:

@@ -56,22 +56,32 @@ def _toy(tmp_path: Path, **changes) -> Path:
     return f
 
 
+def _stored(run: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(run / "archive.sqlite", timeout=1) as db:
+            return db.execute("select count(*) from trajectories").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
 def test_ctrl_c_exits_130_and_prints_the_command_that_resumes(tmp_path):
     task = _toy(tmp_path)
     out = tmp_path / "run"
-    sets = ["--set", "models.policy.params.delay=0.05"]
+    sets = ["--set", "models.policy.params.delay=0.2", "--set", "budget.generations=1"]  # seconds, not a blink
     p = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(out), *sets],
                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while not (out / "archive.sqlite").exists() and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.0)
+    while time.time() < deadline and not _stored(out):  # interrupted once some work is done
+        time.sleep(0.05)
+    assert p.poll() is None, "the run finished before it could be interrupted"
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "Traceback" not in err and "Continue with:" in err
     command = err.split("Continue with:")[1].strip().splitlines()[0]
-    assert f"--out {out}" in command and "--resume" in command and "models.policy.params.delay=0.05" in command
+    assert f"--out {out}" in command and "--resume" in command and "models.policy.params.delay=0.2" in command
     words = command.split()
     assert words[:2] == ["evolve", "run"]
     r = cli(*words[1:], cwd=tmp_path)

@@ -225,28 +225,41 @@ def test_faults_past_the_retries_stop_the_run_without_a_blend(tmp_path, flaky, m
     assert report_scores(report) == report_scores(clean)
 
 
-def test_a_server_that_is_down_is_probed_once_a_round_not_once_a_task(tmp_path):
-    from evolve.llm.fake import ScriptedLM
+class _DownRunner:
+    """A runner under which the world is always down: every job comes back as a world failure."""
 
-    calls = []
-    original = ScriptedLM._maybe_fail
+    workers = 4
 
-    def counting(self, msgs, seed):
-        calls.append(seed)
-        return original(self, msgs, seed)
+    def __init__(self):
+        self.batches: list[int] = []  # jobs handed over per run() call
+        self.consumed: list[int] = []  # jobs the caller took results of
 
-    ScriptedLM._maybe_fail = counting
-    task = _faulty(1.0, retries=3)
-    task["models"]["policy"]["params"]["delay"] = 0.05  # a call takes a while, as over a network
-    try:
-        with pytest.raises(InfraError):
-            evolve.run(task, out=tmp_path / "r")
-    finally:
-        ScriptedLM._maybe_fail = original
-    # the first batch stops after `breaker` (4 workers -> 4) failures in a row (each of the 4 threads may
-    # have started one more job by then); then one probe per retry, instead of 20 jobs x 4 attempts
-    assert len(calls) <= 2 * 4 + 3, len(calls)
-    assert stored(tmp_path / "r") == 0
+    def run(self, spec, jobs):
+        from evolve.failures import infra
+        from evolve.runners.base import failed_trajectory
+
+        self.batches.append(len(jobs))
+        self.consumed.append(0)
+        for job in jobs:
+            self.consumed[-1] += 1
+            yield job, failed_trajectory(job, "down", infra=infra("unreachable", "connection refused"))
+
+
+def test_a_server_that_is_down_is_probed_once_a_round_not_once_a_task():
+    from evolve.retry import RetryPolicy, Retrying
+    from evolve.runners import RolloutJob
+
+    runner, waits, logs = _DownRunner(), [], []
+    jobs = [RolloutJob(key=f"k{i}", system=System(), task={"id": f"t{i}"}) for i in range(20)]
+    retrying = Retrying(runner, RetryPolicy(retries=3, backoff=1.0, max_backoff=3.0), log=logs.append,
+                        sleep=waits.append)
+    with pytest.raises(InfraError, match="20 rollouts could not be run after 3 retries over 6.0s"):
+        list(retrying.run(None, jobs))
+    # the first batch is cut after 4 failures in a row (as many as the runner's workers); each retry
+    # round sends one probe, which fails, so the other 19 wait; the waits double up to max_backoff
+    assert runner.batches == [20, 1, 1, 1] and runner.consumed == [4, 1, 1, 1]
+    assert waits == [1.0, 2.0, 3.0]
+    assert any("holding the other 16 back" in m for m in logs) and sum("retry" in m for m in logs) == 3
 
 
 def test_the_cli_exits_3_when_the_world_stays_down_and_says_how_to_resume(tmp_path):

@@ -80,10 +80,9 @@ class ToolForge:
 
     def _synth_llm(self, ctx: OperatorContext) -> Any:
         if self._llm is None and self.p.synthesis is not None:
-            from evolve.registry import llm_backends
+            from evolve.llm.cache import build_llm
 
-            spec = ModelSpec.model_validate(self.p.synthesis)
-            self._llm = llm_backends.get(spec.backend)(spec, ctx.artifacts)
+            self._llm = build_llm(ModelSpec.model_validate(self.p.synthesis), ctx.artifacts)
         return self._llm
 
     def estimate(self, plan: Any) -> dict[str, int]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +14,6 @@ from evolve.types import (
     System,
     ToolCall,
     Trajectory,
-    canonical_json,
     content_hash,
 )
 
@@ -89,27 +86,17 @@ class _SystemLLMs:
     def __init__(self, artifacts: Any = None) -> None:
         from evolve.artifacts import ArtifactStore
 
+        from evolve.llm.cache import LLMCache
+
         self.artifacts = ArtifactStore(artifacts) if isinstance(artifacts, (str, bytes)) or hasattr(
             artifacts, "__fspath__") else artifacts
-        self._llms: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._cache = LLMCache(self.artifacts)
 
     def __call__(self, system: System, role: str) -> Any:
-        spec = system.models[role]
-        key = canonical_json(spec.model_dump(mode="json"))
-        with self._lock:
-            if key not in self._llms:
-                from evolve.registry import llm_backends
-
-                self._llms[key] = llm_backends.get(spec.backend)(spec, self.artifacts)
-            return self._llms[key]
+        return self._cache.get(system.models[role])
 
     def close(self) -> None:
-        with self._lock:
-            llms, self._llms = list(self._llms.values()), {}
-        for llm in llms:
-            with contextlib.suppress(Exception):  # closing must not fail
-                llm.close()
+        self._cache.close()
 
 
 class Reflexion:

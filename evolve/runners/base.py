@@ -13,8 +13,9 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 
 from evolve.artifacts import ArtifactStore
 from evolve.errors import UserError
+from evolve.llm.cache import LLMCache
 from evolve.rollout import check_reward_signature, run_agent, score
-from evolve.types import InfraFailure, ModelSpec, System, Trajectory, canonical_json
+from evolve.types import InfraFailure, ModelSpec, System, Trajectory
 
 # ----------------------------------------------------------------------------- data
 
@@ -107,9 +108,9 @@ class Worker:
         except TypeError as e:
             raise UserError(str(e)) from None
         self.artifacts = ArtifactStore(spec.artifacts_root)
-        self._llms: dict[str, Any] = {}
+        self._cache = LLMCache(self.artifacts)
         self._by_id: dict[int, tuple[ModelSpec, Any]] = {}
-        self._build_lock = threading.Lock()
+        self._build_lock = threading.Lock()  # sys.path is changed while a backend builds: one at a time
         self.closed = False
 
     # ------------------------------------------------------------------ LLMs
@@ -122,18 +123,11 @@ class Worker:
         hit = self._by_id.get(id(spec))
         if hit is not None and hit[0] is spec:
             return hit[1]
-        key = canonical_json(spec.model_dump(mode="json"))
-        llm = self._llms.get(key)
+        llm = self._cache.peek(spec)
         if llm is None:
-            with self._build_lock:
-                llm = self._llms.get(key)
-                if llm is None:
-                    from evolve.registry import llm_backends
-
-                    factory = llm_backends.get(spec.backend)
-                    with (contextlib.nullcontext() if self._own_process else _on_sys_path(self.spec.search_path)):
-                        llm = factory(spec, self.artifacts)
-                    self._llms[key] = llm
+            with self._build_lock, (contextlib.nullcontext() if self._own_process
+                                    else _on_sys_path(self.spec.search_path)):
+                llm = self._cache.get(spec)  # built once per distinct spec
         if len(self._by_id) > 4096:
             self._by_id.clear()
         self._by_id[id(spec)] = (spec, llm)  # keeps spec alive, so its id is not reused
@@ -167,12 +161,8 @@ class Worker:
     def close(self) -> None:
         """Close every LLM built (errors are ignored: closing must not fail a run)."""
         self.closed = True
-        with self._build_lock:
-            llms, self._llms = list(self._llms.values()), {}
-            self._by_id.clear()
-        for llm in llms:
-            with contextlib.suppress(Exception):
-                llm.close()
+        self._by_id.clear()
+        self._cache.close()
 
     def __enter__(self) -> "Worker":
         return self

@@ -107,14 +107,14 @@ class ServeApp:
         return self._handle.system_id
 
     def _build(self, system_id: str) -> _Handle:
-        from evolve.registry import llm_backends
+        from evolve.llm.cache import build_llm
 
         system = self.archive.get_system(system_id)
         spec = system.models.get(self.role)
         if spec is None:
             raise UserError(f"system {system_id[:12]} has no model role {self.role!r}; it has "
                             f"{sorted(system.models)}: pass --role")
-        llm = llm_backends.get(spec.backend)(spec, self.archive.artifacts)
+        llm = build_llm(spec, self.archive.artifacts)  # a new one: the old handle closes after its requests
         names = list(dict.fromkeys([self.role, spec.name, system_id]))
         temp = spec.params.get("temperature")
         return _Handle(system_id, llm, names, None if temp is None else float(temp), tokenizer_of(llm))
