@@ -6,6 +6,28 @@ with its lineage and scores, and can roll back to any of them.
 
 ``import evolve`` is cheap, silent and offline: every name below is imported on first use,
 and heavy parts (torch, transformers, peft, litellm, ...) only where they are used.
+
+The core (this folder; the layers are ``evolve.policy``, ``.memory``, ``.prompts``, ``.toolforge``,
+``.topology``, ``.sandbox``, and the worlds ``evolve.worlds``):
+
+* the data model — ``types`` (System, Trajectory, Reward, Candidate), ``errors`` (the one tree),
+  ``artifacts`` (content-addressed files);
+* the task file — ``config`` (the schema), ``taskfile`` (reading, overrides, a world's defaults,
+  checks), ``reference`` (the generated reference), ``fingerprint`` (what a resume must match),
+  ``data`` (splits from a generator or JSONL);
+* one rollout — ``rollout`` (the agent's context, recording, scoring), ``failures`` (the agent's
+  failure or the world's), ``runners/`` (thread, process), ``retry`` (the world failing, retried),
+  ``llm/`` (backends, params, the model cache);
+* scoring — ``session`` (splits, runner, memoised rollouts, the ledger), ``budget``, ``recorder``
+  (writing a batch down), ``state`` (the run state, typed), ``rundir`` (a run directory's life),
+  ``bootstrap`` (the starting system);
+* the loop — ``engine`` (generations), ``loop`` (acceptance, minibatch, stopping), ``judge`` (two
+  stages), ``selectors`` and ``pool`` (parents), ``pareto``, ``operators`` (the protocol),
+  ``registry`` (every name → import path);
+* results — ``archive/`` (SQLite, append-only), ``report`` (report.json/.md), ``stats`` (paired
+  tests), ``estimate`` (the dry run);
+* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli`` and ``archive_cli``, ``serve/``,
+  ``reflexion/`` (Reflexion mode).
 """
 
 from __future__ import annotations

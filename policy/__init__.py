@@ -1,6 +1,13 @@
-"""Policy layer (ψ): tiny local models built from a config, SFT cold start, STaR with LoRA.
+"""Policy layer (ψ): the models behind a system's LLM steps, and the operators that train them.
 
-``tiny`` (tokenizer, config, model), ``weights`` (base/adapter files), ``train`` (SFT and LoRA
-training on the sampler's own token ids), ``sft`` (the cached cold start), ``star`` (the
-rejection-sampling operator). Heavy libraries are imported inside functions only.
+* models — ``tiny`` (tokenizer, config, model), ``pointer`` (the copy-pointer tokenizer), ``hf``
+  (Hugging Face checkpoints), ``weights`` (base and adapter files), ``local`` and ``local_server``
+  (the ``local`` backend: batched sampling with exact log-probs, LoRA adapters selected per call),
+  ``sampling``;
+* training — ``train`` (SFT and LoRA on the sampler's own token ids), ``sft`` (the cached cold
+  start), ``start`` (how a local model starts a run), ``rl`` (GRPO-family estimators and losses),
+  ``grpo_train``;
+* operators — ``star`` (rejection sampling, STaR), ``grpo`` (GRPO with LoRA).
+
+Heavy libraries are imported inside functions only.
 """

@@ -4,10 +4,10 @@ the sandbox.
 * :mod:`~evolve.toolforge.tool` — :class:`Tool` (name, signature, doc, code, tests, provenance,
   usage counts) and :class:`ToolLibrary` (the ``System.tools`` of a system);
 * :mod:`~evolve.toolforge.synth` — synthesis by an LLM from recorded tool calls;
-* :mod:`~evolve.toolforge.abstract` — abstraction of repeated SQL shapes, no LLM;
+* abstraction (no LLM) is a world's ``tools.mine`` hook: the SQL world's is :mod:`evolve.worlds.sql.abstract`;
 * :mod:`~evolve.toolforge.validate` — admission in the sandbox (:func:`check`) and
   :class:`ToolBox`, how an agent calls admitted tools;
-* :mod:`~evolve.toolforge.curate` — dedup, retrieval by description, usage and retirement;
+* :mod:`~evolve.toolforge.curate` — dedup, usage and retirement; :mod:`~evolve.toolforge.retrieve` — retrieval by description;
 * :mod:`~evolve.toolforge.operator` — the ``toolforge`` operator for the engine.
 """
 

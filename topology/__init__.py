@@ -1,5 +1,12 @@
-"""Topology layer Γ: workflow graphs that run (:mod:`.graph`, :mod:`.runtime`, :mod:`.nodes`) and
-MCTS search over graph edits (:mod:`.search`, :mod:`.edits`, :mod:`.operator`)."""
+"""Topology layer Γ: workflow graphs that run, and MCTS search over graph edits.
+
+* graphs — ``graph`` (the Workflow, validation, diffs), ``conditions`` (edge conditions),
+  ``nodes`` (llm, tool, check, vote, reflect, answer steps), ``runtime`` (running a graph as the
+  agent; the call bound budgets use), ``render`` (text and PNG);
+* search — ``palette`` (what may be inserted), ``edits`` (add, remove, replace, rewire),
+  ``search`` (MCTS with per-parent experience), ``operator`` (the ``topology`` operator);
+* ``report`` — the workflow section of a run's report and of ``evolve archive show``.
+"""
 
 from evolve.topology.graph import (Edge, Node, Workflow, WorkflowError, compile_condition, condition_holds,
                                    diff_workflows, graph_of, to_text, validate)
