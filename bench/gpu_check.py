@@ -196,8 +196,7 @@ def throughput(device: str, cfg: TinyConfig, n: int, prompt: int, completion: in
 def pretrained(device: str, big: bool) -> dict:
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from _hf_checkpoint import make_checkpoint
+    from tests.helpers.hf_checkpoint import make_checkpoint  # ROOT is on sys.path
     from evolve.policy.hf import load_pretrained
     from evolve.types import Message
 

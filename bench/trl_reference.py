@@ -1,4 +1,4 @@
-"""Record TRL's GRPO loss and gradients on fixed tensors, for tests/test_rl.py to compare against.
+"""Record TRL's GRPO loss and gradients on fixed tensors, for tests/policy/test_rl.py to compare against.
 
 TRL is not a dependency of evolvekit (with its datasets/pyarrow/accelerate stack it is larger
 than everything the tests need), so its answers are recorded once here and checked in as

@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,7 @@ if not os.environ.get("EVOLVE_CACHE_DIR"):
     os.environ["EVOLVE_CACHE_DIR"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
-TESTS = Path(__file__).parent
-DATA = TESTS / "data"
-sys.path.insert(0, str(TESTS))
+from tests.helpers import DATA  # noqa: E402
 
 
 @pytest.fixture
@@ -43,19 +40,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def make_tiny_llm(temperature: float):
-    """A random-init tiny local model served in memory (skips without torch/peft); close() it."""
-    pytest.importorskip("torch")
-    pytest.importorskip("peft")
-    from evolve.policy.local import LocalLM
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-
-    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
-    return LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=temperature,
-                              max_tokens=16, batch_wait=0.001, max_wait=0.005)
-
 
 
 @pytest.fixture(autouse=True)
