@@ -72,6 +72,9 @@ _LAZY = {
     "MinibatchSampler": ("evolve.loop", "MinibatchSampler"),
     "Stopping": ("evolve.loop", "Stopping"),
     "Verdict": ("evolve.judge", "Verdict"),
+    "NodeType": ("evolve.topology.base", "NodeType"),
+    "MemoryPolicy": ("evolve.memory.base", "Policy"),
+    "Sandbox": ("evolve.sandbox.base", "Sandbox"),
     # errors
     "EvolveError": ("evolve.errors", "EvolveError"),
     "UserError": ("evolve.errors", "UserError"),

@@ -1,7 +1,15 @@
 """Experience memory: an append-only event log (ADD / MERGE / SUPERSEDE / DELETE / RESTORE and
 usage / strength counters) in SQLite, folded into the active items; a chromadb vector index and
 a BM25 keyword index derived from it; hybrid search; versions that a System can record and
-re-open; update policies (heuristic, LLM). See memory/README.md.
+re-open; update policies (heuristic, LLM). See memory/README.md and docs/memory.md.
+
+* the store — ``model`` (items, events, the fold), ``log`` (the SQLite event log and items
+  table), ``batch`` (several ops in one transaction), ``store`` (:class:`MemoryStore`);
+* search — ``embed`` (embedders: MiniLM, hashing), ``index`` (the chromadb vector index),
+  ``catalog`` (the in-process item mirror and BM25 keyword index), ``search`` (hybrid search, views);
+* updates — ``base`` (the Policy protocol, Op, Evidence), ``policy`` (the heuristic policy and
+  ``apply``), ``llm_policy`` (an LLM decides);
+* ``operator`` — the ``memory`` operator for the engine.
 
     from evolve.memory import MemoryStore, HeuristicPolicy, apply
     store = MemoryStore("runs/memory")                 # all-MiniLM-L6-v2 + chroma, offline
@@ -35,9 +43,9 @@ _EXPORTS = {
     "Embedder": "embed",
     "MiniLMEmbedder": "embed",
     "HashingEmbedder": "embed",
-    "Op": "policy",
-    "Evidence": "policy",
-    "Policy": "policy",
+    "Op": "base",
+    "Evidence": "base",
+    "Policy": "base",
     "apply": "policy",
     "HeuristicPolicy": "policy",
     "LLMPolicy": "llm_policy",

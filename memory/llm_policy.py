@@ -18,7 +18,8 @@ from evolve.types import Message
 
 from . import model as M
 from .model import Item
-from .policy import NOOP, Evidence, Op, apply, as_evidence
+from .base import NOOP, Evidence, Op, as_evidence
+from .policy import apply
 
 SYSTEM = """You maintain the long-term memory of an agent: lessons, experiences and facts it \
 carries from one task to the next. You are shown the memories related to some new evidence, \

@@ -1,6 +1,7 @@
 """Update policies: given new evidence (lessons, experiences, facts, or feedback on items that
 were used), decide which operations to apply to a store. Pure decisions; :func:`apply` writes
-them, all in one transaction (all ops or none).
+them, all in one transaction (all ops or none). The protocol and its types (Op, Evidence) are in
+:mod:`.base`.
 
     ops = policy.decide(store, evidence)   # -> list[Op]
     apply(store, ops)                      # -> ids, one per op (None for NOOP)
@@ -11,92 +12,12 @@ them, all in one transaction (all ops or none).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from . import model as M
+from .base import NOOP, OP_NAMES, Evidence, Op, Policy, as_evidence  # noqa: F401 - the policies' shared types
 from .model import LogError, text_hash
-
-NOOP = "NOOP"
-OP_NAMES = (M.ADD, M.MERGE, M.SUPERSEDE, M.DELETE, M.STRENGTHEN, M.WEAKEN, NOOP)
-
-
-@dataclass(frozen=True)
-class Op:
-    """One decision: ADD(text) / MERGE(ids, text) / SUPERSEDE(id, text) / DELETE(id, reason) /
-    STRENGTHEN(id, by) / WEAKEN(id, by) / NOOP."""
-
-    op: str
-    text: str | None = None
-    kind: str | None = None
-    ids: tuple[str, ...] = ()  # MERGE: the sources
-    id: str | None = None  # SUPERSEDE: the old item; DELETE / STRENGTHEN / WEAKEN: the target
-    reason: str | None = None
-    metadata: Mapping[str, Any] | None = None
-    by: float = 1.0
-
-    @classmethod
-    def add(cls, text: str, kind: str = "lesson", metadata: Mapping[str, Any] | None = None) -> Op:
-        return cls(M.ADD, text=text, kind=kind, metadata=metadata)
-
-    @classmethod
-    def merge(cls, ids: Sequence[str], text: str, kind: str | None = None) -> Op:
-        return cls(M.MERGE, text=text, kind=kind, ids=tuple(ids))
-
-    @classmethod
-    def supersede(cls, old: str, text: str, reason: str | None = None, kind: str | None = None) -> Op:
-        return cls(M.SUPERSEDE, text=text, id=old, reason=reason, kind=kind)
-
-    @classmethod
-    def delete(cls, item: str, reason: str) -> Op:
-        return cls(M.DELETE, id=item, reason=reason)
-
-    @classmethod
-    def strengthen(cls, item: str, by: float = 1.0, reason: str | None = None) -> Op:
-        return cls(M.STRENGTHEN, id=item, by=by, reason=reason)
-
-    @classmethod
-    def weaken(cls, item: str, by: float = 1.0, reason: str | None = None) -> Op:
-        return cls(M.WEAKEN, id=item, by=by, reason=reason)
-
-    @classmethod
-    def noop(cls) -> Op:
-        return cls(NOOP)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a task taught. Either a candidate memory (``text``, ``kind``, ``metadata``; with
-    ``supersedes`` naming the item it explicitly replaces, e.g. a contradicted fact), or feedback
-    on an existing item (``about`` an item id, ``helpful`` True / False)."""
-
-    text: str = ""
-    kind: str = "lesson"
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    supersedes: str | None = None
-    about: str | None = None
-    helpful: bool | None = None
-    reason: str | None = None
-
-
-def as_evidence(x: Any) -> Evidence:
-    """Evidence from an Evidence, a str, a dict, or anything item-like (``.text``, ``.kind``, ...)."""
-    if isinstance(x, Evidence):
-        return x
-    if isinstance(x, str):
-        return Evidence(text=x)
-    if not isinstance(x, Mapping):
-        x = getattr(x, "item", x)  # a search Hit: its item
-    get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
-    return Evidence(text=get("text", "") or "", kind=get("kind", "lesson") or "lesson",
-                    metadata=dict(get("metadata", None) or {}), supersedes=get("supersedes", None),
-                    about=get("about", None), helpful=get("helpful", None), reason=get("reason", None))
-
-
-class Policy(Protocol):
-    def decide(self, store: Any, evidence: Sequence[Any]) -> list[Op]: ...
-
 
 def apply(store: Any, ops: Sequence[Op], *, source: str = "apply") -> list[str | None]:
     """Apply ``ops`` to ``store`` in one transaction. An op that does not fit the store (an

@@ -3,8 +3,16 @@
 `get_sandbox("process")` (default) runs code in a fresh bubblewrap sandbox per call: Linux
 namespaces (no network but its own loopback, no host files but the interpreter and the ro_paths you
 name), hard rlimits, a seccomp denylist, the whole process tree killed at the wall-clock limit.
-`get_sandbox("docker")` runs it in a locked-down container. Only JSON crosses back. See
-sandbox/README.md for the threat model: what is covered and what is not.
+`get_sandbox("docker")` runs it in a locked-down container. Only JSON crosses back. The threat
+model (what is covered and what is not) is docs/sandbox.md.
+
+* ``base`` — the :class:`Sandbox` protocol and the part the backends share (run, call, batches,
+  reading results back);
+* backends — ``process`` (bubblewrap), ``docker_backend`` (the engine's API);
+* inside — ``_bootstrap`` (what runs first in the sandbox: rlimits, the uid drop, the request),
+  ``_seccomp`` (the syscall denylist), ``_protocol`` (the request and result lines), ``_runner``
+  (collecting a sandboxed process's channels), ``_paths`` (vetting ro_paths), ``_types``
+  (limits, results, errors).
 
     from evolve.sandbox import get_sandbox, Limits
     box = get_sandbox()
@@ -14,7 +22,8 @@ sandbox/README.md for the threat model: what is covered and what is not.
 
 from __future__ import annotations
 
-from ._types import VERDICTS, Limits, Sandbox, SandboxResult, SandboxUnavailable
+from ._types import VERDICTS, Limits, SandboxResult, SandboxUnavailable
+from .base import Sandbox
 
 BACKENDS = ("process", "docker")
 

@@ -1,11 +1,10 @@
-"""The sandbox's public types: limits, results, the backend protocol and the unavailability error."""
+"""The sandbox's data types: limits, results and the unavailability error (the backend protocol is in
+:mod:`.base`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 VERDICTS = ("ok", "error", "timeout", "memory", "denied", "killed")
 
@@ -57,17 +56,3 @@ class SandboxResult:
     @property
     def ok(self) -> bool:
         return self.verdict == "ok"
-
-
-@runtime_checkable
-class Sandbox(Protocol):
-    name: str
-
-    def run(self, code: str, *, inputs: dict | None = None, limits: Limits | None = None,
-            ro_paths: Sequence[str | Path] = ()) -> SandboxResult: ...
-
-    def call(self, code: str, function: str, kwargs: dict | None = None, *, limits: Limits | None = None,
-             ro_paths: Sequence[str | Path] = ()) -> SandboxResult: ...
-
-    def call_many(self, code: str, function: str, calls: list[dict], *, limits: Limits | None = None,
-                  ro_paths: Sequence[str | Path] = ()) -> list[SandboxResult]: ...

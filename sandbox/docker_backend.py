@@ -15,23 +15,21 @@ import secrets
 import socket
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-from ._paths import PathDenied, vet_ro_paths
+from ._paths import vet_ro_paths
 from ._protocol import (
     BOOTSTRAP_SOURCE,
     Capped,
     Ending,
     LineReader,
     batch_result,
-    cut_note,
-    death_result,
     parse_line,
     request_bytes,
-    result_from_line,
 )
 from ._types import Limits, SandboxResult, SandboxUnavailable
+from .base import Outcome, SandboxBase, fill_after_death
 
 DEFAULT_IMAGE = "python:3.11-slim"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -52,7 +50,7 @@ def _process_alternative() -> str:
         return f"the 'process' backend is unavailable too ({exc})"
 
 
-class DockerSandbox:
+class DockerSandbox(SandboxBase):
     """Options: image (default python:3.11-slim; must already be present, nothing is pulled), client
     (a docker.DockerClient; default docker.from_env()), python (interpreter in the image), cpus,
     slack_s (time allowed for container start and teardown on top of the wall limit)."""
@@ -124,69 +122,35 @@ class DockerSandbox:
         }
         return create, host
 
-    # -- public API -------------------------------------------------------------------------------
+    # -- what the base asks of a backend ----------------------------------------------------------
 
-    def run(self, code: str, *, inputs: dict | None = None, limits: Limits | None = None,
-            ro_paths: Sequence[str | Path] = ()) -> SandboxResult:
-        return self._single("run", code, limits, ro_paths, inputs=inputs or {})
+    def _binds(self, ro_paths) -> list[tuple[str, str]]:
+        return vet_ro_paths(ro_paths)
 
-    def call(self, code: str, function: str, kwargs: dict | None = None, *, limits: Limits | None = None,
-             ro_paths: Sequence[str | Path] = ()) -> SandboxResult:
-        return self._single("call", code, limits, ro_paths, function=function, kwargs=kwargs or {})
+    def _once(self, mode: str, code: str, limits: Limits, binds, **fields) -> Outcome:
+        marker = "@@sandbox-" + secrets.token_hex(16) + "@@"
+        request = request_bytes(mode, code, limits, nproc=False, marker=marker, **fields)
+        return self._container(request, limits, binds, marker, limits.wall_s)
 
-    def call_many(self, code: str, function: str, calls: list[dict], *, limits: Limits | None = None,
-                  ro_paths: Sequence[str | Path] = ()) -> list[SandboxResult]:
-        limits, calls = limits or Limits(), list(calls)
-        if not calls:
-            return []
-        try:
-            binds = vet_ro_paths(ro_paths)
-        except PathDenied as exc:
-            return [SandboxResult("denied", None, "", "", str(exc), 0.0)] * len(calls)
-        from dataclasses import replace
-
+    def _many(self, code: str, function: str, calls: list[dict], limits: Limits, binds) -> list[SandboxResult]:
         batch = replace(limits, cpu_s=limits.cpu_s * (len(calls) + 1) + 1)
         marker = "@@sandbox-" + secrets.token_hex(16) + "@@"
         request = request_bytes("many", code, batch, nproc=False, marker=marker, function=function, calls=calls)
-        lines, stdout, stderr, ending, took = self._container(request, batch, binds, marker,
-                                                              limits.wall_s * (len(calls) + 1))
+        got = self._container(request, batch, binds, marker, limits.wall_s * (len(calls) + 1))
         results: list[SandboxResult | None] = [None] * len(calls)
-        for obj in lines:
+        for obj in got.lines:
             i = obj.get("i")
             if "verdict" in obj and isinstance(i, int):
                 if i == -1:
-                    results = [batch_result(obj, limits, took)] * len(calls)
+                    results = [batch_result(obj, limits, got.duration)] * len(calls)
                 elif 0 <= i < len(calls):
-                    results[i] = batch_result(obj, limits, took / len(calls))
-        dead = None
-        for j, res in enumerate(results):
-            if res is None:
-                if dead is None:
-                    dead = death_result(ending, limits, stdout=stdout.text(), stderr=stderr.text(), duration=took,
-                                        truncated=stdout.over or stderr.over)
-                    results[j] = dead
-                else:
-                    results[j] = SandboxResult(dead.verdict, None, "", "", f"not run: the container died ({dead.error})",
-                                               0.0)
+                    results[i] = batch_result(obj, limits, got.duration / len(calls))
+        missing = [j for j, r in enumerate(results) if r is None]
+        if missing:
+            fill_after_death(results, got, limits, missing[0])
         return [r for r in results if r is not None]
 
     # -- internals --------------------------------------------------------------------------------
-
-    def _single(self, mode: str, code: str, limits: Limits | None, ro_paths, **fields) -> SandboxResult:
-        limits = limits or Limits()
-        try:
-            binds = vet_ro_paths(ro_paths)
-        except PathDenied as exc:
-            return SandboxResult("denied", None, "", "", str(exc), 0.0)
-        marker = "@@sandbox-" + secrets.token_hex(16) + "@@"
-        request = request_bytes(mode, code, limits, nproc=False, marker=marker, **fields)
-        lines, stdout, stderr, ending, took = self._container(request, limits, binds, marker, limits.wall_s)
-        out, err = stdout.text() + (cut_note(limits) if stdout.over else ""), stderr.text()
-        truncated = stdout.over or stderr.over
-        for obj in lines:
-            if obj.get("i") == 0 and "verdict" in obj:
-                return result_from_line(obj, stdout=out, stderr=err, duration=took, truncated=truncated)
-        return death_result(ending, limits, stdout=out, stderr=err, duration=took, truncated=truncated)
 
     def _container(self, request: bytes, limits: Limits, binds, marker: str, wall: float):
         api = self.client.api
@@ -225,7 +189,7 @@ class DockerSandbox:
             ending.stderr_tail = (ending.stderr_tail + bytes(stderr.data[-4096:]).decode("utf-8", "replace"))
         finally:
             _quiet(api.remove_container, cid, force=True, v=True)
-        return lines, stdout, stderr, ending, time.monotonic() - t0
+        return Outcome(lines, stdout, stderr, ending, time.monotonic() - t0)
 
 
 def _split_marked(data: bytes, marker: bytes, stdout: Capped, reader: LineReader, lines: list[dict],

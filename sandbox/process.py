@@ -28,17 +28,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import _seccomp
-from ._paths import INSTALL_HINT, PathDenied, check_data_roots, find_bwrap, find_python, vet_ro_paths
-from ._protocol import (
-    BOOTSTRAP_SOURCE,
-    batch_result,
-    cut_note,
-    death_result,
-    request_bytes,
-    result_from_line,
-)
+from ._paths import INSTALL_HINT, check_data_roots, find_bwrap, find_python, vet_ro_paths
+from ._protocol import BOOTSTRAP_SOURCE, batch_result, death_result, request_bytes
 from ._runner import GRACE_S, collect
 from ._types import Limits, SandboxResult, SandboxUnavailable
+from .base import Outcome, SandboxBase, fill_after_death
 
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
@@ -46,7 +40,7 @@ _PROBE_CACHE: dict[tuple, str | None] = {}
 SANDBOX_UIDS = range(1_500_000_000, 2_000_000_000)  # run by root, each sandbox gets a fresh uid from here
 
 
-class ProcessSandbox:
+class ProcessSandbox(SandboxBase):
     """Sandbox backend on bubblewrap. Options: bwrap (path), python (interpreter inside; its
     installation is bound read-only), site_packages (also bind this environment's site-packages and
     put them on sys.path — read-only, off by default), probe (check once that a sandbox starts),
@@ -80,27 +74,15 @@ class ProcessSandbox:
         if probe:
             self._probe()
 
-    # -- public API -------------------------------------------------------------------------------
+    # -- what the base asks of a backend ----------------------------------------------------------
 
-    def run(self, code: str, *, inputs: dict | None = None, limits: Limits | None = None,
-            ro_paths: Sequence[str | Path] = ()) -> SandboxResult:
-        return self._single("run", code, limits, ro_paths, inputs=inputs or {})
+    def _once(self, mode: str, code: str, limits: Limits, binds, **fields) -> Outcome:
+        request = request_bytes(mode, code, limits, nproc=True, **fields)
+        got = self._spawn(request, limits, binds, batch=False, deadline=time.monotonic() + limits.wall_s + GRACE_S)
+        return Outcome(got.lines, got.stdout, got.stderr, got.ending, got.duration, got.bad_lines)
 
-    def call(self, code: str, function: str, kwargs: dict | None = None, *, limits: Limits | None = None,
-             ro_paths: Sequence[str | Path] = ()) -> SandboxResult:
-        return self._single("call", code, limits, ro_paths, function=function, kwargs=kwargs or {})
-
-    def call_many(self, code: str, function: str, calls: list[dict], *, limits: Limits | None = None,
-                  ro_paths: Sequence[str | Path] = ()) -> list[SandboxResult]:
-        limits = limits or Limits()
-        calls = list(calls)
-        if not calls:
-            return []
+    def _many(self, code: str, function: str, calls: list[dict], limits: Limits, binds) -> list[SandboxResult]:
         t0 = time.monotonic()
-        try:
-            binds = self._binds(ro_paths)
-        except PathDenied as exc:
-            return [SandboxResult("denied", None, "", "", str(exc), 0.0)] * len(calls)
         # The whole batch: a wall_s for loading plus one per call, plus slack; CPU scaled alike.
         overall = t0 + limits.wall_s * (len(calls) + 1) + 2 * GRACE_S
         batch_limits = _scaled_cpu(limits, len(calls) + 1)
@@ -126,46 +108,18 @@ class ProcessSandbox:
             missing = [j for j in range(start, len(calls)) if results[j] is None]
             if not missing:
                 break
-            first = missing[0]
             if got.ending.kill_reason == "call_wall" and got.current is not None and time.monotonic() < overall:
                 # One call hung past its alarm: it times out, the rest go on in a fresh sandbox.
                 results[start + got.current] = death_result(
                     got.ending, limits, stdout="", stderr="", duration=limits.wall_s, truncated=False)
                 start = start + got.current + 1
                 continue
-            dead = death_result(got.ending, limits, stdout=got.stdout.text(), stderr=got.stderr.text(),
-                                duration=got.duration, truncated=got.stdout.over or got.stderr.over)
-            results[first] = dead
-            for j in missing[1:]:
-                results[j] = SandboxResult(dead.verdict, None, "", "", f"not run: the sandbox died during call "
-                                           f"#{first} ({dead.error})", 0.0)
+            fill_after_death(results, Outcome(got.lines, got.stdout, got.stderr, got.ending, got.duration),
+                             limits, missing[0])
             break
         return [r for r in results if r is not None]
 
     # -- internals --------------------------------------------------------------------------------
-
-    def _single(self, mode: str, code: str, limits: Limits | None, ro_paths, **fields) -> SandboxResult:
-        limits = limits or Limits()
-        try:
-            binds = self._binds(ro_paths)
-        except PathDenied as exc:
-            return SandboxResult("denied", None, "", "", str(exc), 0.0)
-        request = request_bytes(mode, code, limits, nproc=True, **fields)
-        deadline = time.monotonic() + limits.wall_s + GRACE_S
-        got = self._spawn(request, limits, binds, batch=False, deadline=deadline)
-        stdout, stderr = got.stdout.text(), got.stderr.text()
-        truncated = got.stdout.over or got.stderr.over
-        if got.stdout.over:
-            stdout += cut_note(limits)
-        if got.stderr.over:
-            stderr += cut_note(limits)
-        for obj in got.lines:
-            if obj.get("i") == 0 and "verdict" in obj:
-                return result_from_line(obj, stdout=stdout, stderr=stderr, duration=got.duration,
-                                        truncated=truncated)
-        context = "malformed output on the result channel; " if got.bad_lines else ""
-        return death_result(got.ending, limits, stdout=stdout, stderr=stderr, duration=got.duration,
-                            truncated=truncated, context=context)
 
     def _binds(self, ro_paths) -> list[tuple[str, str]]:
         return vet_ro_paths(ro_paths, world_readable=self.as_root, data_roots=self.data_roots)

@@ -1,7 +1,7 @@
 """Topology layer Γ: workflow graphs that run, and MCTS search over graph edits.
 
 * graphs — ``graph`` (the Workflow, validation, diffs), ``conditions`` (edge conditions),
-  ``nodes`` (llm, tool, check, vote, reflect, answer steps), ``runtime`` (running a graph as the
+  ``base`` (the NodeType protocol), ``nodes`` (llm, tool, check, vote, reflect, answer steps), ``runtime`` (running a graph as the
   agent; the call bound budgets use), ``render`` (text and PNG);
 * search — ``palette`` (what may be inserted), ``edits`` (add, remove, replace, rewire),
   ``search`` (MCTS with per-parent experience), ``operator`` (the ``topology`` operator);

@@ -7,7 +7,8 @@ order) whose ``when`` holds and whose target has visits left, stop when none doe
 ``workflow:cut`` step is recorded and ``state["_cut"]`` is set. Nodes that a vote runs itself
 (its ``chain``) are part of the vote's run and do not count against ``max_steps`` or ``max_visits``.
 
-Node type protocol (what :data:`evolve.registry.node_types` names)::
+Node types implement :class:`evolve.topology.base.NodeType` (what :data:`evolve.registry.node_types`
+names)::
 
     class MyStep:
         calls_model = True                  # does a run call a model? (cost estimates, colours)
@@ -26,11 +27,6 @@ Node type protocol (what :data:`evolve.registry.node_types` names)::
 
         def run(self, params: Params, state: dict, rt: Runtime) -> dict:
             return {"key": "value"}         # updates merged into the state
-
-A type is instantiated once per process (so keep per-execution data in the state, not on
-``self``). ``run`` gets the parsed ``Params`` and must not mutate ``state`` (return new lists
-rather than appending); a model-calling type must take its temperature from
-``rt.temperature(state, default)``, which is the vote's sampling temperature inside a vote.
 
 State conventions: ``state["task"]`` is the task dict; ``state["messages"]`` is a list of
 :class:`~evolve.types.Message` for multi-turn nodes; keys starting with ``_`` are private to the
