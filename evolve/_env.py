@@ -15,6 +15,9 @@ QUIET = {
     "MEM0_TELEMETRY": "False",
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",  # the OpenAI Agents SDK: do not export traces to OpenAI
+    "LANGSMITH_TRACING": "false",  # LangChain / LangGraph: no LangSmith traces
+    "LANGCHAIN_TRACING_V2": "false",
 }
 
 

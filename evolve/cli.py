@@ -284,6 +284,15 @@ def serve(
             console.print("stopped")
 
 
+def _gateway_command() -> None:
+    from evolve.gateway.cli import gateway_command  # typer and rich only; starlette and uvicorn load when it runs
+
+    app.command("gateway")(gateway_command)
+
+
+_gateway_command()
+
+
 def _mount_commands() -> None:
     """The command groups of :data:`evolve.registry.commands` (``archive``, ``baseline``, plugins')."""
     from evolve.registry import commands

@@ -164,7 +164,8 @@ minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop:Rando
                                                     "fixed": "evolve.loop:FixedMinibatch"})
 stoppings = Registry("stopping rule", {"budget": "evolve.loop:BudgetOnly", "plateau": "evolve.loop:Plateau"})
 # The CLI's command groups beside run/eval/init/serve (evolve.cli): name -> a typer app.
-commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline": "evolve.prompts.cli:baseline_app"})
+commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline": "evolve.prompts.cli:baseline_app",
+                                 "traces": "evolve.gateway.cli:traces_app"})
 # How a backend's model starts a run (evolve.bootstrap): function(session, role, model config) -> ModelSpec;
 # a backend without an entry starts from its spec as written.
 model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})

@@ -1,0 +1,159 @@
+"""``evolve gateway`` (serve) and ``evolve traces`` (look into a trace store, add feedback)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evolve.errors import UserError
+
+traces_app = typer.Typer(name="traces", help="Look into the gateway's trace store: sessions, calls, feedback.",
+                         no_args_is_help=True, add_completion=False)
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def gateway_command(
+    config: Optional[Path] = typer.Argument(None, help="A gateway.yaml (routes, store, host, port); or give --upstream."),
+    upstream: Optional[str] = typer.Option(None, "--upstream", help="One route for every model: a litellm model "
+                                           "name, '*' standing for the model the agent asks for (openai/*)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="The upstream's base URL (vLLM, Ollama, any "
+                                           "OpenAI-compatible server)."),
+    upstream_key_env: Optional[str] = typer.Option(None, "--upstream-key-env", help="The variable holding the "
+                                                   "upstream's key."),
+    store: Optional[Path] = typer.Option(None, "--store", help="The trace store's folder (default: traces)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1); beyond loopback "
+                                       "--api-key-env is required."),
+    port: Optional[int] = typer.Option(None, "--port", min=0, max=65535, help="Port (default 4000)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="The variable holding the key agents "
+                                              "must send."),
+) -> None:
+    """Stand an OpenAI- and Anthropic-compatible gateway in front of your agent's model: point the
+    agent's base URL at it, every call is recorded in the trace store."""
+    from evolve.gateway.config import from_flags, load_config
+    from evolve.gateway.server import GatewayServer
+
+    if config is not None and upstream is not None:
+        raise UserError("give a gateway.yaml or --upstream, not both (the file's routes say what --upstream would)")
+    if config is not None:
+        cfg = load_config(config)
+        over = {k: v for k, v in (("store", store), ("host", host), ("port", port), ("api_key_env", api_key_env))
+                if v is not None}
+        if over:
+            cfg = cfg.model_validate({**cfg.model_dump(), **over})
+    elif upstream is not None:
+        cfg = from_flags(upstream=upstream, api_base=api_base, upstream_key_env=upstream_key_env,
+                         store=store or Path("traces"), host=host or "127.0.0.1", port=4000 if port is None else port,
+                         api_key_env=api_key_env)
+    else:
+        raise UserError("evolve gateway needs a gateway.yaml or --upstream MODEL, e.g. "
+                        "evolve gateway --upstream 'openai/*' --api-base http://127.0.0.1:8000/v1")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    server = GatewayServer(cfg, log=lambda m: err.print(m, markup=False))
+    out = _out()
+    out.print(f"gateway at {server.url} (OpenAI) and {server.base} (Anthropic); traces in {cfg.store}", markup=False)
+    for r in cfg.routes:
+        out.print(f"  route {r.name}: {', '.join(r.match)} -> {r.upstream.model}"
+                  + (f" at {r.upstream.api_base}" if r.upstream.api_base else ""), markup=False)
+    sys.stdout.flush()
+    server.run()
+
+
+def _store(path: Path):
+    from evolve.gateway.traces import TraceStore
+
+    return TraceStore(path, create=False)
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@traces_app.command("ls")
+def ls(store: Path = typer.Argument(..., help="The trace store's folder."),
+       limit: int = typer.Option(50, "--limit", min=1, help="Show the latest N sessions.")) -> None:
+    """List sessions: calls, feedback, the system that answered."""
+    st = _store(store)
+    rows = st.sessions()
+    t = Table("session", "started", "calls", "feedback", "route", "system")
+    for s in rows[-limit:]:
+        t.add_row(s["id"], _when(s["created"]), str(s["n_calls"]), str(s["n_feedback"]), s["route"] or "-",
+                  s["system_id"] or "-")
+    _out().print(t)
+    c = st.counts()
+    _out().print(f"{c['sessions']} sessions, {c['calls']} calls, {c['feedback']} feedback", markup=False)
+
+
+@traces_app.command("show")
+def show(store: Path = typer.Argument(..., help="The trace store's folder."),
+         session: str = typer.Argument(..., help="A session id (see evolve traces ls)."),
+         as_json: bool = typer.Option(False, "--json", help="Print the calls and feedback as JSON.")) -> None:
+    """One session: its calls (messages, tools called, answer) and feedback."""
+    st = _store(store)
+    calls = st.calls(session)
+    if not calls:
+        raise UserError(f"no session {session!r} in {store}; list them with: evolve traces ls {store}")
+    fb = st.feedback_of(session_id=session)
+    if as_json:
+        from dataclasses import asdict
+
+        print(json.dumps({"calls": [asdict(c) for c in calls], "feedback": [asdict(f) for f in fb]}, indent=2))
+        return
+    out = _out()
+    for c in calls:
+        out.print(f"[{c.seq}] {c.id} {c.api} {c.model} -> {c.upstream_model} {c.status} "
+                  f"{(c.latency_s or 0) * 1000:.0f} ms", markup=False)
+        last = c.messages[-1] if c.messages else {}
+        out.print(f"    {last.get('role')}: {str(last.get('content'))[:200]}", markup=False)
+        if c.tool_calls:
+            for tc in c.tool_calls:
+                out.print(f"    -> tool {tc['function']['name']}({tc['function']['arguments'][:200]})", markup=False)
+        if c.output:
+            out.print(f"    assistant: {c.output[:200]}", markup=False)
+        if c.error:
+            out.print(f"    error: {c.error[:300]}", markup=False)
+    for f in fb:
+        out.print(f"feedback {f.id}: score {f.score} {f.components or ''} {f.text or ''}", markup=False)
+
+
+@traces_app.command("feedback")
+def feedback(store: Path = typer.Argument(..., help="The trace store's folder."),
+             target: str = typer.Argument(..., help="A session id, or a call id (a response's id)."),
+             score: Optional[float] = typer.Option(None, "--score", help="The reward."),
+             text: Optional[str] = typer.Option(None, "--text", help="Feedback in words."),
+             component: list[str] = typer.Option([], "--component", help="NAME=VALUE, repeatable."),
+             id: Optional[str] = typer.Option(None, "--id", help="An id of your own (sent twice, recorded once).")) -> None:
+    """Attach a reward to a session or a call."""
+    st = _store(store)
+    comps = {}
+    for c in component:
+        name, sep, value = c.partition("=")
+        try:
+            comps[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise UserError(f"--component {c!r}: write NAME=NUMBER, e.g. --component correct=1")
+    kind = "call_id" if st.call(target) is not None else "session_id"
+    fb, new = st.feedback(**{kind: target}, score=score, text=text, components=comps or None, id=id, source="cli")
+    _out().print(f"{'recorded' if new else 'already recorded'}: {fb.id} on session {fb.session_id}", markup=False)
+
+
+@traces_app.command("check")
+def check(store: Path = typer.Argument(..., help="The trace store's folder.")) -> None:
+    """Check the store's integrity (SQLite's own check, each session's calls)."""
+    problems = _store(store).integrity()
+    for p in problems:
+        _out().print(p, markup=False)
+    if problems:
+        raise SystemExit(1)
+    _out().print("ok", markup=False)

@@ -1,0 +1,127 @@
+"""The gateway's config file (``gateway.yaml``), or the same thing built from command-line flags.
+
+.. code-block:: yaml
+
+    host: 127.0.0.1          # beyond loopback, an API key is required (api_key_env)
+    port: 4000
+    store: traces            # the trace store's folder
+    api_key_env: null        # the variable holding the key agents must send
+    routes:
+      - name: default
+        match: ["*"]         # model names (or globs) this route answers, first match wins
+        upstream:
+          model: openai/*    # a litellm model; '*' is the name the agent asked for
+          api_base: http://127.0.0.1:8000/v1
+          api_key_env: null  # the upstream's key, read at each call, never recorded
+          timeout: 120
+          max_retries: 2
+          params: {}         # defaults for every request (the agent's own params win)
+        system: null         # the label recorded as the system that answered
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evolve.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UpstreamConfig(_Strict):
+    model: str = Field(description="a litellm model name (openai/gpt-4o-mini, hosted_vllm/..., anthropic/...); "
+                                   "'*' stands for the model the agent asked for")
+    api_base: str | None = Field(None, description="the upstream's base URL (a vLLM, Ollama or other "
+                                                   "OpenAI-compatible server)")
+    api_key_env: str | None = Field(None, description="the environment variable holding the upstream's key")
+    timeout: float = Field(120.0, gt=0, description="seconds per upstream request")
+    max_retries: int = Field(2, ge=0, le=10, description="retries of a transient upstream failure")
+    params: dict[str, Any] = Field(default_factory=dict, description="default request params")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must name a litellm model, e.g. openai/gpt-4o-mini")
+        return v
+
+
+class RouteConfig(_Strict):
+    name: str = "default"
+    match: list[str] = Field(default_factory=lambda: ["*"], min_length=1,
+                             description="model names or globs this route answers")
+    upstream: UpstreamConfig
+    system: str | None = Field(None, description="the label recorded as the system that answered")
+
+
+class GatewayConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(4000, ge=0, le=65535)
+    store: Path = Path("traces")
+    api_key_env: str | None = Field(None, description="the variable holding the key agents must send "
+                                                      "(required beyond loopback)")
+    routes: list[RouteConfig] = Field(min_length=1)
+
+    @field_validator("routes")
+    @classmethod
+    def _unique(cls, v: list[RouteConfig]) -> list[RouteConfig]:
+        names = [r.name for r in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"route names must be unique; repeated: {dup}")
+        return v
+
+    def api_key(self) -> str | None:
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"the environment variable {self.api_key_env!r} (api_key_env) is not set; export the "
+                              "key agents must send, or remove api_key_env on loopback")
+        return key
+
+    def check_upstream_keys(self) -> None:
+        for r in self.routes:
+            env = r.upstream.api_key_env
+            if env and not os.environ.get(env):
+                raise ConfigError(f"route {r.name!r}: the environment variable {env!r} (upstream.api_key_env) is not "
+                                  "set; export the upstream's key")
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and check a gateway.yaml; a ConfigError naming what is wrong. ``store`` is taken
+    relative to the file's folder."""
+    from evolve.taskfile import format_validation_error, read_task_file
+
+    p = Path(path)
+    data = read_task_file(p)
+    try:
+        cfg = GatewayConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(p), GatewayConfig)) from None
+    if not cfg.store.is_absolute():
+        cfg = cfg.model_copy(update={"store": (p.parent / cfg.store)})
+    return cfg
+
+
+def from_flags(*, upstream: str, api_base: str | None, upstream_key_env: str | None, store: Path, host: str,
+               port: int, api_key_env: str | None, match: list[str] | None = None) -> GatewayConfig:
+    try:
+        return GatewayConfig(host=host, port=port, store=store, api_key_env=api_key_env, routes=[RouteConfig(
+            match=match or ["*"], upstream=UpstreamConfig(model=upstream, api_base=api_base,
+                                                          api_key_env=upstream_key_env))])
+    except ValidationError as e:
+        raise ConfigError(format_flags_error(e)) from None
+
+
+def format_flags_error(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+
+
+__all__ = ["GatewayConfig", "RouteConfig", "UpstreamConfig", "from_flags", "load_config"]

@@ -1,0 +1,109 @@
+"""Running the gateway: :func:`build` (a config to a :class:`~evolve.gateway.app.Gateway`) and
+:class:`GatewayServer` (uvicorn, in the calling thread or on a background thread)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from evolve.errors import ConfigError
+from evolve.gateway.app import Gateway
+from evolve.gateway.config import GatewayConfig
+from evolve.gateway.traces import TraceStore
+from evolve.gateway.upstream import LiteLLMUpstream, Route
+
+
+def _check_installed() -> None:
+    from evolve.errors import MissingDependency
+
+    for name in ("starlette", "uvicorn", "litellm"):
+        try:
+            __import__(name)
+        except ImportError:
+            raise MissingDependency(f"evolve gateway needs the Python package {name!r}, which is not installed; "
+                                    "install it with: pip install 'evolvekit[gateway]'") from None
+
+
+def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
+    from evolve.serve.server import check_bind
+
+    _check_installed()
+    key = cfg.api_key()
+    check_bind(cfg.host, key)
+    cfg.check_upstream_keys()
+    routes = [Route(r.name, list(r.match), LiteLLMUpstream(r.upstream.model, r.upstream.api_base,
+                                                           r.upstream.api_key_env, r.upstream.timeout,
+                                                           r.upstream.max_retries, dict(r.upstream.params)),
+                    r.system) for r in cfg.routes]
+    return Gateway(routes, TraceStore(cfg.store), api_key=key, log=log)
+
+
+class GatewayServer:
+    """``with GatewayServer(cfg) as gw: gw.url`` serves on a background thread (``port=0``: a
+    free port); :meth:`run` serves in the calling thread until interrupted."""
+
+    def __init__(self, cfg: GatewayConfig, *, log: Any = None) -> None:
+        import socket
+
+        self.cfg, self.gateway = cfg, build(cfg, log=log)
+        self.host = cfg.host
+        port = cfg.port
+        if port == 0:
+            with socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET) as s:
+                s.bind((cfg.host.strip("[]"), 0))
+                port = int(s.getsockname()[1])
+        self.port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base(self) -> str:
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (``.../v1``); Anthropic clients take :attr:`base`."""
+        return self.base + "/v1"
+
+    def _uvicorn(self) -> Any:
+        import uvicorn
+
+        config = uvicorn.Config(self.gateway.app(), host=self.host.strip("[]"), port=self.port, log_level="warning",
+                                lifespan="off", access_log=False, timeout_keep_alive=30)
+        return uvicorn.Server(config)
+
+    def run(self) -> None:
+        self._server = self._uvicorn()
+        self._server.run()
+        if not self._server.started:
+            raise ConfigError(f"the gateway could not listen on {self.host}:{self.port}; choose another --port")
+
+    def start(self) -> GatewayServer:
+        self._server = self._uvicorn()
+        self._thread = threading.Thread(target=self._server.run, name=f"evolve-gateway-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the gateway could not listen on {self.host}:{self.port}")
+            time.sleep(0.02)
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self.gateway.store.close()
+
+    def __enter__(self) -> GatewayServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["GatewayServer", "build"]

@@ -1,0 +1,379 @@
+"""The trace store: every call through the gateway, grouped into sessions, with feedback.
+
+One SQLite file (``traces.sqlite`` in the store's folder), WAL journal, append-only: a call is one
+row written in its own transaction when the call has finished (so a gateway killed with -9 loses
+only the calls still in flight, never a finished one); feedback rows are added, never changed.
+Several gateway processes (or threads) may write the same file: every write is a short
+``BEGIN IMMEDIATE`` transaction under SQLite's busy timeout.
+
+Tables:
+
+* ``sessions`` — id, first and last call time, route, the system that answered the first call,
+  a call count (kept by the same transaction as each call);
+* ``calls`` — id, session, its place in the session, time, api (``openai`` / ``anthropic``),
+  route, the model the agent asked for and the one that answered, the request (messages, tools
+  offered, params) and the response (text, tool calls, finish reason) as JSON in the OpenAI
+  chat format, the raw API body of each, token ids and log-probs where the backend gives them,
+  latency, tokens, cost, the system id, status (``ok`` / ``error``) and the error;
+* ``feedback`` — id (the client's, or one derived from its content, so sending it twice records
+  it once), the session or call it is about, a score, named components, text, time.
+
+Upstream API keys never reach the store: a request is recorded as the agent sent it, less its
+headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolve.errors import UserError
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, route TEXT, system_id TEXT,
+    n_calls INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS calls (
+    id TEXT PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), seq INTEGER NOT NULL,
+    ts REAL NOT NULL, api TEXT NOT NULL, route TEXT, model TEXT, upstream_model TEXT, stream INTEGER NOT NULL,
+    messages TEXT NOT NULL, tools TEXT, params TEXT, output TEXT, tool_calls TEXT, finish_reason TEXT,
+    request TEXT, response TEXT, prompt_token_ids TEXT, token_ids TEXT, logprobs TEXT,
+    latency_s REAL, prompt_tokens INTEGER, completion_tokens INTEGER, cost REAL, system_id TEXT,
+    status TEXT NOT NULL, error TEXT, chain_key TEXT
+);
+CREATE INDEX IF NOT EXISTS calls_session ON calls(session_id, seq);
+CREATE INDEX IF NOT EXISTS calls_chain ON calls(chain_key);
+CREATE INDEX IF NOT EXISTS calls_ts ON calls(ts);
+CREATE TABLE IF NOT EXISTS feedback (
+    id TEXT PRIMARY KEY, session_id TEXT, call_id TEXT, score REAL, components TEXT, text TEXT, ts REAL NOT NULL,
+    source TEXT
+);
+CREATE INDEX IF NOT EXISTS feedback_session ON feedback(session_id);
+CREATE INDEX IF NOT EXISTS feedback_call ON feedback(call_id);
+"""
+
+
+@dataclass
+class CallRecord:
+    """One call through the gateway, as stored. ``messages``, ``tools`` and ``tool_calls`` are in
+    the OpenAI chat format whatever API the agent spoke; ``request``/``response`` are the raw bodies."""
+
+    session_id: str
+    api: str
+    messages: list[dict]
+    model: str | None = None
+    route: str | None = None
+    upstream_model: str | None = None
+    stream: bool = False
+    tools: list[dict] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    output: str | None = None
+    tool_calls: list[dict] | None = None
+    finish_reason: str | None = None
+    request: Any = None
+    response: Any = None
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    system_id: str | None = None
+    status: str = "ok"
+    error: str | None = None
+    id: str = field(default_factory=lambda: "call-" + uuid.uuid4().hex)
+    ts: float = field(default_factory=time.time)
+    seq: int | None = None  # its place in the session, set when stored
+    chain_key: str | None = None  # the conversation so far with this call's answer (see :func:`chain_key`)
+
+
+@dataclass(frozen=True)
+class Feedback:
+    id: str
+    session_id: str | None
+    call_id: str | None
+    score: float | None
+    components: dict[str, float]
+    text: str | None
+    ts: float
+    source: str | None = None
+
+
+_JSON_FIELDS = ("messages", "tools", "params", "tool_calls", "request", "response", "prompt_token_ids",
+                "token_ids", "logprobs")
+_CALL_COLUMNS = ("id", "session_id", "seq", "ts", "api", "route", "model", "upstream_model", "stream", "messages",
+                 "tools", "params", "output", "tool_calls", "finish_reason", "request", "response",
+                 "prompt_token_ids", "token_ids", "logprobs", "latency_s", "prompt_tokens", "completion_tokens",
+                 "cost", "system_id", "status", "error", "chain_key")
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class TraceStore:
+    """The gateway's trace store in folder ``path`` (created unless ``create=False``)."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.dir = Path(path)
+        self.file = self.dir / "traces.sqlite"
+        if not self.file.exists():
+            if not create:
+                raise UserError(f"no trace store at {self.dir} (no traces.sqlite); give the --store folder the "
+                                "gateway was started with")
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UserError(f"cannot create the trace store folder {self.dir}: {e.strerror or e}") from None
+        self._local = threading.local()
+        self._db().executescript(_SCHEMA)  # CREATE ... IF NOT EXISTS: safe from several processes at once
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise UserError(f"the trace store {self.file} has schema {row[0]}, newer than this evolvekit "
+                                f"understands ({SCHEMA_VERSION}); upgrade evolvekit")
+
+    # -- connections --------------------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.file, timeout=30.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed call survives the process dying
+            db.execute("PRAGMA busy_timeout=30000")
+            db.row_factory = sqlite3.Row
+            self._local.db = db
+        return db
+
+    class _Tx:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db = db
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db
+
+        def __exit__(self, kind: Any, *rest: Any) -> None:
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+    def _tx(self) -> TraceStore._Tx:
+        return TraceStore._Tx(self._db())
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def record(self, call: CallRecord) -> CallRecord:
+        """Store a finished call (its session is created on its first call); returns it with ``seq``."""
+        with self._tx() as db:
+            row = db.execute("SELECT n_calls FROM sessions WHERE id=?", (call.session_id,)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO sessions (id, created, updated, route, system_id, n_calls) VALUES (?,?,?,?,?,0)",
+                           (call.session_id, call.ts, call.ts, call.route, call.system_id))
+                seq = 0
+            else:
+                seq = int(row[0])
+            call.seq = seq
+            if call.status == "ok" and call.chain_key is None:
+                call.chain_key = chain_key([*call.messages, answer_message(call)])
+            values = []
+            for col in _CALL_COLUMNS:
+                v = getattr(call, col)
+                values.append(_dumps(v) if col in _JSON_FIELDS else (int(v) if col == "stream" else v))
+            db.execute(f"INSERT INTO calls ({','.join(_CALL_COLUMNS)}) VALUES ({','.join('?' * len(_CALL_COLUMNS))})",
+                       values)
+            db.execute("UPDATE sessions SET n_calls=n_calls+1, updated=MAX(updated, ?) WHERE id=?",
+                       (call.ts, call.session_id))
+        return call
+
+    def feedback(self, *, session_id: str | None = None, call_id: str | None = None, score: float | None = None,
+                 components: Mapping[str, float] | None = None, text: str | None = None, id: str | None = None,
+                 source: str | None = None) -> tuple[Feedback, bool]:
+        """Attach a reward to a session or a call. Returns (the feedback as stored, whether it is new):
+        feedback with an ``id`` already stored is recorded once (without an id, the id is a hash of
+        its content, so an identical retry is recorded once too)."""
+        fb = check_feedback(session_id=session_id, call_id=call_id, score=score, components=components, text=text,
+                            id=id, source=source)
+        with self._tx() as db:
+            if fb.call_id is not None:
+                row = db.execute("SELECT session_id FROM calls WHERE id=?", (fb.call_id,)).fetchone()
+                if row is None:
+                    raise UserError(f"no call {fb.call_id!r} in the trace store; feedback names a call id the gateway "
+                                    "returned (the response's id) or a session")
+                if fb.session_id is not None and fb.session_id != row[0]:
+                    raise UserError(f"call {fb.call_id!r} belongs to session {row[0]!r}, not {fb.session_id!r}")
+                fb = Feedback(fb.id, row[0], fb.call_id, fb.score, fb.components, fb.text, fb.ts, fb.source)
+            elif db.execute("SELECT 1 FROM sessions WHERE id=?", (fb.session_id,)).fetchone() is None:
+                raise UserError(f"no session {fb.session_id!r} in the trace store; feedback may only follow a "
+                                "session's first call")
+            cur = db.execute("INSERT OR IGNORE INTO feedback (id, session_id, call_id, score, components, text, ts, "
+                             "source) VALUES (?,?,?,?,?,?,?,?)",
+                             (fb.id, fb.session_id, fb.call_id, fb.score, _dumps(fb.components), fb.text, fb.ts,
+                              fb.source))
+            new = cur.rowcount == 1
+        if not new:
+            fb = next(f for f in self.feedback_of(session_id=fb.session_id) if f.id == fb.id)
+        return fb, new
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def calls(self, session_id: str | None = None, *, since: float | None = None, until: float | None = None,
+              route: str | None = None, system_id: str | None = None, status: str | None = None) -> list[CallRecord]:
+        where, args = [], []
+        for col, op, v in (("session_id", "=", session_id), ("ts", ">=", since), ("ts", "<", until),
+                           ("route", "=", route), ("system_id", "=", system_id), ("status", "=", status)):
+            if v is not None:
+                where.append(f"{col} {op} ?")
+                args.append(v)
+        sql = "SELECT * FROM calls" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY ts, seq"
+        return [self._call(r) for r in self._db().execute(sql, args)]
+
+    def continued_session(self, messages: Sequence[dict]) -> str | None:
+        """The session whose last answered call these messages continue (the conversation up to the
+        last assistant message is that call's messages and answer), or None."""
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        if last is None:
+            return None
+        row = self._db().execute("SELECT session_id FROM calls WHERE chain_key=? AND status='ok' ORDER BY ts DESC "
+                                 "LIMIT 1", (chain_key(messages[:last + 1]),)).fetchone()
+        return None if row is None else str(row[0])
+
+    def call(self, call_id: str) -> CallRecord | None:
+        row = self._db().execute("SELECT * FROM calls WHERE id=?", (call_id,)).fetchone()
+        return None if row is None else self._call(row)
+
+    def sessions(self) -> list[dict[str, Any]]:
+        rows = self._db().execute("SELECT s.*, (SELECT COUNT(*) FROM feedback f WHERE f.session_id = s.id) AS n_feedback "
+                                  "FROM sessions s ORDER BY created")
+        return [dict(r) for r in rows]
+
+    def feedback_of(self, *, session_id: str | None = None, call_id: str | None = None) -> list[Feedback]:
+        if session_id is None and call_id is None:
+            rows = self._db().execute("SELECT * FROM feedback ORDER BY ts")
+        elif call_id is not None:
+            rows = self._db().execute("SELECT * FROM feedback WHERE call_id=? ORDER BY ts", (call_id,))
+        else:
+            rows = self._db().execute("SELECT * FROM feedback WHERE session_id=? ORDER BY ts", (session_id,))
+        return [Feedback(r["id"], r["session_id"], r["call_id"], r["score"], json.loads(r["components"] or "{}"),
+                         r["text"], r["ts"], r["source"]) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        db = self._db()
+        return {t: int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("sessions", "calls", "feedback")}
+
+    def integrity(self) -> list[str]:
+        """Problems found (empty when sound): SQLite's own check, and sessions whose call count or
+        sequence numbers disagree with their calls."""
+        db = self._db()
+        problems = [r[0] for r in db.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        for sid, n, got, seqs in db.execute(
+                "SELECT s.id, s.n_calls, COUNT(c.id), GROUP_CONCAT(c.seq) FROM sessions s "
+                "LEFT JOIN calls c ON c.session_id = s.id GROUP BY s.id"):
+            if n != got or sorted(int(x) for x in (seqs or "").split(",") if x) != list(range(got)):
+                problems.append(f"session {sid}: n_calls {n}, {got} calls, seq {seqs}")
+        return problems
+
+    def iter_sessions(self) -> Iterator[tuple[dict[str, Any], list[CallRecord], list[Feedback]]]:
+        for s in self.sessions():
+            yield s, self.calls(s["id"]), self.feedback_of(session_id=s["id"])
+
+    @staticmethod
+    def _call(row: sqlite3.Row) -> CallRecord:
+        kw = {k: row[k] for k in row.keys()}
+        for k in _JSON_FIELDS:
+            kw[k] = json.loads(kw[k]) if kw[k] is not None else None
+        kw["params"] = kw["params"] or {}
+        kw["stream"] = bool(kw["stream"])
+        return CallRecord(**kw)
+
+
+def _norm_args(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return arguments
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return str(content or "")
+
+
+def chain_key(messages: Sequence[dict]) -> str:
+    """A hash of a conversation that ignores what clients re-serialise differently (ids, JSON spacing,
+    ``None`` against empty content), so a conversation continued by a stateless client is found again."""
+    norm = []
+    for m in messages:
+        calls = [(c.get("function", {}).get("name"), _norm_args(c.get("function", {}).get("arguments")))
+                 for c in m.get("tool_calls") or []]
+        norm.append([m.get("role"), _text(m.get("content")).strip(), calls])
+    return hashlib.sha256(json.dumps(norm, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def answer_message(call: CallRecord) -> dict[str, Any]:
+    """The assistant message a call answered with, in the OpenAI chat format."""
+    msg: dict[str, Any] = {"role": "assistant", "content": call.output}
+    if call.tool_calls:
+        msg["tool_calls"] = call.tool_calls
+    return msg
+
+
+def check_feedback(*, session_id: str | None, call_id: str | None, score: Any, components: Any, text: Any,
+                   id: Any, source: Any = None) -> Feedback:
+    """Feedback from untrusted input, or a :class:`UserError` naming what is wrong."""
+    import math
+
+    if session_id is None and call_id is None:
+        raise UserError("feedback needs 'session_id' or 'call_id' (the session or the call it is about)")
+    for name, v in (("session_id", session_id), ("call_id", call_id), ("text", text), ("id", id), ("source", source)):
+        if v is not None and not isinstance(v, str):
+            raise UserError(f"feedback '{name}' must be a string, got {type(v).__name__}")
+    if score is not None:
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise UserError(f"feedback 'score' must be a finite number, got {score!r}")
+        score = float(score)
+    comps: dict[str, float] = {}
+    if components is not None:
+        if not isinstance(components, Mapping):
+            raise UserError("feedback 'components' must be an object of name: number")
+        for k, v in components.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise UserError(f"feedback component {k!r} must be a finite number, got {v!r}")
+            comps[str(k)] = float(v)
+    if score is None and not comps and not text:
+        raise UserError("feedback needs a 'score', 'components' or 'text'")
+    if id is None:
+        content = json.dumps([session_id, call_id, score, comps, text], sort_keys=True)
+        id = "fb-" + hashlib.sha256(content.encode()).hexdigest()[:32]
+    return Feedback(id, session_id, call_id, score, comps, text, time.time(), source)
+
+
+def scores_of(feedback: Sequence[Feedback]) -> float | None:
+    """A session's reward from its feedback: the latest score given (None without one)."""
+    scored = [f for f in feedback if f.score is not None]
+    return scored[-1].score if scored else None
+
+
+__all__ = ["CallRecord", "Feedback", "TraceStore", "answer_message", "chain_key", "check_feedback", "scores_of"]

@@ -1,0 +1,153 @@
+"""What answers behind a route: an upstream model reached through litellm (any hosted provider, or
+a user's vLLM / Ollama / OpenAI-compatible server).
+
+Requests are passed on in the OpenAI chat format with their tools, tool choice and params
+untouched; answers come back whole (:meth:`LiteLLMUpstream.complete`) or as the upstream's own
+stream chunks (:meth:`LiteLLMUpstream.stream`). The upstream key is read from the environment
+variable the route names, at each call; it is never recorded or logged. An upstream that fails
+becomes a :class:`~evolve.gateway.wire.GatewayError` with the status the agent's client expects
+(429 for a rate limit, 502 for an unreachable or failing upstream, 504 for a timeout, 400 with the
+upstream's message for a request it refused).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from evolve.gateway.wire import GatewayError, Request
+
+_STATUS = {"rate_limit": 429, "timeout": 504, "unreachable": 502, "server": 502, "auth": 502, "not_found": 404,
+           "request": 400, "config": 500, "backend": 500}
+
+
+@dataclass
+class Result:
+    """A whole answer, in the gateway's terms."""
+
+    text: str | None
+    tool_calls: list[dict] | None
+    finish_reason: str | None
+    model: str | None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict)  # the OpenAI chat.completion object
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+def upstream_error(e: BaseException, where: str) -> GatewayError:
+    from evolve.failures import category_of
+
+    category = category_of(e, client=True) or "server"
+    status = _STATUS.get(category, 502)
+    message = str(e).replace("litellm.", "").strip()
+    if category == "auth":
+        message = (f"the upstream {where} refused the gateway's credentials ({message}); check the route's "
+                   "api_key_env")
+    elif category in ("unreachable", "timeout", "server", "rate_limit"):
+        message = f"the upstream {where} failed ({category}): {message}"
+    return GatewayError(status, message, code=f"upstream_{category}")
+
+
+@dataclass
+class LiteLLMUpstream:
+    """``model`` is a litellm model name (``openai/gpt-4o-mini``, ``anthropic/claude-...``,
+    ``hosted_vllm/...``); a ``*`` in it stands for the model name the agent asked for."""
+
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float = 120.0
+    max_retries: int = 2
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def target(self, asked: str) -> str:
+        return self.model.replace("*", asked) if "*" in self.model else self.model
+
+    def describe(self) -> str:
+        return self.model + (f" at {self.api_base}" if self.api_base else "")
+
+    def _kwargs(self, req: Request, stream: bool) -> dict[str, Any]:
+        kw: dict[str, Any] = {**self.params, **req.params, "model": self.target(req.model), "messages": req.messages,
+                              "timeout": self.timeout, "num_retries": self.max_retries}
+        if self.api_base:
+            kw["api_base"] = self.api_base
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            kw["api_key"] = key
+        elif self.api_base and kw["model"].split("/", 1)[0] in ("openai", "hosted_vllm", "text-completion-openai") \
+                and not os.environ.get("OPENAI_API_KEY"):
+            kw["api_key"] = "EMPTY"  # an OpenAI-compatible server of the user's own needs no key; the client wants one
+        if stream:
+            kw["stream"] = True
+            kw["stream_options"] = {"include_usage": True}
+        return kw
+
+    async def complete(self, req: Request) -> Result:
+        from evolve.llm.litellm import import_litellm
+
+        litellm = import_litellm()
+        try:
+            resp = await litellm.acompletion(**self._kwargs(req, stream=False))
+        except Exception as e:  # noqa: BLE001 - every upstream failure becomes an API error for the agent
+            raise upstream_error(e, self.describe()) from None
+        raw = resp.model_dump(exclude_none=True)
+        choice = (raw.get("choices") or [{}])[0]
+        msg = choice.get("message") or {}
+        usage = raw.get("usage") or {}
+        cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
+        lp = ((choice.get("logprobs") or {}).get("content")) or None
+        return Result(text=msg.get("content"), tool_calls=msg.get("tool_calls") or None,
+                      finish_reason=choice.get("finish_reason"), model=raw.get("model"),
+                      prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+                      cost=float(cost) if cost is not None else None, raw=raw,
+                      logprobs=[float(t.get("logprob")) for t in lp] if lp else None)
+
+    async def stream(self, req: Request) -> AsyncIterator[dict[str, Any]]:
+        """The upstream's chunks as OpenAI ``chat.completion.chunk`` dicts."""
+        from evolve.llm.litellm import import_litellm
+
+        litellm = import_litellm()
+        try:
+            chunks = await litellm.acompletion(**self._kwargs(req, stream=True))
+        except Exception as e:  # noqa: BLE001
+            raise upstream_error(e, self.describe()) from None
+        try:
+            async for chunk in chunks:
+                yield chunk.model_dump(exclude_none=True)
+        except GatewayError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the stream broke half way
+            raise upstream_error(e, self.describe()) from None
+
+
+@dataclass
+class Route:
+    """Which model names a route answers (``match``: names or globs), what answers them, and the
+    label recorded as the system that answered (until the gateway serves evolved systems)."""
+
+    name: str
+    match: list[str]
+    upstream: LiteLLMUpstream
+    system_id: str | None = None
+
+    def matches(self, model: str) -> bool:
+        return any(fnmatch.fnmatchcase(model, pat) for pat in self.match)
+
+
+def pick(routes: list[Route], model: str) -> Route:
+    for r in routes:
+        if r.matches(model):
+            return r
+    served = [p for r in routes for p in r.match]
+    raise GatewayError(404, f"the model {model!r} is not served by this gateway; its routes match {served}",
+                       param="model", code="model_not_found")
+
+
+__all__ = ["LiteLLMUpstream", "Result", "Route", "pick", "upstream_error"]
