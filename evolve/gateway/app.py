@@ -6,6 +6,7 @@ Paths (each also under ``/s/<session>/``, which names the session)::
     POST /v1/chat/completions     OpenAI chat completions (stream, tools)
     POST /v1/messages             Anthropic Messages (stream, tools)
     GET  /v1/models               the routes' model names
+    GET  /v1/evolve/system        ?model=NAME: the system that route answers with, its prompts
     POST /v1/feedback             {session_id | call_id, score, components, text, id}
     GET  /healthz
 
@@ -15,7 +16,8 @@ header, the OpenAI body's ``metadata.session_id`` or ``user``, the Anthropic bod
 messages up to the last assistant message are that call's messages and answer) joins that call's
 session, and any other call starts a session of its own. Every answer carries
 ``X-Evolve-Call-Id``, ``X-Evolve-Session`` and ``X-Evolve-System`` headers; the call id is also
-the response's ``id``, which feedback may name.
+the response's ``id``, which feedback may name. A call's recorded ``messages`` are what the model
+saw (a route's evolved prompt components applied); ``request`` is the body as the agent sent it.
 
 A call is written to the store before the last byte of its answer is sent, so a call the agent
 saw finish is never lost, whatever happens to the gateway after.
@@ -70,6 +72,7 @@ class Gateway:
                        HTTPRoute(prefix + "/v1/messages", self._anthropic, methods=["POST"]),
                        HTTPRoute(prefix + "/v1/models", self._models, methods=["GET"])]
         routes += [HTTPRoute("/v1/feedback", self._feedback, methods=["POST"]),
+                   HTTPRoute("/v1/evolve/system", self._system, methods=["GET"]),
                    HTTPRoute("/healthz", self._health, methods=["GET"])]
         return Starlette(routes=routes, exception_handlers={404: self._not_found, 405: self._not_allowed})
 
@@ -148,6 +151,27 @@ class Gateway:
         return self._json(200, {"object": "list", "data": [{"id": n, "object": "model", "created": 0,
                                                             "owned_by": "evolve-gateway"} for n in names]})
 
+    async def _system(self, request: Any) -> Any:
+        """The system a model name's route answers with now: its id and prompt components."""
+        if not self._authorized(request):
+            return self._error("openai", GatewayError(401, "invalid or missing API key", code="invalid_api_key"))
+        model = request.query_params.get("model")
+        if not model:
+            return self._error("openai", GatewayError(400, "give ?model=<the model name the agent sends>",
+                                                      param="model"))
+        try:
+            route = pick(self.routes, model)
+        except GatewayError as e:
+            return self._error("openai", e)
+        prompts: dict[str, str] = {}
+        sid = route.current_system()
+        if route.source is not None:
+            import anyio
+
+            sid, prompts = await anyio.to_thread.run_sync(route.source.current)
+        return self._json(200, {"route": route.name, "system_id": sid, "prompts": prompts,
+                                "apply": [r.__dict__ for r in route.rules]})
+
     async def _feedback(self, request: Any) -> Any:
         if not self._authorized(request):
             return self._error("openai", GatewayError(401, "invalid or missing API key", code="invalid_api_key"))
@@ -187,12 +211,23 @@ class Gateway:
             body = await self._body(request)
             req = openai_request(body) if api == "openai" else anthropic_request(body)
             route = pick(self.routes, req.model)
+            applied: list[str] = []
+            system_id = route.current_system()
+            if route.source is not None:
+                import anyio
+
+                from evolve.gateway.apply import apply_rules
+
+                system_id, prompts = await anyio.to_thread.run_sync(route.source.current)
+                req.messages, applied = apply_rules(req.messages, route.rules, prompts)
             call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
             call = CallRecord(session_id=await self._session(request, req, call_id), api=api, messages=req.messages,
                               model=req.model, route=route.name, upstream_model=route.upstream.target(req.model),
                               stream=req.stream, tools=req.tools,
                               params={k: v for k, v in req.params.items() if k != "tools"}, request=body,
-                              system_id=route.system_id, id=call_id)
+                              system_id=system_id, id=call_id)
+            if route.source is not None:
+                call.params["evolve_applied"] = applied
         except GatewayError as e:
             return self._error(api, e)
         if req.stream:
@@ -228,6 +263,7 @@ class Gateway:
         call.prompt_tokens, call.completion_tokens, call.cost = res.prompt_tokens, res.completion_tokens, res.cost
         call.token_ids, call.prompt_token_ids, call.logprobs = res.token_ids, res.prompt_token_ids, res.logprobs
         call.upstream_model = res.model or call.upstream_model
+        call.system_id = res.system_id or call.system_id
         call.latency_s = time.perf_counter() - t0
 
     def _streamed(self, api: str, req: Request, route: Route, call: CallRecord, t0: float) -> Any:
@@ -241,7 +277,11 @@ class Gateway:
             if astream is not None:
                 yield astream.start()
             try:
+                whole: Result | None = None
                 async for chunk in route.upstream.stream(req):
+                    if isinstance(chunk, Result):  # a local route's whole answer, for the record
+                        whole = chunk
+                        continue
                     model = chunk.get("model") or model
                     if chunk.get("usage"):
                         usage = chunk["usage"]
@@ -284,12 +324,12 @@ class Gateway:
                 yield astream.error(err) if astream is not None else f"data: {json.dumps(err.openai())}\n\n"
                 return
             tool_calls = [calls[i] for i in sorted(calls)] or None
-            res = Result(text="".join(text) if text else None, tool_calls=tool_calls, finish_reason=finish,
-                         model=model, prompt_tokens=usage.get("prompt_tokens"),
-                         completion_tokens=usage.get("completion_tokens"))
+            res = whole or Result(text="".join(text) if text else None, tool_calls=tool_calls, finish_reason=finish,
+                                  model=model, prompt_tokens=usage.get("prompt_tokens"),
+                                  completion_tokens=usage.get("completion_tokens"))
             self._fill(call, res, t0)
-            call.response = {"streamed": True, "text": res.text, "tool_calls": tool_calls, "finish_reason": finish,
-                             "usage": usage or None}
+            call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
+                             "finish_reason": res.finish_reason, "usage": usage or None}
             await self._record(call)  # before the stream's last event: a finished call is a stored call
             if astream is not None:
                 yield astream.finish(finish, res.completion_tokens)

@@ -30,6 +30,9 @@ def gateway_command(
                                            "OpenAI-compatible server)."),
     upstream_key_env: Optional[str] = typer.Option(None, "--upstream-key-env", help="The variable holding the "
                                                    "upstream's key."),
+    local: Optional[Path] = typer.Option(None, "--local", help="One route for every model: the local model of this "
+                                         "run directory's current system (followed as the archive promotes)."),
+    role: str = typer.Option("policy", "--role", help="With --local: the system's model role."),
     store: Optional[Path] = typer.Option(None, "--store", help="The trace store's folder (default: traces)."),
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1); beyond loopback "
                                        "--api-key-env is required."),
@@ -42,28 +45,29 @@ def gateway_command(
     from evolve.gateway.config import from_flags, load_config
     from evolve.gateway.server import GatewayServer
 
-    if config is not None and upstream is not None:
-        raise UserError("give a gateway.yaml or --upstream, not both (the file's routes say what --upstream would)")
+    if sum(x is not None for x in (config, upstream, local)) > 1:
+        raise UserError("give one of a gateway.yaml, --upstream or --local (a file's routes say what the flags would)")
     if config is not None:
         cfg = load_config(config)
         over = {k: v for k, v in (("store", store), ("host", host), ("port", port), ("api_key_env", api_key_env))
                 if v is not None}
         if over:
             cfg = cfg.model_validate({**cfg.model_dump(), **over})
-    elif upstream is not None:
-        cfg = from_flags(upstream=upstream, api_base=api_base, upstream_key_env=upstream_key_env,
+    elif upstream is not None or local is not None:
+        cfg = from_flags(upstream=upstream, api_base=api_base, upstream_key_env=upstream_key_env, local=local, role=role,
                          store=store or Path("traces"), host=host or "127.0.0.1", port=4000 if port is None else port,
                          api_key_env=api_key_env)
     else:
-        raise UserError("evolve gateway needs a gateway.yaml or --upstream MODEL, e.g. "
+        raise UserError("evolve gateway needs a gateway.yaml, --upstream MODEL or --local RUN_DIR, e.g. "
                         "evolve gateway --upstream 'openai/*' --api-base http://127.0.0.1:8000/v1")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     server = GatewayServer(cfg, log=lambda m: err.print(m, markup=False))
     out = _out()
     out.print(f"gateway at {server.url} (OpenAI) and {server.base} (Anthropic); traces in {cfg.store}", markup=False)
     for r in cfg.routes:
-        out.print(f"  route {r.name}: {', '.join(r.match)} -> {r.upstream.model}"
-                  + (f" at {r.upstream.api_base}" if r.upstream.api_base else ""), markup=False)
+        what = (f"{r.upstream.model}" + (f" at {r.upstream.api_base}" if r.upstream.api_base else "")
+                if r.upstream is not None else f"the local model of {r.local.run} ({r.local.role})")
+        out.print(f"  route {r.name}: {', '.join(r.match)} -> {what}", markup=False)
     sys.stdout.flush()
     server.run()
 

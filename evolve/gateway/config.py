@@ -17,15 +17,24 @@
           max_retries: 2
           params: {}         # defaults for every request (the agent's own params win)
         system: null         # the label recorded as the system that answered
+      - name: mine
+        match: ["sql-agent"]
+        local: {run: runs/sql, role: policy}   # a run's current system's local model (followed)
+      - name: support
+        match: ["gpt-4o*"]
+        upstream: {model: "openai/*"}
+        evolve:                               # a run's evolved prompts, applied to each request
+          run: runs/support
+          apply: [{component: policy.instruction, how: block, message: system}]
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evolve.errors import ConfigError
 
@@ -52,12 +61,47 @@ class UpstreamConfig(_Strict):
         return v
 
 
+class LocalConfig(_Strict):
+    run: Path = Field(description="a run directory: its current system's model answers (followed as the archive "
+                                  "promotes or rolls back)")
+    role: str = Field("policy", description="the system's model role to serve")
+    system: str | None = Field(None, description="pin a system (id prefix, best, baseline) instead of following")
+    poll: float = Field(1.0, gt=0, description="seconds between checks of the archive's current pointer")
+
+
+class RuleConfig(_Strict):
+    component: str = Field(description="a key of the system's prompts, e.g. policy.instruction")
+    how: Literal["block", "prepend", "append", "replace"] = Field(
+        "block", description="block: replace {{evolve:<component>}} in the message; or prepend, append, replace")
+    message: Literal["system", "last_user"] = Field("system", description="the message it goes into")
+
+
+class EvolveConfig(_Strict):
+    run: Path = Field(description="the run whose current system's prompts apply (followed as the archive "
+                                  "promotes or rolls back)")
+    system: str | None = Field(None, description="pin a system (id prefix, best, baseline) instead of following")
+    poll: float = Field(1.0, gt=0, description="seconds between checks of the archive's current pointer")
+    apply: list[RuleConfig] = Field(min_length=1, description="what goes where")
+
+
 class RouteConfig(_Strict):
     name: str = "default"
     match: list[str] = Field(default_factory=lambda: ["*"], min_length=1,
                              description="model names or globs this route answers")
-    upstream: UpstreamConfig
-    system: str | None = Field(None, description="the label recorded as the system that answered")
+    upstream: UpstreamConfig | None = Field(None, description="a model through litellm")
+    local: LocalConfig | None = Field(None, description="the project's local model, from a run's archive")
+    system: str | None = Field(None, description="the label recorded as the system that answered (upstream routes)")
+    evolve: EvolveConfig | None = Field(None, description="apply a run's evolved prompt components to each request")
+
+    @model_validator(mode="after")
+    def _one(self) -> RouteConfig:
+        if (self.upstream is None) == (self.local is None):
+            raise ValueError(f"route {self.name!r} needs exactly one of 'upstream' (a model through litellm) or "
+                             "'local' (a run's local model)")
+        if self.evolve is not None and self.system is not None:
+            raise ValueError(f"route {self.name!r}: 'system' labels an upstream route that follows no run; with "
+                             "'evolve' the run's current system id is recorded")
+        return self
 
 
 class GatewayConfig(_Strict):
@@ -88,7 +132,7 @@ class GatewayConfig(_Strict):
 
     def check_upstream_keys(self) -> None:
         for r in self.routes:
-            env = r.upstream.api_key_env
+            env = r.upstream.api_key_env if r.upstream is not None else None
             if env and not os.environ.get(env):
                 raise ConfigError(f"route {r.name!r}: the environment variable {env!r} (upstream.api_key_env) is not "
                                   "set; export the upstream's key")
@@ -105,17 +149,26 @@ def load_config(path: str | Path) -> GatewayConfig:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, str(p), GatewayConfig)) from None
+    data = cfg.model_dump()
     if not cfg.store.is_absolute():
-        cfg = cfg.model_copy(update={"store": (p.parent / cfg.store)})
-    return cfg
+        data["store"] = p.parent / cfg.store
+    for r in data["routes"]:
+        for key in ("local", "evolve"):
+            if r[key] is not None and not Path(r[key]["run"]).is_absolute():
+                r[key]["run"] = p.parent / r[key]["run"]
+    return GatewayConfig.model_validate(data)
 
 
-def from_flags(*, upstream: str, api_base: str | None, upstream_key_env: str | None, store: Path, host: str,
-               port: int, api_key_env: str | None, match: list[str] | None = None) -> GatewayConfig:
+def from_flags(*, upstream: str | None = None, api_base: str | None = None, upstream_key_env: str | None = None,
+               local: Path | None = None, role: str = "policy", store: Path = Path("traces"), host: str = "127.0.0.1",
+               port: int = 4000, api_key_env: str | None = None, match: list[str] | None = None) -> GatewayConfig:
+    """One route for every model: ``upstream`` (a litellm model) or ``local`` (a run directory)."""
     try:
-        return GatewayConfig(host=host, port=port, store=store, api_key_env=api_key_env, routes=[RouteConfig(
-            match=match or ["*"], upstream=UpstreamConfig(model=upstream, api_base=api_base,
-                                                          api_key_env=upstream_key_env))])
+        route = RouteConfig(match=match or ["*"],
+                            upstream=None if upstream is None else UpstreamConfig(
+                                model=upstream, api_base=api_base, api_key_env=upstream_key_env),
+                            local=None if local is None else LocalConfig(run=local, role=role))
+        return GatewayConfig(host=host, port=port, store=store, api_key_env=api_key_env, routes=[route])
     except ValidationError as e:
         raise ConfigError(format_flags_error(e)) from None
 
@@ -124,4 +177,4 @@ def format_flags_error(e: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
 
 
-__all__ = ["GatewayConfig", "RouteConfig", "UpstreamConfig", "from_flags", "load_config"]
+__all__ = ["EvolveConfig", "GatewayConfig", "LocalConfig", "RuleConfig", "RouteConfig", "UpstreamConfig", "from_flags", "load_config"]

@@ -32,11 +32,32 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
     key = cfg.api_key()
     check_bind(cfg.host, key)
     cfg.check_upstream_keys()
-    routes = [Route(r.name, list(r.match), LiteLLMUpstream(r.upstream.model, r.upstream.api_base,
-                                                           r.upstream.api_key_env, r.upstream.timeout,
-                                                           r.upstream.max_retries, dict(r.upstream.params)),
-                    r.system) for r in cfg.routes]
-    return Gateway(routes, TraceStore(cfg.store), api_key=key, log=log)
+    routes: list[Route] = []
+    try:
+        for r in cfg.routes:
+            if r.local is not None:
+                from evolve.gateway.local import LocalUpstream
+
+                up: Any = LocalUpstream(r.local.run, r.local.role, r.local.system, poll=r.local.poll).open()
+            else:
+                u = r.upstream
+                up = LiteLLMUpstream(u.model, u.api_base, u.api_key_env, u.timeout, u.max_retries, dict(u.params))
+            route = Route(r.name, list(r.match), up, r.system)
+            routes.append(route)
+            if r.evolve is not None:
+                from evolve.gateway.apply import Rule, SystemSource
+
+                route.source = SystemSource(r.evolve.run, r.evolve.system, r.evolve.poll).open()
+                route.rules = [Rule(x.component, x.how, x.message) for x in r.evolve.apply]
+        return Gateway(routes, TraceStore(cfg.store), api_key=key, log=log)
+    except BaseException:
+        close_routes(routes)
+        raise
+
+
+def close_routes(routes: list[Route]) -> None:
+    for r in routes:
+        r.close()
 
 
 class GatewayServer:
@@ -77,7 +98,10 @@ class GatewayServer:
 
     def run(self) -> None:
         self._server = self._uvicorn()
-        self._server.run()
+        try:
+            self._server.run()
+        finally:
+            close_routes(self.gateway.routes)
         if not self._server.started:
             raise ConfigError(f"the gateway could not listen on {self.host}:{self.port}; choose another --port")
 
@@ -97,6 +121,7 @@ class GatewayServer:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=15)
+        close_routes(self.gateway.routes)
         self.gateway.store.close()
 
     def __enter__(self) -> GatewayServer:

@@ -39,6 +39,7 @@ class Result:
     prompt_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    system_id: str | None = None  # the system that answered, when the upstream knows (a local route)
 
 
 def upstream_error(e: BaseException, where: str) -> GatewayError:
@@ -134,8 +135,22 @@ class Route:
 
     name: str
     match: list[str]
-    upstream: LiteLLMUpstream
+    upstream: Any  # LiteLLMUpstream | evolve.gateway.local.LocalUpstream
     system_id: str | None = None
+    source: Any = None  # evolve.gateway.apply.SystemSource: the run whose prompts apply
+    rules: list[Any] = field(default_factory=list)  # evolve.gateway.apply.Rule
+
+    def current_system(self) -> str | None:
+        """The system answering now: the followed run's, the local route's, or the route's label."""
+        if self.source is not None:
+            return self.source.system_id
+        return getattr(self.upstream, "system_id", None) or self.system_id
+
+    def close(self) -> None:
+        for part in (self.upstream, self.source):
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
     def matches(self, model: str) -> bool:
         return any(fnmatch.fnmatchcase(model, pat) for pat in self.match)

@@ -177,6 +177,18 @@ class ServeApp:
             self._release(h)
         return Answer(outs, model=outs[0].model, fingerprint=h.system_id, tokenizer=h.tokenizer)
 
+    def complete(self, messages: Any, *, temperature: float | None = None, max_tokens: int | None = None,
+                 stop: Any = None, seed: int | None = None) -> tuple[Any, str]:
+        """One completion by the system served now, unrecorded (the gateway records it itself):
+        (the :class:`~evolve.llm.base.Completion`, the id of the system that answered)."""
+        h = self._acquire()
+        try:
+            out = h.llm.complete(messages, temperature=h.temperature if temperature is None else temperature,
+                                 max_tokens=max_tokens, stop=stop, seed=seed)
+        finally:
+            self._release(h)
+        return out, h.system_id
+
     # ------------------------------------------------------------------ recording
 
     def _record(self, session: str, system_id: str, call: LLMCall) -> None:

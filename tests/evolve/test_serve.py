@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_tiny_llm
+from tests.helpers import make_tiny_llm, two_system_run
 
 from evolve.errors import ConfigError, LLMError, UserError
 from evolve.llm.fake import ScriptedLM
@@ -178,42 +178,7 @@ def test_errors_have_the_openai_shape_and_keep_the_connection():
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    """A run with two systems whose tiny local models differ only by a LoRA adapter."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("peft")
-    import copy
-    import warnings
-
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-    from evolve.policy.weights import adapter_from_model, save_base
-    from peft import LoraConfig, get_peft_model
-
-    from evolve.archive import Archive
-
-    d = tmp_path_factory.mktemp("served")
-    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
-    model = build_model(cfg, seed=0)
-    save_base(model, CharTokenizer(), cfg, d / "base.st")
-    torch.manual_seed(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                              init_lora_weights=False))
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.3)
-    adapter_from_model(pm).save(d / "adapter.st")
-    with Archive(d / "run") as archive:
-        base = archive.artifacts.put_file(d / "base.st", "base_weights")
-        ad = archive.artifacts.put_file(d / "adapter.st", "adapter")
-        params = {"temperature": 0.0, "max_tokens": 16, "batch_wait_ms": 1, "max_wait_ms": 5}
-        a = System(models={"policy": ModelSpec(name="tiny", base=base, params=params)}, prompts={"v": "a"})
-        b = System(models={"policy": ModelSpec(name="tiny", base=base, adapter=ad, params=params)}, prompts={"v": "b"})
-        archive.add_system(a)
-        archive.add_system(b, parents=[a.id], operator="star")
-        archive.set_current(a.id)
-    return d / "run", a, b
+    return two_system_run(tmp_path_factory.mktemp("served"))
 
 
 def test_hot_swap_on_promotion_and_recording(run_dir):

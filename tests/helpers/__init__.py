@@ -43,3 +43,43 @@ def make_tiny_llm(temperature: float):
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
     return LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=temperature,
                               max_tokens=16, batch_wait=0.001, max_wait=0.005)
+
+
+def two_system_run(d):
+    """A run in ``d / "run"`` with two systems whose tiny local models differ only by a LoRA adapter:
+    (the run directory, system a (current), system b (a STaR child of a)). Skips without torch/peft."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    import copy
+    import warnings
+
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+    from evolve.policy.weights import adapter_from_model, save_base
+    from peft import LoraConfig, get_peft_model
+
+    from evolve.archive import Archive
+    from evolve.types import ModelSpec, System
+
+    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
+    model = build_model(cfg, seed=0)
+    save_base(model, CharTokenizer(), cfg, d / "base.st")
+    torch.manual_seed(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                              init_lora_weights=False))
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.3)
+    adapter_from_model(pm).save(d / "adapter.st")
+    with Archive(d / "run") as archive:
+        base = archive.artifacts.put_file(d / "base.st", "base_weights")
+        ad = archive.artifacts.put_file(d / "adapter.st", "adapter")
+        params = {"temperature": 0.0, "max_tokens": 16, "batch_wait_ms": 1, "max_wait_ms": 5}
+        a = System(models={"policy": ModelSpec(name="tiny", base=base, params=params)}, prompts={"v": "a"})
+        b = System(models={"policy": ModelSpec(name="tiny", base=base, adapter=ad, params=params)}, prompts={"v": "b"})
+        archive.add_system(a)
+        archive.add_system(b, parents=[a.id], operator="star")
+        archive.set_current(a.id)
+    return d / "run", a, b

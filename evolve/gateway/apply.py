@@ -1,0 +1,135 @@
+"""The evolved system applied at the gateway, without touching the agent: a run's current system's
+prompt components put into each request by the route's declared rules.
+
+A route's ``evolve`` block names the run and the rules::
+
+    evolve:
+      run: runs/support-agent        # its archive's current system is followed (promotion, rollback)
+      apply:
+        - component: policy.instruction   # a key of System.prompts
+          how: block                      # block | prepend | append | replace
+          message: system                 # the message it goes into: system (the first) or last_user
+
+* ``block`` replaces the placeholder ``{{evolve:<component>}}`` in that message (the agent marks
+  where the evolved text goes, and keeps the rest of its prompt its own);
+* ``prepend`` / ``append`` put the component before / after the message's text;
+* ``replace`` replaces the message's text whole.
+
+``message: system`` adds a system message when the request has none. A rule whose component the
+system lacks, or whose placeholder the message lacks, changes nothing; the call records the rules
+that did apply (``params.evolve_applied``) and the system id, so every call says which system
+answered it. The agent may also read the components: ``GET /v1/evolve/system?model=<name>``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HOW = ("block", "prepend", "append", "replace")
+WHERE = ("system", "last_user")
+
+
+@dataclass(frozen=True)
+class Rule:
+    component: str
+    how: str = "block"
+    message: str = "system"
+
+    def placeholder(self) -> str:
+        return "{{evolve:" + self.component + "}}"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def apply_rules(messages: list[dict], rules: list[Rule], prompts: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """(the messages with the rules applied, the components that were applied); the input is not changed."""
+    out = [dict(m) for m in messages]
+    applied = []
+    for rule in rules:
+        value = prompts.get(rule.component)
+        if value is None:
+            continue
+        if rule.message == "system":
+            idx = next((i for i, m in enumerate(out) if m.get("role") in ("system", "developer")), None)
+            if idx is None:
+                if rule.how == "block":
+                    continue
+                out.insert(0, {"role": "system", "content": ""})
+                idx = 0
+        else:
+            idx = next((i for i in range(len(out) - 1, -1, -1) if out[i].get("role") == "user"), None)
+            if idx is None:
+                continue
+        text = _text(out[idx].get("content"))
+        if rule.how == "block":
+            if rule.placeholder() not in text:
+                continue
+            new = text.replace(rule.placeholder(), value)
+        elif rule.how == "prepend":
+            new = value + ("\n\n" + text if text else "")
+        elif rule.how == "append":
+            new = (text + "\n\n" if text else "") + value
+        else:
+            new = value
+        out[idx] = {**out[idx], "content": new}
+        applied.append(rule.component)
+    return out, applied
+
+
+@dataclass
+class SystemSource:
+    """A run's current system (or a pinned one), re-read when the archive's pointer moves (checked at
+    most every ``poll`` seconds, on a request's thread)."""
+
+    run: Path
+    system: str | None = None
+    poll: float = 1.0
+    _archive: Any = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _sid: str | None = field(default=None, init=False)
+    _prompts: dict[str, str] = field(default_factory=dict, init=False)
+    _checked: float = field(default=0.0, init=False)
+
+    def open(self) -> SystemSource:
+        from evolve.archive import Archive
+
+        if self._archive is None:
+            self._archive = Archive(self.run, create=False)
+            self._load(self._archive.resolve(self.system or "current"))
+        return self
+
+    def _load(self, sid: str) -> None:
+        system = self._archive.get_system(sid)
+        self._sid, self._prompts, self._checked = sid, dict(system.prompts), time.monotonic()
+
+    def current(self) -> tuple[str | None, dict[str, str]]:
+        with self._lock:
+            if self.system is None and time.monotonic() - self._checked >= self.poll:
+                self._checked = time.monotonic()
+                try:
+                    cur = self._archive.current()
+                    if cur is not None and cur != self._sid:
+                        self._load(cur)
+                except Exception:  # noqa: BLE001 - keep the system we have; the next check tries again
+                    pass
+            return self._sid, self._prompts
+
+    @property
+    def system_id(self) -> str | None:
+        return self._sid
+
+    def close(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
+
+
+__all__ = ["HOW", "WHERE", "Rule", "SystemSource", "apply_rules"]
