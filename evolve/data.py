@@ -43,8 +43,11 @@ def load_splits(cfg: DatasetConfig, base: Path, seed: int, source: str = "task")
     if cfg.source is not None:
         fn = import_path(cfg.source, what="dataset.source", search=base)
         kwargs = dict(cfg.params)
-        if "seed" in inspect.signature(fn).parameters and "seed" not in kwargs:
+        accepts = inspect.signature(fn).parameters
+        if "seed" in accepts and "seed" not in kwargs:
             kwargs["seed"] = seed
+        if "base_dir" in accepts and "base_dir" not in kwargs:  # the task file's folder, for relative paths
+            kwargs["base_dir"] = base
         try:
             splits = fn(**kwargs)
         except TypeError as e:

@@ -125,6 +125,7 @@ operators = Registry(
     "operator",
     {
         "star": "evolve.policy.star:STaR",
+        "from_traces": "evolve.policy.traces:FromTraces",
         "grpo": "evolve.policy.grpo:GRPO",
         "toolforge": "evolve.toolforge.operator:ToolForge",
         "memory": "evolve.memory.operator:MemoryOperator",

@@ -7,7 +7,8 @@
 * training — ``train`` (SFT and LoRA on the sampler's own token ids), ``sft`` (the cached cold
   start), ``start`` (how a local model starts a run), ``rl`` (GRPO-family estimators and losses),
   ``grpo_train``;
-* operators — ``star`` (rejection sampling, STaR), ``grpo`` (GRPO with LoRA).
+* operators — ``star`` (rejection sampling, STaR), ``grpo`` (GRPO with LoRA), ``traces``
+  (``from_traces``: SFT on the token ids a served model answered with in rewarded sessions).
 
 Heavy libraries are imported inside functions only.
 """

@@ -162,7 +162,8 @@ class LocalUpstream:
                             "token_ids": list(out.token_ids) if out.token_ids is not None else None}],
                "usage": {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
                          "total_tokens": out.prompt_tokens + out.completion_tokens},
-               "prompt_token_ids": list(out.prompt_token_ids) if out.prompt_token_ids is not None else None}
+               "prompt_token_ids": list(out.prompt_token_ids) if out.prompt_token_ids is not None else None,
+               "evolve": self._app.spec_of(sid)}
         return Result(text=content, tool_calls=calls, finish_reason=finish, model=out.model,
                       prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, cost=None, raw=raw,
                       prompt_token_ids=list(out.prompt_token_ids) if out.prompt_token_ids is not None else None,

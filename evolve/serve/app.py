@@ -189,6 +189,15 @@ class ServeApp:
             self._release(h)
         return out, h.system_id
 
+    def spec_of(self, system_id: str) -> dict[str, Any]:
+        """What a recorded call needs to say about the model that answered: its base and adapter
+        (artifact refs), so token ids are only ever trained on with the tokenizer they came from."""
+        spec = self.archive.get_system(system_id).models.get(self.role)
+        def sha(ref: Any) -> str | None:
+            return None if ref is None else ref.sha256
+
+        return {"role": self.role, "base": sha(getattr(spec, "base", None)), "adapter": sha(getattr(spec, "adapter", None))}
+
     # ------------------------------------------------------------------ recording
 
     def _record(self, session: str, system_id: str, call: LLMCall) -> None:

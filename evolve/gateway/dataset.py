@@ -1,0 +1,129 @@
+"""Recorded traffic as data for offline jobs: sessions from a trace store as tasks, and an agent
+that replays a task's first turn through a candidate system.
+
+In a task file::
+
+    dataset:
+      source: evolve.gateway.dataset:sessions
+      params: {store: traces, route: sql, feedback: scored, val: 0.2}
+    agent: evolve.gateway.dataset:replay      # where a candidate must answer anew
+    reward: my_app.checks:verify              # a verifier (or an LLM judge) of the new answer
+
+Each task is one session::
+
+    {"id": <session id>, "session_id", "route", "system_id",
+     "messages": [...], "tools": [...],          # the first call as the model saw it (OpenAI format)
+     "request_messages": [...],                   # the first call as the agent sent it (OpenAI API)
+     "answer": {"output", "tool_calls"},          # what was answered then
+     "calls": [{"messages", "output", "tool_calls", "prompt_token_ids", "token_ids", "logprobs",
+                "system_id", "base", "adapter", "status"}, ...],
+     "score", "components", "feedback_text"}      # its feedback (the latest score; all texts)
+
+Operators that learn without re-running the agent read these fields: ``from_traces``
+(:mod:`evolve.policy.traces`) trains on the recorded token ids of positively scored sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from evolve.errors import ConfigError
+
+FEEDBACK = ("any", "scored", "positive", "unscored")
+
+
+def _split_of(session_id: str, seed: int, val: float, test: float) -> str:
+    h = int(hashlib.sha256(f"{seed}:{session_id}".encode()).hexdigest()[:12], 16) / 16**12
+    return "test" if h < test else "val" if h < test + val else "train"
+
+
+def sessions(store: str, *, base_dir: Path | None = None, route: str | None = None, system: str | None = None,
+             since: float | None = None, until: float | None = None, feedback: str = "scored",
+             min_score: float | None = None, val: float = 0.2, test: float = 0.0, seed: int = 0,
+             apply: list[dict] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Sessions of a trace store as train / val / test tasks (split by a hash of the session id, so
+    a session keeps its split as the store grows). ``feedback``: any | scored (a score was given) |
+    positive (score > 0, or >= ``min_score``) | unscored; ``route``, ``system`` (the system that
+    answered the first call, an id prefix), ``since`` / ``until`` (Unix times) filter. ``apply``
+    (the gateway's rules, e.g. ``[{component: policy.instruction, how: block}]``) is copied into
+    each task for :func:`replay`."""
+    from evolve.gateway.traces import TraceStore, scores_of
+
+    if feedback not in FEEDBACK:
+        raise ConfigError(f"feedback must be one of {list(FEEDBACK)}, got {feedback!r}", path="dataset.params.feedback")
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise ConfigError(f"val ({val}) and test ({test}) are shares of the sessions: each in [0, 1), "
+                          "together below 1", path="dataset.params")
+    path = Path(store)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    st = TraceStore(path, create=False)
+    out: dict[str, list[dict[str, Any]]] = {"train": [], "val": [], "test": []}
+    try:
+        for s in st.sessions():
+            if route is not None and s["route"] != route:
+                continue
+            if system is not None and not (s["system_id"] or "").startswith(system):
+                continue
+            if since is not None and s["created"] < since or until is not None and s["created"] >= until:
+                continue
+            calls = [c for c in st.calls(s["id"])]
+            ok = [c for c in calls if c.status == "ok"]
+            if not ok:
+                continue
+            fb = st.feedback_of(session_id=s["id"])
+            score = scores_of(fb)
+            if feedback == "scored" and score is None or feedback == "unscored" and score is not None:
+                continue
+            if feedback == "positive" and (score is None or score < (min_score if min_score is not None else 1e-12)):
+                continue
+            first = ok[0]
+            raw = first.request if isinstance(first.request, dict) else {}
+            comps: dict[str, float] = {}
+            for f in fb:
+                comps.update(f.components)
+            task = {
+                "id": s["id"], "session_id": s["id"], "route": s["route"], "system_id": first.system_id,
+                "messages": first.messages, "tools": first.tools,
+                "request_messages": raw.get("messages") if first.api == "openai" else first.messages,
+                "answer": {"output": first.output, "tool_calls": first.tool_calls},
+                "calls": [{"messages": c.messages, "output": c.output, "tool_calls": c.tool_calls,
+                           "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
+                           "system_id": c.system_id, "status": c.status,
+                           **{k: ((c.response or {}).get("evolve") or {}).get(k) for k in ("base", "adapter")}}
+                          for c in ok],
+                "score": score, "components": comps,
+                "feedback_text": "\n".join(f.text for f in fb if f.text) or None,
+            }
+            if apply:
+                task["apply"] = list(apply)
+            out[_split_of(s["id"], seed, val, test)].append(task)
+    finally:
+        st.close()
+    if not out["train"] and not out["val"]:
+        raise ConfigError(f"the trace store {path} has no session that passes the filters (feedback={feedback!r}"
+                          f"{', route=' + repr(route) if route else ''}); record traffic and feedback first "
+                          "(evolve traces ls shows what is there)", path="dataset.params")
+    return out
+
+
+def replay(task: dict, ctx: Any) -> Any:
+    """A candidate answers a recorded session's first turn anew. The candidate's prompt components
+    are applied to the agent's original messages by the task's ``apply`` rules (the gateway's);
+    offered tools are rendered into the prompt as on a local route. Returns the text, or
+    ``{"text", "tool_calls"}`` when the answer calls a tool."""
+    from evolve.gateway.apply import Rule, apply_rules
+    from evolve.gateway.local import parse_tool_calls, render
+
+    messages = task.get("request_messages") or task["messages"]
+    if task.get("apply"):
+        rules = [Rule(**r) for r in task["apply"]]
+        messages, _ = apply_rules(list(messages), rules, dict(ctx.system.prompts))
+    out = ctx.llm("policy").complete(render(list(messages), task.get("tools")))
+    text, calls = parse_tool_calls(out.text, task.get("tools"))
+    return out.text if calls is None else {"text": text, "tool_calls": calls}
+
+
+__all__ = ["sessions", "replay"]

@@ -1,0 +1,116 @@
+"""Recorded traffic as data: sessions from the gateway's trace store as tasks, a candidate
+replaying them, and from_traces training on the served model's own token ids."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evolve.errors import ConfigError
+from evolve.gateway.traces import CallRecord, TraceStore
+
+pytest.importorskip("starlette")
+
+
+def _store(tmp_path, n=10):
+    st = TraceStore(tmp_path / "traces")
+    for i in range(n):
+        sid = f"s{i}"
+        call = CallRecord(session_id=sid, api="openai", route="sql" if i % 2 == 0 else "other",
+                          messages=[{"role": "user", "content": f"q{i}"}], output=f"a{i}",
+                          request={"messages": [{"role": "user", "content": f"q{i}"}]},
+                          prompt_token_ids=[1, i], token_ids=[i, 2], system_id="sysA",
+                          response={"evolve": {"base": "B" if i != 5 else "other", "adapter": None}})
+        st.record(call)
+        if i < 8:
+            st.feedback(session_id=sid, score=1.0 if i % 4 else 0.0, text=f"note {i}")
+    st.record(CallRecord(session_id="failed", api="openai", messages=[{"role": "user", "content": "x"}],
+                         status="error", error="502: upstream"))
+    return st
+
+
+def test_sessions_become_tasks_split_by_session_and_filtered(tmp_path):
+    from evolve.gateway.dataset import sessions
+
+    _store(tmp_path)
+    got = sessions("traces", base_dir=tmp_path, val=0.3, seed=0)
+    ids = sorted(t["id"] for split in got.values() for t in split)
+    assert ids == [f"s{i}" for i in range(8)]  # scored ones only; the failed session has no ok call
+    again = sessions(str(tmp_path / "traces"), val=0.3, seed=0)
+    assert {k: [t["id"] for t in v] for k, v in got.items()} == {k: [t["id"] for t in v] for k, v in again.items()}
+    t = next(t for split in got.values() for t in split if t["id"] == "s1")
+    assert t["score"] == 1.0 and t["feedback_text"] == "note 1" and t["answer"]["output"] == "a1"
+    assert t["calls"][0]["token_ids"] == [1, 2] and t["calls"][0]["base"] == "B"
+    assert t["request_messages"] == [{"role": "user", "content": "q1"}]
+    pos = sessions("traces", base_dir=tmp_path, feedback="positive", route="sql", val=0.0)
+    assert sorted(t["id"] for t in pos["train"]) == ["s2", "s6"]
+    assert sorted(t["id"] for t in sessions("traces", base_dir=tmp_path, feedback="unscored", val=0.0)["train"]) == [
+        "s8", "s9"]
+    with pytest.raises(ConfigError, match="no session that passes"):
+        sessions("traces", base_dir=tmp_path, route="nowhere")
+    with pytest.raises(ConfigError, match="feedback must be one of"):
+        sessions("traces", base_dir=tmp_path, feedback="good")
+    with pytest.raises(Exception, match="no trace store"):
+        sessions("missing", base_dir=tmp_path)
+
+
+def test_from_traces_learns_only_successful_sessions_answered_by_the_parents_base(tmp_path):
+    from evolve.gateway.dataset import sessions
+    from evolve.policy.traces import FromTraces
+
+    _store(tmp_path)
+    tasks = sessions("traces", base_dir=tmp_path, val=0.0)["train"]
+    examples, counts = FromTraces(min_score=1.0).examples(tasks, "B")
+    # scored 1: s1 s2 s3 s5 s6 s7 (s0 and s4 scored 0); s5 was answered by another base
+    assert sorted(examples) == sorted(((1, i), (i, 2)) for i in (1, 2, 3, 6, 7))
+    assert counts == {"sessions": 8, "successes": 6, "other_base": 1, "no_tokens": 0}
+    assert FromTraces().estimate(None)["rollouts"] == 0
+
+
+@pytest.mark.slow
+def test_an_offline_job_on_recorded_gateway_traffic_trains_on_the_served_token_ids(tmp_path_factory, tmp_path):
+    """Serve a tiny local model through the gateway, record sessions with feedback, then run
+    evolve on the traces: from_traces trains an adapter on exactly the recorded turns."""
+    import openai
+
+    import evolve
+    from evolve.archive import Archive
+    from evolve.gateway import GatewayServer
+    from evolve.gateway.config import from_flags
+    from evolve.gateway.dataset import sessions
+    from tests.helpers import two_system_run
+
+    path, a, _ = two_system_run(tmp_path_factory.mktemp("offline"))
+    questions = [f"question number {i}?" for i in range(16)]
+    with GatewayServer(from_flags(local=path, store=tmp_path / "traces", port=0)) as gw:
+        client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
+        for i, q in enumerate(questions):
+            r = client.chat.completions.create(model="sql-agent", messages=[{"role": "user", "content": q}],
+                                               temperature=0.0, max_tokens=12, user=f"user-{i}")
+            gw.gateway.store.feedback(session_id=f"user-{i}", score=1.0 if i % 4 else 0.0)
+            assert r.system_fingerprint == a.id
+    task = {
+        "name": "offline", "seed": 0,
+        "agent": "evolve.gateway.dataset:replay", "reward": "tests.evolve.test_gateway_dataset:agrees",
+        "models": {"policy": {"backend": "local", "name": "tiny",
+                              "params": {"weights": str(path.parent / "base.st"), "temperature": 0.0,
+                                         "max_tokens": 12}}},
+        "dataset": {"source": "evolve.gateway.dataset:sessions", "params": {"store": str(tmp_path / "traces"),
+                                                                            "val": 0.25}},
+        "operators": [{"name": "from_traces", "params": {"min_examples": 2, "epochs": 1, "r": 4, "replay": 0}}],
+        "budget": {"generations": 1},
+    }
+    report = evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
+    with Archive(tmp_path / "run", create=False) as archive:
+        kids = [r for r in archive.records() if r.operator == "from_traces"]
+    assert kids, report
+    train_ids = {t["id"] for t in sessions(str(tmp_path / "traces"), val=0.25)["train"]}
+    n_pos = sum(1 for i in range(16) if i % 4 and f"user-{i}" in train_ids)
+    assert n_pos >= 4 and kids[0].info["examples"] == n_pos and kids[0].info["other_base"] == 0
+
+
+def agrees(task: dict, output) -> float:
+    """The replayed answer agrees with what was served (the recorded answer)."""
+    text = output if isinstance(output, str) else json.dumps(output)
+    return 1.0 if text == (task["answer"]["output"] or "") else 0.0
