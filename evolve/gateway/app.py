@@ -55,10 +55,11 @@ class Gateway:
     """The gateway's state: its routes, its trace store, its API key (None: none asked)."""
 
     def __init__(self, routes: list[Route], store: TraceStore, *, api_key: str | None = None,
-                 log: Any = None) -> None:
+                 log: Any = None, loopback: bool = True, allow_origins: list[str] | tuple[str, ...] = ()) -> None:
         if not routes:
             raise UserError("the gateway needs at least one route (an upstream model to send calls to)")
         self.routes, self.store, self.api_key, self.log = routes, store, api_key, log
+        self.loopback, self.allow_origins = loopback, tuple(allow_origins)
 
     # -- the ASGI app ------------------------------------------------------------------------------
 
@@ -93,7 +94,8 @@ class Gateway:
                                              code="not_found"))
 
     async def _not_allowed(self, request: Any, exc: Any) -> Any:
-        return self._error("openai", GatewayError(405, f"{request.method} is not allowed on {request.url.path}"))
+        api = "anthropic" if request.url.path.endswith("/messages") else "openai"
+        return self._error(api, GatewayError(405, f"{request.method} is not allowed on {request.url.path}"))
 
     def _authorized(self, request: Any) -> bool:
         if not self.api_key:
@@ -104,30 +106,42 @@ class Gateway:
         return hmac.compare_digest(given.encode("utf-8", "replace"), want)
 
     async def _body(self, request: Any) -> Any:
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if ctype != "application/json" and not ctype.endswith("+json"):
+            raise GatewayError(415, f"the request body must be JSON (Content-Type: application/json), not {ctype!r}")
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY:
             raise GatewayError(413, f"the request body is over {MAX_BODY} bytes")
-        data = await request.body()
-        if len(data) > MAX_BODY:
-            raise GatewayError(413, f"the request body is over {MAX_BODY} bytes")
+        parts, size = [], 0
+        async for part in request.stream():  # a chunked body is bounded too
+            size += len(part)
+            if size > MAX_BODY:
+                raise GatewayError(413, f"the request body is over {MAX_BODY} bytes")
+            parts.append(part)
         try:
-            return json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise GatewayError(400, f"the request body is not valid JSON: {e}") from None
+            return json.loads(b"".join(parts))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+            raise GatewayError(400, f"the request body is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
 
-    async def _session(self, request: Any, req: Request, call_id: str) -> str:
+    async def _session(self, request: Any, req: Request, sent: list[dict], call_id: str) -> str:
         for value, where in ((request.path_params.get("session"), "the /s/<session>/ path"),
-                             (request.headers.get(SESSION_HEADER), f"the {SESSION_HEADER} header"),
-                             (req.session_hint, "the body's session field")):
+                             (request.headers.get(SESSION_HEADER), f"the {SESSION_HEADER} header")):
             if value:
                 if not _SESSION.match(str(value)):
                     raise GatewayError(400, f"the session id from {where} must be 1-200 characters of letters, "
                                        f"digits and _.:@~-; got {str(value)[:80]!r}")
                 return str(value)
+        if req.session_hint:  # the body's user / metadata field: any string the API takes is fine
+            hint = str(req.session_hint)
+            if _SESSION.match(hint):
+                return hint
+            import hashlib
+
+            return "u-" + hashlib.sha256(hint.encode("utf-8", "replace")).hexdigest()[:32]
         import anyio
 
         # no session named: a conversation that continues an earlier call's joins its session
-        found = await anyio.to_thread.run_sync(self.store.continued_session, req.messages)
+        found = await anyio.to_thread.run_sync(self.store.continued_session, sent)
         return found or call_id
 
     async def _record(self, call: CallRecord) -> None:
@@ -188,11 +202,14 @@ class Gateway:
 
             check_feedback(**{k: body.get(k) for k in ("session_id", "call_id", "score", "components", "text", "id",
                                                        "source")})
+            self._check_origin(request)
             fb, new = await anyio.to_thread.run_sync(lambda: self.store.feedback(**body))
         except UserError as e:
             return self._error("openai", GatewayError(400, str(e)))
         except GatewayError as e:
             return self._error("openai", e)
+        except Exception as e:  # noqa: BLE001 - an answer in the API's shape, whatever broke
+            return self._error("openai", GatewayError(500, f"evolve gateway: internal error ({type(e).__name__}: {e})"))
         return self._json(200 if not new else 201, {"id": fb.id, "session_id": fb.session_id, "call_id": fb.call_id,
                                                     "recorded": new})
 
@@ -203,51 +220,91 @@ class Gateway:
         return await self._chat(request, "anthropic")
 
     async def _chat(self, request: Any, api: str) -> Any:
-        t0 = time.perf_counter()
         try:
-            if not self._authorized(request):
-                raise GatewayError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or "
-                                   "'x-api-key: <key>'", code="invalid_api_key")
-            body = await self._body(request)
-            req = openai_request(body) if api == "openai" else anthropic_request(body)
-            route = pick(self.routes, req.model)
-            applied: list[str] = []
-            system_id = route.current_system()
-            if route.source is not None:
-                import anyio
-
-                from evolve.gateway.apply import apply_rules
-
-                system_id, prompts = await anyio.to_thread.run_sync(route.source.current)
-                req.messages, applied = apply_rules(req.messages, route.rules, prompts)
-            call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
-            call = CallRecord(session_id=await self._session(request, req, call_id), api=api, messages=req.messages,
-                              model=req.model, route=route.name, upstream_model=route.upstream.target(req.model),
-                              stream=req.stream, tools=req.tools,
-                              params={k: v for k, v in req.params.items() if k != "tools"}, request=body,
-                              system_id=system_id, id=call_id)
-            if route.source is not None:
-                call.params["evolve_applied"] = applied
+            return await self._chat_checked(request, api)
         except GatewayError as e:
             return self._error(api, e)
+        except Exception as e:  # noqa: BLE001 - whatever broke, the agent gets an answer in its API's shape
+            if self.log:
+                self.log(f"internal error on {request.url.path}: {type(e).__name__}: {e}")
+            return self._error(api, GatewayError(500, f"evolve gateway: internal error ({type(e).__name__}: {e})",
+                                                 code="internal_error"))
+
+    async def _chat_checked(self, request: Any, api: str) -> Any:
+        import anyio
+
+        t0 = time.perf_counter()
+        if not self._authorized(request):
+            raise GatewayError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or "
+                               "'x-api-key: <key>'", code="invalid_api_key")
+        self._check_origin(request)
+        body = await self._body(request)
+        req = openai_request(body) if api == "openai" else anthropic_request(body)
+        route = pick(self.routes, req.model)
+        sent = req.messages  # as the agent sent them: sessions are found by these, whatever system answers
+        applied: list[str] = []
+        system_id = route.current_system()
+        if route.source is not None:
+            from evolve.gateway.apply import apply_rules
+
+            system_id, prompts = await anyio.to_thread.run_sync(route.source.current)
+            req.messages, applied = apply_rules(req.messages, route.rules, prompts)
+        call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
+        call = CallRecord(session_id=await self._session(request, req, sent, call_id), api=api,
+                          messages=req.messages, model=req.model, route=route.name,
+                          upstream_model=route.upstream.target(req.model), stream=req.stream, tools=req.tools,
+                          params={k: v for k, v in req.params.items() if k != "tools"}, request=body,
+                          system_id=system_id, id=call_id)
+        if route.source is not None:
+            call.params["evolve_applied"] = applied
         if req.stream:
-            return self._streamed(api, req, route, call, t0)
+            chunks = route.upstream.stream(req)
+            try:  # the first chunk before the answer starts: an upstream that fails gets its own status
+                first = await chunks.__anext__()
+            except StopAsyncIteration:
+                first = None
+            except GatewayError as e:
+                await self._failed(call, e, t0)
+                raise
+            except Exception as e:  # noqa: BLE001
+                err = upstream_error(e, route.upstream.describe())
+                await self._failed(call, err, t0)
+                raise err from None
+            return self._streamed(api, req, route, call, t0, sent, first, chunks)
         try:
             res = await route.upstream.complete(req)
         except GatewayError as e:
             await self._failed(call, e, t0)
-            return self._error(api, e)
-        self._fill(call, res, t0)
+            raise
+        self._fill(call, res, t0, sent)
         if api == "openai":
             out = dict(res.raw)
             out["id"], out["model"] = call.id, req.model
             out["system_fingerprint"] = call.system_id
+            if res.tool_calls:  # the ids the client sees are the ids recorded
+                out["choices"] = [dict(c) for c in out.get("choices") or []]
+                if out["choices"]:
+                    out["choices"][0] = {**out["choices"][0], "message": {
+                        **(out["choices"][0].get("message") or {}), "tool_calls": res.tool_calls}}
         else:
             out = anthropic_message(call.id, req.model, res.text, res.tool_calls, res.finish_reason,
                                     res.prompt_tokens, res.completion_tokens)
         call.response = out
         await self._record(call)
         return self._json(200, out, self._headers(call))
+
+    def _check_origin(self, request: Any) -> None:
+        """A web page must not drive a gateway on this machine: requests from a browser (an Origin
+        header) are refused unless allowed, and on loopback the Host must name loopback (DNS rebinding)."""
+        origin = request.headers.get("origin")
+        if origin and origin not in self.allow_origins:
+            raise GatewayError(403, f"requests from web pages are refused (Origin {origin!r}); list the origin in "
+                               "the gateway's allow_origins to permit it", code="origin_not_allowed")
+        if self.loopback:
+            host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
+            if host and host not in ("localhost", "127.0.0.1", "::1") and not host.startswith("127."):
+                raise GatewayError(403, f"Host {host!r} is not this machine's loopback; the gateway is bound to "
+                                   "loopback", code="host_not_allowed")
 
     async def _failed(self, call: CallRecord, err: GatewayError, t0: float) -> None:
         call.status, call.error, call.latency_s = "error", f"{err.status}: {err.message}", time.perf_counter() - t0
@@ -258,27 +315,46 @@ class Gateway:
                 self.log(f"could not record a failed call: {e}")
 
     @staticmethod
-    def _fill(call: CallRecord, res: Result, t0: float) -> None:
+    def _fill(call: CallRecord, res: Result, t0: float, sent: list[dict]) -> None:
+        from evolve.gateway.traces import answer_message, chain_key
+
+        for c in res.tool_calls or []:
+            if not c.get("id"):
+                c["id"] = "call_" + secrets.token_hex(12)
         call.output, call.tool_calls, call.finish_reason = res.text, res.tool_calls, res.finish_reason
         call.prompt_tokens, call.completion_tokens, call.cost = res.prompt_tokens, res.completion_tokens, res.cost
         call.token_ids, call.prompt_token_ids, call.logprobs = res.token_ids, res.prompt_token_ids, res.logprobs
         call.upstream_model = res.model or call.upstream_model
         call.system_id = res.system_id or call.system_id
+        if res.served is not None:
+            call.params["served_by"] = res.served
         call.latency_s = time.perf_counter() - t0
+        call.chain_key = chain_key([*sent, answer_message(call)])
 
-    def _streamed(self, api: str, req: Request, route: Route, call: CallRecord, t0: float) -> Any:
+    def _streamed(self, api: str, req: Request, route: Route, call: CallRecord, t0: float, sent: list[dict],
+                  first: Any, chunks: Any) -> Any:
+        import anyio
         from starlette.responses import StreamingResponse
+
+        async def upstream_chunks() -> AsyncIterator[Any]:
+            if first is None:
+                return
+            yield first
+            async for chunk in chunks:
+                yield chunk
 
         async def events() -> AsyncIterator[str]:
             text: list[str] = []
-            calls: dict[int, dict[str, Any]] = {}
+            calls: dict[Any, dict[str, Any]] = {}
+            keys: dict[int, Any] = {}  # an OpenAI tool-call index -> its slot (a new id at an index: a new slot)
             finish, usage, model = None, {}, None
+            whole: Result | None = None
             astream = AnthropicStream(call.id, req.model) if api == "anthropic" else None
             if astream is not None:
                 yield astream.start()
+            recorded = False
             try:
-                whole: Result | None = None
-                async for chunk in route.upstream.stream(req):
+                async for chunk in upstream_chunks():
                     if isinstance(chunk, Result):  # a local route's whole answer, for the record
                         whole = chunk
                         continue
@@ -295,46 +371,59 @@ class Gateway:
                             if astream is not None:
                                 yield astream.text(piece)
                         for tc in delta.get("tool_calls") or []:
-                            i = int(tc.get("index", 0))
-                            slot = calls.setdefault(i, {"id": None, "type": "function",
-                                                        "function": {"name": "", "arguments": ""}})
+                            i = int(tc.get("index", 0) or 0)
+                            key = keys.get(i, i)
+                            if tc.get("id") and key in calls and calls[key]["id"] not in (None, tc["id"]):
+                                key = (i, len(calls))
+                            keys[i] = key
+                            slot = calls.setdefault(key, {"id": None, "type": "function",
+                                                          "function": {"name": "", "arguments": ""}})
                             fn = tc.get("function") or {}
                             slot["id"] = tc.get("id") or slot["id"]
                             slot["function"]["name"] += fn.get("name") or ""
                             slot["function"]["arguments"] += fn.get("arguments") or ""
-                            if astream is not None:
-                                yield astream.tool(i, slot["id"], slot["function"]["name"], fn.get("arguments"))
                         finish = choice.get("finish_reason") or finish
                     if api == "openai":
                         if not chunk.get("choices") and chunk.get("usage") and not req.include_usage:
                             continue
                         out = dict(chunk)
                         out["id"], out["model"] = call.id, req.model
+                        out["system_fingerprint"] = call.system_id
                         out.setdefault("object", "chat.completion.chunk")
                         if not req.include_usage:
                             out.pop("usage", None)
                         yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
+                tool_calls = list(calls.values()) or None
+                res = whole or Result(text="".join(text) if text else None, tool_calls=tool_calls,
+                                      finish_reason=finish, model=model, prompt_tokens=usage.get("prompt_tokens"),
+                                      completion_tokens=usage.get("completion_tokens"))
+                self._fill(call, res, t0, sent)
+                if res.finish_reason is None:
+                    call.status, call.error = "error", "the upstream's stream ended without a finish reason"
+                call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
+                                 "finish_reason": res.finish_reason, "usage": usage or None}
+                await self._record(call)  # before the stream's last event: a finished call is a stored call
+                recorded = True
+                if astream is not None:
+                    for c in res.tool_calls or []:  # whole: the id and name are known, the input is valid JSON
+                        yield astream.tool_block(c)
+                    yield astream.finish(res.finish_reason, res.completion_tokens, res.prompt_tokens)
+                else:
+                    yield "data: [DONE]\n\n"
             except GatewayError as e:
-                await self._failed(call, e, t0)
+                if not recorded:
+                    await self._failed(call, e, t0)
                 yield astream.error(e) if astream is not None else f"data: {json.dumps(e.openai())}\n\n"
-                return
             except Exception as e:  # noqa: BLE001 - never leave a stream hanging without an error event
-                err = upstream_error(e, route.upstream.describe())
-                await self._failed(call, err, t0)
+                err = e if isinstance(e, GatewayError) else upstream_error(e, route.upstream.describe())
+                if not recorded:
+                    await self._failed(call, err, t0)
                 yield astream.error(err) if astream is not None else f"data: {json.dumps(err.openai())}\n\n"
-                return
-            tool_calls = [calls[i] for i in sorted(calls)] or None
-            res = whole or Result(text="".join(text) if text else None, tool_calls=tool_calls, finish_reason=finish,
-                                  model=model, prompt_tokens=usage.get("prompt_tokens"),
-                                  completion_tokens=usage.get("completion_tokens"))
-            self._fill(call, res, t0)
-            call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
-                             "finish_reason": res.finish_reason, "usage": usage or None}
-            await self._record(call)  # before the stream's last event: a finished call is a stored call
-            if astream is not None:
-                yield astream.finish(finish, res.completion_tokens)
-            else:
-                yield "data: [DONE]\n\n"
+            except BaseException:  # the client went away (cancelled): the call is recorded as such
+                if not recorded:
+                    with anyio.CancelScope(shield=True):
+                        await self._failed(call, GatewayError(499, "the client closed the stream before its end"), t0)
+                raise
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={
             **self._headers(call), "cache-control": "no-cache"})

@@ -49,6 +49,34 @@ def _text(content: Any) -> str:
     return str(content or "")
 
 
+def _edit(content: Any, rule: Rule, value: str) -> Any:
+    """The message content with the rule applied (None: the rule does not apply). A list of content
+    parts keeps its other parts (images, files): text parts are edited, or one is added."""
+    if isinstance(content, list):
+        parts = [dict(p) if isinstance(p, dict) else p for p in content]
+        texts = [i for i, p in enumerate(parts) if isinstance(p, dict) and p.get("type") == "text"]
+        if rule.how == "block":
+            hit = [i for i in texts if rule.placeholder() in str(parts[i].get("text", ""))]
+            if not hit:
+                return None
+            for i in hit:
+                parts[i]["text"] = parts[i]["text"].replace(rule.placeholder(), value)
+            return parts
+        if rule.how == "replace":
+            rest = [p for i, p in enumerate(parts) if i not in texts]
+            return [{"type": "text", "text": value}, *rest]
+        part = {"type": "text", "text": value}
+        return [part, *parts] if rule.how == "prepend" else [*parts, part]
+    text = _text(content)
+    if rule.how == "block":
+        return text.replace(rule.placeholder(), value) if rule.placeholder() in text else None
+    if rule.how == "prepend":
+        return value + ("\n\n" + text if text else "")
+    if rule.how == "append":
+        return (text + "\n\n" if text else "") + value
+    return value
+
+
 def apply_rules(messages: list[dict], rules: list[Rule], prompts: dict[str, str]) -> tuple[list[dict], list[str]]:
     """(the messages with the rules applied, the components that were applied); the input is not changed."""
     out = [dict(m) for m in messages]
@@ -68,17 +96,10 @@ def apply_rules(messages: list[dict], rules: list[Rule], prompts: dict[str, str]
             idx = next((i for i in range(len(out) - 1, -1, -1) if out[i].get("role") == "user"), None)
             if idx is None:
                 continue
-        text = _text(out[idx].get("content"))
-        if rule.how == "block":
-            if rule.placeholder() not in text:
-                continue
-            new = text.replace(rule.placeholder(), value)
-        elif rule.how == "prepend":
-            new = value + ("\n\n" + text if text else "")
-        elif rule.how == "append":
-            new = (text + "\n\n" if text else "") + value
-        else:
-            new = value
+        content = out[idx].get("content")
+        new = _edit(content, rule, value)
+        if new is None:
+            continue
         out[idx] = {**out[idx], "content": new}
         applied.append(rule.component)
     return out, applied

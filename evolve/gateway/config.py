@@ -6,6 +6,7 @@
     port: 4000
     store: traces            # the trace store's folder
     api_key_env: null        # the variable holding the key agents must send
+    allow_origins: []        # web pages allowed to call it from a browser (none by default)
     routes:
       - name: default
         match: ["*"]         # model names (or globs) this route answers, first match wins
@@ -111,6 +112,8 @@ class GatewayConfig(_Strict):
     api_key_env: str | None = Field(None, description="the variable holding the key agents must send "
                                                       "(required beyond loopback)")
     routes: list[RouteConfig] = Field(min_length=1)
+    allow_origins: list[str] = Field(default_factory=list, description="web origins (scheme://host:port) allowed "
+                                     "to call the gateway from a browser; none by default")
 
     @field_validator("routes")
     @classmethod

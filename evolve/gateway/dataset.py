@@ -81,18 +81,27 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
                 continue
             first = ok[0]
             raw = first.request if isinstance(first.request, dict) else {}
+            if first.api == "openai":
+                original = raw.get("messages") or first.messages
+            else:  # the agent's own messages, before any evolved component was applied
+                from evolve.gateway.wire import GatewayError, anthropic_request
+
+                try:
+                    original = anthropic_request(raw).messages
+                except GatewayError:
+                    original = first.messages
             comps: dict[str, float] = {}
             for f in fb:
                 comps.update(f.components)
             task = {
                 "id": s["id"], "session_id": s["id"], "route": s["route"], "system_id": first.system_id,
                 "messages": first.messages, "tools": first.tools,
-                "request_messages": raw.get("messages") if first.api == "openai" else first.messages,
+                "request_messages": original,
                 "answer": {"output": first.output, "tool_calls": first.tool_calls},
                 "calls": [{"messages": c.messages, "output": c.output, "tool_calls": c.tool_calls,
                            "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
                            "system_id": c.system_id, "status": c.status,
-                           **{k: ((c.response or {}).get("evolve") or {}).get(k) for k in ("base", "adapter")}}
+                           **{k: (c.params.get("served_by") or {}).get(k) for k in ("base", "adapter")}}
                           for c in ok],
                 "score": score, "components": comps,
                 "feedback_text": "\n".join(f.text for f in fb if f.text) or None,

@@ -119,6 +119,14 @@ class LocalUpstream:
             self._app = ServeApp(self.run, role=self.role, system=self.system, follow=self.follow, poll=self.poll)
         return self
 
+    def _limiter(self) -> Any:
+        """Local generations have threads of their own, so that they never hold up the trace store's."""
+        import anyio
+
+        if getattr(self, "_cap", None) is None:
+            self._cap = anyio.CapacityLimiter(16)
+        return self._cap
+
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
@@ -145,13 +153,18 @@ class LocalUpstream:
         msgs = render(req.messages, req.tools)
         stop = req.params.get("stop")
         max_tokens = req.params.get("max_completion_tokens") or req.params.get("max_tokens")
+        def run() -> tuple[Any, str, dict]:
+            out, sid = self._app.complete(msgs, temperature=req.params.get("temperature"), max_tokens=max_tokens,
+                                          stop=[stop] if isinstance(stop, str) else stop, seed=req.params.get("seed"))
+            return out, sid, self._app.spec_of(sid)
+
         try:
-            out, sid = await anyio.to_thread.run_sync(lambda: self._app.complete(
-                msgs, temperature=req.params.get("temperature"), max_tokens=max_tokens,
-                stop=[stop] if isinstance(stop, str) else stop, seed=req.params.get("seed")))
+            out, sid, served = await anyio.to_thread.run_sync(run, limiter=self._limiter())
         except LLMError as e:
             status = 400 if getattr(e, "category", None) == "request" else 500
             raise GatewayError(status, f"the local model failed: {e}") from None
+        except (TypeError, ValueError) as e:
+            raise GatewayError(400, f"the local model cannot take this request: {e}") from None
         content, calls = parse_tool_calls(out.text, req.tools)
         finish = "tool_calls" if calls else (out.finish_reason or "stop")
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -162,14 +175,13 @@ class LocalUpstream:
                             "token_ids": list(out.token_ids) if out.token_ids is not None else None}],
                "usage": {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
                          "total_tokens": out.prompt_tokens + out.completion_tokens},
-               "prompt_token_ids": list(out.prompt_token_ids) if out.prompt_token_ids is not None else None,
-               "evolve": self._app.spec_of(sid)}
+               "prompt_token_ids": list(out.prompt_token_ids) if out.prompt_token_ids is not None else None}
         return Result(text=content, tool_calls=calls, finish_reason=finish, model=out.model,
                       prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, cost=None, raw=raw,
                       prompt_token_ids=list(out.prompt_token_ids) if out.prompt_token_ids is not None else None,
                       token_ids=list(out.token_ids) if out.token_ids is not None else None,
                       logprobs=[float(x) for x in out.logprobs] if out.logprobs is not None else None,
-                      system_id=sid)
+                      system_id=sid, served=served)
 
     async def stream(self, req: Request) -> AsyncIterator[dict[str, Any] | Result]:
         """The whole answer first, then sent as chunks (the local model samples an answer at once)."""

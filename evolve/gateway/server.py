@@ -26,11 +26,14 @@ def _check_installed() -> None:
 
 
 def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
-    from evolve.serve.server import check_bind
+    from evolve.serve.server import is_loopback
 
     _check_installed()
     key = cfg.api_key()
-    check_bind(cfg.host, key)
+    if not key and not is_loopback(cfg.host):
+        raise ConfigError(f"evolve gateway: binding to {cfg.host!r} exposes your upstream models beyond this machine "
+                          "and needs an API key; set api_key_env (--api-key-env VAR, with the key in $VAR), or bind "
+                          "to 127.0.0.1")
     cfg.check_upstream_keys()
     routes: list[Route] = []
     try:
@@ -49,7 +52,8 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
 
                 route.source = SystemSource(r.evolve.run, r.evolve.system, r.evolve.poll).open()
                 route.rules = [Rule(x.component, x.how, x.message) for x in r.evolve.apply]
-        return Gateway(routes, TraceStore(cfg.store), api_key=key, log=log)
+        return Gateway(routes, TraceStore(cfg.store), api_key=key, log=log, loopback=is_loopback(cfg.host),
+                       allow_origins=cfg.allow_origins)
     except BaseException:
         close_routes(routes)
         raise

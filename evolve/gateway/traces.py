@@ -169,7 +169,15 @@ class TraceStore:
             return self.db
 
         def __exit__(self, kind: Any, *rest: Any) -> None:
-            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+            try:
+                self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+            except BaseException:
+                if self.db.in_transaction:  # a failed COMMIT (disk full, I/O): never keep the write lock
+                    try:
+                        self.db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise
 
     def _tx(self) -> TraceStore._Tx:
         return TraceStore._Tx(self._db())
@@ -195,6 +203,8 @@ class TraceStore:
             call.seq = seq
             if call.status == "ok" and call.chain_key is None:
                 call.chain_key = chain_key([*call.messages, answer_message(call)])
+            elif call.status != "ok":
+                call.chain_key = None  # only an answered call can be continued
             values = []
             for col in _CALL_COLUMNS:
                 v = getattr(call, col)
@@ -225,14 +235,18 @@ class TraceStore:
             elif db.execute("SELECT 1 FROM sessions WHERE id=?", (fb.session_id,)).fetchone() is None:
                 raise UserError(f"no session {fb.session_id!r} in the trace store; feedback may only follow a "
                                 "session's first call")
-            cur = db.execute("INSERT OR IGNORE INTO feedback (id, session_id, call_id, score, components, text, ts, "
-                             "source) VALUES (?,?,?,?,?,?,?,?)",
-                             (fb.id, fb.session_id, fb.call_id, fb.score, _dumps(fb.components), fb.text, fb.ts,
-                              fb.source))
-            new = cur.rowcount == 1
-        if not new:
-            fb = next(f for f in self.feedback_of(session_id=fb.session_id) if f.id == fb.id)
-        return fb, new
+            old = db.execute("SELECT * FROM feedback WHERE id=?", (fb.id,)).fetchone()
+            if old is not None:
+                stored = _feedback_row(old)
+                if (stored.session_id, stored.call_id) != (fb.session_id, fb.call_id):
+                    raise UserError(f"feedback {fb.id!r} was already given to "
+                                    f"{'call ' + repr(stored.call_id) if stored.call_id else 'session ' + repr(stored.session_id)}"
+                                    "; an id names one piece of feedback: choose another id")
+                return stored, False
+            db.execute("INSERT INTO feedback (id, session_id, call_id, score, components, text, ts, source) "
+                       "VALUES (?,?,?,?,?,?,?,?)", (fb.id, fb.session_id, fb.call_id, fb.score,
+                                                    _dumps(fb.components), fb.text, fb.ts, fb.source))
+        return fb, True
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -273,8 +287,7 @@ class TraceStore:
             rows = self._db().execute("SELECT * FROM feedback WHERE call_id=? ORDER BY ts", (call_id,))
         else:
             rows = self._db().execute("SELECT * FROM feedback WHERE session_id=? ORDER BY ts", (session_id,))
-        return [Feedback(r["id"], r["session_id"], r["call_id"], r["score"], json.loads(r["components"] or "{}"),
-                         r["text"], r["ts"], r["source"]) for r in rows]
+        return [_feedback_row(r) for r in rows]
 
     def counts(self) -> dict[str, int]:
         db = self._db()
@@ -306,6 +319,11 @@ class TraceStore:
         return CallRecord(**kw)
 
 
+def _feedback_row(r: sqlite3.Row) -> Feedback:
+    return Feedback(r["id"], r["session_id"], r["call_id"], r["score"], json.loads(r["components"] or "{}"),
+                    r["text"], r["ts"], r["source"])
+
+
 def _norm_args(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
@@ -326,8 +344,14 @@ def chain_key(messages: Sequence[dict]) -> str:
     ``None`` against empty content), so a conversation continued by a stateless client is found again."""
     norm = []
     for m in messages:
-        calls = [(c.get("function", {}).get("name"), _norm_args(c.get("function", {}).get("arguments")))
-                 for c in m.get("tool_calls") or []]
+        if not isinstance(m, dict):
+            norm.append([None, str(m), []])
+            continue
+        calls = []
+        for c in m.get("tool_calls") or [] if isinstance(m.get("tool_calls"), list) else []:
+            fn = c.get("function") if isinstance(c, dict) else None
+            fn = fn if isinstance(fn, dict) else {}
+            calls.append((fn.get("name"), _norm_args(fn.get("arguments"))))
         norm.append([m.get("role"), _text(m.get("content")).strip(), calls])
     return hashlib.sha256(json.dumps(norm, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 

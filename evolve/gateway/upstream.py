@@ -40,14 +40,17 @@ class Result:
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     system_id: str | None = None  # the system that answered, when the upstream knows (a local route)
+    served: dict[str, Any] | None = None  # a local route: the role, base and adapter (sha256) that answered
 
 
-def upstream_error(e: BaseException, where: str) -> GatewayError:
+def upstream_error(e: BaseException, where: str, secret: str | None = None) -> GatewayError:
     from evolve.failures import category_of
 
     category = category_of(e, client=True) or "server"
     status = _STATUS.get(category, 502)
     message = str(e).replace("litellm.", "").strip()
+    if secret and len(secret) >= 4:
+        message = message.replace(secret, "[key]")  # a provider that echoes the key does not get it stored
     if category == "auth":
         message = (f"the upstream {where} refused the gateway's credentials ({message}); check the route's "
                    "api_key_env")
@@ -82,9 +85,10 @@ class LiteLLMUpstream:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             kw["api_key"] = key
-        elif self.api_base and kw["model"].split("/", 1)[0] in ("openai", "hosted_vllm", "text-completion-openai") \
-                and not os.environ.get("OPENAI_API_KEY"):
-            kw["api_key"] = "EMPTY"  # an OpenAI-compatible server of the user's own needs no key; the client wants one
+        elif self.api_base:
+            # a server of the user's own, named by address and given no key: never send it a provider key
+            # from the environment (OPENAI_API_KEY would reach a third party); the client wants some key
+            kw["api_key"] = "EMPTY"
         if stream:
             kw["stream"] = True
             kw["stream_options"] = {"include_usage": True}
@@ -97,7 +101,7 @@ class LiteLLMUpstream:
         try:
             resp = await litellm.acompletion(**self._kwargs(req, stream=False))
         except Exception as e:  # noqa: BLE001 - every upstream failure becomes an API error for the agent
-            raise upstream_error(e, self.describe()) from None
+            raise upstream_error(e, self.describe(), self._secret()) from None
         raw = resp.model_dump(exclude_none=True)
         choice = (raw.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
@@ -118,14 +122,17 @@ class LiteLLMUpstream:
         try:
             chunks = await litellm.acompletion(**self._kwargs(req, stream=True))
         except Exception as e:  # noqa: BLE001
-            raise upstream_error(e, self.describe()) from None
+            raise upstream_error(e, self.describe(), self._secret()) from None
         try:
             async for chunk in chunks:
                 yield chunk.model_dump(exclude_none=True)
         except GatewayError:
             raise
         except Exception as e:  # noqa: BLE001 - the stream broke half way
-            raise upstream_error(e, self.describe()) from None
+            raise upstream_error(e, self.describe(), self._secret()) from None
+
+    def _secret(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
 
 
 @dataclass

@@ -115,6 +115,12 @@ def openai_request(body: Any) -> Request:
         if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
             raise bad(f"messages[{i}]: a tool message needs 'tool_call_id' (the id of the call it answers)",
                       f"messages[{i}].tool_call_id")
+        calls = m.get("tool_calls")
+        if calls is not None and (not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+                for c in calls)):
+            raise bad(f"messages[{i}].tool_calls must be a list of {{\"id\", \"type\": \"function\", \"function\": "
+                      "{\"name\", \"arguments\"}}}", f"messages[{i}].tool_calls")
     _finite(body, "temperature", 0.0, 2.0)
     _finite(body, "top_p", 0.0, 1.0)
     for key in ("max_tokens", "max_completion_tokens", "n"):
@@ -341,13 +347,26 @@ class AnthropicStream:
                                                       "delta": {"type": "input_json_delta", "partial_json": arguments}})
         return out
 
-    def finish(self, finish_reason: str | None, completion_tokens: int | None) -> str:
+    def tool_block(self, call: dict[str, Any]) -> str:
+        """One whole tool_use block (sent once the call's id, name and arguments are all known)."""
+        fn = call.get("function") or {}
+        args = fn.get("arguments") or "{}"
+        try:
+            json.loads(args)
+        except json.JSONDecodeError:
+            args = json.dumps({"_raw": args})
+        return self.tool(-1 - self.index, call.get("id"), fn.get("name"), args) + self._close()
+
+    def finish(self, finish_reason: str | None, completion_tokens: int | None, prompt_tokens: int | None = None) -> str:
+        usage = {"output_tokens": int(completion_tokens or 0)}
+        if prompt_tokens is not None:
+            usage["input_tokens"] = int(prompt_tokens)
         return (self._close()
                 + self.event("message_delta", {"type": "message_delta",
                                                "delta": {"stop_reason": _STOP_TO_ANTHROPIC.get(finish_reason or "stop",
                                                                                                "end_turn"),
                                                          "stop_sequence": None},
-                                               "usage": {"output_tokens": int(completion_tokens or 0)}})
+                                               "usage": usage})
                 + self.event("message_stop", {"type": "message_stop"}))
 
     def error(self, err: GatewayError) -> str:

@@ -150,9 +150,16 @@ def test_the_anthropic_sdk_with_tools_whole_and_streamed_and_a_stateless_convers
                                 tools=ATOOLS) as stream:
         tool_final = stream.get_final_message()
     assert tool_final.content[0].type == "tool_use" and tool_final.content[0].input == {"q": "go"}
+    assert final.usage.input_tokens > 0 and final.usage.output_tokens == 4
+    # any string the API takes as a user is a session: one the gateway cannot use as an id is hashed
+    odd = client.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "u"}],
+                                 metadata={"user_id": "auth0|abc 123"})
 
     calls = gw.gateway.store.calls()
+    assert calls[-1].id == odd.id and calls[-1].session_id.startswith("u-")
+    calls = calls[:-1]
     assert [c.id for c in calls] == [hello.id, first.id, final.id, tool_final.id]
+    assert tool_final.content[0].id == calls[3].tool_calls[0]["id"]  # the id the client saw is the one recorded
     assert calls[0].messages[0] == {"role": "system", "content": "be brief"} and calls[0].api == "anthropic"
     # no session named: the tool result continues the tool call's conversation, so it joins its session
     assert calls[2].session_id == calls[1].session_id == first.id and calls[2].seq == 1
@@ -233,7 +240,10 @@ BAD_OPENAI = [b"not json", b"[1, 2]", {"messages": [{"role": "user", "content": 
               {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
               {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
               {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "metadata": "s"}]
+              {"model": "m", "messages": [{"role": "user", "content": "x"}], "metadata": "s"},
+              {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": ["x"]}]},
+              {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": None}]}]},
+              b"[" * 100_000, b'{"model": "m", "n": ' + b"9" * 5000 + b"}"]
 BAD_ANTHROPIC = [b"{", {"model": "m", "messages": [{"role": "user", "content": "x"}]},
                  {"model": "m", "max_tokens": 5, "messages": []},
                  {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
@@ -260,6 +270,12 @@ def test_malformed_requests_get_api_shaped_4xx_and_the_gateway_stays_up(gw):
         assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error", body
     status, err = _post(gw.base + "/v2/nothing", {})
     assert status == 404 and "Invalid URL" in err["error"]["message"]
+    good = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    # a web page cannot drive the gateway: a text/plain body (a "simple" cross-site POST), an Origin, a rebound Host
+    assert _post(gw.url + "/chat/completions", json.dumps(good).encode(), {"content-type": "text/plain"})[0] == 415
+    assert _post(gw.url + "/chat/completions", good, {"origin": "https://evil.example"})[0] == 403
+    assert _post(gw.url + "/feedback", {"session_id": "x", "score": 1}, {"origin": "https://evil.example"})[0] == 403
+    assert _post(gw.url + "/chat/completions", good, {"host": "attacker.example"})[0] == 403
     assert gw.gateway.store.counts()["calls"] == 0  # a refused request is not a call
     status, ok = _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "ok"}]})
     assert status == 200 and ok["choices"][0]["message"]["content"] == "echo: ok"
@@ -270,6 +286,15 @@ def test_an_upstream_failure_is_the_status_the_client_expects_and_recorded_as_an
     import openai
 
     client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.RateLimitError):  # streamed too: the status comes before the stream starts
+        client.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "x"}], stream=True)
+    with pytest.raises(anthropic.APIStatusError) as e:
+        with anthropic.Anthropic(base_url=gw.base, api_key="u", max_retries=0).messages.stream(
+                model="fail-500", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as st:
+            st.get_final_message()
+    assert e.value.status_code == 502
+    gw.gateway.store.calls()  # the two streamed failures are recorded too
+    assert [c.status for c in gw.gateway.store.calls()] == ["error", "error"]
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.APIStatusError) as e:
@@ -280,7 +305,7 @@ def test_an_upstream_failure_is_the_status_the_client_expects_and_recorded_as_an
             model="fail-500", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert e.value.status_code == 502
     calls = gw.gateway.store.calls()
-    assert [c.status for c in calls] == ["error"] * 3 and calls[0].error.startswith("429")
+    assert [c.status for c in calls] == ["error"] * 5 and calls[0].error.startswith("429")
 
 
 def test_feedback_over_http_is_idempotent_by_id_and_checks_what_it_is_about(gw):
@@ -299,6 +324,10 @@ def test_feedback_over_http_is_idempotent_by_id_and_checks_what_it_is_about(gw):
                 {"session_id": "fb-session", "score": 1, "stars": 5}, [1]):
         status, err = _post(gw.url + "/feedback", bad)
         assert status == 400 and err["error"]["message"], bad
+    _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
+                                         "user": "fb-other"})
+    status, err = _post(gw.url + "/feedback", {**fb, "session_id": "fb-other"})
+    assert status == 400 and "already given to session 'fb-session'" in err["error"]["message"]
     got = gw.gateway.store.feedback_of(session_id="fb-session")
     assert [(f.id, f.score, f.components) for f in got][:1] == [("fb-1", 1.0, {"correct": 1.0})] and len(got) == 2
     # the Python call is the same store
@@ -551,6 +580,7 @@ def test_a_local_route_records_token_ids_and_follows_a_promotion_without_a_resta
         assert c.token_ids == list(want[sid].token_ids) and c.prompt_token_ids == list(want[sid].prompt_token_ids)
         assert c.logprobs == pytest.approx(list(want[sid].logprobs), abs=1e-5)
         assert c.upstream_model == "tiny" and c.route == "default"
+        assert c.params["served_by"]["base"] == b.models["policy"].base.sha256  # streamed or not
     with Archive(path, create=False) as archive:
         archive.set_current(a.id)
 
@@ -655,3 +685,6 @@ def test_apply_rules_modes():
     sys_msgs = [{"role": "system", "content": "old"}, *msgs]
     assert apply_rules(sys_msgs, [Rule("k", "replace")], p)[0][0]["content"] == "EVOLVED"
     assert sys_msgs[0]["content"] == "old"  # the input is not changed
+    parts = [{"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]}]
+    got = apply_rules(parts, [Rule("k", "prepend", "last_user")], p)[0][0]["content"]
+    assert got == [{"type": "text", "text": "EVOLVED"}, *parts[0]["content"]]  # the image stays

@@ -21,7 +21,7 @@ def _store(tmp_path, n=10):
                           messages=[{"role": "user", "content": f"q{i}"}], output=f"a{i}",
                           request={"messages": [{"role": "user", "content": f"q{i}"}]},
                           prompt_token_ids=[1, i], token_ids=[i, 2], system_id="sysA",
-                          response={"evolve": {"base": "B" if i != 5 else "other", "adapter": None}})
+                          params={"served_by": {"base": "B" if i != 5 else "other", "adapter": None}})
         st.record(call)
         if i < 8:
             st.feedback(session_id=sid, score=1.0 if i % 4 else 0.0, text=f"note {i}")
