@@ -152,6 +152,19 @@ def feedback(store: Path = typer.Argument(..., help="The trace store's folder.")
     _out().print(f"{'recorded' if new else 'already recorded'}: {fb.id} on session {fb.session_id}", markup=False)
 
 
+@traces_app.command("score")
+def score(store: Path = typer.Argument(..., help="The trace store's folder."),
+          reward: str = typer.Argument(..., help="A reward function, module:function (task, output) -> score."),
+          route: Optional[str] = typer.Option(None, "--route", help="Only this route's sessions."),
+          rescore: bool = typer.Option(False, "--rescore", help="Score sessions this reward scored already.")) -> None:
+    """Run a reward function over the recorded sessions; its verdicts become their feedback."""
+    from evolve.gateway.dataset import score_sessions
+
+    c = score_sessions(store, reward, route=route, rescore=rescore)
+    _out().print(f"{c['scored']} sessions scored, {c['skipped']} skipped (scored before, or no answer), "
+                 f"{c['failed']} where the reward raised; {c['sessions']} in all", markup=False)
+
+
 @traces_app.command("check")
 def check(store: Path = typer.Argument(..., help="The trace store's folder.")) -> None:
     """Check the store's integrity (SQLite's own check, each session's calls)."""

@@ -39,6 +39,39 @@ def _split_of(session_id: str, seed: int, val: float, test: float) -> str:
     return "test" if h < test else "val" if h < test + val else "train"
 
 
+def session_task(s: dict[str, Any], ok: list[Any], fb: list[Any], score: float | None) -> dict[str, Any]:
+    """One session as a task (see the module docstring): ``s`` its row, ``ok`` its answered calls
+    (at least one), ``fb`` its feedback, ``score`` the score it counts with."""
+    first = ok[0]
+    raw = first.request if isinstance(first.request, dict) else {}
+    if first.api == "openai":
+        original = raw.get("messages") or first.messages
+    else:  # the agent's own messages, before any evolved component was applied
+        from evolve.gateway.wire import GatewayError, anthropic_request
+
+        try:
+            original = anthropic_request(raw).messages
+        except GatewayError:
+            original = first.messages
+    comps: dict[str, float] = {}
+    for f in fb:
+        comps.update(f.components)
+    task = {
+        "id": s["id"], "session_id": s["id"], "route": s["route"], "system_id": first.system_id,
+        "messages": first.messages, "tools": first.tools,
+        "request_messages": original,
+        "answer": {"output": first.output, "tool_calls": first.tool_calls},
+        "calls": [{"messages": c.messages, "output": c.output, "tool_calls": c.tool_calls,
+                   "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
+                   "system_id": c.system_id, "status": c.status,
+                   **{k: (c.params.get("served_by") or {}).get(k) for k in ("base", "adapter")}}
+                  for c in ok],
+        "score": score, "components": comps,
+        "feedback_text": "\n".join(f.text for f in fb if f.text) or None,
+    }
+    return task
+
+
 def sessions(store: str, *, base_dir: Path | None = None, route: str | None = None, system: str | None = None,
              since: float | None = None, until: float | None = None, feedback: str = "scored",
              min_score: float | None = None, val: float = 0.2, test: float = 0.0, seed: int = 0,
@@ -79,33 +112,7 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
                 continue
             if feedback == "positive" and (score is None or score < (min_score if min_score is not None else 1e-12)):
                 continue
-            first = ok[0]
-            raw = first.request if isinstance(first.request, dict) else {}
-            if first.api == "openai":
-                original = raw.get("messages") or first.messages
-            else:  # the agent's own messages, before any evolved component was applied
-                from evolve.gateway.wire import GatewayError, anthropic_request
-
-                try:
-                    original = anthropic_request(raw).messages
-                except GatewayError:
-                    original = first.messages
-            comps: dict[str, float] = {}
-            for f in fb:
-                comps.update(f.components)
-            task = {
-                "id": s["id"], "session_id": s["id"], "route": s["route"], "system_id": first.system_id,
-                "messages": first.messages, "tools": first.tools,
-                "request_messages": original,
-                "answer": {"output": first.output, "tool_calls": first.tool_calls},
-                "calls": [{"messages": c.messages, "output": c.output, "tool_calls": c.tool_calls,
-                           "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
-                           "system_id": c.system_id, "status": c.status,
-                           **{k: (c.params.get("served_by") or {}).get(k) for k in ("base", "adapter")}}
-                          for c in ok],
-                "score": score, "components": comps,
-                "feedback_text": "\n".join(f.text for f in fb if f.text) or None,
-            }
+            task = session_task(s, ok, fb, score)
             if apply:
                 task["apply"] = list(apply)
             out[_split_of(s["id"], seed, val, test)].append(task)
@@ -116,6 +123,50 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
                           f"{', route=' + repr(route) if route else ''}); record traffic and feedback first "
                           "(evolve traces ls shows what is there)", path="dataset.params")
     return out
+
+
+def score_sessions(store: str | Path, reward: str, *, route: str | None = None, rescore: bool = False,
+                   base_dir: Path | None = None) -> dict[str, int]:
+    """Run a reward function offline over a store's sessions and record its verdicts as feedback
+    (``source`` ``reward:<path>``; one per session and reward, so running it again adds nothing
+    unless ``rescore``). ``reward(task, output)`` gets the session as a task (see the module
+    docstring) and its last answer (``{"text", "tool_calls"}``, or the text alone without tool
+    calls), and returns a number or a :class:`~evolve.types.Reward`. Returns counts."""
+    from evolve.gateway.traces import TraceStore, scores_of
+    from evolve.registry import import_path
+
+    fn = import_path(reward, what="reward", search=base_dir or Path.cwd())
+    st = TraceStore(store, create=False)
+    counts = {"sessions": 0, "scored": 0, "skipped": 0, "failed": 0}
+    source = f"reward:{reward}"
+    try:
+        for s in st.sessions():
+            if route is not None and s["route"] != route:
+                continue
+            counts["sessions"] += 1
+            ok = [c for c in st.calls(s["id"]) if c.status == "ok"]
+            fb = st.feedback_of(session_id=s["id"])
+            if not ok or (not rescore and any(f.source == source for f in fb)):
+                counts["skipped"] += 1
+                continue
+            task = session_task(s, ok, fb, scores_of(fb))
+            last = ok[-1]
+            output = last.output if not last.tool_calls else {"text": last.output, "tool_calls": last.tool_calls}
+            try:
+                r = fn(task, output)
+            except Exception:  # noqa: BLE001 - a reward that raises on one session scores nothing there
+                counts["failed"] += 1
+                continue
+            score = float(getattr(r, "score", r))
+            comps = dict(getattr(r, "components", None) or {})
+            text = getattr(r, "feedback", None)
+            n = sum(1 for f in fb if f.source == source)
+            st.feedback(session_id=s["id"], score=score, components=comps or None, text=text,
+                        id=f"{source}:{s['id']}:{n if rescore else 0}", source=source)
+            counts["scored"] += 1
+    finally:
+        st.close()
+    return counts
 
 
 def replay(task: dict, ctx: Any) -> Any:
@@ -135,4 +186,4 @@ def replay(task: dict, ctx: Any) -> Any:
     return out.text if calls is None else {"text": text, "tool_calls": calls}
 
 
-__all__ = ["sessions", "replay"]
+__all__ = ["replay", "score_sessions", "session_task", "sessions"]

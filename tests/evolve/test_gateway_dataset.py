@@ -114,3 +114,27 @@ def agrees(task: dict, output) -> float:
     """The replayed answer agrees with what was served (the recorded answer)."""
     text = output if isinstance(output, str) else json.dumps(output)
     return 1.0 if text == (task["answer"]["output"] or "") else 0.0
+
+
+def length_reward(task: dict, output) -> float:
+    if task["id"] == "s3":
+        raise ValueError("cannot judge this one")
+    return float(len(output) == 2)
+
+
+def test_a_reward_run_offline_over_sessions_becomes_their_feedback_once(tmp_path, capsys):
+    from evolve.cli import main
+    from evolve.gateway.dataset import score_sessions
+
+    st = _store(tmp_path)
+    reward = "tests.evolve.test_gateway_dataset:length_reward"
+    c = score_sessions(tmp_path / "traces", reward)
+    assert c == {"sessions": 11, "scored": 9, "skipped": 1, "failed": 1}  # "failed" has no answer; s3 raised
+    fb = [f for f in st.feedback_of(session_id="s9") if f.source == f"reward:{reward}"]
+    assert [f.score for f in fb] == [1.0]
+    again = score_sessions(tmp_path / "traces", reward)  # each session once: only s3 is tried again, and fails
+    assert again == {"sessions": 11, "scored": 0, "skipped": 10, "failed": 1}
+    assert len(score_sessions(tmp_path / "traces", reward, rescore=True)) == 4
+    assert [f.score for f in st.feedback_of(session_id="s9") if f.source == f"reward:{reward}"] == [1.0, 1.0]
+    main(["traces", "score", str(tmp_path / "traces"), reward, "--route", "sql"])
+    assert "0 sessions scored" in capsys.readouterr().out
