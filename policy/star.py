@@ -52,10 +52,7 @@ class STaR:
         return success_turns(trajs, self.p.role, self.p.turns, self.p.dedupe)
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
-        from evolve.policy.train import train_lora
-        from evolve.policy.weights import load_base
-
-        from evolve.policy.sft import cold_start_examples, trainable_spec
+        from evolve.policy.sft import trainable_spec
 
         p = self.p
         spec = trainable_spec(parent, p.role, ctx.log, self.name)
@@ -71,28 +68,40 @@ class STaR:
         if len(examples) < p.min_examples:
             return []
         n_own = len(examples)
-        demos = cold_start_examples(spec, ctx.artifacts) if p.replay > 0 else []
-        if demos:
-            k = min(len(demos), round(p.replay * len(demos)))
-            examples = examples + ctx.rng.sample(demos, k)
-        model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
-                                  dtype=spec.params.get("dtype"),
-                                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
-        init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
-        seed = ctx.rng.randrange(2**31)
-        adapter = train_lora(model, examples, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,
-                             batch_size=p.batch_size, seed=seed, init=init, pad_id=tok.pad_id)
-        path = ctx.workdir / "adapter.safetensors"
-        adapter.save(path)
-        ref = ctx.artifacts.put_file(path, "adapter")
-        stats = getattr(adapter, "stats", {}) or {}
-        child_spec = spec.model_copy(update={"adapter": ref})
-        child = parent.replace(models={**parent.models, p.role: child_spec})
+        child, stats, n_all = train_adapter_child(parent, spec, p.role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr,
+                                                  epochs=p.epochs, batch_size=p.batch_size, replay=p.replay)
         info = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved,
-                "examples": n_own, "replayed": len(examples) - n_own, "train_loss": stats.get("loss"), "train_seconds": stats.get("seconds")}
-        why = (f"LoRA r={p.r} trained on {n_own} successful turns + {len(examples) - n_own} replayed demos "
+                "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss"),
+                "train_seconds": stats.get("seconds")}
+        why = (f"LoRA r={p.r} trained on {n_own} successful turns + {n_all - n_own} replayed demos "
                f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+
+
+def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ctx: OperatorContext, *, r: int,
+                        alpha: float, lr: float, epochs: float, batch_size: int, replay: float
+                        ) -> tuple[System, dict, int]:
+    """Train a LoRA adapter on ``examples`` ((prompt ids, target ids) pairs), with ``replay`` of the
+    cold-start demos mixed back in, continued from the parent's adapter; store it and return (the
+    child "parent base + new adapter", the training stats, how many examples were trained on)."""
+    from evolve.policy.sft import cold_start_examples
+    from evolve.policy.train import train_lora
+    from evolve.policy.weights import load_base
+
+    demos = cold_start_examples(spec, ctx.artifacts) if replay > 0 else []
+    if demos:
+        examples = examples + ctx.rng.sample(demos, min(len(demos), round(replay * len(demos))))
+    model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
+                              dtype=spec.params.get("dtype"),
+                              gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
+    init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
+    adapter = train_lora(model, examples, r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
+                         seed=ctx.rng.randrange(2**31), init=init, pad_id=tok.pad_id)
+    path = ctx.workdir / "adapter.safetensors"
+    adapter.save(path)
+    ref = ctx.artifacts.put_file(path, "adapter")
+    child = parent.replace(models={**parent.models, role: spec.model_copy(update={"adapter": ref})})
+    return child, getattr(adapter, "stats", {}) or {}, len(examples)
 
 
 def rejected_turns(steps: Sequence[Any]) -> set[int]:

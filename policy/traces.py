@@ -65,9 +65,7 @@ class FromTraces:
         return out, counts
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
-        from evolve.policy.sft import cold_start_examples, trainable_spec
-        from evolve.policy.train import train_lora
-        from evolve.policy.weights import load_base
+        from evolve.policy.sft import trainable_spec
 
         p = self.p
         spec = trainable_spec(parent, p.role, ctx.log, self.name)
@@ -79,22 +77,12 @@ class FromTraces:
                 f"{counts['no_tokens']} without token ids)")
         if len(examples) < p.min_examples:
             return []
+        from evolve.policy.star import train_adapter_child
+
         n_own = len(examples)
-        demos = cold_start_examples(spec, ctx.artifacts) if p.replay > 0 else []
-        if demos:
-            examples = examples + ctx.rng.sample(demos, min(len(demos), round(p.replay * len(demos))))
-        model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
-                                  dtype=spec.params.get("dtype"),
-                                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
-        init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
-        adapter = train_lora(model, examples, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,
-                             batch_size=p.batch_size, seed=ctx.rng.randrange(2**31), init=init, pad_id=tok.pad_id)
-        path = ctx.workdir / "adapter.safetensors"
-        adapter.save(path)
-        ref = ctx.artifacts.put_file(path, "adapter")
-        child = parent.replace(models={**parent.models, p.role: spec.model_copy(update={"adapter": ref})})
-        stats = getattr(adapter, "stats", {}) or {}
-        info = {**counts, "examples": n_own, "replayed": len(examples) - n_own, "train_loss": stats.get("loss")}
+        child, stats, n_all = train_adapter_child(parent, spec, p.role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr,
+                                                  epochs=p.epochs, batch_size=p.batch_size, replay=p.replay)
+        info = {**counts, "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss")}
         why = (f"LoRA r={p.r} trained on {n_own} recorded turns of {counts['successes']} sessions scored "
-               f">= {p.min_score:g} + {len(examples) - n_own} replayed demos")
+               f">= {p.min_score:g} + {n_all - n_own} replayed demos")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]

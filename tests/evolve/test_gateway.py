@@ -546,16 +546,12 @@ def test_a_local_route_records_token_ids_and_follows_a_promotion_without_a_resta
     from evolve.archive import Archive
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import from_flags
-    from evolve.policy.local import build
+    from tests.helpers import greedy_answers
 
     path, a, b = served_run
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say hi"}]
+    want = greedy_answers(path, (a, b), msgs)
     with Archive(path, create=False) as archive:
-        want = {}
-        for s in (a, b):
-            llm = build(s.models["policy"], archive.artifacts)
-            want[s.id] = llm.complete(msgs, temperature=0.0, max_tokens=16)
-            llm.close()
         archive.set_current(a.id)
     cfg = from_flags(local=path, store=tmp_path / "t", port=0)
     cfg = cfg.model_validate({**cfg.model_dump(), "routes": [{**cfg.routes[0].model_dump(),

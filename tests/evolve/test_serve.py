@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_tiny_llm, two_system_run
+from tests.helpers import greedy_answers, make_tiny_llm, two_system_run
 
 from evolve.errors import ConfigError, LLMError, UserError
 from evolve.llm.fake import ScriptedLM
@@ -183,15 +183,9 @@ def run_dir(tmp_path_factory):
 
 def test_hot_swap_on_promotion_and_recording(run_dir):
     from evolve.archive import Archive
-    from evolve.policy.local import build
 
     path, a, b = run_dir
-    with Archive(path, create=False) as archive:
-        want = {}
-        for s in (a, b):
-            llm = build(s.models["policy"], archive.artifacts)
-            want[s.id] = llm.complete(MSGS, temperature=0.0, max_tokens=16)
-            llm.close()
+    want = greedy_answers(path, (a, b), MSGS)
     assert want[a.id].token_ids != want[b.id].token_ids, "the adapter should change the greedy answer"
     with ServeApp(path, follow=True, poll=0.05, log=lambda m: None) as app:
         srv = app.start()

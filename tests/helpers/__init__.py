@@ -83,3 +83,18 @@ def two_system_run(d):
         archive.add_system(b, parents=[a.id], operator="star")
         archive.set_current(a.id)
     return d / "run", a, b
+
+
+def greedy_answers(run_dir, systems, messages, max_tokens: int = 16) -> dict:
+    """Each system's greedy answer to ``messages``, by its own local model built from the run's
+    artifacts: {system id: Completion}."""
+    from evolve.archive import Archive
+    from evolve.policy.local import build
+
+    want = {}
+    with Archive(run_dir, create=False) as archive:
+        for s in systems:
+            llm = build(s.models["policy"], archive.artifacts)
+            want[s.id] = llm.complete(messages, temperature=0.0, max_tokens=max_tokens)
+            llm.close()
+    return want
