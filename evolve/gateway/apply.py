@@ -13,7 +13,10 @@ A route's ``evolve`` block names the run and the rules::
 * ``block`` replaces the placeholder ``{{evolve:<component>}}`` in that message (the agent marks
   where the evolved text goes, and keeps the rest of its prompt its own);
 * ``prepend`` / ``append`` put the component before / after the message's text;
-* ``replace`` replaces the message's text whole.
+* ``replace`` replaces the message's text whole;
+* ``demos`` inserts the component's few-shot demos (a JSON list of ``{"input", "output"}``, as
+  the prompt layer's ``*.demos`` components hold) as user / assistant message pairs right before
+  the last user message (``message`` is not used).
 
 ``message: system`` adds a system message when the request has none. A rule whose component the
 system lacks, or whose placeholder the message lacks, changes nothing; the call records the rules
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HOW = ("block", "prepend", "append", "replace")
+HOW = ("block", "prepend", "append", "replace", "demos")
 WHERE = ("system", "last_user")
 
 
@@ -47,6 +50,25 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return str(content or "")
+
+
+def demo_messages(value: str) -> list[dict[str, str]]:
+    """Few-shot demos (a JSON list of ``{"input", "output"}``) as user / assistant messages; [] when
+    the component is not such a list."""
+    import json
+
+    try:
+        demos = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError:
+        return []
+    out: list[dict[str, str]] = []
+    for d in demos if isinstance(demos, list) else []:
+        if isinstance(d, dict) and "input" in d and "output" in d:
+            def text(v: Any) -> str:
+                return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+            out += [{"role": "user", "content": text(d["input"])}, {"role": "assistant", "content": text(d["output"])}]
+    return out
 
 
 def _edit(content: Any, rule: Rule, value: str) -> Any:
@@ -84,6 +106,14 @@ def apply_rules(messages: list[dict], rules: list[Rule], prompts: dict[str, str]
     for rule in rules:
         value = prompts.get(rule.component)
         if value is None:
+            continue
+        if rule.how == "demos":
+            pairs = demo_messages(value)
+            last = next((i for i in range(len(out) - 1, -1, -1) if out[i].get("role") == "user"), None)
+            if not pairs or last is None:
+                continue
+            out[last:last] = pairs
+            applied.append(rule.component)
             continue
         if rule.message == "system":
             idx = next((i for i, m in enumerate(out) if m.get("role") in ("system", "developer")), None)

@@ -72,8 +72,9 @@ class LocalConfig(_Strict):
 
 class RuleConfig(_Strict):
     component: str = Field(description="a key of the system's prompts, e.g. policy.instruction")
-    how: Literal["block", "prepend", "append", "replace"] = Field(
-        "block", description="block: replace {{evolve:<component>}} in the message; or prepend, append, replace")
+    how: Literal["block", "prepend", "append", "replace", "demos"] = Field(
+        "block", description="block: replace {{evolve:<component>}} in the message; or prepend, append, replace; "
+                             "demos: the component's few-shot demos as message pairs before the last user message")
     message: Literal["system", "last_user"] = Field("system", description="the message it goes into")
 
 

@@ -684,3 +684,9 @@ def test_apply_rules_modes():
     parts = [{"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]}]
     got = apply_rules(parts, [Rule("k", "prepend", "last_user")], p)[0][0]["content"]
     assert got == [{"type": "text", "text": "EVOLVED"}, *parts[0]["content"]]  # the image stays
+    demos = {"policy.demos": json.dumps([{"input": "2+2", "output": "4"}, {"input": "3+3", "output": {"n": 6}}])}
+    with_demos, used = apply_rules(sys_msgs, [Rule("policy.demos", "demos")], demos)
+    assert used == ["policy.demos"] and with_demos == [
+        sys_msgs[0], {"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+3"}, {"role": "assistant", "content": '{"n": 6}'}, sys_msgs[1]]
+    assert apply_rules(sys_msgs, [Rule("policy.demos", "demos")], {"policy.demos": "not json"}) == (sys_msgs, [])
