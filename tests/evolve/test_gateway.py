@@ -308,6 +308,22 @@ def test_an_upstream_failure_is_the_status_the_client_expects_and_recorded_as_an
     assert [c.status for c in calls] == ["error"] * 5 and calls[0].error.startswith("429")
 
 
+def test_a_client_that_drops_a_stream_half_way_has_its_call_recorded_as_cut(gw):
+    import httpx
+
+    body = {"model": "drip-300", "stream": True, "messages": [{"role": "user", "content": "one two three four five"}]}
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", gw.url + "/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            next(r.iter_lines())  # the first chunk, then the client goes away
+    deadline = time.time() + 20
+    while not gw.gateway.store.calls() and time.time() < deadline:
+        time.sleep(0.05)
+    (call,) = gw.gateway.store.calls()
+    assert call.status == "error" and call.error.startswith("499") and call.stream
+    assert _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "ok"}]})[0] == 200
+
+
 def test_feedback_over_http_is_idempotent_by_id_and_checks_what_it_is_about(gw):
     status, r = _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
                                                       "user": "fb-session"})

@@ -9,7 +9,7 @@ What it answers, deterministically:
 * otherwise: ``"echo: <last user text>"``.
 
 Model names steer failures: ``fail-500`` answers 500, ``fail-429`` 429, ``slow-<ms>`` waits
-that long first. Every request body is kept in ``.requests`` (and its headers in ``.headers``).
+that long first, ``drip-<ms>`` waits that long between stream chunks. Every request body is kept in ``.requests`` (and its headers in ``.headers``).
 """
 
 from __future__ import annotations
@@ -101,11 +101,15 @@ class ScriptedUpstream:
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
                 return f"data: {json.dumps(c)}\n\n"
 
+            drip = int(model.split("-", 1)[1]) / 1000 if model.startswith("drip-") else 0.0
+
             async def events() -> Any:
                 yield chunk({"role": "assistant", "content": ""})
                 if text:
                     words = text.split(" ")
                     for i, w in enumerate(words):
+                        if drip:
+                            await asyncio.sleep(drip)
                         yield chunk({"content": w + (" " if i < len(words) - 1 else "")})
                 for i, c in enumerate(calls or []):
                     yield chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
