@@ -60,6 +60,7 @@ class Gateway:
             raise UserError("the gateway needs at least one route (an upstream model to send calls to)")
         self.routes, self.store, self.api_key, self.log = routes, store, api_key, log
         self.loopback, self.allow_origins = loopback, tuple(allow_origins)
+        self.spans: Any = None  # evolve.gateway.otel.SpanExport: each stored call also sent as a span
 
     # -- the ASGI app ------------------------------------------------------------------------------
 
@@ -148,6 +149,12 @@ class Gateway:
         import anyio
 
         await anyio.to_thread.run_sync(self.store.record, call)
+        if self.spans is not None:
+            try:
+                self.spans.send([call])  # queued: the batch processor sends it off this thread
+            except Exception as e:  # noqa: BLE001 - telemetry never fails a call
+                if self.log:
+                    self.log(f"could not export a span: {type(e).__name__}: {e}")
 
     def _headers(self, call: CallRecord) -> dict[str, str]:
         return {"x-evolve-call-id": call.id, "x-evolve-session": call.session_id,

@@ -165,6 +165,23 @@ def score(store: Path = typer.Argument(..., help="The trace store's folder."),
                  f"{c['failed']} where the reward raised; {c['sessions']} in all", markup=False)
 
 
+@traces_app.command("otel")
+def otel(store: Path = typer.Argument(..., help="The trace store's folder."),
+         endpoint: str = typer.Option(..., "--endpoint", help="The OTLP/gRPC collector, e.g. http://127.0.0.1:4317."),
+         session: Optional[str] = typer.Option(None, "--session", help="Only this session's calls."),
+         capture_content: bool = typer.Option(False, "--capture-content", help="Also send messages and answers.")) -> None:
+    """Send the recorded calls to an OpenTelemetry collector as gen_ai spans."""
+    from evolve.gateway.otel import SpanExport
+
+    calls = _store(store).calls(session)
+    spans = SpanExport(endpoint, capture_content=capture_content)
+    try:
+        n = spans.send(calls)
+    finally:
+        spans.close()
+    _out().print(f"sent {n} spans to {endpoint}", markup=False)
+
+
 @traces_app.command("check")
 def check(store: Path = typer.Argument(..., help="The trace store's folder.")) -> None:
     """Check the store's integrity (SQLite's own check, each session's calls)."""

@@ -7,6 +7,7 @@
     store: traces            # the trace store's folder
     api_key_env: null        # the variable holding the key agents must send
     allow_origins: []        # web pages allowed to call it from a browser (none by default)
+    otel: null               # {endpoint: http://127.0.0.1:4317}: each call as an OpenTelemetry gen_ai span
     routes:
       - name: default
         match: ["*"]         # model names (or globs) this route answers, first match wins
@@ -106,6 +107,12 @@ class RouteConfig(_Strict):
         return self
 
 
+class OtelConfig(_Strict):
+    endpoint: str = Field(description="the OTLP/gRPC collector, e.g. http://127.0.0.1:4317")
+    capture_content: bool = Field(False, description="also send messages and answers (gen_ai.input/output.messages)")
+    service: str = Field("evolve-gateway", description="service.name of the spans")
+
+
 class GatewayConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(4000, ge=0, le=65535)
@@ -113,6 +120,7 @@ class GatewayConfig(_Strict):
     api_key_env: str | None = Field(None, description="the variable holding the key agents must send "
                                                       "(required beyond loopback)")
     routes: list[RouteConfig] = Field(min_length=1)
+    otel: OtelConfig | None = Field(None, description="export each call as an OpenTelemetry gen_ai span")
     allow_origins: list[str] = Field(default_factory=list, description="web origins (scheme://host:port) allowed "
                                      "to call the gateway from a browser; none by default")
 
@@ -181,4 +189,4 @@ def format_flags_error(e: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
 
 
-__all__ = ["EvolveConfig", "GatewayConfig", "LocalConfig", "RuleConfig", "RouteConfig", "UpstreamConfig", "from_flags", "load_config"]
+__all__ = ["EvolveConfig", "GatewayConfig", "LocalConfig", "OtelConfig", "RuleConfig", "RouteConfig", "UpstreamConfig", "from_flags", "load_config"]

@@ -52,11 +52,24 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
 
                 route.source = SystemSource(r.evolve.run, r.evolve.system, r.evolve.poll).open()
                 route.rules = [Rule(x.component, x.how, x.message) for x in r.evolve.apply]
-        return Gateway(routes, TraceStore(cfg.store), api_key=key, log=log, loopback=is_loopback(cfg.host),
-                       allow_origins=cfg.allow_origins)
+        gateway = Gateway(routes, TraceStore(cfg.store), api_key=key, log=log, loopback=is_loopback(cfg.host),
+                          allow_origins=cfg.allow_origins)
+        if cfg.otel is not None:
+            from evolve.gateway.otel import SpanExport
+
+            gateway.spans = SpanExport(cfg.otel.endpoint, capture_content=cfg.otel.capture_content,
+                                       service=cfg.otel.service)
+        return gateway
     except BaseException:
         close_routes(routes)
         raise
+
+
+def close_gateway(gateway: Gateway) -> None:
+    close_routes(gateway.routes)
+    if gateway.spans is not None:
+        gateway.spans.close()
+        gateway.spans = None
 
 
 def close_routes(routes: list[Route]) -> None:
@@ -105,7 +118,7 @@ class GatewayServer:
         try:
             self._server.run()
         finally:
-            close_routes(self.gateway.routes)
+            close_gateway(self.gateway)
         if not self._server.started:
             raise ConfigError(f"the gateway could not listen on {self.host}:{self.port}; choose another --port")
 
@@ -125,7 +138,7 @@ class GatewayServer:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=15)
-        close_routes(self.gateway.routes)
+        close_gateway(self.gateway)
         self.gateway.store.close()
 
     def __enter__(self) -> GatewayServer:
