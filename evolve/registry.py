@@ -167,6 +167,8 @@ stoppings = Registry("stopping rule", {"budget": "evolve.loop:BudgetOnly", "plat
 # The CLI's command groups beside run/eval/init/serve (evolve.cli): name -> a typer app.
 commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline": "evolve.prompts.cli:baseline_app",
                                  "traces": "evolve.gateway.cli:traces_app"})
+# What serves a system's memory outside the engine (the gateway): function(memory spec, query) -> items.
+recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
 # How a backend's model starts a run (evolve.bootstrap): function(session, role, model config) -> ModelSpec;
 # a backend without an entry starts from its spec as written.
 model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})

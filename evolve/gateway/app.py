@@ -250,12 +250,17 @@ class Gateway:
         route = pick(self.routes, req.model)
         sent = req.messages  # as the agent sent them: sessions are found by these, whatever system answers
         applied: list[str] = []
+        recalled: list[str] = []
         system_id = route.current_system()
         if route.source is not None:
-            from evolve.gateway.apply import apply_rules
+            from evolve.gateway.apply import apply_recall, apply_rules
 
             system_id, prompts = await anyio.to_thread.run_sync(route.source.current)
             req.messages, applied = apply_rules(req.messages, route.rules, prompts)
+            if route.recall is not None:
+                memory = route.source.memory
+                req.messages, recalled = await anyio.to_thread.run_sync(
+                    lambda: apply_recall(req.messages, memory, route.recall))
         call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
         call = CallRecord(session_id=await self._session(request, req, sent, call_id), api=api,
                           messages=req.messages, model=req.model, route=route.name,
@@ -264,6 +269,8 @@ class Gateway:
                           system_id=system_id, id=call_id)
         if route.source is not None:
             call.params["evolve_applied"] = applied
+            if route.recall is not None:
+                call.params["memory_recalled"] = recalled
         if req.stream:
             chunks = route.upstream.stream(req)
             try:  # the first chunk before the answer starts: an upstream that fails gets its own status

@@ -22,6 +22,11 @@ A route's ``evolve`` block names the run and the rules::
 system lacks, or whose placeholder the message lacks, changes nothing; the call records the rules
 that did apply (``params.evolve_applied``) and the system id, so every call says which system
 answered it. The agent may also read the components: ``GET /v1/evolve/system?model=<name>``.
+
+``recall: {message: system, how: append, header: ..., format: "- {text}"}`` in the ``evolve`` block
+also inserts what the system's memory (``System.memory``: store, version, k, kinds) recalls for the
+last user message, through :data:`evolve.registry.recallers`; the call records the item ids
+(``params.memory_recalled``).
 """
 
 from __future__ import annotations
@@ -135,6 +140,43 @@ def apply_rules(messages: list[dict], rules: list[Rule], prompts: dict[str, str]
     return out, applied
 
 
+@dataclass(frozen=True)
+class RecallRule:
+    """Where a system's recalled memories go: ``message`` (system | last_user), ``how`` (prepend |
+    append), under ``header``; each item shown as ``format`` (``{text}`` and the item's metadata
+    keys, e.g. ``{text} -> {answer}``)."""
+
+    message: str = "system"
+    how: str = "append"
+    header: str = "Relevant past experience:"
+    format: str = "- {text}"
+
+
+def recall_text(items: list[dict], rule: RecallRule) -> str:
+    lines = []
+    for it in items:
+        try:
+            lines.append(rule.format.format(text=it["text"], **{k: v for k, v in it["metadata"].items() if k != "text"}))
+        except (KeyError, IndexError, ValueError):
+            lines.append(f"- {it['text']}")
+    return rule.header + "\n" + "\n".join(lines) if lines else ""
+
+
+def apply_recall(messages: list[dict], memory: dict | None, rule: RecallRule | None) -> tuple[list[dict], list[str]]:
+    """(the messages with the system's recalled memories inserted, the recalled item ids)."""
+    if rule is None or not memory or not memory.get("store"):
+        return messages, []
+    from evolve.registry import recallers
+
+    query = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    items = recallers.get("memory")(memory, query)
+    text = recall_text(items, rule)
+    if not text:
+        return messages, []
+    out, _ = apply_rules(messages, [Rule("_recall", rule.how, rule.message)], {"_recall": text})
+    return out, [it["id"] for it in items]
+
+
 @dataclass
 class SystemSource:
     """A run's current system (or a pinned one), re-read when the archive's pointer moves (checked at
@@ -147,6 +189,7 @@ class SystemSource:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _sid: str | None = field(default=None, init=False)
     _prompts: dict[str, str] = field(default_factory=dict, init=False)
+    _memory: dict[str, Any] = field(default_factory=dict, init=False)
     _checked: float = field(default=0.0, init=False)
 
     def open(self) -> SystemSource:
@@ -160,6 +203,12 @@ class SystemSource:
     def _load(self, sid: str) -> None:
         system = self._archive.get_system(sid)
         self._sid, self._prompts, self._checked = sid, dict(system.prompts), time.monotonic()
+        self._memory = dict(system.memory or {})
+
+    @property
+    def memory(self) -> dict[str, Any]:
+        """The current system's memory spec (store, version, k, kinds)."""
+        return self._memory
 
     def current(self) -> tuple[str | None, dict[str, str]]:
         with self._lock:

@@ -79,12 +79,27 @@ class RuleConfig(_Strict):
     message: Literal["system", "last_user"] = Field("system", description="the message it goes into")
 
 
+class RecallConfig(_Strict):
+    message: Literal["system", "last_user"] = Field("system", description="the message the memories go into")
+    how: Literal["prepend", "append"] = "append"
+    header: str = "Relevant past experience:"
+    format: str = Field("- {text}", description="one line per item: {text} and the item's metadata keys")
+
+
 class EvolveConfig(_Strict):
     run: Path = Field(description="the run whose current system's prompts apply (followed as the archive "
                                   "promotes or rolls back)")
     system: str | None = Field(None, description="pin a system (id prefix, best, baseline) instead of following")
     poll: float = Field(1.0, gt=0, description="seconds between checks of the archive's current pointer")
-    apply: list[RuleConfig] = Field(min_length=1, description="what goes where")
+    apply: list[RuleConfig] = Field(default_factory=list, description="which prompt components go where")
+    recall: RecallConfig | None = Field(None, description="insert what the system's memory recalls for the last "
+                                                          "user message")
+
+    @model_validator(mode="after")
+    def _something(self) -> EvolveConfig:
+        if not self.apply and self.recall is None:
+            raise ValueError("give 'apply' rules, 'recall', or both: what of the evolved system goes into requests")
+        return self
 
 
 class RouteConfig(_Strict):

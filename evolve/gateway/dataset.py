@@ -169,6 +169,29 @@ def score_sessions(store: str | Path, reward: str, *, route: str | None = None, 
     return counts
 
 
+def experiences(trajectories: Any, tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict[str, Any]]:
+    """The memory operator's ``extract`` for recorded traffic: every session task scored at or above
+    ``threshold`` becomes an experience — its last user message as the text, what was answered as
+    metadata (``answer``, ``tool_calls``, ``session``). The trajectories are not needed: what the
+    session did is recorded. Use: ``{name: memory, params: {extract: evolve.gateway.dataset:experiences}}``."""
+    out = []
+    for t in tasks.values():
+        if t.get("score") is None or t["score"] < threshold or not t.get("calls"):
+            continue
+        first = t["calls"][0]
+        user = next((m for m in reversed(first["messages"]) if m.get("role") == "user"), None)
+        if user is None:
+            continue
+        content = user.get("content")
+        text = content if isinstance(content, str) else " ".join(
+            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        meta = {"answer": t["calls"][-1].get("output") or "", "session": t["session_id"]}
+        if t["calls"][-1].get("tool_calls"):
+            meta["tool_calls"] = t["calls"][-1]["tool_calls"]
+        out.append({"kind": "experience", "text": text, "metadata": meta})
+    return out
+
+
 def replay(task: dict, ctx: Any) -> Any:
     """A candidate answers a recorded session's first turn anew. The candidate's prompt components
     are applied to the agent's original messages by the task's ``apply`` rules (the gateway's);
@@ -186,4 +209,4 @@ def replay(task: dict, ctx: Any) -> Any:
     return out.text if calls is None else {"text": text, "tool_calls": calls}
 
 
-__all__ = ["replay", "score_sessions", "session_task", "sessions"]
+__all__ = ["experiences", "replay", "score_sessions", "session_task", "sessions"]

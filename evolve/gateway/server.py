@@ -52,6 +52,11 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
 
                 route.source = SystemSource(r.evolve.run, r.evolve.system, r.evolve.poll).open()
                 route.rules = [Rule(x.component, x.how, x.message) for x in r.evolve.apply]
+                if r.evolve.recall is not None:
+                    from evolve.gateway.apply import RecallRule
+
+                    rc = r.evolve.recall
+                    route.recall = RecallRule(rc.message, rc.how, rc.header, rc.format)
         gateway = Gateway(routes, TraceStore(cfg.store), api_key=key, log=log, loopback=is_loopback(cfg.host),
                           allow_origins=cfg.allow_origins)
         if cfg.otel is not None:

@@ -146,6 +146,7 @@ class Route:
     system_id: str | None = None
     source: Any = None  # evolve.gateway.apply.SystemSource: the run whose prompts apply
     rules: list[Any] = field(default_factory=list)  # evolve.gateway.apply.Rule
+    recall: Any = None  # evolve.gateway.apply.RecallRule: the system's memories inserted
 
     def current_system(self) -> str | None:
         """The system answering now: the followed run's, the local route's, or the route's label."""

@@ -138,3 +138,56 @@ def test_a_reward_run_offline_over_sessions_becomes_their_feedback_once(tmp_path
     assert [f.score for f in st.feedback_of(session_id="s9") if f.source == f"reward:{reward}"] == [1.0, 1.0]
     main(["traces", "score", str(tmp_path / "traces"), reward, "--route", "sql"])
     assert "0 sessions scored" in capsys.readouterr().out
+
+
+def test_rewarded_sessions_become_memories_that_the_gateway_recalls_into_requests(tmp_path):
+    """The memory operator with the traces' extract learns experiences from recorded sessions (no
+    rollouts of the agent needed); a gateway route following that run recalls them into requests."""
+    import openai
+
+    import evolve
+    from evolve.archive import Archive
+    from evolve.gateway import GatewayServer
+    from evolve.gateway.config import GatewayConfig
+    from evolve.gateway.dataset import experiences, sessions
+    from tests.helpers.upstream import ScriptedUpstream
+
+    st = TraceStore(tmp_path / "traces")
+    for i, (q, a) in enumerate([("how many singers are there", "select count(*) from singer"),
+                                ("list the concert names", "select name from concert"),
+                                ("oldest singer age", "select max(age) from singer")]):
+        st.record(CallRecord(session_id=f"s{i}", api="openai", messages=[{"role": "user", "content": q}], output=a))
+        st.feedback(session_id=f"s{i}", score=1.0 if i < 2 else 0.0)
+    tasks = sessions(str(tmp_path / "traces"), val=0.0)["train"]
+    got = experiences([], {t["id"]: t for t in tasks})
+    assert sorted(e["text"] for e in got) == ["how many singers are there", "list the concert names"]
+    assert {e["metadata"]["answer"] for e in got} == {"select count(*) from singer", "select name from concert"}
+
+    task = {"name": "mem", "seed": 0, "agent": "evolve.gateway.dataset:replay",
+            "reward": "tests.evolve.test_gateway_dataset:agrees",
+            "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
+            "dataset": {"source": "evolve.gateway.dataset:sessions",
+                        "params": {"store": str(tmp_path / "traces"), "val": 0.0}},
+            "operators": [{"name": "memory", "params": {"extract": "evolve.gateway.dataset:experiences",
+                                                        "embedder": "hashing", "k": 1, "feedback": False}}],
+            "budget": {"generations": 1}, "engine": {"acceptance": "val_only", "min_gain": -1}}
+    evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
+    with Archive(tmp_path / "run", create=False) as archive:
+        (kid,) = [r for r in archive.records() if r.operator == "memory"]
+        archive.set_current(kid.id)  # served: as a promotion would
+        memory = archive.get_system(kid.id).memory
+    assert memory["version"] >= 1 and memory["k"] == 1
+
+    with ScriptedUpstream() as up:
+        cfg = GatewayConfig.model_validate({"port": 0, "store": tmp_path / "served", "routes": [
+            {"upstream": {"model": "openai/*", "api_base": up.url},
+             "evolve": {"run": tmp_path / "run", "recall": {"format": "- {text} => {answer}"}}}]})
+        with GatewayServer(cfg) as gw:
+            openai.OpenAI(base_url=gw.url, api_key="unused").chat.completions.create(
+                model="m", messages=[{"role": "system", "content": "You write SQL."},
+                                     {"role": "user", "content": "how many singers do we have"}])
+            (call,) = gw.gateway.store.calls()
+        system = up.requests[-1]["messages"][0]["content"]
+    assert system == ("You write SQL.\n\nRelevant past experience:\n"
+                      "- how many singers are there => select count(*) from singer")
+    assert len(call.params["memory_recalled"]) == 1 and call.system_id == kid.id
