@@ -249,21 +249,26 @@ class Gateway:
         req = openai_request(body) if api == "openai" else anthropic_request(body)
         route = pick(self.routes, req.model)
         sent = req.messages  # as the agent sent them: sessions are found by these, whatever system answers
+        call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
+        session = await self._session(request, req, sent, call_id)
+        pinned = None
+        if route.sticky and (route.source is not None or hasattr(route.upstream, "system_id")):
+            # a session stays with the system that answered its first call: a promotion serves new sessions
+            pinned = await anyio.to_thread.run_sync(self.store.session_system, session)
         applied: list[str] = []
         recalled: list[str] = []
-        system_id = route.current_system()
+        system_id = pinned or route.current_system()
         if route.source is not None:
             from evolve.gateway.apply import apply_recall, apply_rules
 
-            system_id, prompts = await anyio.to_thread.run_sync(route.source.current)
+            system_id, prompts, memory = await anyio.to_thread.run_sync(route.source.resolve, pinned)
             req.messages, applied = apply_rules(req.messages, route.rules, prompts)
             if route.recall is not None:
-                memory = route.source.memory
                 req.messages, recalled = await anyio.to_thread.run_sync(
                     lambda: apply_recall(req.messages, memory, route.recall))
-        call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
-        call = CallRecord(session_id=await self._session(request, req, sent, call_id), api=api,
-                          messages=req.messages, model=req.model, route=route.name,
+        if hasattr(route.upstream, "system_id"):  # a local route answers with the session's own system
+            req.system = pinned
+        call = CallRecord(session_id=session, api=api, messages=req.messages, model=req.model, route=route.name,
                           upstream_model=route.upstream.target(req.model), stream=req.stream, tools=req.tools,
                           params={k: v for k, v in req.params.items() if k != "tools"}, request=body,
                           system_id=system_id, id=call_id)

@@ -191,6 +191,22 @@ class SystemSource:
     _prompts: dict[str, str] = field(default_factory=dict, init=False)
     _memory: dict[str, Any] = field(default_factory=dict, init=False)
     _checked: float = field(default=0.0, init=False)
+    _others: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict, init=False)
+
+    def resolve(self, pinned: str | None = None) -> tuple[str | None, dict[str, str], dict[str, Any]]:
+        """(id, prompts, memory) of ``pinned`` (a session's own system), else of the current one."""
+        sid, prompts = self.current()
+        if pinned is None or pinned == sid:
+            return sid, prompts, self._memory
+        with self._lock:
+            got = self._others.get(pinned)
+            if got is None:
+                system = self._archive.get_system(pinned)
+                got = (dict(system.prompts), dict(system.memory or {}))
+                if len(self._others) >= 64:
+                    self._others.pop(next(iter(self._others)))
+                self._others[pinned] = got
+        return pinned, got[0], got[1]
 
     def open(self) -> SystemSource:
         from evolve.archive import Archive

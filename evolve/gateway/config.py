@@ -110,6 +110,8 @@ class RouteConfig(_Strict):
     local: LocalConfig | None = Field(None, description="the project's local model, from a run's archive")
     system: str | None = Field(None, description="the label recorded as the system that answered (upstream routes)")
     evolve: EvolveConfig | None = Field(None, description="apply a run's evolved prompt components to each request")
+    sticky: bool = Field(True, description="a session stays with the system that answered its first call (routes "
+                                           "that follow a run); false: every call goes to the current system")
 
     @model_validator(mode="after")
     def _one(self) -> RouteConfig:

@@ -155,7 +155,8 @@ class LocalUpstream:
         max_tokens = req.params.get("max_completion_tokens") or req.params.get("max_tokens")
         def run() -> tuple[Any, str, dict]:
             out, sid = self._app.complete(msgs, temperature=req.params.get("temperature"), max_tokens=max_tokens,
-                                          stop=[stop] if isinstance(stop, str) else stop, seed=req.params.get("seed"))
+                                          stop=[stop] if isinstance(stop, str) else stop, seed=req.params.get("seed"),
+                                          system_id=req.system)
             return out, sid, self._app.spec_of(sid)
 
         try:

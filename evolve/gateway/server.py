@@ -45,7 +45,7 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
             else:
                 u = r.upstream
                 up = LiteLLMUpstream(u.model, u.api_base, u.api_key_env, u.timeout, u.max_retries, dict(u.params))
-            route = Route(r.name, list(r.match), up, r.system)
+            route = Route(r.name, list(r.match), up, r.system, sticky=r.sticky)
             routes.append(route)
             if r.evolve is not None:
                 from evolve.gateway.apply import Rule, SystemSource

@@ -147,6 +147,7 @@ class Route:
     source: Any = None  # evolve.gateway.apply.SystemSource: the run whose prompts apply
     rules: list[Any] = field(default_factory=list)  # evolve.gateway.apply.Rule
     recall: Any = None  # evolve.gateway.apply.RecallRule: the system's memories inserted
+    sticky: bool = True  # a session stays with the system of its first call (routes that follow a run)
 
     def current_system(self) -> str | None:
         """The system answering now: the followed run's, the local route's, or the route's label."""

@@ -63,6 +63,7 @@ class Request:
     include_usage: bool = False  # OpenAI: stream_options.include_usage
     session_hint: str | None = None  # metadata.session_id / user / metadata.user_id
     raw: Any = None  # the body as the agent sent it
+    system: str | None = None  # the system this request must be answered by (a session's own), if not the current
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
 CALLS_FILE = Path("serve") / "calls.jsonl"
+KEEP_OTHERS = 2  # models of earlier systems kept for sessions that began on them
 
 
 @dataclass(eq=False)
@@ -152,6 +153,36 @@ class ServeApp:
             h.refs += 1
             return h
 
+    def _acquire_other(self, system_id: str) -> _Handle:
+        """A handle on an earlier system, kept (at most ``KEEP_OTHERS``, the least recent closed
+        after its requests) while sessions that began on it go on."""
+        with self._lock:
+            others = self.__dict__.setdefault("_others", collections.OrderedDict())
+            h = others.get(system_id)
+            if h is not None and not h.closed:
+                others.move_to_end(system_id)
+                h.refs += 1
+                return h
+        new = self._build(system_id)
+        with self._lock:
+            others = self.__dict__["_others"]
+            h = others.get(system_id)
+            if h is None or h.closed:
+                h = others[system_id] = new
+                new = None
+            h.refs += 1
+            evicted = []
+            while len(others) > KEEP_OTHERS:
+                _, old = others.popitem(last=False)
+                old.retired = True
+                if old.refs == 0:
+                    evicted.append(old)
+        for old in evicted:
+            self._close_handle(old)
+        if new is not None:  # another thread built the same system first
+            self._close_handle(new)
+        return h
+
     def _release(self, h: _Handle) -> None:
         with self._lock:
             h.refs -= 1
@@ -178,10 +209,11 @@ class ServeApp:
         return Answer(outs, model=outs[0].model, fingerprint=h.system_id, tokenizer=h.tokenizer)
 
     def complete(self, messages: Any, *, temperature: float | None = None, max_tokens: int | None = None,
-                 stop: Any = None, seed: int | None = None) -> tuple[Any, str]:
-        """One completion by the system served now, unrecorded (the gateway records it itself):
-        (the :class:`~evolve.llm.base.Completion`, the id of the system that answered)."""
-        h = self._acquire()
+                 stop: Any = None, seed: int | None = None, system_id: str | None = None) -> tuple[Any, str]:
+        """One completion by the system served now (or by ``system_id``: a session that began on an
+        earlier system stays on it), unrecorded (the gateway records it itself): (the
+        :class:`~evolve.llm.base.Completion`, the id of the system that answered)."""
+        h = self._acquire() if system_id is None or system_id == self._handle.system_id else self._acquire_other(system_id)
         try:
             out = h.llm.complete(messages, temperature=h.temperature if temperature is None else temperature,
                                  max_tokens=max_tokens, stop=stop, seed=seed)
@@ -251,6 +283,13 @@ class ServeApp:
         if self.server is not None:
             self.server.close()
         self._release(self._acquire_for_close())
+        with self._lock:
+            others = list(self.__dict__.get("_others", {}).values())
+            for h in others:
+                h.retired = True
+        for h in others:
+            if h.refs == 0:
+                self._close_handle(h)
         self.archive.close()
         with self._file_lock:
             if self._file is not None:

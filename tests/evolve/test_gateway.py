@@ -583,12 +583,17 @@ def test_a_local_route_records_token_ids_and_follows_a_promotion_without_a_resta
         while gw.gateway.routes[0].current_system() != b.id and time.monotonic() < deadline:
             time.sleep(0.02)
         stream = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                                stream=True, user="s")
+                                                stream=True, user="new")
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        assert text == want[b.id].text
-        calls = gw.gateway.store.calls("s")
-    assert [c.system_id for c in calls] == [a.id, b.id]
-    for c, sid in zip(calls, (a.id, b.id)):
+        assert text == want[b.id].text  # a new session: the promoted system
+        again = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
+                                               user="s")
+        assert again.choices[0].message.content == want[a.id].text  # a session goes on with its own system
+        assert again.system_fingerprint == a.id
+        calls = gw.gateway.store.calls()
+    assert [(c.session_id, c.system_id) for c in calls] == [("s", a.id), ("new", b.id), ("s", a.id)]
+    for c in calls:
+        sid = c.system_id
         assert c.token_ids == list(want[sid].token_ids) and c.prompt_token_ids == list(want[sid].prompt_token_ids)
         assert c.logprobs == pytest.approx(list(want[sid].logprobs), abs=1e-5)
         assert c.upstream_model == "tiny" and c.route == "default"
@@ -665,12 +670,14 @@ def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effe
     with GatewayServer(cfg) as gw:
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
 
-        def ask(model: str):
+        def ask(model: str, session: str | None = None):
             client.chat.completions.create(model=model, messages=[
-                {"role": "system", "content": agent_prompt}, {"role": "user", "content": "hi"}])
+                {"role": "system", "content": agent_prompt}, {"role": "user", "content": "hi"}],
+                extra_headers={"x-evolve-session": session} if session else None)
             return upstream.requests[-1]["messages"][0]["content"]
 
         assert ask("gpt-x") == "You are the support agent. Answer in French. Be kind."
+        assert ask("gpt-x", "kept") == "You are the support agent. Answer in French. Be kind."
         assert ask("other") == agent_prompt  # another route: untouched
         got = json.loads(urllib.request.urlopen(gw.url + "/evolve/system?model=gpt-x").read())
         assert got["system_id"] == a.id and got["prompts"] == a.prompts
@@ -678,8 +685,9 @@ def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effe
             other.set_current(b.id)
         time.sleep(0.05)
         assert ask("gpt-x") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
+        assert ask("gpt-x", "kept") == "You are the support agent. Answer in French. Be kind."  # its own system
         calls = gw.gateway.store.calls()
-    assert [c.system_id for c in calls] == [a.id, None, b.id]
+    assert [c.system_id for c in calls] == [a.id, a.id, None, b.id, a.id]
     assert calls[0].params["evolve_applied"] == ["policy.instruction"]  # the missing component changed nothing
     assert calls[0].request["messages"][0]["content"] == agent_prompt  # the agent's own body is kept as sent
     assert calls[0].messages[0]["content"].startswith("You are the support agent. Answer in French.")
