@@ -88,10 +88,11 @@ def ls(store: Path = typer.Argument(..., help="The trace store's folder."),
     """List sessions: calls, feedback, the system that answered."""
     st = _store(store)
     rows = st.sessions()
-    t = Table("session", "started", "calls", "feedback", "route", "system")
+    t = Table("started", "calls", "feedback", "route", "system")
+    t.add_column("session", overflow="fold")  # whole: it is what `evolve traces show` takes
     for s in rows[-limit:]:
-        t.add_row(s["id"], _when(s["created"]), str(s["n_calls"]), str(s["n_feedback"]), s["route"] or "-",
-                  s["system_id"] or "-")
+        t.add_row(_when(s["created"]), str(s["n_calls"]), str(s["n_feedback"]), s["route"] or "-",
+                  (s["system_id"] or "-")[:12], s["id"])
     _out().print(t)
     c = st.counts()
     _out().print(f"{c['sessions']} sessions, {c['calls']} calls, {c['feedback']} feedback", markup=False)
@@ -173,12 +174,17 @@ def otel(store: Path = typer.Argument(..., help="The trace store's folder."),
     """Send the recorded calls to an OpenTelemetry collector as gen_ai spans."""
     from evolve.gateway.otel import SpanExport
 
+    from evolve.errors import InfraError
+
     calls = _store(store).calls(session)
     spans = SpanExport(endpoint, capture_content=capture_content)
     try:
         n = spans.send(calls)
     finally:
         spans.close()
+    if spans.failed:
+        raise InfraError(f"the collector at {endpoint} did not take {spans.failed} of {n} spans (see the messages "
+                         "above); check that it is running and speaks OTLP over gRPC, then run this again")
     _out().print(f"sent {n} spans to {endpoint}", markup=False)
 
 

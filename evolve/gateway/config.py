@@ -173,6 +173,9 @@ def load_config(path: str | Path) -> GatewayConfig:
     from evolve.taskfile import format_validation_error, read_task_file
 
     p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"no gateway config file {str(p)!r}; write one (see docs/gateway.md), or start with "
+                          "evolve gateway --upstream MODEL")
     data = read_task_file(p)
     try:
         cfg = GatewayConfig.model_validate(data)

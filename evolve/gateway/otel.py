@@ -67,6 +67,27 @@ def attributes(call: CallRecord, capture_content: bool = False) -> dict[str, Any
     return attrs
 
 
+class _Counted:
+    """The exporter, counting the spans whose export failed (the SDK only logs it)."""
+
+    def __init__(self, inner: Any, owner: SpanExport) -> None:
+        self.inner, self.owner = inner, owner
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        result = self.inner.export(spans)
+        if result != SpanExportResult.SUCCESS:
+            self.owner.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
 class SpanExport:
     """Sends calls as spans through ``exporter`` (an OTLP exporter for ``endpoint`` by default)."""
 
@@ -87,7 +108,11 @@ class SpanExport:
             except ImportError:
                 raise MissingDependency("OpenTelemetry export needs opentelemetry-exporter-otlp-proto-grpc; "
                                         "pip install 'evolvekit[otel]'") from None
-            exporter = OTLPSpanExporter(endpoint=endpoint, insecure=bool(endpoint and endpoint.startswith("http://")))
+            exporter = OTLPSpanExporter(endpoint=endpoint, insecure=bool(endpoint and endpoint.startswith("http://")),
+                                        timeout=10)
+        self.endpoint = endpoint
+        self.failed = 0  # spans the collector did not take
+        exporter = _Counted(exporter, self)
         self.capture_content = capture_content
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
         self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000) if batch

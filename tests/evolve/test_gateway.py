@@ -794,3 +794,28 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
             time.sleep(0.05)
         again = col.attrs(col.spans[before])
         assert "secret words" in again["gen_ai.input.messages"] and "echo: secret words" in again["gen_ai.output.messages"]
+
+
+def test_the_gateway_commands_say_what_is_wrong_without_a_traceback(tmp_path, capsys):
+    from evolve.cli import main
+
+    for args, code, says in (
+            (["gateway", str(tmp_path / "none.yaml")], 2, "no gateway config file"),
+            (["gateway"], 2, "needs a gateway.yaml, --upstream MODEL or --local RUN_DIR"),
+            (["gateway", "--upstream", "openai/x", "--local", str(tmp_path)], 2, "give one of"),
+            (["gateway", "--upstream", "openai/x", "--host", "0.0.0.0"], 2, "needs an API key"),
+            (["gateway", "--local", str(tmp_path / "nope")], 2, "not an evolvekit run directory")):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        err = capsys.readouterr().err
+        assert e.value.code == code and says in err and "Traceback" not in err, (args, err)
+
+
+def test_otel_export_to_a_collector_that_is_not_there_fails_loudly(gw, capsys):
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    from evolve.cli import main
+
+    _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    with pytest.raises(SystemExit) as e:
+        main(["traces", "otel", str(gw.cfg.store), "--endpoint", f"http://127.0.0.1:{free_port()}"])
+    assert e.value.code == 3 and "did not take 1 of 1 spans" in capsys.readouterr().err
