@@ -4,7 +4,8 @@ Learning", arXiv:2507.19457).
 
 Each proposal, for one parent and each of ``children`` children:
 
-1. take a minibatch of the parent's scored trajectories (``ctx.trajectories``), failures first
+1. take a minibatch of the parent's scored trajectories (``ctx.trajectories``; with ``traces``, the
+   recorded gateway sessions of the training split, with their users' feedback text), failures first
    (an error, or a score below ``threshold``), each group in ``ctx.rng`` order; with
    ``skip_perfect`` a parent that failed nothing is left alone (GEPA skips perfect minibatches);
 2. show the reflection LLM the current component and, per example, the input (the first user
@@ -58,6 +59,9 @@ class ReflectiveMutation:
         minibatch: int = Field(4, ge=1, description="examples shown to the reflection LLM")
         children: int = Field(1, ge=1)
         threshold: float = Field(1.0, description="a trajectory scoring below this is a failure")
+        traces: bool = Field(False, description="reflect on recorded gateway sessions (the training tasks of an "
+                             "evolve.gateway.dataset:sessions dataset: what was served, its score and its feedback "
+                             "text) instead of the parent's own trajectories")
         skip_perfect: bool = Field(True, description="propose nothing when the minibatch has no failure")
         example_chars: int = Field(1500, ge=50, description="characters shown per input / output / feedback")
         max_chars: int = Field(4000, ge=1, description="longest component text accepted")
@@ -93,7 +97,12 @@ class ReflectiveMutation:
         p = self.p
         log = OperatorLog(self.name, parent, ctx)
         try:
-            trajs = list(ctx.trajectories)
+            if p.traces:
+                from evolve.gateway.dataset import recorded_trajectories
+
+                trajs = recorded_trajectories(list(ctx.train), p.role, parent.id)
+            else:
+                trajs = list(ctx.trajectories)
             n_fail = sum(self.failed(t) for t in trajs)
             if not trajs:
                 log.note("no trajectories of the parent to reflect on; nothing proposed")

@@ -192,6 +192,42 @@ def experiences(trajectories: Any, tasks: dict[str, dict], *, threshold: float =
     return out
 
 
+def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: str | None = None) -> list[Any]:
+    """Scored session tasks as trajectories of what was served: one LLM call per recorded call (the
+    messages the model saw, what it answered), the session's score and its feedback text as the
+    reward. For operators that reflect on behaviour (the ``reflective`` operator's ``traces``):
+    the sessions answered by ``system_id`` come first, then the others."""
+    import json as _json
+
+    from evolve.types import LLMCall, Message, Reward, Trajectory
+
+    def msg(m: dict) -> Message:
+        role_ = {"developer": "system", "function": "tool"}.get(m.get("role"), m.get("role"))
+        content = m.get("content")
+        text = content if isinstance(content, str) else " ".join(
+            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        if m.get("tool_calls"):
+            text = (text + "\n" if text else "") + _json.dumps(m["tool_calls"], ensure_ascii=False)
+        return Message(role=role_ if role_ in ("system", "user", "assistant", "tool") else "user", content=text)
+
+    own = [t for t in tasks if system_id and t.get("system_id") == system_id]
+    rest = [t for t in tasks if t not in own]
+    out = []
+    for t in own + rest:
+        if t.get("score") is None or not t.get("calls"):
+            continue
+        steps = tuple(LLMCall(role=role, model=str(c.get("system_id") or "served"),
+                              messages=tuple(msg(m) for m in c["messages"] if isinstance(m, dict)),
+                              output=(c.get("output") or "") + (
+                                  ("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False)) if c.get("tool_calls") else ""))
+                      for c in t["calls"])
+        last = t["calls"][-1]
+        out.append(Trajectory(task_id=str(t["id"]), system_id=str(t.get("system_id") or ""), steps=steps,
+                              output=last.get("output"),
+                              reward=Reward(score=float(t["score"]), feedback=t.get("feedback_text") or "")))
+    return out
+
+
 def replay(task: dict, ctx: Any) -> Any:
     """A candidate answers a recorded session's first turn anew. The candidate's prompt components
     are applied to the agent's original messages by the task's ``apply`` rules (the gateway's);
@@ -209,4 +245,4 @@ def replay(task: dict, ctx: Any) -> Any:
     return out.text if calls is None else {"text": text, "tool_calls": calls}
 
 
-__all__ = ["experiences", "replay", "score_sessions", "session_task", "sessions"]
+__all__ = ["experiences", "recorded_trajectories", "replay", "score_sessions", "session_task", "sessions"]

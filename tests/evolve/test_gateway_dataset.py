@@ -191,3 +191,43 @@ def test_rewarded_sessions_become_memories_that_the_gateway_recalls_into_request
     assert system == ("You write SQL.\n\nRelevant past experience:\n"
                       "- how many singers are there => select count(*) from singer")
     assert len(call.params["memory_recalled"]) == 1 and call.system_id == kid.id
+
+
+SEEN_REFLECTIONS: list[str] = []
+
+
+def reflect_reply(messages) -> str:
+    SEEN_REFLECTIONS.append(messages[-1].content)
+    return "```\nAnswer with the exact column names of the schema.\n```"
+
+
+def test_the_reflective_operator_rewrites_a_prompt_from_the_users_feedback_on_recorded_sessions(tmp_path):
+    import evolve
+    from evolve.archive import Archive
+
+    st = TraceStore(tmp_path / "traces")
+    for i, (q, a, score, text) in enumerate([
+            ("names of singers", "select nam from singer", 0.0, "column 'nam' does not exist; it is 'name'"),
+            ("count concerts", "select count(*) from concert", 1.0, "right"),
+            ("ages of singers", "select ag from singer", 0.0, "use the real column: age")]):
+        st.record(CallRecord(session_id=f"s{i}", api="openai", messages=[{"role": "user", "content": q}], output=a))
+        st.feedback(session_id=f"s{i}", score=score, text=text)
+    SEEN_REFLECTIONS.clear()
+    task = {"name": "reflect", "seed": 0, "agent": "evolve.gateway.dataset:replay",
+            "reward": "tests.evolve.test_gateway_dataset:agrees",
+            "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
+            "prompts": {"instruction": "Write SQL."},
+            "dataset": {"source": "evolve.gateway.dataset:sessions",
+                        "params": {"store": str(tmp_path / "traces"), "val": 0.0}},
+            "operators": [{"name": "reflective", "params": {
+                "traces": True, "minibatch": 3,
+                "model": {"backend": "scripted", "name": "reflector",
+                          "params": {"reply": "tests.evolve.test_gateway_dataset:reflect_reply"}}}}],
+            "budget": {"generations": 1}}
+    evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
+    (prompt,) = SEEN_REFLECTIONS
+    assert "column 'nam' does not exist; it is 'name'" in prompt and "use the real column: age" in prompt
+    assert "select nam from singer" in prompt and "Input:\nnames of singers" in prompt
+    with Archive(tmp_path / "run", create=False) as archive:
+        (kid,) = [r for r in archive.records() if r.operator == "reflective"]
+        assert archive.get_system(kid.id).prompts["instruction"] == "Answer with the exact column names of the schema."
