@@ -231,3 +231,34 @@ def test_the_reflective_operator_rewrites_a_prompt_from_the_users_feedback_on_re
     with Archive(tmp_path / "run", create=False) as archive:
         (kid,) = [r for r in archive.records() if r.operator == "reflective"]
         assert archive.get_system(kid.id).prompts["instruction"] == "Answer with the exact column names of the schema."
+
+
+JUDGE_PROMPTS: list[str] = []
+
+
+def judge_reply(messages) -> str:
+    prompt = messages[-1].content
+    JUDGE_PROMPTS.append(prompt)
+    n = prompt.count("\nAnswer ")
+    if "garbage" in prompt:
+        return "I like them all"
+    return json.dumps({"scores": [{"answer": i + 1, "score": 1.0 if i == 0 else 0.25, "reason": f"r{i + 1}"}
+                                  for i in range(n)]})
+
+
+def test_the_llm_judge_ranks_answers_against_what_was_served_and_the_users_feedback():
+    from evolve.gateway.judge import LLMJudge
+
+    judge = LLMJudge({"backend": "scripted", "name": "judge",
+                      "params": {"reply": "tests.evolve.test_gateway_dataset:judge_reply"}}, rubric="correct SQL")
+    task = {"id": "s1", "messages": [{"role": "user", "content": "names of singers"}],
+            "answer": {"output": "select nam from singer", "tool_calls": None}, "score": 0.0,
+            "feedback_text": "the column is name"}
+    JUDGE_PROMPTS.clear()
+    got = judge.rank(task, ["select name from singer", "select nam from singer"])
+    assert [(r.score, r.feedback) for r in got] == [(1.0, "r1"), (0.25, "r2")]
+    (prompt,) = JUDGE_PROMPTS
+    assert "the column is name" in prompt and "select nam from singer" in prompt and "correct SQL" in prompt
+    assert judge(task, "select name from singer").score == 1.0
+    with pytest.raises(ValueError, match="did not answer with the JSON"):
+        judge({**task, "feedback_text": "garbage"}, "x")
