@@ -87,10 +87,22 @@ CASES: list[Case] = [
     # baseline (DSPy)
     Case(("baseline",), 2), Case(("baseline", "dspy"), 2), Case(("baseline", "dspy", "missing.yaml"), 2),
     Case(("baseline", "dspy", "{task}", "--optimizer", "nope"), 2),
+    # gateway and traces
+    Case(("gateway",), 2, "no config and no route"), Case(("gateway", "missing.yaml"), 2),
+    Case(("gateway", "{bad_yaml}"), 2), Case(("gateway", "{list_yaml}"), 2), Case(("gateway", "{task}"), 2, "a task file"),
+    Case(("gateway", "--upstream", "openai/*", "--port", "99999"), 2),
+    Case(("gateway", "--upstream", "openai/*", "--port", "{busy}"), 2),
+    Case(("gateway", "--upstream", "openai/*", "--host", "10.254.254.254"), 2, "beyond loopback without a key"),
+    Case(("gateway", "--upstream", "openai/*", "--api-key-env", "EVOLVE_NO_SUCH_VAR"), 2),
+    Case(("gateway", "--upstream", "openai/*", "--local", "{run}"), 2), Case(("gateway", "--local", "nodir"), 2),
+    Case(("traces",), 2), Case(("traces", "ls", "nodir"), 2), Case(("traces", "show", "nodir", "s"), 2),
+    Case(("traces", "feedback", "nodir", "s", "--score", "1"), 2), Case(("traces", "score", "nodir", "m:f"), 2),
+    Case(("traces", "check", "{file}"), 2),
 ]
 
 
-COMMANDS = {"run", "eval", "init", "serve", "archive", "list", "show", "diff", "rollback", "export", "baseline", "dspy"}
+COMMANDS = {"run", "eval", "init", "serve", "archive", "list", "show", "diff", "rollback", "export", "baseline", "dspy",
+            "gateway", "traces", "ls", "feedback", "score", "check", "otel"}
 
 
 def entry_point(case: Case) -> str:

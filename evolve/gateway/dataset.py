@@ -135,8 +135,8 @@ def score_sessions(store: str | Path, reward: str, *, route: str | None = None, 
     from evolve.gateway.traces import TraceStore, scores_of
     from evolve.registry import import_path
 
-    fn = import_path(reward, what="reward", search=base_dir or Path.cwd())
     st = TraceStore(store, create=False)
+    fn = import_path(reward, what="reward", search=base_dir or Path.cwd())
     counts = {"sessions": 0, "scored": 0, "skipped": 0, "failed": 0}
     source = f"reward:{reward}"
     try:

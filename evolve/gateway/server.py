@@ -92,10 +92,17 @@ class GatewayServer:
         self.cfg, self.gateway = cfg, build(cfg, log=log)
         self.host = cfg.host
         port = cfg.port
-        if port == 0:
-            with socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET) as s:
-                s.bind((cfg.host.strip("[]"), 0))
-                port = int(s.getsockname()[1])
+        family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+        with socket.socket(family) as probe:  # a port taken or an address not here: say so before serving
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+            try:
+                probe.bind((cfg.host.strip("[]"), port))
+            except OSError as e:
+                close_gateway(self.gateway)
+                raise ConfigError(f"evolve gateway: cannot listen on {cfg.host}:{port}: {e.strerror or e}; choose "
+                                  "another --port or --host") from None
+            if port == 0:
+                port = int(probe.getsockname()[1])
         self.port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None
