@@ -80,7 +80,7 @@ class MemoryOperator:
         store = self._store(parent, ctx)
         try:
             before, n_before = store.version, len(store.items())
-            entries = self._extract(trajs, by_id)
+            entries = self._extract(trajs, by_id, threshold=p.threshold)
             if entries:
                 store.add_many(entries)
             judged = 0

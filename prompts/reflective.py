@@ -100,7 +100,7 @@ class ReflectiveMutation:
             if p.traces:
                 from evolve.gateway.dataset import recorded_trajectories
 
-                trajs = recorded_trajectories(list(ctx.train), p.role, parent.id)
+                trajs = recorded_trajectories(list(ctx.train), p.role, parent.id, enough=p.minibatch)
             else:
                 trajs = list(ctx.trajectories)
             n_fail = sum(self.failed(t) for t in trajs)

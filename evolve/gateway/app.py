@@ -240,7 +240,7 @@ class Gateway:
     async def _chat_checked(self, request: Any, api: str) -> Any:
         import anyio
 
-        t0 = time.perf_counter()
+        t0, wall = time.perf_counter(), time.time()  # a call's time and latency both start here
         if not self._authorized(request):
             raise GatewayError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or "
                                "'x-api-key: <key>'", code="invalid_api_key")
@@ -253,8 +253,11 @@ class Gateway:
         session = await self._session(request, req, sent, call_id)
         pinned = None
         if route.sticky and (route.source is not None or hasattr(route.upstream, "system_id")):
-            # a session stays with the system that answered its first call: a promotion serves new sessions
-            pinned = await anyio.to_thread.run_sync(self.store.session_system, session)
+            # a session stays with the system that answered its first call on this route: a promotion
+            # serves new sessions
+            first = await anyio.to_thread.run_sync(self.store.session_first, session)
+            if first is not None and first[1] == route.name:
+                pinned = first[0]
         applied: list[str] = []
         recalled: list[str] = []
         system_id = pinned or route.current_system()
@@ -264,14 +267,19 @@ class Gateway:
             system_id, prompts, memory = await anyio.to_thread.run_sync(route.source.resolve, pinned)
             req.messages, applied = apply_rules(req.messages, route.rules, prompts)
             if route.recall is not None:
-                req.messages, recalled = await anyio.to_thread.run_sync(
-                    lambda: apply_recall(req.messages, memory, route.recall))
+                try:
+                    req.messages, recalled = await anyio.to_thread.run_sync(
+                        lambda: apply_recall(req.messages, memory, route.recall, sent))
+                except Exception as e:  # noqa: BLE001 - memory that cannot be read never fails the call
+                    recalled = []
+                    if self.log:
+                        self.log(f"recall failed on route {route.name} ({type(e).__name__}: {e}); answered without")
         if hasattr(route.upstream, "system_id"):  # a local route answers with the session's own system
             req.system = pinned
         call = CallRecord(session_id=session, api=api, messages=req.messages, model=req.model, route=route.name,
                           upstream_model=route.upstream.target(req.model), stream=req.stream, tools=req.tools,
                           params={k: v for k, v in req.params.items() if k != "tools"}, request=body,
-                          system_id=system_id, id=call_id)
+                          system_id=system_id, id=call_id, ts=wall)
         if route.source is not None:
             call.params["evolve_applied"] = applied
             if route.recall is not None:

@@ -157,18 +157,21 @@ def recall_text(items: list[dict], rule: RecallRule) -> str:
     for it in items:
         try:
             lines.append(rule.format.format(text=it["text"], **{k: v for k, v in it["metadata"].items() if k != "text"}))
-        except (KeyError, IndexError, ValueError):
+        except Exception:  # noqa: BLE001 - a format that does not fit an item shows the item plainly
             lines.append(f"- {it['text']}")
     return rule.header + "\n" + "\n".join(lines) if lines else ""
 
 
-def apply_recall(messages: list[dict], memory: dict | None, rule: RecallRule | None) -> tuple[list[dict], list[str]]:
-    """(the messages with the system's recalled memories inserted, the recalled item ids)."""
+def apply_recall(messages: list[dict], memory: dict | None, rule: RecallRule | None,
+                 query_from: list[dict] | None = None) -> tuple[list[dict], list[str]]:
+    """(the messages with the system's recalled memories inserted, the recalled item ids). The query
+    is the last user message of ``query_from`` (the agent's own messages) or of ``messages``."""
     if rule is None or not memory or not memory.get("store"):
         return messages, []
     from evolve.registry import recallers
 
-    query = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    source = query_from if query_from is not None else messages
+    query = next((_text(m.get("content")) for m in reversed(source) if m.get("role") == "user"), "")
     items = recallers.get("memory")(memory, query)
     text = recall_text(items, rule)
     if not text:
@@ -194,15 +197,21 @@ class SystemSource:
     _others: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict, init=False)
 
     def resolve(self, pinned: str | None = None) -> tuple[str | None, dict[str, str], dict[str, Any]]:
-        """(id, prompts, memory) of ``pinned`` (a session's own system), else of the current one."""
+        """(id, prompts, memory) of ``pinned`` (a session's own system), else of the current one (also
+        when the pinned system is not in this run's archive)."""
         sid, prompts = self.current()
-        if pinned is None or pinned == sid:
-            return sid, prompts, self._memory
         with self._lock:
+            memory = self._memory if sid == self._sid else {}
+            if pinned is None or pinned == sid:
+                return sid, prompts, memory
             got = self._others.get(pinned)
-            if got is None:
+        if got is None:
+            try:
                 system = self._archive.get_system(pinned)
-                got = (dict(system.prompts), dict(system.memory or {}))
+            except Exception:  # noqa: BLE001 - not this run's system: the session is served the current one
+                return sid, prompts, memory
+            got = (dict(system.prompts), dict(system.memory or {}))
+            with self._lock:
                 if len(self._others) >= 64:
                     self._others.pop(next(iter(self._others)))
                 self._others[pinned] = got

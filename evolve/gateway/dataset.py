@@ -154,15 +154,15 @@ def score_sessions(store: str | Path, reward: str, *, route: str | None = None, 
             output = last.output if not last.tool_calls else {"text": last.output, "tool_calls": last.tool_calls}
             try:
                 r = fn(task, output)
-            except Exception:  # noqa: BLE001 - a reward that raises on one session scores nothing there
+                score = float(getattr(r, "score", r))
+                comps = dict(getattr(r, "components", None) or {})
+                text = getattr(r, "feedback", None)
+                n = sum(1 for f in fb if f.source == source)
+                st.feedback(session_id=s["id"], score=score, components=comps or None, text=text or None,
+                            id=f"{source}:{s['id']}:{n if rescore else 0}", source=source)
+            except Exception:  # noqa: BLE001 - a reward that raises, or gives no finite score, scores nothing there
                 counts["failed"] += 1
                 continue
-            score = float(getattr(r, "score", r))
-            comps = dict(getattr(r, "components", None) or {})
-            text = getattr(r, "feedback", None)
-            n = sum(1 for f in fb if f.source == source)
-            st.feedback(session_id=s["id"], score=score, components=comps or None, text=text,
-                        id=f"{source}:{s['id']}:{n if rescore else 0}", source=source)
             counts["scored"] += 1
     finally:
         st.close()
@@ -179,24 +179,27 @@ def experiences(trajectories: Any, tasks: dict[str, dict], *, threshold: float =
         if t.get("score") is None or t["score"] < threshold or not t.get("calls"):
             continue
         first = t["calls"][0]
-        user = next((m for m in reversed(first["messages"]) if m.get("role") == "user"), None)
+        own = t.get("request_messages") or first["messages"]  # the agent's words, not what the gateway added
+        user = next((m for m in reversed(own) if isinstance(m, dict) and m.get("role") == "user"), None)
         if user is None:
             continue
         content = user.get("content")
         text = content if isinstance(content, str) else " ".join(
             p.get("text", "") for p in content or [] if isinstance(p, dict))
-        meta = {"answer": t["calls"][-1].get("output") or "", "session": t["session_id"]}
-        if t["calls"][-1].get("tool_calls"):
-            meta["tool_calls"] = t["calls"][-1]["tool_calls"]
+        meta = {"answer": first.get("output") or "", "session": t["session_id"]}
+        if first.get("tool_calls"):
+            meta["tool_calls"] = first["tool_calls"]
         out.append({"kind": "experience", "text": text, "metadata": meta})
     return out
 
 
-def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: str | None = None) -> list[Any]:
+def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: str | None = None,
+                          enough: int = 1) -> list[Any]:
     """Scored session tasks as trajectories of what was served: one LLM call per recorded call (the
-    messages the model saw, what it answered), the session's score and its feedback text as the
-    reward. For operators that reflect on behaviour (the ``reflective`` operator's ``traces``):
-    the sessions answered by ``system_id`` come first, then the others."""
+    first with the agent's own messages, so the input shown is the user's, not what the gateway
+    added), the session's score and its feedback text as the reward. For operators that reflect on
+    behaviour (the ``reflective`` operator's ``traces``): only the sessions answered by
+    ``system_id`` when there are at least ``enough`` of them, else all."""
     import json as _json
 
     from evolve.types import LLMCall, Message, Reward, Trajectory
@@ -210,17 +213,17 @@ def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: st
             text = (text + "\n" if text else "") + _json.dumps(m["tool_calls"], ensure_ascii=False)
         return Message(role=role_ if role_ in ("system", "user", "assistant", "tool") else "user", content=text)
 
-    own = [t for t in tasks if system_id and t.get("system_id") == system_id]
-    rest = [t for t in tasks if t not in own]
+    scored = [t for t in tasks if t.get("score") is not None and t.get("calls")]
+    own = [t for t in scored if system_id and t.get("system_id") == system_id]
     out = []
-    for t in own + rest:
-        if t.get("score") is None or not t.get("calls"):
-            continue
+    for t in own if len(own) >= enough else scored:
         steps = tuple(LLMCall(role=role, model=str(c.get("system_id") or "served"),
-                              messages=tuple(msg(m) for m in c["messages"] if isinstance(m, dict)),
+                              messages=tuple(msg(m) for m in (t.get("request_messages") if i == 0 and
+                                                              t.get("request_messages") else c["messages"])
+                                             if isinstance(m, dict)),
                               output=(c.get("output") or "") + (
                                   ("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False)) if c.get("tool_calls") else ""))
-                      for c in t["calls"])
+                      for i, c in enumerate(t["calls"]))
         last = t["calls"][-1]
         out.append(Trajectory(task_id=str(t["id"]), system_id=str(t.get("system_id") or ""), steps=steps,
                               output=last.get("output"),

@@ -44,7 +44,7 @@ def _conversation(task: dict, limit: int = 4000) -> str:
             p.get("text", "") for p in content or [] if isinstance(p, dict))
         lines.append(f"{m.get('role')}: {text}")
     out = "\n".join(lines)
-    return out if len(out) <= limit else out[:limit] + " ..."
+    return out if len(out) <= limit else "... " + out[-limit:]  # the end holds the last request
 
 
 def _reference(task: dict) -> str:
@@ -60,10 +60,19 @@ def _reference(task: dict) -> str:
 
 
 def _json_in(text: str) -> Any:
-    m = re.search(r"\{.*\}", text, re.S)
-    if not m:
-        raise ValueError("no JSON object in the judge's reply")
-    return json.loads(m.group(0))
+    """The first JSON object in a reply (fences, prose around it and all)."""
+    stripped = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError:
+        pass
+    dec = json.JSONDecoder()
+    for m in re.finditer(r"\{", text):
+        try:
+            return dec.raw_decode(text[m.start():])[0]
+        except json.JSONDecodeError:
+            continue
+    raise ValueError("no JSON object in the judge's reply")
 
 
 class LLMJudge:
@@ -87,11 +96,11 @@ class LLMJudge:
                 self._llm = build_llm(self.spec, None)
             return self._llm
 
-    def _ask(self, prompt: str) -> tuple[Any, str]:
+    def _ask(self, prompt: str, max_tokens: int) -> tuple[Any, str]:
         from evolve.types import Message
 
         out = self._model().complete([Message(role="user", content=prompt)], temperature=self.temperature,
-                                     max_tokens=self.max_tokens)
+                                     max_tokens=max_tokens)
         try:
             return _json_in(out.text), out.text
         except (ValueError, json.JSONDecodeError) as e:
@@ -110,14 +119,19 @@ class LLMJudge:
                   "Score each new answer from 0 to 1 relative to the others and to what was served (better than "
                   "what the user was unhappy with scores higher). Reply with only JSON: "
                   '{"scores": [{"answer": 1, "score": 0.0, "reason": "..."}, ...]}')
-        got, raw = self._ask(prompt)
+        got, raw = self._ask(prompt, self.max_tokens + 60 * len(outputs))
         rows = got.get("scores") if isinstance(got, dict) else None
         if not isinstance(rows, list):
             raise ValueError(f"the judge's JSON has no 'scores' list: {raw[:300]!r}")
         by = {}
         for r in rows:
-            if isinstance(r, dict) and isinstance(r.get("answer"), int) and isinstance(r.get("score"), (int, float)):
-                by[r["answer"]] = r
+            if not isinstance(r, dict) or not isinstance(r.get("score"), (int, float)) or isinstance(r["score"], bool):
+                continue
+            try:
+                k = int(float(r.get("answer")))
+            except (TypeError, ValueError):
+                continue
+            by[k] = r
         missing = [i + 1 for i in range(len(outputs)) if i + 1 not in by]
         if missing:
             raise ValueError(f"the judge scored no answer {missing}: {raw[:300]!r}")

@@ -116,7 +116,8 @@ class LocalUpstream:
         from evolve.serve.app import ServeApp
 
         if self._app is None:
-            self._app = ServeApp(self.run, role=self.role, system=self.system, follow=self.follow, poll=self.poll)
+            self._app = ServeApp(self.run, role=self.role, system=self.system, follow=self.follow, poll=self.poll,
+                                 keep_earlier=2)
         return self
 
     def _limiter(self) -> Any:
@@ -154,9 +155,18 @@ class LocalUpstream:
         stop = req.params.get("stop")
         max_tokens = req.params.get("max_completion_tokens") or req.params.get("max_tokens")
         def run() -> tuple[Any, str, dict]:
-            out, sid = self._app.complete(msgs, temperature=req.params.get("temperature"), max_tokens=max_tokens,
-                                          stop=[stop] if isinstance(stop, str) else stop, seed=req.params.get("seed"),
-                                          system_id=req.system)
+            kw = dict(temperature=req.params.get("temperature"), max_tokens=max_tokens,
+                      stop=[stop] if isinstance(stop, str) else stop, seed=req.params.get("seed"))
+            try:
+                out, sid = self._app.complete(msgs, system_id=req.system, **kw)
+            except (LLMError, TypeError, ValueError):
+                raise
+            except Exception as e:  # noqa: BLE001 - the session's own system cannot be served: the current one
+                if req.system is None:
+                    raise
+                self._app.log(f"cannot serve system {req.system[:12]} to its session ({type(e).__name__}: {e}); "
+                              "serving the current system")
+                out, sid = self._app.complete(msgs, **kw)
             return out, sid, self._app.spec_of(sid)
 
         try:

@@ -132,6 +132,8 @@ class SpanExport:
                 span.set_status(Status(StatusCode.ERROR, (call.error or "")[:500]))
             span.end(end_time=end)
             n += 1
+            if n % 512 == 0:  # the batch queue holds 2048: flush before it would drop spans
+                self.provider.force_flush()
         return n
 
     def close(self) -> None:

@@ -275,10 +275,10 @@ class TraceStore:
         row = self._db().execute("SELECT * FROM calls WHERE id=?", (call_id,)).fetchone()
         return None if row is None else self._call(row)
 
-    def session_system(self, session_id: str) -> str | None:
-        """The system that answered a session's first call (None for a new session)."""
-        row = self._db().execute("SELECT system_id FROM sessions WHERE id=?", (session_id,)).fetchone()
-        return None if row is None else row[0]
+    def session_first(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """(the system that answered a session's first call, its route); None for a new session."""
+        row = self._db().execute("SELECT system_id, route FROM sessions WHERE id=?", (session_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
 
     def sessions(self) -> list[dict[str, Any]]:
         rows = self._db().execute("SELECT s.*, (SELECT COUNT(*) FROM feedback f WHERE f.session_id = s.id) AS n_feedback "

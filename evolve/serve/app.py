@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
 CALLS_FILE = Path("serve") / "calls.jsonl"
-KEEP_OTHERS = 2  # models of earlier systems kept for sessions that began on them
 
 
 @dataclass(eq=False)
@@ -73,7 +72,8 @@ class ServeApp:
     call :meth:`close`. :meth:`start` begins answering HTTP on a daemon thread."""
 
     def __init__(self, run_dir: str | Path, *, role: str = "policy", system: str | None = None, follow: bool = True,
-                 poll: float = 1.0, keep: int = 10_000, log: Callable[[str], None] | None = None) -> None:
+                 poll: float = 1.0, keep: int = 10_000, log: Callable[[str], None] | None = None,
+                 keep_earlier: int = 0) -> None:
         from evolve.archive import Archive
 
         self.run_dir = Path(run_dir)
@@ -88,6 +88,9 @@ class ServeApp:
         self._file_lock = threading.Lock()
         self._file: Any = None
         self._stop = threading.Event()
+        self.keep_earlier = max(0, int(keep_earlier))  # earlier systems' models kept for sessions that began on them
+        self._others: collections.OrderedDict[str, _Handle] = collections.OrderedDict()
+        self._build_lock = threading.Lock()
         self._failed: str | None = None  # a system whose LLM could not be built (not retried until it changes)
         self.archive = Archive(self.run_dir, create=False)
         try:
@@ -121,14 +124,25 @@ class ServeApp:
         return _Handle(system_id, llm, names, None if temp is None else float(temp), tokenizer_of(llm))
 
     def swap_to(self, system_id: str) -> None:
-        """Build the LLM of another system (an id prefix or a word) and serve it from now on."""
-        new = self._build(self.archive.resolve(system_id))
+        """Build the LLM of another system (an id prefix or a word) and serve it from now on (an
+        earlier system's model still kept is taken back, not built again)."""
+        sid = self.archive.resolve(system_id)
+        with self._lock:
+            kept = self._others.pop(sid, None)
+        new = kept if kept is not None and not kept.closed else self._build(sid)
+        new.retired = False
+        to_close = []
         with self._lock:
             old, self._handle = self._handle, new
-            old.retired = True
-            close_now = old.refs == 0
-        if close_now:
-            self._close_handle(old)
+            if self.keep_earlier:
+                self._others[old.system_id] = old
+                to_close = self._evict()
+            else:
+                old.retired = True
+                if old.refs == 0:
+                    to_close = [old]
+        for h in to_close:
+            self._close_handle(h)
         self.log(f"now serving system {new.system_id[:12]} (was {old.system_id[:12]})")
 
     def _follow(self) -> None:
@@ -153,35 +167,43 @@ class ServeApp:
             h.refs += 1
             return h
 
+    def _evict(self) -> list[_Handle]:
+        """Under the lock: retire the least recent kept models past ``keep_earlier``; those no request
+        holds are returned to be closed (the others close on their last release)."""
+        out = []
+        while len(self._others) > self.keep_earlier:
+            _, old = self._others.popitem(last=False)
+            old.retired = True
+            if old.refs == 0:
+                out.append(old)
+        return out
+
     def _acquire_other(self, system_id: str) -> _Handle:
-        """A handle on an earlier system, kept (at most ``KEEP_OTHERS``, the least recent closed
-        after its requests) while sessions that began on it go on."""
+        """A handle on an earlier system, kept (at most ``keep_earlier``) while sessions that began on
+        it go on; one build at a time, so concurrent requests for it wait for one model."""
         with self._lock:
-            others = self.__dict__.setdefault("_others", collections.OrderedDict())
-            h = others.get(system_id)
+            h = self._others.get(system_id)
             if h is not None and not h.closed:
-                others.move_to_end(system_id)
+                self._others.move_to_end(system_id)
                 h.refs += 1
                 return h
-        new = self._build(system_id)
-        with self._lock:
-            others = self.__dict__["_others"]
-            h = others.get(system_id)
-            if h is None or h.closed:
-                h = others[system_id] = new
-                new = None
-            h.refs += 1
-            evicted = []
-            while len(others) > KEEP_OTHERS:
-                _, old = others.popitem(last=False)
-                old.retired = True
-                if old.refs == 0:
-                    evicted.append(old)
+        with self._build_lock:
+            with self._lock:  # built by another request while this one waited
+                h = self._others.get(system_id)
+                if h is not None and not h.closed:
+                    h.refs += 1
+                    return h
+            new = self._build(system_id)
+            with self._lock:
+                self._others[system_id] = new
+                new.refs += 1
+                evicted = self._evict() if self.keep_earlier else []
+                if not self.keep_earlier:  # nothing is kept: this one closes after its request
+                    self._others.pop(system_id, None)
+                    new.retired = True
         for old in evicted:
             self._close_handle(old)
-        if new is not None:  # another thread built the same system first
-            self._close_handle(new)
-        return h
+        return new
 
     def _release(self, h: _Handle) -> None:
         with self._lock:
@@ -191,9 +213,10 @@ class ServeApp:
             self._close_handle(h)
 
     def _close_handle(self, h: _Handle) -> None:
-        if h.closed:
-            return
-        h.closed = True
+        with self._lock:
+            if h.closed:
+                return
+            h.closed = True
         try:
             h.llm.close()
         except Exception as e:  # noqa: BLE001
@@ -284,12 +307,15 @@ class ServeApp:
             self.server.close()
         self._release(self._acquire_for_close())
         with self._lock:
-            others = list(self.__dict__.get("_others", {}).values())
+            others = list(self._others.values())
+            self._others.clear()
+            idle = []
             for h in others:
                 h.retired = True
-        for h in others:
-            if h.refs == 0:
-                self._close_handle(h)
+                if h.refs == 0:
+                    idle.append(h)
+        for h in idle:
+            self._close_handle(h)
         self.archive.close()
         with self._file_lock:
             if self._file is not None:

@@ -686,8 +686,10 @@ def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effe
         time.sleep(0.05)
         assert ask("gpt-x") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
         assert ask("gpt-x", "kept") == "You are the support agent. Answer in French. Be kind."  # its own system
+        ask("other", "hop")  # a session that began on another route is not pinned to that route's system
+        assert ask("gpt-x", "hop") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
         calls = gw.gateway.store.calls()
-    assert [c.system_id for c in calls] == [a.id, a.id, None, b.id, a.id]
+    assert [c.system_id for c in calls] == [a.id, a.id, None, b.id, a.id, None, b.id]
     assert calls[0].params["evolve_applied"] == ["policy.instruction"]  # the missing component changed nothing
     assert calls[0].request["messages"][0]["content"] == agent_prompt  # the agent's own body is kept as sent
     assert calls[0].messages[0]["content"].startswith("You are the support agent. Answer in French.")
