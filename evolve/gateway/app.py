@@ -6,7 +6,7 @@ Paths (each also under ``/s/<session>/``, which names the session)::
     POST /v1/chat/completions     OpenAI chat completions (stream, tools)
     POST /v1/messages             Anthropic Messages (stream, tools)
     GET  /v1/models               the routes' model names
-    GET  /v1/evolve/system        ?model=NAME: the system that route answers with, its prompts
+    GET  /v1/evolve/system        ?model=NAME[&session=ID]: the system that answers, its prompts
     POST /v1/feedback             {session_id | call_id, score, components, text, id}
     GET  /healthz
 
@@ -184,12 +184,18 @@ class Gateway:
             route = pick(self.routes, model)
         except GatewayError as e:
             return self._error("openai", e)
-        prompts: dict[str, str] = {}
-        sid = route.current_system()
-        if route.source is not None:
-            import anyio
+        import anyio
 
-            sid, prompts = await anyio.to_thread.run_sync(route.source.current)
+        prompts: dict[str, str] = {}
+        pinned = None
+        session = request.query_params.get("session")
+        if session and route.sticky:  # what this session is served: its own system
+            first = await anyio.to_thread.run_sync(self.store.session_first, session)
+            if first is not None and first[1] == route.name:
+                pinned = first[0]
+        sid = pinned or route.current_system()
+        if route.source is not None:
+            sid, prompts, _ = await anyio.to_thread.run_sync(route.source.resolve, pinned)
         return self._json(200, {"route": route.name, "system_id": sid, "prompts": prompts,
                                 "apply": [r.__dict__ for r in route.rules]})
 

@@ -75,6 +75,7 @@ def close_gateway(gateway: Gateway) -> None:
     if gateway.spans is not None:
         gateway.spans.close()
         gateway.spans = None
+    gateway.store.close()
 
 
 def close_routes(routes: list[Route]) -> None:
@@ -151,7 +152,6 @@ class GatewayServer:
         if self._thread is not None:
             self._thread.join(timeout=15)
         close_gateway(self.gateway)
-        self.gateway.store.close()
 
     def __enter__(self) -> GatewayServer:
         return self.start()

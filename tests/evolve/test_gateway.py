@@ -686,6 +686,8 @@ def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effe
         time.sleep(0.05)
         assert ask("gpt-x") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
         assert ask("gpt-x", "kept") == "You are the support agent. Answer in French. Be kind."  # its own system
+        kept = json.loads(urllib.request.urlopen(gw.url + "/evolve/system?model=gpt-x&session=kept").read())
+        assert kept["system_id"] == a.id and kept["prompts"] == a.prompts  # what that session is served
         ask("other", "hop")  # a session that began on another route is not pinned to that route's system
         assert ask("gpt-x", "hop") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
         calls = gw.gateway.store.calls()
