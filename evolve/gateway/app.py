@@ -34,15 +34,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from evolve.errors import UserError
-from evolve.gateway.traces import CallRecord, TraceStore, check_feedback
-from evolve.gateway.upstream import Result, Route, pick, upstream_error
+from evolve.gateway.traces import CallRecord, TraceStore
+from evolve.gateway.upstream import Result, Route, StreamAnswer, pick, upstream_error
 from evolve.gateway.wire import (
     AnthropicStream,
     GatewayError,
     Request,
     anthropic_message,
     anthropic_request,
-    message_id,
     openai_request,
 )
 
@@ -203,6 +202,7 @@ class Gateway:
         if not self._authorized(request):
             return self._error("openai", GatewayError(401, "invalid or missing API key", code="invalid_api_key"))
         try:
+            self._check_origin(request)
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise GatewayError(400, "feedback must be a JSON object: {session_id | call_id, score, components, "
@@ -213,10 +213,7 @@ class Gateway:
                                    "score, components, text, id, source")
             import anyio
 
-            check_feedback(**{k: body.get(k) for k in ("session_id", "call_id", "score", "components", "text", "id",
-                                                       "source")})
-            self._check_origin(request)
-            fb, new = await anyio.to_thread.run_sync(lambda: self.store.feedback(**body))
+            fb, new = await anyio.to_thread.run_sync(lambda: self.store.feedback(**body))  # checks it too
         except UserError as e:
             return self._error("openai", GatewayError(400, str(e)))
         except GatewayError as e:
@@ -377,11 +374,7 @@ class Gateway:
                 yield chunk
 
         async def events() -> AsyncIterator[str]:
-            text: list[str] = []
-            calls: dict[Any, dict[str, Any]] = {}
-            keys: dict[int, Any] = {}  # an OpenAI tool-call index -> its slot (a new id at an index: a new slot)
-            finish, usage, model = None, {}, None
-            whole: Result | None = None
+            answer, whole = StreamAnswer(), None
             astream = AnthropicStream(call.id, req.model) if api == "anthropic" else None
             if astream is not None:
                 yield astream.start()
@@ -391,50 +384,24 @@ class Gateway:
                     if isinstance(chunk, Result):  # a local route's whole answer, for the record
                         whole = chunk
                         continue
-                    model = chunk.get("model") or model
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
-                    for choice in chunk.get("choices") or []:
-                        if choice.get("index", 0) != 0:
-                            continue
-                        delta = choice.get("delta") or {}
-                        piece = delta.get("content")
+                    piece = answer.add(chunk)
+                    if astream is not None:
                         if piece:
-                            text.append(piece)
-                            if astream is not None:
-                                yield astream.text(piece)
-                        for tc in delta.get("tool_calls") or []:
-                            i = int(tc.get("index", 0) or 0)
-                            key = keys.get(i, i)
-                            if tc.get("id") and key in calls and calls[key]["id"] not in (None, tc["id"]):
-                                key = (i, len(calls))
-                            keys[i] = key
-                            slot = calls.setdefault(key, {"id": None, "type": "function",
-                                                          "function": {"name": "", "arguments": ""}})
-                            fn = tc.get("function") or {}
-                            slot["id"] = tc.get("id") or slot["id"]
-                            slot["function"]["name"] += fn.get("name") or ""
-                            slot["function"]["arguments"] += fn.get("arguments") or ""
-                        finish = choice.get("finish_reason") or finish
-                    if api == "openai":
-                        if not chunk.get("choices") and chunk.get("usage") and not req.include_usage:
-                            continue
-                        out = dict(chunk)
-                        out["id"], out["model"] = call.id, req.model
-                        out["system_fingerprint"] = call.system_id
-                        out.setdefault("object", "chat.completion.chunk")
-                        if not req.include_usage:
-                            out.pop("usage", None)
-                        yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
-                tool_calls = list(calls.values()) or None
-                res = whole or Result(text="".join(text) if text else None, tool_calls=tool_calls,
-                                      finish_reason=finish, model=model, prompt_tokens=usage.get("prompt_tokens"),
-                                      completion_tokens=usage.get("completion_tokens"))
+                            yield astream.text(piece)
+                        continue
+                    if not chunk.get("choices") and chunk.get("usage") and not req.include_usage:
+                        continue
+                    out = {**chunk, "id": call.id, "model": req.model, "system_fingerprint": call.system_id}
+                    out.setdefault("object", "chat.completion.chunk")
+                    if not req.include_usage:
+                        out.pop("usage", None)
+                    yield f"data: {json.dumps(out, ensure_ascii=False)}\n\n"
+                res = whole or answer.result()
                 self._fill(call, res, t0, sent)
                 if res.finish_reason is None:
                     call.status, call.error = "error", "the upstream's stream ended without a finish reason"
                 call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
-                                 "finish_reason": res.finish_reason, "usage": usage or None}
+                                 "finish_reason": res.finish_reason, "usage": answer.usage or None}
                 await self._record(call)  # before the stream's last event: a finished call is a stored call
                 recorded = True
                 if astream is not None:
@@ -443,10 +410,6 @@ class Gateway:
                     yield astream.finish(res.finish_reason, res.completion_tokens, res.prompt_tokens)
                 else:
                     yield "data: [DONE]\n\n"
-            except GatewayError as e:
-                if not recorded:
-                    await self._failed(call, e, t0)
-                yield astream.error(e) if astream is not None else f"data: {json.dumps(e.openai())}\n\n"
             except Exception as e:  # noqa: BLE001 - never leave a stream hanging without an error event
                 err = e if isinstance(e, GatewayError) else upstream_error(e, route.upstream.describe())
                 if not recorded:
@@ -462,4 +425,4 @@ class Gateway:
             **self._headers(call), "cache-control": "no-cache"})
 
 
-__all__ = ["Gateway", "SESSION_HEADER", "message_id"]
+__all__ = ["Gateway", "SESSION_HEADER"]

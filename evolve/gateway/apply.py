@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolve.gateway.wire import text_of
+
 HOW = ("block", "prepend", "append", "replace", "demos")
 WHERE = ("system", "last_user")
 
@@ -49,12 +51,6 @@ class Rule:
 
     def placeholder(self) -> str:
         return "{{evolve:" + self.component + "}}"
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
 
 
 def demo_messages(value: str) -> list[dict[str, str]]:
@@ -94,7 +90,7 @@ def _edit(content: Any, rule: Rule, value: str) -> Any:
             return [{"type": "text", "text": value}, *rest]
         part = {"type": "text", "text": value}
         return [part, *parts] if rule.how == "prepend" else [*parts, part]
-    text = _text(content)
+    text = text_of(content)
     if rule.how == "block":
         return text.replace(rule.placeholder(), value) if rule.placeholder() in text else None
     if rule.how == "prepend":
@@ -171,7 +167,7 @@ def apply_recall(messages: list[dict], memory: dict | None, rule: RecallRule | N
     from evolve.registry import recallers
 
     source = query_from if query_from is not None else messages
-    query = next((_text(m.get("content")) for m in reversed(source) if m.get("role") == "user"), "")
+    query = next((text_of(m.get("content")) for m in reversed(source) if m.get("role") == "user"), "")
     items = recallers.get("memory")(memory, query)
     text = recall_text(items, rule)
     if not text:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import ConfigError
+from evolve.gateway.wire import text_of
 
 FEEDBACK = ("any", "scored", "positive", "unscored")
 
@@ -102,8 +103,7 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
                 continue
             if since is not None and s["created"] < since or until is not None and s["created"] >= until:
                 continue
-            calls = [c for c in st.calls(s["id"])]
-            ok = [c for c in calls if c.status == "ok"]
+            ok = [c for c in st.calls(s["id"]) if c.status == "ok"]
             if not ok:
                 continue
             fb = st.feedback_of(session_id=s["id"])
@@ -183,9 +183,7 @@ def experiences(trajectories: Any, tasks: dict[str, dict], *, threshold: float =
         user = next((m for m in reversed(own) if isinstance(m, dict) and m.get("role") == "user"), None)
         if user is None:
             continue
-        content = user.get("content")
-        text = content if isinstance(content, str) else " ".join(
-            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        text = text_of(user.get("content"))
         meta = {"answer": first.get("output") or "", "session": t["session_id"]}
         if first.get("tool_calls"):
             meta["tool_calls"] = first["tool_calls"]
@@ -206,9 +204,7 @@ def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: st
 
     def msg(m: dict) -> Message:
         role_ = {"developer": "system", "function": "tool"}.get(m.get("role"), m.get("role"))
-        content = m.get("content")
-        text = content if isinstance(content, str) else " ".join(
-            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        text = text_of(m.get("content"))
         if m.get("tool_calls"):
             text = (text + "\n" if text else "") + _json.dumps(m["tool_calls"], ensure_ascii=False)
         return Message(role=role_ if role_ in ("system", "user", "assistant", "tool") else "user", content=text)

@@ -26,6 +26,7 @@ import re
 import threading
 from typing import Any
 
+from evolve.gateway.wire import text_of
 from evolve.types import Reward
 
 DEFAULT_RUBRIC = "Does the answer do what the user asked, correctly and completely?"
@@ -39,10 +40,7 @@ def _conversation(task: dict, limit: int = 4000) -> str:
     msgs = task.get("request_messages") or task.get("messages") or []
     lines = []
     for m in msgs:
-        content = m.get("content")
-        text = content if isinstance(content, str) else " ".join(
-            p.get("text", "") for p in content or [] if isinstance(p, dict))
-        lines.append(f"{m.get('role')}: {text}")
+        lines.append(f"{m.get('role')}: {text_of(m.get('content'))}")
     out = "\n".join(lines)
     return out if len(out) <= limit else "... " + out[-limit:]  # the end holds the last request
 

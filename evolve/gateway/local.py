@@ -29,17 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from evolve.gateway.upstream import Result
-from evolve.gateway.wire import GatewayError, Request
+from evolve.gateway.wire import GatewayError, Request, text_of
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 TOOLS_PREAMBLE = ("You may call tools. To call one, answer with only\n"
                   '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>\n')
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
 
 
 def render(messages: list[dict], tools: list[dict] | None) -> list[dict[str, str]]:
@@ -51,7 +45,7 @@ def render(messages: list[dict], tools: list[dict] | None) -> list[dict[str, str
         if role == "developer":
             role = "system"
         if role == "assistant" and m.get("tool_calls"):
-            parts = [_text(m.get("content"))] if m.get("content") else []
+            parts = [text_of(m.get("content"))] if m.get("content") else []
             for c in m["tool_calls"]:
                 fn = c.get("function") or {}
                 names[c.get("id", "")] = fn.get("name", "")
@@ -64,9 +58,9 @@ def render(messages: list[dict], tools: list[dict] | None) -> list[dict[str, str
         elif role in ("tool", "function"):
             name = names.get(m.get("tool_call_id", ""), m.get("name", ""))
             out.append({"role": "user", "content": "<tool_response>" + json.dumps(
-                {"name": name, "content": _text(m.get("content"))}) + "</tool_response>"})
+                {"name": name, "content": text_of(m.get("content"))}) + "</tool_response>"})
         else:
-            out.append({"role": role or "user", "content": _text(m.get("content"))})
+            out.append({"role": role or "user", "content": text_of(m.get("content"))})
     if tools:
         specs = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
                   "parameters": t["function"].get("parameters", {})} for t in tools]
@@ -111,6 +105,7 @@ class LocalUpstream:
     follow: bool = True
     poll: float = 1.0
     _app: Any = field(default=None, init=False, repr=False)
+    _cap: Any = field(default=None, init=False, repr=False)  # local generations' own threads (see _limiter)
 
     def open(self) -> LocalUpstream:
         from evolve.serve.app import ServeApp
@@ -124,7 +119,7 @@ class LocalUpstream:
         """Local generations have threads of their own, so that they never hold up the trace store's."""
         import anyio
 
-        if getattr(self, "_cap", None) is None:
+        if self._cap is None:
             self._cap = anyio.CapacityLimiter(16)
         return self._cap
 

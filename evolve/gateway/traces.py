@@ -30,12 +30,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
+from evolve.gateway.wire import text_of
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -310,10 +311,6 @@ class TraceStore:
                 problems.append(f"session {sid}: n_calls {n}, {got} calls, seq {seqs}")
         return problems
 
-    def iter_sessions(self) -> Iterator[tuple[dict[str, Any], list[CallRecord], list[Feedback]]]:
-        for s in self.sessions():
-            yield s, self.calls(s["id"]), self.feedback_of(session_id=s["id"])
-
     @staticmethod
     def _call(row: sqlite3.Row) -> CallRecord:
         kw = {k: row[k] for k in row.keys()}
@@ -338,12 +335,6 @@ def _norm_args(arguments: Any) -> Any:
     return arguments
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return str(content or "")
-
-
 def chain_key(messages: Sequence[dict]) -> str:
     """A hash of a conversation that ignores what clients re-serialise differently (ids, JSON spacing,
     ``None`` against empty content), so a conversation continued by a stateless client is found again."""
@@ -357,7 +348,7 @@ def chain_key(messages: Sequence[dict]) -> str:
             fn = c.get("function") if isinstance(c, dict) else None
             fn = fn if isinstance(fn, dict) else {}
             calls.append((fn.get("name"), _norm_args(fn.get("arguments"))))
-        norm.append([m.get("role"), _text(m.get("content")).strip(), calls])
+        norm.append([m.get("role"), text_of(m.get("content")).strip(), calls])
     return hashlib.sha256(json.dumps(norm, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 

@@ -43,6 +43,53 @@ class Result:
     served: dict[str, Any] | None = None  # a local route: the role, base and adapter (sha256) that answered
 
 
+class StreamAnswer:
+    """What an OpenAI chat stream adds up to (its first choice): text, tool calls (a new id at an
+    index already seen starts a new call), finish reason, usage, model."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[Any, dict[str, Any]] = {}
+        self.keys: dict[int, Any] = {}  # a tool-call index -> its slot
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.model: str | None = None
+
+    def add(self, chunk: dict[str, Any]) -> str:
+        """Take one chunk in; returns the text it adds."""
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        added = ""
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                added += delta["content"]
+            for tc in delta.get("tool_calls") or []:
+                i = int(tc.get("index", 0) or 0)
+                key = self.keys.get(i, i)
+                if tc.get("id") and key in self.calls and self.calls[key]["id"] not in (None, tc["id"]):
+                    key = (i, len(self.calls))
+                self.keys[i] = key
+                slot = self.calls.setdefault(key, {"id": None, "type": "function",
+                                                   "function": {"name": "", "arguments": ""}})
+                fn = tc.get("function") or {}
+                slot["id"] = tc.get("id") or slot["id"]
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+            self.finish = choice.get("finish_reason") or self.finish
+        if added:
+            self.text.append(added)
+        return added
+
+    def result(self) -> Result:
+        return Result(text="".join(self.text) if self.text else None, tool_calls=list(self.calls.values()) or None,
+                      finish_reason=self.finish, model=self.model, prompt_tokens=self.usage.get("prompt_tokens"),
+                      completion_tokens=self.usage.get("completion_tokens"))
+
+
 def upstream_error(e: BaseException, where: str, secret: str | None = None) -> GatewayError:
     from evolve.failures import category_of
 
@@ -174,4 +221,4 @@ def pick(routes: list[Route], model: str) -> Route:
                        param="model", code="model_not_found")
 
 
-__all__ = ["LiteLLMUpstream", "Result", "Route", "pick", "upstream_error"]
+__all__ = ["LiteLLMUpstream", "Result", "Route", "StreamAnswer", "pick", "upstream_error"]

@@ -148,6 +148,14 @@ _STOP_TO_ANTHROPIC = {"stop": "end_turn", "length": "max_tokens", "tool_calls": 
                       "content_filter": "refusal"}
 
 
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the text of its parts (other parts skipped)."""
+    if isinstance(content, list):
+        return "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
+                         if isinstance(p, (str, dict)))
+    return str(content or "")
+
+
 def _text_of(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
@@ -268,10 +276,6 @@ def anthropic_request(body: Any) -> Request:
     return Request("anthropic", model, out, params, stream, True, str(hint) if hint else None, body)
 
 
-def message_id() -> str:
-    return "msg_" + secrets.token_hex(12)
-
-
 def anthropic_content(text: str | None, tool_calls: list[dict] | None) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if text:
@@ -303,7 +307,7 @@ class AnthropicStream:
     def __init__(self, mid: str, model: str) -> None:
         self.mid, self.model = mid, model
         self.index = -1
-        self.open: str | None = None  # "text" | "tool:<openai index>"
+        self.open: str | None = None  # the open block: "text" | "tool"
 
     @staticmethod
     def event(kind: str, data: dict[str, Any]) -> str:
@@ -332,22 +336,6 @@ class AnthropicStream:
         return out + self.event("content_block_delta", {"type": "content_block_delta", "index": self.index,
                                                         "delta": {"type": "text_delta", "text": delta}})
 
-    def tool(self, index: int, id: str | None, name: str | None, arguments: str | None) -> str:
-        out = ""
-        key = f"tool:{index}"
-        if self.open != key:
-            out += self._close()
-            self.index += 1
-            self.open = key
-            out += self.event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                                      "content_block": {"type": "tool_use",
-                                                                        "id": id or "toolu_" + secrets.token_hex(12),
-                                                                        "name": name or "", "input": {}}})
-        if arguments:
-            out += self.event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                                      "delta": {"type": "input_json_delta", "partial_json": arguments}})
-        return out
-
     def tool_block(self, call: dict[str, Any]) -> str:
         """One whole tool_use block (sent once the call's id, name and arguments are all known)."""
         fn = call.get("function") or {}
@@ -356,7 +344,16 @@ class AnthropicStream:
             json.loads(args)
         except json.JSONDecodeError:
             args = json.dumps({"_raw": args})
-        return self.tool(-1 - self.index, call.get("id"), fn.get("name"), args) + self._close()
+        out = self._close()
+        self.index += 1
+        self.open = "tool"
+        block = {"type": "tool_use", "id": call.get("id") or "toolu_" + secrets.token_hex(12),
+                 "name": fn.get("name") or "", "input": {}}
+        out += self.event("content_block_start", {"type": "content_block_start", "index": self.index,
+                                                  "content_block": block})
+        out += self.event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                                  "delta": {"type": "input_json_delta", "partial_json": args}})
+        return out + self._close()
 
     def finish(self, finish_reason: str | None, completion_tokens: int | None, prompt_tokens: int | None = None) -> str:
         usage = {"output_tokens": int(completion_tokens or 0)}
@@ -375,4 +372,4 @@ class AnthropicStream:
 
 
 __all__ = ["AnthropicStream", "GatewayError", "Request", "anthropic_message", "anthropic_request", "bad",
-           "message_id", "openai_request"]
+           "openai_request", "text_of"]
