@@ -1,62 +1,21 @@
 """evolve gateway: unmodified clients (the openai and anthropic SDKs, litellm, the OpenAI Agents
 SDK, LangGraph) over real HTTP, through the gateway, to a scripted OpenAI-compatible upstream on
-loopback; the trace store holds exactly the calls made, in sessions."""
+loopback; the trace store holds exactly the calls made, in sessions. Bad input, failures, feedback
+and keys."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from evolve.errors import ConfigError, UserError
-from tests.helpers import ROOT
-from tests.helpers.upstream import ScriptedUpstream, free_port
+from evolve.errors import ConfigError
+from tests.helpers.upstream import ATOOLS, TOOLS, post
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
-
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a thing up",
-                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
-                                                          "required": ["q"]}}}]
-ATOOLS = [{"name": "lookup", "description": "look a thing up",
-           "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture()
-def gw(upstream, tmp_path):
-    from evolve.gateway import GatewayServer
-    from evolve.gateway.config import from_flags
-
-    cfg = from_flags(upstream="openai/*", api_base=upstream.url, upstream_key_env=None, store=tmp_path / "traces",
-                     host="127.0.0.1", port=0, api_key_env=None)
-    with GatewayServer(cfg) as server:
-        yield server
-
-
-def _post(url: str, body, headers: dict | None = None) -> tuple[int, dict]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 # ----------------------------------------------------------------------------- the openai SDK
@@ -256,7 +215,7 @@ BAD_ANTHROPIC = [b"{", {"model": "m", "messages": [{"role": "user", "content": "
 
 def _raw_post(url: str, body) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body, allow_nan=True).encode()
-    return _post(url, data)
+    return post(url, data)
 
 
 def test_malformed_requests_get_api_shaped_4xx_and_the_gateway_stays_up(gw):
@@ -268,16 +227,16 @@ def test_malformed_requests_get_api_shaped_4xx_and_the_gateway_stays_up(gw):
         status, err = _raw_post(gw.base + "/v1/messages", body)
         assert status == 400, body
         assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error", body
-    status, err = _post(gw.base + "/v2/nothing", {})
+    status, err = post(gw.base + "/v2/nothing", {})
     assert status == 404 and "Invalid URL" in err["error"]["message"]
     good = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     # a web page cannot drive the gateway: a text/plain body (a "simple" cross-site POST), an Origin, a rebound Host
-    assert _post(gw.url + "/chat/completions", json.dumps(good).encode(), {"content-type": "text/plain"})[0] == 415
-    assert _post(gw.url + "/chat/completions", good, {"origin": "https://evil.example"})[0] == 403
-    assert _post(gw.url + "/feedback", {"session_id": "x", "score": 1}, {"origin": "https://evil.example"})[0] == 403
-    assert _post(gw.url + "/chat/completions", good, {"host": "attacker.example"})[0] == 403
+    assert post(gw.url + "/chat/completions", json.dumps(good).encode(), {"content-type": "text/plain"})[0] == 415
+    assert post(gw.url + "/chat/completions", good, {"origin": "https://evil.example"})[0] == 403
+    assert post(gw.url + "/feedback", {"session_id": "x", "score": 1}, {"origin": "https://evil.example"})[0] == 403
+    assert post(gw.url + "/chat/completions", good, {"host": "attacker.example"})[0] == 403
     assert gw.gateway.store.counts()["calls"] == 0  # a refused request is not a call
-    status, ok = _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "ok"}]})
+    status, ok = post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "ok"}]})
     assert status == 200 and ok["choices"][0]["message"]["content"] == "echo: ok"
 
 
@@ -321,28 +280,28 @@ def test_a_client_that_drops_a_stream_half_way_has_its_call_recorded_as_cut(gw):
         time.sleep(0.05)
     (call,) = gw.gateway.store.calls()
     assert call.status == "error" and call.error.startswith("499") and call.stream
-    assert _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "ok"}]})[0] == 200
+    assert post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "ok"}]})[0] == 200
 
 
 def test_feedback_over_http_is_idempotent_by_id_and_checks_what_it_is_about(gw):
-    status, r = _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
+    status, r = post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
                                                       "user": "fb-session"})
     cid = r["id"]
     fb = {"id": "fb-1", "session_id": "fb-session", "score": 1.0, "components": {"correct": 1}, "text": "right"}
-    assert _post(gw.url + "/feedback", fb) == (201, {"id": "fb-1", "session_id": "fb-session", "call_id": None,
+    assert post(gw.url + "/feedback", fb) == (201, {"id": "fb-1", "session_id": "fb-session", "call_id": None,
                                                      "recorded": True})
-    assert _post(gw.url + "/feedback", fb)[1]["recorded"] is False  # sent twice: recorded once
-    status, by_call = _post(gw.url + "/feedback", {"call_id": cid, "score": 0.5})
+    assert post(gw.url + "/feedback", fb)[1]["recorded"] is False  # sent twice: recorded once
+    status, by_call = post(gw.url + "/feedback", {"call_id": cid, "score": 0.5})
     assert status == 201 and by_call["session_id"] == "fb-session"
-    assert _post(gw.url + "/feedback", {"call_id": cid, "score": 0.5})[1]["recorded"] is False  # same content
+    assert post(gw.url + "/feedback", {"call_id": cid, "score": 0.5})[1]["recorded"] is False  # same content
     for bad in ({"score": 1}, {"session_id": "nope", "score": 1}, {"call_id": "nope", "score": 1},
                 {"session_id": "fb-session"}, {"session_id": "fb-session", "score": "high"},
                 {"session_id": "fb-session", "score": 1, "stars": 5}, [1]):
-        status, err = _post(gw.url + "/feedback", bad)
+        status, err = post(gw.url + "/feedback", bad)
         assert status == 400 and err["error"]["message"], bad
-    _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
+    post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
                                          "user": "fb-other"})
-    status, err = _post(gw.url + "/feedback", {**fb, "session_id": "fb-other"})
+    status, err = post(gw.url + "/feedback", {**fb, "session_id": "fb-other"})
     assert status == 400 and "already given to session 'fb-session'" in err["error"]["message"]
     got = gw.gateway.store.feedback_of(session_id="fb-session")
     assert [(f.id, f.score, f.components) for f in got][:1] == [("fb-1", 1.0, {"correct": 1.0})] and len(got) == 2
@@ -415,411 +374,3 @@ def test_a_gateway_yaml_with_a_mistake_is_a_clear_error(tmp_path):
     f.write_text("store: here\nroutes:\n  - {name: a, upstream: {model: 'openai/*'}}\n  - {name: a, upstream: {model: m}}\n")
     with pytest.raises(ConfigError, match="route names must be unique"):
         load_config(f)
-
-
-# ----------------------------------------------------------------------------- kill -9, the CLI
-
-
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the gateway exited: {proc.stdout.read() if proc.stdout else ''}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError("the gateway did not start")
-
-
-def test_kill_9_under_32_concurrent_sessions_loses_no_finished_call(upstream, tmp_path):
-    from evolve.gateway import TraceStore
-
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "gateway", "--upstream", "openai/*", "--api-base",
-                             upstream.url, "--store", str(tmp_path / "traces"), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        _wait_port(port, proc)
-        done: dict[str, list[str]] = {}
-        stop = threading.Event()
-
-        def user(i: int) -> None:
-            sid, ids = f"user-{i}", []
-            done[sid] = ids
-            n = 0
-            while not stop.is_set():
-                n += 1
-                try:
-                    status, r = _post(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                      {"model": "slow-20", "messages": [{"role": "user", "content": f"{i} {n}"}]},
-                                      {"x-evolve-session": sid})
-                except OSError:
-                    return  # the gateway died under this request: it never finished
-                if status == 200:
-                    ids.append(r["id"])
-
-        threads = [threading.Thread(target=user, args=(i,)) for i in range(32)]
-        for t in threads:
-            t.start()
-        time.sleep(3.0)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    finished = {cid for ids in done.values() for cid in ids}
-    store = TraceStore(tmp_path / "traces", create=False)
-    stored = {c.id: c for c in store.calls()}
-    assert len(finished) > 32  # calls did finish before the kill
-    assert finished <= set(stored)  # every call an agent saw finish is in the store
-    assert len(stored) - len(finished) <= 32  # at most the ones in flight at the kill (answered, never received)
-    for sid, ids in done.items():
-        assert [c.id for c in store.calls(sid)][:len(ids)] == ids  # in the order the agent made them
-    assert store.integrity() == []
-
-
-def test_the_traces_cli_lists_shows_and_takes_feedback(gw, capsys):
-    from evolve.cli import main
-
-    _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "cli"}],
-                                         "user": "cli-s"})
-    store = str(gw.cfg.store)
-    main(["traces", "ls", store])
-    assert "cli-s" in capsys.readouterr().out
-    main(["traces", "feedback", store, "cli-s", "--score", "1", "--component", "correct=1", "--text", "good"])
-    assert "recorded" in capsys.readouterr().out
-    main(["traces", "show", store, "cli-s"])
-    out = capsys.readouterr().out
-    assert "echo: cli" in out and "score 1.0" in out
-    main(["traces", "check", store])
-    assert capsys.readouterr().out.strip() == "ok"
-    with pytest.raises(SystemExit) as e:
-        main(["traces", "feedback", store, "cli-s", "--component", "correct"])
-    assert e.value.code == 2 and "NAME=NUMBER" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["traces", "show", store, "nobody"])
-    assert "no session 'nobody'" in capsys.readouterr().err
-
-
-def test_traces_cli_on_a_missing_store_is_a_user_error(tmp_path, capsys):
-    from evolve.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main(["traces", "ls", str(tmp_path / "none")])
-    assert e.value.code == 2 and "no trace store" in capsys.readouterr().err
-    with pytest.raises(UserError):
-        from evolve.gateway import TraceStore
-
-        TraceStore(tmp_path / "none", create=False)
-
-
-def test_import_evolve_gateway_loads_no_http_stack():
-    code = ("import sys, evolve, evolve.gateway, evolve.gateway.cli; "
-            "bad = [m for m in ('starlette', 'uvicorn', 'litellm') if m in sys.modules]; print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(ROOT), check=True)
-    assert out.stdout.strip() == "[]"
-
-
-# ----------------------------------------------------------------------------- the local model
-
-
-def test_local_tool_format_renders_history_and_parses_only_offered_tools():
-    from evolve.gateway.local import parse_tool_calls, render
-
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "42"}]
-    out = render(msgs, TOOLS)
-    assert out[0]["role"] == "system" and out[0]["content"].startswith("be brief\n\nYou may call tools.")
-    assert '"name": "lookup"' in out[0]["content"] and "<tools>" in out[0]["content"]
-    assert out[2] == {"role": "assistant", "content": '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>'}
-    assert out[3] == {"role": "user", "content": '<tool_response>{"name": "lookup", "content": "42"}</tool_response>'}
-    text, calls = parse_tool_calls('ok <tool_call>{"name": "lookup", "arguments": {"q": "y"}}</tool_call>', TOOLS)
-    assert text == "ok" and calls[0]["function"] == {"name": "lookup", "arguments": '{"q": "y"}'}
-    assert parse_tool_calls('<tool_call>{"name": "rm", "arguments": {}}</tool_call>', TOOLS)[1] is None
-    assert parse_tool_calls("<tool_call>not json</tool_call>", TOOLS)[1] is None
-    assert parse_tool_calls('<tool_call>{"name": "lookup"}</tool_call>', None) == (
-        '<tool_call>{"name": "lookup"}</tool_call>', None)
-
-
-@pytest.fixture(scope="module")
-def served_run(tmp_path_factory):
-    from tests.helpers import two_system_run
-
-    return two_system_run(tmp_path_factory.mktemp("gw-local"))
-
-
-def test_a_local_route_records_token_ids_and_follows_a_promotion_without_a_restart(served_run, tmp_path):
-    import openai
-
-    from evolve.archive import Archive
-    from evolve.gateway import GatewayServer
-    from evolve.gateway.config import from_flags
-    from tests.helpers import greedy_answers
-
-    path, a, b = served_run
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say hi"}]
-    want = greedy_answers(path, (a, b), msgs)
-    with Archive(path, create=False) as archive:
-        archive.set_current(a.id)
-    cfg = from_flags(local=path, store=tmp_path / "t", port=0)
-    cfg = cfg.model_validate({**cfg.model_dump(), "routes": [{**cfg.routes[0].model_dump(),
-                                                              "local": {"run": path, "poll": 0.05}}]})
-    with GatewayServer(cfg) as gw:
-        client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-        r1 = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                            user="s")
-        assert r1.choices[0].message.content == want[a.id].text and r1.system_fingerprint == a.id
-        with Archive(path, create=False) as other:  # the engine (or evolve archive rollback) moves the pointer
-            other.set_current(b.id)
-        deadline = time.monotonic() + 20
-        while gw.gateway.routes[0].current_system() != b.id and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stream = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                                stream=True, user="new")
-        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        assert text == want[b.id].text  # a new session: the promoted system
-        again = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                               user="s")
-        assert again.choices[0].message.content == want[a.id].text  # a session goes on with its own system
-        assert again.system_fingerprint == a.id
-        calls = gw.gateway.store.calls()
-    assert [(c.session_id, c.system_id) for c in calls] == [("s", a.id), ("new", b.id), ("s", a.id)]
-    for c in calls:
-        sid = c.system_id
-        assert c.token_ids == list(want[sid].token_ids) and c.prompt_token_ids == list(want[sid].prompt_token_ids)
-        assert c.logprobs == pytest.approx(list(want[sid].logprobs), abs=1e-5)
-        assert c.upstream_model == "tiny" and c.route == "default"
-        assert c.params["served_by"]["base"] == b.models["policy"].base.sha256  # streamed or not
-    with Archive(path, create=False) as archive:
-        archive.set_current(a.id)
-
-
-def test_a_local_route_calls_an_offered_tool_in_the_documented_format(served_run, tmp_path, monkeypatch):
-    """The tiny model cannot learn the format here, so its sampler is replaced by one that answers
-    in it: what is tested is the round trip through the gateway (render, parse, record)."""
-    import openai
-
-    from evolve.gateway import GatewayServer
-    from evolve.gateway.config import from_flags
-    from evolve.llm.base import Completion
-    from evolve.serve.app import ServeApp
-
-    seen = []
-
-    def complete(self, messages, **kw):
-        seen.append(messages)
-        last = messages[-1]["content"]
-        text = ("the answer is 42" if last.startswith("<tool_response>")
-                else '<tool_call>{"name": "lookup", "arguments": {"q": "life"}}</tool_call>')
-        return Completion(text=text, model="tiny", token_ids=(1, 2, 3), prompt_token_ids=(4, 5), logprobs=(-0.1,) * 3,
-                          finish_reason="stop", prompt_tokens=2, completion_tokens=3), self.system_id
-
-    monkeypatch.setattr(ServeApp, "complete", complete)
-    path, a, b = served_run
-    with GatewayServer(from_flags(local=path, store=tmp_path / "t", port=0)) as gw:
-        client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-        msgs = [{"role": "user", "content": "meaning of life?"}]
-        r = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
-        call = r.choices[0].message.tool_calls[0]
-        assert r.choices[0].finish_reason == "tool_calls" and json.loads(call.function.arguments) == {"q": "life"}
-        msgs += [r.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
-        r2 = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
-        assert r2.choices[0].message.content == "the answer is 42"
-        calls = gw.gateway.store.calls()
-    assert "<tools>" in seen[0][0]["content"] and seen[1][-1]["content"].startswith("<tool_response>")
-    assert calls[1].session_id == calls[0].session_id  # the stateless conversation is one session
-    assert calls[0].tool_calls[0]["function"]["name"] == "lookup" and calls[0].token_ids == [1, 2, 3]
-
-
-# ----------------------------------------------------------------------------- evolved prompts applied
-
-
-def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effect_without_a_restart(
-        upstream, tmp_path):
-    import openai
-    import yaml
-
-    from evolve.archive import Archive
-    from evolve.gateway import GatewayServer
-    from evolve.gateway.config import load_config
-    from evolve.types import System
-
-    a = System(prompts={"policy.instruction": "Answer in French."})
-    b = System(prompts={"policy.instruction": "Answer in French. Cite the table you used."})
-    with Archive(tmp_path / "run") as archive:
-        archive.add_system(a)
-        archive.add_system(b, parents=[a.id], operator="reflective")
-        archive.set_current(a.id)
-    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump({"port": 0, "store": "traces", "routes": [
-        {"name": "support", "match": ["gpt-*"], "upstream": {"model": "openai/*", "api_base": upstream.url},
-         "evolve": {"run": "run", "poll": 0.01, "apply": [{"component": "policy.instruction"},
-                                                         {"component": "policy.missing", "how": "append"}]}},
-        {"name": "plain", "match": ["*"], "upstream": {"model": "openai/*", "api_base": upstream.url}}]}))
-    cfg = load_config(tmp_path / "gateway.yaml")
-    assert cfg.store == tmp_path / "traces"
-    agent_prompt = "You are the support agent. {{evolve:policy.instruction}} Be kind."
-    with GatewayServer(cfg) as gw:
-        client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-
-        def ask(model: str, session: str | None = None):
-            client.chat.completions.create(model=model, messages=[
-                {"role": "system", "content": agent_prompt}, {"role": "user", "content": "hi"}],
-                extra_headers={"x-evolve-session": session} if session else None)
-            return upstream.requests[-1]["messages"][0]["content"]
-
-        assert ask("gpt-x") == "You are the support agent. Answer in French. Be kind."
-        assert ask("gpt-x", "kept") == "You are the support agent. Answer in French. Be kind."
-        assert ask("other") == agent_prompt  # another route: untouched
-        got = json.loads(urllib.request.urlopen(gw.url + "/evolve/system?model=gpt-x").read())
-        assert got["system_id"] == a.id and got["prompts"] == a.prompts
-        with Archive(tmp_path / "run", create=False) as other:
-            other.set_current(b.id)
-        time.sleep(0.05)
-        assert ask("gpt-x") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
-        assert ask("gpt-x", "kept") == "You are the support agent. Answer in French. Be kind."  # its own system
-        kept = json.loads(urllib.request.urlopen(gw.url + "/evolve/system?model=gpt-x&session=kept").read())
-        assert kept["system_id"] == a.id and kept["prompts"] == a.prompts  # what that session is served
-        ask("other", "hop")  # a session that began on another route is not pinned to that route's system
-        assert ask("gpt-x", "hop") == "You are the support agent. Answer in French. Cite the table you used. Be kind."
-        calls = gw.gateway.store.calls()
-    assert [c.system_id for c in calls] == [a.id, a.id, None, b.id, a.id, None, b.id]
-    assert calls[0].params["evolve_applied"] == ["policy.instruction"]  # the missing component changed nothing
-    assert calls[0].request["messages"][0]["content"] == agent_prompt  # the agent's own body is kept as sent
-    assert calls[0].messages[0]["content"].startswith("You are the support agent. Answer in French.")
-
-
-def test_apply_rules_modes():
-    from evolve.gateway.apply import Rule, apply_rules
-
-    msgs = [{"role": "user", "content": "q"}]
-    p = {"k": "EVOLVED"}
-    assert apply_rules(msgs, [Rule("k", "prepend")], p) == ([{"role": "system", "content": "EVOLVED"},
-                                                             {"role": "user", "content": "q"}], ["k"])
-    assert apply_rules(msgs, [Rule("k", "block")], p) == (msgs, [])  # no system message, no placeholder
-    assert apply_rules(msgs, [Rule("k", "append", "last_user")], p)[0][-1]["content"] == "q\n\nEVOLVED"
-    sys_msgs = [{"role": "system", "content": "old"}, *msgs]
-    assert apply_rules(sys_msgs, [Rule("k", "replace")], p)[0][0]["content"] == "EVOLVED"
-    assert sys_msgs[0]["content"] == "old"  # the input is not changed
-    parts = [{"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]}]
-    got = apply_rules(parts, [Rule("k", "prepend", "last_user")], p)[0][0]["content"]
-    assert got == [{"type": "text", "text": "EVOLVED"}, *parts[0]["content"]]  # the image stays
-    demos = {"policy.demos": json.dumps([{"input": "2+2", "output": "4"}, {"input": "3+3", "output": {"n": 6}}])}
-    with_demos, used = apply_rules(sys_msgs, [Rule("policy.demos", "demos")], demos)
-    assert used == ["policy.demos"] and with_demos == [
-        sys_msgs[0], {"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "3+3"}, {"role": "assistant", "content": '{"n": 6}'}, sys_msgs[1]]
-    assert apply_rules(sys_msgs, [Rule("policy.demos", "demos")], {"policy.demos": "not json"}) == (sys_msgs, [])
-
-
-# ----------------------------------------------------------------------------- OpenTelemetry
-
-
-class _Collector:
-    """A real OTLP/gRPC trace receiver on loopback (the collector's own service definition)."""
-
-    def __enter__(self):
-        from concurrent import futures
-
-        import grpc
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as svc
-
-        self.spans = []
-        outer = self
-
-        class Receiver(svc.TraceServiceServicer):
-            def Export(self, request, context):
-                for rs in request.resource_spans:
-                    for ss in rs.scope_spans:
-                        outer.spans.extend(ss.spans)
-                return pb.ExportTraceServiceResponse()
-
-        self.server = grpc.server(futures.ThreadPoolExecutor(2))
-        svc.add_TraceServiceServicer_to_server(Receiver(), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        return self
-
-    def __exit__(self, *exc):
-        self.server.stop(0)
-
-    def attrs(self, span) -> dict:
-        out = {}
-        for kv in span.attributes:
-            v = kv.value
-            kind = v.WhichOneof("value")
-            out[kv.key] = list(x.string_value for x in v.array_value.values) if kind == "array_value" else getattr(v, kind)
-        return out
-
-
-def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(upstream, tmp_path, capsys):
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
-    import openai
-
-    from evolve.cli import main
-    from evolve.gateway import GatewayServer
-    from evolve.gateway.config import from_flags
-
-    with _Collector() as col:
-        cfg = from_flags(upstream="openai/*", api_base=upstream.url, store=tmp_path / "t", port=0)
-        cfg = cfg.model_validate({**cfg.model_dump(), "otel": {"endpoint": col.endpoint}})
-        with GatewayServer(cfg) as gw:
-            client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-            r = client.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "secret words"}],
-                                               temperature=0.5, user="otel-s")
-            with pytest.raises(openai.APIStatusError):
-                client.chat.completions.create(model="fail-500", messages=[{"role": "user", "content": "x"}])
-        deadline = time.time() + 20
-        while len(col.spans) < 2 and time.time() < deadline:
-            time.sleep(0.05)
-        ok, failed = col.spans[:2]
-        a = col.attrs(ok)
-        assert ok.name == "chat gpt-x" and a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
-        assert a["gen_ai.response.id"] == r.id and a["gen_ai.conversation.id"] == "otel-s"
-        assert a["gen_ai.request.temperature"] == 0.5 and a["gen_ai.usage.output_tokens"] == 3
-        assert a["gen_ai.response.finish_reasons"] == ["stop"] and ok.end_time_unix_nano > ok.start_time_unix_nano
-        assert "gen_ai.input.messages" not in a  # contents only when asked
-        assert col.attrs(failed)["error.type"] == "502" and failed.status.code == 2
-        before = len(col.spans)
-        main(["traces", "otel", str(tmp_path / "t"), "--endpoint", col.endpoint, "--capture-content"])
-        assert "sent 2 spans" in capsys.readouterr().out
-        deadline = time.time() + 20
-        while len(col.spans) < before + 2 and time.time() < deadline:
-            time.sleep(0.05)
-        again = col.attrs(col.spans[before])
-        assert "secret words" in again["gen_ai.input.messages"] and "echo: secret words" in again["gen_ai.output.messages"]
-
-
-def test_the_gateway_commands_say_what_is_wrong_without_a_traceback(tmp_path, capsys):
-    from evolve.cli import main
-
-    for args, code, says in (
-            (["gateway", str(tmp_path / "none.yaml")], 2, "no gateway config file"),
-            (["gateway"], 2, "needs a gateway.yaml, --upstream MODEL or --local RUN_DIR"),
-            (["gateway", "--upstream", "openai/x", "--local", str(tmp_path)], 2, "give one of"),
-            (["gateway", "--upstream", "openai/x", "--host", "0.0.0.0"], 2, "needs an API key"),
-            (["gateway", "--local", str(tmp_path / "nope")], 2, "not an evolvekit run directory")):
-        with pytest.raises(SystemExit) as e:
-            main(args)
-        err = capsys.readouterr().err
-        assert e.value.code == code and says in err and "Traceback" not in err, (args, err)
-
-
-def test_otel_export_to_a_collector_that_is_not_there_fails_loudly(gw, capsys):
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
-    from evolve.cli import main
-
-    _post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]})
-    with pytest.raises(SystemExit) as e:
-        main(["traces", "otel", str(gw.cfg.store), "--endpoint", f"http://127.0.0.1:{free_port()}"])
-    assert e.value.code == 3 and "did not take 1 of 1 spans" in capsys.readouterr().err

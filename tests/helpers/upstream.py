@@ -149,3 +149,24 @@ class ScriptedUpstream:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a thing up",
+                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
+                                                          "required": ["q"]}}}]
+ATOOLS = [{"name": "lookup", "description": "look a thing up",
+           "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
+
+
+def post(url: str, body, headers: dict | None = None) -> tuple[int, dict]:
+    """POST JSON (or raw bytes) with the standard library: (status, the decoded answer)."""
+    import urllib.error
+    import urllib.request
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
