@@ -169,6 +169,9 @@ commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline":
                                  "traces": "evolve.gateway.cli:traces_app"})
 # What serves a system's memory outside the engine (the gateway): function(memory spec, query) -> items.
 recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
+# What serves a system's tools outside the engine (the gateway): a class(read_roots, sandbox, limits) with
+# tools(system) -> {name: tool}, schema(tool) -> OpenAI function schema, run(tool, arguments) -> (ok, text), close().
+tool_servers = Registry("tool server", {"toolforge": "evolve.toolforge.serve:ToolServer"})
 # How a backend's model starts a run (evolve.bootstrap): function(session, role, model config) -> ModelSpec;
 # a backend without an entry starts from its spec as written.
 model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})

@@ -8,7 +8,9 @@ the sandbox.
 * :mod:`~evolve.toolforge.validate` — admission in the sandbox (:func:`check`) and
   :class:`ToolBox`, how an agent calls admitted tools;
 * :mod:`~evolve.toolforge.curate` — dedup, usage and retirement; :mod:`~evolve.toolforge.retrieve` — retrieval by description;
-* :mod:`~evolve.toolforge.operator` — the ``toolforge`` operator for the engine.
+* :mod:`~evolve.toolforge.operator` — the ``toolforge`` operator for the engine;
+* :mod:`~evolve.toolforge.serve` — :class:`~evolve.toolforge.serve.ToolServer`, a system's tools
+  served outside the engine (the gateway runs them in the sandbox for an agent it fronts).
 """
 
 from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary, same

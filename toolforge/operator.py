@@ -11,7 +11,12 @@ Each proposal, for one parent:
 3. drops duplicates (same code, same template, or same results on shared inputs);
 4. runs each remaining tool in the sandbox against its tests and the recorded outputs it claims
    to reproduce, and admits only those that pass;
-5. proposes the parent with the new library (when it changed). Every verdict — admitted,
+5. proposes the parent with the new library (when it changed).
+
+With ``traces: true`` the trajectories are recorded gateway sessions instead of rollouts: each tool
+call the agent's model asked for, with the result the agent sent back in a later call
+(:func:`evolve.gateway.dataset.tool_steps`); a route with ``evolve.tools`` then serves the admitted
+tools, run by the gateway in the sandbox. Every verdict — admitted,
    rejected and why, the raw text of a malformed LLM answer — is written to
    ``toolforge.json`` in the operator's work directory and summarised in the candidate's info.
 """
@@ -49,6 +54,8 @@ class ToolForge:
         examples: int = Field(8, ge=1, description="recorded tool calls shown to the LLM")
         temperature: float | None = 0.7
         tasks: int = Field(0, ge=0, description="extra training tasks rolled out to mine from (0: the minibatch only)")
+        traces: bool = Field(False, description="mine the tool calls recorded in gateway sessions (the training tasks "
+                             "of an evolve.gateway.dataset:sessions dataset) instead of the parent's rollouts")
         samples: int = Field(1, ge=1)
         threshold: float = Field(1.0, description="a trajectory counts as a success at this score or above")
         max_new: int = Field(10, ge=0, description="tools admitted per proposal at most")
@@ -95,8 +102,13 @@ class ToolForge:
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         p = self.p
         lib = ToolLibrary.from_system(parent)
-        trajs = list(ctx.trajectories)
-        if p.tasks:
+        if p.traces:  # what the agent's own tools did in live traffic, each call with what came back
+            from evolve.gateway.dataset import recorded_trajectories
+
+            trajs = recorded_trajectories(list(ctx.train))
+        else:
+            trajs = list(ctx.trajectories)
+        if p.tasks and not p.traces:
             tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
             trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="toolforge")
         lib = with_usage(lib, trajs, threshold=p.threshold)

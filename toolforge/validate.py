@@ -37,7 +37,7 @@ def default_sandbox(backend: str = "process", **options: Any) -> Any:
     return get_sandbox(backend, **options)
 
 
-def _ro_paths(tool: Tool, kwargs: dict) -> list[str]:
+def read_paths(tool: Tool, kwargs: dict) -> list[str]:
     out = []
     for p in tool.reads:
         v = kwargs.get(p)
@@ -68,7 +68,7 @@ def run_cases(tool: Tool, cases: Sequence[ToolCase], sandbox: Any, limits: Any =
     calls = [dict(c.kwargs) for c in cases]
     ro: set[str] = set()
     for kw in calls:
-        ro.update(_ro_paths(tool, kw))
+        ro.update(read_paths(tool, kw))
     return sandbox.call_many(tool.code, tool.entry, calls, limits=limits or make_limits(), ro_paths=sorted(ro))
 
 
@@ -136,7 +136,7 @@ class ToolBox:
     def run(self, name: str, **kwargs: Any) -> Any:
         tool = self.library[name]
         res = self.sandbox.call(tool.code, tool.entry, kwargs, limits=self.limits or make_limits(),
-                                ro_paths=_ro_paths(tool, kwargs))
+                                ro_paths=read_paths(tool, kwargs))
         if not res.ok:
             raise ToolError(name, res.verdict, res.error)
         return res.value

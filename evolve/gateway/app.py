@@ -277,6 +277,12 @@ class Gateway:
                     recalled = []
                     if self.log:
                         self.log(f"recall failed on route {route.name} ({type(e).__name__}: {e}); answered without")
+        served: dict[str, Any] = {}
+        if route.tools is not None and route.source is not None:  # the system's own tools, run here
+            system = await anyio.to_thread.run_sync(route.source.get, system_id)
+            served = route.tools.offered(system, req.tools)
+            if served:
+                req.params["tools"] = [*(req.tools or []), *(route.tools.schema(t) for t in served.values())]
         if hasattr(route.upstream, "system_id"):  # a local route answers with the session's own system
             req.system = pinned
         call = CallRecord(session_id=session, api=api, messages=req.messages, model=req.model, route=route.name,
@@ -287,6 +293,8 @@ class Gateway:
             call.params["evolve_applied"] = applied
             if route.recall is not None:
                 call.params["memory_recalled"] = recalled
+        if served:
+            return await self._tool_rounds(api, req, route, call, t0, sent, served)
         if req.stream:
             chunks = route.upstream.stream(req)
             try:  # the first chunk before the answer starts: an upstream that fails gets its own status
@@ -307,21 +315,111 @@ class Gateway:
             await self._failed(call, e, t0)
             raise
         self._fill(call, res, t0, sent)
+        return await self._answer(api, req, call, res)
+
+    async def _answer(self, api: str, req: Request, call: CallRecord, res: Result) -> Any:
+        """A whole answer in the agent's API, recorded before it is sent."""
         if api == "openai":
             out = dict(res.raw)
             out["id"], out["model"] = call.id, req.model
             out["system_fingerprint"] = call.system_id
-            if res.tool_calls:  # the ids the client sees are the ids recorded
-                out["choices"] = [dict(c) for c in out.get("choices") or []]
-                if out["choices"]:
-                    out["choices"][0] = {**out["choices"][0], "message": {
-                        **(out["choices"][0].get("message") or {}), "tool_calls": res.tool_calls}}
+            choices = [dict(c) for c in out.get("choices") or []]
+            if choices:  # the tool calls the client sees are the ones recorded, with their ids
+                msg = {k: v for k, v in (choices[0].get("message") or {}).items() if k != "tool_calls"}
+                if res.tool_calls:
+                    msg["tool_calls"] = res.tool_calls
+                choices[0] = {**choices[0], "message": msg, "finish_reason": res.finish_reason}
+                out["choices"] = choices
         else:
             out = anthropic_message(call.id, req.model, res.text, res.tool_calls, res.finish_reason,
                                     res.prompt_tokens, res.completion_tokens)
         call.response = out
         await self._record(call)
         return self._json(200, out, self._headers(call))
+
+    async def _tool_rounds(self, api: str, req: Request, route: Route, call: CallRecord, t0: float,
+                           sent: list[dict], served: dict[str, Any]) -> Any:
+        """Answer a request whose model may call the system's served tools (see
+        :mod:`evolve.gateway.tools`): each round a model call recorded in the session; the served
+        tools run in the sandbox; the last round offers only the agent's tools."""
+        import anyio
+
+        from evolve.gateway.tools import served_calls
+
+        tools, stream, req.stream = route.tools, req.stream, False
+        agent_tools = [t for t in req.tools or [] if (t.get("function") or {}).get("name") not in served]
+        for n in range(tools.max_rounds):
+            if n == tools.max_rounds - 1:  # the model must answer now: none of the served tools on offer
+                req.params = {k: v for k, v in req.params.items() if k not in ("tools", "tool_choice")
+                              or agent_tools}
+                if agent_tools:
+                    req.params["tools"] = agent_tools
+            try:
+                res = await route.upstream.complete(req)
+            except GatewayError as e:
+                await self._failed(call, e, t0)
+                raise
+            ours, theirs = served_calls(res.tool_calls, served)
+            if ours and (theirs or n == tools.max_rounds - 1):  # the agent sees only what it can run
+                call.params["gateway_tools_dropped"] = [c["function"]["name"] for c in ours]
+                res.tool_calls, ours = theirs or None, []
+                if not theirs and res.finish_reason == "tool_calls":
+                    res.finish_reason = "stop"
+            self._fill(call, res, t0, sent)
+            if not ours:
+                break
+            results = []
+            for c in ours:
+                results.append(await anyio.to_thread.run_sync(tools.run, served[c["function"]["name"]], c))
+            call.params["gateway_tools"] = [c["function"]["name"] for c in ours]
+            call.response = {"text": res.text, "tool_calls": res.tool_calls, "finish_reason": res.finish_reason,
+                             "gateway_round": n}
+            await self._record(call)
+            req.messages = [*req.messages, {"role": "assistant", "content": res.text, "tool_calls": ours},
+                            *({"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(ours, results))]
+            t0 = time.perf_counter()
+            call = CallRecord(session_id=call.session_id, api=api, messages=req.messages, model=req.model,
+                              route=route.name, upstream_model=call.upstream_model, stream=stream, tools=req.tools,
+                              params={k: v for k, v in call.params.items() if k not in ("gateway_tools", "served_by")},
+                              request=call.request, system_id=call.system_id,
+                              id=("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12), ts=time.time())
+        if not stream:
+            return await self._answer(api, req, call, res)
+        call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
+                         "finish_reason": res.finish_reason}
+        await self._record(call)
+        return self._replayed(api, req, call, res)
+
+    def _replayed(self, api: str, req: Request, call: CallRecord, res: Result) -> Any:
+        """A whole answer sent as the stream the agent asked for."""
+        from starlette.responses import StreamingResponse
+
+        async def events() -> AsyncIterator[str]:
+            if api == "anthropic":
+                a = AnthropicStream(call.id, req.model)
+                yield a.start(res.prompt_tokens)
+                if res.text:
+                    yield a.text(res.text)
+                for c in res.tool_calls or []:
+                    yield a.tool_block(c)
+                yield a.finish(res.finish_reason, res.completion_tokens, res.prompt_tokens)
+                return
+            base = {"id": call.id, "object": "chat.completion.chunk", "created": int(call.ts), "model": req.model,
+                    "system_fingerprint": call.system_id}
+            delta: dict[str, Any] = {"role": "assistant", "content": res.text or ""}
+            if res.tool_calls:
+                delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(res.tool_calls)]
+            for chunk in ({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                          {"choices": [{"index": 0, "delta": {}, "finish_reason": res.finish_reason}]}):
+                yield f"data: {json.dumps({**base, **chunk}, ensure_ascii=False)}\n\n"
+            if req.include_usage:
+                usage = {"prompt_tokens": res.prompt_tokens or 0, "completion_tokens": res.completion_tokens or 0,
+                         "total_tokens": (res.prompt_tokens or 0) + (res.completion_tokens or 0)}
+                yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={
+            **self._headers(call), "cache-control": "no-cache"})
 
     def _check_origin(self, request: Any) -> None:
         """A web page must not drive a gateway on this machine: requests from a browser (an Origin

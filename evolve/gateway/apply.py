@@ -191,6 +191,7 @@ class SystemSource:
     _memory: dict[str, Any] = field(default_factory=dict, init=False)
     _checked: float = field(default=0.0, init=False)
     _others: dict[str, tuple[dict[str, str], dict[str, Any]]] = field(default_factory=dict, init=False)
+    _systems: dict[str, Any] = field(default_factory=dict, init=False)
 
     def resolve(self, pinned: str | None = None) -> tuple[str | None, dict[str, str], dict[str, Any]]:
         """(id, prompts, memory) of ``pinned`` (a session's own system), else of the current one (also
@@ -212,6 +213,24 @@ class SystemSource:
                     self._others.pop(next(iter(self._others)))
                 self._others[pinned] = got
         return pinned, got[0], got[1]
+
+    def get(self, sid: str | None) -> Any:
+        """A system of this run (:class:`~evolve.types.System`), or None when it is not in its
+        archive. Systems never change, so each is read once."""
+        if sid is None:
+            return None
+        with self._lock:
+            if sid in self._systems:
+                return self._systems[sid]
+        try:
+            got = self._archive.get_system(sid)
+        except Exception:  # noqa: BLE001 - not this run's system
+            got = None
+        with self._lock:
+            if len(self._systems) >= 64:
+                self._systems.pop(next(iter(self._systems)))
+            self._systems[sid] = got
+        return got
 
     def open(self) -> SystemSource:
         from evolve.archive import Archive

@@ -86,6 +86,16 @@ class RecallConfig(_Strict):
     format: str = Field("- {text}", description="one line per item: {text} and the item's metadata keys")
 
 
+class ToolsConfig(_Strict):
+    serve: list[str] | Literal["all"] = Field("all", description="which of the system's admitted tools are offered")
+    max_rounds: int = Field(4, ge=1, le=32, description="model calls per request at most; the last offers none of "
+                                                       "the served tools")
+    read_roots: list[Path] = Field(default_factory=list, description="folders a tool's file parameters may point "
+                                   "into (mounted read-only in the sandbox); none: tools that read files are refused")
+    sandbox: Literal["process", "docker"] = "process"
+    limits: dict[str, Any] = Field(default_factory=dict, description="sandbox limits per tool call")
+
+
 class EvolveConfig(_Strict):
     run: Path = Field(description="the run whose current system's prompts apply (followed as the archive "
                                   "promotes or rolls back)")
@@ -94,11 +104,14 @@ class EvolveConfig(_Strict):
     apply: list[RuleConfig] = Field(default_factory=list, description="which prompt components go where")
     recall: RecallConfig | None = Field(None, description="insert what the system's memory recalls for the last "
                                                           "user message")
+    tools: ToolsConfig | None = Field(None, description="serve the system's admitted tools, run by the gateway in "
+                                                        "the sandbox")
 
     @model_validator(mode="after")
     def _something(self) -> EvolveConfig:
-        if not self.apply and self.recall is None:
-            raise ValueError("give 'apply' rules, 'recall', or both: what of the evolved system goes into requests")
+        if not self.apply and self.recall is None and self.tools is None:
+            raise ValueError("give 'apply' rules, 'recall', 'tools', or some of them: what of the evolved system goes "
+                             "into requests")
         return self
 
 
@@ -188,6 +201,9 @@ def load_config(path: str | Path) -> GatewayConfig:
         for key in ("local", "evolve"):
             if r[key] is not None and not Path(r[key]["run"]).is_absolute():
                 r[key]["run"] = p.parent / r[key]["run"]
+        tools = (r["evolve"] or {}).get("tools")
+        if tools:
+            tools["read_roots"] = [x if Path(x).is_absolute() else p.parent / x for x in tools["read_roots"]]
     return GatewayConfig.model_validate(data)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import ConfigError
-from evolve.gateway.wire import text_of
+from evolve.gateway.wire import TOOL_ERROR, text_of
 
 FEEDBACK = ("any", "scored", "positive", "unscored")
 
@@ -213,17 +213,57 @@ def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: st
     own = [t for t in scored if system_id and t.get("system_id") == system_id]
     out = []
     for t in own if len(own) >= enough else scored:
-        steps = tuple(LLMCall(role=role, model=str(c.get("system_id") or "served"),
-                              messages=tuple(msg(m) for m in (t.get("request_messages") if i == 0 and
-                                                              t.get("request_messages") else c["messages"])
-                                             if isinstance(m, dict)),
-                              output=(c.get("output") or "") + (
-                                  ("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False)) if c.get("tool_calls") else ""))
-                      for i, c in enumerate(t["calls"]))
+        steps: list[Any] = []
+        for i, c in enumerate(t["calls"]):
+            steps.append(LLMCall(role=role, model=str(c.get("system_id") or "served"),
+                                 messages=tuple(msg(m) for m in (t.get("request_messages") if i == 0 and
+                                                                 t.get("request_messages") else c["messages"])
+                                                if isinstance(m, dict)),
+                                 output=(c.get("output") or "") + (
+                                     ("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False))
+                                     if c.get("tool_calls") else "")))
+            steps.extend(tool_steps(c, t["calls"][i + 1:]))
         last = t["calls"][-1]
-        out.append(Trajectory(task_id=str(t["id"]), system_id=str(t.get("system_id") or ""), steps=steps,
+        out.append(Trajectory(task_id=str(t["id"]), system_id=str(t.get("system_id") or ""), steps=tuple(steps),
                               output=last.get("output"),
                               reward=Reward(score=float(t["score"]), feedback=t.get("feedback_text") or "")))
+    return out
+
+
+def tool_steps(call: dict, later: list[dict]) -> list[Any]:
+    """The tool calls a recorded call asked for, as trajectory steps with what came back: the result
+    is the ``tool`` message with the call's id in a later call of the session (parsed as JSON when
+    it is JSON); a result marked as an error becomes the step's ``error``. Calls whose result never
+    came back (the session ended) are left out: nothing is known of what they did."""
+    import json as _json
+
+    from evolve.types import ToolCall
+
+    results: dict[str, str] = {}
+    for c in later:
+        for m in c.get("messages") or []:
+            if isinstance(m, dict) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
+                results.setdefault(m["tool_call_id"], text_of(m.get("content")))
+    out = []
+    for tc in call.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        if tc.get("id") not in results or not isinstance(fn.get("name"), str):
+            continue
+        try:
+            args = _json.loads(fn.get("arguments") or "{}")
+        except ValueError:
+            args = {"arguments": fn.get("arguments")}
+        text = results[tc["id"]]
+        if text.startswith(TOOL_ERROR):
+            out.append(ToolCall(name=fn["name"], args=args if isinstance(args, dict) else {"arguments": args},
+                                error=text[len(TOOL_ERROR):]))
+            continue
+        try:
+            value: Any = _json.loads(text)
+        except ValueError:
+            value = text
+        out.append(ToolCall(name=fn["name"], args=args if isinstance(args, dict) else {"arguments": args},
+                            result=value))
     return out
 
 
@@ -244,4 +284,4 @@ def replay(task: dict, ctx: Any) -> Any:
     return out.text if calls is None else {"text": text, "tool_calls": calls}
 
 
-__all__ = ["experiences", "recorded_trajectories", "replay", "score_sessions", "session_task", "sessions"]
+__all__ = ["experiences", "recorded_trajectories", "replay", "score_sessions", "session_task", "sessions", "tool_steps"]

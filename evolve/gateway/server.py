@@ -57,6 +57,12 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
 
                     rc = r.evolve.recall
                     route.recall = RecallRule(rc.message, rc.how, rc.header, rc.format)
+                if r.evolve.tools is not None:
+                    from evolve.gateway.tools import ServedTools
+
+                    tc = r.evolve.tools
+                    route.tools = ServedTools(None if tc.serve == "all" else list(tc.serve), tc.max_rounds,
+                                              [p.resolve() for p in tc.read_roots], tc.sandbox, dict(tc.limits))
         gateway = Gateway(routes, TraceStore(cfg.store), api_key=key, log=log, loopback=is_loopback(cfg.host),
                           allow_origins=cfg.allow_origins)
         if cfg.otel is not None:

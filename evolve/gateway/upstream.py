@@ -195,6 +195,7 @@ class Route:
     rules: list[Any] = field(default_factory=list)  # evolve.gateway.apply.Rule
     recall: Any = None  # evolve.gateway.apply.RecallRule: the system's memories inserted
     sticky: bool = True  # a session stays with the system of its first call (routes that follow a run)
+    tools: Any = None  # evolve.gateway.tools.ServedTools: the system's tools, run by the gateway
 
     def current_system(self) -> str | None:
         """The system answering now: the followed run's, the local route's, or the route's label."""
@@ -203,7 +204,7 @@ class Route:
         return getattr(self.upstream, "system_id", None) or self.system_id
 
     def close(self) -> None:
-        for part in (self.upstream, self.source):
+        for part in (self.upstream, self.source, self.tools):
             close = getattr(part, "close", None)
             if close is not None:
                 close()

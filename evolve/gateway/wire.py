@@ -47,6 +47,9 @@ class GatewayError(Exception):
         return {"type": "error", "error": {"type": kind, "message": self.message}}
 
 
+
+TOOL_ERROR = "[tool error] "  # a failed tool result, as the OpenAI format carries it (no is_error there)
+
 def bad(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, message, param=param)
 
@@ -214,7 +217,7 @@ def anthropic_request(body: Any) -> Request:
                     raise bad(f"{where}.content.{j}: a tool_result block needs 'tool_use_id'", f"{where}.content.{j}")
                 text = _text_of(b.get("content") or "", f"{where}.content.{j}.content")
                 if b.get("is_error"):
-                    text = f"[tool error] {text}"
+                    text = TOOL_ERROR + text
                 results.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text})
             elif kind in ("thinking", "redacted_thinking"):
                 continue  # a model's earlier thinking is not sent on

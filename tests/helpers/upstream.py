@@ -3,6 +3,7 @@
 
 What it answers, deterministically:
 
+* the user's text is ``call:<tool> <JSON arguments>`` and that tool is offered: that call;
 * tools offered and the last message is the user's: a call of the first tool, its first
   parameter set to the user's text (``{"<param>": "<text>"}``);
 * the last message is a tool result: ``"the tool said: <result>"``;
@@ -45,6 +46,12 @@ def answer(body: dict) -> tuple[str | None, list[dict] | None, str]:
     tools = body.get("tools") or []
     if last.get("role") == "tool":
         return f"the tool said: {last.get('content')}", None, "stop"
+    text = _last_user_text(msgs)
+    named = {t["function"]["name"]: t["function"] for t in tools}
+    if last.get("role") == "user" and text.startswith("call:") and text[5:].split(" ", 1)[0] in named:
+        name, _, args = text[5:].partition(" ")
+        return None, [{"id": f"call_{abs(hash(text)) % 10**8}", "type": "function",
+                       "function": {"name": name, "arguments": args or "{}"}}], "tool_calls"
     if tools and last.get("role") == "user" and body.get("tool_choice") != "none":
         fn = tools[0]["function"]
         props = list(((fn.get("parameters") or {}).get("properties") or {}).keys()) or ["input"]
