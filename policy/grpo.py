@@ -48,6 +48,11 @@ class GRPO:
             "extra training reward: weight x the named component of the task's reward (TRL's reward_weights "
             "over several reward functions), added to the score for the advantages only; acceptance and "
             "evaluation keep the task's score"))
+        group_reward: str | None = Field(None, description=(
+            "import path of a judge that scores each sampled group in one call, relative to each other (RULER): "
+            "an object with rank(task, outputs), or a function(task, outputs), returning a score or Reward per "
+            "output; its scores replace the task's score for the advantages only, e.g. an "
+            "evolve.gateway.judge.LLMJudge over recorded sessions"))
         loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "dapo"
         eps_low: float = Field(0.2, ge=0)
         eps_high: float = Field(0.28, ge=0)
@@ -92,6 +97,7 @@ class GRPO:
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
+        self._judge: Any = None
 
     def estimate(self, plan: Any) -> dict[str, int]:
         """Per proposal (for ``evolve run --dry-run``): ``steps`` batches of ``tasks_per_step`` x
@@ -104,14 +110,39 @@ class GRPO:
 
     # ---------------------------------------------------------------- helpers
 
-    def _batch(self, trajs: list[Trajectory], max_len: int) -> tuple[list, dict[str, float]]:
+    def _judged(self, trajs: list[Trajectory], tasks: list[dict]) -> list[float]:
+        """The group judge's score of each trajectory (one call per task's group; a rollout that
+        crashed scores 0 and is not shown to the judge). A judge that fails stops the proposal:
+        its failure is the world's, not a score."""
+        from evolve.registry import import_path
+
+        if self._judge is None:
+            got = import_path(str(self.p.group_reward), what="grpo group_reward")
+            self._judge = getattr(got, "rank", got)
+        by_id = {str(t["id"]): t for t in tasks}
+        out = [0.0] * len(trajs)
+        groups: dict[str, list[int]] = {}
+        for k, t in enumerate(trajs):
+            if t.error is None:
+                groups.setdefault(t.task_id, []).append(k)
+        for tid, ks in groups.items():
+            scores = list(self._judge(by_id[tid], [trajs[k].output for k in ks]))
+            if len(scores) != len(ks):
+                raise ValueError(f"grpo group_reward returned {len(scores)} scores for a group of {len(ks)}")
+            for k, r in zip(ks, scores):
+                out[k] = float(getattr(r, "score", r))
+        return out
+
+    def _batch(self, trajs: list[Trajectory], max_len: int,
+               judged: list[float] | None = None) -> tuple[list, dict[str, float]]:
         import torch
         from evolve.policy.grpo_train import pack
         from evolve.policy.rl import group_advantages
         from evolve.policy.star import rejected_turns
 
         p = self.p
-        rewards = torch.tensor([train_reward(t, p.reward_weights) for t in trajs], dtype=torch.float32)
+        rewards = torch.tensor([train_reward(t, p.reward_weights, None if judged is None else judged[k])
+                                for k, t in enumerate(trajs)], dtype=torch.float32)
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
         if p.negative_weight != 1.0:
             adv = torch.where(adv < 0, adv * p.negative_weight, adv)
@@ -131,7 +162,7 @@ class GRPO:
         groups = len({t.task_id for t in trajs})
         kept = len({s.group for s in seqs})
         scores = [t.score for t in trajs]
-        extra = {"train_reward": round(float(rewards.mean()), 4)} if p.reward_weights and trajs else {}
+        extra = {"train_reward": round(float(rewards.mean()), 4)} if (p.reward_weights or judged) and trajs else {}
         return seqs, {"reward": sum(scores) / len(scores) if scores else 0.0, **extra, "groups": groups,
                       "groups_kept": kept, "truncated_dropped": truncated, "rejected_turns_unreinforced": unreinforced,
                       "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
@@ -204,7 +235,8 @@ class GRPO:
             t_roll = time.perf_counter() - t0
             if step == 0:
                 check_components(trajs, p.reward_weights)
-            seqs, info = self._batch(trajs, learner.max_len)
+            judged = self._judged(trajs, tasks) if p.group_reward else None
+            seqs, info = self._batch(trajs, learner.max_len, judged)
             if p.self_imitation:
                 wins = [t for t in trajs if t.error is None and t.score >= p.imitation_threshold]
                 wins = success_turns(wins, p.role, "final", dedupe=False)
@@ -234,12 +266,14 @@ class GRPO:
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
 
 
-def train_reward(traj: Trajectory, weights: dict[str, float]) -> float:
-    """The task's score plus ``weights[k]`` x the reward's component ``k`` (absent: 0)."""
+def train_reward(traj: Trajectory, weights: dict[str, float], base: float | None = None) -> float:
+    """The task's score (or ``base``, a group judge's) plus ``weights[k]`` x the reward's component
+    ``k`` (absent: 0)."""
+    score = traj.score if base is None else base
     if not weights:
-        return traj.score
+        return score
     comps = traj.reward.components if traj.reward is not None else {}
-    return traj.score + sum(w * float(comps.get(k, 0.0)) for k, w in weights.items())
+    return score + sum(w * float(comps.get(k, 0.0)) for k, w in weights.items())
 
 
 def check_components(trajs: list[Trajectory], weights: dict[str, float]) -> None:

@@ -288,6 +288,46 @@ def test_reward_weights_add_named_components_to_the_training_reward_only():
         check_components(trajs, {"execute": 0.25})
 
 
+JUDGED: list[list] = []
+
+
+class RankingJudge:
+    """A RULER-style judge: one call per group, "good" answers above the rest."""
+
+    def rank(self, task, outputs):
+        JUDGED.append([task["id"], *outputs])
+        return [Reward(score=0.9 if o == "good" else 0.2) for o in outputs]
+
+
+judge = RankingJudge()
+
+
+def test_a_group_judge_ranks_each_group_in_one_call_and_its_scores_drive_the_advantages():
+    from evolve.policy.grpo import GRPO
+
+    def t(task, out, score=0.0, error=None):
+        return Trajectory(task_id=task, system_id="s", steps=(call((1, 2), (5, 6)),), output=out,
+                          reward=Reward(score=score), error=error)
+
+    # the task's reward sees no difference in group "a" (all 0): the judge does
+    trajs = [t("a", "good"), t("a", "meh"), t("a", "good", error="crashed"), t("b", "meh", 1.0), t("b", "meh", 1.0)]
+    op = GRPO(group_reward="tests.policy.test_grpo:judge")
+    JUDGED.clear()
+    judged = op._judged(trajs, [{"id": "a"}, {"id": "b"}])
+    assert JUDGED == [["a", "good", "meh"], ["b", "meh", "meh"]]  # the crashed rollout is not shown
+    assert judged == [0.9, 0.2, 0.0, 0.2, 0.2]
+    seqs, info = op._batch(trajs, 64, judged)
+    assert [s.traj for s in seqs] == [0, 1, 2] and seqs[0].advantage > 0 > seqs[1].advantage
+    assert [s.reward for s in seqs] == [0.0, 0.0, 0.0] and info["train_reward"] == pytest.approx(1.5 / 5)
+    assert GRPO()._batch(trajs[:3], 64)[0] == []  # without the judge group "a" has no signal
+    with pytest.raises(ValueError, match="2 scores for a group of 3"):
+        GRPO(group_reward="tests.policy.test_grpo:judge_short")._judged(trajs[:3] + [t("a", "x")], [{"id": "a"}])
+
+
+def judge_short(task, outputs):
+    return [0.5, 0.5]
+
+
 @pytest.mark.slow
 def test_warmup_scales_the_first_optimiser_steps():
     # Adam's first step moves each parameter by about lr (|m/sqrt(v)| = 1), so the largest change
