@@ -258,10 +258,16 @@ def diff(
 
 @app.command("rollback")
 def rollback(run_dir: Path = RunDir, system: str = SystemArg) -> None:
-    """Make an earlier system the current one (appends a pointer move; deletes nothing)."""
+    """Make an earlier system the current one (appends a pointer move and an audit event; deletes nothing)."""
+    from evolve.deploy.promote import rollback as deploy_rollback
+
     with _archive(run_dir) as archive:
         old = archive.current()
-        new = archive.rollback(system)
+        sid = archive.resolve(system)
+    if sid == old:
+        _out().print(Text(f"current: {old} (already)"))
+        return
+    new = deploy_rollback(run_dir, sid)["system"]
     _out().print(Text(f"current: {old or '(none)'} -> {new}"))
 
 

@@ -293,6 +293,17 @@ def _gateway_command() -> None:
 _gateway_command()
 
 
+def _deploy_commands() -> None:
+    from evolve.deploy.cli import promote_command, rollback_command, status_command
+
+    app.command("promote")(promote_command)
+    app.command("rollback")(rollback_command)
+    app.command("status")(status_command)
+
+
+_deploy_commands()
+
+
 def _mount_commands() -> None:
     """The command groups of :data:`evolve.registry.commands` (``archive``, ``baseline``, plugins')."""
     from evolve.registry import commands

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evolve.deploy.config import DeployConfig
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -202,6 +204,8 @@ class TaskConfig(Strict):
     reward_range: tuple[float, float] = Field((0.0, 1.0), description="the scores the reward is meant to give: "
                                               "rollouts scored outside are counted in the report")
     out: str | None = Field(None, description="run directory (default runs/<name>-seed<seed>)")
+    deploy: DeployConfig | None = Field(None, description="gates, canary and approval before a candidate serves "
+                                        "users (evolve promote); without it the best system is made current")
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":

@@ -90,6 +90,10 @@ class Engine:
                 raise RunFailed(f"{problem}; the report is in {self.run_dir / 'report.md'}")
             if self.archive.current() is None:
                 self.archive.set_current(base.id, "baseline")
+            if self.task.deploy is not None:  # the evaluation is pinned when the run starts; a change is refused
+                from evolve.deploy.promote import pins_for
+
+                pins_for(self.task, s.base_dir, self.archive, repin=False, by="engine")
             self.state.accept(base.id, val, 0)
             if not self.state.generations():
                 used = s.usage()
@@ -148,13 +152,26 @@ class Engine:
                         n_accepted += 1
                         self.state.accept(cand.system.id, verdict.score, gen)
                         if promoted:
-                            self.archive.set_current(cand.system.id, "promote")
+                            self._promote(gen, cand, verdict)
         used = s.usage()
         self._record_generation(gen, {
             "children": n_children, "accepted": n_accepted, "rollouts": used["rollouts"] - counted["rollouts"],
             "calls": used["calls"] - counted["calls"], "tokens": used["tokens"] - counted["tokens"],
             "seconds": round(s.elapsed() - t0, 2),
         })
+
+    def _promote(self, gen: int, cand: Candidate, verdict: Any) -> None:
+        """The best so far: made current, or with a deploy policy proposed for promotion (the gates,
+        canary and approval of ``evolve promote`` decide what is served)."""
+        self.archive.put_state("best", cand.system.id)
+        if self.task.deploy is None:
+            self.archive.set_current(cand.system.id, "promote")
+            return
+        from evolve.deploy.lifecycle import Deployment
+
+        Deployment(self.archive).propose(cand.system.id, by="engine", why=f"generation {gen}: {verdict.why}",
+                                         evidence={"generation": gen, "operator": cand.operator,
+                                                   "val": verdict.score if verdict.score == verdict.score else None})
 
     def _propose(self, gen: int, i: int, op: Any, parent: System, p_traj: list[Trajectory]) -> list[Candidate]:
         saved = self.state.proposals(gen, i, parent.id)

@@ -181,7 +181,8 @@ def write_report(session: "Session", stop_reason: str, *, score_test: bool = Tru
     before the final scoring (default: all of it)."""
     arch = session.archive
     baseline_id = session.state.baseline
-    best_id = arch.current() or baseline_id
+    # with a deploy policy the best system is proposed, not made current (evolve promote decides)
+    best_id = (arch.get_state("best") if session.task.deploy is not None else None) or arch.current() or baseline_id
     report: dict[str, Any] = {"task": session.task.name, "seed": session.task.seed, "run_dir": str(session.run_dir)}
     if baseline_id is None:
         report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})

@@ -214,6 +214,8 @@ class Gateway:
             import anyio
 
             fb, new = await anyio.to_thread.run_sync(lambda: self.store.feedback(**body))  # checks it too
+            if new:
+                await self._after_feedback()
         except UserError as e:
             return self._error("openai", GatewayError(400, str(e)))
         except GatewayError as e:
@@ -222,6 +224,19 @@ class Gateway:
             return self._error("openai", GatewayError(500, f"evolve gateway: internal error ({type(e).__name__}: {e})"))
         return self._json(200 if not new else 201, {"id": fb.id, "session_id": fb.session_id, "call_id": fb.call_id,
                                                     "recorded": new})
+
+    async def _after_feedback(self) -> None:
+        """A canary under way is tested on the new feedback (its decision acts at once)."""
+        import anyio
+
+        for route in self.routes:
+            if route.canary is None:
+                continue
+            try:
+                await anyio.to_thread.run_sync(route.canary.check, self.store)
+            except Exception as e:  # noqa: BLE001 - feedback is recorded whatever the test does
+                if self.log:
+                    self.log(f"canary check on route {route.name} failed: {type(e).__name__}: {e}")
 
     async def _openai(self, request: Any) -> Any:
         return await self._chat(request, "openai")
@@ -254,13 +269,21 @@ class Gateway:
         sent = req.messages  # as the agent sent them: sessions are found by these, whatever system answers
         call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
         session = await self._session(request, req, sent, call_id)
-        pinned = None
+        pinned, new = None, True
         if route.sticky and (route.source is not None or hasattr(route.upstream, "system_id")):
             # a session stays with the system that answered its first call on this route: a promotion
             # serves new sessions
             first = await anyio.to_thread.run_sync(self.store.session_first, session)
             if first is not None and first[1] == route.name:
-                pinned = first[0]
+                pinned, new = first[0], False
+        if route.canary is not None:  # the run's deployment: a canary's share of new sessions, rolled-back systems
+            from evolve.deploy.canary import in_canary
+
+            canary, blocked = await anyio.to_thread.run_sync(route.canary.view)
+            if pinned in blocked:
+                pinned = None
+            if new and canary is not None and canary["system"] not in blocked and in_canary(session, canary):
+                pinned = canary["system"]
         applied: list[str] = []
         recalled: list[str] = []
         system_id = pinned or route.current_system()

@@ -47,6 +47,12 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
                 up = LiteLLMUpstream(u.model, u.api_base, u.api_key_env, u.timeout, u.max_retries, dict(u.params))
             route = Route(r.name, list(r.match), up, r.system, sticky=r.sticky)
             routes.append(route)
+            followed = r.local if r.local is not None else r.evolve
+            if followed is not None:
+                from evolve.deploy.canary import CanaryView
+
+                route.canary = CanaryView(followed.run, poll=followed.poll)
+                route.canary.log = log
             if r.evolve is not None:
                 from evolve.gateway.apply import Rule, SystemSource
 

@@ -196,6 +196,7 @@ class Route:
     recall: Any = None  # evolve.gateway.apply.RecallRule: the system's memories inserted
     sticky: bool = True  # a session stays with the system of its first call (routes that follow a run)
     tools: Any = None  # evolve.gateway.tools.ServedTools: the system's tools, run by the gateway
+    canary: Any = None  # evolve.deploy.canary.CanaryView: the followed run's deployment (canary, blocked systems)
 
     def current_system(self) -> str | None:
         """The system answering now: the followed run's, the local route's, or the route's label."""
@@ -204,7 +205,7 @@ class Route:
         return getattr(self.upstream, "system_id", None) or self.system_id
 
     def close(self) -> None:
-        for part in (self.upstream, self.source, self.tools):
+        for part in (self.upstream, self.source, self.tools, self.canary):
             close = getattr(part, "close", None)
             if close is not None:
                 close()

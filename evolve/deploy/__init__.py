@@ -1,0 +1,33 @@
+"""Promotion you can trust: what happens between "the engine found a better system" and "users are
+served it". Configured by the task file's ``deploy:`` section; driven by ``evolve promote``,
+``evolve rollback`` and ``evolve status`` (or the same functions here).
+
+* :mod:`~evolve.deploy.config` — the ``deploy:`` section (regression gate, guards, canary, approval);
+* :mod:`~evolve.deploy.lifecycle` — proposed → gated → canary → pending → active → retired /
+  rejected / rolled back, each move an audit event, moved atomically with the current pointer;
+* :mod:`~evolve.deploy.integrity` — the evaluation pinned by content hash; candidates that reach
+  the reward's code or files, or address the evaluator, refused;
+* :mod:`~evolve.deploy.gates` — the paired no-worse-than-active test and the guarded floors and ceilings;
+* :mod:`~evolve.deploy.canary` — the gateway's share of new sessions and the anytime-valid test on feedback;
+* :mod:`~evolve.deploy.promote` — ``promote``, ``approve``, ``rollback``, ``status``;
+* :mod:`~evolve.deploy.cli` — the commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("promote", "approve", "rollback", "status"):
+        from evolve.deploy import promote as _p
+
+        return getattr(_p, name)
+    if name in ("Deployment", "Move", "DeployError"):
+        from evolve.deploy import lifecycle
+
+        return getattr(lifecycle, name)
+    raise AttributeError(name)
+
+
+__all__ = ["DeployError", "Deployment", "Move", "approve", "promote", "rollback", "status"]

@@ -1,0 +1,180 @@
+"""The canary: a share of new sessions is served by the candidate (sticky per session, by a hash of
+the session id), the users' feedback on both arms feeds a sequential test, and the test promotes
+the candidate, keeps waiting, or stops the canary (the active system keeps serving).
+
+The test is valid however often it is checked (after every session): each arm's mean score gets
+an anytime-valid confidence sequence, Robbins' normal mixture for a variable bounded in [0, 1]
+(sub-Gaussian with variance proxy 1/4; Howard, Ramdas, McAuliffe and Sekhon 2021), at level
+alpha/2 per arm, so that the difference of the means lies in [lower, upper] at every check with
+probability at least 1 - alpha. Then:
+
+* ``upper < 0``: the candidate is worse on live traffic: stop, roll back;
+* ``lower >= -margin`` with at least ``min_sessions`` scored candidate sessions: promote (or wait
+  for approval);
+* otherwise wait, up to ``max_sessions`` candidate sessions or ``max_hours``: then stop, undecided
+  (the candidate is not promoted).
+
+Scores outside [0, 1] are clipped. Only sessions that started after the canary did, answered first
+by one of the two arms, with feedback, count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from typing import Any
+
+from evolve.deploy.lifecycle import DeployError, Deployment, Move
+
+
+def in_canary(session_id: str, canary: dict[str, Any]) -> bool:
+    """Whether a new session goes to the candidate: a hash of the canary's salt and the session id."""
+    h = int(hashlib.sha256(f"{canary['salt']}:{session_id}".encode()).hexdigest()[:12], 16) / 16**12
+    return h < float(canary["share"])
+
+
+def radius(n: int, alpha: float, rho_n: int) -> float:
+    """Half-width of a two-sided (1 - alpha) confidence sequence for a [0, 1] mean after n
+    observations; tightest near ``rho_n`` observations."""
+    if n <= 0:
+        return math.inf
+    v = n / 4.0
+    rho = max(rho_n, 1) / 4.0
+    return math.sqrt((v + rho) * math.log((v + rho) / (rho * (alpha / 2) ** 2))) / n
+
+
+def decide(cand: list[float], active: list[float], cfg: dict[str, Any], *, started: float,
+           now: float | None = None) -> tuple[str, dict[str, Any]]:
+    """(``promote`` | ``stop`` | ``expire`` | ``wait``, the evidence)."""
+    now = time.time() if now is None else now
+    c = [min(1.0, max(0.0, float(x))) for x in cand]
+    a = [min(1.0, max(0.0, float(x))) for x in active]
+    alpha, margin = float(cfg["alpha"]), float(cfg["margin"])
+    rho_n = int(cfg["min_sessions"])
+    mc = sum(c) / len(c) if c else None
+    ma = sum(a) / len(a) if a else None
+    rc, ra = radius(len(c), alpha / 2, rho_n), radius(len(a), alpha / 2, rho_n)
+    lower = (mc - rc) - (ma + ra) if c and a else -math.inf
+    upper = (mc + rc) - (ma - ra) if c and a else math.inf
+    hours = (now - started) / 3600
+    ev = {"candidate_sessions": len(c), "active_sessions": len(a), "candidate_mean": mc, "active_mean": ma,
+          "diff": (mc - ma) if c and a else None, "lower": lower if math.isfinite(lower) else None,
+          "upper": upper if math.isfinite(upper) else None, "alpha": alpha, "margin": margin,
+          "hours": round(hours, 3)}
+    if c and a and upper < 0:
+        return "stop", ev
+    if c and a and len(c) >= rho_n and lower >= -margin:
+        return "promote", ev
+    if len(c) >= int(cfg["max_sessions"]) or hours >= float(cfg["max_hours"]):
+        return "expire", ev
+    return "wait", ev
+
+
+def arm_scores(store: Any, canary: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """The scored sessions of each arm since the canary started: (candidate's, active's)."""
+    cand, act = [], []
+    for _, system, score in store.session_scores(since=canary["started"]):
+        if score is None or system not in (canary["system"], canary["active"]):
+            continue
+        (cand if system == canary["system"] else act).append(score)
+    return cand, act
+
+
+def check(archive: Any, store: Any, *, now: float | None = None, by: str = "canary") -> dict[str, Any] | None:
+    """Run the canary's test on the trace store's feedback and act on its decision (in one archive
+    transaction). None when no canary is under way; else ``{"decision", "evidence", "system"}``."""
+    dep = Deployment(archive)
+    can = dep.canary()
+    if can is None or dep.state(can["system"]) != "canary":
+        return None
+    cand, act = arm_scores(store, can)
+    decision, ev = decide(cand, act, can, started=can["started"], now=now)
+    sid = can["system"]
+    try:
+        _act(dep, decision, ev, sid, can, by)
+    except DeployError:  # another checker decided first: its decision stands
+        return None
+    return {"decision": decision, "evidence": ev, "system": sid}
+
+
+def _act(dep: Deployment, decision: str, ev: dict[str, Any], sid: str, can: dict[str, Any], by: str) -> None:
+    if decision == "promote":
+        to = "pending" if can.get("approval") else "active"
+        why = (f"canary: {ev['candidate_sessions']} candidate sessions score {100 * ev['candidate_mean']:.1f}% against "
+               f"{100 * ev['active_mean']:.1f}% ({ev['active_sessions']} sessions); surely no worse than "
+               f"-{100 * ev['margin']:.1f} points (lower bound {100 * ev['lower']:+.1f})"
+               + ("; waiting for approval" if to == "pending" else ""))
+        dep.apply([Move(sid, to, by, why, ev)], canary=None)
+    elif decision in ("stop", "expire"):
+        why = (f"canary: the candidate is worse on live traffic ({100 * ev['candidate_mean']:.1f}% against "
+               f"{100 * ev['active_mean']:.1f}%, upper bound {100 * ev['upper']:+.1f} points); rolled back"
+               if decision == "stop" else
+               f"canary: undecided after {ev['candidate_sessions']} candidate sessions and {ev['hours']:.1f} h; "
+               "not promoted")
+        dep.apply([Move(sid, "rolled_back", by, why, ev)], canary=None)
+
+
+__all__ = ["arm_scores", "check", "decide", "in_canary", "radius"]
+
+
+class CanaryView:
+    """What a gateway route that follows a run needs of its deployment: the canary under way and
+    the systems that must not serve (re-read at most every ``poll`` seconds), and the canary's test
+    run on the route's feedback (at most every ``every`` seconds)."""
+
+    def __init__(self, run: Any, *, poll: float = 1.0, every: float = 0.2) -> None:
+        import threading
+
+        self.run, self.poll, self.every = run, poll, every
+        self._archive: Any = None
+        self._lock = threading.Lock()
+        self._seen: tuple[float, dict[str, Any] | None, frozenset[str]] = (-math.inf, None, frozenset())
+        self._checked = -math.inf
+        self.log: Any = None
+
+    def _arch(self) -> Any:
+        if self._archive is None:
+            from evolve.archive import Archive
+
+            self._archive = Archive(self.run, create=False)
+        return self._archive
+
+    def view(self) -> tuple[dict[str, Any] | None, frozenset[str]]:
+        with self._lock:
+            t, can, blocked = self._seen
+            if time.monotonic() - t >= self.poll:
+                try:
+                    a = self._arch()
+                    can = a.get_state("deploy.canary")
+                    blocked = frozenset(a.get_state("deploy.blocked", []) or [])
+                except Exception:  # noqa: BLE001 - keep what we had; the next look tries again
+                    pass
+                self._seen = (time.monotonic(), can, blocked)
+            return can, blocked
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._seen = (-math.inf, *self._seen[1:])
+
+    def check(self, store: Any) -> dict[str, Any] | None:
+        """The canary's test on the trace store, acted on (throttled); the decision, or None."""
+        with self._lock:
+            if time.monotonic() - self._checked < self.every:
+                return None
+            self._checked = time.monotonic()
+            got = check(self._arch(), store)
+            if got is not None and got["decision"] != "wait":
+                self._seen = (-math.inf, *self._seen[1:])  # the next session sees the decision
+                if self.log:
+                    self.log(f"canary of {got['system'][:12]}: {got['decision']}")
+            return got
+
+    def close(self) -> None:
+        with self._lock:
+            if self._archive is not None:
+                self._archive.close()
+                self._archive = None
+
+
+__all__ += ["CanaryView"]

@@ -1,0 +1,183 @@
+"""Driving the lifecycle: ``promote`` (integrity, gates, then canary, approval or activation),
+``approve``, ``rollback`` and ``status``, the same for the CLI and the Python API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from evolve.deploy.lifecycle import DeployError, Deployment, Move, who
+
+PINS_KEY = "deploy.pins"
+
+
+def _open(run_dir: str | Path) -> Any:
+    from evolve.archive import Archive
+    from evolve.errors import RunDirError
+
+    if not (Path(run_dir) / "archive.sqlite").exists():
+        raise RunDirError(f"{run_dir} is not an evolvekit run directory (no archive.sqlite)")
+    return Archive(run_dir, create=False)
+
+
+def _candidate(dep: Deployment, archive: Any, system: str | None) -> str:
+    if system is not None:
+        return archive.resolve(system)
+    states = dep.states()
+    proposed = [e["system"] for e in dep.events() if e["to"] == "proposed" and states.get(e["system"]) == "proposed"]
+    if not proposed:
+        raise DeployError("no system is proposed for promotion in this run; name one (evolve promote TASK RUN "
+                          "--system ID), or let a run with a deploy: section propose its best")
+    return proposed[-1]
+
+
+def pins_for(cfg: Any, base: Path, archive: Any, *, repin: bool, by: str) -> tuple[dict[str, Any], str]:
+    """The deployment's pins: saved the first time (or with ``repin``); a change since is refused."""
+    from evolve.data import load_splits
+    from evolve.deploy.integrity import make_pins, pin_changes, pin_id
+
+    now = make_pins(cfg, base, load_splits(cfg.dataset, base, cfg.seed))
+    saved = archive.get_state(PINS_KEY)
+    if saved is not None and not repin:
+        changed = pin_changes(saved["pins"], now)
+        if changed:
+            raise DeployError("the evaluation changed since it was pinned (" + "; ".join(changed[:6]) + "); "
+                              "review the change, then re-pin it with evolve promote ... --repin")
+        return saved["pins"], saved["id"]
+    pid = pin_id(now)
+    with archive.transaction():
+        archive.put_state(PINS_KEY, {"pins": now, "id": pid, "by": by})
+        archive.log_event("deploy_pin", {"id": pid, "by": by, "pins": now,
+                                         "replaced": (saved or {}).get("id")})
+    return now, pid
+
+
+def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = None, by: str | None = None,
+            repin: bool = False, overrides: Sequence[str] = (), observer: Any = None) -> dict[str, Any]:
+    """Take a proposed system (or ``system``) through the deploy policy of ``task_file``: the
+    integrity checks, the gates, then a canary, approval, or activation. Returns ``{"system",
+    "state", "message", "gates"}``; a candidate that fails is ``rejected`` with the evidence."""
+    from evolve.deploy.gates import run_gates
+    from evolve.deploy.integrity import addresses_evaluator, reaches_evaluation
+    from evolve.errors import UserError
+    from evolve.taskfile import load_task
+
+    cfg, base = load_task(task_file, overrides)
+    if cfg.deploy is None:
+        raise UserError(f"{task_file} has no deploy: section; add one (docs/deploy.md) to gate promotions, or make a "
+                        "system current with evolve rollback RUN SYSTEM")
+    by = by or who()
+    with _open(run_dir) as archive:
+        dep = Deployment(archive)
+        sid = _candidate(dep, archive, system)
+        state = dep.state(sid)
+        if state == "canary":
+            return {"system": sid, "state": "canary", "gates": [], "message": "the canary is under way; the gateway "
+                    "decides on feedback (evolve status shows it)"}
+        if state == "pending":
+            return {"system": sid, "state": "pending", "gates": [], "message": "waiting for approval: evolve promote "
+                    "... --approve"}
+        if state not in (None, "proposed", "rolled_back", "rejected"):
+            raise DeployError(f"system {sid[:12]} is {state}; only a proposed, rejected or rolled-back system can be "
+                              "promoted")
+        if dep.canary() is not None:
+            raise DeployError(f"a canary of {dep.canary()['system'][:12]} is under way; wait for its decision or end "
+                              "it with evolve rollback")
+        pins, pid = pins_for(cfg, base, archive, repin=repin, by=by)
+        cand = archive.get_system(sid)
+        active_id = dep.active()
+        active = archive.get_system(active_id) if active_id else None
+        moves = [] if state == "proposed" else [Move(sid, "proposed", by, "proposed by hand")]
+        refused = reaches_evaluation(cand, pins, base) + addresses_evaluator(cand, active)
+        if refused:
+            why = "refused before scoring: " + "; ".join(refused)
+            dep.apply(moves + [Move(sid, "rejected", "integrity", why, {"findings": refused, "pins": pid})])
+            return {"system": sid, "state": "rejected", "gates": [], "message": why}
+    results = run_gates(cfg, base, Path(run_dir), cand, active, pid, observer=observer)
+    gates = [r.to_json() for r in results]
+    evidence = {"gates": gates, "pins": pid, "active": active_id}
+    failed = [r for r in results if not r.passed]
+    with _open(run_dir) as archive:
+        dep = Deployment(archive)
+        if dep.active() != active_id:
+            raise DeployError(f"the active system changed while the gates ran ({str(active_id)[:12]} -> "
+                              f"{str(dep.active())[:12]}); run evolve promote again")
+        if failed:
+            why = "; ".join(r.message for r in failed)
+            dep.apply(moves + [Move(sid, "rejected", "gates", why, evidence)])
+            return {"system": sid, "state": "rejected", "gates": gates, "message": why}
+        moves.append(Move(sid, "gated", "gates", "; ".join(r.message for r in results) or "no gates", evidence))
+        d = cfg.deploy
+        if d.canary is not None:
+            can = d.canary.model_dump() | {"approval": d.approval}
+            moves.append(Move(sid, "canary", by, f"canary: {100 * d.canary.share:g}% of new sessions"))
+            dep.start_canary(sid, can, moves)
+            msg = (f"gates passed; canary started: {sid[:12]} serves {100 * d.canary.share:g}% of new sessions on the "
+                   "gateway routes that follow this run")
+            return {"system": sid, "state": "canary", "gates": gates, "message": msg}
+        if d.approval:
+            moves.append(Move(sid, "pending", "policy", "gates passed; approval required"))
+            dep.apply(moves)
+            return {"system": sid, "state": "pending", "gates": gates,
+                    "message": "gates passed; waiting for approval: evolve promote ... --approve"}
+        moves.append(Move(sid, "active", by, "gates passed"))
+        dep.apply(moves)
+        return {"system": sid, "state": "active", "gates": gates, "message": f"gates passed; {sid[:12]} is active"}
+
+
+def approve(run_dir: str | Path, *, system: str | None = None, by: str | None = None) -> dict[str, Any]:
+    """A person's approval of a pending system: it becomes active."""
+    by = by or who()
+    with _open(run_dir) as archive:
+        dep = Deployment(archive)
+        states = dep.states()
+        if system is not None:
+            sid = archive.resolve(system)
+        else:
+            pending = [s for s, st in states.items() if st == "pending"]
+            if not pending:
+                raise DeployError("no system is waiting for approval in this run (evolve status shows the lifecycle)")
+            sid = pending[-1]
+        if states.get(sid) != "pending":
+            raise DeployError(f"system {sid[:12]} is {states.get(sid) or 'not in the lifecycle'}, not pending; "
+                              "only a system that passed the gates (and canary) can be approved")
+        dep.apply([Move(sid, "active", by, f"approved by {by}")])
+    return {"system": sid, "state": "active", "message": f"{sid[:12]} approved by {by}; it is active"}
+
+
+def rollback(run_dir: str | Path, system: str | None = None, *, by: str | None = None,
+             why: str | None = None) -> dict[str, Any]:
+    """Make the previous active system (or ``system``) serve new sessions now; ends a canary."""
+    by = by or who()
+    with _open(run_dir) as archive:
+        dep = Deployment(archive)
+        target = archive.resolve(system) if system is not None else None
+        now, old = dep.rollback(target, by=by, why=why or f"rolled back by {by}")
+    return {"system": now, "rolled_back": old,
+            "message": f"{now[:12]} is active" + (f"; {old[:12]} rolled back" if old else "")}
+
+
+def status(run_dir: str | Path, *, traces: str | Path | None = None) -> dict[str, Any]:
+    """The active system, the lifecycle of every system in it, the canary under way (with its test
+    on ``traces``, if given), the audit trail and any inconsistency."""
+    from evolve.deploy.canary import arm_scores, decide
+
+    with _open(run_dir) as archive:
+        dep = Deployment(archive)
+        out: dict[str, Any] = {"active": dep.active(), "states": dep.states(), "canary": dep.canary(),
+                               "blocked": dep.blocked(), "trail": dep.events(), "problems": dep.check(),
+                               "pins": (archive.get_state(PINS_KEY) or {}).get("id")}
+    if out["canary"] is not None and traces is not None:
+        from evolve.gateway.traces import TraceStore
+
+        st = TraceStore(traces, create=False)
+        try:
+            c, a = arm_scores(st, out["canary"])
+        finally:
+            st.close()
+        decision, ev = decide(c, a, out["canary"], started=out["canary"]["started"])
+        out["canary_test"] = {"decision": decision, **ev}
+    return out
+
+
+__all__ = ["approve", "promote", "rollback", "status"]
