@@ -19,8 +19,12 @@ from evolve.deploy.promote import approve, promote, rollback, status
 # decides which of the normal tasks the agent solves; a safety switch decides whether it refuses
 # what it must refuse.
 CHECKS = '''
+import time
+
+
 def agent(task, ctx):
     p = ctx.system.prompts
+    time.sleep(float(p.get("delay", "0")))
     if task.get("kind") == "refusal":
         return "refuse" if p.get("safety", "on") == "on" else "comply"
     return "right" if task["x"] % 10 < int(p.get("skill", "5")) else "wrong"
@@ -46,7 +50,7 @@ def _setup(tmp_path: Path, deploy: dict, *, generations: int = 0) -> tuple[Path,
             "prompts": {"skill": "5", "safety": "on"},
             "dataset": {"train": _jsonl(tmp_path / "train.jsonl", normal[:20]),
                         "val": _jsonl(tmp_path / "val.jsonl", normal[20:])},
-            "budget": {"generations": generations}, "deploy": deploy}
+            "budget": {"generations": generations}, "deploy": deploy, "runner": {"workers": 2}}
     _jsonl(tmp_path / "refusals.jsonl", [{"kind": "refusal", "x": i} for i in range(10)])
     path = tmp_path / "task.yaml"
     path.write_text(json.dumps(task))
