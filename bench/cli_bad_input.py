@@ -31,7 +31,7 @@ TOY = ROOT / "tests" / "data" / "toy.yaml"
 
 @dataclass(frozen=True)
 class Case:
-    args: tuple[str, ...]  # {task} {run} {file} {dir} {busy} {bad_yaml} {list_yaml} {template} are filled in
+    args: tuple[str, ...]  # {task} {deploy} {run} {file} {dir} {busy} {bad_yaml} {list_yaml} {template} are filled in
     code: int  # the exit code a user should get
     what: str = ""
 
@@ -98,11 +98,18 @@ CASES: list[Case] = [
     Case(("traces",), 2), Case(("traces", "ls", "nodir"), 2), Case(("traces", "show", "nodir", "s"), 2),
     Case(("traces", "feedback", "nodir", "s", "--score", "1"), 2), Case(("traces", "score", "nodir", "m:f"), 2),
     Case(("traces", "check", "{file}"), 2),
+    # promote, rollback, status
+    Case(("promote", "{task}", "{run}"), 2, "no deploy section"), Case(("promote", "missing.yaml", "{run}"), 2),
+    Case(("promote", "{deploy}", "nodir"), 2), Case(("promote", "{deploy}", "{run}"), 2, "nothing proposed"),
+    Case(("promote", "{deploy}", "{run}", "--system", "zzzz"), 2), Case(("promote", "{deploy}", "{run}", "--approve"), 2),
+    Case(("promote", "{deploy}", "{run}", "--set", "deploy.canary.share=2"), 2),
+    Case(("rollback", "nodir"), 2), Case(("rollback", "{run}"), 2, "nothing earlier"), Case(("rollback", "{run}", "zzzz"), 2),
+    Case(("status", "nodir"), 2), Case(("status", "{file}"), 2),
 ]
 
 
 COMMANDS = {"run", "eval", "init", "serve", "archive", "list", "show", "diff", "rollback", "export", "baseline", "dspy",
-            "gateway", "traces", "ls", "feedback", "score", "check", "otel"}
+            "gateway", "traces", "ls", "feedback", "score", "check", "otel", "promote", "status"}
 
 
 def entry_point(case: Case) -> str:
@@ -122,6 +129,7 @@ def prepare(tmp: Path) -> dict[str, str]:
     task = yaml.safe_load(TOY.read_text())
     task["budget"] = {"generations": 0}
     (tmp / "task.yaml").write_text(yaml.safe_dump(task))
+    (tmp / "deploy.yaml").write_text(yaml.safe_dump({**task, "deploy": {"regression": {"tasks": "val", "min_tasks": 2}}}))
     (tmp / "bad.yaml").write_text("name: [unclosed\n")
     (tmp / "list.yaml").write_text("- a\n- b\n")
     (tmp / "a_file").write_text("not a folder\n")
@@ -135,7 +143,7 @@ def prepare(tmp: Path) -> dict[str, str]:
     busy.bind(("127.0.0.1", 0))
     busy.listen(1)
     prepare.busy = busy  # kept open while the cases run
-    return {"task": str(tmp / "task.yaml"), "run": str(tmp / "run"), "file": str(tmp / "a_file"),
+    return {"task": str(tmp / "task.yaml"), "deploy": str(tmp / "deploy.yaml"), "run": str(tmp / "run"), "file": str(tmp / "a_file"),
             "dir": str(tmp / "a_dir"), "busy": str(busy.getsockname()[1]), "bad_yaml": str(tmp / "bad.yaml"),
             "list_yaml": str(tmp / "list.yaml"), "template": str(tmp / "template.yaml")}
 

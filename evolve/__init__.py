@@ -26,6 +26,8 @@ The core (this folder; the layers are ``evolve.policy``, ``.memory``, ``.prompts
   ``registry`` (every name → import path);
 * results — ``archive/`` (SQLite, append-only), ``report`` (report.json/.md), ``stats`` (paired
   tests), ``estimate`` (the dry run);
+* deploying — ``deploy/`` (the lifecycle, gates, pinned evaluation, the canary; ``evolve.promote``,
+  ``evolve.rollback``), ``gateway/`` (an unmodified agent's traffic recorded, the evolved system served);
 * surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli`` and ``archive_cli``, ``serve/``,
   ``reflexion/`` (Reflexion mode).
 """
@@ -43,6 +45,11 @@ _LAZY = {
     "load": ("evolve.api", "load"),
     "evaluate": ("evolve.api", "evaluate"),
     "dry_run": ("evolve.api", "dry_run"),
+    # deploying (evolve.deploy)
+    "promote": ("evolve.deploy.manage", "promote"),
+    "approve": ("evolve.deploy.manage", "approve"),
+    "rollback": ("evolve.deploy.manage", "rollback"),
+    "deploy_status": ("evolve.deploy.manage", "status"),
     "LoadedSystem": ("evolve.api", "LoadedSystem"),
     "RunReport": ("evolve.report", "RunReport"),
     "Engine": ("evolve.engine", "Engine"),

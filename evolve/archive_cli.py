@@ -259,7 +259,7 @@ def diff(
 @app.command("rollback")
 def rollback(run_dir: Path = RunDir, system: str = SystemArg) -> None:
     """Make an earlier system the current one (appends a pointer move and an audit event; deletes nothing)."""
-    from evolve.deploy.promote import rollback as deploy_rollback
+    from evolve.deploy.manage import rollback as deploy_rollback
 
     with _archive(run_dir) as archive:
         old = archive.current()

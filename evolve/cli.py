@@ -22,7 +22,6 @@ from evolve.errors import ArchiveError, EvolveError, InfraError, RunFailed, User
 app = typer.Typer(name="evolve", help="Evolve agent systems from their own experience.", no_args_is_help=True,
                   add_completion=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
-console = Console(stderr=True)
 
 
 def _print_version(value: bool) -> None:
@@ -38,54 +37,11 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print
                                        help="Print evolvekit's version and exit.")) -> None:
     """Evolve agent systems from their own experience."""
 
+from evolve.progress import RichObserver, console  # noqa: E402  (the CLI's progress display and stderr)
+
 SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repeatable)."
 
 
-class RichObserver:
-    """Progress bars while rollouts run, a table row per generation."""
-
-    def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=True)
-        self._task = None
-        self.run_dir: Path | None = None  # where the run writes (the Engine says, once it has opened it)
-
-    def __enter__(self) -> "RichObserver":
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
-
-    def phase(self, description: str, total: int) -> None:
-        if self._task is not None:
-            self.progress.remove_task(self._task)
-        self._task = self.progress.add_task(description, total=total)
-
-    def advance(self, n: int = 1) -> None:
-        if self._task is not None:
-            self.progress.advance(self._task, n)
-
-    def generation(self, row: dict[str, Any]) -> None:
-        from rich.table import Table
-
-        t = Table(title=f"generation {row['index']}", show_header=True, header_style="bold")
-        for col in ("best val", "best system", "children", "accepted", "rollouts", "LLM calls", "tokens", "seconds"):
-            t.add_column(col)
-        t.add_row(f"{row['best_val']:.3f}", row["best"][:12], str(row.get("children", 0)), str(row.get("accepted", 0)),
-                  str(row.get("rollouts", 0)), str(row.get("calls", "—")), str(row.get("tokens", 0)),
-                  str(row.get("seconds", 0)))
-        self.progress.console.print(t)
-
-    def message(self, text: str) -> None:
-        from rich.text import Text
-
-        self.progress.console.print(Text(text, style="dim"))
-
-    def started(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
 
 
 def _print_report(report: dict[str, Any]) -> None:

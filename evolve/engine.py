@@ -91,7 +91,7 @@ class Engine:
             if self.archive.current() is None:
                 self.archive.set_current(base.id, "baseline")
             if self.task.deploy is not None:  # the evaluation is pinned when the run starts; a change is refused
-                from evolve.deploy.promote import pins_for
+                from evolve.deploy.manage import pins_for
 
                 pins_for(self.task, s.base_dir, self.archive, repin=False, by="engine")
             self.state.accept(base.id, val, 0)

@@ -9,7 +9,7 @@ served it". Configured by the task file's ``deploy:`` section; driven by ``evolv
   the reward's code or files, or address the evaluator, refused;
 * :mod:`~evolve.deploy.gates` — the paired no-worse-than-active test and the guarded floors and ceilings;
 * :mod:`~evolve.deploy.canary` — the gateway's share of new sessions and the anytime-valid test on feedback;
-* :mod:`~evolve.deploy.promote` — ``promote``, ``approve``, ``rollback``, ``status``;
+* :mod:`~evolve.deploy.manage` — ``promote``, ``approve``, ``rollback``, ``status``;
 * :mod:`~evolve.deploy.cli` — the commands.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name in ("promote", "approve", "rollback", "status"):
-        from evolve.deploy import promote as _p
+        from evolve.deploy import manage
 
-        return getattr(_p, name)
+        return getattr(manage, name)
     if name in ("Deployment", "Move", "DeployError"):
         from evolve.deploy import lifecycle
 

@@ -28,13 +28,13 @@ def promote_command(
     set_: list[str] = typer.Option([], "--set", help="Override a task-file value: --set deploy.canary.share=0.2"),
 ) -> None:
     """Take a candidate through the deploy policy: integrity checks, gates, then canary, approval or activation."""
-    from evolve.deploy.promote import approve as approve_, promote
+    from evolve.deploy.manage import approve as approve_, promote
 
     if approve:
         res = approve_(run_dir, system=system, by=by)
         _out().print(Text(res["message"]))
         return
-    from evolve.cli import RichObserver
+    from evolve.progress import RichObserver
 
     with RichObserver() as obs:
         res = promote(task_file, run_dir, system=system, by=by, repin=repin, overrides=set_, observer=obs)
@@ -54,7 +54,7 @@ def rollback_command(
     why: Optional[str] = typer.Option(None, "--why", help="Why (recorded in the audit trail)."),
 ) -> None:
     """Serve the previous active system (or SYSTEM) to new sessions now; ends a canary. Deletes nothing."""
-    from evolve.deploy.promote import rollback
+    from evolve.deploy.manage import rollback
 
     res = rollback(run_dir, system, by=by, why=why)
     _out().print(Text(res["message"]))
@@ -66,7 +66,7 @@ def status_command(
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
 ) -> None:
     """The active system, each system's lifecycle state, the canary under way and the audit trail."""
-    from evolve.deploy.promote import status
+    from evolve.deploy.manage import status
 
     st = status(run_dir, traces=traces)
     out = _out()

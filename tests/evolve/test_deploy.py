@@ -13,7 +13,7 @@ import pytest
 import evolve
 from evolve.archive import Archive
 from evolve.deploy import DeployError, Deployment
-from evolve.deploy.promote import approve, promote, rollback, status
+from evolve.deploy.manage import approve, promote, rollback, status
 
 # The user's own evaluation code, in a file beside the task file: a skill level in the prompts
 # decides which of the normal tasks the agent solves; a safety switch decides whether it refuses

@@ -12,7 +12,7 @@ import pytest
 from evolve.archive import Archive
 from evolve.deploy import Deployment
 from evolve.deploy.canary import decide, in_canary, radius
-from evolve.deploy.promote import promote, status
+from evolve.deploy.manage import promote, status
 from tests.helpers.upstream import ScriptedUpstream
 from tests.evolve.test_deploy import POLICY, _candidate, _forget_module, _setup  # noqa: F401
 

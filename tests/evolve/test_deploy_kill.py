@@ -16,7 +16,7 @@ import pytest
 
 from evolve.archive import Archive
 from evolve.deploy import Deployment
-from evolve.deploy.promote import promote
+from evolve.deploy.manage import promote
 from tests.evolve.test_deploy import POLICY, _candidate, _forget_module, _setup  # noqa: F401
 from tests.evolve.test_deploy_canary import CANARY
 from tests.evolve.test_gateway_cli import _wait_port
