@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gateway_loop import GOLD_ENV, app  # noqa: E402  (verify is named by the job's task file)
 
 DEPLOY = {"regression": {"tasks": "val", "limit": 200, "min_tasks": 100, "risk": 0.05, "margin": 0.02},
-          "canary": {"share": 0.3, "min_sessions": 150, "max_sessions": 1500, "margin": 0.02, "alpha": 0.05}}
+          "canary": {"share": 0.5, "min_sessions": 150, "max_sessions": 2500, "margin": 0.05, "alpha": 0.05}}
 
 
 def post(url: str, body: dict) -> int:
@@ -63,7 +63,7 @@ def scaled_adapter(ar, system, factor: float, tmp: Path):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--round-sessions", type=int, default=1200)
     ap.add_argument("--chunk", type=int, default=150, help="users per app run (feedback is sent after each)")
     ap.add_argument("--truth", type=int, default=400, help="test-split tasks that decide good and bad, afterwards")

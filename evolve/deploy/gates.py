@@ -43,7 +43,8 @@ class SuiteResult:
     message: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """As JSON (an audit event's evidence): a bound that does not exist is None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
 def suite_tasks(suite: Any, session: Any, base_dir: Path) -> list[dict]:

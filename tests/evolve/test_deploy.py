@@ -193,3 +193,14 @@ def test_with_a_deploy_policy_the_engine_proposes_its_best_instead_of_serving_it
     assert report.best.system_id == best != base and states[best] == "proposed"
     res = promote(tmp_path / "task.yaml", tmp_path / "run")  # the latest proposed
     assert res["system"] == best and res["state"] == "active"
+
+
+def test_a_gate_decided_on_too_few_tasks_fails_saying_so_with_its_evidence(tmp_path):
+    task, run, base = _setup(tmp_path, {"regression": {"tasks": "val", "limit": 1, "min_tasks": 30}})
+    good = _candidate(run, base, skill="8")
+    res = promote(task, run, system=good)
+    assert res["state"] == "rejected" and "decided on 1 tasks, fewer than min_tasks=30" in res["message"]
+    with Archive(run, create=False) as a:
+        (ev,) = [e for e in Deployment(a).events(good) if e["to"] == "rejected"]
+    gate = ev["evidence"]["gates"][0]
+    assert gate["n"] == 1 and gate["passed"] is False and gate["checks"]["min_tasks"] == 30
