@@ -109,9 +109,12 @@ class OperatorConfig(Strict):
 class RunnerConfig(Strict):
     """Where rollouts run."""
 
-    name: str = Field("thread", description="thread (in-process) | process (kills hung agents) | a plugin's")
+    name: str = Field("thread", description="thread (in-process) | process (kills hung agents) | ray (a Ray "
+                      "cluster) | a plugin's")
     workers: int = Field(32, ge=1, description="rollouts at once")
     timeout: float = Field(60.0, gt=0, description="seconds per rollout before it is recorded as failed")
+    params: dict[str, Any] = Field(default_factory=dict, description="the runner's own settings, e.g. for ray: "
+                                   "address, num_cpus, num_gpus, resources, artifacts (shared | ship), runtime_env")
 
 
 class BudgetConfig(Strict):

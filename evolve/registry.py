@@ -198,5 +198,6 @@ runners = Registry(
     {
         "thread": "evolve.runners:ThreadRunner",
         "process": "evolve.runners:ProcessRunner",
+        "ray": "evolve.runners.ray_runner:RayRunner",
     },
 )

@@ -53,6 +53,27 @@ class Observer:
     def started(self, run_dir: Path) -> None: ...
 
 
+def make_runner(cfg: Any) -> Any:
+    """The task's runner (``runner.name``, ``workers`` and its ``params``); a parameter the runner
+    does not take is the user's mistake, named."""
+    import inspect
+
+    from evolve.errors import ConfigError
+
+    cls = runner_registry.get(cfg.name)
+    try:
+        takes = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        takes = {}
+    if takes and not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        unknown = sorted(set(cfg.params) - set(takes))
+        if unknown:
+            known = sorted(k for k, p in takes.items() if p.kind is p.KEYWORD_ONLY)
+            raise ConfigError(f"the {cfg.name} runner takes no parameter {', '.join(map(repr, unknown))}; it takes "
+                              f"{', '.join(known) or 'none'}", path="runner.params")
+    return cls(workers=cfg.workers, **cfg.params)
+
+
 def job_seed(seed: int, key: str) -> int:
     """The seed of the rollout stored under ``key`` in a run seeded ``seed``."""
     return int(hashlib.sha256(f"{seed}/{key}".encode()).hexdigest()[:8], 16)
@@ -93,7 +114,7 @@ class Session:
         self.archive = open_run(self.run_dir, task, self.base_dir, resume=resume, fresh=fresh,
                                 evaluating=evaluating, observer=self.obs)
         self.state = RunState(self.archive)
-        self.runner = runner_registry.get(task.runner.name)(workers=task.runner.workers)
+        self.runner = make_runner(task.runner)
         f = task.failures
         self.retrying = Retrying(self.runner, RetryPolicy(f.retries, f.backoff, f.max_backoff), log=self.obs.message,
                                  may_wait=self._may_wait)

@@ -230,3 +230,31 @@ def vote_search_task(n: int, search: dict, budget: dict) -> dict:
         "runner": {"name": "thread", "workers": 2, "timeout": 10},
         "budget": budget, "engine": {"minibatch": 4},
     }
+
+
+# ----------------------------------------------------------------------------- the Ray runner's tests
+
+
+def where(task: dict, ctx: Any) -> Any:
+    """Which node ran the rollout (its IP as Ray sees it) and which process."""
+    import ray
+
+    return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+
+def exit_or_hang(task: dict, ctx: Any) -> Any:
+    """Kills its own worker process (``exit``), hangs without checking the deadline (``hang``
+    seconds), or answers."""
+    if task.get("exit"):
+        os._exit(7)
+    if task.get("hang"):
+        time.sleep(task["hang"])
+    return task.get("answer")
+
+
+def slow_toy(task: dict, ctx: Any) -> Any:
+    """The toy world's agent, 50 ms slower (so that a run lasts long enough to be interrupted)."""
+    from evolve.worlds.toy import agent
+
+    time.sleep(0.05)
+    return agent(task, ctx)
