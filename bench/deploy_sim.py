@@ -63,8 +63,8 @@ def scaled_adapter(ar, system, factor: float, tmp: Path):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--round-sessions", type=int, default=1200)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--round-sessions", type=int, default=1000)
     ap.add_argument("--chunk", type=int, default=150, help="users per app run (feedback is sent after each)")
     ap.add_argument("--truth", type=int, default=400, help="test-split tasks that decide good and bad, afterwards")
     args = ap.parse_args()
@@ -165,47 +165,47 @@ def main() -> None:
             return child
 
         last_real = None
+        queue: list[tuple[object, str, int]] = []  # candidates waiting for the deployment to be free
+
+        def busy() -> bool:
+            with Archive(serve_run, create=False) as ar:
+                return Deployment(ar).canary() is not None
+
         for rnd in range(args.rounds):
             t1 = time.time()
             rows = serve(args.round_sessions, f"r{rnd}")
             acc = sum(r["score"] for r in rows) / len(rows)
             print(f"round {rnd}: {len(rows)} sessions, {100 * acc:.1f}% correct ({time.time() - t1:.0f} s)", flush=True)
-            with Archive(serve_run, create=False) as ar:
-                busy = Deployment(ar).canary() is not None
-            if busy:
-                continue
-            t1 = time.time()
             if rnd % 2 == 1 and last_real is not None:  # an injected bad one
                 factor = -2.0 if rnd % 4 == 1 else -0.4
                 with Archive(serve_run, create=False) as ar:
                     cand = scaled_adapter(ar, last_real, factor, out)
                     ar.add_system(cand, parents=[last_real.id], operator="injected", rationale=f"LoRA x{factor:g}")
-                kind = f"injected x{factor:g}"
-            else:
+                queue.append((cand, f"injected x{factor:g}", rnd))
+            elif not any(k == "from_traces" for _, k, _ in queue):
                 cand = job_child(rnd, rows)
                 if cand is None:
                     print("  the job proposed nothing", flush=True)
-                    continue
-                last_real, kind = cand, "from_traces"
-            with Archive(serve_run, create=False) as ar:
-                active = ar.current()
-                Deployment(ar).propose(cand.id, by=kind, why=f"round {rnd}")
-            res = promote(task_file, serve_run, system=cand.id, by="deploy_sim")
-            candidates.append({"system": cand.id, "kind": kind, "round": rnd, "active_then": active,
-                               "proposed_at": len(timeline), "gate": res["state"],
-                               "gates": [{k: g[k] for k in ("name", "passed", "n", "diff", "lower")}
-                                         for g in res["gates"]]})
-            print(f"  candidate {cand.id[:12]} ({kind}): {res['state']} — {res['message'][:200]} "
-                  f"({time.time() - t1:.0f} s)", flush=True)
-        # let a canary still under way finish
-        with Archive(serve_run, create=False) as ar:
-            busy = Deployment(ar).canary() is not None
-        extra = 0
-        while busy and extra < 3:
+                else:
+                    last_real = cand
+                    queue.append((cand, "from_traces", rnd))
+            while queue and not busy():
+                cand, kind, r0 = queue.pop(0)
+                t1 = time.time()
+                with Archive(serve_run, create=False) as ar:
+                    active = ar.current()
+                    Deployment(ar).propose(cand.id, by=kind, why=f"round {r0}")
+                res = promote(task_file, serve_run, system=cand.id, by="deploy_sim")
+                candidates.append({"system": cand.id, "kind": kind, "round": r0, "active_then": active,
+                                   "proposed_at": len(timeline), "gate": res["state"],
+                                   "gates": [{k: g[k] for k in ("name", "passed", "n", "diff", "lower")}
+                                             for g in res["gates"]]})
+                print(f"  candidate {cand.id[:12]} ({kind}): {res['state']} — {res['message'][:200]} "
+                      f"({time.time() - t1:.0f} s)", flush=True)
+        extra = 0  # let a canary still under way finish
+        while busy() and extra < 3:
             serve(args.round_sessions, f"tail{extra}")
             extra += 1
-            with Archive(serve_run, create=False) as ar:
-                busy = Deployment(ar).canary() is not None
         st = status(serve_run, traces=out / "traces")
         integrity = store.integrity()
 

@@ -87,10 +87,11 @@ class Worker:
 
     Thread-safe: the thread runner calls ``execute`` from many threads at once. LLMs are built
     on first use through :data:`evolve.registry.llm_backends` and cached per model spec (its
-    canonical JSON); :meth:`close` closes them.
+    canonical JSON); :meth:`close` closes them. ``llms`` wraps that cache (a runner whose models
+    are served elsewhere).
     """
 
-    def __init__(self, spec: WorkerSpec, *, own_process: bool = False) -> None:
+    def __init__(self, spec: WorkerSpec, *, own_process: bool = False, llms: Callable[[Any], Any] | None = None) -> None:
         from evolve.registry import import_path
 
         self.spec = spec
@@ -109,6 +110,8 @@ class Worker:
             raise UserError(str(e)) from None
         self.artifacts = ArtifactStore(spec.artifacts_root)
         self._cache = LLMCache(self.artifacts)
+        if llms is not None:  # e.g. the ray runner's model servers (evolve.runners.ray_models.RemoteCache)
+            self._cache = llms(self._cache)
         self._by_id: dict[int, tuple[ModelSpec, Any]] = {}
         self._build_lock = threading.Lock()  # sys.path is changed while a backend builds: one at a time
         self.closed = False

@@ -13,6 +13,7 @@ In a task file::
         resources: {}             # custom resources per actor, e.g. {sql_db: 1}
         artifacts: shared         # or ship
         runtime_env: {}           # passed to ray.init (working_dir, pip, env_vars)
+        model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.runners.ray_models)
 
 Each actor builds a :class:`~evolve.runners.base.Worker` from the run's
 :class:`~evolve.runners.base.WorkerSpec` (import paths: every node must be able to import the agent
@@ -67,7 +68,8 @@ def _ray() -> Any:
 class RayWorker:
     """The body of a Ray actor: a :class:`Worker`, and (``ship``) a node-local artifact cache."""
 
-    def __init__(self, spec: WorkerSpec, ship: bool) -> None:
+    def __init__(self, spec: WorkerSpec, ship: bool, model_server: dict[str, Any] | None = None,
+                 namespace: str = "evolvekit") -> None:
         if ship:
             root = Path(tempfile.gettempdir()) / "evolvekit-ray-artifacts"
             root.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,15 @@ class RayWorker:
             raise UserError(f"the run's artifact folder {spec.artifacts_root} is not visible on node "
                             f"{socket.gethostname()}; put the run directory on storage every node mounts at "
                             "the same path, or set runner.params.artifacts: ship")
-        self.worker = Worker(spec, own_process=True)
+        llms = None
+        if model_server is not None:
+            from evolve.runners.ray_models import RemoteCache
+
+            root = spec.artifacts_root
+
+            def llms(cache: Any) -> Any:
+                return RemoteCache(cache, root, model_server, namespace)
+        self.worker = Worker(spec, own_process=True, llms=llms)
 
     def ready(self) -> dict[str, Any]:
         import socket
@@ -127,7 +137,8 @@ class RayRunner:
     def __init__(self, workers: int = 2, *, address: str | None = None, num_cpus: float = 1.0,
                  num_gpus: float = 0.0, resources: dict[str, float] | None = None, artifacts: str = "shared",
                  runtime_env: dict[str, Any] | None = None, namespace: str = "evolvekit",
-                 node_ip_address: str | None = None, grace: float = 5.0, start_timeout: float = 120.0) -> None:
+                 node_ip_address: str | None = None, model_server: dict[str, Any] | bool | None = None,
+                 grace: float = 5.0, start_timeout: float = 120.0) -> None:
         if workers < 1:
             raise UserError(f"a runner needs at least one worker; got workers={workers}")
         if artifacts not in ARTIFACTS:
@@ -142,6 +153,10 @@ class RayRunner:
         self.options = {"num_cpus": float(num_cpus), "num_gpus": float(num_gpus), "resources": dict(resources or {}),
                         "max_restarts": 0, "max_task_retries": 0}
         self.ship = artifacts == "ship"
+        self.model_server = ({} if model_server is True else dict(model_server)) if model_server else None
+        if self.model_server is not None and self.ship:
+            raise ConfigError("runner.params.model_server reads the weights from the run's artifact folder: it needs "
+                              "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
         self.grace, self.start_timeout = float(grace), float(start_timeout)
         self._actors: list[_Actor] = []
         self._spec: WorkerSpec | None = None
@@ -173,7 +188,7 @@ class RayRunner:
         return ray
 
     def _start(self) -> _Actor:
-        handle = self._cls.options(**self.options).remote(self._spec, self.ship)
+        handle = self._cls.options(**self.options).remote(self._spec, self.ship, self.model_server, self.namespace)
         a = _Actor(handle=handle, born=time.monotonic(), ready_ref=handle.ready.remote())
         self._actors.append(a)
         return a
@@ -196,6 +211,11 @@ class RayRunner:
         for a in list(self._actors):
             self._kill(a)
         self._actors = []
+        if self.model_server is not None:
+            from evolve.runners.ray_models import kill_servers
+
+            with contextlib.suppress(Exception):
+                kill_servers(self.namespace)
 
     def _shipped(self, a: _Actor, job: RolloutJob) -> dict[str, Any]:
         if not self.ship:
@@ -361,6 +381,11 @@ class RayRunner:
         if self._cls is not None:
             with contextlib.suppress(Exception):
                 self._shutdown()
+            if self.model_server is not None:
+                from evolve.runners.ray_models import kill_servers
+
+                with contextlib.suppress(Exception):
+                    kill_servers(self.namespace)
         self._spec = None
         self._puts.clear()
         if self._connected_here:

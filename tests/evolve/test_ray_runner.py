@@ -191,3 +191,41 @@ def _stored(run: Path) -> int:
             return c.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_does(cluster, tmp_path):
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+    from evolve.policy.weights import save_base
+    from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
+    from evolve.runners.ray_models import PREFIX
+    from evolve.runners.ray_runner import RayRunner
+    from evolve.types import LLMCall
+
+    cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=64)
+    save_base(build_model(cfg, seed=3), CharTokenizer(), cfg, tmp_path / "base.safetensors")
+    task = {"name": "v", "seed": 0, "agent": "tests.helpers.agents:vowel_agent",
+            "reward": "tests.helpers.agents:vowel_reward", "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
+            "models": {"policy": {"backend": "local", "name": "tiny", "params": {
+                "weights": str(tmp_path / "base.safetensors"), "temperature": 0.0, "max_tokens": 4}}},
+            "budget": {"generations": 0}}
+    evolve.run(task, out=tmp_path / "run")
+    with Archive(tmp_path / "run", create=False) as a:
+        system = a.get_system(a.current())
+    spec = WorkerSpec(agent="tests.helpers.agents:vowel_agent", reward="tests.helpers.agents:vowel_reward",
+                      artifacts_root=str(tmp_path / "run" / "artifacts"))
+    jobs = [RolloutJob(key=f"k{i}", system=system, task={"id": f"t{i}", "q": "xyz"[: 1 + i % 3] * (1 + i % 4)},
+                       seed=i, temperature=1.0, timeout=60) for i in range(24)]
+    with ThreadRunner(workers=8) as r:
+        here = {j.key: t for j, t in r.run(spec, jobs)}
+    with RayRunner(workers=3, address=cluster.address, node_ip_address="127.0.0.2", num_cpus=0.5,
+                   model_server={"num_cpus": 0.5}) as r:
+        there = {j.key: t for j, t in r.run(spec, jobs)}
+        servers = [e for e in ray.util.list_named_actors(all_namespaces=True) if e["name"].startswith(PREFIX)]
+        assert len(servers) == 1  # one server for the base, shared by the three rollout actors
+        stats = ray.get(ray.get_actor(servers[0]["name"], namespace=servers[0]["namespace"]).stats.remote())
+    calls = sum(isinstance(s, LLMCall) for t in there.values() for s in t.steps)
+    assert stats["calls"] == calls == 48 and stats["models"] == 1
+    for k in here:  # the same sampled tokens, seed for seed
+        a = [s.token_ids for s in here[k].steps if isinstance(s, LLMCall)]
+        b = [s.token_ids for s in there[k].steps if isinstance(s, LLMCall)]
+        assert a == b and here[k].output == there[k].output and here[k].error is None is there[k].error
