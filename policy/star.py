@@ -12,6 +12,8 @@ from the parent's adapter when it has one); the base weights never change.
 
 from __future__ import annotations
 
+import os
+
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,10 +74,34 @@ class STaR:
                                                   epochs=p.epochs, batch_size=p.batch_size, replay=p.replay)
         info = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved,
                 "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss"),
-                "train_seconds": stats.get("seconds")}
+                "train_seconds": stats.get("seconds"),
+                "trained_remotely": stats.get("trained_in_pid", os.getpid()) != os.getpid()}
         why = (f"LoRA r={p.r} trained on {n_own} successful turns + {n_all - n_own} replayed demos "
                f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+
+
+def fit_adapter(base: str, init: str | None, examples: list, *, r: int, alpha: float, lr: float, epochs: float,
+                batch_size: int, seed: int, device: Any = None, dtype: Any = None,
+                gradient_checkpointing: bool = False) -> tuple[bytes, dict]:
+    """Train a LoRA adapter on the base weights in the file ``base`` (continued from the adapter in
+    ``init``): (the adapter file's bytes, the training stats). Pure: paths in, bytes out, so it runs
+    in this process or in a Ray task where the GPUs are (``runner.params.train``)."""
+    import tempfile
+    from pathlib import Path
+
+    from evolve.policy.train import train_lora
+    from evolve.policy.weights import load_base
+
+    model, tok, _ = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+    adapter = train_lora(model, examples, r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
+                         seed=seed, init=init, pad_id=tok.pad_id)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "adapter.safetensors"
+        adapter.save(path)
+        import os
+
+        return path.read_bytes(), {**dict(getattr(adapter, "stats", {}) or {}), "trained_in_pid": os.getpid()}
 
 
 def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ctx: OperatorContext, *, r: int,
@@ -83,25 +109,27 @@ def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ct
                         ) -> tuple[System, dict, int]:
     """Train a LoRA adapter on ``examples`` ((prompt ids, target ids) pairs), with ``replay`` of the
     cold-start demos mixed back in, continued from the parent's adapter; store it and return (the
-    child "parent base + new adapter", the training stats, how many examples were trained on)."""
+    child "parent base + new adapter", the training stats, how many examples were trained on). The
+    training runs where the runner says (``ctx.extra["remote"]``: the ray runner's ``train``
+    resources), else here."""
     from evolve.policy.sft import cold_start_examples
-    from evolve.policy.train import train_lora
-    from evolve.policy.weights import load_base
 
     demos = cold_start_examples(spec, ctx.artifacts) if replay > 0 else []
     if demos:
         examples = examples + ctx.rng.sample(demos, min(len(demos), round(replay * len(demos))))
-    model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
-                              dtype=spec.params.get("dtype"),
-                              gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
-    init = ctx.artifacts.path(spec.adapter) if spec.adapter is not None else None
-    adapter = train_lora(model, examples, r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
-                         seed=ctx.rng.randrange(2**31), init=init, pad_id=tok.pad_id)
+    init = str(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
+    kw = dict(r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size, seed=ctx.rng.randrange(2**31),
+              device=spec.params.get("device"), dtype=spec.params.get("dtype"),
+              gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
+    remote = ctx.extra.get("remote")
+    base = str(ctx.artifacts.path(spec.base))
+    data, stats = (remote(fit_adapter, base, init, examples, **kw) if remote is not None
+                   else fit_adapter(base, init, examples, **kw))
     path = ctx.workdir / "adapter.safetensors"
-    adapter.save(path)
+    path.write_bytes(data)
     ref = ctx.artifacts.put_file(path, "adapter")
     child = parent.replace(models={**parent.models, role: spec.model_copy(update={"adapter": ref})})
-    return child, getattr(adapter, "stats", {}) or {}, len(examples)
+    return child, stats, len(examples)
 
 
 def rejected_turns(steps: Sequence[Any]) -> set[int]:

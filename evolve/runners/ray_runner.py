@@ -14,6 +14,7 @@ In a task file::
         artifacts: shared         # or ship
         runtime_env: {}           # passed to ray.init (working_dir, pip, env_vars)
         model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.runners.ray_models)
+        train: {num_gpus: 1}      # STaR / from_traces train their adapter in a Ray task with these resources
 
 Each actor builds a :class:`~evolve.runners.base.Worker` from the run's
 :class:`~evolve.runners.base.WorkerSpec` (import paths: every node must be able to import the agent
@@ -138,6 +139,7 @@ class RayRunner:
                  num_gpus: float = 0.0, resources: dict[str, float] | None = None, artifacts: str = "shared",
                  runtime_env: dict[str, Any] | None = None, namespace: str = "evolvekit",
                  node_ip_address: str | None = None, model_server: dict[str, Any] | bool | None = None,
+                 train: dict[str, Any] | None = None,
                  grace: float = 5.0, start_timeout: float = 120.0) -> None:
         if workers < 1:
             raise UserError(f"a runner needs at least one worker; got workers={workers}")
@@ -158,6 +160,9 @@ class RayRunner:
             raise ConfigError("runner.params.model_server reads the weights from the run's artifact folder: it needs "
                               "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
         self.grace, self.start_timeout = float(grace), float(start_timeout)
+        self.train = dict(train) if train else None
+        if self.train is None:
+            self.remote = None  # type: ignore[assignment]  # training runs on the driver
         self._actors: list[_Actor] = []
         self._spec: WorkerSpec | None = None
         self._cls: Any = None
@@ -247,6 +252,27 @@ class RayRunner:
     def _asks(self) -> str:
         o = self.options
         return _fmt({"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]})
+
+    def remote(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` in a Ray task with the ``train`` resources (``num_cpus``,
+        ``num_gpus``, ``resources``): the weight operators' training step, where the GPUs are. Its
+        arguments and result are data (paths on the shared artifact folder, bytes back)."""
+        ray = self._connect()
+        opts = {"num_cpus": float(self.train.get("num_cpus", 1)), "num_gpus": float(self.train.get("num_gpus", 0)),
+                "resources": dict(self.train.get("resources") or {}), "max_retries": 0}
+        total = ray.cluster_resources()
+        asks = {"CPU": opts["num_cpus"], "GPU": opts["num_gpus"], **opts["resources"]}
+        short = {k: v for k, v in asks.items() if v and total.get(k, 0) < v}
+        if short:
+            raise UserError(f"runner.params.train asks for {_fmt(asks)}, which no node of the cluster has (it has "
+                            f"{_fmt(total)}); lower it, or add a node that has it")
+        ref = ray.remote(fn).options(**opts).remote(*args, **kwargs)
+        try:
+            return ray.get(ref, timeout=float(self.train.get("timeout", 24 * 3600)))
+        except ray.exceptions.RayTaskError as e:
+            raise (e.cause if isinstance(getattr(e, "cause", None), Exception) else e) from None
+        except ray.exceptions.RayError as e:
+            raise InfraError(f"the training task died on the cluster: {_cause(e)}") from None
 
     # ------------------------------------------------------------------ run
 

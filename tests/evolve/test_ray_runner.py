@@ -229,3 +229,30 @@ def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_
         a = [s.token_ids for s in here[k].steps if isinstance(s, LLMCall)]
         b = [s.token_ids for s in there[k].steps if isinstance(s, LLMCall)]
         assert a == b and here[k].output == there[k].output and here[k].error is None is there[k].error
+
+
+def test_star_trains_its_adapter_in_a_ray_task_where_the_task_file_asks(cluster, tmp_path):
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+    from evolve.policy.weights import save_base
+
+    cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=64)
+    save_base(build_model(cfg, seed=3), CharTokenizer(), cfg, tmp_path / "base.safetensors")
+    task = {"name": "v", "seed": 0, "agent": "tests.helpers.agents:vowel_agent",
+            "reward": "tests.helpers.agents:vowel_reward", "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
+            "models": {"policy": {"backend": "local", "name": "tiny", "params": {
+                "weights": str(tmp_path / "base.safetensors"), "temperature": 0.0, "max_tokens": 4}}},
+            "operators": [{"name": "star", "params": {"tasks": 8, "samples": 2, "threshold": 0.0, "min_examples": 1,
+                                                      "epochs": 1, "replay": 0, "batch_size": 8}}],
+            "runner": {"name": "ray", "workers": 2, "timeout": 60,
+                       "params": {"address": cluster.address, "node_ip_address": "127.0.0.2", "num_cpus": 0.5,
+                                  "train": {"num_cpus": 1, "resources": {"node2": 0.5}}}},
+            "budget": {"generations": 1}, "engine": {"minibatch": 4, "acceptance": "val_only", "min_gain": -1}}
+    evolve.run(task, out=tmp_path / "run")
+    with Archive(tmp_path / "run", create=False) as a:
+        (kid,) = [r for r in a.records() if r.operator == "star"]
+        adapter = a.get_system(kid.id).models["policy"].adapter
+        assert a.artifacts.has(adapter.sha256)  # the adapter came back and is stored in the run
+    assert kid.info["trained_remotely"] is True and kid.info["train_loss"] is not None
+    bad = {**task, "runner": {**task["runner"], "params": {**task["runner"]["params"], "train": {"num_gpus": 1}}}}
+    with pytest.raises(Exception, match=r"runner.params.train asks for \{CPU: 1, GPU: 1\}, which no node"):
+        evolve.run(bad, out=tmp_path / "run2")
