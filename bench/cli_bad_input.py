@@ -98,6 +98,8 @@ CASES: list[Case] = [
     Case(("traces",), 2), Case(("traces", "ls", "nodir"), 2), Case(("traces", "show", "nodir", "s"), 2),
     Case(("traces", "feedback", "nodir", "s", "--score", "1"), 2), Case(("traces", "score", "nodir", "m:f"), 2),
     Case(("traces", "check", "{file}"), 2),
+    Case(("run", "{task}", "--set", "runner.params.bogus=1"), 2, "a parameter the runner does not take"),
+    Case(("run", "{task}", "--set", "runner.name=ray", "--set", "runner.params.artifacts=nfs"), 2),
     # promote, rollback, status
     Case(("promote", "{task}", "{run}"), 2, "no deploy section"), Case(("promote", "missing.yaml", "{run}"), 2),
     Case(("promote", "{deploy}", "nodir"), 2), Case(("promote", "{deploy}", "{run}"), 2, "nothing proposed"),

@@ -111,10 +111,14 @@ class Session:
                                artifacts_root=str(self.run_dir / "artifacts"), search_path=str(self.base_dir))
         self.agent, self.reward = self._resolve_callables()
         self._preflight()
-        self.archive = open_run(self.run_dir, task, self.base_dir, resume=resume, fresh=fresh,
-                                evaluating=evaluating, observer=self.obs)
+        self.runner = make_runner(task.runner)  # a bad runner setting is refused before anything is written
+        try:
+            self.archive = open_run(self.run_dir, task, self.base_dir, resume=resume, fresh=fresh,
+                                    evaluating=evaluating, observer=self.obs)
+        except BaseException:
+            self.runner.close()
+            raise
         self.state = RunState(self.archive)
-        self.runner = make_runner(task.runner)
         f = task.failures
         self.retrying = Retrying(self.runner, RetryPolicy(f.retries, f.backoff, f.max_backoff), log=self.obs.message,
                                  may_wait=self._may_wait)

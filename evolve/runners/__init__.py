@@ -30,15 +30,12 @@ raises gives a failed trajectory (``error`` set, score 0); a reward that raises 
 ``reward.error``. Abandoning the iterator early cancels the jobs not started yet (the
 process runner kills the workers still busy).
 
-A Ray runner needs no engine change: it implements the same :class:`Runner` protocol with
-an actor pool of :class:`Worker`\ s. ``Actor = ray.remote(num_gpus=…)(Worker)``; ``n`` actors
-are built from the same ``WorkerSpec`` (import paths, so any node can build one; the
-``artifacts_root`` on shared storage or synced to the nodes); ``run()`` keeps one
-``actor.execute.remote(job)`` in flight per actor in a ``ref -> (job, actor, started)`` map,
-and ``ray.wait(refs, num_returns=1, timeout=…)`` yields ``(job, trajectory)`` as they
-complete. A job past ``timeout + grace`` → ``ray.kill(actor)``, a fresh actor, a failed
-trajectory; a ``RayActorError`` (the actor died) → a failed trajectory and a fresh actor.
-``close()`` calls ``actor.close.remote()`` (LLMs release their GPUs) and then kills the actors.
+* :class:`~evolve.runners.ray_runner.RayRunner` (``runner: {name: ray}``, the ``ray`` extra) — an
+  actor pool of :class:`Worker`\ s on a Ray cluster: one job in flight per actor, ``ray.wait``
+  yields them as they complete; a job past ``timeout + grace`` gets its actor killed and replaced;
+  a dead actor or node fails its job as the world failing (retried). Local models can be served by
+  one shared actor per base (:mod:`~evolve.runners.ray_models`), and weight operators can train in
+  a Ray task (``runner.params.train``). Imported only when named.
 """
 
 from __future__ import annotations

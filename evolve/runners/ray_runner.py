@@ -144,11 +144,11 @@ class RayRunner:
         if workers < 1:
             raise UserError(f"a runner needs at least one worker; got workers={workers}")
         if artifacts not in ARTIFACTS:
-            raise ConfigError(f"runner.params.artifacts must be one of {list(ARTIFACTS)}, got {artifacts!r}",
+            raise ConfigError(f"must be one of {list(ARTIFACTS)}, got {artifacts!r}",
                               path="runner.params.artifacts")
         for name, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), *((resources or {}).items())):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"runner.params: {name} must be a number >= 0, got {v!r}", path="runner.params")
+                raise ConfigError(f"{name} must be a number >= 0, got {v!r}", path="runner.params")
         self.workers = int(workers)
         self.address, self.namespace, self.runtime_env = address, namespace, dict(runtime_env or {})
         self.node_ip_address = node_ip_address
@@ -157,7 +157,7 @@ class RayRunner:
         self.ship = artifacts == "ship"
         self.model_server = ({} if model_server is True else dict(model_server)) if model_server else None
         if self.model_server is not None and self.ship:
-            raise ConfigError("runner.params.model_server reads the weights from the run's artifact folder: it needs "
+            raise ConfigError("the model server reads the weights from the run's artifact folder: it needs "
                               "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
         self.grace, self.start_timeout = float(grace), float(start_timeout)
         self.train = dict(train) if train else None
