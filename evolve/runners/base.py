@@ -52,6 +52,25 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+def as_import_path(obj: str | Callable, what: str) -> str:
+    """An import path for ``obj`` (kept when it is one; derived for a module-level function)."""
+    if isinstance(obj, str):
+        return obj
+    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if mod and qual and mod != "__main__" and "<" not in qual:
+        from evolve.registry import import_path
+
+        path = f"{mod}:{qual}"
+        with contextlib.suppress(Exception):
+            if import_path(path, what=what) is obj:
+                return path
+    raise UserError(
+        f"a runner of worker processes needs the {what} as an import path ('package.module:function') so that each "
+        f"worker process can import it; {obj!r} cannot be imported by path (a lambda, a nested function, or "
+        "defined in __main__). Move it into a module, or use the thread runner."
+    )
+
+
 # ----------------------------------------------------------------------------- worker
 
 

@@ -15,31 +15,12 @@ import threading
 import time
 import weakref
 from multiprocessing.connection import wait as mp_wait
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from evolve.errors import EvolveError, UserError
 from evolve.failures import infra
-from evolve.runners.base import RolloutJob, Worker, WorkerSpec, failed_trajectory
+from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
 from evolve.types import Trajectory
-
-
-def _as_import_path(obj: str | Callable, what: str) -> str:
-    """An import path for ``obj`` (kept when it is one; derived for a module-level function)."""
-    if isinstance(obj, str):
-        return obj
-    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if mod and qual and mod != "__main__" and "<" not in qual:
-        from evolve.registry import import_path
-
-        path = f"{mod}:{qual}"
-        with contextlib.suppress(Exception):
-            if import_path(path, what=what) is obj:
-                return path
-    raise UserError(
-        f"the process runner needs the {what} as an import path ('package.module:function') so that each "
-        f"worker process can import it; {obj!r} cannot be imported by path (a lambda, a nested function, or "
-        "defined in __main__). Move it into a module, or use the thread runner."
-    )
 
 
 def _signal_name(code: int) -> str:
@@ -241,7 +222,7 @@ class ProcessRunner:
 
     def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
         """Check the spec (import paths) now and return the iterator; workers start lazily."""
-        spec = WorkerSpec(agent=_as_import_path(spec.agent, "agent"), reward=_as_import_path(spec.reward, "reward"),
+        spec = WorkerSpec(agent=as_import_path(spec.agent, "agent"), reward=as_import_path(spec.reward, "reward"),
                           artifacts_root=spec.artifacts_root, search_path=spec.search_path)
         if spec != self._spec:
             self._shutdown()

@@ -51,7 +51,7 @@ from typing import Any, Iterator, Sequence
 
 from evolve.errors import ConfigError, EvolveError, InfraError, UserError
 from evolve.failures import infra
-from evolve.runners.base import RolloutJob, Worker, WorkerSpec, failed_trajectory
+from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
 from evolve.types import Trajectory
 
 INSTALL = "the ray runner needs Ray: pip install 'evolvekit[ray]'"
@@ -277,9 +277,7 @@ class RayRunner:
     # ------------------------------------------------------------------ run
 
     def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
-        from evolve.runners.process import _as_import_path
-
-        spec = WorkerSpec(agent=_as_import_path(spec.agent, "agent"), reward=_as_import_path(spec.reward, "reward"),
+        spec = WorkerSpec(agent=as_import_path(spec.agent, "agent"), reward=as_import_path(spec.reward, "reward"),
                           artifacts_root=str(Path(spec.artifacts_root).resolve()), search_path=spec.search_path)
         self._connect()
         if spec != self._spec:
