@@ -47,13 +47,17 @@ def post(url: str, body: dict) -> int:
 
 def scaled_adapter(ar, system, factor: float, tmp: Path):
     """The system with its LoRA update scaled by ``factor`` (negative: the update reversed)."""
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     spec = system.models["policy"]
-    tensors = load_file(str(ar.artifacts.path(spec.adapter)))
+    src = str(ar.artifacts.path(spec.adapter))
+    with safe_open(src, "pt") as f:
+        meta = f.metadata()  # the adapter's config, as evolvekit wrote it
+    tensors = load_file(src)
     out = {k: (v * factor if "lora_B" in k else v) for k, v in tensors.items()}
     path = tmp / f"adapter-x{factor:g}.safetensors"
-    save_file(out, str(path))
+    save_file(out, str(path), metadata=meta)
     ref = ar.artifacts.put_file(path, "adapter")
     models = {k: v.model_dump(mode="json") for k, v in system.models.items()}
     models["policy"]["adapter"] = ref.model_dump(mode="json")

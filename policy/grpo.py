@@ -130,7 +130,10 @@ class GRPO:
             if len(scores) != len(ks):
                 raise ValueError(f"grpo group_reward returned {len(scores)} scores for a group of {len(ks)}")
             for k, r in zip(ks, scores):
-                out[k] = float(getattr(r, "score", r))
+                v = float(getattr(r, "score", r))
+                if v != v or v in (float("inf"), float("-inf")):
+                    raise ValueError(f"grpo group_reward gave a score that is not a finite number ({v}) on task {tid}")
+                out[k] = v
         return out
 
     def _batch(self, trajs: list[Trajectory], max_len: int,
@@ -235,7 +238,11 @@ class GRPO:
             t_roll = time.perf_counter() - t0
             if step == 0:
                 check_components(trajs, p.reward_weights)
-            judged = self._judged(trajs, tasks) if p.group_reward else None
+            try:
+                judged = self._judged(trajs, tasks) if p.group_reward else None
+            except (ValueError, TypeError) as e:  # the judge's answer is unusable: nothing is scored from it
+                ctx.log(f"grpo: the group judge failed at step {step + 1} ({e}); nothing proposed")
+                return []
             seqs, info = self._batch(trajs, learner.max_len, judged)
             if p.self_imitation:
                 wins = [t for t in trajs if t.error is None and t.score >= p.imitation_threshold]

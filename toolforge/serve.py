@@ -24,6 +24,9 @@ class ToolServer:
         self.read_roots = [os.path.realpath(r) for r in read_roots]
         self.backend, self.limits = sandbox, dict(limits or {})
         self._box: Any = None
+        import threading
+
+        self._lock = threading.Lock()
 
     @staticmethod
     def tools(system: System) -> dict[str, Tool]:
@@ -40,10 +43,11 @@ class ToolServer:
                            "required": list(tool.params)}}}
 
     def _sandbox(self) -> Any:
-        if self._box is None:
-            opts = {"data_roots": [str(evolvekit_cache()), *self.read_roots]} if self.backend == "process" else {}
-            self._box = default_sandbox(self.backend, **opts)
-        return self._box
+        with self._lock:
+            if self._box is None:
+                opts = {"data_roots": [str(evolvekit_cache()), *self.read_roots]} if self.backend == "process" else {}
+                self._box = default_sandbox(self.backend, **opts)
+            return self._box
 
     def _readable(self, path: str) -> bool:
         real = os.path.realpath(path)
@@ -63,8 +67,11 @@ class ToolServer:
             v = kwargs.get(p)
             if not isinstance(v, str) or not self._readable(v):
                 return False, f"{p}={v!r} is not under a path this server lets tools read ({self.read_roots})"
-        res = self._sandbox().call(tool.code, tool.entry, kwargs, limits=make_limits(**self.limits),
-                                   ro_paths=read_paths(tool, kwargs))
+        try:
+            res = self._sandbox().call(tool.code, tool.entry, kwargs, limits=make_limits(**self.limits),
+                                       ro_paths=read_paths(tool, kwargs))
+        except Exception as e:  # noqa: BLE001 - e.g. a path the sandbox refuses to mount: the model reads why
+            return False, f"the sandbox refused the call: {type(e).__name__}: {e}"[:MAX_RESULT_CHARS]
         if not res.ok:
             last = (res.error or "").strip().splitlines()
             return False, f"{res.verdict}: {last[-1] if last else res.verdict}"[:MAX_RESULT_CHARS]

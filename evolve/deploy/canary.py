@@ -14,8 +14,9 @@ probability at least 1 - alpha. Then:
 * otherwise wait, up to ``max_sessions`` candidate sessions or ``max_hours``: then stop, undecided
   (the candidate is not promoted).
 
-Scores outside [0, 1] are clipped. Only sessions that started after the canary did, answered first
-by one of the two arms, with feedback, count.
+Scores outside [0, 1] are clipped. Only sessions that started after the canary did, on the route
+whose new sessions were split, answered first by one of the two arms, with feedback, count, each
+with its first score (a value once counted never changes).
 """
 
 from __future__ import annotations
@@ -71,24 +72,26 @@ def decide(cand: list[float], active: list[float], cfg: dict[str, Any], *, start
     return "wait", ev
 
 
-def arm_scores(store: Any, canary: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """The scored sessions of each arm since the canary started: (candidate's, active's)."""
+def arm_scores(store: Any, canary: dict[str, Any], route: str | None = None) -> tuple[list[float], list[float]]:
+    """The scored sessions of each arm since the canary started (on ``route``, the one whose new
+    sessions were split): (candidate's, active's)."""
     cand, act = [], []
-    for _, system, score in store.session_scores(since=canary["started"]):
+    for _, system, score in store.session_scores(since=canary["started"], route=route):
         if score is None or system not in (canary["system"], canary["active"]):
             continue
         (cand if system == canary["system"] else act).append(score)
     return cand, act
 
 
-def check(archive: Any, store: Any, *, now: float | None = None, by: str = "canary") -> dict[str, Any] | None:
+def check(archive: Any, store: Any, *, now: float | None = None, by: str = "canary",
+          route: str | None = None) -> dict[str, Any] | None:
     """Run the canary's test on the trace store's feedback and act on its decision (in one archive
     transaction). None when no canary is under way; else ``{"decision", "evidence", "system"}``."""
     dep = Deployment(archive)
     can = dep.canary()
     if can is None or dep.state(can["system"]) != "canary":
         return None
-    cand, act = arm_scores(store, can)
+    cand, act = arm_scores(store, can, route)
     decision, ev = decide(cand, act, can, started=can["started"], now=now)
     sid = can["system"]
     try:
@@ -99,20 +102,22 @@ def check(archive: Any, store: Any, *, now: float | None = None, by: str = "cana
 
 
 def _act(dep: Deployment, decision: str, ev: dict[str, Any], sid: str, can: dict[str, Any], by: str) -> None:
+    # the decision holds only for the canary it was taken on: checked again inside the transaction
+    guard = {"expect": {sid: "canary"}, "expect_canary": can.get("salt"), "expect_active": can.get("active")}
     if decision == "promote":
         to = "pending" if can.get("approval") else "active"
         why = (f"canary: {ev['candidate_sessions']} candidate sessions score {100 * ev['candidate_mean']:.1f}% against "
                f"{100 * ev['active_mean']:.1f}% ({ev['active_sessions']} sessions); surely no worse than "
                f"-{100 * ev['margin']:.1f} points (lower bound {100 * ev['lower']:+.1f})"
                + ("; waiting for approval" if to == "pending" else ""))
-        dep.apply([Move(sid, to, by, why, ev)], canary=None)
+        dep.apply([Move(sid, to, by, why, ev)], canary=None, **guard)
     elif decision in ("stop", "expire"):
         why = (f"canary: the candidate is worse on live traffic ({100 * ev['candidate_mean']:.1f}% against "
                f"{100 * ev['active_mean']:.1f}%, upper bound {100 * ev['upper']:+.1f} points); rolled back"
                if decision == "stop" else
                f"canary: undecided after {ev['candidate_sessions']} candidate sessions and {ev['hours']:.1f} h; "
                "not promoted")
-        dep.apply([Move(sid, "rolled_back", by, why, ev)], canary=None)
+        dep.apply([Move(sid, "rolled_back", by, why, ev)], canary=None, **guard)
 
 
 __all__ = ["arm_scores", "check", "decide", "in_canary", "radius"]
@@ -123,10 +128,10 @@ class CanaryView:
     the systems that must not serve (re-read at most every ``poll`` seconds), and the canary's test
     run on the route's feedback (at most every ``every`` seconds)."""
 
-    def __init__(self, run: Any, *, poll: float = 1.0, every: float = 0.2) -> None:
+    def __init__(self, run: Any, *, poll: float = 1.0, every: float = 0.2, route: str | None = None) -> None:
         import threading
 
-        self.run, self.poll, self.every = run, poll, every
+        self.run, self.poll, self.every, self.route = run, poll, every, route
         self._archive: Any = None
         self._lock = threading.Lock()
         self._seen: tuple[float, dict[str, Any] | None, frozenset[str]] = (-math.inf, None, frozenset())
@@ -163,7 +168,7 @@ class CanaryView:
             if time.monotonic() - self._checked < self.every:
                 return None
             self._checked = time.monotonic()
-            got = check(self._arch(), store)
+            got = check(self._arch(), store, route=self.route)
             if got is not None and got["decision"] != "wait":
                 self._seen = (-math.inf, *self._seen[1:])  # the next session sees the decision
                 if self.log:

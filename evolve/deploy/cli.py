@@ -42,7 +42,7 @@ def promote_command(
     for g in res["gates"]:
         mark = "[green]pass[/green]" if g["passed"] else "[red]FAIL[/red]"
         out.print(f"{mark} ", Text(g["message"]), end="\n")
-    out.print(Text(f"{res['system'][:12]}: {res['state']} — {res['message']}"))
+    out.print(Text(f"{res['system'][:12]}: {res['state']} — {res['message']}" if res["system"] else res["message"]))
     if res["state"] == "rejected":
         raise typer.Exit(1)
 

@@ -53,8 +53,12 @@ def module_file(path: str, base_dir: Path) -> Path | None:
 def pin_reward(path: str, base_dir: Path) -> dict[str, Any]:
     f = module_file(path, base_dir)
     out: dict[str, Any] = {"path": path, "module": (path.partition(":")[0] if ":" in path else path.rpartition(".")[0])}
-    if f is not None and f.is_file():
-        out.update(file=str(f), sha256=_sha(f.read_bytes()))
+    if f is None or not f.is_file():
+        from evolve.deploy.lifecycle import DeployError
+
+        raise DeployError(f"the reward {path!r} has no source file to pin (its module cannot be found from "
+                          f"{base_dir}); a deployment pins its evaluation's code, so name a reward in a Python file")
+    out.update(file=str(f), sha256=_sha(f.read_bytes()))
     return out
 
 
@@ -70,7 +74,8 @@ def make_pins(task: Any, base_dir: Path, splits: dict[str, list[dict]]) -> dict[
             f = (base_dir / suite.tasks).resolve()
             entry["tasks"] = {"file": str(f), "sha256": _sha(f.read_bytes()) if f.is_file() else None}
         suites[suite.name] = entry
-    return {"reward": pin_reward(task.reward, base_dir), "suites": suites}
+    return {"reward": pin_reward(task.reward, base_dir), "suites": suites,
+            "policy": dep.model_dump(mode="json")}  # the bar itself: margins, risks, floors, ceilings
 
 
 def pin_id(pins: dict[str, Any]) -> str:

@@ -108,13 +108,30 @@ class Deployment:
 
     # ------------------------------------------------------------------ writing
 
-    def apply(self, moves: list[Move], *, canary: Any = ..., reason: str | None = None) -> list[int]:
+    def apply(self, moves: list[Move], *, canary: Any = ..., reason: str | None = None,
+              expect: dict[str, str | None] | None = None, expect_canary: Any = ...,
+              expect_active: Any = ...) -> list[int]:
         """Make ``moves`` in one transaction. A move to ``active`` retires the active system (unless
         a move in the same list says otherwise) and points ``current`` at it. ``canary`` (a dict, or
-        None to end it) sets the canary under way in the same transaction. Returns the event seqs."""
+        None to end it) sets the canary under way in the same transaction. ``expect`` (system ->
+        state), ``expect_canary`` (the salt of the canary that must be under way, or None: none) and
+        ``expect_active`` are checked inside the transaction: a decision taken on what was read
+        before is refused (:class:`DeployError`) when another one came first. Returns the event seqs."""
         seqs: list[int] = []
         with self.archive.transaction():
             states = self.states()
+            for sid, want in (expect or {}).items():
+                if states.get(sid) != want:
+                    raise DeployError(f"system {sid[:12]} is {states.get(sid) or 'not in the lifecycle'} now, not "
+                                      f"{want}: another decision came first")
+            if expect_canary is not ...:
+                can = self.canary()
+                if (can or {}).get("salt") != expect_canary:
+                    raise DeployError("a canary started or ended meanwhile: " + (
+                        f"{can['system'][:12]} is under way" if can else "none is under way"))
+            if expect_active is not ... and self.archive.current() != expect_active:
+                raise DeployError(f"the active system changed meanwhile ({str(expect_active)[:12]} -> "
+                                  f"{str(self.archive.current())[:12]}); run the command again")
             blocked = set(self.blocked())
             for m in moves:
                 if m.to not in STATES:
@@ -155,22 +172,27 @@ class Deployment:
         self.apply([Move(system, "proposed", by, why, evidence or {})])
         return True
 
-    def start_canary(self, system: str, cfg: dict[str, Any], moves: list[Move]) -> dict[str, Any]:
+    def start_canary(self, system: str, cfg: dict[str, Any], moves: list[Move], **guard: Any) -> dict[str, Any]:
         canary = {"system": system, "active": self.active(), "started": time.time(),
                   "salt": secrets.token_hex(8), **cfg}
-        self.apply(moves, canary=canary)
+        self.apply(moves, canary=canary, **guard)
         return canary
 
     def rollback(self, to: str | None = None, *, by: str, why: str = "rolled back by hand") -> tuple[str, str | None]:
         """Make ``to`` (default: the previous active system) serve new sessions now; the system it
-        replaces, and a canary under way, are rolled back. Returns (now active, rolled back)."""
+        replaces, and a canary under way, are rolled back. With a canary under way and no ``to``,
+        only the canary ends (the active system stays). Returns (now active, rolled back)."""
         cur = self.active()
+        can = self.canary()
+        if to is None and can is not None and self.state(can["system"]) == "canary" and cur is not None:
+            self.apply([Move(can["system"], "rolled_back", by, f"canary ended by a rollback: {why}")], canary=None,
+                       expect={can["system"]: "canary"}, expect_canary=can.get("salt"))
+            return cur, can["system"]
         target = to or self.previous_active()
         if target is None:
             raise DeployError("nothing to roll back to: no earlier system was active in this run; name one with "
                               "evolve rollback RUN SYSTEM")
         moves = []
-        can = self.canary()
         if can is not None and self.state(can["system"]) == "canary":
             moves.append(Move(can["system"], "rolled_back", by, f"canary ended by a rollback: {why}"))
         if cur is not None and cur != target and self.state(cur) == "active":
@@ -179,7 +201,7 @@ class Deployment:
             moves.append(Move(target, "active", by, why))
         if not moves:
             raise DeployError(f"system {target[:12]} is already active and no canary is under way")
-        self.apply(moves, canary=None if can is not None else ..., reason="rollback")
+        self.apply(moves, canary=None if can is not None else ..., reason="rollback", expect_active=cur)
         return target, cur if cur != target else None
 
     def check(self) -> list[str]:

@@ -20,11 +20,15 @@ def _open(run_dir: str | Path) -> Any:
     return Archive(run_dir, create=False)
 
 
+def _proposed(dep: Deployment) -> list[str]:
+    states = dep.states()
+    return [e["system"] for e in dep.events() if e["to"] == "proposed" and states.get(e["system"]) == "proposed"]
+
+
 def _candidate(dep: Deployment, archive: Any, system: str | None) -> str:
     if system is not None:
         return archive.resolve(system)
-    states = dep.states()
-    proposed = [e["system"] for e in dep.events() if e["to"] == "proposed" and states.get(e["system"]) == "proposed"]
+    proposed = _proposed(dep)
     if not proposed:
         raise DeployError("no system is proposed for promotion in this run; name one (evolve promote TASK RUN "
                           "--system ID), or let a run with a deploy: section propose its best")
@@ -69,6 +73,9 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     by = by or who()
     with _open(run_dir) as archive:
         dep = Deployment(archive)
+        if repin and system is None and not _proposed(dep):
+            _, pid = pins_for(cfg, base, archive, repin=True, by=by)
+            return {"system": None, "state": None, "gates": [], "message": f"re-pinned the evaluation ({pid})"}
         sid = _candidate(dep, archive, system)
         state = dep.state(sid)
         if state == "canary":
@@ -82,7 +89,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
                               "promoted")
         if dep.canary() is not None:
             raise DeployError(f"a canary of {dep.canary()['system'][:12]} is under way; wait for its decision or end "
-                              "it with evolve rollback")
+                              "it with evolve rollback RUN (the active system stays)")
         pins, pid = pins_for(cfg, base, archive, repin=repin, by=by)
         cand = archive.get_system(sid)
         active_id = dep.active()
@@ -99,29 +106,28 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     failed = [r for r in results if not r.passed]
     with _open(run_dir) as archive:
         dep = Deployment(archive)
-        if dep.active() != active_id:
-            raise DeployError(f"the active system changed while the gates ran ({str(active_id)[:12]} -> "
-                              f"{str(dep.active())[:12]}); run evolve promote again")
+        # what the gates were decided on must still hold when the decision is written
+        guard = {"expect": {sid: state}, "expect_canary": None, "expect_active": active_id}
         if failed:
             why = "; ".join(r.message for r in failed)
-            dep.apply(moves + [Move(sid, "rejected", "gates", why, evidence)])
+            dep.apply(moves + [Move(sid, "rejected", "gates", why, evidence)], **guard)
             return {"system": sid, "state": "rejected", "gates": gates, "message": why}
         moves.append(Move(sid, "gated", "gates", "; ".join(r.message for r in results) or "no gates", evidence))
         d = cfg.deploy
         if d.canary is not None:
             can = d.canary.model_dump() | {"approval": d.approval}
             moves.append(Move(sid, "canary", by, f"canary: {100 * d.canary.share:g}% of new sessions"))
-            dep.start_canary(sid, can, moves)
+            dep.start_canary(sid, can, moves, **guard)
             msg = (f"gates passed; canary started: {sid[:12]} serves {100 * d.canary.share:g}% of new sessions on the "
                    "gateway routes that follow this run")
             return {"system": sid, "state": "canary", "gates": gates, "message": msg}
         if d.approval:
             moves.append(Move(sid, "pending", "policy", "gates passed; approval required"))
-            dep.apply(moves)
+            dep.apply(moves, **guard)
             return {"system": sid, "state": "pending", "gates": gates,
                     "message": "gates passed; waiting for approval: evolve promote ... --approve"}
         moves.append(Move(sid, "active", by, "gates passed"))
-        dep.apply(moves)
+        dep.apply(moves, **guard)
         return {"system": sid, "state": "active", "gates": gates, "message": f"gates passed; {sid[:12]} is active"}
 
 
@@ -141,7 +147,11 @@ def approve(run_dir: str | Path, *, system: str | None = None, by: str | None = 
         if states.get(sid) != "pending":
             raise DeployError(f"system {sid[:12]} is {states.get(sid) or 'not in the lifecycle'}, not pending; "
                               "only a system that passed the gates (and canary) can be approved")
-        dep.apply([Move(sid, "active", by, f"approved by {by}")])
+        can = dep.canary()
+        if can is not None:
+            raise DeployError(f"a canary of {can['system'][:12]} is under way, compared with the active system; wait "
+                              "for its decision (or end it with evolve rollback RUN) before approving another")
+        dep.apply([Move(sid, "active", by, f"approved by {by}")], expect={sid: "pending"}, expect_canary=None)
     return {"system": sid, "state": "active", "message": f"{sid[:12]} approved by {by}; it is active"}
 
 

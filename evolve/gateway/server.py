@@ -51,7 +51,7 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
             if followed is not None:
                 from evolve.deploy.canary import CanaryView
 
-                route.canary = CanaryView(followed.run, poll=followed.poll)
+                route.canary = CanaryView(followed.run, poll=followed.poll, route=r.name)
                 route.canary.log = log
             if r.evolve is not None:
                 from evolve.gateway.apply import Rule, SystemSource

@@ -286,13 +286,17 @@ class TraceStore:
                                   "FROM sessions s ORDER BY created")
         return [dict(r) for r in rows]
 
-    def session_scores(self, since: float = 0.0) -> list[tuple[str, str | None, float | None]]:
-        """``(session id, system that answered its first call, its latest score or None)`` of every
-        session created at or after ``since``, in one query (what a canary's test reads)."""
-        rows = self._db().execute(
-            "SELECT s.id, s.system_id, (SELECT f.score FROM feedback f WHERE f.session_id = s.id AND f.score IS NOT "
-            "NULL ORDER BY f.ts DESC, f.rowid DESC LIMIT 1) FROM sessions s WHERE s.created >= ? ORDER BY s.created",
-            (since,))
+    def session_scores(self, since: float = 0.0, route: str | None = None) -> list[tuple[str, str | None, float | None]]:
+        """``(session id, system that answered its first call, its first score or None)`` of every
+        session created at or after ``since`` (on ``route``), in one query: what a canary's test
+        reads. The first score, so that a value once counted never changes under the test."""
+        q = ("SELECT s.id, s.system_id, (SELECT f.score FROM feedback f WHERE f.session_id = s.id AND f.score IS NOT "
+             "NULL ORDER BY f.ts, f.rowid LIMIT 1) FROM sessions s WHERE s.created >= ?")
+        args: list[Any] = [since]
+        if route is not None:
+            q += " AND s.route = ?"
+            args.append(route)
+        rows = self._db().execute(q + " ORDER BY s.created", args)
         return [(r[0], r[1], r[2]) for r in rows]
 
     def feedback_of(self, *, session_id: str | None = None, call_id: str | None = None) -> list[Feedback]:

@@ -49,20 +49,34 @@ class ModelServer:
 
 
 class RemoteLLM:
-    """The LLM protocol, answered by a :class:`ModelServer` actor."""
+    """The LLM protocol, answered by a :class:`ModelServer` actor. A server that died is the world
+    failing (an :class:`~evolve.errors.LLMError` of category ``server``: the rollout is retried, never
+    scored), and the next call finds or starts a fresh server."""
 
-    def __init__(self, server: Any, spec: Any) -> None:
-        self.server, self.spec = server, spec
+    def __init__(self, find: Any, spec: Any) -> None:
+        self._find, self.spec = find, spec
+        self.server = find()
         self.name = spec.name
         self._json = spec.model_dump_json()
 
     def complete(self, messages: Sequence[Any], *, temperature: float | None = None, max_tokens: int | None = None,
                  stop: Sequence[str] | None = None, seed: int | None = None) -> Any:
         import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        from evolve.errors import LLMError
 
         msgs = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
         kw = {"temperature": temperature, "max_tokens": max_tokens, "stop": list(stop) if stop else None, "seed": seed}
-        return ray.get(self.server.complete.remote(self._json, msgs, kw))
+        try:
+            return ray.get(self.server.complete.remote(self._json, msgs, kw))
+        except RayTaskError as e:  # the model itself raised: the backend's own error, as a local model's would
+            cause = getattr(e, "cause", None)
+            raise (cause if isinstance(cause, Exception) else LLMError(str(e)[:500])) from None
+        except RayActorError as e:
+            self.server = self._find()
+            raise LLMError(f"the model server of {self.name!r} died: {' '.join(str(e).split())[:300]}",
+                           category="server") from None
 
     def close(self) -> None:  # the server outlives its callers
         pass
@@ -83,8 +97,8 @@ class RemoteCache:
                 "resources": dict(self.options.get("resources") or {}),
                 "max_concurrency": int(self.options.get("max_concurrency", 256))}
         cls = ray.remote(ModelServer)
-        return cls.options(name=PREFIX + sha[:24], namespace=self.namespace, get_if_exists=True, lifetime=None,
-                           **opts).remote(self.root)
+        return cls.options(name=server_name(self.root, sha), namespace=self.namespace, get_if_exists=True,
+                           lifetime=None, **opts).remote(self.root)
 
     def peek(self, spec: Any) -> Any:
         if spec.backend == "local":
@@ -96,7 +110,8 @@ class RemoteCache:
             return self.inner.get(spec)
         key = spec.model_dump_json()
         if key not in self._remote:
-            self._remote[key] = RemoteLLM(self._server(spec.base.sha256), spec)
+            sha = spec.base.sha256
+            self._remote[key] = RemoteLLM(lambda: self._server(sha), spec)
         return self._remote[key]
 
     def close(self) -> None:
@@ -107,16 +122,25 @@ class RemoteCache:
         return len(self._remote) + len(self.inner)
 
 
-def kill_servers(namespace: str) -> int:
-    """Kill the runner's model servers (named actors of ``namespace``); how many."""
+def server_name(artifacts_root: str, sha: str) -> str:
+    """A run's server for a base: the run's artifact folder is part of the name, so two runs on one
+    cluster never share (or kill) each other's servers."""
+    import hashlib
+
+    return f"{PREFIX}{hashlib.sha256(str(artifacts_root).encode()).hexdigest()[:10]}-{sha[:20]}"
+
+
+def kill_servers(namespace: str, artifacts_root: str) -> int:
+    """Kill this run's model servers (named actors of ``namespace``); how many."""
     import ray
     from ray.util import list_named_actors
 
+    mine = server_name(artifacts_root, "")
     n = 0
     for entry in list_named_actors(all_namespaces=True):
         name = entry["name"] if isinstance(entry, dict) else entry
         ns = entry.get("namespace") if isinstance(entry, dict) else namespace
-        if ns == namespace and str(name).startswith(PREFIX):
+        if ns == namespace and str(name).startswith(mine):
             try:
                 ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
                 n += 1
@@ -125,4 +149,4 @@ def kill_servers(namespace: str) -> int:
     return n
 
 
-__all__ = ["ModelServer", "RemoteCache", "RemoteLLM", "kill_servers"]
+__all__ = ["ModelServer", "RemoteCache", "RemoteLLM", "kill_servers", "server_name"]

@@ -161,6 +161,9 @@ class RayRunner:
                               "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
         self.grace, self.start_timeout = float(grace), float(start_timeout)
         self.train = dict(train) if train else None
+        if self.train is not None and self.ship:
+            raise ConfigError("training reads the base weights from the run's artifact folder: it needs artifacts: "
+                              "shared (storage every node mounts)", path="runner.params.train")
         if self.train is None:
             self.remote = None  # type: ignore[assignment]  # training runs on the driver
         self._actors: list[_Actor] = []
@@ -220,7 +223,8 @@ class RayRunner:
             from evolve.runners.ray_models import kill_servers
 
             with contextlib.suppress(Exception):
-                kill_servers(self.namespace)
+                if self._spec is not None:
+                    kill_servers(self.namespace, self._spec.artifacts_root)
 
     def _shipped(self, a: _Actor, job: RolloutJob) -> dict[str, Any]:
         if not self.ship:
@@ -260,15 +264,19 @@ class RayRunner:
         ray = self._connect()
         opts = {"num_cpus": float(self.train.get("num_cpus", 1)), "num_gpus": float(self.train.get("num_gpus", 0)),
                 "resources": dict(self.train.get("resources") or {}), "max_retries": 0}
-        total = ray.cluster_resources()
         asks = {"CPU": opts["num_cpus"], "GPU": opts["num_gpus"], **opts["resources"]}
-        short = {k: v for k, v in asks.items() if v and total.get(k, 0) < v}
-        if short:
-            raise UserError(f"runner.params.train asks for {_fmt(asks)}, which no node of the cluster has (it has "
-                            f"{_fmt(total)}); lower it, or add a node that has it")
+        nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+        if not any(all(res.get(k, 0) >= v for k, v in asks.items() if v) for res in nodes):
+            biggest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
+            raise UserError(f"runner.params.train asks for {_fmt(asks)}, which no node of the cluster has (the "
+                            f"largest has {_fmt(biggest)}); lower it, or add a node that has it")
         ref = ray.remote(fn).options(**opts).remote(*args, **kwargs)
         try:
             return ray.get(ref, timeout=float(self.train.get("timeout", 24 * 3600)))
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref, force=True)
+            raise InfraError(f"the training task did not finish within {self.train.get('timeout', 24 * 3600)} s "
+                             "(runner.params.train.timeout); it was cancelled") from None
         except ray.exceptions.RayTaskError as e:
             raise (e.cause if isinstance(getattr(e, "cause", None), Exception) else e) from None
         except ray.exceptions.RayError as e:
@@ -294,6 +302,7 @@ class RayRunner:
         n = len(jobs)
         if n == 0:
             return
+        lost = 0  # actors lost before they were ready, in a row
         todo = list(range(n))[::-1]  # popped from the end: in order
         emitted = [False] * n
         left = n
@@ -355,12 +364,12 @@ class RayRunner:
                         try:
                             ray.get(a.ready_ref)
                             a.ready = True
-                        except RayActorError as e:
+                            lost = 0
+                        except (RayActorError, RayTaskError) as e:
                             self._kill(a)
-                            raise _start_failure(e) from None
-                        except RayTaskError as e:
-                            self._kill(a)
-                            raise _start_failure(e) from None
+                            if "creation task" in str(e) or isinstance(e, RayTaskError) or lost >= 3:
+                                raise _start_failure(e) from None  # its constructor raised: the user's to fix
+                            lost += 1  # its node went away before it was ready: another one starts
                     if a.job is not None and a.ref in done:
                         idx = a.job
                         try:
@@ -409,7 +418,8 @@ class RayRunner:
                 from evolve.runners.ray_models import kill_servers
 
                 with contextlib.suppress(Exception):
-                    kill_servers(self.namespace)
+                    if self._spec is not None:
+                        kill_servers(self.namespace, self._spec.artifacts_root)
         self._spec = None
         self._puts.clear()
         if self._connected_here:

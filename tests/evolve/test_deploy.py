@@ -204,3 +204,45 @@ def test_a_gate_decided_on_too_few_tasks_fails_saying_so_with_its_evidence(tmp_p
         (ev,) = [e for e in Deployment(a).events(good) if e["to"] == "rejected"]
     gate = ev["evidence"]["gates"][0]
     assert gate["n"] == 1 and gate["passed"] is False and gate["checks"]["min_tasks"] == 30
+
+
+def test_a_decision_taken_on_a_canary_that_has_ended_is_refused(tmp_path):
+    """The canary's test read the canary, then a person rolled back: the late 'promote' must not
+    bring the rolled-back candidate back."""
+    from evolve.deploy.canary import _act
+
+    task, run, base = _setup(tmp_path, {**POLICY, "canary": {"share": 0.5}})
+    cand = _candidate(run, base, skill="8")
+    assert promote(task, run, system=cand)["state"] == "canary"
+    with Archive(run, create=False) as a:
+        seen = Deployment(a).canary()
+    res = rollback(run, by="ops")  # with a canary under way and no target: only the canary ends
+    assert res == {"system": base, "rolled_back": cand, "message": f"{base[:12]} is active; {cand[:12]} rolled back"}
+    with Archive(run, create=False) as a:
+        with pytest.raises(DeployError, match="another decision came first"):
+            _act(Deployment(a), "promote", {"candidate_sessions": 99, "candidate_mean": 1.0, "active_mean": 0.5,
+                                            "active_sessions": 99, "margin": 0.02, "lower": 0.1}, cand, seen, "canary")
+        assert a.current() == base and Deployment(a).state(cand) == "rolled_back" and Deployment(a).check() == []
+
+
+def test_no_approval_and_no_second_canary_while_a_canary_runs(tmp_path):
+    task, run, base = _setup(tmp_path, {**POLICY, "approval": True})
+    pending = _candidate(run, base, skill="7")
+    assert promote(task, run, system=pending)["state"] == "pending"
+    other = _candidate(run, base, skill="8")
+    assert promote(task, run, system=other, overrides=["deploy.canary.share=0.5"], repin=True)["state"] == "canary"
+    with pytest.raises(DeployError, match="a canary of .* is under way"):
+        approve(run, system=pending)
+    third = _candidate(run, base, skill="9")
+    with pytest.raises(DeployError, match="is under way; wait for its decision"):
+        promote(task, run, system=third, overrides=["deploy.canary.share=0.5"])
+
+
+def test_loosening_the_bar_is_a_change_of_the_evaluation_and_needs_a_re_pin(tmp_path):
+    task, run, base = _setup(tmp_path, POLICY)
+    worse = _candidate(run, base, skill="3")
+    with pytest.raises(DeployError, match=r"policy.regression.margin: 0.0 -> 1.0"):
+        promote(task, run, system=worse, overrides=["deploy.regression.margin=1.0"])
+    res = promote(task, run, repin=True, by="eve", overrides=["deploy.regression.margin=0.01"])  # no candidate: re-pin
+    assert res["state"] is None and "re-pinned" in res["message"]
+    assert promote(task, run, system=worse, overrides=["deploy.regression.margin=0.01"])["state"] == "rejected"

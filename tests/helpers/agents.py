@@ -258,3 +258,11 @@ def slow_toy(task: dict, ctx: Any) -> Any:
 
     time.sleep(0.05)
     return agent(task, ctx)
+
+
+def slower_toy(task: dict, ctx: Any) -> Any:
+    """The toy world's agent, 300 ms slower: a batch is surely in flight when a node is killed."""
+    from evolve.worlds.toy import agent
+
+    time.sleep(0.3)
+    return agent(task, ctx)
