@@ -127,33 +127,6 @@ def test_an_actor_killed_mid_job_and_a_hung_agent_fail_their_jobs_and_the_run_go
     assert got["hang"].infra is None and got["hang"].error.startswith("timeout: killed after")  # the agent's fault
 
 
-def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_and_the_run_finishes(tmp_path):
-    c = Cluster().start()
-    try:
-        task = tmp_path / "slow.yaml"
-        t = __import__("yaml").safe_load((DATA / "toy.yaml").read_text())
-        t["agent"] = "tests.helpers.agents:slower_toy"
-        t["runner"] = {"name": "ray", "workers": 4, "timeout": 30}
-        task.write_text(json.dumps(t))
-        log = tmp_path / "out.log"
-        with open(log, "w") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run"),
-                                     *sum((["--set", s] for s in c.params()), [])],
-                                    stdout=f, stderr=subprocess.STDOUT, env=ENV)
-            deadline = time.time() + 120
-            while time.time() < deadline and not _stored(tmp_path / "run"):
-                time.sleep(0.1)
-            os.kill(c.raylet("127.0.0.3"), signal.SIGKILL)  # a batch is in flight on both nodes: the second dies
-            assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
-        text = log.read_text()
-        assert "ray worker died" in text, text[-4000:]  # its jobs failed with the cause, were retried on the head
-        n, keys = _counts(tmp_path / "run")
-        assert n == keys
-        assert _lineage(tmp_path / "run") == json.loads((DATA / "golden_toy_lineage.json").read_text())
-    finally:
-        c.stop()
-
-
 def test_the_driver_killed_9_resumes_with_nothing_lost_or_duplicated(cluster, tmp_path):
     task = tmp_path / "slow.yaml"
     t = __import__("yaml").safe_load((DATA / "toy.yaml").read_text())
@@ -256,3 +229,31 @@ def test_star_trains_its_adapter_in_a_ray_task_where_the_task_file_asks(cluster,
     bad = {**task, "runner": {**task["runner"], "params": {**task["runner"]["params"], "train": {"num_gpus": 1}}}}
     with pytest.raises(Exception, match=r"runner.params.train asks for \{CPU: 1, GPU: 1\}, which no node"):
         evolve.run(bad, out=tmp_path / "run2")
+
+
+# last in the file: `ray stop --force` at its end stops every Ray process here, the module's cluster too
+def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_and_the_run_finishes(tmp_path):
+    c = Cluster().start()
+    try:
+        task = tmp_path / "slow.yaml"
+        t = __import__("yaml").safe_load((DATA / "toy.yaml").read_text())
+        t["agent"] = "tests.helpers.agents:slower_toy"
+        t["runner"] = {"name": "ray", "workers": 4, "timeout": 30}
+        task.write_text(json.dumps(t))
+        log = tmp_path / "out.log"
+        with open(log, "w") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run"),
+                                     *sum((["--set", s] for s in c.params()), [])],
+                                    stdout=f, stderr=subprocess.STDOUT, env=ENV)
+            deadline = time.time() + 120
+            while time.time() < deadline and not _stored(tmp_path / "run"):
+                time.sleep(0.1)
+            os.kill(c.raylet("127.0.0.3"), signal.SIGKILL)  # a batch is in flight on both nodes: the second dies
+            assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+        text = log.read_text()
+        assert "ray worker died" in text, text[-4000:]  # its jobs failed with the cause, were retried on the head
+        n, keys = _counts(tmp_path / "run")
+        assert n == keys
+        assert _lineage(tmp_path / "run") == json.loads((DATA / "golden_toy_lineage.json").read_text())
+    finally:
+        c.stop()
