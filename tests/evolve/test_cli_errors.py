@@ -72,7 +72,9 @@ def test_ctrl_c_exits_130_and_prints_the_command_that_resumes(tmp_path):
     out = tmp_path / "run"
     sets = ["--set", "models.policy.params.delay=0.2", "--set", "budget.generations=1"]  # seconds, not a blink
     p = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(out), *sets],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # a terminal's foreground job: Ctrl-C is delivered, whatever an earlier test left ignored
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not _stored(out):  # interrupted once some work is done
         time.sleep(0.05)
