@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gateway_loop import GOLD_ENV, app  # noqa: E402  (verify is named by the job's task file)
+from gateway_loop import GOLD_ENV, app, job_inputs  # noqa: E402  (verify is named by the job's task file)
 
 DEPLOY = {"regression": {"tasks": "val", "limit": 200, "min_tasks": 100, "risk": 0.05, "margin": 0.02},
           "canary": {"share": 0.5, "min_sessions": 150, "max_sessions": 2500, "margin": 0.05, "alpha": 0.05}}
@@ -80,7 +79,6 @@ def main() -> None:
     from evolve.deploy.manage import promote, status
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import GatewayConfig
-    from evolve.types import ArtifactRef
     from evolve.worlds.sql import dataset, reward
     from evolve.worlds.sql.questions import prompt_text
 
@@ -94,14 +92,7 @@ def main() -> None:
     serve_run = out / "serve"
     if not (serve_run / "archive.sqlite").exists():
         evolve.run(str(task_file), out=serve_run)
-    with Archive(serve_run, create=False) as ar:
-        base_id = ar.current()
-        spec = ar.get_system(base_id).models["policy"]
-        job = out / "job"
-        job.mkdir(exist_ok=True)
-        shutil.copyfile(ar.artifacts.path(spec.base), job / "base.st")
-        if spec.params.get("sft_examples"):
-            shutil.copyfile(ar.artifacts.path(ArtifactRef(**spec.params["sft_examples"])), job / "sft_examples.json")
+    base_id, spec, job = job_inputs(serve_run, out / "job")
     print(f"cold start: system {base_id[:12]} ({time.time() - t0:.0f} s)", flush=True)
 
     splits = dataset(seed=0, **task["dataset"]["params"])

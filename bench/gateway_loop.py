@@ -38,6 +38,22 @@ def verify(task: dict, output) -> object:
     return reward(gold, {"sql": text})
 
 
+def job_inputs(serve_run: Path, job: Path):
+    """(the served system's id, its policy spec, the folder with copies of its base weights and
+    cold-start demos): what an offline job on the traffic trains from."""
+    from evolve.archive import Archive
+    from evolve.types import ArtifactRef
+
+    with Archive(serve_run, create=False) as ar:
+        base_id = ar.current()
+        spec = ar.get_system(base_id).models["policy"]
+        job.mkdir(exist_ok=True)
+        shutil.copyfile(ar.artifacts.path(spec.base), job / "base.st")
+        if spec.params.get("sft_examples"):
+            shutil.copyfile(ar.artifacts.path(ArtifactRef(**spec.params["sft_examples"])), job / "sft_examples.json")
+    return base_id, spec, job
+
+
 def app(base_url: str, users: list[dict], temperature: float) -> list[dict]:
     inp = "".join(json.dumps(u) + "\n" for u in users)
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "gateway_sql" / "app.py"), "--base-url", base_url,
@@ -61,7 +77,6 @@ def main() -> None:
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import GatewayConfig
     from evolve.stats import describe, paired
-    from evolve.types import ArtifactRef
     from evolve.worlds.sql import dataset, reward
     from evolve.worlds.sql.questions import prompt_text
 
@@ -73,14 +88,7 @@ def main() -> None:
     serve_run = out / "serve"
     if not (serve_run / "archive.sqlite").exists():
         evolve.run(task, base_dir=ROOT / "examples" / "sql_agent", out=serve_run)
-    with Archive(serve_run, create=False) as ar:
-        base_id = ar.current()
-        spec = ar.get_system(base_id).models["policy"]
-        job = out / "job"
-        job.mkdir(exist_ok=True)
-        shutil.copyfile(ar.artifacts.path(spec.base), job / "base.st")
-        if spec.params.get("sft_examples"):
-            shutil.copyfile(ar.artifacts.path(ArtifactRef(**spec.params["sft_examples"])), job / "sft_examples.json")
+    base_id, spec, job = job_inputs(serve_run, out / "job")
     print(f"cold start: system {base_id[:12]} ({time.time() - t0:.0f} s)", flush=True)
 
     splits = dataset(seed=0, **task["dataset"]["params"])

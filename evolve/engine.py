@@ -188,7 +188,7 @@ class Engine:
                 temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
             log=self.obs.message, charge=s.charge, may_call=s.check_operator_call,
             extra={"pool": OperatorPool(s), "known": self.archive.has_system,
-                   "remote": getattr(s.runner, "remote", None)},  # where training runs (the ray runner's)
+                   "remote": getattr(s.runner, "trainer", None)},  # where training runs (the ray runner's)
         )
         try:
             proposed = op.propose(parent, ctx)

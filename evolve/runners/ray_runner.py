@@ -164,8 +164,6 @@ class RayRunner:
         if self.train is not None and self.ship:
             raise ConfigError("training reads the base weights from the run's artifact folder: it needs artifacts: "
                               "shared (storage every node mounts)", path="runner.params.train")
-        if self.train is None:
-            self.remote = None  # type: ignore[assignment]  # training runs on the driver
         self._actors: list[_Actor] = []
         self._spec: WorkerSpec | None = None
         self._cls: Any = None
@@ -208,7 +206,8 @@ class RayRunner:
             self._actors.remove(a)
 
     def _shutdown(self) -> None:
-        if not self._actors:
+        """Close idle actors, kill the rest, and kill this run's model servers."""
+        if self._cls is None:
             return
         ray = _ray()
         idle = [a for a in self._actors if a.ready and a.job is None]
@@ -256,6 +255,11 @@ class RayRunner:
     def _asks(self) -> str:
         o = self.options
         return _fmt({"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]})
+
+    @property
+    def trainer(self) -> Any:
+        """Where the weight operators train: :meth:`remote` with ``train`` set, else None (here)."""
+        return self.remote if self.train is not None else None
 
     def remote(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` in a Ray task with the ``train`` resources (``num_cpus``,
@@ -411,15 +415,8 @@ class RayRunner:
         return a.sent_at + (jobs[a.job].timeout or 0.0) + self.grace + build
 
     def close(self) -> None:
-        if self._cls is not None:
-            with contextlib.suppress(Exception):
-                self._shutdown()
-            if self.model_server is not None:
-                from evolve.runners.ray_models import kill_servers
-
-                with contextlib.suppress(Exception):
-                    if self._spec is not None:
-                        kill_servers(self.namespace, self._spec.artifacts_root)
+        with contextlib.suppress(Exception):
+            self._shutdown()
         self._spec = None
         self._puts.clear()
         if self._connected_here:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import script
+from tests.helpers import script, stored_rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parents[1] / "data"
@@ -57,16 +57,6 @@ def _toy(tmp_path: Path, **changes) -> Path:
     return f
 
 
-def _stored(run: Path) -> int:
-    import sqlite3
-
-    try:
-        with sqlite3.connect(run / "archive.sqlite", timeout=1) as db:
-            return db.execute("select count(*) from trajectories").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def test_ctrl_c_exits_130_and_prints_the_command_that_resumes(tmp_path):
     task = _toy(tmp_path)
     out = tmp_path / "run"
@@ -76,7 +66,7 @@ def test_ctrl_c_exits_130_and_prints_the_command_that_resumes(tmp_path):
                          # a terminal's foreground job: Ctrl-C is delivered, whatever an earlier test left ignored
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
-    while time.time() < deadline and not _stored(out):  # interrupted once some work is done
+    while time.time() < deadline and not stored_rollouts(out):  # interrupted once some work is done
         time.sleep(0.05)
     assert p.poll() is None, "the run finished before it could be interrupted"
     p.send_signal(signal.SIGINT)

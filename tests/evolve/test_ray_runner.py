@@ -17,7 +17,7 @@ import pytest
 
 import evolve
 from evolve.archive import Archive
-from tests.helpers import DATA, ROOT
+from tests.helpers import DATA, ROOT, stored_rollouts
 from tests.helpers.upstream import free_port
 
 ray = pytest.importorskip("ray")
@@ -137,7 +137,7 @@ def test_the_driver_killed_9_resumes_with_nothing_lost_or_duplicated(cluster, tm
             *sum((["--set", s] for s in cluster.params()), [])]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     deadline = time.time() + 120
-    while time.time() < deadline and _stored(tmp_path / "run") < 30:
+    while time.time() < deadline and stored_rollouts(tmp_path / "run") < 30:
         time.sleep(0.3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -154,34 +154,26 @@ def test_the_driver_killed_9_resumes_with_nothing_lost_or_duplicated(cluster, tm
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def _stored(run: Path) -> int:
-    if not (run / "archive.sqlite").exists():
-        return 0
-    import sqlite3
+def _vowel_task(tmp_path: Path, **parts) -> dict:
+    """The vowel world over a fresh tiny local model (greedy, 4 tokens), with ``parts`` added."""
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+    from evolve.policy.weights import save_base
 
-    try:
-        with sqlite3.connect(f"file:{run / 'archive.sqlite'}?mode=ro", uri=True, timeout=1) as c:
-            return c.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0]
-    except sqlite3.Error:
-        return 0
+    cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=64)
+    save_base(build_model(cfg, seed=3), CharTokenizer(), cfg, tmp_path / "base.safetensors")
+    return {"name": "v", "seed": 0, "agent": "tests.helpers.agents:vowel_agent",
+            "reward": "tests.helpers.agents:vowel_reward", "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
+            "models": {"policy": {"backend": "local", "name": "tiny", "params": {
+                "weights": str(tmp_path / "base.safetensors"), "temperature": 0.0, "max_tokens": 4}}}, **parts}
 
 
 def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_does(cluster, tmp_path):
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-    from evolve.policy.weights import save_base
     from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
     from evolve.runners.ray_models import PREFIX
     from evolve.runners.ray_runner import RayRunner
     from evolve.types import LLMCall
 
-    cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=64)
-    save_base(build_model(cfg, seed=3), CharTokenizer(), cfg, tmp_path / "base.safetensors")
-    task = {"name": "v", "seed": 0, "agent": "tests.helpers.agents:vowel_agent",
-            "reward": "tests.helpers.agents:vowel_reward", "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
-            "models": {"policy": {"backend": "local", "name": "tiny", "params": {
-                "weights": str(tmp_path / "base.safetensors"), "temperature": 0.0, "max_tokens": 4}}},
-            "budget": {"generations": 0}}
-    evolve.run(task, out=tmp_path / "run")
+    evolve.run(_vowel_task(tmp_path, budget={"generations": 0}), out=tmp_path / "run")
     with Archive(tmp_path / "run", create=False) as a:
         system = a.get_system(a.current())
     spec = WorkerSpec(agent="tests.helpers.agents:vowel_agent", reward="tests.helpers.agents:vowel_reward",
@@ -205,21 +197,13 @@ def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_
 
 
 def test_star_trains_its_adapter_in_a_ray_task_where_the_task_file_asks(cluster, tmp_path):
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-    from evolve.policy.weights import save_base
-
-    cfg = TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=64)
-    save_base(build_model(cfg, seed=3), CharTokenizer(), cfg, tmp_path / "base.safetensors")
-    task = {"name": "v", "seed": 0, "agent": "tests.helpers.agents:vowel_agent",
-            "reward": "tests.helpers.agents:vowel_reward", "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
-            "models": {"policy": {"backend": "local", "name": "tiny", "params": {
-                "weights": str(tmp_path / "base.safetensors"), "temperature": 0.0, "max_tokens": 4}}},
-            "operators": [{"name": "star", "params": {"tasks": 8, "samples": 2, "threshold": 0.0, "min_examples": 1,
-                                                      "epochs": 1, "replay": 0, "batch_size": 8}}],
-            "runner": {"name": "ray", "workers": 2, "timeout": 60,
-                       "params": {"address": cluster.address, "node_ip_address": "127.0.0.2", "num_cpus": 0.5,
-                                  "train": {"num_cpus": 1, "resources": {"node2": 0.5}}}},
-            "budget": {"generations": 1}, "engine": {"minibatch": 4, "acceptance": "val_only", "min_gain": -1}}
+    star = {"tasks": 8, "samples": 2, "threshold": 0.0, "min_examples": 1, "epochs": 1, "replay": 0, "batch_size": 8}
+    task = _vowel_task(
+        tmp_path, operators=[{"name": "star", "params": star}],
+        runner={"name": "ray", "workers": 2, "timeout": 60,
+                "params": {"address": cluster.address, "node_ip_address": "127.0.0.2", "num_cpus": 0.5,
+                           "train": {"num_cpus": 1, "resources": {"node2": 0.5}}}},
+        budget={"generations": 1}, engine={"minibatch": 4, "acceptance": "val_only", "min_gain": -1})
     evolve.run(task, out=tmp_path / "run")
     with Archive(tmp_path / "run", create=False) as a:
         (kid,) = [r for r in a.records() if r.operator == "star"]
@@ -246,7 +230,7 @@ def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_an
                                      *sum((["--set", s] for s in c.params()), [])],
                                     stdout=f, stderr=subprocess.STDOUT, env=ENV)
             deadline = time.time() + 120
-            while time.time() < deadline and not _stored(tmp_path / "run"):
+            while time.time() < deadline and not stored_rollouts(tmp_path / "run"):
                 time.sleep(0.1)
             os.kill(c.raylet("127.0.0.3"), signal.SIGKILL)  # a batch is in flight on both nodes: the second dies
             assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]

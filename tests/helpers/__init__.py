@@ -19,6 +19,20 @@ TESTS = ROOT / "tests"
 DATA = TESTS / "data"
 
 
+def stored_rollouts(run: Path) -> int:
+    """How many trajectories a run directory's archive holds now (0 before it exists), read-only:
+    what a test waits on before it interrupts or kills a run."""
+    import sqlite3
+
+    if not (Path(run) / "archive.sqlite").exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{Path(run) / 'archive.sqlite'}?mode=ro", uri=True, timeout=1) as c:
+            return c.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
 def script(path: str | Path, name: str | None = None) -> ModuleType:
     """The Python file ``path`` (relative to the repository) loaded as a module, once."""
     path = ROOT / path
