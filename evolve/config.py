@@ -106,6 +106,15 @@ class OperatorConfig(Strict):
     params: dict[str, Any] = Field(default_factory=dict, description="the operator's settings (docs/ has each layer's)")
 
 
+class TrackerConfig(Strict):
+    """One tracker the run reports to (``track: [{name: mlflow, params: {...}}]``); its params are
+    validated by its own model (docs/tracking.md has each tracker's)."""
+
+    name: str = Field(description="mlflow | wandb | otel | a plugin's or an import path (evolve.registry.trackers)")
+    params: dict[str, Any] = Field(default_factory=dict, description="the tracker's settings, e.g. for mlflow: "
+                                   "tracking_uri, experiment, model_name, alias")
+
+
 class RunnerConfig(Strict):
     """Where rollouts run."""
 
@@ -209,6 +218,9 @@ class TaskConfig(Strict):
     out: str | None = Field(None, description="run directory (default runs/<name>-seed<seed>)")
     deploy: DeployConfig | None = Field(None, description="gates, canary and approval before a candidate serves "
                                         "users (evolve promote); without it the best system is made current")
+    track: list[TrackerConfig] = Field(default_factory=list, description="trackers the run reports to as it goes "
+                                       "(MLflow, Weights & Biases, OpenTelemetry: docs/tracking.md); a resumed run "
+                                       "may change them")
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":

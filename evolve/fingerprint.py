@@ -5,8 +5,9 @@ The fingerprint is the task's canonical JSON (without ``out``). A resume must ma
 
 * the ``budget`` may change: it only decides when to stop; what was done is memoised and seeded
   the same either way, so a run stopped by its budget can be given more;
-* so may ``failures`` (how often to retry the world failing, when to call a run failed) and
-  ``deploy`` (what a candidate must pass before it serves users): no stored result depends on them;
+* so may ``failures`` (how often to retry the world failing, when to call a run failed),
+  ``deploy`` (what a candidate must pass before it serves users) and ``track`` (the trackers the
+  run reports to): no stored result depends on them;
 * fields added to evolvekit after the run started, left at their defaults, are ignored, so an
   older run still resumes.
 """
@@ -33,7 +34,7 @@ def same_run(task: TaskConfig, saved: str) -> bool:
     return without_budget(saved) in (ours, without_budget(older_fingerprint(task, saved)))
 
 
-FREE = ("budget", "failures", "deploy")  # sections a resumed run may change (no stored result depends on them)
+FREE = ("budget", "failures", "deploy", "track")  # sections a resumed run may change (no stored result depends on them)
 
 
 def without_budget(fingerprint: str) -> str:

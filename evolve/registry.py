@@ -201,3 +201,12 @@ runners = Registry(
         "ray": "evolve.runners.ray_runner:RayRunner",
     },
 )
+# Trackers (evolve.trackers.base.Tracker): where a run reports its generations, report and promoted system.
+trackers = Registry(
+    "tracker",
+    {
+        "mlflow": "evolve.trackers.mlflow:MLflowTracker",
+        "wandb": "evolve.trackers.wandb:WandbTracker",
+        "otel": "evolve.trackers.otel:OtelTracker",
+    },
+)
