@@ -17,11 +17,11 @@ Afterwards: ``evolve traces otel STORE --endpoint URL`` sends a store's calls. N
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from evolve.gateway.traces import CallRecord
+from evolve.otel import CountedExporter, chat_attributes, otlp_exporter, require_sdk
 
 
 def _provider(call: CallRecord) -> str:
@@ -32,60 +32,20 @@ def _provider(call: CallRecord) -> str:
 
 
 def attributes(call: CallRecord, capture_content: bool = False) -> dict[str, Any]:
-    """The span attributes of one call."""
+    """The span attributes of one call (the ``gen_ai`` mapping is :func:`evolve.otel.chat_attributes`)."""
     p = call.params or {}
-    attrs: dict[str, Any] = {
-        "gen_ai.operation.name": "chat", "gen_ai.provider.name": _provider(call),
-        "gen_ai.request.model": call.model or "", "gen_ai.response.model": call.upstream_model or "",
-        "gen_ai.response.id": call.id, "gen_ai.conversation.id": call.session_id, "evolve.api": call.api,
-        "evolve.route": call.route or "", "evolve.call.seq": int(call.seq or 0),
-    }
+    attrs = chat_attributes(
+        provider=_provider(call), request_model=call.model or "", response_model=call.upstream_model or "",
+        response_id=call.id, conversation_id=call.session_id, finish_reason=call.finish_reason,
+        temperature=p.get("temperature"), top_p=p.get("top_p"),
+        max_tokens=p.get("max_completion_tokens") or p.get("max_tokens"), input_tokens=call.prompt_tokens,
+        output_tokens=call.completion_tokens, error=None if call.status == "ok" else (call.error or "error"),
+        capture_content=capture_content, messages=call.messages, output=call.output, tool_calls=call.tool_calls,
+        tools=call.tools)
+    attrs.update({"evolve.api": call.api, "evolve.route": call.route or "", "evolve.call.seq": int(call.seq or 0)})
     if call.system_id:
         attrs["evolve.system.id"] = call.system_id
-    if call.finish_reason:
-        attrs["gen_ai.response.finish_reasons"] = [call.finish_reason]
-    for key, name in (("temperature", "gen_ai.request.temperature"), ("top_p", "gen_ai.request.top_p")):
-        if isinstance(p.get(key), (int, float)):
-            attrs[name] = float(p[key])
-    mt = p.get("max_completion_tokens") or p.get("max_tokens")
-    if isinstance(mt, int):
-        attrs["gen_ai.request.max_tokens"] = mt
-    if call.prompt_tokens is not None:
-        attrs["gen_ai.usage.input_tokens"] = int(call.prompt_tokens)
-    if call.completion_tokens is not None:
-        attrs["gen_ai.usage.output_tokens"] = int(call.completion_tokens)
-    if call.status != "ok":
-        attrs["error.type"] = (call.error or "error").split(":", 1)[0]
-    if capture_content:
-        attrs["gen_ai.input.messages"] = json.dumps(call.messages, ensure_ascii=False)
-        out: dict[str, Any] = {"role": "assistant", "content": call.output}
-        if call.tool_calls:
-            out["tool_calls"] = call.tool_calls
-        attrs["gen_ai.output.messages"] = json.dumps([out], ensure_ascii=False)
-        if call.tools:
-            attrs["gen_ai.tool.definitions"] = json.dumps(call.tools, ensure_ascii=False)
     return attrs
-
-
-class _Counted:
-    """The exporter, counting the spans whose export failed (the SDK only logs it)."""
-
-    def __init__(self, inner: Any, owner: SpanExport) -> None:
-        self.inner, self.owner = inner, owner
-
-    def export(self, spans: Any) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        result = self.inner.export(spans)
-        if result != SpanExportResult.SUCCESS:
-            self.owner.failed += len(spans)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
 
 
 class SpanExport:
@@ -93,31 +53,23 @@ class SpanExport:
 
     def __init__(self, endpoint: str | None = None, *, exporter: Any = None, capture_content: bool = False,
                  service: str = "evolve-gateway", batch: bool = True) -> None:
-        from evolve.errors import MissingDependency
+        require_sdk()
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-        try:
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-        except ImportError:
-            raise MissingDependency("OpenTelemetry export needs opentelemetry-sdk and "
-                                    "opentelemetry-exporter-otlp-proto-grpc; pip install 'evolvekit[otel]'") from None
-        if exporter is None:
-            try:
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-            except ImportError:
-                raise MissingDependency("OpenTelemetry export needs opentelemetry-exporter-otlp-proto-grpc; "
-                                        "pip install 'evolvekit[otel]'") from None
-            exporter = OTLPSpanExporter(endpoint=endpoint, insecure=bool(endpoint and endpoint.startswith("http://")),
-                                        timeout=10)
         self.endpoint = endpoint
-        self.failed = 0  # spans the collector did not take
-        exporter = _Counted(exporter, self)
+        self._counted = CountedExporter(exporter if exporter is not None else otlp_exporter(endpoint))
         self.capture_content = capture_content
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000) if batch
-                                         else SimpleSpanProcessor(exporter))
+        self.provider.add_span_processor(BatchSpanProcessor(self._counted, schedule_delay_millis=1000) if batch
+                                         else SimpleSpanProcessor(self._counted))
         self.tracer = self.provider.get_tracer("evolve.gateway")
+
+    @property
+    def failed(self) -> int:
+        """Spans the collector did not take."""
+        return self._counted.failed
 
     def send(self, calls: Iterable[CallRecord]) -> int:
         from opentelemetry.trace import SpanKind, Status, StatusCode
