@@ -60,20 +60,42 @@ class Engine:
         self.selector = selector_registry.get(task.engine.selector)(**task.engine.selector_params)
         self.acceptance, self.sampler, self.stopping = build_policies(task.engine)
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
-        self.session = Session(task, base_dir=base_dir, run_dir=run_dir, resume=resume, fresh=fresh,
-                               observer=observer, agent=agent, reward=reward)
+        self.tracking = None
+        if task.track:  # each destination must answer before the run directory is written
+            from evolve.trackers.live import Tracking
+
+            self.tracking = Tracking(task.track, observer)
+        try:
+            self.session = Session(task, base_dir=base_dir, run_dir=run_dir, resume=resume, fresh=fresh,
+                                   observer=observer, agent=agent, reward=reward)
+        except BaseException:
+            if self.tracking is not None:
+                self.tracking.close(None)
+            raise
         self.task, self.archive, self.run_dir = task, self.session.archive, self.session.run_dir
         self.state, self.obs = self.session.state, self.session.obs
+        if self.tracking is not None:  # sends from threads of its own: evolve.trackers.live
+            from evolve.trackers.base import TrackedRun
+
+            self.tracking.attach(TrackedRun(self.archive, self.run_dir, live=True))
 
     def run(self) -> "RunReport":
         """Bootstrap, evolve, score on test, write the report; returns the report. Raises
         :class:`~evolve.errors.InfraError` when the world kept failing (what finished is kept:
         ``--resume`` continues) and :class:`~evolve.errors.RunFailed` when too many of the
         baseline's or the candidates' rollouts failed (the report is written first)."""
+        status = "failed"
         try:
-            return self._run()
+            report = self._run()
+            status = "finished"
+            return report
+        except KeyboardInterrupt:
+            status = "killed"
+            raise
         finally:
             self.session.close()
+            if self.tracking is not None:  # a last send (the report, the promoted system), then the end
+                self.tracking.close(status)
 
     def _run(self) -> "RunReport":
         from evolve.report import failure_check, write_report
@@ -98,7 +120,8 @@ class Engine:
             if not self.state.generations():
                 used = s.usage()
                 self._record_generation(0, {"children": 0, "accepted": 0, "rollouts": used["rollouts"],
-                                            "calls": used["calls"], "tokens": used["tokens"]})
+                                            "calls": used["calls"], "tokens": used["tokens"],
+                                            "cost": round(used["cost"], 6)})
             for gen in range(len(self.state.generations()), self.task.budget.generations + 1):
                 why = self.stopping.stop(self.state.generations())
                 if why:
@@ -157,7 +180,7 @@ class Engine:
         self._record_generation(gen, {
             "children": n_children, "accepted": n_accepted, "rollouts": used["rollouts"] - counted["rollouts"],
             "calls": used["calls"] - counted["calls"], "tokens": used["tokens"] - counted["tokens"],
-            "seconds": round(s.elapsed() - t0, 2),
+            "cost": round(used["cost"] - counted["cost"], 6), "seconds": round(s.elapsed() - t0, 2),
         })
 
     def _promote(self, gen: int, cand: Candidate, verdict: Any) -> None:
@@ -214,3 +237,5 @@ class Engine:
         self.state.add_generation(GenerationRow(**row))
         self.state.elapsed = self.session.elapsed()
         self.obs.generation(row)
+        if self.tracking is not None:
+            self.tracking.sync()

@@ -138,7 +138,38 @@ def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), sourc
         raise ConfigError(format_validation_error(e, source)) from None
     _check_operators(task, source)
     _check_workflow(task, source)
+    for i, t in enumerate(task.track):
+        check_tracker(t.name, t.params, path=f"track.{i}", source=source)
     return task
+
+
+def check_tracker(name: str, params: dict, *, path: str = "track", source: str = "task") -> Any:
+    """The tracker class ``name`` names (:data:`evolve.registry.trackers`), once its packages are
+    found installed and ``params`` fit its ``Params`` model; else a ConfigError naming ``path``."""
+    import importlib.util
+
+    from evolve.errors import MissingDependency
+    from evolve.registry import trackers
+
+    try:
+        cls = trackers.get(name)
+    except UserError as e:
+        raise ConfigError(str(e), path=f"{path}.name", source=source) from None
+    for module, extra in getattr(cls, "requires", ()):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # its parent package is missing
+            found = False
+        if not found:
+            raise MissingDependency(f"{source}: {path}: the {name} tracker needs the Python package {module!r}, which "
+                                    f"is not installed; install it with: pip install 'evolvekit[{extra}]'")
+    params_model = getattr(cls, "Params", None)
+    if params_model is not None:
+        try:
+            params_model.model_validate(params)
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, source, params_model, prefix=f"{path}.params.")) from None
+    return cls
 
 
 def _apply_world(data: dict, source: str) -> None:
