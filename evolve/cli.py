@@ -249,6 +249,15 @@ def _gateway_command() -> None:
 _gateway_command()
 
 
+def _ui_command() -> None:
+    from evolve.ui.cli import ui_command  # typer and rich only; starlette and uvicorn load when it runs
+
+    app.command("ui")(ui_command)
+
+
+_ui_command()
+
+
 def _deploy_commands() -> None:
     from evolve.deploy.cli import promote_command, rollback_command, status_command
 

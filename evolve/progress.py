@@ -20,6 +20,7 @@ class RichObserver:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=True)
         self._task = None
+        self._header_shown = False
         self.run_dir: Path | None = None  # where the run writes (the Engine says, once it has opened it)
 
     def __enter__(self) -> "RichObserver":
@@ -39,15 +40,9 @@ class RichObserver:
             self.progress.advance(self._task, n)
 
     def generation(self, row: dict[str, Any]) -> None:
-        from rich.table import Table
-
-        t = Table(title=f"generation {row['index']}", show_header=True, header_style="bold")
-        for col in ("best val", "best system", "children", "accepted", "rollouts", "LLM calls", "tokens", "seconds"):
-            t.add_column(col)
-        t.add_row(f"{row['best_val']:.3f}", row["best"][:12], str(row.get("children", 0)), str(row.get("accepted", 0)),
-                  str(row.get("rollouts", 0)), str(row.get("calls", "—")), str(row.get("tokens", 0)),
-                  str(row.get("seconds", 0)))
-        self.progress.console.print(t)
+        """One line per generation under a header printed once; fits an 80-column terminal whole."""
+        self.progress.console.print(generation_table(row, header=not self._header_shown))
+        self._header_shown = True
 
     def message(self, text: str) -> None:
         from rich.text import Text
@@ -56,3 +51,28 @@ class RichObserver:
 
     def started(self, run_dir: Path) -> None:
         self.run_dir = run_dir
+
+
+# (header, width): 62 columns of text and 16 of gaps, so a row fits an 80-column terminal
+GENERATION_COLUMNS = (("gen", 3), ("best val", 8), ("best", 8), ("children", 8), ("accepted", 8), ("rollouts", 8),
+                      ("calls", 6), ("tokens", 6), ("seconds", 7))
+
+
+def compact(n: Any) -> str:
+    """A count in at most 6 characters: 999999, then 1.2M."""
+    if not isinstance(n, (int, float)):
+        return "—" if n is None else str(n)
+    return f"{n:.0f}" if abs(n) < 1e5 else f"{n / 1e3:.1f}k" if abs(n) < 1e6 else f"{n / 1e6:.1f}M"
+
+
+def generation_table(row: dict[str, Any], *, header: bool = True) -> Any:
+    """A generation's row (with the header above it when ``header``) as a rich Table of fixed widths."""
+    from rich.table import Table
+
+    t = Table(box=None, padding=(0, 1), pad_edge=False, show_header=header, header_style="bold")
+    for name, width in GENERATION_COLUMNS:
+        t.add_column(name, width=width, no_wrap=True, overflow="ellipsis", justify="left" if name == "best" else "right")
+    t.add_row(str(row["index"]), f"{row['best_val']:.3f}", row["best"][:8], str(row.get("children", 0)),
+              str(row.get("accepted", 0)), compact(row.get("rollouts", 0)), compact(row.get("calls")),
+              compact(row.get("tokens", 0)), f"{float(row.get('seconds', 0) or 0):.1f}")
+    return t

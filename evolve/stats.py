@@ -59,4 +59,13 @@ def describe(c: Mapping[str, Any]) -> str:
             f"{c['a_only']} with the baseline; sign test p={c['p']:.3g}, n={c['n']})")
 
 
-__all__ = ["describe", "paired", "sign_test"]
+def interval(mean: float, mean_sq: float, n: int) -> float | None:
+    """The half-width of the 95% interval of a mean of ``n`` scores, from their mean and the mean
+    of their squares (normal approximation, as :func:`paired`); ``None`` below 2 scores."""
+    if n < 2:
+        return None
+    var = max(0.0, mean_sq - mean * mean) * n / (n - 1)
+    return 1.96 * math.sqrt(var / n)
+
+
+__all__ = ["describe", "interval", "paired", "sign_test"]

@@ -120,6 +120,29 @@ def positions(depth: dict[str, int], order: list[str]) -> dict[str, tuple[float,
     return pos
 
 
+def _geometry(wf: Workflow, types: Any) -> tuple[dict[str, Any], list[tuple[str, str, int]], dict[str, int],
+                                                 set[tuple[str, str]], dict[str, tuple[float, float]]]:
+    """Node kinds, vote chains, columns, loop-closing edges and positions of a drawing of ``wf``."""
+    kinds = _kinds(wf, types)
+    chains = _chains(wf, kinds)
+    depth = layers(wf, chains)
+    return kinds, chains, depth, back_edges(wf, chains), positions(depth, [n.id for n in wf.nodes])
+
+
+def drawing(wf: Workflow, types: Any = None) -> dict[str, Any]:
+    """The picture as data, for drawing elsewhere (the dashboard draws it as SVG): nodes with their
+    position (``x`` columns left to right, ``y`` up) and whether they call a model (None: unknown
+    type), edges with their condition and whether they close a loop, vote chains."""
+    kinds, chains, _, back, pos = _geometry(wf, types)
+    nodes = [{"id": n.id, "type": n.type, "x": pos[n.id][0], "y": pos[n.id][1], "max_visits": n.max_visits,
+              "params": n.params, "entry": n.id == wf.entry,
+              "model": None if kinds.get(n.id) is None else bool(getattr(kinds[n.id], "calls_model", False))}
+             for n in wf.nodes]
+    edges = [{"src": e.src, "dst": e.dst, "when": e.when, "back": (e.src, e.dst) in back} for e in wf.edges]
+    return {"id": wf.id, "entry": wf.entry, "output": wf.output, "nodes": nodes, "edges": edges,
+            "chains": [{"vote": v, "node": r, "samples": k} for v, r, k in chains]}
+
+
 def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = None) -> Path:
     """Draw ``wf`` to a PNG at ``path``; return the path."""
     try:
@@ -133,11 +156,7 @@ def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = Non
         raise MissingDependency(f"drawing a workflow needs matplotlib ({e}); pip install 'evolvekit[local]'") from None
 
     path = Path(path)
-    kinds = _kinds(wf, types)
-    chains = _chains(wf, kinds)
-    depth = layers(wf, chains)
-    back = back_edges(wf, chains)
-    pos = positions(depth, [n.id for n in wf.nodes])
+    kinds, chains, depth, back, pos = _geometry(wf, types)
     xs = [p[0] for p in pos.values()] or [0.0]
     ys = [p[1] for p in pos.values()] or [0.0]
     xr, yr = max(xs) - min(xs) + 3.2, max(ys) - min(ys) + 3.0
@@ -210,4 +229,4 @@ def render_text(wf: Workflow, types: Any = None) -> str:
     return text + f"\n  model calls per execution: {'unbounded' if bound is None else f'at most {bound}'}"
 
 
-__all__ = ["back_edges", "layers", "positions", "render_png", "render_text"]
+__all__ = ["back_edges", "drawing", "layers", "positions", "render_png", "render_text"]

@@ -35,15 +35,19 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
     ``compress`` is the zlib level for the JSON of new systems and trajectories: 0 (the
     default) stores raw JSON; 1 makes the file about 2.7x smaller and ``add_trajectories``
     about 2x slower. Either setting reads blobs written with the other.
+    With ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): every read works,
+    every write raises, and nothing is created or migrated (``evolve ui`` reads live runs this way).
     Usable as a context manager (closes on exit). Thread-safe.
     """
 
-    def __init__(self, run_dir: str | Path, *, create: bool = True, compress: int = 0) -> None:
+    def __init__(self, run_dir: str | Path, *, create: bool = True, compress: int = 0,
+                 read_only: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.compress = int(compress)  # zlib level for new JSON blobs; 0 stores them raw
         self.path = self.run_dir / DB_NAME
+        self.read_only = bool(read_only)
         if not self.path.is_file():
-            if not create:
+            if not create or read_only:
                 raise RunDirError(f"not an evolvekit run directory: {self.run_dir} (no {DB_NAME})")
             if self.run_dir.exists() and not self.run_dir.is_dir():
                 raise RunDirError(f"cannot create a run directory at {self.run_dir}: it is a file")
@@ -57,17 +61,21 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
         self._usage_delta = _no_usage()
         self._ckpt: Checkpointer | None = None
         try:
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+            if read_only:
+                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                                       isolation_level=None, timeout=30.0)
+            else:
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         except sqlite3.Error as e:
             raise RunDirError(f"cannot open the archive {self.path}: {e}") from e
         self._conn: sqlite3.Connection | None = conn
         try:
-            self._setup(create)
+            self._check_version() if read_only else self._setup(create)
         except BaseException:
             conn.close()
             self._conn = None
             raise
-        if create:
+        if create and not read_only:
             (self.run_dir / ARTIFACTS_DIR).mkdir(exist_ok=True)
 
     def _setup(self, create: bool) -> None:
@@ -110,6 +118,20 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                 "INSERT OR IGNORE INTO schema_version (version, applied_at) VALUES (?, ?)",
                 (SCHEMA_VERSION, time.time()),
             )
+
+    def _check_version(self) -> None:
+        """Read-only opening: the archive must be one this evolvekit reads as it is (no migration)."""
+        conn = self._conn
+        assert conn is not None
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise RunDirError(f"not an evolvekit archive: {self.path} ({e})") from e
+        version = row[0] if row else None
+        if version != SCHEMA_VERSION:
+            raise ArchiveError(f"{self.path} has archive schema v{version}; this evolvekit reads v{SCHEMA_VERSION} "
+                               "(open it once with evolve archive list to bring an older one up to date)")
 
     # ------------------------------------------------------------------ plumbing
 

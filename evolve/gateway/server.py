@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from evolve.errors import ConfigError
@@ -12,6 +10,7 @@ from evolve.gateway.app import Gateway
 from evolve.gateway.config import GatewayConfig
 from evolve.gateway.traces import TraceStore
 from evolve.gateway.upstream import LiteLLMUpstream, Route
+from evolve.serve.asgi import ASGIServer
 
 
 def _check_installed() -> None:
@@ -95,81 +94,18 @@ def close_routes(routes: list[Route]) -> None:
         r.close()
 
 
-class GatewayServer:
+class GatewayServer(ASGIServer):
     """``with GatewayServer(cfg) as gw: gw.url`` serves on a background thread (``port=0``: a
     free port); :meth:`run` serves in the calling thread until interrupted."""
 
     def __init__(self, cfg: GatewayConfig, *, log: Any = None) -> None:
-        import socket
-
         self.cfg, self.gateway = cfg, build(cfg, log=log)
-        self.host = cfg.host
-        port = cfg.port
-        family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-        with socket.socket(family) as probe:  # a port taken or an address not here: say so before serving
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
-            try:
-                probe.bind((cfg.host.strip("[]"), port))
-            except OSError as e:
-                close_gateway(self.gateway)
-                raise ConfigError(f"evolve gateway: cannot listen on {cfg.host}:{port}: {e.strerror or e}; choose "
-                                  "another --port or --host") from None
-            if port == 0:
-                port = int(probe.getsockname()[1])
-        self.port = port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base(self) -> str:
-        host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        return f"http://{host}:{self.port}"
+        super().__init__(self.gateway.app(), cfg.host, cfg.port, "evolve gateway", lambda: close_gateway(self.gateway))
 
     @property
     def url(self) -> str:
         """The OpenAI base URL (``.../v1``); Anthropic clients take :attr:`base`."""
         return self.base + "/v1"
-
-    def _uvicorn(self) -> Any:
-        import uvicorn
-
-        config = uvicorn.Config(self.gateway.app(), host=self.host.strip("[]"), port=self.port, log_level="warning",
-                                lifespan="off", access_log=False, timeout_keep_alive=30)
-        return uvicorn.Server(config)
-
-    def run(self) -> None:
-        self._server = self._uvicorn()
-        try:
-            self._server.run()
-        finally:
-            close_gateway(self.gateway)
-        if not self._server.started:
-            raise ConfigError(f"the gateway could not listen on {self.host}:{self.port}; choose another --port")
-
-    def start(self) -> GatewayServer:
-        self._server = self._uvicorn()
-        self._thread = threading.Thread(target=self._server.run, name=f"evolve-gateway-{self.port}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise ConfigError(f"the gateway could not listen on {self.host}:{self.port}")
-            time.sleep(0.02)
-        return self
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-        close_gateway(self.gateway)
-
-    def __enter__(self) -> GatewayServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 __all__ = ["GatewayServer", "build"]

@@ -125,13 +125,15 @@ def _dumps(value: Any) -> str | None:
 
 
 class TraceStore:
-    """The gateway's trace store in folder ``path`` (created unless ``create=False``)."""
+    """The gateway's trace store in folder ``path`` (created unless ``create=False``). With
+    ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): reads work, writes raise."""
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(self, path: str | Path, *, create: bool = True, read_only: bool = False) -> None:
         self.dir = Path(path)
         self.file = self.dir / "traces.sqlite"
+        self.read_only = read_only
         if not self.file.exists():
-            if not create:
+            if not create or read_only:
                 raise UserError(f"no trace store at {self.dir} (no traces.sqlite); give the --store folder the "
                                 "gateway was started with")
             try:
@@ -139,6 +141,12 @@ class TraceStore:
             except OSError as e:
                 raise UserError(f"cannot create the trace store folder {self.dir}: {e.strerror or e}") from None
         self._local = threading.local()
+        if read_only:
+            row = self._db().execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None or int(row[0]) > SCHEMA_VERSION:
+                raise UserError(f"{self.file} is not a trace store this evolvekit reads (schema "
+                                f"{row[0] if row else 'missing'}, reads {SCHEMA_VERSION})")
+            return
         self._db().executescript(_SCHEMA)  # CREATE ... IF NOT EXISTS: safe from several processes at once
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -153,9 +161,13 @@ class TraceStore:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.file, timeout=30.0, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed call survives the process dying
+            if self.read_only:
+                db = sqlite3.connect(f"{self.file.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
+                                     isolation_level=None, check_same_thread=False)
+            else:
+                db = sqlite3.connect(self.file, timeout=30.0, isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed call survives the process dying
             db.execute("PRAGMA busy_timeout=30000")
             db.row_factory = sqlite3.Row
             self._local.db = db

@@ -10,6 +10,7 @@ Two ways in:
   litellm) has its calls recorded in its trajectory and can be trained.
 
 Only the standard library is used (``http.server``); nothing here is imported by ``import evolve``.
+:class:`evolve.serve.asgi.ASGIServer` runs the gateway's and the dashboard's Starlette apps under uvicorn.
 """
 
 from evolve.serve.app import ServeApp

@@ -1,0 +1,220 @@
+"""One run as the dashboard reads it: read-only, cheap to poll, cached until the run writes.
+
+:class:`RunView` opens the run's archive with SQLite's ``mode=ro`` (every write raises), so the
+dashboard can never change a run, and can look at one that is still being written. Its answers
+are cached under the archive's :meth:`~RunView.version` (the newest row of each history table),
+so polling a finished run costs a few index lookups and a live run is re-read only when it wrote.
+
+What a run is doing (:meth:`RunView.status`): ``finished`` or ``failed`` when ``report.json``
+is newer than its last write; ``running`` when it wrote within :data:`ACTIVE_S` seconds;
+otherwise ``stopped`` (killed or interrupted: ``evolve run --resume`` continues it).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from evolve.archive import Archive
+from evolve.stats import interval
+from evolve.ui import lineage
+
+ACTIVE_S = 120.0
+T = TypeVar("T")
+
+
+class RunView:
+    """The dashboard's read-only view of one run directory."""
+
+    def __init__(self, run_dir: Path, rid: str) -> None:
+        self.run_dir, self.id = Path(run_dir), rid
+        self.archive = Archive(self.run_dir, create=False, read_only=True)
+        self._cache: dict[Any, tuple[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.archive.close()
+
+    def sql(self, query: str, args: tuple[Any, ...] = ()) -> list[tuple]:
+        with self.archive._read() as c:
+            return c.execute(query, args).fetchall()
+
+    # ------------------------------------------------------------------ change detection and caching
+
+    def version(self) -> str:
+        """Changes whenever the run writes anything the dashboard shows."""
+        parts = self.sql(
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM systems), (SELECT COALESCE(MAX(seq), 0) FROM trajectories), "
+            "(SELECT COALESCE(MAX(seq), 0) FROM events), (SELECT COALESCE(MAX(seq), 0) FROM pointer), "
+            "(SELECT COALESCE(MAX(updated_at), 0) FROM state)")[0]
+        report = self.run_dir / "report.json"
+        mtime = report.stat().st_mtime if report.exists() else 0
+        return ".".join(str(p) for p in parts) + f".{mtime}"
+
+    def cached(self, key: Any, compute: Callable[[], T]) -> T:
+        v = self.version()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] == v:
+                return hit[1]
+        value = compute()
+        with self._lock:
+            if len(self._cache) > 256:
+                self._cache.clear()
+            self._cache[key] = (v, value)
+        return value
+
+    # ------------------------------------------------------------------ the run
+
+    def state(self, key: str, default: Any = None) -> Any:
+        return self.archive.get_state(key, default)
+
+    def task(self) -> dict[str, Any]:
+        """The run's task settings (stored as the task file's canonical JSON text)."""
+        task = self.state("task") or {}
+        return json.loads(task) if isinstance(task, str) else task
+
+    def report(self) -> dict[str, Any] | None:
+        path = self.run_dir / "report.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def last_write(self) -> float:
+        row = self.sql(
+            "SELECT MAX(t) FROM (SELECT (SELECT created_at FROM trajectories ORDER BY seq DESC LIMIT 1) AS t "
+            "UNION ALL SELECT (SELECT created_at FROM systems ORDER BY seq DESC LIMIT 1) "
+            "UNION ALL SELECT (SELECT created_at FROM events ORDER BY seq DESC LIMIT 1) "
+            "UNION ALL SELECT MAX(updated_at) FROM state)")
+        return float(row[0][0] or 0.0)
+
+    def status(self) -> str:
+        last = self.last_write()
+        report = self.run_dir / "report.json"
+        if report.exists() and report.stat().st_mtime >= last - 1.0:
+            r = self.report() or {}
+            return "failed" if str(r.get("stop_reason", "")).startswith("failed") else "finished"
+        return "running" if time.time() - last < ACTIVE_S else "stopped"
+
+    def score(self, system_id: str | None, split: str) -> dict[str, Any] | None:
+        """``{mean, n, ci95}`` of the system's eval rollouts on ``split``, or None."""
+        if not system_id:
+            return None
+        mean, sq, n = self.sql("SELECT AVG(score), AVG(score * score), COUNT(*) FROM trajectories "
+                               "WHERE system_id = ? AND split = ? AND phase = 'eval'", (system_id, split))[0]
+        return None if not n else {"mean": mean, "n": n, "ci95": interval(mean, sq, n)}
+
+    def marks(self) -> dict[str, str | None]:
+        baseline = self.state("baseline")
+        return {"baseline": baseline, "best": self.state("best") or baseline, "current": self.archive.current()}
+
+    def summary(self) -> dict[str, Any]:
+        """What the runs page shows of a run."""
+        return self.cached("summary", self._summary)
+
+    def _summary(self) -> dict[str, Any]:
+        task = self.task()
+        gens = self.state("generations") or []
+        marks = self.marks()
+        used = self.archive.usage(test=False)
+        used["seconds"] = round(float(self.state("elapsed") or 0.0), 1)
+        budget = {k: v for k, v in (task.get("budget") or {}).items() if v is not None}
+        report = self.report() or {}
+        systems = self.sql("SELECT COUNT(*) FROM systems")[0][0]
+
+        def entry(sid: str | None) -> dict[str, Any] | None:
+            return None if not sid else {"id": sid, "val": self.score(sid, "val"), "test": self.score(sid, "test")}
+
+        return {"id": self.id, "dir": str(self.run_dir), "name": task.get("name") or self.run_dir.name,
+                "world": task.get("world"), "seed": task.get("seed"), "status": self.status(),
+                "stop_reason": report.get("stop_reason"), "updated": self.last_write(),
+                "generations": max((g["index"] for g in gens), default=-1), "systems": systems,
+                "used": used, "budget": budget, "baseline": entry(marks["baseline"]), "best": entry(marks["best"]),
+                "current": marks["current"], "paired": report.get("paired"),
+                "operators": [o.get("name") for o in task.get("operators") or []]}
+
+    # ------------------------------------------------------------------ per generation
+
+    def curves(self) -> dict[str, Any]:
+        """Per generation: the best val score after it, the median and count of its children's val
+        scores, and what it spent (rollouts, LLM calls, tokens, money, seconds)."""
+        return self.cached("curves", self._curves)
+
+    def _curves(self) -> dict[str, Any]:
+        gens = sorted(self.state("generations") or [], key=lambda g: g["index"])
+        val = self._val_scores()
+        born: dict[int, list[float]] = {}
+        for sid, gen in self.sql("SELECT id, generation FROM systems"):
+            if sid in val:
+                born.setdefault(gen, []).append(val[sid][0])
+        spent = {g: (n, c, cost) for g, n, c, cost in self.sql(
+            "SELECT generation, COUNT(*), COALESCE(SUM(calls), 0), COALESCE(SUM(cost), 0) FROM trajectories "
+            "WHERE split != 'test' GROUP BY generation")}
+        rows = []
+        for g in gens:
+            i = g["index"]
+            scores = born.get(i, [])
+            rows.append({**{k: g.get(k) for k in ("index", "best_val", "best", "children", "accepted", "rollouts",
+                                                  "calls", "tokens", "seconds")},
+                         "median_val": statistics.median(scores) if scores else None, "scored": len(scores),
+                         "cost": round(spent.get(i, (0, 0, 0.0))[2], 6)})
+        return {"generations": rows}
+
+    def _val_scores(self) -> dict[str, tuple[float, int]]:
+        return self.cached("val", lambda: self.archive.all_scores("val"))
+
+    # ------------------------------------------------------------------ lineage
+
+    def decisions(self) -> dict[str, dict[str, Any]]:
+        """The acceptance decision of every judged child, by its id."""
+        return self.cached("decisions", lambda: {e["child"]: e for e in self.archive.events("decision")})
+
+    def deploy_states(self) -> dict[str, str]:
+        def states() -> dict[str, str]:
+            from evolve.deploy.lifecycle import Deployment
+
+            return Deployment(self.archive).states() if self.archive.events("deploy") else {}
+
+        return self.cached("deploy_states", states)
+
+    def nodes(self) -> list[lineage.Node]:
+        def build() -> list[lineage.Node]:
+            parents: dict[str, list[tuple[int, str]]] = {}
+            for child, pos, parent in self.sql("SELECT child, position, parent FROM lineage"):
+                parents.setdefault(child, []).append((pos, parent))
+            return [lineage.Node(sid, gen, tuple(p for _, p in sorted(parents.get(sid, ()))), seq)
+                    for seq, sid, gen in self.sql("SELECT seq, id, generation FROM systems ORDER BY seq")]
+
+        return self.cached("nodes", build)
+
+    def lineage(self, expanded: list[str] = (), whole: bool = False) -> dict[str, Any]:
+        """The lineage picture (:func:`evolve.ui.lineage.picture`) with each node's operator, val
+        score, acceptance and marks."""
+        return self.cached(("lineage", tuple(sorted(expanded)), whole), lambda: self._lineage(expanded, whole))
+
+    def _lineage(self, expanded: list[str], whole: bool) -> dict[str, Any]:
+        nodes = self.nodes()
+        ops = dict(self.sql("SELECT id, operator FROM systems"))
+        val = self._val_scores()
+        decided = self.decisions()
+        accepted = {a["system_id"] for a in self.state("accepted") or []}
+        marks = self.marks()
+        deploy = self.deploy_states()
+        facts = {}
+        for n in nodes:
+            d = decided.get(n.id)
+            facts[n.id] = {"operator": ops.get(n.id), "val": val[n.id][0] if n.id in val else None,
+                           "accepted": True if n.id in accepted else (False if d is not None else None),
+                           "why": d.get("why") if d else None, "deploy": deploy.get(n.id),
+                           "marks": [k for k, v in marks.items() if v == n.id]}
+        keep = accepted | set(deploy)
+        pic = lineage.picture(nodes, facts, keep=keep, marked=[v for v in marks.values() if v], expanded=expanded,
+                              whole=whole)
+        pic["marks"] = marks
+        return pic

@@ -1,0 +1,84 @@
+// The lineage tree as SVG (positions from the server: one row per generation), and the panel of the chosen system.
+import { h, append, s, api, pct } from "./dom.js";
+import { systemPanel } from "./system.js";
+
+const DX = 30, DY = 60, R = 8, PAD = 40;
+
+function colour(n) {
+  if (n.accepted === true) return n.operator === "init" ? "#4dabf7" : "#51cf66";
+  if (n.accepted === false) return "#ced4da";
+  return "#4dabf7"; // the baseline and systems no decision was logged for
+}
+
+export async function lineageView(ctx, rid, run) {
+  const q = ctx.route.query;
+  const expand = (q.get("expand") || "").split(",").filter(Boolean);
+  const whole = q.get("whole") === "1";
+  const url = `/api/runs/${encodeURIComponent(rid)}/lineage?expand=${encodeURIComponent(expand.join(","))}${whole ? "&whole=1" : ""}`;
+  const pic = await api(url);
+  const chosen = q.get("sys") || (run.best && run.best.id) || (pic.nodes[0] && pic.nodes[0].id);
+  const go = (changes) => {
+    const p = new URLSearchParams(q);
+    for (const [k, v] of Object.entries(changes)) { if (v === null) p.delete(k); else p.set(k, v); }
+    location.hash = `#/run/${encodeURIComponent(rid)}/lineage?${p}`;
+  };
+  const note = pic.view === "whole" ? `all ${pic.total} systems`
+    : `${pic.shown} of ${pic.total} systems: ${pic.view === "collapsed" ? "accepted and marked systems with their ancestors" : "the lineage of the marked systems"}; +k opens a system's other children`;
+  const bar = h("div", { class: "toolbar" }, h("span", { class: "muted", id: "lineage-note" }, note),
+    pic.view !== "whole" && pic.total <= 5000 ? h("button", { onclick: () => go({ whole: "1" }) }, "draw all") : null,
+    whole ? h("button", { onclick: () => go({ whole: null }) }, "collapse") : null,
+    expand.length ? h("button", { onclick: () => go({ expand: null }) }, "fold opened") : null,
+    h("span", { class: "muted" }, "● accepted  ○ rejected (grey)  ◉ baseline (blue)  ring: current  ★ best"));
+  const svg = drawTree(pic, chosen, (id) => go({ sys: id }), (id) => go({ expand: [...expand, id].join(",") }));
+  const left = h("div", { class: "pane", id: "lineage-pane", dataset: { keep: "lineage" } }, svg);
+  const right = h("div", { class: "pane", id: "system-panel", dataset: { keep: "panel" } });
+  if (chosen) {
+    try {
+      append(right, await systemPanel(ctx, rid, chosen));
+    } catch (e) {
+      append(right, h("p", { class: "error" }, String(e.message || e)));
+    }
+  }
+  return h("div", null, bar, h("div", { class: "split" }, left, right));
+}
+
+function drawTree(pic, chosen, pick, open) {
+  const xs = pic.nodes.map((n) => n.x), ys = pic.nodes.map((n) => n.y);
+  const maxX = Math.max(0, ...xs), maxY = Math.max(0, ...ys);
+  const W = PAD * 2 + maxX * DX + 60, H = PAD * 2 + maxY * DY;
+  const at = {};
+  for (const n of pic.nodes) at[n.id] = [PAD + n.x * DX, PAD + n.y * DY];
+  const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: "lineage", dataset: { nodes: pic.nodes.length } });
+  for (let g = 0; g <= maxY; g++) {
+    svg.append(s("text", { x: 4, y: PAD + g * DY + 4, fill: "#adb5bd" }, `g${g}`));
+  }
+  for (const [p, c, pos] of pic.edges) {
+    const [x1, y1] = at[p], [x2, y2] = at[c];
+    const my = (y1 + y2) / 2;
+    svg.append(s("path", { d: `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}`, fill: "none",
+      stroke: pos ? "#9775fa" : "#868e96", "stroke-width": 1.2, "stroke-dasharray": pos ? "4 3" : null }));
+  }
+  const label = pic.nodes.length <= 150;
+  for (const n of pic.nodes) {
+    const [x, y] = at[n.id];
+    const g = s("g", { class: `node${n.id === chosen ? " sel" : ""}`, dataset: { id: n.id, accepted: String(n.accepted) },
+      onclick: (e) => { e.stopPropagation(); pick(n.id); } });
+    g.append(s("title", null, `${n.id}\n${n.operator} (generation ${n.generation})\nval ${n.val === null ? "–" : pct(n.val)}` +
+      `${n.why ? `\n${n.why}` : ""}${n.deploy ? `\ndeploy: ${n.deploy}` : ""}${n.marks.length ? `\n${n.marks.join(", ")}` : ""}`));
+    if (n.marks.includes("current")) g.append(s("circle", { cx: x, cy: y, r: R + 4, fill: "none", stroke: "#212529", "stroke-width": 2 }));
+    g.append(s("circle", { cx: x, cy: y, r: R, fill: colour(n) }));
+    if (n.marks.includes("best")) g.append(s("text", { x: x - 5, y: y - R - 4, fill: "#f08c00" }, "★"));
+    if (label && n.val !== null) g.append(s("text", { x: x + R + 3, y: y + 4, fill: "#495057" }, pct(n.val, 0)));
+    if (n.deploy) g.append(s("text", { x: x - R, y: y + R + 12, fill: "#1864ab" }, n.deploy));
+    svg.append(g);
+    if (n.hidden) {
+      const more = s("g", { class: "more", dataset: { expand: n.id }, onclick: (e) => { e.stopPropagation(); open(n.id); } },
+        s("title", null, `open its ${n.hidden} other children`),
+        s("rect", { x: x - 12, y: y + R + (n.deploy ? 16 : 3), width: 26, height: 13, rx: 6, fill: "#e7f5ff", stroke: "#74c0fc" }),
+        s("text", { x: x - 9, y: y + R + (n.deploy ? 26 : 13), fill: "#1864ab" }, `+${n.hidden}`));
+      svg.append(more);
+    }
+  }
+  return svg;
+}
+
