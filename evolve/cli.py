@@ -258,6 +258,15 @@ def _ui_command() -> None:
 _ui_command()
 
 
+def _track_command() -> None:
+    from evolve.trackers.cli import track_command  # typer only; a tracker's client loads when it sends
+
+    app.command("track")(track_command)
+
+
+_track_command()
+
+
 def _deploy_commands() -> None:
     from evolve.deploy.cli import promote_command, rollback_command, status_command
 

@@ -6,52 +6,11 @@ import time
 
 import pytest
 
+from tests.helpers.otlp import Collector
 from tests.helpers.upstream import free_port, post
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
-
-
-# ----------------------------------------------------------------------------- OpenTelemetry
-
-
-class _Collector:
-    """A real OTLP/gRPC trace receiver on loopback (the collector's own service definition)."""
-
-    def __enter__(self):
-        from concurrent import futures
-
-        import grpc
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as svc
-
-        self.spans = []
-        outer = self
-
-        class Receiver(svc.TraceServiceServicer):
-            def Export(self, request, context):
-                for rs in request.resource_spans:
-                    for ss in rs.scope_spans:
-                        outer.spans.extend(ss.spans)
-                return pb.ExportTraceServiceResponse()
-
-        self.server = grpc.server(futures.ThreadPoolExecutor(2))
-        svc.add_TraceServiceServicer_to_server(Receiver(), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        return self
-
-    def __exit__(self, *exc):
-        self.server.stop(0)
-
-    def attrs(self, span) -> dict:
-        out = {}
-        for kv in span.attributes:
-            v = kv.value
-            kind = v.WhichOneof("value")
-            out[kv.key] = list(x.string_value for x in v.array_value.values) if kind == "array_value" else getattr(v, kind)
-        return out
 
 
 def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(upstream, tmp_path, capsys):
@@ -62,7 +21,7 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import from_flags
 
-    with _Collector() as col:
+    with Collector() as col:
         cfg = from_flags(upstream="openai/*", api_base=upstream.url, store=tmp_path / "t", port=0)
         cfg = cfg.model_validate({**cfg.model_dump(), "otel": {"endpoint": col.endpoint}})
         with GatewayServer(cfg) as gw:
