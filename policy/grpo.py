@@ -10,7 +10,10 @@ One proposal runs ``steps`` generation batches, on-policy:
 3. pack each trajectory into sequences of the exact sampled token ids with tool output and
    user text masked (:func:`~evolve.policy.grpo_train.pack`); optionally mask truncated ones;
 4. update the adapter (:class:`~evolve.policy.grpo_train.Learner`), save it as an artifact,
-   and make the next step's system: parent base + the new adapter.
+   and make the next step's system: parent base + the new adapter. The learner lives in the
+   driver, or with the ray runner's ``runner.params.train`` in a Ray actor with those resources
+   (:class:`~evolve.policy.grpo_train.HostedLearner`: its model loaded there once, each update a
+   call that sends the packed sequences and returns the statistics, the adapter's bytes back).
 
 Every ``eval_every`` steps the current system is scored greedily on ``dev_tasks`` training
 tasks that are never trained on (the engine's validation split stays the engine's, for
@@ -170,21 +173,46 @@ class GRPO:
                       "groups_kept": kept, "truncated_dropped": truncated, "rejected_turns_unreinforced": unreinforced,
                       "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
 
-    def _child(self, parent: System, spec: Any, adapter: Any, ctx: OperatorContext, step: int) -> System:
+    def _child(self, parent: System, spec: Any, adapter: bytes, ctx: OperatorContext, step: int) -> System:
         path = ctx.workdir / f"adapter-{step:04d}.safetensors"
-        adapter.save(path)
+        path.write_bytes(adapter)
         ref = ctx.artifacts.put_file(path, "adapter")
         return parent.replace(models={**parent.models, self.p.role: spec.model_copy(update={"adapter": ref})})
 
     # ---------------------------------------------------------------- propose
 
-    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
-        from evolve.policy.grpo_train import Learner
+    def _learner(self, spec: Any, ctx: OperatorContext) -> Any:
+        """The :class:`~evolve.policy.grpo_train.HostedLearner` of this proposal: here, or in a Ray
+        actor with ``runner.params.train``'s resources (``ctx.extra["remote"]``, the ray runner's
+        trainer), where its model is loaded once and each update is a remote call."""
+        from evolve.policy.grpo_train import HostedLearner
         from evolve.policy.rl import LossConfig
-        from evolve.policy.weights import load_base, read_adapter
+        from evolve.policy.sft import cold_start_examples
 
-        from evolve.policy.sft import cold_start_examples, trainable_spec
-        from evolve.policy.star import success_turns
+        p = self.p
+        cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
+                         level=p.importance_level, max_completion_length=p.max_completion_length)
+        ptx = cold_start_examples(spec, ctx.artifacts) if p.ptx_coef > 0 else []
+        if p.ptx_coef > 0 and not ptx:
+            ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); "
+                    + ("the ptx term replays the policy's own successes only" if p.self_imitation else "pure GRPO"))
+        base = str(ctx.artifacts.path(spec.base))
+        init = str(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
+        kw = dict(device=spec.params.get("device"), dtype=spec.params.get("dtype"),
+                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
+                  cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha, lr=p.lr,
+                  weight_decay=p.weight_decay, grad_clip=p.grad_clip, num_iterations=p.num_iterations,
+                  minibatches=p.minibatches, micro_batch=p.micro_batch, seed=ctx.rng.randrange(2**31),
+                  warmup=p.warmup)
+        remote = ctx.extra.get("remote")
+        if remote is None:
+            return HostedLearner(base, init, **kw)
+        learner = remote.actor(HostedLearner, base, init, **kw)
+        ctx.log(f"grpo: the learner runs in a Ray actor on {learner.where.get('ip')} (pid {learner.where.get('pid')})")
+        return learner
+
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
+        from evolve.policy.sft import trainable_spec
 
         p = self.p
         spec = trainable_spec(parent, p.role, ctx.log, self.name)
@@ -196,20 +224,18 @@ class GRPO:
         if not pool:
             ctx.log("grpo: no training tasks left after holding out dev_tasks")
             return []
-        model, tok, _ = load_base(ctx.artifacts.path(spec.base), device=spec.params.get("device"),
-                                  dtype=spec.params.get("dtype"),
-                                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
-        init = read_adapter(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
-        cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
-                         level=p.importance_level, max_completion_length=p.max_completion_length)
-        ptx = cold_start_examples(spec, ctx.artifacts) if p.ptx_coef > 0 else []
-        if p.ptx_coef > 0 and not ptx:
-            ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); "
-                    + ("the ptx term replays the policy's own successes only" if p.self_imitation else "pure GRPO"))
-        learner = Learner(model, cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha,
-                          init=init, lr=p.lr, weight_decay=p.weight_decay, grad_clip=p.grad_clip,
-                          num_iterations=p.num_iterations, minibatches=p.minibatches, micro_batch=p.micro_batch,
-                          pad_id=tok.pad_id, seed=ctx.rng.randrange(2**31), warmup=p.warmup)
+        learner = self._learner(spec, ctx)
+        try:
+            return self._steps(parent, spec, ctx, learner, dev, pool)
+        finally:
+            learner.close()
+
+    def _steps(self, parent: System, spec: Any, ctx: OperatorContext, learner: Any, dev: list[dict],
+               pool: list[dict]) -> list[Candidate]:
+        from evolve.policy.star import success_turns
+
+        p = self.p
+        max_len = learner.max_len()
         current, curve, best = parent, [], (-math.inf, -1, None)
         t_start = time.perf_counter()
 
@@ -243,13 +269,13 @@ class GRPO:
             except (ValueError, TypeError) as e:  # the judge's answer is unusable: nothing is scored from it
                 ctx.log(f"grpo: the group judge failed at step {step + 1} ({e}); nothing proposed")
                 return []
-            seqs, info = self._batch(trajs, learner.max_len, judged)
+            seqs, info = self._batch(trajs, max_len, judged)
             if p.self_imitation:
                 wins = [t for t in trajs if t.error is None and t.score >= p.imitation_threshold]
                 wins = success_turns(wins, p.role, "final", dedupe=False)
                 info["replay_pool"] = learner.replay(wins)
             st = learner.update(seqs)
-            current = self._child(parent, spec, learner.adapter(), ctx, step + 1)
+            current = self._child(parent, spec, learner.adapter_bytes(), ctx, step + 1)
             row = {"step": step + 1, **info, "sequences": st.sequences, "trained_tokens": st.trained_tokens,
                    "loss": st.loss, "kl": st.kl, "clip_low": st.clip_low, "clip_high": st.clip_high,
                    "mismatch": st.mismatch, **st.extra, "rollout_s": round(t_roll, 2), "train_s": round(st.seconds, 2),
@@ -267,7 +293,8 @@ class GRPO:
             ctx.log(f"grpo: no step beat the parent on {len(dev)} dev tasks ({score:.3f}); nothing proposed")
             return []
         info = {"steps": p.steps, "best_step": step, "dev_score": score, "dev_parent": curve[0].get("dev"),
-                "seconds": round(time.perf_counter() - t_start, 1), "curve": curve}
+                "seconds": round(time.perf_counter() - t_start, 1), "curve": curve,
+                **({"trained_in": learner.where} if getattr(learner, "where", None) else {})}
         why = (f"GRPO ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
                f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]

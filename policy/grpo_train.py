@@ -12,7 +12,8 @@ same model with the adapter disabled), an AdamW optimiser that persists across g
 batches, and one :meth:`Learner.update` per batch of rollouts: old log-probs (stored once per
 batch when ``num_iterations > 1`` or the batch is split into several optimiser steps), the
 reference log-probs when ``beta > 0``, then ``num_iterations`` passes of ``minibatches``
-optimiser steps over length-sorted micro-batches.
+optimiser steps over length-sorted micro-batches. :class:`HostedLearner` builds one from files
+and trades only data, so that GRPO can keep it in a Ray actor where the GPUs are.
 """
 
 from __future__ import annotations
@@ -311,6 +312,45 @@ class Learner:
         return st
 
 
+class HostedLearner:
+    """A :class:`Learner` built from files, with data in and out: what GRPO holds in the driver, or
+    in a Ray actor where the GPUs are (``runner.params.train``, :mod:`evolve.runners.ray_train`),
+    its model loaded there once and each :meth:`update` a call.
+
+    ``base``: the base weights file (or a checkpoint's manifest); ``init``: the parent's adapter
+    file or None; ``learner``: :class:`Learner`'s keywords (``pad_id`` comes from the tokenizer)."""
+
+    def __init__(self, base: str, init: str | None, *, device: str | None = None, dtype: str | None = None,
+                 gradient_checkpointing: bool = False, **learner: Any) -> None:
+        from evolve.policy.weights import load_base, read_adapter
+
+        model, tok, _ = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+        self.learner = Learner(model, init=read_adapter(init) if init is not None else None, pad_id=tok.pad_id,
+                               **learner)
+
+    def max_len(self) -> int:
+        return self.learner.max_len
+
+    def update(self, seqs: Sequence[Packed]) -> UpdateStats:
+        return self.learner.update(seqs)
+
+    def replay(self, examples: Sequence[Any]) -> int:
+        return self.learner.replay(examples)
+
+    def adapter_bytes(self) -> bytes:
+        """The current adapter as the bytes of its safetensors file."""
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "adapter.safetensors"
+            self.learner.adapter().save(path)
+            return path.read_bytes()
+
+    def close(self) -> None:
+        pass
+
+
 def _grad_norm(params: Sequence[Any]) -> float:
     """The L2 norm of the gradients of ``params`` (those without one count 0)."""
     import torch
@@ -319,4 +359,4 @@ def _grad_norm(params: Sequence[Any]) -> float:
     return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
 
-__all__ = ["Learner", "Packed", "UpdateStats", "collate", "pack", "sequence_logprobs"]
+__all__ = ["HostedLearner", "Learner", "Packed", "UpdateStats", "collate", "pack", "sequence_logprobs"]

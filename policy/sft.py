@@ -5,18 +5,22 @@ the assistant turns of ``n_demos`` demo transcripts drawn from the training spli
 checkpoint with the best agent accuracy on ``n_eval`` validation tasks is kept (the baseline
 is trained as well as its demo set allows). With ``params.weights`` naming a pretrained checkpoint
 (:mod:`evolve.policy.hf`), the same demos train a LoRA adapter on it instead
-(:func:`cold_start_adapter`). The result is cached under
+(:func:`cold_start_adapter`). The training itself (:func:`fit_tiny`, :func:`fit_lora_cold_start`)
+is data in, bytes out: with the ray runner's ``runner.params.train`` it runs in a Ray task with
+those resources, its validation rollouts included. The result is cached under
 ``$EVOLVE_CACHE_DIR/sft/<key>`` (default ``~/.cache/evolvekit``), keyed by everything that
 affects it, so a second run with the same settings reuses it in a second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
 import random
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 # that a fresh machine would not reproduce (sft-2: the LM head runs on target positions alone)
 SFT_VERSION = "sft-2"
 WALL_CLOCK = ("seconds",)  # SFT stats kept in info.json beside the weights, never in the weights file
+NOT_IN_WEIGHTS = (*WALL_CLOCK, "trained_in")  # nor where it trained (the driver, or a Ray node)
 
 
 def cache_dir() -> Path:
@@ -76,32 +81,162 @@ def _demos(session: "Session", role: str, mc: "ModelConfig") -> tuple[list, list
     return picked, demos, val_tasks, tools, memory
 
 
-def _val_eval(session: "Session", role: str, mc: "ModelConfig", tok: Any, val_tasks: list, tools: dict,
-              memory: dict) -> Callable[[Any], float]:
-    """The cold start's checkpoint score: greedy agent accuracy on the validation tasks."""
-    task, agent, reward = session.task, session.agent, session.reward
-    params = {k: v for k, v in mc.params.items() if k != "weights"}
-    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
-                   models={role: ModelSpec(backend="local", name=mc.name, params=params)})
+@dataclass
+class ValEval:
+    """The cold start's checkpoint score: greedy agent accuracy on the validation tasks. Data (the
+    agent and reward as import paths when it runs in a Ray task), so it goes where training goes."""
 
-    def eval_fn(m: Any) -> float:
+    agent: Any  # a callable, or an import path
+    reward: Any
+    search: str | None
+    probe: System
+    tasks: list[dict]
+    name: str
+    role: str
+    max_tokens: int
+    seed: int
+
+    def __call__(self, model: Any, tok: Any, say: Callable[[str], None]) -> float:
         from evolve.policy.local import LocalLM
 
-        llm = LocalLM.from_model(m, tok, name=mc.name, temperature=0.0,
-                                 max_tokens=int(mc.params.get("max_tokens", 160)))
+        search = Path(self.search) if self.search else None
+        agent = import_path(self.agent, what="agent", search=search) if isinstance(self.agent, str) else self.agent
+        reward = import_path(self.reward, what="reward", search=search) if isinstance(self.reward, str) else self.reward
+        llm = LocalLM.from_model(model, tok, name=self.name, temperature=0.0, max_tokens=self.max_tokens)
         try:
-            trajs = rollout_many(llm, probe, val_tasks, agent, reward, role=role, temperature=0.0, seed=task.seed)
+            trajs = rollout_many(llm, self.probe, self.tasks, agent, reward, role=self.role, temperature=0.0,
+                                 seed=self.seed)
         finally:
             llm.close()
         acc = sum(t.score for t in trajs) / len(trajs)
-        session.obs.message(f"cold start: val accuracy {acc:.3f}")
+        say(f"cold start: val accuracy {acc:.3f}")
         return acc
 
-    return eval_fn
+
+def _val_eval(session: "Session", role: str, mc: "ModelConfig", val_tasks: list, tools: dict, memory: dict,
+              remote: bool) -> ValEval:
+    from evolve.runners.base import as_import_path
+
+    task = session.task
+    params = {k: v for k, v in mc.params.items() if k != "weights"}
+    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
+                   models={role: ModelSpec(backend="local", name=mc.name, params=params)})
+    agent, reward = ((as_import_path(session.spec.agent, "agent"), as_import_path(session.spec.reward, "reward"))
+                     if remote else (session.agent, session.reward))
+    return ValEval(agent=agent, reward=reward, search=str(session.base_dir), probe=probe, tasks=list(val_tasks),
+                   name=mc.name, role=role, max_tokens=int(mc.params.get("max_tokens", 160)), seed=task.seed)
 
 
-def _progress(session: "Session", n_examples: int, epochs: int, batch_size: int) -> Callable[[dict], None]:
-    session.obs.phase("cold start SFT", epochs * max(1, -(-n_examples // batch_size)))
+def _here() -> dict[str, Any]:
+    """Where this process is: its pid, and its Ray node's address inside a Ray worker."""
+    import sys
+
+    out: dict[str, Any] = {"pid": os.getpid()}
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            out["ip"] = ray.util.get_node_ip_address()
+    return out
+
+
+class _Said(list):
+    """The cold start's messages: shown at once through ``say`` here, kept to be shown by the
+    driver when the training ran in a Ray task."""
+
+    def __init__(self, say: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self._say = say
+
+    def __call__(self, text: str) -> None:
+        self.append(text)
+        if self._say is not None:
+            self._say(text)
+
+
+def fit_tiny(tiny: dict, tok: Any, examples: list, *, demos: int, seed: int, epochs: float, lr: float,
+             batch_size: int, eval_every: int | None, val: ValEval, progress: Any = None,
+             say: Callable[[str], None] | None = None) -> tuple[bytes, dict, list[str]]:
+    """Build the tiny model and SFT it on ``examples``, keeping the best validation checkpoint:
+    (the base weights file's bytes, the info, the messages). Pure: data in, bytes out, so it runs
+    here or in a Ray task where the GPUs are (``runner.params.train``)."""
+    import tempfile
+
+    import torch
+
+    from evolve.policy.tiny import TinyConfig, build_model, count_params
+    from evolve.policy.train import train
+    from evolve.policy.weights import save_base
+
+    said = _Said(say)
+    cfg = TinyConfig(**tiny)
+    torch.manual_seed(seed)
+    model = build_model(cfg, seed=seed, tokenizer=tok)
+    said(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
+         f"SFT on {demos} demos ({len(examples)} assistant turns)")
+    stats = train(model, examples, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
+                  eval_fn=lambda m: val(m, tok, said), eval_every=eval_every, pad_id=tok.pad_id,
+                  log=progress(len(examples), epochs, batch_size) if progress else None)
+    info = {"demos": demos, "examples": len(examples), "best_val": stats.get("best_score"),
+            "best_step": stats.get("best_step"), "steps": stats.get("steps"), "seconds": stats.get("seconds"),
+            "trained_in": _here()}
+    said(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")
+    # the file's sha256 names the base, and so the systems built on it and the seeds of their rollouts:
+    # the wall time (or where it trained) would give the same weights a new name, and new samples
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "base.safetensors"
+        save_base(model, tok, cfg, path, info={k: v for k, v in info.items() if k not in NOT_IN_WEIGHTS})
+        return path.read_bytes(), info, list(said)
+
+
+def fit_lora_cold_start(checkpoint: str, demos: list, *, device: Any, dtype: Any, gradient_checkpointing: bool,
+                        seed: int, epochs: float, lr: float, batch_size: int, eval_every: int | None, val: ValEval,
+                        progress: Any = None, say: Callable[[str], None] | None = None
+                        ) -> tuple[bytes, list, dict, list[str]]:
+    """LoRA SFT of the pretrained ``checkpoint`` on the demo chats: (the adapter file's bytes, the
+    examples' token ids, the info, the messages). Pure, like :func:`fit_tiny`."""
+    import tempfile
+
+    from evolve.policy.hf import load_pretrained
+    from evolve.policy.train import examples_from_chat, train_lora
+    from evolve.policy.weights import checkpoint_activations
+
+    said = _Said(say)
+    model, tok = load_pretrained(Path(checkpoint), device=device, dtype=dtype)
+    if gradient_checkpointing:
+        checkpoint_activations(model)
+    examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
+    said(f"cold start: LoRA SFT of {Path(checkpoint).name} on {len(demos)} demos ({len(examples)} turns)")
+    adapter = train_lora(model, examples, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
+                         eval_fn=lambda m: val(m, tok, said), eval_every=eval_every, pad_id=tok.pad_id,
+                         log=progress(len(examples), epochs, batch_size) if progress else None)
+    st = adapter.stats
+    info = {"demos": len(demos), "examples": len(examples), "best_val": st.get("best_score"),
+            "best_step": st.get("best_step"), "steps": st.get("steps"), "seconds": st.get("seconds"),
+            "trained_in": _here()}
+    said(f"cold start: kept step {info['best_step']} (val {info['best_val']})")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "adapter.safetensors"
+        adapter.save(path)
+        data = path.read_bytes()
+    return data, [[list(e.prompt_ids), list(e.completion_ids)] for e in examples], info, list(said)
+
+
+def _fit(session: "Session", fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn`` here (with the progress bar and live messages), or in a Ray task with the ray runner's
+    ``runner.params.train`` resources (its messages shown when it is back)."""
+    trainer = getattr(session.runner, "trainer", None)
+    if trainer is None:
+        return fn(*args, progress=lambda n, epochs, bs: _progress(session, n, epochs, bs), say=session.obs.message,
+                  **kwargs)
+    session.obs.message(f"cold start: training in a Ray task ({_fmt_train(trainer)})")
+    out = trainer(fn, *args, **kwargs)
+    for text in out[-1]:
+        session.obs.message(text)
+    return out
+
+
+def _progress(session: "Session", n_examples: int, epochs: float, batch_size: int) -> Callable[[dict], None]:
+    session.obs.phase("cold start SFT", int(epochs * max(1, -(-n_examples // batch_size))))
     last = [0]
 
     def log(row: dict) -> None:
@@ -111,15 +246,18 @@ def _progress(session: "Session", n_examples: int, epochs: int, batch_size: int)
     return log
 
 
+def _fmt_train(trainer: Any) -> str:
+    o = getattr(trainer, "options", {})
+    return ", ".join(f"{k}={v}" for k, v in o.items() if v) or "runner.params.train"
+
+
 def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpoint: Path, base_manifest: bytes) -> Path:
     """SFT of a pretrained checkpoint on the demos, as a LoRA adapter (the checkpoint is not
     written); cached like the tiny cold start, keyed by the checkpoint's manifest
     (:func:`evolve.policy.hf.manifest`). Returns the adapter file; ``sft_examples.json`` (the
-    demos' token ids, for STaR's replay and GRPO's PPO-ptx) lies beside it."""
-    from evolve.policy.hf import load_pretrained
-    from evolve.policy.train import examples_from_chat, train_lora
-    from evolve.policy.weights import checkpoint_activations
-
+    demos' token ids, for STaR's replay and GRPO's PPO-ptx) lies beside it. With the ray runner's
+    ``runner.params.train`` the training runs in a Ray task with those resources (the checkpoint on
+    storage that node sees)."""
     cs = mc.cold_start
     assert cs is not None
     task = session.task
@@ -135,33 +273,28 @@ def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpo
     if out.exists():
         session.obs.message(f"cold start: reusing cached SFT adapter {out}")
         return out
-    model, tok = load_pretrained(checkpoint, device=mc.params.get("device"), dtype=mc.params.get("dtype"))
-    if mc.params.get("gradient_checkpointing"):
-        checkpoint_activations(model)
-    examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
-    session.obs.message(f"cold start: LoRA SFT of {checkpoint.name} on {len(demos)} demos ({len(examples)} turns)")
-    adapter = train_lora(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=task.seed,
-                         eval_fn=_val_eval(session, role, mc, tok, val_tasks, tools, memory),
-                         eval_every=cs.eval_every, pad_id=tok.pad_id,
-                         log=_progress(session, len(examples), cs.epochs, cs.batch_size))
-    st = adapter.stats
-    info = {"demos": len(demos), "examples": len(examples), "best_val": st.get("best_score"),
-            "best_step": st.get("best_step"), "steps": st.get("steps"), "seconds": st.get("seconds")}
-    session.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']})")
+    remote = getattr(session.runner, "trainer", None) is not None
+    data, examples, info, _ = _fit(
+        session, fit_lora_cold_start, str(checkpoint), demos, device=mc.params.get("device"),
+        dtype=mc.params.get("dtype"), gradient_checkpointing=bool(mc.params.get("gradient_checkpointing")),
+        seed=task.seed, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, eval_every=cs.eval_every,
+        val=_val_eval(session, role, mc, val_tasks, tools, memory, remote))
     out.parent.mkdir(parents=True, exist_ok=True)
-    (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
-    adapter.save(out)
+    (out.parent / "sft_examples.json").write_text(json.dumps(examples))
+    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
     (out.parent / "info.json").write_text(json.dumps(info, indent=1))
     return out
 
 
 def cold_start_weights(session: "Session", role: str, mc: "ModelConfig") -> Path:
-    """Build + SFT the tiny model for ``role`` (or reuse the cached result); return the weights file."""
-    import torch
-
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params
-    from evolve.policy.train import examples_from_chat, train
-    from evolve.policy.weights import drop_base_info, save_base
+    """Build + SFT the tiny model for ``role`` (or reuse the cached result); return the weights file.
+    With the ray runner's ``runner.params.train`` the training (and its validation checkpoints) runs
+    in a Ray task with those resources and the weights come back as bytes."""
+    from evolve.policy.tiny import CharTokenizer, TinyConfig
+    from evolve.policy.train import examples_from_chat
+    from evolve.policy.weights import drop_base_info
 
     cs = mc.cold_start
     assert cs is not None
@@ -198,22 +331,16 @@ def cold_start_weights(session: "Session", role: str, mc: "ModelConfig") -> Path
         return out
 
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
-    torch.manual_seed(seed)
-    model = build_model(tiny, seed=seed, tokenizer=tok)
-    session.obs.message(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
-                       f"SFT on {len(demos)} demos ({len(examples)} assistant turns)")
-    stats = train(model, examples, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, seed=seed,
-                  eval_fn=_val_eval(session, role, mc, tok, val_tasks, tools, memory), eval_every=cs.eval_every,
-                  pad_id=tok.pad_id, log=_progress(session, len(examples), cs.epochs, cs.batch_size))
-    info = {"demos": len(demos), "examples": len(examples), "best_val": stats.get("best_score"),
-            "best_step": stats.get("best_step"), "steps": stats.get("steps"), "seconds": stats.get("seconds")}
-    session.obs.message(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")
+    remote = getattr(session.runner, "trainer", None) is not None
+    data, info, _ = _fit(session, fit_tiny, tiny.model_dump(mode="json"), tok, examples, demos=len(demos), seed=seed,
+                         epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, eval_every=cs.eval_every,
+                         val=_val_eval(session, role, mc, val_tasks, tools, memory, remote))
     # the demo examples go next to the weights: STaR replays them so self-training does not forget
     out.parent.mkdir(parents=True, exist_ok=True)
     (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
-    # the file's sha256 names the base, and so the systems built on it and the seeds of their rollouts:
-    # the wall time would give the same weights a new name, and new samples, on every machine
-    save_base(model, tok, tiny, out, info={k: v for k, v in info.items() if k not in WALL_CLOCK})
+    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
     (out.parent / "info.json").write_text(json.dumps(info, indent=1))
     return out
 

@@ -14,7 +14,7 @@ In a task file::
         artifacts: shared         # or ship
         runtime_env: {}           # passed to ray.init (working_dir, pip, env_vars)
         model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.runners.ray_models)
-        train: {num_gpus: 1}      # STaR / from_traces train their adapter in a Ray task with these resources
+        train: {num_gpus: 1}      # weight operators and the SFT cold start train with these (ray_train.py)
 
 Each actor builds a :class:`~evolve.runners.base.Worker` from the run's
 :class:`~evolve.runners.base.WorkerSpec` (import paths: every node must be able to import the agent
@@ -52,18 +52,10 @@ from typing import Any, Iterator, Sequence
 from evolve.errors import ConfigError, EvolveError, InfraError, UserError
 from evolve.failures import infra
 from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
+from evolve.runners.ray_base import cause, ray_module, resources_text
 from evolve.types import Trajectory
 
-INSTALL = "the ray runner needs Ray: pip install 'evolvekit[ray]'"
 ARTIFACTS = ("shared", "ship")
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(INSTALL, path="runner.name") from None
-    return ray
 
 
 class RayWorker:
@@ -99,7 +91,7 @@ class RayWorker:
 
     def execute(self, job: RolloutJob, shipped: dict[str, Any]) -> str:
         if shipped:
-            ray = _ray()
+            ray = ray_module()
             store = self.worker.artifacts
             for sha, ref in shipped.items():
                 if not store.has(sha):
@@ -161,6 +153,10 @@ class RayRunner:
                               "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
         self.grace, self.start_timeout = float(grace), float(start_timeout)
         self.train = dict(train) if train else None
+        if self.train is not None:
+            from evolve.runners.ray_train import check_train
+
+            check_train(self.train)
         if self.train is not None and self.ship:
             raise ConfigError("training reads the base weights from the run's artifact folder: it needs artifacts: "
                               "shared (storage every node mounts)", path="runner.params.train")
@@ -171,11 +167,12 @@ class RayRunner:
         self._token = 0
         self.restarts = 0
         self._connected_here = False
+        self._trainer: Any = None
 
     # ------------------------------------------------------------------ cluster
 
     def _connect(self) -> Any:
-        ray = _ray()
+        ray = ray_module()
         if not ray.is_initialized():
             kw: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False, "ignore_reinit_error": True}
             if self.runtime_env:
@@ -201,7 +198,7 @@ class RayRunner:
 
     def _kill(self, a: _Actor) -> None:
         with contextlib.suppress(Exception):
-            _ray().kill(a.handle, no_restart=True)
+            ray_module().kill(a.handle, no_restart=True)
         if a in self._actors:
             self._actors.remove(a)
 
@@ -209,7 +206,7 @@ class RayRunner:
         """Close idle actors, kill the rest, and kill this run's model servers."""
         if self._cls is None:
             return
-        ray = _ray()
+        ray = ray_module()
         idle = [a for a in self._actors if a.ready and a.job is None]
         closing = [a.handle.close.remote() for a in idle]
         if closing:
@@ -237,54 +234,36 @@ class RayRunner:
             if ref.sha256 in a.shas or not store.has(ref.sha256):
                 continue
             if ref.sha256 not in self._puts:
-                self._puts[ref.sha256] = _ray().put(store.path(ref).read_bytes())
+                self._puts[ref.sha256] = ray_module().put(store.path(ref).read_bytes())
             out[ref.sha256] = self._puts[ref.sha256]
             a.shas.add(ref.sha256)
         return out
 
     def _placement_error(self, a: _Actor) -> UserError:
-        ray = _ray()
+        ray = ray_module()
         with contextlib.suppress(Exception):
-            have = ray.available_resources()
-            total = ray.cluster_resources()
+            have = resources_text(ray.available_resources())
+            total = resources_text(ray.cluster_resources())
             return UserError(f"no Ray node could start a worker asking for {self._asks()} within "
-                             f"{self.start_timeout:g}s; the cluster has {_fmt(total)} ({_fmt(have)} free). "
+                             f"{self.start_timeout:g}s; the cluster has {total} ({have} free). "
                              "Lower runner.params (num_cpus, num_gpus, resources), or add nodes")
         return UserError(f"no Ray node could start a worker asking for {self._asks()} within {self.start_timeout:g}s")
 
     def _asks(self) -> str:
         o = self.options
-        return _fmt({"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]})
+        return resources_text({"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]})
 
     @property
     def trainer(self) -> Any:
-        """Where the weight operators train: :meth:`remote` with ``train`` set, else None (here)."""
-        return self.remote if self.train is not None else None
+        """Where the weight operators train: a :class:`~evolve.runners.ray_train.RayTrainer` with the
+        ``train`` resources when they are set, else None (on the driver)."""
+        if self.train is None:
+            return None
+        if self._trainer is None:
+            from evolve.runners.ray_train import RayTrainer
 
-    def remote(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` in a Ray task with the ``train`` resources (``num_cpus``,
-        ``num_gpus``, ``resources``): the weight operators' training step, where the GPUs are. Its
-        arguments and result are data (paths on the shared artifact folder, bytes back)."""
-        ray = self._connect()
-        opts = {"num_cpus": float(self.train.get("num_cpus", 1)), "num_gpus": float(self.train.get("num_gpus", 0)),
-                "resources": dict(self.train.get("resources") or {}), "max_retries": 0}
-        asks = {"CPU": opts["num_cpus"], "GPU": opts["num_gpus"], **opts["resources"]}
-        nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
-        if not any(all(res.get(k, 0) >= v for k, v in asks.items() if v) for res in nodes):
-            biggest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
-            raise UserError(f"runner.params.train asks for {_fmt(asks)}, which no node of the cluster has (the "
-                            f"largest has {_fmt(biggest)}); lower it, or add a node that has it")
-        ref = ray.remote(fn).options(**opts).remote(*args, **kwargs)
-        try:
-            return ray.get(ref, timeout=float(self.train.get("timeout", 24 * 3600)))
-        except ray.exceptions.GetTimeoutError:
-            ray.cancel(ref, force=True)
-            raise InfraError(f"the training task did not finish within {self.train.get('timeout', 24 * 3600)} s "
-                             "(runner.params.train.timeout); it was cancelled") from None
-        except ray.exceptions.RayTaskError as e:
-            raise (e.cause if isinstance(getattr(e, "cause", None), Exception) else e) from None
-        except ray.exceptions.RayError as e:
-            raise InfraError(f"the training task died on the cluster: {_cause(e)}") from None
+            self._trainer = RayTrainer(self.train, self._connect, self.start_timeout)
+        return self._trainer
 
     # ------------------------------------------------------------------ run
 
@@ -300,7 +279,7 @@ class RayRunner:
         return self._iter(list(jobs))
 
     def _iter(self, jobs: list[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
-        ray = _ray()
+        ray = ray_module()
         from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
         n = len(jobs)
@@ -319,11 +298,11 @@ class RayRunner:
                 left -= 1
                 out.append((jobs[idx], traj))
 
-        def died(a: _Actor, cause: str) -> None:
+        def died(a: _Actor, reason: str) -> None:
             self._kill(a)
             if a.job is not None:
                 self.restarts += 1
-                why = f"ray worker died ({cause}) while running this rollout"
+                why = f"ray worker died ({reason}) while running this rollout"
                 emit(a.job, failed_trajectory(jobs[a.job], why, time.monotonic() - a.sent_at,
                                               infra=infra("worker", why, "runner")))
 
@@ -379,10 +358,10 @@ class RayRunner:
                         try:
                             data = ray.get(a.ref, timeout=30)
                         except RayActorError as e:
-                            died(a, _cause(e))
+                            died(a, cause(e))
                             continue
                         except (RayTaskError, GetTimeoutError, RayError) as e:
-                            died(a, _cause(e))
+                            died(a, cause(e))
                             continue
                         a.job, a.ref = None, None
                         a.systems.add(jobs[idx].system.id)
@@ -421,7 +400,7 @@ class RayRunner:
         self._puts.clear()
         if self._connected_here:
             with contextlib.suppress(Exception):
-                _ray().shutdown()
+                ray_module().shutdown()
             self._connected_here = False
             self._cls = None
 
@@ -430,21 +409,6 @@ class RayRunner:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _fmt(res: dict[str, Any]) -> str:
-    shown = {k: v for k, v in res.items() if v and not k.startswith("node:") and k not in ("memory",
-                                                                                            "object_store_memory")}
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shown.items())) + "}"
-
-
-def _cause(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    for marker in ("The actor died because", "The actor is dead because", "cause:"):
-        i = text.find(marker)
-        if i >= 0:
-            return text[i:i + 300]
-    return f"{type(e).__name__}: {text[:300]}"
 
 
 def _start_failure(e: BaseException) -> EvolveError:

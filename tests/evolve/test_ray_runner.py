@@ -215,6 +215,79 @@ def test_star_trains_its_adapter_in_a_ray_task_where_the_task_file_asks(cluster,
         evolve.run(bad, out=tmp_path / "run2")
 
 
+def test_a_train_request_the_trainer_cannot_honour_is_refused_before_the_run():
+    from evolve.errors import ConfigError
+    from evolve.runners.ray_runner import RayRunner
+
+    with pytest.raises(ConfigError, match=r"runner.params.train.*takes no key 'num_gpu'; it takes num_cpus, num_gpus"):
+        RayRunner(train={"num_gpu": 1})
+    with pytest.raises(ConfigError, match=r"timeout must be a number > 0, got 0"):
+        RayRunner(train={"timeout": 0})
+    with pytest.raises(ConfigError, match=r"resources must be a mapping"):
+        RayRunner(train={"resources": ["gpu"]})
+
+
+def _ray_runner(cluster, **train) -> dict:
+    return {"name": "ray", "workers": 2, "timeout": 60,
+            "params": {"address": cluster.address, "node_ip_address": "127.0.0.2", "num_cpus": 0.5, "train": train}}
+
+
+def _child(run: Path, operator: str):
+    with Archive(run, create=False) as a:
+        (kid,) = [r for r in a.records() if r.operator == operator]
+        return kid, a.get_system(kid.id).models["policy"]
+
+
+def test_grpo_learns_in_a_ray_actor_where_the_task_file_asks_and_builds_the_drivers_adapter(cluster, tmp_path):
+    grpo = {"steps": 2, "tasks_per_step": 4, "group_size": 4, "dev_tasks": 0, "lr": 0.01, "micro_batch": 8}
+    here = _vowel_task(tmp_path, operators=[{"name": "grpo", "params": grpo}], budget={"generations": 1},
+                       runner={"name": "thread", "workers": 4, "timeout": 60},
+                       engine={"minibatch": 4, "acceptance": "val_only", "min_gain": -1})
+    evolve.run(here, out=tmp_path / "here")  # the learner in this process
+    there = {**here, "runner": _ray_runner(cluster, num_cpus=1, resources={"node2": 0.5})}
+    evolve.run(there, out=tmp_path / "there")
+    kid_here, model_here = _child(tmp_path / "here", "grpo")
+    kid, model = _child(tmp_path / "there", "grpo")
+    assert "trained_in" not in kid_here.info
+    where = kid.info["trained_in"]
+    assert where["ip"] == "127.0.0.3" and where["pid"] != os.getpid()  # an actor on the node that has node2
+    assert all(row["trained_tokens"] > 0 for row in kid.info["curve"] if "loss" in row)  # it learned something
+    # the same rollouts (tokens sampled on the rollout actors are the thread runner's) and the same
+    # seed: the adapter trained in the actor is the one trained here, byte for byte
+    assert model.adapter is not None and model.adapter.sha256 == model_here.adapter.sha256
+    assert [r["loss"] for r in kid.info["curve"] if "loss" in r] == [
+        r["loss"] for r in kid_here.info["curve"] if "loss" in r]
+    with pytest.raises(Exception, match=r"runner.params.train asks for \{CPU: 1, GPU: 1\}, which no node"):
+        evolve.run({**there, "runner": _ray_runner(cluster, num_gpus=1)}, out=tmp_path / "bad")
+
+
+def test_the_sft_cold_start_trains_in_a_ray_task_and_builds_the_drivers_weights(cluster, tmp_path, monkeypatch):
+    task = _vowel_task(tmp_path, budget={"generations": 0}, runner={"name": "thread", "workers": 4, "timeout": 60})
+    policy = task["models"]["policy"]
+    del policy["params"]["weights"]
+    policy["cold_start"] = {"demos": "tests.helpers.agents:vowel_demos", "n_demos": 16, "epochs": 3, "batch_size": 8,
+                            "eval_every": 4, "n_eval": 4,
+                            "tiny": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_len": 64}}
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache-here"))
+    evolve.run(task, out=tmp_path / "here")
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache-there"))
+    evolve.run({**task, "runner": _ray_runner(cluster, num_cpus=1, resources={"node2": 0.5})}, out=tmp_path / "there")
+    bases = {}
+    for side in ("here", "there"):
+        with Archive(tmp_path / side, create=False) as a:
+            bases[side] = a.get_system(a.current()).models["policy"].base.sha256
+        (info,) = [json.loads(p.read_text()) for p in (tmp_path / f"cache-{side}" / "sft").glob("*/info.json")]
+        assert info["steps"] == 12 and info["best_val"] is not None
+        if side == "there":
+            assert info["trained_in"]["ip"] == "127.0.0.3" and info["trained_in"]["pid"] != os.getpid()
+        else:
+            assert info["trained_in"]["pid"] == os.getpid()
+    assert bases["here"] == bases["there"]  # the weights trained in the task are the driver's, byte for byte
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache-bad"))
+    with pytest.raises(Exception, match=r"runner.params.train asks for \{CPU: 1, GPU: 1\}, which no node"):
+        evolve.run({**task, "runner": _ray_runner(cluster, num_gpus=1)}, out=tmp_path / "bad")
+
+
 # last in the file: `ray stop --force` at its end stops every Ray process here, the module's cluster too
 def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_and_the_run_finishes(tmp_path):
     c = Cluster().start()
