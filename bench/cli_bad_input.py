@@ -31,7 +31,7 @@ TOY = ROOT / "tests" / "data" / "toy.yaml"
 
 @dataclass(frozen=True)
 class Case:
-    args: tuple[str, ...]  # {task} {deploy} {run} {file} {dir} {busy} {bad_yaml} {list_yaml} {template} are filled in
+    args: tuple[str, ...]  # {task} {deploy} {run} {file} {dir} {busy} {free} {bad_yaml} {list_yaml} {template} are filled in
     code: int  # the exit code a user should get
     what: str = ""
 
@@ -107,11 +107,22 @@ CASES: list[Case] = [
     Case(("promote", "{deploy}", "{run}", "--set", "deploy.canary.share=2"), 2),
     Case(("rollback", "nodir"), 2), Case(("rollback", "{run}"), 2, "nothing earlier"), Case(("rollback", "{run}", "zzzz"), 2),
     Case(("status", "nodir"), 2), Case(("status", "{file}"), 2),
+    # track, and the task file's track: section
+    Case(("track",), 2), Case(("track", "nodir"), 2), Case(("track", "{file}"), 2),
+    Case(("track", "{run}"), 2, "the run names no tracker"), Case(("track", "{run}", "--to", "mlfow"), 2),
+    Case(("track", "{run}", "--to", "mlflow", "--param", "tracking_ur=x"), 2), Case(("track", "{run}", "--param", "x"), 2),
+    Case(("track", "{run}", "--to", "mlflow", "--param", "tracking_uri=http://127.0.0.1:{free}"), 2, "no server there"),
+    Case(("track", "{run}", "--to", "otel", "--param", "endpoint=http://127.0.0.1:{free}", "--param", "timeout=1"), 2),
+    Case(("track", "{run}", "--to", "wandb", "--param", "mode=sometimes"), 2),
+    Case(("run", "{task}", "--set", "track=[{{name: mlfow}}]"), 2),
+    Case(("run", "{task}", "--set", "track=[{{name: otel, params: {{endpont: x}}}}]"), 2),
+    Case(("run", "{task}", "--set", "track=[{{name: mlflow, params: {{tracking_uri: 'http://127.0.0.1:{free}'}}}}]"), 2,
+         "the tracker does not answer: refused before the run directory is written"),
 ]
 
 
 COMMANDS = {"run", "eval", "init", "serve", "archive", "list", "show", "diff", "rollback", "export", "baseline", "dspy",
-            "gateway", "traces", "ls", "feedback", "score", "check", "otel", "promote", "status"}
+            "gateway", "traces", "ls", "feedback", "score", "check", "otel", "promote", "status", "track"}
 
 
 def entry_point(case: Case) -> str:
@@ -145,9 +156,12 @@ def prepare(tmp: Path) -> dict[str, str]:
     busy.bind(("127.0.0.1", 0))
     busy.listen(1)
     prepare.busy = busy  # kept open while the cases run
+    with socket.socket() as s:  # a port nothing listens on (a tracker that is not there)
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
     return {"task": str(tmp / "task.yaml"), "deploy": str(tmp / "deploy.yaml"), "run": str(tmp / "run"), "file": str(tmp / "a_file"),
             "dir": str(tmp / "a_dir"), "busy": str(busy.getsockname()[1]), "bad_yaml": str(tmp / "bad.yaml"),
-            "list_yaml": str(tmp / "list.yaml"), "template": str(tmp / "template.yaml")}
+            "list_yaml": str(tmp / "list.yaml"), "template": str(tmp / "template.yaml"), "free": str(free)}
 
 
 def fill(case: Case, paths: dict[str, str]) -> list[str]:

@@ -8,7 +8,7 @@
 * A failed send is a warning (``observer.message``) and nothing else: the tracker reads what it
   sends from the archive, so the next send catches up, and ``evolve track RUN_DIR --to NAME`` sends
   whatever is still missing after the run.
-* At the end the run waits for the last send at most ``wait`` seconds in all (5 after Ctrl-C).
+* At the end the run waits for the last send at most :data:`WAIT` seconds in all (5 after Ctrl-C).
 """
 
 from __future__ import annotations
@@ -21,20 +21,21 @@ from typing import Any
 from evolve.trackers.base import TrackedRun, Tracker
 
 _UNSET = object()
+WAIT = 120.0  # seconds a run waits at its end for its trackers' last sends (5 after Ctrl-C)
 
 
 class _Sender(threading.Thread):
     """One tracker's thread: a sync each time it is woken, then ``close`` when told to stop."""
 
-    def __init__(self, tracker: Tracker, run: TrackedRun, say: Callable[[str], None]) -> None:
+    def __init__(self, tracker: Tracker, run: TrackedRun, say: Callable[[str], None], named: str) -> None:
         super().__init__(name=f"evolve-track-{tracker.name}", daemon=True)
-        self.tracker, self.run_view, self.say = tracker, run, say
+        self.tracker, self.run_view, self.say, self.named = tracker, run, say, named
         self.wake = threading.Event()
         self.status: Any = _UNSET
         self.failing: str | None = None  # the last failure, until a sync succeeds
 
     def hint(self) -> str:
-        return f"evolve track {self.run_view.run_dir} --to {self.tracker.name}"
+        return f"evolve track {self.run_view.run_dir} --to {self.named}"
 
     def run(self) -> None:
         while True:
@@ -74,11 +75,12 @@ class Tracking:
     """The trackers of ``configs`` (the task's ``track`` section), opened now (see the module
     docstring); :meth:`attach` starts sending, :meth:`sync` asks for a send, :meth:`close` ends."""
 
-    def __init__(self, configs: Sequence[Any], observer: Any = None, *, wait: float = 120.0) -> None:
+    def __init__(self, configs: Sequence[Any], observer: Any = None, *, wait: float | None = None) -> None:
         from evolve.trackers import build
 
         self.say: Callable[[str], None] = getattr(observer, "message", None) or (lambda text: None)
-        self.wait = wait
+        self.wait = WAIT if wait is None else wait
+        self.names = [c.name for c in configs]  # as the task file names them (a plugin's import path)
         self.trackers: list[Tracker] = [build(c.name, dict(c.params), path=f"track.{i}") for i, c in enumerate(configs)]
         for t in self.trackers:
             t.open()
@@ -86,8 +88,8 @@ class Tracking:
 
     def attach(self, run: TrackedRun) -> None:
         """Start sending ``run`` (a first send at once: a resumed run catches up what it missed)."""
-        for t in self.trackers:
-            sender = _Sender(t, run, self.say)
+        for t, named in zip(self.trackers, self.names):
+            sender = _Sender(t, run, self.say, named)
             self._senders.append(sender)
             sender.start()
             sender.wake.set()
