@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import List, Optional
 
@@ -39,11 +41,21 @@ def ui_command(
             raise UserError(f"evolve ui: --token-env {token_env}: the variable is not set or empty")
     elif not is_loopback(host):
         token = secrets.token_urlsafe(24)
-    server = serve(paths, host=host, port=port, token=token)
-    out = Console(highlight=False, soft_wrap=True)
-    url = server.base + "/" + (f"?token={token}" if token and not token_env else "")
-    out.print(f"evolve ui at {url}", markup=False)
-    if not is_loopback(host):
-        out.print(f"  listening on {host}:{server.port}; open it with this machine's address", markup=False)
-    sys.stdout.flush()
-    server.run()
+    server = serve(paths, host=host, port=port, token=token).start()  # listening before the URL is printed
+    try:
+        out = Console(highlight=False, soft_wrap=True)
+        url = server.base + "/" + (f"?token={token}" if token and not token_env else "")
+        out.print(f"evolve ui at {url}", markup=False)
+        if not is_loopback(host):
+            out.print(f"  listening on {host}:{server.port}; open it with this machine's address", markup=False)
+        sys.stdout.flush()
+        # Ctrl-C and SIGTERM stop it cleanly, also when started with them ignored (`cmd &`, nohup)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            out.print("stopped", markup=False)
+    finally:
+        server.close()
