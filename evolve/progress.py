@@ -59,10 +59,13 @@ GENERATION_COLUMNS = (("gen", 3), ("best val", 8), ("best", 8), ("children", 8),
 
 
 def compact(n: Any) -> str:
-    """A count in at most 6 characters: 999999, then 1.2M."""
+    """A count in at most 6 characters: 99999, then 123.5k, 98.8M, 3.2G."""
     if not isinstance(n, (int, float)):
         return "—" if n is None else str(n)
-    return f"{n:.0f}" if abs(n) < 1e5 else f"{n / 1e3:.1f}k" if abs(n) < 1e6 else f"{n / 1e6:.1f}M"
+    for limit, div, unit in ((1e5, 1, ""), (1e6, 1e3, "k"), (1e9, 1e6, "M")):
+        if abs(n) < limit:
+            return f"{n / div:.{0 if div == 1 else 1}f}{unit}"
+    return f"{n / 1e9:.1f}G"
 
 
 def generation_table(row: dict[str, Any], *, header: bool = True) -> Any:
@@ -74,5 +77,9 @@ def generation_table(row: dict[str, Any], *, header: bool = True) -> Any:
         t.add_column(name, width=width, no_wrap=True, overflow="ellipsis", justify="left" if name == "best" else "right")
     t.add_row(str(row["index"]), f"{row['best_val']:.3f}", row["best"][:8], str(row.get("children", 0)),
               str(row.get("accepted", 0)), compact(row.get("rollouts", 0)), compact(row.get("calls")),
-              compact(row.get("tokens", 0)), f"{float(row.get('seconds', 0) or 0):.1f}")
+              compact(row.get("tokens", 0)), _seconds(float(row.get("seconds", 0) or 0)))
     return t
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.1f}" if s < 1e4 else compact(s)

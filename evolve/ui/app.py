@@ -27,7 +27,7 @@ COOKIE = "evolve_ui_token"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
-           "x-frame-options": "DENY", "cache-control": "no-store"}
+           "x-frame-options": "DENY"}
 
 
 def plotly_js() -> Path:
@@ -236,11 +236,14 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
                         "evolve ui: this dashboard needs its token: open the URL it printed (with ?token=...) or send "
                         "Authorization: Bearer TOKEN", status_code=401), scope, receive, send)
 
+            # the data changes under a live run: never cached; the page's own files (plotly's 4.6 MB) may be
+            cache = "max-age=600" if scope["path"].startswith("/static/") else "no-store"
+
             async def with_headers(message: Any) -> None:
                 if message["type"] == "http.response.start":
                     message.setdefault("headers", [])
                     have = {k.lower() for k, _ in message["headers"]}
-                    for k, v in HEADERS.items():
+                    for k, v in {**HEADERS, "cache-control": cache}.items():
                         if k.encode() not in have:
                             message["headers"].append((k.encode(), v.encode()))
                 await send(message)
@@ -248,7 +251,7 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
             await self.app(scope, receive, with_headers)
 
         async def _send(self, resp: Any, scope: Any, receive: Any, send: Any) -> None:
-            for k, v in HEADERS.items():
+            for k, v in {**HEADERS, "cache-control": "no-store"}.items():
                 resp.headers[k] = v
             await resp(scope, receive, send)
 

@@ -10,20 +10,35 @@ function base(title, opts = {}) {
   };
 }
 
-function ready(div) {
-  if (!window.Plotly) { div.textContent = "charts need plotly.min.js, which did not load"; return false; }
-  return true;
+// Plotly is 4.6 MB: loaded when the first chart is drawn, not with the page
+let loading = null;
+function plotly() {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!loading) {
+    loading = new Promise((resolve, reject) => {
+      const el = document.createElement("script");
+      el.src = "/static/vendor/plotly.min.js";
+      el.onload = () => resolve(window.Plotly);
+      el.onerror = () => { loading = null; reject(new Error("plotly.min.js did not load")); };
+      document.head.append(el);
+    });
+  }
+  return loading;
 }
 
-export function lineChart(div, title, x, series, opts = {}) {
-  if (!ready(div)) return;
+async function ready(div) {
+  try { await plotly(); return true; } catch (e) { div.textContent = `charts: ${e.message}`; return false; }
+}
+
+export async function lineChart(div, title, x, series, opts = {}) {
+  if (!(await ready(div))) return;
   const traces = series.map((s) => ({ x: s.x || x, y: s.y, name: s.name, mode: "lines+markers", type: "scatter",
     line: { dash: s.dash || "solid" }, connectgaps: true }));
   window.Plotly.newPlot(div, traces, base(title, opts), CONFIG);
 }
 
-export function barChart(div, title, x, series, opts = {}) {
-  if (!ready(div)) return;
+export async function barChart(div, title, x, series, opts = {}) {
+  if (!(await ready(div))) return;
   const traces = series.map((s) => ({ x, y: s.y, name: s.name, type: "bar" }));
   window.Plotly.newPlot(div, traces, { ...base(title, opts), barmode: "group" }, CONFIG);
 }
