@@ -66,8 +66,8 @@ def _check(archive: Archive, run_dir: Path, task: TaskConfig, base_dir: Path, re
     elif not same_run(task, saved):
         what = "\n  ".join(changes(task, saved))
         raise RunDirError(f"{run_dir} was started with a different task configuration:\n  {what}\n"
-                          "Resume it with the task file and --set values it was started with (only budget and "
-                          f"failures may change), {WAYS_ON}")
+                          "Resume it with the task file and --set values it was started with (only budget, "
+                          f"failures, deploy and track may change), {WAYS_ON}")
     elif not evaluating and (was := json.loads(saved).get("budget")) != (now := task.budget.model_dump()):
         archive.put_state("task", fingerprint(task))  # a new budget: the run goes on under it, and says so
         archive.log_event("budget", {"was": was, "now": now})

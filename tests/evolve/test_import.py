@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 HEAVY = ["torch", "transformers", "peft", "litellm", "chromadb", "sentence_transformers", "dspy", "docker",
-         "numpy", "typer", "rich", "safetensors", "httpx", "requests"]
+         "numpy", "typer", "rich", "safetensors", "httpx", "requests", "mlflow", "wandb", "opentelemetry", "grpc"]
 
 PROBE = """
 import sys, time, json
