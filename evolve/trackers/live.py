@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -78,7 +79,9 @@ class Tracking:
     def __init__(self, configs: Sequence[Any], observer: Any = None, *, wait: float | None = None) -> None:
         from evolve.trackers import build
 
-        self.say: Callable[[str], None] = getattr(observer, "message", None) or (lambda text: None)
+        # the console's observer when there is one; else (the Python API) a logged warning: a tracker
+        # that cannot send is never silent
+        self.say: Callable[[str], None] = getattr(observer, "message", None) or logging.getLogger(__name__).warning
         self.wait = WAIT if wait is None else wait
         self.names = [c.name for c in configs]  # as the task file names them (a plugin's import path)
         self.trackers: list[Tracker] = [build(c.name, dict(c.params), path=f"track.{i}") for i, c in enumerate(configs)]

@@ -1,7 +1,8 @@
 """MLflow: a run's settings, its generations and report, and its promoted system in the model registry.
 
-One MLflow run per evolvekit run (its id is kept in the archive, so ``--resume`` and ``evolve track``
-continue the same MLflow run), in the experiment named ``experiment`` (default: the task's name):
+One MLflow run per evolvekit run and experiment (``experiment``, default: the task's name); its id
+is kept in the archive, so ``--resume`` and ``evolve track`` continue the same MLflow run, and
+``evolve track --param experiment=OTHER`` starts another one there:
 
 * params: the task's settings, flattened (``budget.generations``, ``operators.0.name``, ...; values
   past MLflow's 6,000 characters are cut). A resumed run under another budget keeps the first value
@@ -68,6 +69,7 @@ class MLflowTracker:
         self.uri = self.p.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
         self.address = self.uri or "(no tracking_uri)"
         self._client: Any = None
+        self._state_key = f"mlflow {self.uri}"
         self._run_id: str | None = None
         self._steps: set[int] | None = None  # generations whose metrics MLflow holds
         self._params: dict[str, str] | None = None
@@ -131,12 +133,15 @@ class MLflowTracker:
         return self._client
 
     def _key(self) -> str:
-        return f"mlflow {self.uri}"
+        """Where this tracker's state is kept in the archive: one MLflow run per server and experiment."""
+        return self._state_key
 
     def _ensure_run(self, client: Any, run: TrackedRun) -> str:
         """The MLflow run of this evolvekit run: the one remembered (if it still exists), else a new one."""
         if self._run_id is not None:
             return self._run_id
+        experiment = self.p.experiment or run.task_name()
+        self._state_key = f"mlflow {self.uri} {experiment}"
         saved = run.recall(self._key(), {})
         run_id = saved.get("run_id")
         if run_id:
@@ -155,13 +160,12 @@ class MLflowTracker:
         if not run_id:
             from mlflow.exceptions import MlflowException
 
-            name = self.p.experiment or run.task_name()
-            exp = client.get_experiment_by_name(name)
+            exp = client.get_experiment_by_name(experiment)
             if exp is None:
                 try:
-                    exp_id = client.create_experiment(name)
+                    exp_id = client.create_experiment(experiment)
                 except MlflowException:  # created meanwhile by another run
-                    exp_id = client.get_experiment_by_name(name).experiment_id
+                    exp_id = client.get_experiment_by_name(experiment).experiment_id
             else:
                 exp_id = exp.experiment_id
             tags = {"evolve.run_dir": str(run.run_dir.resolve()), "evolve.task": run.task_name(), **self.p.tags}

@@ -71,9 +71,9 @@ def client(server, monkeypatch):
     return MlflowClient(tracking_uri=server, registry_uri=server)
 
 
-def _mlflow_run_id(run_dir: Path, server: str) -> str:
+def _mlflow_run_id(run_dir: Path, server: str, experiment: str) -> str:
     with Archive(run_dir, create=False) as a:
-        return TrackedRun(a).recall(f"mlflow {server}")["run_id"]
+        return TrackedRun(a).recall(f"mlflow {server} {experiment}")["run_id"]
 
 
 def _history(client, run_id: str) -> dict[int, dict[str, float]]:
@@ -88,7 +88,7 @@ def _history(client, run_id: str) -> dict[int, dict[str, float]]:
 def test_a_run_is_read_back_through_mlflows_client(tmp_path, server, client):
     task = toy(track=[{"name": "mlflow", "params": {"tracking_uri": server, "experiment": "read-back"}}])
     report = evolve.run(task, out=tmp_path / "run")
-    run_id = _mlflow_run_id(tmp_path / "run", server)
+    run_id = _mlflow_run_id(tmp_path / "run", server, "read-back")
     got = client.get_run(run_id)
     assert got.info.status == "FINISHED" and got.info.run_name == "run"
     assert client.get_experiment(got.info.experiment_id).name == "read-back"
@@ -122,10 +122,10 @@ def test_a_run_is_read_back_through_mlflows_client(tmp_path, server, client):
 def test_a_resumed_run_continues_the_same_mlflow_run(tmp_path, server, client):
     track = [{"name": "mlflow", "params": {"tracking_uri": server, "experiment": "resumed"}}]
     evolve.run(toy(track=track, budget={"generations": 2}), out=tmp_path / "run")
-    first = _mlflow_run_id(tmp_path / "run", server)
+    first = _mlflow_run_id(tmp_path / "run", server, "resumed")
     assert sorted(_history(client, first)) == [0, 1, 2]
     report = evolve.run(toy(track=track), out=tmp_path / "run", resume=True)
-    assert _mlflow_run_id(tmp_path / "run", server) == first
+    assert _mlflow_run_id(tmp_path / "run", server, "resumed") == first
     assert len(client.search_runs([client.get_experiment_by_name("resumed").experiment_id])) == 1
     history = _history(client, first)  # each generation once (checked in _history)
     assert sorted(history) == [0, 1, 2, 3, 4]
@@ -144,7 +144,7 @@ def test_evolve_track_sends_a_run_afterwards_and_moves_the_alias_after_a_rollbac
     main(args)
     out = capsys.readouterr().out
     assert "5 generations" in out and "the report" in out and "(@prod)" in out
-    run_id = _mlflow_run_id(tmp_path / "run", server)
+    run_id = _mlflow_run_id(tmp_path / "run", server, "later")
     with Archive(tmp_path / "run", create=False) as a:
         best, baseline = a.current(), a.resolve("baseline")
     assert client.get_model_version_by_alias("evolve-later", "prod").tags["evolve.system_id"] == best
@@ -156,3 +156,7 @@ def test_evolve_track_sends_a_run_afterwards_and_moves_the_alias_after_a_rollbac
     assert sorted(_history(client, run_id)) == [0, 1, 2, 3, 4]  # nothing sent twice
     main(args)
     assert "nothing new" in capsys.readouterr().out
+    main(args + ["--param", "experiment=elsewhere"])  # another experiment: another MLflow run, all of it
+    assert "5 generations" in capsys.readouterr().out
+    other = _mlflow_run_id(tmp_path / "run", server, "elsewhere")
+    assert other != run_id and sorted(_history(client, other)) == [0, 1, 2, 3, 4]
