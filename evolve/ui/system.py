@@ -19,6 +19,10 @@ ROW_COLUMNS = ("seq", "key", "split", "phase", "generation", "task_id", "sample"
 
 
 def resolve(run: RunView, ref: str) -> str:
+    """A system id from an id prefix or a word: ``best`` (the run's promoted best), ``baseline``, ``current``."""
+    marked = run.marks().get(ref)
+    if marked:
+        return marked
     try:
         return run.archive.resolve(ref)
     except ArchiveError as e:

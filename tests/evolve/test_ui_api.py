@@ -6,7 +6,6 @@ and a deployment. Every figure is checked against the archive read directly."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import sqlite3
 from pathlib import Path
@@ -21,6 +20,7 @@ from evolve.archive import Archive  # noqa: E402
 from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory  # noqa: E402
 from evolve.ui.app import Sources, build_app  # noqa: E402
 from tests.helpers import sql_scripted  # noqa: E402
+from tests.helpers.ui_runs import big_archive, layered_run  # noqa: E402
 
 
 def client(*paths: Path, **kw) -> TestClient:
@@ -49,7 +49,7 @@ def test_the_runs_page_says_what_the_archive_holds(sql_run):
             for split in ("val", "test"):
                 mean, n = a.score(sid, split)
                 assert r[which][split]["n"] == n and r[which][split]["mean"] == pytest.approx(mean)
-        assert r["generations"] == 4 and r["budget"] == {"generations": 4}
+        assert r["generation"] == 4 and r["budget"] == {"generations": 4}
     assert r["best"]["val"]["ci95"] > 0
 
 
@@ -75,26 +75,8 @@ def test_the_lineage_of_a_small_run_has_every_system_with_its_decision(sql_run):
     assert "best" in next(n for n in pic["nodes"] if n["id"] == pic["marks"]["best"])["marks"]
 
 
-def _big_archive(d: Path, accepted: int = 20, rejected_each: int = 24) -> tuple[Path, list[str]]:
-    chain = []
-    with Archive(d) as a:
-        parent = None
-        for g in range(accepted):
-            s = System(prompts={"p": f"accepted {g}"})
-            a.add_system(s, parents=[parent] if parent else [], operator="op" if parent else "init", generation=g)
-            for k in range(rejected_each if g < accepted - 1 else 0):
-                a.add_system(System(prompts={"p": f"rejected {g}.{k}"}), parents=[s.id], operator="op", generation=g + 1)
-            chain.append(s.id)
-            parent = s.id
-        a.put_state("baseline", chain[0])
-        a.put_state("best", chain[-1])
-        a.put_state("accepted", [{"system_id": sid, "score": 0.0, "generation": g} for g, sid in enumerate(chain)])
-        a.set_current(chain[-1])
-    return d, chain
-
-
 def test_a_large_lineage_is_collapsed_to_the_accepted_systems_and_opens_on_request(tmp_path):
-    run, chain = _big_archive(tmp_path / "big")
+    run, chain = big_archive(tmp_path / "big")
     c = client(run)
     pic = c.get("/api/runs/big/lineage").json()
     assert pic["total"] == 20 + 19 * 24 and pic["view"] == "collapsed"
@@ -171,32 +153,8 @@ def test_two_systems_compare_side_by_side(sql_run):
 
 
 def test_memory_tools_and_workflow_of_a_system(tmp_path):
-    from evolve.memory.embed import HashingEmbedder
-    from evolve.memory.store import MemoryStore
-    from evolve.worlds.sql.workflow import repair_loop
-
-    store = MemoryStore(tmp_path / "mem", embedder=HashingEmbedder())
-    first = store.add("use count(*) for how many", kind="experience")
-    v1 = store.version
-    store.supersede(first, "use count(*) for 'how many' questions", kind="experience")
-    store.add("join on the _id column", kind="experience")
-    v2 = store.version
-    store.close()
-    tool = {"name": "count_where", "params": ["db", "t", "c", "v"], "code": "def count_where(db, t, c, v): ...",
-            "tests": [{"kwargs": {"db": "x"}, "expect": 1}], "origin": "abstraction", "uses": 3, "successes": 2}
-    parent = System(prompts={"p": "x"}, memory={"store": str(tmp_path / "mem"), "version": v1})
-    child = System(prompts={"p": "x"}, memory={"store": str(tmp_path / "mem"), "version": v2},
-                   tools={"count_where": tool}, workflow={"graph": repair_loop(3), "max_turns": 3})
-    with Archive(tmp_path / "layers") as a:
-        a.add_system(parent)
-        a.add_system(child, parents=[parent.id], operator="memory", generation=1)
-    work = tmp_path / "layers" / "work" / f"g1-op0-{parent.id[:8]}"
-    work.mkdir(parents=True)
-    (work / "toolforge.json").write_text(json.dumps({
-        "admitted": [{"tool": "count_where", "signature": "count_where(db, t, c, v)", "passed": 4, "total": 4}],
-        "rejected": [{"tool": "bad", "signature": "bad(db)", "passed": 1, "total": 4, "reason": "3 of 4 cases fail"}],
-        "duplicates": [], "retired": []}))
-    c = client(tmp_path / "layers")
+    run, parent, child, (v1, v2) = layered_run(tmp_path)
+    c = client(run)
     m = c.get(f"/api/runs/layers/systems/{child.id}/memory").json()
     assert m["active"] == 2 and {i["status"] for i in m["items"]} == {"active", "superseded"}
     assert [e["op"] for e in m["changes"]] == ["SUPERSEDE", "ADD"] and m["since"] == v1
@@ -248,7 +206,7 @@ def test_a_trace_store_and_a_deployment(tmp_path):
                              model="m", route="r", output=f"a{i}", status="ok", system_id="sys1"))
     st.feedback(session_id="s1", score=1.0, text="good")
     st.close()
-    run, chain = _big_archive(tmp_path / "dep", accepted=3, rejected_each=1)
+    run, chain = big_archive(tmp_path / "dep", accepted=3, rejected_each=1)
     with Archive(run) as a:
         Deployment(a).propose(chain[1], by="engine", why="better on val")
     c = client(tmp_path / "traces", run)
@@ -265,8 +223,9 @@ def test_a_trace_store_and_a_deployment(tmp_path):
 
 
 def test_the_dashboard_never_writes_a_run(sql_run):
-    def digest() -> str:
-        return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(sql_run.glob("archive.sqlite*")))).hexdigest()
+    def digest() -> str:  # the database and its write-ahead log (the -shm index is every reader's to update)
+        return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(sql_run.glob("archive.sqlite*"))
+                                       if not p.name.endswith("-shm"))).hexdigest()
 
     before = digest()
     c = client(sql_run)

@@ -23,6 +23,7 @@ from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory 
 from evolve.ui import serve  # noqa: E402
 from tests.helpers import sql_scripted, stored_rollouts  # noqa: E402
 from tests.helpers.browser import artifacts, launch  # noqa: E402
+from tests.helpers.ui_runs import layered_run  # noqa: E402
 
 EVIL = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 SCRIPTED = {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.worlds.toy:reply"}}
@@ -44,6 +45,7 @@ def runs(tmp_path_factory) -> Path:
                                                                  reward=Reward(score=0.0, feedback=EVIL)))])
         a.put_state("baseline", System(prompts={"instruction": "plain"}).id)
         a.set_current(evil.id)
+    layered_run(root)  # root/layers: memory, tools, a workflow graph
     return root
 
 
@@ -140,6 +142,39 @@ def test_the_task_matrix_counts_match_the_archive(page, runs):
     visit(page, "#/run/sql")
     page.wait_for_selector("#plot-scores .main-svg")  # Plotly drew the curves
     shot(page, "overview-sql")
+    assert not page.errors
+
+
+def test_a_systems_memory_tools_and_workflow_graph(page):
+    visit(page, "#/run/layers/lineage?sys=current")
+    page.wait_for_selector("#system-panel [data-layer=memory]")
+    page.click("#system-panel [data-layer=memory]")
+    page.wait_for_selector("#memory table")
+    assert "join on the _id column" in page.locator("#memory").inner_text()
+    assert page.locator("#memory .badge", has_text="superseded").count() == 1
+    page.click("#system-panel [data-layer=tools]")
+    page.wait_for_selector("#tools")
+    assert "count_where(db, t, c, v)" in page.locator("#tools").inner_text()
+    assert page.locator("#tools .badge", has_text="rejected").count() == 1
+    page.click("#system-panel [data-layer=workflow]")
+    page.wait_for_selector("svg.workflow")
+    assert sorted(page.locator("svg.workflow g.wf-node").evaluate_all("gs => gs.map(g => g.dataset.id)")) == [
+        "answer", "fix", "run", "write"]
+    page.locator("#layer").screenshot(path=str(artifacts() / "workflow-graph.png"))
+    assert not page.errors
+
+
+def test_two_runs_compare_side_by_side(page):
+    visit(page, "#/")
+    page.wait_for_selector("#runs tbody tr")
+    page.check('input[data-pick="sql"]')
+    page.check('input[data-pick="layers"]')
+    page.click("#compare-runs")
+    page.wait_for_selector("table#compare-runs")
+    head = page.locator("table#compare-runs thead").inner_text()
+    assert "sql" in head and "layers" in head
+    page.wait_for_selector("#plot-compare .main-svg")
+    shot(page, "compare-runs")
     assert not page.errors
 
 

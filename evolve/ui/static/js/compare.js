@@ -1,6 +1,7 @@
 // Two systems side by side, from one run or two: their scores, the diff, and task by task which does better.
-import { h, api, table, short, score, pct } from "./dom.js";
+import { h, append, api, table, short, score, pct } from "./dom.js";
 import { diffTable } from "./system.js";
+import { lineChart } from "./charts.js";
 
 export async function compareView(ctx) {
   const q = ctx.route.query;
@@ -27,4 +28,41 @@ export async function compareView(ctx) {
     tasks.length ? table(["split", "tasks in common", "A", "B", "B − A", "B better on", "B worse on", "sign test p"], tasks)
       : h("p", { class: "muted" }, "no tasks scored by both"),
     h("h2", null, "Diff (A → B)"), diffTable(c.diff, ["A", "B"]));
+}
+
+// Two runs side by side: their budgets and scores, their curves on one chart, and their best systems compared.
+export async function compareRunsView(ctx, ra, rb) {
+  const [a, b] = await Promise.all([api(`/api/runs/${encodeURIComponent(ra)}/summary`), api(`/api/runs/${encodeURIComponent(rb)}/summary`)]);
+  ctx.setCrumbs([{ label: "runs", href: "#/" }, { label: `compare ${ra} and ${rb}` }]);
+  const row = (label, f) => ({ cells: [label, f(a), f(b)] });
+  const facts = table(["", ra, rb], [
+    row("task", (r) => `${r.name}${r.world ? ` (${r.world})` : ""}, seed ${r.seed}`),
+    row("status", (r) => r.status), row("generations", (r) => String(r.generation)), row("systems", (r) => String(r.systems)),
+    row("rollouts", (r) => String(r.used.rollouts)), row("LLM calls", (r) => String(r.used.calls)),
+    row("tokens", (r) => String(r.used.tokens)), row("seconds", (r) => String(r.used.seconds)),
+    row("baseline val", (r) => (r.baseline ? score(r.baseline.val) : "–")), row("best val", (r) => (r.best ? score(r.best.val) : "–")),
+    row("best test", (r) => (r.best ? score(r.best.test) : "–")),
+  ], { id: "compare-runs" });
+  const curve = h("div", { class: "plot", id: "plot-compare" });
+  const spent = h("div", { class: "plot", id: "plot-compare-calls" });
+  ctx.onMount(() => {
+    lineChart(curve, "best val per generation", null, [
+      { name: ra, x: (a.generations || []).map((g) => g.index), y: (a.generations || []).map((g) => g.best_val) },
+      { name: rb, x: (b.generations || []).map((g) => g.index), y: (b.generations || []).map((g) => g.best_val) }], { percent: true });
+    lineChart(spent, "LLM calls per generation", null, [
+      { name: ra, x: (a.generations || []).map((g) => g.index), y: (a.generations || []).map((g) => g.calls) },
+      { name: rb, x: (b.generations || []).map((g) => g.index), y: (b.generations || []).map((g) => g.calls) }]);
+  });
+  const out = h("div", null, h("h1", null, `Compare runs ${ra} and ${rb}`), facts, h("div", { class: "two" }, curve, spent));
+  if (a.best && b.best) {
+    const c = await api(`/api/compare?a=${encodeURIComponent(`${ra}:best`)}&b=${encodeURIComponent(`${rb}:best`)}`);
+    const tasks = Object.entries(c.tasks).filter(([, v]) => v.n);
+    append(out, h("h2", null, `Their best systems (${short(c.a.id)} and ${short(c.b.id)})`),
+      tasks.length ? table(["split", "tasks in common", ra, rb, `${rb} − ${ra}`, `${rb} better on`, `${rb} worse on`], tasks.map(([s, v]) => ({
+        cells: [s, v.n, pct(v.a), pct(v.b), `${(100 * v.diff).toFixed(1)} pts${v.ci95 === null ? "" : ` ±${(100 * v.ci95).toFixed(1)}`}`, v.n_fixed, v.n_broke],
+      }))) : h("p", { class: "muted" }, "no tasks scored by both (different task sets)"),
+      h("h3", null, "Diff"), diffTable(c.diff, [ra, rb]),
+      h("p", null, h("a", { href: `#/compare?a=${encodeURIComponent(`${ra}:best`)}&b=${encodeURIComponent(`${rb}:best`)}` }, "the two systems in full")));
+  }
+  return out;
 }

@@ -5,7 +5,7 @@ import { runsView } from "./runs.js";
 import { runView } from "./run.js";
 import { systemPage } from "./system.js";
 import { rolloutView } from "./trajectory.js";
-import { compareView } from "./compare.js";
+import { compareView, compareRunsView } from "./compare.js";
 import { trafficView, sessionView } from "./traffic.js";
 
 const view = document.getElementById("view");
@@ -32,6 +32,7 @@ async function dispatch(route, ctx) {
   if (a === "run" && c === "system" && d) return systemPage(ctx, b, d);
   if (a === "run" && c === "rollout" && d) return rolloutView(ctx, b, Number(d));
   if (a === "run" && b) return runView(ctx, b, c || "overview");
+  if (a === "compare" && b && c) return compareRunsView(ctx, b, c);
   if (a === "compare") return compareView(ctx);
   if (a === "traffic" && c === "session" && d) return sessionView(ctx, b, d);
   if (a === "traffic" && b) return trafficView(ctx, b);
@@ -68,6 +69,7 @@ export async function draw(again = false) {
   try {
     el = await dispatch(route, ctx);
   } catch (e) {
+    console.error(e);
     el = h("p", { class: "error" }, String((e && e.message) || e));
   }
   if (mine !== drawing) return; // a newer drawing started meanwhile

@@ -12,6 +12,8 @@ function spent(used, budget) {
   return parts.join(", ");
 }
 
+const picked = new Set(); // runs ticked for comparing, kept across live redraws
+
 export async function runsView(ctx) {
   const data = await api("/api/runs");
   ctx.setCrumbs([{ label: "runs" }]);
@@ -19,17 +21,26 @@ export async function runsView(ctx) {
   const out = h("div", null, h("h1", null, "Runs"));
   if (!data.runs.length) append(out, h("p", { class: "muted" }, "No run here yet; it appears when it starts."));
   else {
+    const compare = h("button", { id: "compare-runs", disabled: picked.size !== 2, onclick: () => {
+      const [a, b] = [...picked];
+      location.hash = `#/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}`;
+    } }, "compare the two ticked runs");
+    const tick = (rid) => h("input", { type: "checkbox", checked: picked.has(rid), dataset: { pick: rid },
+      onclick: (e) => e.stopPropagation(),
+      onchange: (e) => { if (e.target.checked) picked.add(rid); else picked.delete(rid); compare.disabled = picked.size !== 2; } });
+    for (const rid of [...picked]) if (!data.runs.some((r) => r.id === rid)) picked.delete(rid);
+    append(out, h("div", { class: "toolbar" }, compare));
     append(out, table(
-      ["run", "task", "status", { label: "generation", num: true }, { label: "systems", num: true }, "budget spent",
+      ["", "run", "task", "status", { label: "generation", num: true }, { label: "systems", num: true }, "budget spent",
         "baseline val", "best val", "best test", "gain (test)", "updated"],
       data.runs.map((r) => {
         const g = r.paired && r.paired.test;
         const gain = g && g.diff !== null ? `${(100 * g.diff).toFixed(1)} ±${g.ci95 === null ? "?" : (100 * g.ci95).toFixed(1)}` : "–";
-        const gens = r.budget.generations !== undefined ? `${Math.max(r.generations, 0)} / ${r.budget.generations}` : String(r.generations);
+        const gens = r.budget.generations !== undefined ? `${Math.max(r.generation, 0)} / ${r.budget.generations}` : String(r.generation);
         return {
           onclick: () => { location.hash = `#/run/${encodeURIComponent(r.id)}`; },
           data: { run: r.id },
-          cells: [h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id), `${r.name}${r.world ? ` (${r.world})` : ""}`,
+          cells: [tick(r.id), h("a", { href: `#/run/${encodeURIComponent(r.id)}` }, r.id), `${r.name}${r.world ? ` (${r.world})` : ""}`,
             [statusBadge(r.status), r.stop_reason && r.status !== "running" ? h("div", { class: "muted" }, r.stop_reason) : null],
             gens, r.systems, spent(r.used, r.budget),
             r.baseline ? score(r.baseline.val) : "–", r.best ? [score(r.best.val), h("div", { class: "muted mono" }, short(r.best.id))] : "–",

@@ -19,8 +19,11 @@ export function diffTable(diff, labels = ["parent", "this system"]) {
       h("td", { class: "path" }, d.path),
       d.lines ? h("td", { colspan: 2 }, h("pre", null, d.lines.map((l) =>
         h("span", { class: l.startsWith("+") ? "line-add" : l.startsWith("-") ? "line-del" : null }, l + "\n"))))
-        : [h("td", { class: "before" }, h("pre", null, d.before === null ? "(none)" : json(d.before))),
-          h("td", { class: "after" }, h("pre", null, d.after === null ? "(none)" : json(d.after)))]))));
+        : [h("td", { class: "before" }, h("pre", null, shown(d.before))), h("td", { class: "after" }, h("pre", null, shown(d.after)))]))));
+}
+
+function shown(v) {
+  return v === null ? "(none)" : v === "" ? "(empty)" : json(v);
 }
 
 function versus(v, what) {
