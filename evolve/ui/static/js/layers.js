@@ -68,8 +68,10 @@ export function drawGraph(g) {
   const edge = (a, b, label, opts = {}) => {
     const [x1, y1] = at[a], [x2, y2] = at[b];
     const bend = opts.back ? 60 : 0;
+    const top = Math.min(y1, y2) - BH / 2 - 45; // a loop goes back over the top, from the top of one box to the other's
     const d = a === b ? `M${x1 - 20},${y1 - BH / 2} C${x1 - 30},${y1 - 70} ${x1 + 30},${y1 - 70} ${x1 + 20},${y1 - BH / 2}`
-      : `M${x1 + BW / 2},${y1} C${(x1 + x2) / 2},${y1 - bend} ${(x1 + x2) / 2},${y2 - bend} ${x2 - BW / 2},${y2}`;
+      : opts.back ? `M${x1},${y1 - BH / 2} C${x1},${top} ${x2},${top} ${x2},${y2 - BH / 2}`
+        : `M${x1 + BW / 2},${y1} C${(x1 + x2) / 2},${y1} ${(x1 + x2) / 2},${y2} ${x2 - BW / 2},${y2}`;
     svg.append(s("path", { d, fill: "none", stroke: opts.dashed ? "#868e96" : "#495057", "stroke-dasharray": opts.dashed ? "5 3" : null, "marker-end": "url(#arrow)" }));
     if (label) svg.append(s("text", { x: (x1 + x2) / 2, y: (y1 + y2) / 2 - bend / 2 - 4, fill: "#7a1f1f", "text-anchor": "middle" }, label));
   };
