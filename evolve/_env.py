@@ -18,6 +18,7 @@ QUIET = {
     "OPENAI_AGENTS_DISABLE_TRACING": "1",  # the OpenAI Agents SDK: do not export traces to OpenAI
     "LANGSMITH_TRACING": "false",  # LangChain / LangGraph: no LangSmith traces
     "LANGCHAIN_TRACING_V2": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",  # MLflow's usage telemetry (it reads DO_NOT_TRACK only as "true")
 }
 
 

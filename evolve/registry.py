@@ -172,6 +172,10 @@ recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
 # What serves a system's tools outside the engine (the gateway): a class(read_roots, sandbox, limits) with
 # tools(system) -> {name: tool}, schema(tool) -> OpenAI function schema, run(tool, arguments) -> (ok, text), close().
 tool_servers = Registry("tool server", {"toolforge": "evolve.toolforge.serve:ToolServer"})
+# What the dashboard (evolve.ui) asks the layers about a system: "memory" (memory spec, since version) -> items and
+# changes; "workflow" (workflow dict) -> a drawing or None; "tokens" (base weights file, token ids, messages) -> texts.
+views = Registry("view", {"memory": "evolve.memory.view:memory_view", "workflow": "evolve.topology.render:drawing_of",
+                          "tokens": "evolve.policy.weights:token_texts"})
 # How a backend's model starts a run (evolve.bootstrap): function(session, role, model config) -> ModelSpec;
 # a backend without an entry starts from its spec as written.
 model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})

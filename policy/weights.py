@@ -13,6 +13,7 @@ sha256 of the file is a faithful id.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
@@ -133,11 +134,36 @@ def drop_base_info(path: PathLike, keys: Sequence[str]) -> str | None:
 
 
 def read_base_meta(path: PathLike) -> dict[str, Any]:
-    """The metadata of a base file (format, tiny_config, tokenizer, info) without its tensors."""
+    """The metadata of a base file (format, tiny_config, tokenizer, info) without its tensors (nor torch)."""
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
+    with safe_open(str(path), framework="numpy") as f:
         return json.loads((f.metadata() or {})[META_KEY])
+
+
+def token_texts(path: PathLike, token_ids: Sequence[int], context: Sequence[Any] = ()) -> list[str] | None:
+    """The text of each sampled token, decoded with the tokenizer a tiny base file stores (pointers
+    against ``context``, the call's messages): what the dashboard colours by log-prob. None for a
+    file that is not a tiny base (a pretrained checkpoint's manifest)."""
+    tok = _stored_tokenizer(str(path))
+    if tok is None:
+        return None
+    ids, texts, before = list(token_ids), [], ""
+    for k in range(1, len(ids) + 1):
+        now = tok.decode(ids[:k], context)
+        texts.append(now[len(before):] if now.startswith(before) else tok.decode(ids[k - 1:k], context))
+        before = now
+    return texts
+
+
+@functools.lru_cache(maxsize=16)
+def _stored_tokenizer(path: str) -> Any:
+    from evolve.policy.pointer import tokenizer_from_dict
+
+    try:
+        return tokenizer_from_dict(read_base_meta(path)["tokenizer"])
+    except Exception:  # noqa: BLE001 - not a tiny base (a manifest, a foreign file): no tokenizer here
+        return None
 
 
 def load_base(path: PathLike, *, device: str | None = None, dtype: str | None = None,

@@ -143,6 +143,14 @@ def drawing(wf: Workflow, types: Any = None) -> dict[str, Any]:
             "chains": [{"vote": v, "node": r, "samples": k} for v, r, k in chains]}
 
 
+def drawing_of(workflow: Any) -> dict[str, Any] | None:
+    """:func:`drawing` of a system's workflow graph (``workflow["graph"]``), or None without one."""
+    from evolve.topology.graph import graph_of
+
+    graph = graph_of(workflow)
+    return None if graph is None else drawing(graph)
+
+
 def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = None) -> Path:
     """Draw ``wf`` to a PNG at ``path``; return the path."""
     try:
@@ -229,4 +237,4 @@ def render_text(wf: Workflow, types: Any = None) -> str:
     return text + f"\n  model calls per execution: {'unbounded' if bound is None else f'at most {bound}'}"
 
 
-__all__ = ["back_edges", "drawing", "layers", "positions", "render_png", "render_text"]
+__all__ = ["back_edges", "drawing", "drawing_of", "layers", "positions", "render_png", "render_text"]

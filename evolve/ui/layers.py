@@ -3,12 +3,11 @@
 (code, tests, use counts, and the sandbox's verdicts on every tool the run proposed) and its
 workflow graph (positions from :func:`evolve.topology.render.drawing`).
 
-Memory stores are opened read-only (:class:`evolve.memory.log.EventLog` with ``readonly``)."""
+Each layer answers through :data:`evolve.registry.views` (the memory store opened read-only)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from evolve.ui.run import RunView
@@ -25,34 +24,18 @@ def memory(run: RunView, ref: str) -> dict[str, Any]:
 
 
 def _memory(run: RunView, sid: str) -> dict[str, Any]:
-    from evolve.memory.log import EventLog
-    from evolve.memory.model import fold
+    from evolve.registry import views
 
     spec = dict(run.archive.get_system(sid).memory or {})
     out: dict[str, Any] = {"system": sid, "spec": spec, "items": [], "changes": [], "versions": _versions(run, sid)}
-    store, version = spec.get("store"), spec.get("version")
-    if not store or version is None:
+    if not spec.get("store") or spec.get("version") is None:
         return out
-    db = Path(store) / "memory.db"
-    if not db.is_file():
-        out["missing"] = f"the memory store {store} is not on this machine"
-        return out
-    log = EventLog(db, readonly=True)
-    try:
-        events = list(log.events(upto=int(version)))
-    finally:
-        log.close()
-    items = fold(events, active_only=False)
-    out["items"] = sorted((it.to_dict() for it in items.values()), key=lambda d: (d["status"] != "active",
-                                                                                   -d["created"]))[:MAX_ITEMS]
-    out["active"] = sum(1 for it in items.values() if it.active)
     parents = run.archive.record(sid).parents
-    if parents:
-        before = (run.archive.get_system(parents[0]).memory or {}).get("version")
-        if (run.archive.get_system(parents[0]).memory or {}).get("store") == store:
-            out["since"] = before
-            out["changes"] = [{"seq": e.seq, "op": e.op, "item": e.item, "data": dict(e.data)} for e in events
-                              if e.seq > int(before or 0)][:MAX_ITEMS]
+    before = dict(run.archive.get_system(parents[0]).memory or {}) if parents else {}
+    since = before.get("version") if before.get("store") == spec["store"] else None
+    out.update(views.get("memory")(spec, since, limit=MAX_ITEMS))
+    if since is not None:
+        out["since"] = since
     return out
 
 
@@ -96,15 +79,9 @@ def verdicts(run: RunView) -> list[dict[str, Any]]:
 
 
 def workflow(run: RunView, ref: str) -> dict[str, Any]:
-    """The system's workflow graph laid out for drawing, or its plain workflow settings."""
-    sid = resolve(run, ref)
-    system = run.archive.get_system(sid)
-    from evolve.topology.graph import graph_of
-    from evolve.topology.render import drawing
+    """The system's workflow graph laid out for drawing (None without one), and its other workflow settings."""
+    from evolve.registry import views
 
-    wf = dict(system.workflow or {})
-    graph = graph_of(system)
-    out: dict[str, Any] = {"system": sid, "settings": {k: v for k, v in wf.items() if k != "graph"}, "graph": None}
-    if graph is not None:
-        out["graph"] = drawing(graph)
-    return out
+    sid = resolve(run, ref)
+    wf = dict(run.archive.get_system(sid).workflow or {})
+    return {"system": sid, "settings": {k: v for k, v in wf.items() if k != "graph"}, "graph": views.get("workflow")(wf)}
