@@ -167,7 +167,7 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
 
     def lineage(request: Request, rid: str) -> dict[str, Any]:
         expand = [x for x in (q(request, "expand") or "").split(",") if x]
-        return sources.run(rid).lineage(expand, whole=q(request, "whole") == "1")
+        return sources.run(rid).lineage(expand, mode=q(request, "view") or "auto")
 
     def pair(ref: str) -> tuple[RunView, str]:
         rid, _, sid = ref.partition(":")

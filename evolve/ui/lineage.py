@@ -3,11 +3,13 @@
 A run of a few hundred systems is drawn whole. A larger one is drawn collapsed: the systems the
 loop accepted, the marked ones (baseline, current, best, any with a deployment state) and their
 ancestors, with each drawn system's other children folded into a ``+k`` count that expands on
-request. Past ``cap`` systems even that is cut to the lineage of the marked systems.
+request. When that is still more than ``cap`` systems, only the lineages of the marked systems
+are drawn (``mode="accepted"`` draws the accepted ones anyway, ``mode="all"`` everything).
 
-The layout is a tidy tree on the first parent: one row per generation (``y``), each subtree on
-its own contiguous stretch of columns (``x``), a parent centred over its children, so no two
-systems of a generation share a place. Second parents (merges) are extra edges.
+The layout is a tidy tree on the first parent: a row per generation (``y``; a system whose parent
+is of its own generation goes a row lower, so a row can hold two), each subtree on its own
+contiguous stretch of columns (``x``), a parent centred over its children, so no two systems share
+a place. Second parents (merges) are extra edges.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 WHOLE = 300  # runs up to this many systems are drawn whole
-CAP = 1500  # the most systems a collapsed view draws before it keeps only the marked lineages
+CAP = 400  # the most systems the collapsed view draws before it keeps only the marked lineages
+MODES = ("auto", "accepted", "all")
 
 
 @dataclass(frozen=True)
@@ -29,13 +32,15 @@ class Node:
 
 
 def visible(nodes: Sequence[Node], keep: Iterable[str], marked: Iterable[str], expanded: Iterable[str] = (),
-            *, whole: bool = False, cap: int = CAP) -> tuple[set[str], str]:
+            *, mode: str = "auto", cap: int = CAP) -> tuple[set[str], str]:
     """The ids to draw and how the view was cut (``"whole"``, ``"collapsed"`` or ``"lineage"``).
 
     ``keep``: systems always drawn when collapsed (the accepted ones); ``marked``: baseline, current,
     best and the like (drawn in every view); ``expanded``: systems whose every child is drawn."""
+    if mode not in MODES:
+        raise ValueError(f"the lineage view is one of {', '.join(MODES)}, not {mode!r}")
     by_id = {n.id: n for n in nodes}
-    if whole or len(nodes) <= WHOLE:
+    if mode == "all" or len(nodes) <= WHOLE:
         return set(by_id), "whole"
     children = _children(nodes)
     expanded = [e for e in expanded if e in by_id]
@@ -52,18 +57,20 @@ def visible(nodes: Sequence[Node], keep: Iterable[str], marked: Iterable[str], e
 
     extra = [c for e in expanded for c in children.get(e, ())]
     shown = close([k for k in keep if k in by_id] + marked + expanded + extra)
-    if len(shown) <= cap:
+    if len(shown) <= cap or mode == "accepted":
         return shown, "collapsed"
     return close(marked + expanded + extra), "lineage"
 
 
 def layout(nodes: Sequence[Node], shown: set[str]) -> dict[str, tuple[float, int]]:
-    """``id -> (x, y)`` for the drawn systems: y the generation, x a column (see the module doc)."""
+    """``id -> (x, y)`` for the drawn systems: y the generation's row, x a column (see the module doc)."""
     by_id = {n.id: n for n in nodes if n.id in shown}
     kids: dict[str, list[str]] = {}
     roots = []
-    for n in sorted(by_id.values(), key=lambda n: n.seq):
+    row: dict[str, int] = {}
+    for n in sorted(by_id.values(), key=lambda n: n.seq):  # parents come before their children
         p = n.parents[0] if n.parents else None
+        row[n.id] = max([n.generation] + [row[q] + 1 for q in n.parents if q in row])
         if p is not None and p in by_id:
             kids.setdefault(p, []).append(n.id)
         else:
@@ -76,10 +83,10 @@ def layout(nodes: Sequence[Node], shown: set[str]) -> dict[str, tuple[float, int
         sid, done = stack.pop()
         ks = kids.get(sid, ())
         if not ks:
-            pos[sid] = (col, by_id[sid].generation)
+            pos[sid] = (col, row[sid])
             col += 1
         elif done:
-            pos[sid] = ((pos[ks[0]][0] + pos[ks[-1]][0]) / 2, by_id[sid].generation)
+            pos[sid] = ((pos[ks[0]][0] + pos[ks[-1]][0]) / 2, row[sid])
         else:
             stack.append((sid, True))
             stack.extend((k, False) for k in reversed(ks))
@@ -106,10 +113,11 @@ def _children(nodes: Sequence[Node]) -> dict[str, list[str]]:
 
 
 def picture(nodes: Sequence[Node], facts: Mapping[str, Mapping[str, Any]], *, keep: Iterable[str],
-            marked: Iterable[str], expanded: Iterable[str] = (), whole: bool = False, cap: int = CAP) -> dict[str, Any]:
+            marked: Iterable[str], expanded: Iterable[str] = (), mode: str = "auto", cap: int = CAP) -> dict[str, Any]:
     """The JSON the dashboard draws: ``nodes`` (each with its ``facts``, x, y and hidden children),
     ``edges`` ``[parent, child, position]`` among drawn systems, ``view`` and the counts."""
-    shown, view = visible(nodes, keep, marked, expanded, whole=whole, cap=cap)
+    keep = list(keep)
+    shown, view = visible(nodes, keep, marked, expanded, mode=mode, cap=cap)
     pos = layout(nodes, shown)
     hidden = hidden_children(nodes, shown)
     out_nodes, edges = [], []
@@ -119,4 +127,4 @@ def picture(nodes: Sequence[Node], facts: Mapping[str, Mapping[str, Any]], *, ke
                           "hidden": hidden.get(n.id, 0), **facts.get(n.id, {})})
         edges += [[p, n.id, i] for i, p in enumerate(n.parents) if p in shown]
     return {"nodes": out_nodes, "edges": edges, "view": view, "total": len(nodes), "shown": len(shown),
-            "generations": max((n.generation for n in nodes), default=0)}
+            "kept": len(set(keep)), "generations": max((n.generation for n in nodes), default=0)}

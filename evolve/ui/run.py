@@ -193,12 +193,12 @@ class RunView:
 
         return self.cached("nodes", build)
 
-    def lineage(self, expanded: list[str] = (), whole: bool = False) -> dict[str, Any]:
+    def lineage(self, expanded: list[str] = (), mode: str = "auto") -> dict[str, Any]:
         """The lineage picture (:func:`evolve.ui.lineage.picture`) with each node's operator, val
         score, acceptance and marks."""
-        return self.cached(("lineage", tuple(sorted(expanded)), whole), lambda: self._lineage(expanded, whole))
+        return self.cached(("lineage", tuple(sorted(expanded)), mode), lambda: self._lineage(expanded, mode))
 
-    def _lineage(self, expanded: list[str], whole: bool) -> dict[str, Any]:
+    def _lineage(self, expanded: list[str], mode: str) -> dict[str, Any]:
         nodes = self.nodes()
         ops = dict(self.sql("SELECT id, operator FROM systems"))
         val = self._val_scores()
@@ -215,6 +215,6 @@ class RunView:
                            "marks": [k for k, v in marks.items() if v == n.id]}
         keep = accepted | set(deploy)
         pic = lineage.picture(nodes, facts, keep=keep, marked=[v for v in marks.values() if v], expanded=expanded,
-                              whole=whole)
+                              mode=mode)
         pic["marks"] = marks
         return pic

@@ -85,7 +85,7 @@ def test_a_large_lineage_is_collapsed_to_the_accepted_systems_and_opens_on_reque
     opened = c.get(f"/api/runs/big/lineage?expand={chain[3]}").json()
     assert len(opened["nodes"]) == 20 + 24
     assert next(n for n in opened["nodes"] if n["id"] == chain[3])["hidden"] == 0
-    assert len(c.get("/api/runs/big/lineage?whole=1").json()["nodes"]) == pic["total"]
+    assert len(c.get("/api/runs/big/lineage?view=all").json()["nodes"]) == pic["total"]
 
 
 def _tasks_better_and_worse(a: Archive, parent: str, child: str, split: str) -> tuple[int, int]:
@@ -230,7 +230,7 @@ def test_the_dashboard_never_writes_a_run(sql_run):
     before = digest()
     c = client(sql_run)
     rid = sql_run.name
-    for path in ("/api/runs", f"/api/runs/{rid}/summary", f"/api/runs/{rid}/lineage?whole=1", f"/api/runs/{rid}/matrix",
+    for path in ("/api/runs", f"/api/runs/{rid}/summary", f"/api/runs/{rid}/lineage?view=all", f"/api/runs/{rid}/matrix",
                  f"/api/runs/{rid}/deploy", f"/api/runs/{rid}/systems/best", f"/api/runs/{rid}/systems/best/memory",
                  f"/api/runs/{rid}/systems/best/tools", f"/api/runs/{rid}/systems/best/workflow",
                  f"/api/runs/{rid}/rollouts/1"):
@@ -239,3 +239,22 @@ def test_the_dashboard_never_writes_a_run(sql_run):
     view = Sources([sql_run]).run(rid)
     with pytest.raises(Exception, match="readonly"):
         view.archive.set_current(view.archive.current())
+
+
+def test_the_lineage_layout_keeps_every_system_in_a_place_of_its_own():
+    from evolve.ui.lineage import Node, picture
+
+    # a parent and its child of the same generation (merges and traces can do that), a merge, a wide fan
+    nodes = [Node("a", 0, (), 1), Node("b", 1, ("a",), 2), Node("c", 1, ("b",), 3), Node("d", 2, ("c", "a"), 4)]
+    nodes += [Node(f"f{i}", 2, ("b",), 5 + i) for i in range(400)]
+    pic = picture(nodes, {}, keep=["a", "b", "c", "d"], marked=["a", "d"], mode="all")
+    at = {n["id"]: (n["x"], n["y"]) for n in pic["nodes"]}
+    assert len(set(at.values())) == len(at) == 404
+    assert at["c"][1] == at["b"][1] + 1 and at["d"][1] == at["c"][1] + 1  # a row lower than its parent
+    assert ["a", "d", 1] in pic["edges"]  # the second parent
+    # past the cap only the marked systems' lineages are drawn, unless the accepted ones are asked for
+    small = picture(nodes, {}, keep=["a", "b", "c", "d"] + [f"f{i}" for i in range(300)], marked=["a", "d"], cap=50)
+    assert small["view"] == "lineage" and {n["id"] for n in small["nodes"]} == {"a", "b", "c", "d"}
+    assert picture(nodes, {}, keep=[f"f{i}" for i in range(300)], marked=["a"], cap=50, mode="accepted")["shown"] == 302
+    with pytest.raises(ValueError, match="one of auto, accepted, all"):
+        picture(nodes, {}, keep=[], marked=[], mode="everything")

@@ -26,6 +26,9 @@ function plotly() {
   return loading;
 }
 
+// fetched while the reader looks at the first page, so that the first chart need not wait for it
+export function preload() { plotly().catch(() => {}); }
+
 async function ready(div) {
   try { await plotly(); return true; } catch (e) { div.textContent = `charts: ${e.message}`; return false; }
 }

@@ -2,7 +2,7 @@
 import { h, append, s, api, pct } from "./dom.js";
 import { systemPanel } from "./system.js";
 
-const DX = 30, DY = 60, R = 8, PAD = 40;
+const DY = 60, R = 8, PAD = 40;
 
 function colour(n) {
   if (n.accepted === true) return n.operator === "init" ? "#4dabf7" : "#51cf66";
@@ -13,8 +13,8 @@ function colour(n) {
 export async function lineageView(ctx, rid, run) {
   const q = ctx.route.query;
   const expand = (q.get("expand") || "").split(",").filter(Boolean);
-  const whole = q.get("whole") === "1";
-  const url = `/api/runs/${encodeURIComponent(rid)}/lineage?expand=${encodeURIComponent(expand.join(","))}${whole ? "&whole=1" : ""}`;
+  const mode = q.get("view") || "auto";
+  const url = `/api/runs/${encodeURIComponent(rid)}/lineage?view=${mode}&expand=${encodeURIComponent(expand.join(","))}`;
   const pic = await api(url);
   const chosen = q.get("sys") || (run.best && run.best.id) || (pic.nodes[0] && pic.nodes[0].id);
   const go = (changes) => {
@@ -23,14 +23,25 @@ export async function lineageView(ctx, rid, run) {
     location.hash = `#/run/${encodeURIComponent(rid)}/lineage?${p}`;
   };
   const note = pic.view === "whole" ? `all ${pic.total} systems`
-    : `${pic.shown} of ${pic.total} systems: ${pic.view === "collapsed" ? "accepted and marked systems with their ancestors" : "the lineage of the marked systems"}; +k opens a system's other children`;
+    : pic.view === "collapsed" ? `${pic.shown} of ${pic.total} systems: the accepted and marked ones with their ancestors; +k opens a system's other children`
+      : `${pic.shown} of ${pic.total} systems: the lineages of the baseline, the best and the current system; +k opens a system's other children`;
   const bar = h("div", { class: "toolbar" }, h("span", { class: "muted", id: "lineage-note" }, note),
-    pic.view !== "whole" && pic.total <= 5000 ? h("button", { onclick: () => go({ whole: "1" }) }, "draw all") : null,
-    whole ? h("button", { onclick: () => go({ whole: null }) }, "collapse") : null,
+    pic.view === "lineage" ? h("button", { id: "lineage-toolbar-accepted", onclick: () => go({ view: "accepted" }) }, `draw the ${pic.kept} accepted`) : null,
+    pic.view !== "whole" && pic.total <= 5000 ? h("button", { onclick: () => go({ view: "all" }) }, "draw all") : null,
+    mode !== "auto" ? h("button", { onclick: () => go({ view: null }) }, "collapse") : null,
     expand.length ? h("button", { onclick: () => go({ expand: null }) }, "fold opened") : null,
     h("span", { class: "muted" }, "● accepted  ○ rejected (grey)  ◉ baseline (blue)  ring: current  ★ best"));
   const svg = drawTree(pic, chosen, (id) => go({ sys: id }), (id) => go({ expand: [...expand, id].join(",") }));
   const left = h("div", { class: "pane", id: "lineage-pane", dataset: { keep: "lineage" } }, svg);
+  if (!ctx.again) { // a new view (not a live redraw, which keeps the scroll): bring the chosen system into sight
+    ctx.onMount(() => {
+      const node = svg.querySelector("g.node.sel circle");
+      if (!node) return;
+      const box = node.getBoundingClientRect(), pane = left.getBoundingClientRect();
+      left.scrollLeft += box.left - pane.left - pane.width / 2;
+      left.scrollTop += box.top - pane.top - pane.height / 2;
+    });
+  }
   const right = h("div", { class: "pane", id: "system-panel", dataset: { keep: "panel" } });
   if (chosen) {
     try {
@@ -43,14 +54,18 @@ export async function lineageView(ctx, rid, run) {
 }
 
 function drawTree(pic, chosen, pick, open) {
+  const label = pic.nodes.length <= 150; // a score beside each node, when there is room for it
+  const DX = label ? 46 : 24;
   const xs = pic.nodes.map((n) => n.x), ys = pic.nodes.map((n) => n.y);
   const maxX = Math.max(0, ...xs), maxY = Math.max(0, ...ys);
   const W = PAD * 2 + maxX * DX + 60, H = PAD * 2 + maxY * DY;
   const at = {};
   for (const n of pic.nodes) at[n.id] = [PAD + n.x * DX, PAD + n.y * DY];
   const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: "lineage", dataset: { nodes: pic.nodes.length } });
-  for (let g = 0; g <= maxY; g++) {
-    svg.append(s("text", { x: 4, y: PAD + g * DY + 4, fill: "#adb5bd" }, `g${g}`));
+  const rows = {}; // the generations each row holds (a row can hold a system whose parent is of its generation)
+  for (const n of pic.nodes) (rows[n.y] = rows[n.y] || new Set()).add(n.generation);
+  for (const [y, gens] of Object.entries(rows)) {
+    svg.append(s("text", { x: 4, y: PAD + Number(y) * DY + 4, fill: "#adb5bd" }, [...gens].sort((a, b) => a - b).map((g) => `g${g}`).join(",")));
   }
   for (const [p, c, pos] of pic.edges) {
     const [x1, y1] = at[p], [x2, y2] = at[c];
@@ -58,7 +73,6 @@ function drawTree(pic, chosen, pick, open) {
     svg.append(s("path", { d: `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}`, fill: "none",
       stroke: pos ? "#9775fa" : "#868e96", "stroke-width": 1.2, "stroke-dasharray": pos ? "4 3" : null }));
   }
-  const label = pic.nodes.length <= 150;
   for (const n of pic.nodes) {
     const [x, y] = at[n.id];
     const g = s("g", { class: `node${n.id === chosen ? " sel" : ""}`, dataset: { id: n.id, accepted: String(n.accepted) },

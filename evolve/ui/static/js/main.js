@@ -7,6 +7,7 @@ import { systemPage } from "./system.js";
 import { rolloutView } from "./trajectory.js";
 import { compareView, compareRunsView } from "./compare.js";
 import { trafficView, sessionView } from "./traffic.js";
+import { preload } from "./charts.js";
 
 const view = document.getElementById("view");
 const live = document.getElementById("live");
@@ -59,7 +60,7 @@ export async function draw(again = false) {
   const route = parse();
   const mounted = [];
   const ctx = {
-    route, setCrumbs, redraw: () => draw(true),
+    route, setCrumbs, again, redraw: () => draw(true),
     follow: (url, version) => { followed = { url, version }; },
     onMount: (fn) => mounted.push(fn),
   };
@@ -99,5 +100,5 @@ async function poll() {
 }
 
 window.addEventListener("hashchange", () => draw(false));
-draw(false);
+draw(false).then(() => (window.requestIdleCallback || setTimeout)(preload));
 setTimeout(poll, POLL_MS);
