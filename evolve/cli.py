@@ -209,10 +209,8 @@ def serve(
 ) -> None:
     """Serve a system's model behind an OpenAI-compatible chat-completions endpoint; calls are
     recorded in RUN_DIR/serve/calls.jsonl."""
-    import signal
-    import threading
-
     from evolve.serve import ServeApp
+    from evolve.serve.asgi import wait_until_interrupted
     from evolve.serve.server import is_loopback
 
     with ServeApp(run_dir, role=role, system=system, follow=not no_follow, poll=poll,
@@ -229,15 +227,8 @@ def serve(
         out.print(f"example: OpenAI(base_url=\"{server.url}\", api_key=\"{key}\").chat.completions.create("
                   f"model=\"{role}\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])", markup=False)
         sys.stdout.flush()
-        # Ctrl-C and SIGTERM stop the server cleanly, even when started with SIGINT ignored (`cmd &`, nohup)
-        # (and when a parent left them ignored or blocked: both are inherited across exec)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            console.print("stopped")
+        wait_until_interrupted()  # Ctrl-C or SIGTERM
+        console.print("stopped")
 
 
 def _gateway_command() -> None:

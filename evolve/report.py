@@ -174,6 +174,14 @@ def failures(session: "Session") -> dict[str, Any]:
     return out
 
 
+def read_report(run_dir: str | Path) -> dict[str, Any] | None:
+    """``report.json`` of a run directory once the run has written it (at its end), else None."""
+    try:
+        return json.loads((Path(run_dir) / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def write_report(session: "Session", stop_reason: str, *, score_test: bool = True,
                  used_by_run: dict[str, Any] | None = None) -> RunReport:
     """Write ``report.json`` and ``report.md``; with ``score_test=False`` (a run that failed) the

@@ -81,4 +81,18 @@ class ASGIServer:
         self.close()
 
 
-__all__ = ["ASGIServer"]
+def wait_until_interrupted() -> None:
+    """Block until Ctrl-C or SIGTERM, also when the process was started with them ignored (`cmd &`,
+    nohup) or blocked (both are inherited across exec): how a server command waits."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+
+
+__all__ = ["ASGIServer", "wait_until_interrupted"]

@@ -98,11 +98,9 @@ class TrackedRun:
 
     def report(self) -> dict[str, Any] | None:
         """``report.json`` once a run has written it (at its end), else None."""
-        path = self.run_dir / "report.json"
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
+        from evolve.report import read_report
+
+        return read_report(self.run_dir)
 
     def report_files(self) -> list[Path]:
         """report.json, report.md and the pictures at the top of the run directory (e.g.

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import List, Optional
 
@@ -27,6 +25,7 @@ def ui_command(
 ) -> None:
     """A local web dashboard of runs (lineage, diffs, decisions, curves, per-task wins and losses,
     trajectories, memory, tools, workflows) and of a gateway's traffic; read-only, live while a run writes."""
+    from evolve.serve.asgi import wait_until_interrupted
     from evolve.serve.server import is_loopback
     from evolve.ui import serve
 
@@ -49,13 +48,7 @@ def ui_command(
         if not is_loopback(host):
             out.print(f"  listening on {host}:{server.port}; open it with this machine's address", markup=False)
         sys.stdout.flush()
-        # Ctrl-C and SIGTERM stop it cleanly, also when started with them ignored (`cmd &`, nohup)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            out.print("stopped", markup=False)
+        wait_until_interrupted()  # Ctrl-C or SIGTERM
+        out.print("stopped", markup=False)
     finally:
         server.close()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from evolve.archive import Archive
+from evolve.report import read_report
 from evolve.stats import interval
 from evolve.ui import lineage
 
@@ -80,11 +81,7 @@ class RunView:
         return json.loads(task) if isinstance(task, str) else task
 
     def report(self) -> dict[str, Any] | None:
-        path = self.run_dir / "report.json"
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
+        return read_report(self.run_dir)
 
     def last_write(self) -> float:
         row = self.sql(
