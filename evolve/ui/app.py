@@ -56,13 +56,11 @@ class Sources:
         self._lock = threading.Lock()
         self.problems: dict[str, str] = {}
         for p in self.paths:
-            if not p.exists():
-                raise UserError(f"evolve ui: {p} does not exist; give run directories (each with archive.sqlite), "
-                                "folders of them, or a gateway's trace store folder")
+            if not p.is_dir():
+                raise UserError(f"evolve ui: {p} {'is not a folder' if p.exists() else 'does not exist'}; give run "
+                                "directories (each with archive.sqlite), folders of them (watched: a run started "
+                                "later appears), or a gateway's trace store folder")
         self.refresh()
-        if not self.runs and not self.traffic and not self.problems:
-            raise UserError(f"evolve ui: no run (archive.sqlite) or trace store (traces.sqlite) in "
-                            f"{', '.join(map(str, self.paths))}")
 
     def _id(self, path: Path) -> str:
         if path not in self._ids:

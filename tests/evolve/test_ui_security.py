@@ -4,6 +4,7 @@ bad inputs are one line and exit 2."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -75,11 +76,18 @@ def test_only_reads_and_every_answer_carries_the_policy(run):
     assert c.get("/static/vendor/plotly.min.js").status_code == 200  # from the plotly wheel
 
 
-def test_bad_paths_are_named(tmp_path):
+def test_bad_paths_are_named_and_an_empty_folder_is_watched(tmp_path, run):
     with pytest.raises(UserError, match="does not exist"):
         Sources([tmp_path / "nope"])
-    with pytest.raises(UserError, match="no run"):
-        Sources([tmp_path])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is not a folder"):
+        Sources([tmp_path / "file"])
+    watched = tmp_path / "runs"
+    watched.mkdir()
+    c = TestClient(build_app(Sources([watched]), hosts=["testserver"]))
+    assert c.get("/api/runs").json()["runs"] == []
+    shutil.copytree(run, watched / "later")  # a run that starts after the dashboard: found on the next look
+    assert [r["id"] for r in c.get("/api/runs").json()["runs"]] == ["later"]
 
 
 def _evolve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -89,7 +97,7 @@ def _evolve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_command_says_what_is_wrong_and_exits_2(run, tmp_path):
     for args, words in ((["ui", str(tmp_path / "nope")], "does not exist"),
                         (["ui"], "no ./runs folder"),
-                        (["ui", str(tmp_path)], "no run (archive.sqlite)"),
+                        (["ui", str(run / "archive.sqlite")], "is not a folder"),
                         (["ui", str(run), "--token-env", "EVOLVE_UI_NO_SUCH_VAR"], "not set")):
         r = _evolve(*args, cwd=tmp_path)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
