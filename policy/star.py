@@ -74,7 +74,7 @@ class STaR:
                                                   epochs=p.epochs, batch_size=p.batch_size, replay=p.replay)
         info = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved,
                 "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss"),
-                "train_seconds": stats.get("seconds"),
+                "train_seconds": stats.get("seconds"), "curve": stats.get("curve"),
                 "trained_remotely": stats.get("trained_in_pid", os.getpid()) != os.getpid()}
         why = (f"LoRA r={p.r} trained on {n_own} successful turns + {n_all - n_own} replayed demos "
                f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")

@@ -82,7 +82,8 @@ class FromTraces:
         n_own = len(examples)
         child, stats, n_all = train_adapter_child(parent, spec, p.role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr,
                                                   epochs=p.epochs, batch_size=p.batch_size, replay=p.replay)
-        info = {**counts, "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss")}
+        info = {**counts, "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss"),
+                "curve": stats.get("curve")}
         why = (f"LoRA r={p.r} trained on {n_own} recorded turns of {counts['successes']} sessions scored "
                f">= {p.min_score:g} + {n_all - n_own} replayed demos")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]

@@ -264,6 +264,7 @@ def train(
             log({"step": step, "eval": score, "best": best["score"]})
 
     t0, tokens, losses, step = time.perf_counter(), 0, [], 0
+    curve: list[dict[str, Any]] = []  # the mean loss of each log_every steps: the training curve the dashboard draws
     model.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -285,10 +286,13 @@ def train(
             step += 1
             tokens += sum(lengths[i] - 1 for i in batch)  # real tokens, padding not counted
             losses.append(loss.item())
-            if log and (step % log_every == 0 or step == total):
-                dt = time.perf_counter() - t0 - eval_time[0]
-                log({"step": step, "loss": sum(losses[-log_every:]) / len(losses[-log_every:]),
-                     "lr": sched.get_last_lr()[0], "tokens_per_sec": tokens / max(dt, 1e-9)})
+            if step % log_every == 0 or step == total:
+                recent = sum(losses[-log_every:]) / len(losses[-log_every:])
+                curve.append({"step": step, "loss": round(recent, 5)})
+                if log:
+                    dt = time.perf_counter() - t0 - eval_time[0]
+                    log({"step": step, "loss": recent, "lr": sched.get_last_lr()[0],
+                         "tokens_per_sec": tokens / max(dt, 1e-9)})
             if eval_fn is not None and eval_every and step % eval_every == 0 and step < total:
                 evaluate(step)
         if eval_fn is not None:
@@ -303,7 +307,7 @@ def train(
     return {"steps": step, "epochs": step / per_epoch, "loss": sum(tail) / len(tail), "first_loss": losses[0],
             "tokens": tokens, "seconds": dt, "eval_seconds": eval_time[0],
             "tokens_per_sec": tokens / max(dt - eval_time[0], 1e-9),
-            "best_score": best["score"], "best_step": best["step"], "evals": evals}
+            "best_score": best["score"], "best_step": best["step"], "evals": evals, "curve": curve}
 
 
 def bare_copy(model: Any) -> Any:

@@ -340,3 +340,6 @@ def test_star_trains_a_lora_adapter_on_a_pretrained_checkpoint(tmp_path, ckpt):
     adapter = a.get_system(kids[0].id).models["policy"].adapter
     names = list(read_adapter(a.artifacts.path(adapter)).weights)
     assert any("down_proj" in n for n in names) and not any("lm_head" in n for n in names)
+    curve = kids[0].info["curve"]  # the loss every 10 steps, which the dashboard draws
+    steps = [p["step"] for p in curve]
+    assert steps and steps == sorted(set(steps)) and all(p["loss"] > 0 for p in curve)
