@@ -78,7 +78,7 @@ class EventLog:
         c = getattr(self._local, "c", None)
         if c is None or self._local.pid != os.getpid():
             if self.readonly:
-                c = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.timeout,
+                c = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout,
                                     isolation_level=None, check_same_thread=False)
             else:
                 c = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,

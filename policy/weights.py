@@ -148,12 +148,7 @@ def token_texts(path: PathLike, token_ids: Sequence[int], context: Sequence[Any]
     tok = _stored_tokenizer(str(path))
     if tok is None:
         return None
-    ids, texts, before = list(token_ids), [], ""
-    for k in range(1, len(ids) + 1):
-        now = tok.decode(ids[:k], context)
-        texts.append(now[len(before):] if now.startswith(before) else tok.decode(ids[k - 1:k], context))
-        before = now
-    return texts
+    return [tok.decode([i], context) for i in token_ids]  # tiny tokenizers: a token's text is its own
 
 
 @functools.lru_cache(maxsize=16)

@@ -41,7 +41,7 @@ def serve(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0
         raise ConfigError(f"evolve ui: binding to {host!r} shows your runs beyond this machine and needs a token "
                           "(--token-env VAR); or bind to 127.0.0.1")
     sources = Sources([Path(p) for p in paths])
-    hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else ["*"]
+    hosts = ["127.0.0.1", "localhost", "[::1]", "::1", host.strip("[]"), host] if loopback else ["*"]
     return ASGIServer(build_app(sources, token=token, hosts=hosts), host, port, "evolve ui", sources.close)
 
 

@@ -12,6 +12,7 @@ the server answers to (no DNS rebinding).
 from __future__ import annotations
 
 import hmac
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -19,11 +20,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evolve.errors import UserError
-from evolve.ui.run import RunView
+from evolve.ui.run import NotFound, RunView
 from evolve.ui.traffic import TrafficView
 
 STATIC = Path(__file__).parent / "static"
-COOKIE = "evolve_ui_token"
+COOKIE = "evolve_ui_token"  # + the port: browsers share a host's cookies across its ports
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
@@ -95,26 +96,48 @@ class Sources:
                     if (path / "archive.sqlite").is_file():
                         self.runs[sid] = RunView(path, sid)
                     if (path / "traces.sqlite").is_file():
-                        self.traffic[sid if sid not in self.runs else sid + "-traffic"] = TrafficView(path, sid)
+                        tid = sid if sid not in self.runs else sid + "-traffic"
+                        self.traffic[tid] = TrafficView(path, tid)
                     self.problems.pop(str(path), None)
                 except (EvolveError, OSError) as e:  # not ready yet (a run that is starting) or not ours
                     self.problems[str(path)] = str(e)
 
     def run(self, rid: str) -> RunView:
+        if rid not in self.runs:
+            self.refresh()  # a run started since the last look
         view = self.runs.get(rid)
         if view is None:
-            raise LookupError(f"no run {rid!r} here")
+            raise NotFound(f"no run {rid!r} here")
         return view
 
     def store(self, tid: str) -> TrafficView:
+        if tid not in self.traffic:
+            self.refresh()
         view = self.traffic.get(tid)
         if view is None:
-            raise LookupError(f"no trace store {tid!r} here")
+            raise NotFound(f"no trace store {tid!r} here")
         return view
+
+    def views(self) -> tuple[list[RunView], list[TrafficView], dict[str, str]]:
+        """What is here now (found again first), copied under the lock."""
+        self.refresh()
+        with self._lock:
+            return list(self.runs.values()), list(self.traffic.values()), dict(self.problems)
 
     def close(self) -> None:
         for v in [*self.runs.values(), *self.traffic.values()]:
             v.close()
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity (a diverged loss, a -inf log-prob) as null: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str] = ("127.0.0.1", "localhost")) -> Any:
@@ -132,10 +155,10 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
     def api(fn: Callable[..., Any]) -> Callable[[Request], Any]:
         def endpoint(request: Request) -> Response:
             try:
-                return JSONResponse(fn(request, **request.path_params))
-            except LookupError as e:
+                return JSONResponse(finite(fn(request, **request.path_params)))
+            except NotFound as e:
                 return JSONResponse({"error": str(e.args[0] if e.args else e)}, status_code=404)
-            except (ValueError, UserError) as e:
+            except (ValueError, UserError, OverflowError) as e:
                 return JSONResponse({"error": str(e)}, status_code=400)
 
         return endpoint
@@ -146,22 +169,25 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
     def qint(request: Request, name: str, default: int) -> int:
         v = q(request, name)
         try:
-            return default if v in (None, "") else int(v)
+            n = default if v in (None, "") else int(v)
         except ValueError:
             raise ValueError(f"{name} must be a whole number, got {v!r}") from None
+        if not 0 <= n < 2**62:
+            raise ValueError(f"{name} must be a whole number from 0, got {v!r}")
+        return n
 
     def runs(request: Request) -> dict[str, Any]:
-        sources.refresh()
-        return {"runs": [v.summary() for v in sources.runs.values()],
-                "traffic": [v.summary() for v in sources.traffic.values()],
-                "problems": [{"path": p, "error": e} for p, e in sources.problems.items()]}
+        found, stores, problems = sources.views()
+        return {"runs": [v.summary() for v in found], "traffic": [v.summary() for v in stores],
+                "problems": [{"path": p, "error": e} for p, e in problems.items()]}
 
     def version(request: Request, rid: str) -> dict[str, Any]:
         return {"version": sources.run(rid).version()}
 
     def summary(request: Request, rid: str) -> dict[str, Any]:
         run = sources.run(rid)
-        return {**run.summary(), **run.curves(), "version": run.version()}
+        v = run.version()  # read first: a write meanwhile makes the page draw once more, never miss it
+        return {**run.summary(), **run.curves(), "version": v}
 
     def lineage(request: Request, rid: str) -> dict[str, Any]:
         expand = [x for x in (q(request, "expand") or "").split(",") if x]
@@ -178,8 +204,7 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         return system.compare(ra, a, rb, b)
 
     def deploy(request: Request, rid: str) -> dict[str, Any]:
-        store = next(iter(sources.traffic.values()), None)
-        return traffic.deployment(sources.run(rid), store)
+        return traffic.deployment(sources.run(rid), sources.views()[1])
 
     routes = [
         Route("/", lambda request: FileResponse(STATIC / "index.html", media_type="text/html")),
@@ -200,7 +225,7 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         Route("/api/runs/{rid}/systems/{ref}/tools", api(lambda r, rid, ref: layers.tools(sources.run(rid), ref))),
         Route("/api/runs/{rid}/systems/{ref}/workflow",
               api(lambda r, rid, ref: layers.workflow(sources.run(rid), ref))),
-        Route("/api/runs/{rid}/rollouts/{seq:int}", api(lambda r, rid, seq: system.trajectory(sources.run(rid), seq))),
+        Route("/api/runs/{rid}/rollouts/{seq}", api(lambda r, rid, seq: system.trajectory(sources.run(rid), seq))),
         Route("/api/compare", api(compare)),
         Route("/api/traffic/{tid}", api(lambda r, tid: sources.store(tid).summary())),
         Route("/api/traffic/{tid}/version", api(lambda r, tid: {"version": sources.store(tid).version()})),
@@ -219,16 +244,17 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
             if scope["type"] != "http":
                 return await self.app(scope, receive, send)
             request = Request(scope)
+            cookie_name = f"{COOKIE}_{request.url.port or 80}"
             if token is not None:
                 given = request.query_params.get("token")
                 if given is not None and hmac.compare_digest(given.encode(), token.encode()):
                     # once from the printed URL, then a cookie: the token does not stay in the address bar
                     resp: Response = RedirectResponse(request.url.remove_query_params("token"), status_code=303)
-                    resp.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+                    resp.set_cookie(cookie_name, token, httponly=True, samesite="strict")
                     return await self._send(resp, scope, receive, send)
                 auth = request.headers.get("authorization", "")
                 bearer = auth[7:] if auth.lower().startswith("bearer ") else ""
-                cookie = request.cookies.get(COOKIE, "")
+                cookie = request.cookies.get(cookie_name, "")
                 if not any(hmac.compare_digest(x.encode(), token.encode()) for x in (bearer, cookie) if x):
                     return await self._send(PlainTextResponse(
                         "evolve ui: this dashboard needs its token: open the URL it printed (with ?token=...) or send "

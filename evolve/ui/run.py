@@ -22,11 +22,16 @@ from typing import Any, TypeVar
 
 from evolve.archive import Archive
 from evolve.report import read_report
+from evolve.state import RunState
 from evolve.stats import interval
 from evolve.ui import lineage
 
 ACTIVE_S = 120.0
 T = TypeVar("T")
+
+
+class NotFound(LookupError):
+    """What the request names is not here (answered 404; other errors are the dashboard's own)."""
 
 
 class RunView:
@@ -35,6 +40,7 @@ class RunView:
     def __init__(self, run_dir: Path, rid: str) -> None:
         self.run_dir, self.id = Path(run_dir), rid
         self.archive = Archive(self.run_dir, create=False, read_only=True)
+        self.runstate = RunState(self.archive)
         self._cache: dict[Any, tuple[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -42,20 +48,21 @@ class RunView:
         self.archive.close()
 
     def sql(self, query: str, args: tuple[Any, ...] = ()) -> list[tuple]:
-        with self.archive._read() as c:
+        with self.archive._read() as c:  # the archive's own connection (read-only), for the views' own queries
             return c.execute(query, args).fetchall()
 
     # ------------------------------------------------------------------ change detection and caching
 
     def version(self) -> str:
-        """Changes whenever the run writes anything the dashboard shows."""
+        """Changes whenever the run writes anything the dashboard shows, or its status changes (a run
+        that stops writing becomes ``stopped`` without writing)."""
         parts = self.sql(
             "SELECT (SELECT COALESCE(MAX(seq), 0) FROM systems), (SELECT COALESCE(MAX(seq), 0) FROM trajectories), "
             "(SELECT COALESCE(MAX(seq), 0) FROM events), (SELECT COALESCE(MAX(seq), 0) FROM pointer), "
             "(SELECT COALESCE(MAX(updated_at), 0) FROM state)")[0]
         report = self.run_dir / "report.json"
         mtime = report.stat().st_mtime if report.exists() else 0
-        return ".".join(str(p) for p in parts) + f".{mtime}"
+        return ".".join(str(p) for p in parts) + f".{mtime}.{self.status()}"
 
     def cached(self, key: Any, compute: Callable[[], T]) -> T:
         v = self.version()
@@ -100,27 +107,32 @@ class RunView:
         return "running" if time.time() - last < ACTIVE_S else "stopped"
 
     def score(self, system_id: str | None, split: str) -> dict[str, Any] | None:
-        """``{mean, n, ci95}`` of the system's eval rollouts on ``split``, or None."""
+        """``{mean, n, ci95}`` over the tasks of ``split`` the system was scored on (each task's mean
+        over its samples first: re-evaluated samples of one task are not more tasks), or None."""
         if not system_id:
             return None
-        mean, sq, n = self.sql("SELECT AVG(score), AVG(score * score), COUNT(*) FROM trajectories "
-                               "WHERE system_id = ? AND split = ? AND phase = 'eval'", (system_id, split))[0]
+        mean, sq, n = self.sql("SELECT AVG(m), AVG(m * m), COUNT(*) FROM (SELECT AVG(score) AS m FROM trajectories "
+                               "WHERE system_id = ? AND split = ? AND phase = 'eval' GROUP BY task_id)",
+                               (system_id, split))[0]
         return None if not n else {"mean": mean, "n": n, "ci95": interval(mean, sq, n)}
 
     def marks(self) -> dict[str, str | None]:
-        baseline = self.state("baseline")
+        baseline = self.runstate.baseline
         return {"baseline": baseline, "best": self.state("best") or baseline, "current": self.archive.current()}
 
     def summary(self) -> dict[str, Any]:
-        """What the runs page shows of a run."""
-        return self.cached("summary", self._summary)
+        """What the runs page shows of a run (its status and last write read now, not cached)."""
+        return {**self.cached("summary", self._summary), "status": self.status(), "updated": self.last_write()}
 
     def _summary(self) -> dict[str, Any]:
         task = self.task()
-        gens = self.state("generations") or []
+        gens = self.runstate.generations()
         marks = self.marks()
         used = self.archive.usage(test=False)
-        used["seconds"] = round(float(self.state("elapsed") or 0.0), 1)
+        for k, v in self.runstate.operator_llm().items():  # the operators' own model calls count too
+            if k in ("calls", "tokens", "cost"):
+                used[k] = used.get(k, 0) + v
+        used["seconds"] = round(self.runstate.elapsed, 1)
         budget = {k: v for k, v in (task.get("budget") or {}).items() if v is not None}
         report = self.report() or {}
         systems = self.sql("SELECT COUNT(*) FROM systems")[0][0]
@@ -129,9 +141,8 @@ class RunView:
             return None if not sid else {"id": sid, "val": self.score(sid, "val"), "test": self.score(sid, "test")}
 
         return {"id": self.id, "dir": str(self.run_dir), "name": task.get("name") or self.run_dir.name,
-                "world": task.get("world"), "seed": task.get("seed"), "status": self.status(),
-                "stop_reason": report.get("stop_reason"), "updated": self.last_write(),
-                "generation": max((g["index"] for g in gens), default=-1), "systems": systems,
+                "world": task.get("world"), "seed": task.get("seed"), "stop_reason": report.get("stop_reason"),
+                "generation": max((g.index for g in gens), default=-1), "systems": systems,
                 "used": used, "budget": budget, "baseline": entry(marks["baseline"]), "best": entry(marks["best"]),
                 "current": marks["current"], "paired": report.get("paired"),
                 "operators": [o.get("name") for o in task.get("operators") or []]}
@@ -144,23 +155,24 @@ class RunView:
         return self.cached("curves", self._curves)
 
     def _curves(self) -> dict[str, Any]:
-        gens = sorted(self.state("generations") or [], key=lambda g: g["index"])
+        gens = sorted(self.runstate.generations(), key=lambda g: g.index)
         val = self._val_scores()
         born: dict[int, list[float]] = {}
         for sid, gen in self.sql("SELECT id, generation FROM systems"):
             if sid in val:
                 born.setdefault(gen, []).append(val[sid][0])
-        spent = {g: (n, c, cost) for g, n, c, cost in self.sql(
-            "SELECT generation, COUNT(*), COALESCE(SUM(calls), 0), COALESCE(SUM(cost), 0) FROM trajectories "
-            "WHERE split != 'test' GROUP BY generation")}
+        spent: dict[int, float] = {}
+        if any(g.get("cost") is None for g in gens):  # rows of an evolvekit before they recorded their cost
+            spent = dict(self.sql("SELECT generation, COALESCE(SUM(cost), 0) FROM trajectories WHERE split != 'test' "
+                                  "GROUP BY generation"))
         rows = []
         for g in gens:
-            i = g["index"]
-            scores = born.get(i, [])
+            scores = born.get(g.index, [])
+            cost = g.get("cost")
             rows.append({**{k: g.get(k) for k in ("index", "best_val", "best", "children", "accepted", "rollouts",
                                                   "calls", "tokens", "seconds")},
                          "median_val": statistics.median(scores) if scores else None, "scored": len(scores),
-                         "cost": round(spent.get(i, (0, 0, 0.0))[2], 6)})
+                         "cost": round(float(cost if cost is not None else spent.get(g.index, 0.0)), 6)})
         return {"generations": rows}
 
     def _val_scores(self) -> dict[str, tuple[float, int]]:
@@ -200,7 +212,7 @@ class RunView:
         ops = dict(self.sql("SELECT id, operator FROM systems"))
         val = self._val_scores()
         decided = self.decisions()
-        accepted = {a["system_id"] for a in self.state("accepted") or []}
+        accepted = {a.system_id for a in self.runstate.accepted()}
         marks = self.marks()
         deploy = self.deploy_states()
         facts = {}

@@ -10,7 +10,7 @@ from typing import Any
 from evolve.archive import diff as diff_systems
 from evolve.errors import ArchiveError
 from evolve.stats import paired
-from evolve.ui.run import RunView
+from evolve.ui.run import NotFound, RunView
 
 LONG = 80  # strings longer than this (or with newlines) are shown as a line diff
 TASK_LIST = 200  # tasks listed per side of a comparison (the counts are always whole)
@@ -26,7 +26,7 @@ def resolve(run: RunView, ref: str) -> str:
     try:
         return run.archive.resolve(ref)
     except ArchiveError as e:
-        raise LookupError(str(e)) from None
+        raise NotFound(str(e)) from None
 
 
 def system_json(run: RunView, sid: str) -> dict[str, Any]:
@@ -47,25 +47,26 @@ def component_diff(a: dict[str, Any] | None, b: dict[str, Any]) -> list[dict[str
     return out
 
 
-def task_scores(run: RunView, sid: str, split: str, *, phase: str = "eval", generation: int | None = None
-                ) -> dict[str, float]:
-    q = "SELECT task_id, AVG(score) FROM trajectories WHERE system_id = ? AND split = ? AND phase = ?"
-    args: tuple[Any, ...] = (sid, split, phase)
-    if generation is not None:
-        q += " AND generation = ?"
-        args += (generation,)
-    return {t: float(s) for t, s in run.sql(q + " GROUP BY task_id", args)}
+def task_scores(run: RunView, sid: str, split: str, *, generation: int | None = None) -> dict[str, float]:
+    """Each task's mean eval score (:meth:`Archive.task_scores`), or over the rollouts filed under one generation."""
+    if generation is None:
+        return run.archive.task_scores(sid, split)
+    return {t: float(s) for t, s in run.sql(
+        "SELECT task_id, AVG(score) FROM trajectories WHERE system_id = ? AND split = ? AND phase = 'eval' "
+        "AND generation = ? GROUP BY task_id", (sid, split, generation))}
 
 
 def versus(a: dict[str, float], b: dict[str, float]) -> dict[str, Any]:
-    """``b`` against ``a`` task by task: the paired statistics, and the tasks ``b`` does better on
-    (``fixed``), worse on (``broke``), and how many both solve or both miss."""
+    """``b`` against ``a`` task by task: the paired statistics, the tasks ``b`` does better on
+    (``fixed``) and worse on (``broke``), and of the ties how many both solve (score 1 or more),
+    both miss (0 or less) and both score the same in between (``tied``)."""
     common = sorted(set(a) & set(b))
     fixed = [t for t in common if b[t] > a[t]]
     broke = [t for t in common if b[t] < a[t]]
-    same = [t for t in common if b[t] == a[t]]
+    same = [a[t] for t in common if b[t] == a[t]]
     return {**paired(a, b), "fixed": fixed[:TASK_LIST], "broke": broke[:TASK_LIST], "n_fixed": len(fixed),
-            "n_broke": len(broke), "both": sum(1 for t in same if a[t] > 0), "neither": sum(1 for t in same if a[t] <= 0)}
+            "n_broke": len(broke), "both": sum(1 for x in same if x >= 1), "neither": sum(1 for x in same if x <= 0),
+            "tied": sum(1 for x in same if 0 < x < 1)}
 
 
 def detail(run: RunView, ref: str) -> dict[str, Any]:
@@ -122,12 +123,14 @@ def rollouts(run: RunView, ref: str, *, split: str | None = None, phase: str | N
     return {"system": sid, "total": total, "rows": [dict(zip(ROW_COLUMNS, r)) for r in rows]}
 
 
-def trajectory(run: RunView, seq: int) -> dict[str, Any]:
+def trajectory(run: RunView, seq: int | str) -> dict[str, Any]:
     """One stored rollout whole: its bookkeeping, the trajectory (messages, tool calls, reward) and,
     for each model call with token ids, the text of each sampled token (when the tokenizer is known)."""
+    if not str(seq).isdigit() or int(seq) >= 2**62:
+        raise NotFound(f"no rollout {seq!r} in {run.run_dir}")
     rows = run.sql(f"SELECT {', '.join(ROW_COLUMNS)} FROM trajectories WHERE seq = ?", (int(seq),))
     if not rows:
-        raise LookupError(f"no rollout {seq} in {run.run_dir}")
+        raise NotFound(f"no rollout {seq} in {run.run_dir}")
     head = rows[0]
     traj = run.archive.get_trajectories([head[1]])[head[1]].model_dump(mode="json")
     from evolve.ui.tokens import token_texts
@@ -146,8 +149,8 @@ def matrix(run: RunView, split: str = "val") -> dict[str, Any]:
 
 
 def _matrix(run: RunView, split: str) -> dict[str, Any]:
-    accepted = [a["system_id"] for a in run.state("accepted") or []]
-    baseline = run.state("baseline")
+    accepted = [a.system_id for a in run.runstate.accepted()]
+    baseline = run.runstate.baseline
     ids = list(dict.fromkeys(([baseline] if baseline else []) + accepted))
     parents = {c: p for c, p in run.sql("SELECT child, parent FROM lineage WHERE position = 0")}
     need = set(ids) | {parents[i] for i in ids if i in parents}
@@ -167,7 +170,7 @@ def _matrix(run: RunView, split: str) -> dict[str, Any]:
                                "tasks": len(mine), "mean": sum(mine.values()) / len(mine) if mine else None}
         if p is not None and p in per:
             v = versus(per[p], mine)
-            row.update(fixed=v["n_fixed"], broke=v["n_broke"], both=v["both"], neither=v["neither"])
+            row.update(fixed=v["n_fixed"], broke=v["n_broke"], both=v["both"], neither=v["neither"], tied=v["tied"])
         rows.append(row)
     tasks = sorted({t for sid in ids for t in per.get(sid, {})})
     grid = None

@@ -21,8 +21,9 @@ def base_file(run: RunView, system_id: str, role: str) -> str | None:
         return None
     if spec is None or spec.backend != "local" or spec.base is None or spec.base.kind != "base_weights":
         return None
-    path = run.archive.artifacts.path(spec.base)
-    return str(path) if path.is_file() else None
+    if not run.archive.artifacts.has(spec.base.sha256):  # a run copied without its artifacts/
+        return None
+    return str(run.archive.artifacts.path(spec.base))
 
 
 def token_texts(run: RunView, traj: dict[str, Any]) -> dict[int, list[str]]:

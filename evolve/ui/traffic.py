@@ -5,11 +5,12 @@ system, the audit trail, the canary under way with its test on the traffic)."""
 from __future__ import annotations
 
 import json
-import threading
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.ui.run import RunView
+from evolve.ui.run import NotFound, RunView
 
 SESSION_COLUMNS = ("id", "created", "updated", "route", "system_id", "n_calls")
 
@@ -21,15 +22,13 @@ class TrafficView:
         from evolve.gateway.traces import TraceStore
 
         self.dir, self.id = Path(folder), tid
-        self.store = TraceStore(self.dir, create=False, read_only=True)
-        self._lock = threading.Lock()
+        self.store = TraceStore(self.dir, create=False, read_only=True)  # a connection per server thread
 
     def close(self) -> None:
         self.store.close()
 
     def sql(self, query: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        with self._lock:
-            return self.store._db().execute(query, args).fetchall()
+        return self.store._db().execute(query, args).fetchall()
 
     def version(self) -> str:
         row = self.sql("SELECT (SELECT COUNT(*) FROM sessions), (SELECT COALESCE(MAX(ts), 0) FROM calls), "
@@ -37,13 +36,18 @@ class TrafficView:
         return ".".join(str(x) for x in tuple(row))
 
     def summary(self) -> dict[str, Any]:
+        """Counts, and per route and serving system: sessions, those scored, the mean of their first
+        scores (the first score of a session, as the canary counts it: TraceStore.session_scores)."""
         counts = self.store.counts()
-        routes = [{"route": r[0], "system": r[1], "sessions": r[2], "scored": r[3], "mean": r[4]} for r in self.sql(
-            "SELECT s.route, s.system_id, COUNT(*), COUNT(f.score), AVG(f.score) FROM sessions s LEFT JOIN "
-            "(SELECT session_id, MIN(rowid), score FROM feedback WHERE score IS NOT NULL GROUP BY session_id) f "
-            "ON f.session_id = s.id GROUP BY s.route, s.system_id ORDER BY s.route, MIN(s.created)")]
+        groups: dict[tuple[Any, Any], list[float | None]] = {}
+        routes = dict(self.sql("SELECT id, route FROM sessions"))
+        for sid, system, score in self.store.session_scores():
+            groups.setdefault((routes.get(sid), system), []).append(score)
+        by = [{"route": r, "system": sy, "sessions": len(v), "scored": sum(x is not None for x in v),
+               "mean": (sum(x for x in v if x is not None) / max(1, sum(x is not None for x in v)))
+               if any(x is not None for x in v) else None} for (r, sy), v in groups.items()]
         last = self.sql("SELECT MAX(ts) FROM calls")[0][0]
-        return {"id": self.id, "dir": str(self.dir), **counts, "last_call": last, "by_route_and_system": routes}
+        return {"id": self.id, "dir": str(self.dir), **counts, "last_call": last, "by_route_and_system": by}
 
     def sessions(self, *, offset: int = 0, limit: int = 50, route: str | None = None, system: str | None = None
                  ) -> dict[str, Any]:
@@ -65,7 +69,7 @@ class TrafficView:
     def session(self, session_id: str) -> dict[str, Any]:
         head = self.sql(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,))
         if not head:
-            raise LookupError(f"no session {session_id!r} in {self.dir}")
+            raise NotFound(f"no session {session_id!r} in {self.dir}")
         calls = []
         for c in self.store.calls(session_id):
             d = {k: getattr(c, k) for k in ("id", "seq", "ts", "api", "route", "model", "upstream_model", "stream",
@@ -78,23 +82,32 @@ class TrafficView:
         return {"session": dict(zip(SESSION_COLUMNS, tuple(head[0]))), "calls": calls, "feedback": feedback}
 
 
-def deployment(run: RunView, traffic: TrafficView | None = None) -> dict[str, Any]:
+def deployment(run: RunView, stores: Sequence[TrafficView] = ()) -> dict[str, Any]:
     """The run's deployment: the active system, every system's lifecycle state, the audit trail, the
-    canary under way (and its test on ``traffic``, when the store that serves it is open)."""
-    return run.cached(("deploy", traffic.version() if traffic else None), lambda: _deployment(run, traffic))
+    canary under way and its test, on the trace store (and route) whose sessions the candidate served
+    (read now: the test depends on the time as well as the traffic)."""
+    out = dict(run.cached("deploy", lambda: _deployment(run)))
+    canary = out["canary"]
+    if canary is not None:
+        from evolve.deploy.canary import arm_scores, decide
+
+        for traffic in stores:
+            routes = Counter(r for (r,) in traffic.sql("SELECT route FROM sessions WHERE system_id = ? AND created >= ?",
+                                                          (canary["system"], canary["started"])))
+            if routes:
+                route = routes.most_common(1)[0][0]
+                c, a = arm_scores(traffic.store, canary, route)
+                decision, ev = decide(c, a, canary, started=canary["started"])
+                out["canary_test"] = json.loads(json.dumps({"decision": decision, "store": traffic.id, "route": route,
+                                                            **ev}, default=str))
+                break
+    return out
 
 
-def _deployment(run: RunView, traffic: TrafficView | None) -> dict[str, Any]:
+def _deployment(run: RunView) -> dict[str, Any]:
     from evolve.deploy.lifecycle import Deployment
 
     dep = Deployment(run.archive)
-    out: dict[str, Any] = {"active": dep.active(), "states": dep.states(), "canary": dep.canary(),
-                           "blocked": dep.blocked(), "trail": dep.events(), "pointer": [
-                               {"system": s, "reason": r, "at": t} for s, r, t in run.archive.pointer_history()]}
-    if out["canary"] is not None and traffic is not None:
-        from evolve.deploy.canary import arm_scores, decide
-
-        c, a = arm_scores(traffic.store, out["canary"])
-        decision, ev = decide(c, a, out["canary"], started=out["canary"]["started"])
-        out["canary_test"] = json.loads(json.dumps({"decision": decision, **ev}, default=str))
-    return out
+    return {"active": dep.active(), "states": dep.states(), "canary": dep.canary(), "blocked": dep.blocked(),
+            "trail": dep.events(), "problems": dep.check(),
+            "pointer": [{"system": s, "reason": r, "at": t} for s, r, t in run.archive.pointer_history()]}

@@ -6,6 +6,7 @@ and a deployment. Every figure is checked against the archive read directly."""
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import sqlite3
 from pathlib import Path
@@ -46,9 +47,10 @@ def test_the_runs_page_says_what_the_archive_holds(sql_run):
         base, best = a.get_state("baseline"), a.get_state("best")
         assert r["baseline"]["id"] == base and r["best"]["id"] == best
         for which, sid in (("baseline", base), ("best", best)):
-            for split in ("val", "test"):
-                mean, n = a.score(sid, split)
-                assert r[which][split]["n"] == n and r[which][split]["mean"] == pytest.approx(mean)
+            for split in ("val", "test"):  # over tasks (a task's samples averaged first)
+                per_task = a.task_scores(sid, split)
+                assert r[which][split]["n"] == len(per_task)
+                assert r[which][split]["mean"] == pytest.approx(sum(per_task.values()) / len(per_task))
         assert r["generation"] == 4 and r["budget"] == {"generations": 4}
     assert r["best"]["val"]["ci95"] > 0
 
@@ -258,3 +260,37 @@ def test_the_lineage_layout_keeps_every_system_in_a_place_of_its_own():
     assert picture(nodes, {}, keep=[f"f{i}" for i in range(300)], marked=["a"], cap=50, mode="accepted")["shown"] == 302
     with pytest.raises(ValueError, match="one of auto, accepted, all"):
         picture(nodes, {}, keep=[], marked=[], mode="everything")
+
+
+def test_what_the_review_found_stays_fixed(tmp_path, monkeypatch):
+    import evolve.ui.run as ui_run
+    from evolve.memory.view import memory_view
+
+    # a run with two samples of each val task (re-evaluation), a NaN in an operator's statistics
+    base, child = System(prompts={"p": "a"}), System(prompts={"p": "b"})
+    with Archive(tmp_path / "r") as a:
+        a.add_system(base)
+        a.add_system(child, parents=[base.id], operator="op", generation=1, info={"curve": [{"step": 1, "loss": math.nan}]})
+        a.put_state("baseline", base.id)
+        a.add_trajectories([(f"k{t}{s}", "val", "eval", 0, Trajectory(task_id=f"t{t}", system_id=base.id, sample=s,
+                                                                      reward=Reward(score=float(s))))
+                            for t in range(3) for s in range(2)])
+    c = client(tmp_path / "r")
+    r = c.get("/api/runs").json()["runs"][0]
+    assert r["baseline"]["val"]["n"] == 3 and r["baseline"]["val"]["mean"] == 0.5  # three tasks, not six rollouts
+    assert r["status"] == "running"
+    monkeypatch.setattr(ui_run, "ACTIVE_S", 0.0)  # nothing written since: a killed run is stopped, unwritten
+    assert c.get("/api/runs").json()["runs"][0]["status"] == "stopped"
+    assert c.get(f"/api/runs/r/systems/{child.id}").json()["curve"] == [{"step": 1, "loss": None}]
+    assert c.get("/api/runs/r/rollouts/99999999999999999999").status_code == 404
+    assert c.get(f"/api/runs/r/systems/{base.id}/rollouts?offset=99999999999999999999").status_code == 400
+    # a memory store whose folder name would break a file: URI is read, never created
+    from evolve.memory.embed import HashingEmbedder
+    from evolve.memory.store import MemoryStore
+
+    odd = tmp_path / "q?x#y%20"
+    with MemoryStore(odd, embedder=HashingEmbedder()) as store:
+        store.add("an item", kind="experience")
+        v = store.version
+    assert [i["text"] for i in memory_view({"store": str(odd), "version": v})["items"]] == ["an item"]
+    assert not (tmp_path / "q").exists()

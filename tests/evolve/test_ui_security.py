@@ -128,3 +128,21 @@ def test_the_command_serves_on_loopback(run, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_any_loopback_address_it_is_bound_to_answers(run):
+    with serve([run], host="127.0.0.2") as server:
+        with urllib.request.urlopen(f"{server.base}/api/runs", timeout=10) as r:
+            assert r.status == 200
+
+
+def test_a_run_and_a_trace_store_in_one_folder_are_both_reachable(run, tmp_path):
+    from evolve.gateway.traces import TraceStore
+
+    both = tmp_path / "both"
+    shutil.copytree(run, both)
+    TraceStore(both).close()
+    c = TestClient(build_app(Sources([both]), hosts=["testserver"]))
+    listed = c.get("/api/runs").json()
+    assert [t["id"] for t in listed["traffic"]] == ["both-traffic"]
+    assert c.get("/api/traffic/both-traffic/sessions").status_code == 200

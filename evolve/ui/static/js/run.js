@@ -75,12 +75,13 @@ async function tasksView(ctx, rid) {
   const out = h("div", null, h("div", { class: "toolbar" }, "split ", pick,
     h("span", { class: "muted" }, "each accepted system against its parent: the tasks it does better on (fixed) and worse on (broke)")));
   append(out, table(["system", "generation", "operator", "parent", { label: "tasks", num: true }, { label: "mean", num: true },
-    { label: "fixed", num: true }, { label: "broke", num: true }, { label: "both solve", num: true }, { label: "neither", num: true }],
+    { label: "fixed", num: true }, { label: "broke", num: true }, { label: "both solve", num: true }, { label: "neither", num: true },
+    { label: "tied between", num: true, title: "the same partial score (between 0 and 1) for both" }],
   m.rows.map((r) => ({
     onclick: () => { location.hash = `#/run/${encodeURIComponent(rid)}/lineage?sys=${r.id}`; },
     data: { system: r.id, fixed: r.fixed ?? "", broke: r.broke ?? "" },
     cells: [h("span", { class: "mono" }, short(r.id)), r.generation, r.operator, h("span", { class: "mono" }, short(r.parent)),
-      r.tasks, pct(r.mean), r.fixed ?? "–", r.broke ?? "–", r.both ?? "–", r.neither ?? "–"],
+      r.tasks, pct(r.mean), r.fixed ?? "–", r.broke ?? "–", r.both ?? "–", r.neither ?? "–", r.tied ?? "–"],
   })), { id: "matrix" }));
   if (m.grid) {
     append(out, h("h2", null, `Per task (${m.grid.tasks.length} ${split} tasks; green solved, red missed, grey not scored)`));
@@ -88,7 +89,7 @@ async function tasksView(ctx, rid) {
     m.grid.scores.forEach((row, i) => {
       const line = h("div", { style: { whiteSpace: "nowrap" } }, h("span", { class: "mono", style: { display: "inline-block", width: "80px" } }, short(m.rows[i].id)));
       row.forEach((v, j) => {
-        const col = v === null ? "#dee2e6" : `hsl(${Math.round(120 * v)}, 60%, 45%)`;
+        const col = v === null ? "#dee2e6" : `hsl(${Math.round(120 * Math.min(1, Math.max(0, v)))}, 60%, 45%)`;
         append(line, h("span", { class: "grid-cell", title: `${m.grid.tasks[j]}: ${v === null ? "not scored" : v.toFixed(2)}`, style: { background: col } }));
       });
       append(grid, line);
