@@ -29,9 +29,11 @@ function shown(v) {
 function versus(v, what) {
   if (!v || !v.n) return h("p", { class: "muted" }, `not scored on ${what} against its parent`);
   const taskList = (ids, n) => (n ? h("details", null, h("summary", null, `${n} tasks`), h("p", { class: "mono" }, ids.join(", "), n > ids.length ? ` … (${n - ids.length} more)` : "")) : "0");
-  return table(["on", "parent", "this", "difference", "fixed", "broke", "both solve", "neither", "tied between", "sign test p"], [{
-    cells: [`${what} (${v.n} tasks)`, pct(v.a), pct(v.b), `${(100 * v.diff).toFixed(1)} pts${v.ci95 === null ? "" : ` ±${(100 * v.ci95).toFixed(1)}`}`,
-      taskList(v.fixed, v.n_fixed), taskList(v.broke, v.n_broke), v.both, v.neither, v.tied, v.p.toPrecision(2)],
+  const same = `${v.both} both solve, ${v.neither} neither${v.tied ? `, ${v.tied} tied between` : ""}`;
+  return table(["on", "parent", "this", "difference (95% CI, sign test)", "fixed", "broke", "same"], [{
+    cells: [`${what} (${v.n} tasks)`, pct(v.a), pct(v.b),
+      `${(100 * v.diff).toFixed(1)} pts${v.ci95 === null ? "" : ` ±${(100 * v.ci95).toFixed(1)}`}, p=${v.p.toPrecision(2)}`,
+      taskList(v.fixed, v.n_fixed), taskList(v.broke, v.n_broke), same],
   }], { class: "versus" });
 }
 
