@@ -242,8 +242,16 @@ class RayRunner:
     def _placement_error(self, a: _Actor) -> UserError:
         ray = ray_module()
         with contextlib.suppress(Exception):
-            have = resources_text(ray.available_resources())
-            total = resources_text(ray.cluster_resources())
+            free = ray.available_resources()
+            have, total = resources_text(free), resources_text(ray.cluster_resources())
+            o = self.options
+            asks = {"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]}
+            if all(free.get(k, 0) >= v for k, v in asks.items() if v):  # room, but it did not come up in time
+                n = sum(not x.ready for x in self._actors)
+                return UserError(f"a ray worker asking for {self._asks()} did not start within {self.start_timeout:g}s "
+                                 f"although the cluster has room for it ({have} free of {total}); {n} workers were "
+                                 "still starting: the nodes start processes too slowly for this many workers. Raise "
+                                 "runner.params.start_timeout, or lower runner.workers")
             return UserError(f"no Ray node could start a worker asking for {self._asks()} within "
                              f"{self.start_timeout:g}s; the cluster has {total} ({have} free). "
                              "Lower runner.params (num_cpus, num_gpus, resources), or add nodes")

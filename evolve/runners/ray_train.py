@@ -9,17 +9,18 @@ A :class:`RayTrainer` is what the engine hands operators as ``ctx.extra["remote"
 SFT cold start finds on ``session.runner.trainer``); ``None`` there means "train here", in the
 driver. It does two things:
 
-* ``trainer(fn, *args, **kwargs)``: one call in a Ray task (STaR, ``from_traces``, the cold start:
-  paths in, bytes back);
+* ``trainer(fn, *args, **kwargs)``: one call, in a Ray actor that ends with it (STaR,
+  ``from_traces``, the cold start: paths in, bytes back);
 * ``trainer.actor(cls, *args, **kwargs)``: an object built in a Ray actor and kept there (GRPO's
   learner: its model is loaded once, each ``update`` and ``adapter_bytes`` is a remote call). The
   :class:`HostedActor` proxy calls its methods by name; :meth:`HostedActor.close` ends it.
 
 Arguments and results are data: paths on the run's shared artifact folder, token ids, statistics,
 file bytes. A request that no node of the cluster has (``num_gpus: 1`` on a cluster without GPUs)
-is an error naming what the cluster has, before anything is started; an actor that a node could
-hold but none frees room for within ``start_timeout`` is an error too, not a wait. A call past
-``timeout`` is cancelled (the actor killed); a task or actor that dies with its node is an
+is an error naming what the cluster has, before anything is started; a training actor that a node
+could hold but none frees room for within ``start_timeout`` (the rollout actors keep theirs between
+batches) is an error too, not a wait. A call past ``timeout`` is cancelled (the actor killed); an
+actor that dies with its node is an
 :class:`~evolve.errors.InfraError` (the world failing: the run stops, and ``--resume`` proposes
 again from the saved state).
 """
@@ -34,8 +35,6 @@ from evolve.errors import InfraError, UserError
 from evolve.runners.ray_base import cause, resources_text
 
 DAY = 24 * 3600.0
-
-
 TRAIN_KEYS = ("num_cpus", "num_gpus", "resources", "timeout")
 
 
@@ -77,6 +76,13 @@ class _Host:
         return getattr(self.obj, name)(*args, **kwargs)
 
 
+class _Call:
+    """What a one-call training actor holds: nothing but the call."""
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+
 class RayTrainer:
     """Runs training calls with ``train``'s resources (see the module docstring). ``connect``
     returns the ``ray`` module, connected to the runner's cluster."""
@@ -111,11 +117,14 @@ class RayTrainer:
             raise InfraError(f"{what} died on the cluster: {cause(e)}") from None
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` in a Ray task with the ``train`` resources; its result."""
-        ray = self._connect()
-        self._fits(ray)
-        ref = ray.remote(fn).options(**self.options, max_retries=0).remote(*args, **kwargs)
-        return self._get(ray, ref, "the training task", self.timeout, lambda: ray.cancel(ref, force=True))
+        """``fn(*args, **kwargs)`` with the ``train`` resources, in a Ray actor of its own that ends
+        with the call (an actor rather than a task: one that cannot be placed is an error after
+        ``start_timeout``, not a wait); its result."""
+        hosted = self.actor(_Call)
+        try:
+            return hosted.run(fn, *args, **kwargs)
+        finally:
+            hosted.close()
 
     def actor(self, cls: type, *args: Any, **kwargs: Any) -> "HostedActor":
         """``cls(*args, **kwargs)`` built in a Ray actor with the ``train`` resources, kept there."""
@@ -146,7 +155,7 @@ class RayTrainer:
             total, free = resources_text(ray.cluster_resources()), resources_text(ray.available_resources())
             have = f"; the cluster has {total} ({free} free)"
         return (f"no Ray node could start the training actor asking for {asks} (runner.params.train) within "
-                f"{self.start_timeout:g}s{have}: the rollout actors may hold what it needs. Lower "
+                f"{self.start_timeout:g}s{have}: the rollout actors and model servers may hold what it needs. Lower "
                 "runner.params.train or the rollout actors' num_cpus / workers, or add nodes")
 
 

@@ -17,6 +17,7 @@ import pytest
 
 import evolve
 from evolve.archive import Archive
+from evolve.types import LLMCall
 from tests.helpers import DATA, ROOT, stored_rollouts
 from tests.helpers.upstream import free_port
 
@@ -171,7 +172,6 @@ def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_
     from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
     from evolve.runners.ray_models import PREFIX
     from evolve.runners.ray_runner import RayRunner
-    from evolve.types import LLMCall
 
     evolve.run(_vowel_task(tmp_path, budget={"generations": 0}), out=tmp_path / "run")
     with Archive(tmp_path / "run", create=False) as a:
@@ -259,6 +259,14 @@ def test_grpo_learns_in_a_ray_actor_where_the_task_file_asks_and_builds_the_driv
         r["loss"] for r in kid_here.info["curve"] if "loss" in r]
     with pytest.raises(Exception, match=r"runner.params.train asks for \{CPU: 1, GPU: 1\}, which no node"):
         evolve.run({**there, "runner": _ray_runner(cluster, num_gpus=1)}, out=tmp_path / "bad")
+    # node2 exists, but the rollout actors hold all of it: an error after start_timeout, not a wait
+    busy = _ray_runner(cluster, num_cpus=0.5, resources={"node2": 0.5})
+    busy["params"].update(resources={"node2": 0.5}, start_timeout=20)
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match=r"no Ray node could start the training actor asking for "
+                                        r"\{CPU: 0.5, node2: 0.5\} \(runner.params.train\) within 20s"):
+        evolve.run({**there, "runner": busy}, out=tmp_path / "busy")
+    assert time.monotonic() - t0 < 120
 
 
 def test_the_sft_cold_start_trains_in_a_ray_task_and_builds_the_drivers_weights(cluster, tmp_path, monkeypatch):
@@ -286,6 +294,51 @@ def test_the_sft_cold_start_trains_in_a_ray_task_and_builds_the_drivers_weights(
     monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache-bad"))
     with pytest.raises(Exception, match=r"runner.params.train asks for \{CPU: 1, GPU: 1\}, which no node"):
         evolve.run({**task, "runner": _ray_runner(cluster, num_gpus=1)}, out=tmp_path / "bad")
+
+
+# the SQL quickstart (examples/sql_agent/task.yaml), reduced to a few minutes: a smaller tiny model
+# and demo set, fewer tasks, one generation; STaR learns every sample and its child is accepted, so
+# that a child is trained, scored on val, and compared
+QUICKSTART = ROOT / "examples" / "sql_agent" / "task.yaml"
+REDUCED = ["dataset.params={n_train: 240, n_val: 24, n_test: 24}", "models.policy.cold_start.n_demos=48",
+           "models.policy.cold_start.epochs=4", "models.policy.cold_start.eval_every=12",
+           "models.policy.cold_start.n_eval=12",
+           "models.policy.cold_start.tiny={d_model: 64, n_layers: 2, n_heads: 2, d_ff: 128, max_len: 512}",
+           "operators.0.params={tasks: 24, samples: 2, temperature: 0.8, threshold: 0.0, turns: all, "
+           "min_examples: 1, replay: 0.5, epochs: 1, batch_size: 16}",
+           "budget={generations: 1}", "engine={minibatch: 12, min_gain: -1, val_tolerance: 1}", "runner.workers=8"]
+
+
+def test_the_sql_quickstart_on_ray_builds_the_systems_of_the_thread_runner(cluster, tmp_path, monkeypatch):
+    """Rollouts in Ray actors answered by a shared model server actor, the cold start and STaR's
+    training in Ray tasks on the second node: the same lineage, scores and sampled tokens as the
+    thread runner's run of the same task, each from its own empty SFT cache."""
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache-thread"))
+    here = evolve.run(QUICKSTART, out=tmp_path / "thread", overrides=REDUCED)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache-ray"))
+    # the rollout actors and the server on the head, so that the training always has room on node2
+    there = evolve.run(QUICKSTART, out=tmp_path / "ray", overrides=[*REDUCED, *cluster.params(
+        num_cpus=0.1, resources="{head: 0.01}", model_server="{num_cpus: 1, resources: {head: 0.01}}",
+        train="{num_cpus: 1, resources: {node2: 0.5}}")])
+    lineage = _lineage(tmp_path / "thread")
+    assert _lineage(tmp_path / "ray") == lineage
+    assert [d["accepted"] for d in lineage["decisions"]] == [True]  # the STaR child, accepted (scored on val)
+    for key in ("baseline", "best"):
+        assert there[key]["system_id"] == here[key]["system_id"]
+        assert there[key]["val"] == here[key]["val"] and there[key]["test"] == here[key]["test"]
+    (info,) = [json.loads(p.read_text()) for p in (tmp_path / "cache-ray" / "sft").glob("*/info.json")]
+    assert info["trained_in"]["ip"] == "127.0.0.3"  # the cold start trained on the node that has node2
+    with Archive(tmp_path / "thread", create=False) as a, Archive(tmp_path / "ray", create=False) as b:
+        (star,) = [r for r in b.records() if r.operator == "star"]
+        assert star.info["trained_remotely"] is True
+        mine = {r.key: r.trajectory for r in a.trajectory_rows()}
+        theirs = {r.key: r.trajectory for r in b.trajectory_rows()}
+        assert set(mine) == set(theirs) and len(mine) > 100
+        for k in mine:  # every rollout: the same score and the same sampled tokens, call for call
+            x, y = mine[k], theirs[k]
+            assert x.score == y.score and x.error == y.error
+            assert [s.token_ids for s in x.steps if isinstance(s, LLMCall)] == [
+                s.token_ids for s in y.steps if isinstance(s, LLMCall)]
 
 
 # last in the file: `ray stop --force` at its end stops every Ray process here, the module's cluster too
