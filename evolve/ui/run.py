@@ -142,7 +142,7 @@ class RunView:
 
         return {"id": self.id, "dir": str(self.run_dir), "name": task.get("name") or self.run_dir.name,
                 "world": task.get("world"), "seed": task.get("seed"), "stop_reason": report.get("stop_reason"),
-                "generation": max((g.index for g in gens), default=-1), "systems": systems,
+                "generation": max((g.index for g in gens), default=None), "systems": systems,
                 "used": used, "budget": budget, "baseline": entry(marks["baseline"]), "best": entry(marks["best"]),
                 "current": marks["current"], "paired": report.get("paired"),
                 "operators": [o.get("name") for o in task.get("operators") or []]}

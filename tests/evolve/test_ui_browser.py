@@ -19,6 +19,7 @@ pytest.importorskip("starlette")
 
 import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
+from evolve.state import RunState  # noqa: E402
 from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory  # noqa: E402
 from evolve.ui import serve  # noqa: E402
 from tests.helpers import sql_scripted, stored_rollouts  # noqa: E402
@@ -88,9 +89,13 @@ def test_the_lineage_renders_every_system_and_a_click_shows_its_diff_and_scores(
         parent = a.record(best).parents[0]
         before, after = a.get_system(parent).prompts["instruction"], a.get_system(best).prompts["instruction"]
         val = a.score(best, "val")
+        accepted = {x.system_id for x in RunState(a).accepted()}
     visit(page, "#/run/sql/lineage?sys=baseline")
     page.wait_for_selector("svg#lineage g.node")
     assert page.locator("svg#lineage g.node").count() == len(records)
+    want = {r.id: "baseline" if r.operator == "init" else "accepted" if r.id in accepted else "rejected" for r in records}
+    drawn = {g.get_attribute("data-id"): g.get_attribute("data-state") for g in page.locator("svg#lineage g.node").all()}
+    assert drawn == want  # every system finished: none drawn as undecided, only the starting one as the baseline
     page.locator(f'svg#lineage g.node[data-id="{best}"]').click()
     panel = page.locator(f'#system-panel [data-system="{best}"]')
     panel.wait_for()
@@ -173,6 +178,9 @@ def test_two_runs_compare_side_by_side(page):
     page.wait_for_selector("table#compare-runs")
     head = page.locator("table#compare-runs thead").inner_text()
     assert "sql" in head and "layers" in head
+    rows = {r.split("\t")[0]: r.split("\t")[1:] for r in page.locator("table#compare-runs tbody tr").all_inner_texts()}
+    assert rows["generations"] == ["4", "–"]  # the layers run was written by hand: no generation yet, not "-1"
+    assert rows["task"][0].endswith("seed 0") and "seed" not in rows["task"][1]  # no "seed null"
     page.wait_for_selector("#plot-compare .main-svg")
     shot(page, "compare-runs")
     assert not page.errors
@@ -218,6 +226,8 @@ def test_a_live_runs_new_generation_appears_without_a_reload(page, runs):
         while page.locator("svg#lineage g.node").count() <= first and time.monotonic() < deadline:
             page.wait_for_timeout(250)
         assert page.locator("svg#lineage g.node").count() > first
+        states = page.locator("svg#lineage g.node").evaluate_all("gs => gs.map(g => g.dataset.state)")
+        assert states.count("baseline") == 1  # a system still being evaluated is not drawn as the baseline
         assert page.evaluate("window.__same_page") is True  # redrawn in place, not reloaded
         assert "live" in page.locator("#live").inner_text()
         shot(page, "live-after")

@@ -1,5 +1,5 @@
 // Two systems side by side, from one run or two: their scores, the diff, and task by task which does better.
-import { h, append, api, table, short, score, pct } from "./dom.js";
+import { h, append, api, table, short, score, pct, num } from "./dom.js";
 import { diffTable } from "./system.js";
 import { lineChart } from "./charts.js";
 
@@ -36,8 +36,8 @@ export async function compareRunsView(ctx, ra, rb) {
   ctx.setCrumbs([{ label: "runs", href: "#/" }, { label: `compare ${ra} and ${rb}` }]);
   const row = (label, f) => ({ cells: [label, f(a), f(b)] });
   const facts = table(["", ra, rb], [
-    row("task", (r) => `${r.name}${r.world ? ` (${r.world})` : ""}, seed ${r.seed}`),
-    row("status", (r) => r.status), row("generations", (r) => String(r.generation)), row("systems", (r) => String(r.systems)),
+    row("task", (r) => `${r.name}${r.world ? ` (${r.world})` : ""}${r.seed !== null && r.seed !== undefined ? `, seed ${r.seed}` : ""}`),
+    row("status", (r) => r.status), row("generations", (r) => num(r.generation)), row("systems", (r) => String(r.systems)),
     row("rollouts", (r) => String(r.used.rollouts)), row("LLM calls", (r) => String(r.used.calls)),
     row("tokens", (r) => String(r.used.tokens)), row("seconds", (r) => String(r.used.seconds)),
     row("baseline val", (r) => (r.baseline ? score(r.baseline.val) : "–")), row("best val", (r) => (r.best ? score(r.best.val) : "–")),

@@ -4,11 +4,12 @@ import { systemPanel } from "./system.js";
 
 const DY = 60, R = 8, PAD = 40;
 
-function colour(n) {
-  if (n.accepted === true) return n.operator === "init" ? "#4dabf7" : "#51cf66";
-  if (n.accepted === false) return "#ced4da";
-  return "#4dabf7"; // the baseline and systems no decision was logged for
+// A node's state and its colour: a live run's newest system has no decision yet and must not look like the baseline.
+function state(n) {
+  if (n.operator === "init" || n.marks.includes("baseline")) return "baseline";
+  return n.accepted === true ? "accepted" : n.accepted === false ? "rejected" : "undecided";
 }
+const COLOURS = { baseline: "#4dabf7", accepted: "#51cf66", rejected: "#ced4da", undecided: "#ffe066" };
 
 export async function lineageView(ctx, rid, run) {
   const q = ctx.route.query;
@@ -30,7 +31,7 @@ export async function lineageView(ctx, rid, run) {
     pic.view !== "whole" && pic.total <= 5000 ? h("button", { onclick: () => go({ view: "all" }) }, "draw all") : null,
     mode !== "auto" ? h("button", { onclick: () => go({ view: null }) }, "collapse") : null,
     expand.length ? h("button", { onclick: () => go({ expand: null }) }, "fold opened") : null,
-    h("span", { class: "muted" }, "● accepted  ○ rejected (grey)  ◉ baseline (blue)  ring: current  ★ best"));
+    h("span", { class: "muted" }, "● accepted (green)  ○ rejected (grey)  ◉ baseline (blue)  ● no decision yet (yellow)  ring: current  ★ best"));
   const svg = drawTree(pic, chosen, (id) => go({ sys: id }), (id) => go({ expand: [...expand, id].join(",") }));
   const left = h("div", { class: "pane", id: "lineage-pane", dataset: { keep: "lineage" } }, svg);
   if (!ctx.again) { // a new view (not a live redraw, which keeps the scroll): bring the chosen system into sight
@@ -75,12 +76,12 @@ function drawTree(pic, chosen, pick, open) {
   }
   for (const n of pic.nodes) {
     const [x, y] = at[n.id];
-    const g = s("g", { class: `node${n.id === chosen ? " sel" : ""}`, dataset: { id: n.id, accepted: String(n.accepted) },
+    const g = s("g", { class: `node${n.id === chosen ? " sel" : ""}`, dataset: { id: n.id, accepted: String(n.accepted), state: state(n) },
       onclick: (e) => { e.stopPropagation(); pick(n.id); } });
     g.append(s("title", null, `${n.id}\n${n.operator} (generation ${n.generation})\nval ${n.val === null ? "–" : pct(n.val)}` +
       `${n.why ? `\n${n.why}` : ""}${n.deploy ? `\ndeploy: ${n.deploy}` : ""}${n.marks.length ? `\n${n.marks.join(", ")}` : ""}`));
     if (n.marks.includes("current")) g.append(s("circle", { cx: x, cy: y, r: R + 4, fill: "none", stroke: "#212529", "stroke-width": 2 }));
-    g.append(s("circle", { cx: x, cy: y, r: R, fill: colour(n) }));
+    g.append(s("circle", { cx: x, cy: y, r: R, fill: COLOURS[state(n)] }));
     if (n.marks.includes("best")) g.append(s("text", { x: x - 5, y: y - R - 4, fill: "#f08c00" }, "★"));
     if (label && n.val !== null) g.append(s("text", { x: x + R + 3, y: y + 4, fill: "#495057" }, pct(n.val, 0)));
     if (n.deploy) g.append(s("text", { x: x - R, y: y + R + 12, fill: "#1864ab" }, n.deploy));

@@ -36,7 +36,7 @@ export async function runsView(ctx) {
       data.runs.map((r) => {
         const g = r.paired && r.paired.test;
         const gain = g && g.diff !== null ? `${(100 * g.diff).toFixed(1)} ±${g.ci95 === null ? "?" : (100 * g.ci95).toFixed(1)}` : "–";
-        const gens = r.budget.generations !== undefined ? `${Math.max(r.generation, 0)} / ${r.budget.generations}` : String(r.generation);
+        const gens = r.budget.generations !== undefined ? `${r.generation ?? 0} / ${r.budget.generations}` : num(r.generation);
         return {
           onclick: () => { location.hash = `#/run/${encodeURIComponent(r.id)}`; },
           data: { run: r.id },
