@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 HEAVY = ["torch", "transformers", "peft", "litellm", "chromadb", "sentence_transformers", "dspy", "docker",
-         "numpy", "typer", "rich", "safetensors", "httpx", "requests", "mlflow", "wandb", "opentelemetry", "grpc"]
+         "numpy", "typer", "rich", "safetensors", "httpx", "requests", "mlflow", "wandb", "opentelemetry", "grpc",
+         "ray", "starlette", "uvicorn", "plotly", "playwright"]
 
 PROBE = """
 import sys, time, json
