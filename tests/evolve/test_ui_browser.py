@@ -19,7 +19,6 @@ pytest.importorskip("starlette")
 
 import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
-from evolve.state import RunState  # noqa: E402
 from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory  # noqa: E402
 from evolve.ui import serve  # noqa: E402
 from tests.helpers import sql_scripted, stored_rollouts  # noqa: E402
@@ -89,7 +88,7 @@ def test_the_lineage_renders_every_system_and_a_click_shows_its_diff_and_scores(
         parent = a.record(best).parents[0]
         before, after = a.get_system(parent).prompts["instruction"], a.get_system(best).prompts["instruction"]
         val = a.score(best, "val")
-        accepted = {x.system_id for x in RunState(a).accepted()}
+        accepted = {x["system_id"] for x in a.get_state("accepted")}
     visit(page, "#/run/sql/lineage?sys=baseline")
     page.wait_for_selector("svg#lineage g.node")
     assert page.locator("svg#lineage g.node").count() == len(records)

@@ -1,5 +1,5 @@
 // Two systems side by side, from one run or two: their scores, the diff, and task by task which does better.
-import { h, append, api, table, short, score, pct, num } from "./dom.js";
+import { h, append, api, table, short, score, pct, num, secs } from "./dom.js";
 import { diffTable } from "./system.js";
 import { lineChart } from "./charts.js";
 
@@ -39,7 +39,7 @@ export async function compareRunsView(ctx, ra, rb) {
     row("task", (r) => `${r.name}${r.world ? ` (${r.world})` : ""}${r.seed !== null && r.seed !== undefined ? `, seed ${r.seed}` : ""}`),
     row("status", (r) => r.status), row("generations", (r) => num(r.generation)), row("systems", (r) => String(r.systems)),
     row("rollouts", (r) => String(r.used.rollouts)), row("LLM calls", (r) => String(r.used.calls)),
-    row("tokens", (r) => String(r.used.tokens)), row("seconds", (r) => String(r.used.seconds)),
+    row("tokens", (r) => String(r.used.tokens)), row("seconds", (r) => secs(r.used.seconds)),
     row("baseline val", (r) => (r.baseline ? score(r.baseline.val) : "–")), row("best val", (r) => (r.best ? score(r.best.val) : "–")),
     row("best test", (r) => (r.best ? score(r.best.test) : "–")),
   ], { id: "compare-runs" });

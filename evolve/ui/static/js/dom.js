@@ -57,6 +57,8 @@ export function num(x, d = 0) {
   if (Math.abs(x) >= 1e4) return `${(x / 1e3).toFixed(1)}k`;
   return x.toFixed(d);
 }
+// Seconds: one decimal below 10 (a short run is not "0"), whole above.
+export function secs(x) { return num(x, typeof x === "number" && Math.abs(x) < 10 ? 1 : 0); }
 export function money(x) { return x ? `$${x.toFixed(x < 1 ? 4 : 2)}` : "$0"; }
 export function when(ts) { return ts ? new Date(ts * 1000).toLocaleString() : "–"; }
 export function ago(ts) {

@@ -76,7 +76,7 @@ function drawTree(pic, chosen, pick, open) {
   }
   for (const n of pic.nodes) {
     const [x, y] = at[n.id];
-    const g = s("g", { class: `node${n.id === chosen ? " sel" : ""}`, dataset: { id: n.id, accepted: String(n.accepted), state: state(n) },
+    const g = s("g", { class: `node${n.id === chosen ? " sel" : ""}`, dataset: { id: n.id, state: state(n) },
       onclick: (e) => { e.stopPropagation(); pick(n.id); } });
     g.append(s("title", null, `${n.id}\n${n.operator} (generation ${n.generation})\nval ${n.val === null ? "–" : pct(n.val)}` +
       `${n.why ? `\n${n.why}` : ""}${n.deploy ? `\ndeploy: ${n.deploy}` : ""}${n.marks.length ? `\n${n.marks.join(", ")}` : ""}`));

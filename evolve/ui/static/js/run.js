@@ -1,5 +1,5 @@
 // One run: overview (budget, scores, curves per generation), lineage (+ the system panel), tasks, deployment.
-import { h, append, api, table, short, score, num, money, pct, ago, when, statusBadge, badge, card } from "./dom.js";
+import { h, append, api, table, short, score, num, secs, money, pct, ago, when, statusBadge, badge, card } from "./dom.js";
 import { lineageView } from "./lineage.js";
 import { lineChart, barChart } from "./charts.js";
 
@@ -37,7 +37,7 @@ function overview(ctx, rid, run) {
     card("LLM calls", `${num(run.used.calls)}${run.budget.calls ? ` / ${num(run.budget.calls)}` : ""}`),
     card("tokens", `${num(run.used.tokens)}${run.budget.tokens ? ` / ${num(run.budget.tokens)}` : ""}`),
     card("money", `${money(run.used.cost)}${run.budget.usd ? ` / ${money(run.budget.usd)}` : ""}`),
-    card("seconds", `${num(run.used.seconds, run.used.seconds < 10 ? 1 : 0)}${run.budget.seconds ? ` / ${num(run.budget.seconds)}` : ""}`));
+    card("seconds", `${secs(run.used.seconds)}${run.budget.seconds ? ` / ${secs(run.budget.seconds)}` : ""}`));
   const x = gens.map((r) => r.index);
   const scoreDiv = h("div", { class: "plot", id: "plot-scores" });
   const costDiv = h("div", { class: "plot", id: "plot-cost" });

@@ -1,10 +1,10 @@
 // The first page: every run (task, status, budget spent, baseline and best with intervals) and trace store.
-import { h, append, api, table, short, score, num, money, ago, statusBadge, badge } from "./dom.js";
+import { h, append, api, table, short, score, num, secs, money, ago, statusBadge, badge } from "./dom.js";
 
 function spent(used, budget) {
   const parts = [];
   for (const [k, label, f] of [["rollouts", "rollouts", num], ["calls", "calls", num], ["tokens", "tokens", num],
-                               ["usd", "money", money], ["seconds", "s", num]]) {
+                               ["usd", "money", money], ["seconds", "s", secs]]) {
     const u = k === "usd" ? used.cost : used[k];
     if (budget[k] !== undefined) parts.push(`${f(u)} / ${f(budget[k])} ${label}`);
     else if (u) parts.push(`${f(u)} ${label}`);
