@@ -98,7 +98,21 @@ def _llm_error(message: str, category: str) -> "LLMError":
 
 class InfraError(EvolveError):
     """The world failed under the agent and kept failing past the retry policy (or cannot be
-    retried: a bad key, a missing model): the run stops without storing what it could not score."""
+    retried: a bad key, a missing model): the run stops without storing what it could not score.
+
+    Raised inside a rollout (a world's own environment could not be built or reached), it marks
+    the rollout's ``infra`` with ``category`` and ``retryable`` (:func:`evolve.failures.classify`)."""
+
+    def __init__(self, message: str = "", *, category: str = "backend", retryable: bool = False) -> None:
+        super().__init__(message)
+        self.category, self.retryable = category, retryable
+
+    def __reduce__(self):  # picklable with its category (process workers send errors back)
+        return (_infra_error, (str(self), self.category, self.retryable))
+
+
+def _infra_error(message: str, category: str, retryable: bool) -> "InfraError":
+    return InfraError(message, category=category, retryable=retryable)
 
 
 class RolloutTimeout(Exception):

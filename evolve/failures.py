@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from typing import Any, Iterable
 
-from evolve.errors import TRANSIENT, LLMError, MissingDependency
+from evolve.errors import TRANSIENT, InfraError, LLMError, MissingDependency
 from evolve.types import InfraFailure
 
 # packages whose exceptions speak for a model server or the network (not for the agent's logic)
@@ -127,6 +127,9 @@ def classify(e: BaseException, source: str = "agent") -> InfraFailure | None:
     docstring), None when it is the agent's (or the reward's) own failure."""
     if any(c.__name__ == "SandboxUnavailable" and c.__module__.startswith("evolve.sandbox") for c in type(e).__mro__):
         return InfraFailure(category="sandbox", retryable=False, message=f"{type(e).__name__}: {e}", source=source)
+    if isinstance(e, InfraError):  # a world's own environment failed (evolve.worlds.harbor, evolve.worlds.env)
+        return InfraFailure(category=e.category, retryable=e.retryable, message=" ".join(str(e).split())[:2000],
+                            source=source)
     if isinstance(e, MissingDependency):
         return InfraFailure(category="config", retryable=False, message=str(e), source=source)
     cat = category_of(e)

@@ -174,10 +174,11 @@ class ProcessSandbox(SandboxBase):
             argv += ["--perms", "1777"] + (["--size", str(size)] if self.tmp_size_capped else []) + ["--tmpfs", where]
         gid = uid
         argv += ["--perms", "0755", "--dir", "/etc",
-                 "--ro-bind-data", data(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n".encode()), "/etc/passwd",
-                 "--ro-bind-data", data(f"sandbox:x:{gid}:\n".encode()), "/etc/group"]
+                 "--perms", "0644", "--ro-bind-data", data(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n".encode()),
+                 "/etc/passwd", "--perms", "0644", "--ro-bind-data", data(f"sandbox:x:{gid}:\n".encode()), "/etc/group"]
         for source, dest in binds:
             argv += parents(dest) + ["--ro-bind", source, dest]
+        argv += self._more_mounts(parents)
         argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
         if self.seccomp is not None:
             argv += ["--seccomp", data(self.seccomp)]
@@ -195,9 +196,19 @@ class ProcessSandbox(SandboxBase):
                  str(uid) if self.as_root else "-", f"fd:{result_fd}"]
         return argv
 
+    def _sandbox_uid(self) -> int:
+        """The uid the code runs as: run by root, a fresh one per sandbox; else the caller's own."""
+        return SANDBOX_UIDS[secrets.randbelow(len(SANDBOX_UIDS))] if self.as_root else os.getuid()
+
+    def _more_mounts(self, parents) -> list[str]:
+        """bwrap arguments for mounts a subclass adds after the read-only binds (none here;
+        :mod:`.shell` binds a task's writable workspace). ``parents(dest)`` makes a mount point's
+        missing parents traversable."""
+        return []
+
     def _spawn(self, request: bytes, limits: Limits, binds, *, batch: bool, deadline: float,
                first_call_deadline: float | None = None):
-        uid = SANDBOX_UIDS[secrets.randbelow(len(SANDBOX_UIDS))] if self.as_root else os.getuid()
+        uid = self._sandbox_uid()
         result_r, result_w = os.pipe()
         data_fds: list[int] = []
         t0 = time.monotonic()
