@@ -166,7 +166,7 @@ minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop:Rando
 stoppings = Registry("stopping rule", {"budget": "evolve.loop:BudgetOnly", "plateau": "evolve.loop:Plateau"})
 # The CLI's command groups beside run/eval/init/serve (evolve.cli): name -> a typer app.
 commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline": "evolve.prompts.cli:baseline_app",
-                                 "traces": "evolve.gateway.cli:traces_app"})
+                                 "traces": "evolve.gateway.cli:traces_app", "harbor": "evolve.worlds.harbor.cli:app"})
 # What serves a system's memory outside the engine (the gateway): function(memory spec, query) -> items.
 recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
 # What serves a system's tools outside the engine (the gateway): a class(read_roots, sandbox, limits) with
@@ -193,6 +193,7 @@ call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime
 worlds = Registry(
     "world",
     {
+        "harbor": "evolve.worlds.harbor:WORLD",
         "sql": "evolve.worlds.sql:WORLD",
         "toy": "evolve.worlds.toy:WORLD",
     },

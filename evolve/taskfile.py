@@ -186,6 +186,15 @@ def _apply_world(data: dict, source: str) -> None:
     data.setdefault("agent", world.agent)
     data.setdefault("reward", world.reward)
     ds = data.get("dataset")
+    if isinstance(ds, dict) and _is_data_location(ds.get("source")) and _takes_source(world.dataset):
+        # ``dataset.source: tasks/`` (a folder or a list of them, not an import path): the world's own
+        # dataset reads it, as its ``source`` parameter (resolved against the task file's folder)
+        params = ds.get("params") if isinstance(ds.get("params"), dict) else {}
+        if "source" in params:
+            raise ConfigError("dataset.source names a folder and dataset.params.source is set too; keep one",
+                              path="dataset.source", source=source)
+        ds = data["dataset"] = {**ds, "params": {**params, "source": ds["source"]}}
+        ds.pop("source")
     if ds is None or (isinstance(ds, dict) and not any(ds.get(k) for k in ("source", "train", "val", "test"))):
         data["dataset"] = {**(ds or {}), "source": world.dataset}
     demos = world.hook("coldstart.demos")
@@ -200,6 +209,24 @@ def _apply_world(data: dict, source: str) -> None:
         for param, hook in getattr(operators.get(op["name"]), "world_params", {}).items():
             if isinstance(params, dict) and param not in params and world.hook(hook):
                 params[param] = world.hook(hook)
+
+
+def _is_data_location(value: Any) -> bool:
+    """A list, or a string that is a path ("tasks/", "./x", "~/t", "/abs") rather than "pkg.mod:fn"."""
+    if isinstance(value, list):
+        return True
+    return isinstance(value, str) and ":" not in value and ("/" in value or value.startswith((".", "~")))
+
+
+def _takes_source(dataset_path: str) -> bool:
+    import inspect
+
+    from evolve.registry import import_path
+
+    try:
+        return "source" in inspect.signature(import_path(dataset_path, what="world dataset")).parameters
+    except (UserError, TypeError, ValueError):
+        return False
 
 
 def _check_operators(task: TaskConfig, source: str) -> None:

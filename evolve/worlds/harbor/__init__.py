@@ -1,0 +1,51 @@
+"""The harbor world: tasks others wrote, in Harbor's task-folder format (the one Terminal-Bench 2.0,
+TRL, SkyRL and Prime Intellect's verifiers consume), run as they are.
+
+    world: harbor
+    dataset: {source: path/to/tasks}      # a task folder, a folder of them, or a list
+
+Each episode builds the task's environment (a Docker container from its Dockerfile when an engine
+answers, else a bubblewrap sandbox over the files the Dockerfile copies), lets the agent run shell
+commands there, then runs the task's ``tests/test.sh`` in the same environment: its reward file or
+exit code is the score, its output the feedback. ``solution/`` is never in the agent's
+environment; a task whose solution does not pass is reported broken and left out.
+
+The folder, each module depending only on those above it:
+
+* ``task`` — reading one task folder strictly (``task.toml`` keys, timeouts, named errors);
+* ``dockerfile`` — the Dockerfile subset the sandbox backend carries out;
+* ``environment`` — the sandbox and docker backends: ``exec``, ``verify``, ``solve``;
+* ``check`` — is a task sound (tests fail untouched, its solution passes), cached; ``cli`` —
+  ``evolve harbor check``;
+* ``dataset`` — the splits, stable by folder name, broken tasks left out;
+* ``agent`` — the shell agent (text protocol: one fenced command per reply, ``DONE``);
+  ``reward`` — the tests' verdict; ``mining`` — memory entries and cold-start demos;
+  ``tools`` — recurring commands mined into parametrised shell tools.
+"""
+
+from __future__ import annotations
+
+from evolve.worlds.base import World
+from evolve.worlds.harbor.agent import DEFAULT_INSTRUCTION, _reflexion_agent, agent, parse_reply
+from evolve.worlds.harbor.dataset import dataset, split_of
+from evolve.worlds.harbor.mining import demos, experiences, solution_commands
+from evolve.worlds.harbor.reward import reward
+from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
+
+reflexion_agent = _reflexion_agent()  # ``agent: evolve.worlds.harbor:reflexion_agent``
+
+WORLD = World(
+    name="harbor",
+    agent="evolve.worlds.harbor:agent",
+    reward="evolve.worlds.harbor:reward",
+    dataset="evolve.worlds.harbor:dataset",
+    hooks={
+        "coldstart.demos": "evolve.worlds.harbor:demos",
+        "memory.extract": "evolve.worlds.harbor:experiences",
+    },
+    description="Harbor task folders (instruction.md, task.toml, environment/, tests/); a shell agent in the "
+                "task's environment, scored by the task's own tests",
+)
+
+__all__ = ["DEFAULT_INSTRUCTION", "WORLD", "TaskError", "agent", "dataset", "demos", "experiences", "find_tasks",
+           "load_task", "parse_reply", "reflexion_agent", "reward", "solution_commands", "split_of"]

@@ -1,0 +1,65 @@
+"""``evolve harbor check FOLDER...``: load every Harbor task under the folders and check each is
+sound (tests fail untouched, its solution passes); exit 1 when one is broken or not a task.
+
+Mounted by :mod:`evolve.cli` through :data:`evolve.registry.commands`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(name="harbor", no_args_is_help=True, add_completion=False,
+                  help="Harbor task folders: check that tasks load and that their solutions pass.")
+
+
+@app.callback()
+def _group() -> None:
+    """Harbor task folders (world: harbor)."""
+
+
+@app.command("check")
+def check_command(
+    folders: list[Path] = typer.Argument(..., help="Task folders, or folders of task folders."),
+    environment: str = typer.Option("auto", "--environment", "-e", help="auto, sandbox or docker."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Check again even if this task content was checked."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per task on stdout."),
+) -> None:
+    """Check every task: it loads, its tests fail on the untouched environment, its solution passes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolve.errors import ConfigError
+    from evolve.worlds.harbor.check import check_task
+    from evolve.worlds.harbor.environment import check_backend
+    from evolve.worlds.harbor.task import find_tasks, load_task
+
+    check_backend(environment)
+    rows, bad = [], 0
+    for folder in find_tasks([str(f) for f in folders]):
+        try:
+            task = load_task(folder)
+        except ConfigError as e:
+            rows.append({"id": folder.name, "status": "invalid", "why": str(e), "seconds": 0.0, "backend": ""})
+            bad += 1
+            continue
+        r = check_task(task, environment, cache=not no_cache)
+        bad += r["status"] == "broken"
+        rows.append(r)
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        t = Table(title=f"{len(rows)} Harbor task(s)")
+        for col in ("task", "status", "backend", "s", "why"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            style = {"ok": "green", "unverified": "yellow"}.get(r["status"], "red")
+            t.add_row(r["id"], f"[{style}]{r['status']}[/{style}]", r.get("backend", ""), f"{r.get('seconds', 0):.1f}",
+                      r.get("why", ""))
+        Console().print(t)
+    raise typer.Exit(1 if bad else 0)
+
+
+__all__ = ["app"]

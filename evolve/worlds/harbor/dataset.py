@@ -1,0 +1,124 @@
+"""The harbor world's dataset: every Harbor task under ``source``, checked, split by folder name.
+
+Splits are a function of each task's folder name alone (a hash), so a task stays in its split
+across runs, seeds and machines, and adding a task moves no other; ``[metadata] split`` in a
+task's ``task.toml`` (``train``/``val``/``test``) or the ``splits`` parameter pins one. Before the
+run every task is checked (:mod:`.check`, cached per task content): a task whose own solution does
+not pass, or whose tests pass untouched, is *broken*: reported on stderr and left out, never scored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from evolve.errors import ConfigError
+
+SPLITS = ("train", "val", "test")
+
+
+def split_of(task_id: str, val: float, test: float, salt: str = "") -> str:
+    """``test`` for the first ``test`` share of the hash line, then ``val``, else ``train``."""
+    x = int(hashlib.sha256(f"harbor-split:{salt}:{task_id}".encode()).hexdigest()[:12], 16) / float(16 ** 12)
+    return "test" if x < test else "val" if x < test + val else "train"
+
+
+def _resolve(source: Any, base_dir: Path | None) -> list[str]:
+    items = source if isinstance(source, (list, tuple)) else [source]
+    out = []
+    for s in items:
+        p = Path(str(s)).expanduser()
+        if not p.is_absolute() and base_dir is not None:
+            p = Path(base_dir) / p
+        out.append(str(p))
+    return out
+
+
+def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val: float = 0.25, test: float = 0.25,
+            environment: str = "auto", check: bool = True, splits: dict | None = None,
+            split_salt: str = "") -> dict[str, list[dict]]:
+    """``{"train", "val", "test"}`` lists of task dicts (:func:`.task.load_task`, plus ``split`` and
+    ``backend``). ``source``: a task folder, a folder of them or a list (relative to the task file);
+    ``val``/``test``: shares of the hash line; ``environment``: ``auto`` | ``sandbox`` | ``docker``;
+    ``check``: run each task's solution first and leave out broken ones; ``splits``: ``{split:
+    [task ids]}`` pinning tasks. ``seed`` does not move tasks between splits."""
+    from evolve.worlds.harbor.environment import check_backend
+    from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
+
+    if source is None:
+        raise ConfigError("the harbor world needs its tasks: dataset: {source: path/to/tasks} (a Harbor task "
+                          "folder, a folder of them, or a list)", path="dataset.source")
+    check_backend(environment)
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise ConfigError(f"dataset.params val={val} and test={test} must be shares in [0, 1) summing below 1",
+                          path="dataset.params")
+    pinned: dict[str, str] = {}
+    for name, ids in (splits or {}).items():
+        if name not in SPLITS or not isinstance(ids, list):
+            raise ConfigError(f"dataset.params.splits: {name!r} must be one of {SPLITS} mapping to a list of task ids",
+                              path="dataset.params.splits")
+        pinned.update({str(i): name for i in ids})
+    tasks = []
+    for folder in find_tasks(_resolve(source, base_dir)):
+        try:
+            tasks.append(load_task(folder))
+        except TaskError:
+            raise
+    known = {t["id"] for t in tasks}
+    unknown = sorted(set(pinned) - known)
+    if unknown:
+        from evolve.registry import did_you_mean
+
+        raise ConfigError(f"dataset.params.splits names task {unknown[0]!r}, which is not under the source "
+                          f"({did_you_mean(unknown[0], sorted(known))})", path="dataset.params.splits")
+    if environment in ("auto", "sandbox"):
+        _need_sandbox(environment)
+    out: dict[str, list[dict]] = {s: [] for s in SPLITS}
+    broken = []
+    for t in tasks:
+        meta_split = t["metadata"].get("split")
+        if meta_split is not None and meta_split not in SPLITS:
+            raise ConfigError(f"Harbor task {t['path']}: [metadata] split = {meta_split!r}; use one of {SPLITS}")
+        if check:
+            from evolve.worlds.harbor.check import check_task
+
+            verdict = check_task(t, environment)
+            t["checked"] = verdict["status"]
+            if verdict["status"] == "broken":
+                broken.append((t["id"], verdict["why"]))
+                continue
+        t["split"] = pinned.get(t["id"]) or meta_split or split_of(t["id"], val, test, split_salt)
+        t["backend"] = environment
+        out[t["split"]].append(t)
+    if broken:
+        print(f"harbor: {len(broken)} broken task(s) left out (not scored):", file=sys.stderr)
+        for tid, why in broken:
+            print(f"  - {tid}: {why}", file=sys.stderr)
+    if not out["train"] or not out["val"]:
+        counts = {s: len(v) for s, v in out.items()}
+        raise ConfigError(f"the Harbor tasks split into {counts} (after {len(broken)} broken left out); a run needs "
+                          "train and val tasks: add tasks, change dataset.params val/test, or pin some with "
+                          "dataset.params.splits", path="dataset.params")
+    return out
+
+
+def _need_sandbox(environment: str) -> None:
+    import os
+
+    from evolve.worlds.harbor.environment import docker_client
+
+    if environment == "auto" and os.environ.get("EVOLVE_HARBOR_BACKEND") != "sandbox" and docker_client(timeout=2):
+        return
+    from evolve.sandbox.shell import available
+
+    why = available()
+    if why is not None:
+        from evolve.errors import MissingDependency
+
+        raise MissingDependency(f"the harbor world's sandbox backend cannot run here: {why}. Install bubblewrap "
+                                "(apt install bubblewrap) or run a Docker engine (dataset.params.environment: docker)")
+
+
+__all__ = ["SPLITS", "dataset", "split_of"]
