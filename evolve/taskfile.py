@@ -186,7 +186,7 @@ def _apply_world(data: dict, source: str) -> None:
     data.setdefault("agent", world.agent)
     data.setdefault("reward", world.reward)
     ds = data.get("dataset")
-    if isinstance(ds, dict) and _is_data_location(ds.get("source")) and _takes_source(world.dataset):
+    if isinstance(ds, dict) and _is_data_location(ds.get("source"), source) and _takes_source(world.dataset):
         # ``dataset.source: tasks/`` (a folder or a list of them, not an import path): the world's own
         # dataset reads it, as its ``source`` parameter (resolved against the task file's folder)
         params = ds.get("params") if isinstance(ds.get("params"), dict) else {}
@@ -211,11 +211,15 @@ def _apply_world(data: dict, source: str) -> None:
                 params[param] = world.hook(hook)
 
 
-def _is_data_location(value: Any) -> bool:
-    """A list, or a string that is a path ("tasks/", "./x", "~/t", "/abs") rather than "pkg.mod:fn"."""
+def _is_data_location(value: Any, source: str) -> bool:
+    """A list, or a string that is a path ("tasks", "tasks/", "./x", "~/t", "/abs", a folder beside
+    the task file) rather than an import path ("pkg.mod:fn", "pkg.mod.fn")."""
     if isinstance(value, list):
         return True
-    return isinstance(value, str) and ":" not in value and ("/" in value or value.startswith((".", "~")))
+    if not isinstance(value, str) or ":" in value:
+        return False
+    beside = Path(source).parent / value if Path(source).is_file() else Path(value)
+    return "/" in value or value.startswith((".", "~")) or "." not in value or beside.exists()
 
 
 def _takes_source(dataset_path: str) -> bool:

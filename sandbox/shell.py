@@ -99,7 +99,9 @@ class _WorkspaceBox(ProcessSandbox):
         return self._ws_uid if self._ws_uid is not None else super()._sandbox_uid()
 
     def _more_mounts(self, parents) -> list[str]:
-        out: list[str] = []
+        # Debian's /usr/bin/awk, which, vi, ... are links through /etc/alternatives: without it the image's
+        # standard tools would be missing
+        out: list[str] = ["--ro-bind-try", "/etc/alternatives", "/etc/alternatives"]
         for host, inside, writable in self._ws_binds:
             out += parents(inside) + ["--bind" if writable else "--ro-bind", host, inside]
         return out

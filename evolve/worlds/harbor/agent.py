@@ -40,6 +40,9 @@ def parse_reply(text: str) -> tuple[str | None, bool]:
         done = bool(re.search(r"\bDONE\b", rest))
         return (command or None), done
     stripped = text.strip()
+    if stripped.startswith("```"):  # a block never closed (the reply was cut at max_tokens): its body
+        stripped = stripped[3:].split("\n", 1)[1].strip() if "\n" in stripped else ""
+        return (stripped or None), not stripped
     if not stripped or _DONE.match(stripped):
         return None, True
     if stripped.startswith("$ "):

@@ -1,0 +1,364 @@
+"""world: harbor: Harbor task folders as they are, in the sandbox backend (no container engine runs
+here), scored by their own tests; bad folders named, the world failing never a score."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.helpers.harbor import LESSON, make_tasks, respond
+
+import evolve
+from evolve.errors import ConfigError, InfraError
+from evolve.llm.fake import ScriptedLM
+from evolve.rollout import run_agent, score
+from evolve.types import ModelSpec, System
+from evolve.worlds.harbor import dataset, load_task, reward, solution_commands, split_of
+from evolve.worlds.harbor.agent import agent, parse_reply
+from evolve.worlds.harbor.check import check_task
+from evolve.worlds.harbor.environment import DockerEnvironment, docker_client, open_environment, parse_reward
+from evolve.worlds.harbor.task import TaskError, find_tasks
+
+REPO = Path(__file__).parents[2]
+EXAMPLES = REPO / "examples" / "harbor_tasks"
+
+
+@pytest.fixture(autouse=True)
+def sandbox_backend(monkeypatch):
+    from evolve.sandbox.shell import available
+
+    why = available()
+    if why:
+        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
+    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+
+
+def mk(root: Path, name: str = "t", *, instruction: str = "Create /app/out.txt holding ok.", toml: str | None = None,
+       test: str | None = None, solve: str | None = "echo ok > /app/out.txt", dockerfile: str | None = None,
+       files: dict | None = None) -> Path:
+    d = root / name
+    (d / "environment").mkdir(parents=True)
+    (d / "tests").mkdir()
+    if instruction is not None:
+        (d / "instruction.md").write_text(instruction)
+    (d / "task.toml").write_text(toml if toml is not None else
+                                 '[verifier]\ntimeout_sec = 10\n[agent]\ntimeout_sec = 30\n')
+    (d / "environment" / "Dockerfile").write_text(dockerfile or "FROM python:3.11-slim\nWORKDIR /app\n")
+    for k, v in (files or {}).items():
+        (d / "environment" / k).write_text(v)
+    if test is not False:
+        (d / "tests" / "test.sh").write_text(test or '#!/bin/bash\nmkdir -p /logs/verifier\n'
+                                             'if [ "$(cat /app/out.txt 2>/dev/null)" = ok ]; then echo 1 > '
+                                             '/logs/verifier/reward.txt; else echo "out.txt is wrong"; echo 0 > '
+                                             '/logs/verifier/reward.txt; fi\n')
+    if solve is not None:
+        (d / "solution").mkdir()
+        (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve + "\n")
+    return d
+
+
+def play(task: dict, replies: list[str], workflow: dict | None = None):
+    """One episode with a scripted model; the trajectory scored by the world's reward."""
+    llm = ScriptedLM("m", replies, cycle=False)
+    system = System(models={"policy": ModelSpec(backend="scripted", name="m")}, workflow=workflow or {})
+    traj = run_agent(agent, system, task, lambda s, r: llm)
+    return score(reward, task, traj)
+
+
+# ----------------------------------------------------------------------------- reading task folders
+
+
+def test_a_task_folder_loads_with_harbors_keys(tmp_path):
+    d = mk(tmp_path, toml='schema_version = "1.1"\n[task]\nname = "me/t"\n[metadata]\ndifficulty = "easy"\n'
+           'tags = ["x"]\n[verifier]\ntimeout_sec = 12\nenv = { MODE = "strict" }\n[agent]\ntimeout_sec = 34.5\n'
+           '[environment]\nbuild_timeout_sec = 56\nmemory = "1G"\ncpus = 1\nallow_internet = false\n')
+    t = load_task(d)
+    assert (t["id"], t["name"], t["verifier_timeout"], t["agent_timeout"], t["build_timeout"], t["memory_mb"]) == \
+        ("t", "me/t", 12.0, 34.5, 56.0, 1024)
+    assert t["verifier_env"] == {"MODE": "strict"} and t["metadata"]["difficulty"] == "easy" and t["has_solution"]
+    json.dumps(t)  # a task ships to any worker as JSON
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(instruction=None), "no instruction.md"),
+    (dict(test=False), "no tests/test.sh"),
+    (dict(instruction="  \n"), "instruction.md is empty"),
+    (dict(toml="[verifier]\ntimeout_secs = 10\n"), "unknown key 'timeout_secs' at the [verifier] (did you mean 'timeout_sec'"),
+    (dict(toml="[agnet]\ntimeout_sec = 10\n"), "unknown key 'agnet' at the top level (did you mean 'agent'"),
+    (dict(toml="[agent]\ntimeout_sec = -5\n"), "[agent] timeout_sec must be a positive number of seconds, got -5"),
+    (dict(toml="[agent]\ntimeout_sec = \"10m\"\n"), "must be a positive number of seconds, got '10m'"),
+    (dict(toml="[verifier]\ntimeout_sec = 100000\n"), "is over a day"),
+    (dict(toml="[agent\ntimeout_sec = 1\n"), "task.toml is not valid TOML"),
+    (dict(toml="[environment]\nos = \"windows\"\n"), "only Linux environments"),
+    (dict(toml="[verifier]\nenv = { KEY = \"${OPENAI_API_KEY}\" }\n"), "never passes host variables"),
+])
+def test_a_folder_that_is_not_a_valid_task_is_named_with_the_fix(tmp_path, change, needle):
+    d = mk(tmp_path, "bad-task", **change)
+    with pytest.raises(TaskError) as e:
+        load_task(d)
+    assert "bad-task" in str(e.value) and needle in str(e.value), str(e.value)
+
+
+def test_finding_tasks_names_what_is_not_there(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no Harbor task folders"):
+        find_tasks(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="no such folder"):
+        find_tasks(tmp_path / "nope")
+    mk(tmp_path / "a", "same")
+    mk(tmp_path / "b", "same")
+    with pytest.raises(ConfigError, match="two task folders are named 'same'"):
+        find_tasks([tmp_path / "a", tmp_path / "b"])
+
+
+def test_the_cli_reports_a_bad_task_folder_without_a_traceback(tmp_path):
+    mk(tmp_path / "tasks", "good")
+    mk(tmp_path / "tasks", "broken-toml", toml="[agent]\ntimeout_sec = 0\n")
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump({
+        "name": "h", "world": "harbor", "dataset": {"source": "tasks"},
+        "models": {"policy": {"backend": "scripted", "name": "m"}}, "budget": {"generations": 0}}))
+    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "broken-toml" in r.stderr and "timeout_sec must be a positive number" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "evolve", "harbor", "check", str(tmp_path / "tasks")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "invalid" in r.stdout and "Traceback" not in r.stderr + r.stdout
+
+
+# ----------------------------------------------------------------------------- the environment
+
+
+def test_an_episode_runs_commands_in_the_tasks_environment_and_its_tests_score_it(tmp_path):
+    d = mk(tmp_path, files={"seed.txt": "from the image\n"},
+           dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY seed.txt /app/\nRUN cp seed.txt copied.txt\n")
+    t = load_task(d)
+    traj = play(t, ["```bash\ncat copied.txt\n```", "```bash\necho ok > /app/out.txt\n```", "DONE"])
+    assert traj.error is None and traj.score == 1.0, (traj.error, traj.reward)
+    shell = [s for s in traj.steps if getattr(s, "name", None) == "shell"]
+    assert [s.args["command"] for s in shell] == ["cat copied.txt", "echo ok > /app/out.txt"]
+    assert shell[0].result["stdout"] == "from the image\n" and shell[0].result["exit_code"] == 0
+    assert traj.output["commands"] == ["cat copied.txt", "echo ok > /app/out.txt"] and traj.output["done"]
+    assert [s for s in traj.steps if getattr(s, "name", None) == "harbor.verify"]
+    wrong = play(t, ["```bash\necho nope > /app/out.txt\n```", "DONE"])
+    assert wrong.score == 0.0 and "out.txt is wrong" in wrong.reward.feedback
+    # the model saw each command's output, as the next message
+    calls = [s for s in traj.steps if s.kind == "llm"]
+    assert calls[1].messages[-1].content == "exit code 0\nfrom the image"
+
+
+def test_the_agent_never_sees_the_solution_or_the_tests(tmp_path):
+    d = mk(tmp_path, solve="echo ok > /app/out.txt  # SOLUTION-MARKER")
+    (d / "tests" / "secret.txt").write_text("TESTS-MARKER\n")
+    look = ("ls -a /solution /tests 2>&1; find / -path /proc -prune -o \\( -name solve.sh -o -name secret.txt \\) -print 2>/dev/null; "
+            "grep -rs -e SOLUTION-MARKER -e TESTS-MARKER /app /logs /tmp /etc /root /home /work /opt /srv /mnt /var "
+            "2>/dev/null | head -3; echo searched")
+    traj = play(load_task(d), [f"```bash\n{look}\n```", "DONE"], {"max_tokens": 1000})
+    out = [s for s in traj.steps if getattr(s, "name", None) == "shell"][0].result["stdout"]
+    assert "searched" in out and "MARKER" not in out, out
+    assert "cannot access '/solution'" in out and "cannot access '/tests'" in out
+
+
+def test_nothing_escapes_the_sandbox(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    d = mk(tmp_path)
+    env = open_environment(load_task(d), "sandbox")
+    try:
+        r = env.exec(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"",
+                     timeout=10)
+        assert r.exit_code != 0, r  # no network, not even loopback
+        r = env.exec(f"touch /usr/evil; touch {REPO}/evil; touch /etc/evil; echo $?", timeout=10)
+        assert not (REPO / "evil").exists() and not Path("/usr/evil").exists() and not Path("/etc/evil").exists()
+        env.exec("sleep 300 & echo started", timeout=10)
+        r = env.exec("ps -eo comm | grep -c '^sleep' || true", timeout=10)
+        assert r.stdout.strip() == "0", r  # a background process does not outlive its command
+    finally:
+        env.close()
+        listener.close()
+
+
+def test_a_hung_command_is_killed_at_the_tasks_timeout_and_the_episode_still_scores(tmp_path):
+    d = mk(tmp_path, toml="[verifier]\ntimeout_sec = 10\n[agent]\ntimeout_sec = 3\n")
+    t0 = time.monotonic()
+    traj = play(load_task(d), ["```bash\nsleep 600\n```", "```bash\necho ok > /app/out.txt\n```"])
+    took = time.monotonic() - t0
+    assert took < 15, took
+    (shell,) = [s for s in traj.steps if getattr(s, "name", None) == "shell"]
+    assert shell.result["timed_out"] and shell.result["exit_code"] is None
+    assert traj.output["agent_timed_out"] and traj.score == 0.0 and traj.infra is None
+    assert "ran out of its 3 s" in traj.reward.feedback
+
+
+def test_a_test_script_that_never_exits_is_the_world_failing_not_a_score(tmp_path):
+    d = mk(tmp_path, toml="[verifier]\ntimeout_sec = 2\n[agent]\ntimeout_sec = 30\n",
+           test="#!/bin/bash\nsleep 600\n")
+    t0 = time.monotonic()
+    traj = play(load_task(d), ["DONE"])
+    assert time.monotonic() - t0 < 20
+    assert traj.infra is not None and traj.infra.category == "environment" and not traj.infra.retryable
+    assert "did not finish within the verifier's timeout_sec (2 s)" in traj.infra.message
+
+
+def test_a_reward_file_that_is_not_a_number_is_the_world_failing():
+    t = {"id": "x"}
+    assert parse_reward(t, b'{"reward": 0.5, "style": 1}', None, 1) == (0.5, {"reward": 0.5, "style": 1.0}, "reward.json")
+    assert parse_reward(t, b'{"a": 1, "b": 0}', None, 0)[0] == 0.5
+    assert parse_reward(t, None, b" 1\n", 1) == (1.0, {}, "reward.txt")
+    assert parse_reward(t, None, None, 0) == (1.0, {}, "exit code")
+    for bad in ((b"{not json", None), (b'{"reward": "high"}', None), (None, b"passed")):
+        with pytest.raises(InfraError) as e:
+            parse_reward(t, *bad, 0)
+        assert e.value.category == "environment" and "Harbor task x" in str(e.value)
+
+
+def test_an_environment_the_sandbox_cannot_build_is_named(tmp_path):
+    d = mk(tmp_path, dockerfile="FROM python:3.11-slim\nWORKDIR /app\nRUN pip install requests\n")
+    traj = play(load_task(d), ["DONE"])
+    assert traj.infra is not None and traj.infra.category == "environment"
+    assert "RUN 'pip install requests'" in traj.infra.message and "docker backend" in traj.infra.message
+
+
+def test_the_docker_backend_where_an_engine_answers():
+    client = docker_client(timeout=2)
+    if client is None:
+        pytest.skip("no Docker engine answers on this machine (docker.from_env().ping() fails): the docker backend "
+                    "is written against the docker SDK's API and runs only where an engine does")
+    tasks = [load_task(p) for p in find_tasks(EXAMPLES)][:2]
+    for t in tasks:
+        env = DockerEnvironment(t, client)
+        try:
+            assert env.verify()["score"] == 0.0
+            env.solve()
+            assert env.verify()["score"] == 1.0
+        finally:
+            env.close()
+
+
+# ----------------------------------------------------------------------------- the dataset
+
+
+def test_a_broken_task_is_reported_and_left_out_never_scored(tmp_path, capsys):
+    root = tmp_path / "tasks"
+    for i in range(6):
+        mk(root, f"ok-{i}")
+    mk(root, "wrong-solution", solve="echo no > /app/out.txt")
+    mk(root, "passes-untouched", test="#!/bin/bash\nexit 0\n")
+    mk(root, "no-solution", solve=None)
+    data = dataset(source=root, val=0.3, test=0.3)
+    ids = {t["id"] for s in data.values() for t in s}
+    assert "wrong-solution" not in ids and "passes-untouched" not in ids and "no-solution" in ids
+    err = capsys.readouterr().err
+    assert "2 broken task(s) left out" in err and "its own solution/solve.sh does not pass" in err
+    assert "passes on the untouched environment" in err
+    (t,) = [t for s in data.values() for t in s if t["id"] == "no-solution"]
+    assert t["checked"] == "unverified"
+    assert check_task(load_task(root / "wrong-solution"), "sandbox")["status"] == "broken"
+
+
+def test_splits_are_stable_by_folder_name(tmp_path):
+    root = tmp_path / "tasks"
+    for i in range(12):
+        mk(root, f"task-{i}")
+    a = dataset(source=root, check=False)
+    b = dataset(seed=7, source=[str(root)], check=False)
+    split = {t["id"]: s for s, ts in a.items() for t in ts}
+    assert split == {t["id"]: s for s, ts in b.items() for t in ts}  # the seed moves nothing
+    assert all(split[i] == split_of(i, 0.25, 0.25) for i in split)
+    mk(root, "task-new")
+    c = dataset(source=root, check=False)
+    assert {t["id"]: s for s, ts in c.items() for t in ts if t["id"] != "task-new"} == split  # adding moves none
+    pinned = dataset(source=root, check=False, splits={"test": ["task-0"]})
+    assert [t["split"] for s in pinned.values() for t in s if t["id"] == "task-0"] == ["test"]
+    with pytest.raises(ConfigError, match="names task 'task-99'"):
+        dataset(source=root, check=False, splits={"test": ["task-99"]})
+    with pytest.raises(ConfigError, match="needs its tasks"):
+        dataset()
+
+
+def test_solution_commands_and_demos(tmp_path):
+    d = mk(tmp_path, solve="set -euo pipefail\n# make it\ncd /app\ncat > x.py <<'EOF'\nprint(1)\nEOF\n"
+           "echo a \\\n  b > out.txt")
+    t = load_task(d)
+    assert solution_commands(t) == ["cd /app", "cat > x.py <<'EOF'\nprint(1)\nEOF", "echo a \\\n  b > out.txt"]
+    from evolve.worlds.harbor import demos
+
+    (chat,) = demos([t])
+    assert chat[0]["role"] == "system" and chat[1]["content"].endswith(t["instruction"])
+    assert chat[2]["content"] == "```bash\ncd /app\n```" and chat[-1]["content"] == "DONE"
+    assert parse_reply(chat[2]["content"]) == ("cd /app", False)
+    assert parse_reply("Sure:\n```bash\nls\n```\nThen DONE") == ("ls", True)
+    assert parse_reply("```bash\nls -la /ap") == ("ls -la /ap", False)  # cut at max_tokens
+    assert parse_reply("DONE") == (None, True) and parse_reply("$ ls -la") == ("ls -la", False)
+
+
+def test_every_example_task_is_sound():
+    tasks = [load_task(p) for p in find_tasks(EXAMPLES)]
+    assert len(tasks) >= 12
+    verdicts = {t["id"]: check_task(t, "sandbox", cache=False) for t in tasks}
+    assert {k: v["status"] for k, v in verdicts.items()} == {k: "ok" for k in verdicts}, \
+        {k: v["why"] for k, v in verdicts.items() if v["status"] != "ok"}
+
+
+# ----------------------------------------------------------------------------- end to end over loopback
+
+
+@pytest.fixture
+def loopback_env(monkeypatch):
+    pytest.importorskip("litellm")
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(key, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+
+
+def test_a_served_model_is_lifted_by_the_prompt_and_memory_layers_on_held_out_tasks(tmp_path, loopback_env):
+    """The task file's litellm path against an OpenAI-compatible server that plays the tasks: the
+    reflective operator carries the tests' feedback ("must end with a newline") into the
+    instruction, the memory operator stores solved episodes' commands, and held-out tasks of
+    both families are solved by the evolved system and not by the baseline."""
+    from tests.helpers.servers import FakeOpenAI
+
+    fams = make_tasks(tmp_path / "tasks", 12)
+    train = [f"{f}-{i}" for f in fams for i in range(6)]
+    val = [f"{f}-{i}" for f in fams for i in (7, 9)]
+    test = [f"{f}-{i}" for f in fams for i in (6, 8, 10, 11)]
+    srv = FakeOpenAI(respond=respond)
+    try:
+        rep = evolve.run({
+            "name": "harbor_lift", "seed": 0, "world": "harbor",
+            "models": {"policy": {"backend": "litellm", "name": "openai/scripted", "params": {
+                "api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}},
+            "dataset": {"source": str(tmp_path / "tasks"), "params": {"splits": {"train": train, "val": val,
+                                                                               "test": test}}},
+            "operators": [{"name": "reflective", "params": {"minibatch": 6}},
+                          {"name": "memory", "params": {"embedder": "hashing"}}],
+            "runner": {"name": "thread", "workers": 4, "timeout": 120},
+            "budget": {"generations": 2}, "engine": {"minibatch": 18},
+        }, out=tmp_path / "run")
+    finally:
+        srv.close()
+    assert rep["best"]["test"]["score"] == 1.0 and rep["baseline"]["test"]["score"] == pytest.approx(7 / 12, abs=1e-3)
+    paired = rep["paired"]["test"]
+    assert paired["b_only"] == 5 and paired["a_only"] == 0 and paired["diff"] - paired["ci95"] > 0
+    from evolve.archive import Archive
+
+    archive = Archive(tmp_path / "run")
+    best = archive.get_system(rep["best"]["system_id"])
+    assert LESSON in best.prompts["instruction"] and best.memory.get("store")
+    ops = {r.operator for r in archive.records()}
+    assert {"reflective", "memory"} <= ops
+    # every held-out episode was scored by its own tests, none failed under the world
+    trajs = archive.trajectories(rep["best"]["system_id"], "test")
+    assert sorted(t.task_id for t in trajs) == sorted(test) and all(t.infra is None and t.score == 1.0 for t in trajs)
+    base = archive.task_scores(rep["baseline"]["system_id"], "test")
+    assert {k for k, v in base.items() if v < 1} == {"word-6", "word-8", "word-10", "word-11", "secret-11"}
