@@ -26,13 +26,11 @@ The folder, each module depending only on those above it:
 from __future__ import annotations
 
 from evolve.worlds.base import World
-from evolve.worlds.harbor.agent import DEFAULT_INSTRUCTION, _reflexion_agent, agent, parse_reply
+from evolve.worlds.harbor.agent import DEFAULT_INSTRUCTION, agent, parse_reply, reflexion_agent
 from evolve.worlds.harbor.dataset import dataset, split_of
 from evolve.worlds.harbor.mining import demos, experiences, solution_commands
 from evolve.worlds.harbor.reward import reward
 from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
-
-reflexion_agent = _reflexion_agent()  # ``agent: evolve.worlds.harbor:reflexion_agent``
 
 WORLD = World(
     name="harbor",

@@ -166,4 +166,6 @@ def _reflexion_agent() -> Any:
     return fn
 
 
-__all__ = ["DEFAULT_INSTRUCTION", "agent", "messages_for", "observation", "parse_reply"]
+reflexion_agent = _reflexion_agent()  # ``agent: evolve.worlds.harbor:reflexion_agent`` in a task file
+
+__all__ = ["DEFAULT_INSTRUCTION", "agent", "messages_for", "observation", "parse_reply", "reflexion_agent"]
