@@ -154,7 +154,9 @@ def measure(runner, name: str, spec, concurrency: int, per: int, latency: float,
 
 def start_cluster(port: int) -> str:
     ray = str(Path(sys.executable).with_name("ray"))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}",
+    # token auth off, said explicitly: unset, a head turns it on when ~/.ray/auth_token exists and the
+    # joining node is refused (Ray 2.5x)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}",
            LATENCY_ENV: os.environ.get(LATENCY_ENV, "0.05")}
     subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
     for args in (["--head", f"--port={port}", "--node-ip-address=127.0.0.2", "--include-dashboard=false",
@@ -243,6 +245,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ[LATENCY_ENV] = str(args.latency)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # as start_cluster's nodes; read when ray is imported
     from evolve.runners import WorkerSpec
 
     spec = WorkerSpec(agent="runners_bench:agent", reward="runners_bench:reward", artifacts_root="/tmp",

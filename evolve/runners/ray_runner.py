@@ -184,7 +184,9 @@ class RayRunner:
             try:
                 ray.init(address=self.address, **kw)
             except ConnectionError as e:
-                raise InfraError(f"cannot reach the Ray cluster at {self.address!r}: {e}") from None
+                raise InfraError(f"cannot reach the Ray cluster at {self.address!r}: {e} (is it up? If its nodes use "
+                                 "token authentication, this machine needs RAY_AUTH_MODE=token and the same token; "
+                                 "see docs/cluster.md)") from None
             self._connected_here = True
         if self._cls is None:
             self._cls = ray.remote(RayWorker)

@@ -25,11 +25,26 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 RAY = str(Path(sys.executable).with_name("ray"))
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_auth_off():
+    """Token authentication off, said explicitly, for every node and driver of these loopback
+    clusters. Left unset, Ray 2.5x decides per process: ``ray start --head`` turns it on whenever
+    ``~/.ray/auth_token`` exists (a local ``ray.init()`` writes one), while a joining node and a
+    driver given an address stay off and are refused. (Token mode cannot be switched on for this
+    process's own driver: Ray reads the mode once, when it is imported.)"""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        yield
 
 
 def _ray(*args: str) -> None:
-    r = subprocess.run([RAY, *args], env=ENV, capture_output=True, text=True, timeout=180)
+    r = subprocess.run([RAY, *args], env=_env(), capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -136,7 +151,7 @@ def test_the_driver_killed_9_resumes_with_nothing_lost_or_duplicated(cluster, tm
     task.write_text(json.dumps(t))
     args = [sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run"),
             *sum((["--set", s] for s in cluster.params()), [])]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
     deadline = time.time() + 120
     while time.time() < deadline and stored_rollouts(tmp_path / "run") < 30:
         time.sleep(0.3)
@@ -144,7 +159,7 @@ def test_the_driver_killed_9_resumes_with_nothing_lost_or_duplicated(cluster, tm
     proc.wait(timeout=30)
     before, _ = _counts(tmp_path / "run")
     assert before >= 30
-    r = subprocess.run([*args, "--resume"], capture_output=True, text=True, env=ENV, timeout=600)
+    r = subprocess.run([*args, "--resume"], capture_output=True, text=True, env=_env(), timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     n, keys = _counts(tmp_path / "run")
     assert n == keys and n >= before
@@ -354,7 +369,7 @@ def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_an
         with open(log, "w") as f:
             proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run"),
                                      *sum((["--set", s] for s in c.params()), [])],
-                                    stdout=f, stderr=subprocess.STDOUT, env=ENV)
+                                    stdout=f, stderr=subprocess.STDOUT, env=_env())
             deadline = time.time() + 120
             while time.time() < deadline and not stored_rollouts(tmp_path / "run"):
                 time.sleep(0.1)
