@@ -193,6 +193,7 @@ call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime
 worlds = Registry(
     "world",
     {
+        "env": "evolve.worlds.env:WORLD",
         "harbor": "evolve.worlds.harbor:WORLD",
         "sql": "evolve.worlds.sql:WORLD",
         "toy": "evolve.worlds.toy:WORLD",
