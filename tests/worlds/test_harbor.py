@@ -322,31 +322,28 @@ def loopback_env(monkeypatch):
 
 
 def test_a_served_model_is_lifted_by_the_prompt_and_memory_layers_on_held_out_tasks(tmp_path, loopback_env):
-    """The task file's litellm path against an OpenAI-compatible server that plays the tasks: the
-    reflective operator carries the tests' feedback ("must end with a newline") into the
-    instruction, the memory operator stores solved episodes' commands, and held-out tasks of
-    both families are solved by the evolved system and not by the baseline."""
+    """examples/harbor/task.yaml with its policy pointed at an OpenAI-compatible server on loopback
+    (through litellm) that plays generated task families: the reflective operator carries the
+    tests' feedback ("must end with a newline") into the instruction, the memory operator stores
+    solved episodes' commands, and held-out tasks of both families are solved by the evolved system
+    and not by the baseline."""
     from tests.helpers.servers import FakeOpenAI
 
     fams = make_tasks(tmp_path / "tasks", 12)
-    train = [f"{f}-{i}" for f in fams for i in range(6)]
-    val = [f"{f}-{i}" for f in fams for i in (7, 9)]
-    test = [f"{f}-{i}" for f in fams for i in (6, 8, 10, 11)]
+    splits = {"train": [f"{f}-{i}" for f in fams for i in range(6)], "val": [f"{f}-{i}" for f in fams for i in (7, 9)],
+              "test": [f"{f}-{i}" for f in fams for i in (6, 8, 10, 11)]}
     srv = FakeOpenAI(respond=respond)
+    policy = {"backend": "litellm", "name": "openai/scripted",
+              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
     try:
-        rep = evolve.run({
-            "name": "harbor_lift", "seed": 0, "world": "harbor",
-            "models": {"policy": {"backend": "litellm", "name": "openai/scripted", "params": {
-                "api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}},
-            "dataset": {"source": str(tmp_path / "tasks"), "params": {"splits": {"train": train, "val": val,
-                                                                               "test": test}}},
-            "operators": [{"name": "reflective", "params": {"minibatch": 6}},
-                          {"name": "memory", "params": {"embedder": "hashing"}}],
-            "runner": {"name": "thread", "workers": 4, "timeout": 120},
-            "budget": {"generations": 2}, "engine": {"minibatch": 18},
-        }, out=tmp_path / "run")
+        rep = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "run", overrides=[
+            f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
+            f"dataset.params.splits={json.dumps(splits)}", "prompts={}",
+            "workflow={max_turns: 4, max_tokens: 256}", "operators.0.params.embedder=hashing",
+            "operators.1.params.minibatch=6", "runner.workers=4", "engine.minibatch=18"])
     finally:
         srv.close()
+    test = splits["test"]
     assert rep["best"]["test"]["score"] == 1.0 and rep["baseline"]["test"]["score"] == pytest.approx(7 / 12, abs=1e-3)
     paired = rep["paired"]["test"]
     assert paired["b_only"] == 5 and paired["a_only"] == 0 and paired["diff"] - paired["ci95"] > 0
@@ -355,10 +352,27 @@ def test_a_served_model_is_lifted_by_the_prompt_and_memory_layers_on_held_out_ta
     archive = Archive(tmp_path / "run")
     best = archive.get_system(rep["best"]["system_id"])
     assert LESSON in best.prompts["instruction"] and best.memory.get("store")
-    ops = {r.operator for r in archive.records()}
-    assert {"reflective", "memory"} <= ops
+    assert {"reflective", "memory"} <= {r.operator for r in archive.records()}
     # every held-out episode was scored by its own tests, none failed under the world
     trajs = archive.trajectories(rep["best"]["system_id"], "test")
     assert sorted(t.task_id for t in trajs) == sorted(test) and all(t.infra is None and t.score == 1.0 for t in trajs)
     base = archive.task_scores(rep["baseline"]["system_id"], "test")
     assert {k for k, v in base.items() if v < 1} == {"word-6", "word-8", "word-10", "word-11", "secret-11"}
+
+
+@pytest.mark.slow
+def test_the_offline_default_runs_over_the_example_tasks(tmp_path):
+    """`evolve run examples/harbor/task.yaml`: the tiny model, cold-started on the train tasks'
+    solutions, runs over the example tasks; whatever it scores comes from the tests, the world never
+    failed under it, and the report is written."""
+    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(REPO / "examples" / "harbor" / "task.yaml"),
+                        "--out", str(tmp_path / "run"), "--set", "budget.generations=1"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert rep["baseline"]["test"]["n"] == 4 and "held-out test gain" in r.stdout
+    from evolve.archive import Archive
+
+    trajs = Archive(tmp_path / "run").trajectories()
+    assert trajs and all(t.infra is None for t in trajs)
+    assert all(t.output and "verifier" in t.output for t in trajs if t.error is None)
