@@ -193,7 +193,7 @@ class TaskConfig(Strict):
 
     name: str = Field("task", description="names the default run directory runs/NAME-seedN")
     seed: int = Field(0, description="all randomness derives from it (a seeded run with a deterministic model repeats)")
-    world: str | None = Field(None, description="a world (evolve.worlds): a registered name (sql, toy) or an import "
+    world: str | None = Field(None, description="a world (evolve.worlds): a registered name (sql, harbor, env, toy) or an import "
                               "path; fills agent, reward, dataset.source, cold_start.demos and operators' world "
                               "settings the task file leaves out")
     agent: str = Field(description="import path of agent(task, ctx) -> output (or the world's)")
