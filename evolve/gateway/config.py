@@ -170,6 +170,9 @@ class GatewayConfig(_Strict):
         if not key:
             raise ConfigError(f"the environment variable {self.api_key_env!r} (api_key_env) is not set; export the "
                               "key agents must send, or remove api_key_env on loopback")
+        if not key.strip():
+            raise ConfigError(f"the environment variable {self.api_key_env!r} (api_key_env) holds only whitespace; "
+                              "export the key agents must send, or remove api_key_env on loopback")
         return key
 
     def check_upstream_keys(self) -> None:

@@ -144,8 +144,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def refuse_blank(secret: str | None, what: str) -> None:
+    """A key or token that was given but is empty or only whitespace is a mistake wherever the server
+    binds (an unset variable expanded into ``--api-key "$KEY"``, a stray space): refuse it, naming
+    ``what`` (e.g. "evolve serve: --api-key"), instead of starting a server that anyone can call."""
+    if secret is not None and not secret.strip():
+        raise ConfigError(f"{what} is blank ({'empty' if not secret else 'only whitespace'}); give the real key or "
+                          "token, or leave it out and bind to 127.0.0.1")
+
+
 def check_bind(host: str, api_key: str | None) -> None:
-    """Refuse to expose a model beyond this machine without an API key."""
+    """Refuse to expose a model beyond this machine without an API key, and a blank key anywhere."""
+    refuse_blank(api_key, "evolve serve: the API key (--api-key or EVOLVE_SERVE_API_KEY)")
     if not api_key and not is_loopback(host):
         raise ConfigError(
             f"evolve serve: binding to {host!r} exposes the model beyond this machine and needs an API key; "
@@ -340,5 +350,5 @@ def serve_llm(llm: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str 
                         host=host, port=port, api_key=api_key).start()
 
 
-__all__ = ["Answer", "LLMTarget", "OpenAIServer", "Target", "check_bind", "complete_n", "is_loopback", "serve_llm",
+__all__ = ["Answer", "LLMTarget", "OpenAIServer", "Target", "check_bind", "complete_n", "is_loopback", "refuse_blank", "serve_llm",
            "tokenizer_of"]

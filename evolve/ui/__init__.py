@@ -36,6 +36,9 @@ def serve(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0
 
     _check_installed()
     plotly_js()
+    from evolve.serve.server import refuse_blank
+
+    refuse_blank(token, "evolve ui: the token")
     loopback = is_loopback(host)
     if not loopback and not token:
         raise ConfigError(f"evolve ui: binding to {host!r} shows your runs beyond this machine and needs a token "

@@ -36,8 +36,8 @@ def ui_command(
     token = None
     if token_env:
         token = os.environ.get(token_env)
-        if not token:
-            raise UserError(f"evolve ui: --token-env {token_env}: the variable is not set or empty")
+        if not token or not token.strip():
+            raise UserError(f"evolve ui: --token-env {token_env}: the variable is not set, empty or only whitespace")
     elif not is_loopback(host):
         token = secrets.token_urlsafe(24)
     server = serve(paths, host=host, port=port, token=token).start()  # listening before the URL is printed
