@@ -14,11 +14,16 @@ from evolve.registry import import_path
 Splits = dict[str, list[dict[str, Any]]]
 
 
+def _origin(given: bool) -> str:
+    return "given there" if given else "assigned: the line has no 'id', so it gets FILE-LINE"
+
+
 def read_jsonl(path: Path, field: str) -> list[dict[str, Any]]:
     if not path.exists():
         raise ConfigError(f"dataset file {str(path)!r} does not exist; fix the path (relative paths start at the task file's folder)",
                           path=field)
     tasks = []
+    first_line: dict[str, tuple[int, bool]] = {}  # id -> (line, whether the line gave it)
     try:
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -32,7 +37,14 @@ def read_jsonl(path: Path, field: str) -> list[dict[str, Any]]:
             raise ConfigError(f"{path}:{i}: not valid JSON ({e.msg}); each line must be one JSON object", path=field) from None
         if not isinstance(row, dict):
             raise ConfigError(f"{path}:{i}: each line must be a JSON object, got {type(row).__name__}", path=field)
+        given = "id" in row
         row.setdefault("id", f"{path.stem}-{i}")
+        tid = str(row["id"])
+        if tid in first_line:
+            j, given_there = first_line[tid]
+            raise ConfigError(f"{path}:{i}: task id {tid!r} ({_origin(given)}) is already the id of line {j} "
+                              f"({_origin(given_there)}); give every task a unique 'id'", path=field)
+        first_line[tid] = (i, given)
         tasks.append(row)
     if not tasks:
         raise ConfigError(f"dataset file {str(path)!r} holds no tasks", path=field)
@@ -67,6 +79,7 @@ def load_splits(cfg: DatasetConfig, base: Path, seed: int, source: str = "task")
     for name, tasks in splits.items():
         ids = [str(t.get("id")) for t in tasks]
         if len(set(ids)) != len(ids):
-            raise ConfigError(f"split {name!r} has duplicate task ids; every task needs a unique 'id'",
-                              path="dataset", source=source)
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ConfigError(f"split {name!r} has the task id {dup!r} {ids.count(dup)} times; every task needs a "
+                              "unique 'id'", path="dataset", source=source)
     return splits

@@ -154,6 +154,24 @@ def test_cli_unreadable_dataset(tmp_path):
     assert r.returncode == 2 and "train.jsonl:2: not valid JSON" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("lines, said", [
+    ('{"a": 1}\n{"a": 2, "id": "train-1"}\n', "train.jsonl:2: task id 'train-1' (given there) is already the id of "
+                                              "line 1 (assigned"),
+    ('{"a": 1, "id": "train-2"}\n{"a": 2}\n', "train.jsonl:2: task id 'train-2' (assigned"),
+    ('{"id": "x"}\n{"id": "y"}\n{"id": "x"}\n', "train.jsonl:3: task id 'x' (given there) is already the id of line 1"),
+])
+def test_a_jsonl_id_that_collides_is_named_with_its_file_and_line(tmp_path, lines, said):
+    data = yaml.safe_load((DATA / "toy.yaml").read_text())
+    (tmp_path / "train.jsonl").write_text(lines)
+    (tmp_path / "val.jsonl").write_text('{"a": 1}\n')
+    data["dataset"] = {"train": "train.jsonl", "val": "val.jsonl"}
+    f = tmp_path / "task.yaml"
+    f.write_text(yaml.safe_dump(data))
+    r = _cli("run", str(f), "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_init_scaffolds_a_valid_task(tmp_path):
     r = _cli("init", "t.yaml", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
