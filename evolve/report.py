@@ -1,7 +1,9 @@
 """The run report: ``report.json`` and ``report.md`` in the run directory.
 
 ``report.json`` holds ``baseline`` and ``best`` (each with ``system_id`` and per-split
-``{score, n}`` for ``val`` and ``test``), the ``generations`` list, the budget used (all of it,
+``{score, n}`` for ``val`` and ``test``; ``best`` is the run's best-scored system, and when the
+current one differs, after a rollback or under a deploy policy, ``current`` names it and says why),
+the ``generations`` list, the budget used (all of it,
 and ``budget_used_by_run``: before the final test scoring, which is outside the budget) and why
 the run stopped. ``paired`` holds, per split, the best system against the baseline on the same
 tasks (:func:`evolve.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
@@ -64,7 +66,8 @@ class RunReport(dict):
 
     @property
     def best(self) -> SystemScores | None:
-        """The promoted (current) system's scores."""
+        """The run's best-scored system's scores (``report["current"]`` names the current system when it
+        is another: after a rollback, or under a deploy policy)."""
         return self._system("best")
 
     @property
@@ -189,9 +192,13 @@ def write_report(session: "Session", stop_reason: str, *, score_test: bool = Tru
     before the final scoring (default: all of it)."""
     arch = session.archive
     baseline_id = session.state.baseline
-    # with a deploy policy the best system is proposed, not made current (evolve promote decides)
-    best_id = (arch.get_state("best") if session.task.deploy is not None else None) or arch.current() or baseline_id
+    # the run's best-scored system (the engine's last promotion), which need not be the current one: a
+    # deploy policy only proposes it (evolve promote decides), and a rollback moves the pointer away
+    best_id = arch.get_state("best") or arch.current() or baseline_id
     report: dict[str, Any] = {"task": session.task.name, "seed": session.task.seed, "run_dir": str(session.run_dir)}
+    current_id = arch.current()
+    if current_id is not None and best_id is not None and current_id != best_id:
+        report["current"] = {"system_id": current_id, "why": why_current(arch, current_id, session.task.deploy)}
     if baseline_id is None:
         report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})
     else:
@@ -219,6 +226,22 @@ def write_report(session: "Session", stop_reason: str, *, score_test: bool = Tru
     return RunReport(report)
 
 
+def why_current(arch: Any, current_id: str, deploy: Any) -> str:
+    """Why the current system is not the run's best-scored one, from the pointer's last move."""
+    import datetime
+
+    moves = [m for m in arch.pointer_history() if m[0] == current_id]
+    reason, at = (moves[-1][1], moves[-1][2]) if moves else ("", 0.0)
+    when = datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if at else ""
+    if reason == "rollback":
+        return (f"it was rolled back to on {when} (evolve archive rollback or evolve rollback), and no system the run "
+                "evolved since scored above the best one")
+    if deploy is not None:
+        return ("the run has a deploy policy: its best system is proposed, not made current; evolve promote decides "
+                "what is served")
+    return f"it was made current ({reason or 'unknown'}) on {when}"
+
+
 def _fmt(entry: dict | None, split: str) -> str:
     if not entry or split not in entry:
         return "—"
@@ -239,6 +262,9 @@ def to_markdown(report: dict[str, Any]) -> str:
     for name in ("baseline", "best"):
         e = report.get(name) or {}
         lines.append(f"| {name} | `{(e.get('system_id') or '')[:12]}` | {_fmt(e, 'val')} | {_fmt(e, 'test')} |")
+    cur = report.get("current")
+    if cur:
+        lines.append(f"\nThe current system is `{cur['system_id'][:12]}`, not the best one above: {cur['why']}.")
     for split in ("val", "test"):
         g = gain(report, split)
         if g is not None and not math.isnan(g):

@@ -262,3 +262,24 @@ def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes
                             if "selector" in changed else ["budget.generations=0", changed])
         with pytest.raises(RunDirError, match="different task configuration"):
             Engine(cfg2, base_dir=base, run_dir=tmp_path / "r", resume=True)
+
+
+def test_after_a_rollback_and_a_resume_the_report_keeps_the_best_and_names_the_current(tmp_path):
+    """A rollback moves the pointer, not the run's results: resumed with more generations that
+    evolve nothing better, the report's best is still the best-scored system, and it says which
+    system is current and why (before, the rolled-back-to baseline was reported as best)."""
+    from typer.testing import CliRunner
+
+    from evolve.archive_cli import app
+
+    run = tmp_path / "run"
+    first = evolve.run(DATA / "toy.yaml", out=run, overrides=["budget.generations=2"])
+    assert first["best"]["val"]["score"] == 1.0 and "current" not in first
+    assert CliRunner().invoke(app, ["rollback", str(run), "baseline"]).exit_code == 0
+    again = evolve.run(DATA / "toy.yaml", out=run, resume=True, overrides=["budget.generations=3"])
+    assert len(again["generations"]) == 4  # generations 0-3: one more, which found nothing better
+    assert again["best"]["system_id"] == first["best"]["system_id"] and again["best"]["test"] == first["best"]["test"]
+    assert again["current"]["system_id"] == again["baseline"]["system_id"] == Archive(run, create=False).current()
+    assert "rolled back to on" in again["current"]["why"]
+    md = (run / "report.md").read_text()
+    assert f"The current system is `{again['baseline']['system_id'][:12]}`, not the best one above" in md
