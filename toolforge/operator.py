@@ -45,7 +45,8 @@ class ToolForge:
         abstraction: bool = Field(True, description="mine repeated actions into parametrised tools (with miner)")
         miner: str | None = Field(None, description="import path of miner(trajectories, *, tool, sql_arg, db_arg, "
                                   "min_support, taken, provenance) -> tools (the world's tools.mine hook)")
-        source_tool: str = Field("execute_sql", description="the recorded tool whose calls are mined")
+        source_tool: str | None = Field(None, description="the recorded tool whose calls are mined (default: the "
+                                        "miner's own: execute_sql in the SQL world, shell in the harbor world)")
         sql_arg: str = "sql"
         db_arg: str = "db"
         min_support: int = Field(3, ge=1, description="distinct successful tasks a shape needs")
@@ -124,8 +125,9 @@ class ToolForge:
             from evolve.registry import import_path
 
             mine = import_path(str(p.miner), what="toolforge miner")
-            for tool in mine(trajs, tool=p.source_tool, sql_arg=p.sql_arg, db_arg=p.db_arg,
-                             min_support=p.min_support, taken=lib.names(), provenance=prov):
+            source = {"tool": p.source_tool} if p.source_tool else {}
+            for tool in mine(trajs, **source, sql_arg=p.sql_arg, db_arg=p.db_arg, min_support=p.min_support,
+                             taken=lib.names(), provenance=prov):
                 proposals.append((tool, []))
         llm = self._synth_llm(ctx)
         if llm is not None and p.proposals:

@@ -20,7 +20,8 @@ The folder, each module depending only on those above it:
 * ``dataset`` — the splits, stable by folder name, broken tasks left out;
 * ``agent`` — the shell agent (text protocol: one fenced command per reply, ``DONE``);
   ``reward`` — the tests' verdict; ``mining`` — memory entries and cold-start demos;
-  ``tools`` — recurring commands mined into parametrised shell tools.
+  ``tools`` — recurring commands mined into parametrised shell tools (``tools.mine``), and the
+  agent's expansion of a call of one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from evolve.worlds.harbor.dataset import dataset, split_of
 from evolve.worlds.harbor.mining import demos, experiences, solution_commands
 from evolve.worlds.harbor.reward import reward
 from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
+from evolve.worlds.harbor.tools import mine_commands
 
 WORLD = World(
     name="harbor",
@@ -40,10 +42,11 @@ WORLD = World(
     hooks={
         "coldstart.demos": "evolve.worlds.harbor:demos",
         "memory.extract": "evolve.worlds.harbor:experiences",
+        "tools.mine": "evolve.worlds.harbor:mine_commands",
     },
     description="Harbor task folders (instruction.md, task.toml, environment/, tests/); a shell agent in the "
                 "task's environment, scored by the task's own tests",
 )
 
 __all__ = ["DEFAULT_INSTRUCTION", "WORLD", "TaskError", "agent", "dataset", "demos", "experiences", "find_tasks",
-           "load_task", "parse_reply", "reflexion_agent", "reward", "solution_commands", "split_of"]
+           "load_task", "mine_commands", "parse_reply", "reflexion_agent", "reward", "solution_commands", "split_of"]

@@ -10,7 +10,9 @@ Settings (``ctx.system.workflow``): ``max_turns`` (10), ``max_tokens`` (256), ``
 (60 s, never more than what is left of the task's ``[agent] timeout_sec``), ``obs_chars`` (2000:
 the output tail the model sees). Prompt component ``instruction`` is the system message
 (:data:`DEFAULT_INSTRUCTION` when unset; an empty string sends none). With a memory
-(``System.memory``), the most similar solved tasks and their commands come before the task.
+(``System.memory``), the most similar solved tasks and their commands come before the task. With
+shell tools (``System.tools`` mined by toolforge, :mod:`.tools`), the system message lists them
+and a reply that calls one (``NAME ARG ...``) runs its command, recorded as a call of ``NAME``.
 """
 
 from __future__ import annotations
@@ -73,9 +75,15 @@ def recall_text(examples: list[dict]) -> str:
     return "\n\n".join(lines)
 
 
-def messages_for(task: dict, instruction: str | None, examples: list[dict] | None = None) -> list[Message]:
-    """The messages an episode opens with (also the cold start's demos')."""
+def messages_for(task: dict, instruction: str | None, examples: list[dict] | None = None,
+                 tools: dict[str, dict] | None = None) -> list[Message]:
+    """The messages an episode opens with (also the cold start's demos'); the system's shell
+    shortcuts (:mod:`.tools`) are listed after the instruction."""
+    from evolve.worlds.harbor.tools import menu
+
     system = DEFAULT_INSTRUCTION if instruction is None else instruction
+    if tools:
+        system = (system.rstrip() + "\n\n" if system.strip() else "") + menu(tools)
     out = [Message(role="system", content=system)] if system.strip() else []
     recalled = recall_text(examples or [])
     user = (recalled + "\n\nYour task:\n" if recalled else "") + task["instruction"]
@@ -94,6 +102,7 @@ def agent(task: dict, ctx: Any) -> dict:
     "agent_timed_out", "verifier": {score, components, source, exit_code, output, seconds},
     "backend"}``; an environment that fails raises :class:`~evolve.errors.InfraError`."""
     from evolve.worlds.harbor.environment import open_environment
+    from evolve.worlds.harbor.tools import shortcuts
 
     system = ctx.system
     wf = dict(getattr(system, "workflow", None) or {})
@@ -105,7 +114,8 @@ def agent(task: dict, ctx: Any) -> dict:
     spec = getattr(system, "memory", None) or {}
     examples = (ctx.tool("recall_memory", _recall, spec=spec, query=task["instruction"])
                 if spec.get("store") else [])
-    messages = messages_for(task, prompts.get("instruction"), examples)
+    tools = shortcuts(system)
+    messages = messages_for(task, prompts.get("instruction"), examples, tools)
     llm = ctx.llm("policy")
     env = open_environment(task, task.get("backend", "auto"))
     commands: list[str] = []
@@ -128,10 +138,21 @@ def agent(task: dict, ctx: Any) -> dict:
             if left <= 0:
                 timed_out = True
                 break
-            commands.append(command)
-            r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout), command=command,
-                         timeout=round(min(cap, left), 1))
-            messages.append(Message(role="user", content=observation(_Shown(r), obs_chars)))
+            timeout = round(min(cap, left), 1)
+            call = _shortcut_call(command, tools)
+            if call is None:
+                commands.append(command)
+                r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout), command=command,
+                             timeout=timeout)
+                shown = observation(_Shown(r), obs_chars)
+            elif isinstance(call, str):  # a shortcut called wrongly: the agent's own mistake, the turn spent
+                shown = call
+            else:
+                name, kwargs, expanded = call
+                commands.append(expanded)
+                r = ctx.tool(name, lambda **kw: {**_run(env, expanded, timeout), "command": expanded}, **kwargs)
+                shown = observation(_Shown(r), obs_chars)
+            messages.append(Message(role="user", content=shown))
             if done:
                 break
         verdict = ctx.tool("harbor.verify", lambda task_id: env.verify(), task_id=task["id"])
@@ -139,6 +160,24 @@ def agent(task: dict, ctx: Any) -> dict:
         env.close()
     return {"commands": commands, "turns": turn, "done": done, "agent_timed_out": timed_out,
             "verifier": verdict, "backend": env.backend}
+
+
+def _shortcut_call(command: str, tools: dict[str, dict]) -> tuple[str, dict, str] | str | None:
+    """``(name, kwargs, command it runs)`` when ``command`` calls one of ``tools``, a message saying
+    what is wrong when it calls one wrongly, None when it is a plain command."""
+    if not tools:
+        return None
+    from evolve.worlds.harbor.tools import expand, words
+
+    ws = words(command)
+    if not ws or ws[0] not in tools or any(set(w) <= set("();<>|&") for w in ws):
+        return None
+    tool = tools[ws[0]]
+    try:
+        expanded = expand(tool, ws[1:])
+    except ValueError as e:
+        return f"shortcut {ws[0]} {e}; nothing was run"
+    return ws[0], dict(zip(tool["params"], ws[1:])), expanded
 
 
 def _run(env: Any, command: str, timeout: float) -> dict:

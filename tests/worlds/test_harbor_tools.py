@@ -1,0 +1,120 @@
+"""The harbor world's tools.mine hook: commands that solved several tasks with only their
+arguments changing become shell shortcuts, admitted by toolforge only when their code (run in the
+sandbox) reproduces every recorded command; the agent lists the system's shortcuts and runs a
+call of one as its command, recorded under the shortcut's name."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from tests.helpers.harbor import make_tasks, respond
+
+import evolve
+from evolve.archive import Archive
+from evolve.types import Reward, ToolCall, Trajectory
+from evolve.worlds.harbor.tools import canonical, expand, menu, mine_commands, shortcuts, words
+
+REPO = Path(__file__).parents[2]
+
+
+def _traj(task_id: str, *commands: str, score: float = 1.0) -> Trajectory:
+    steps = [ToolCall(name="shell", args={"command": c, "timeout": 30}, result={"exit_code": 0}) for c in commands]
+    return Trajectory(task_id=task_id, system_id="s", steps=steps, output={}, reward=Reward(score=score))
+
+
+def test_recurring_commands_become_shortcuts_with_what_varies_as_parameters():
+    trajs = [_traj(f"count-{i}", "cd /app", f"wc -l < /app/data_{i}.txt > /app/count.txt") for i in range(4)]
+    trajs += [_traj("count-9", "wc -l < /app/data_9.txt > /app/count.txt", score=0.0)]  # unsolved: not mined
+    trajs += [_traj(f"secret-{i}", f"base64 -d '/app/secret {i}.b64' > /app/secret.txt") for i in range(3)]
+    trajs += [_traj("other", "echo $(date) > x", "cat <<EOF\nhi\nEOF")]  # not simple one-liners
+    tools = {t.name: t for t in mine_commands(trajs, min_support=3, taken=["base64_d"])}
+    assert set(tools) == {"wc_l", "base64_d_2"}  # "cd /app" never varies; a taken name gets a suffix
+    wc = tools["wc_l"]
+    assert wc.params == ("path",) and wc.doc == "runs: wc -l < PATH > /app/count.txt"
+    assert [c.kwargs for c in wc.tests] == [{"path": f"/app/data_{i}.txt"} for i in range(4)]
+    assert wc.tests[0].expect == "wc -l < /app/data_0.txt > /app/count.txt" and wc.provenance["support"] == 4
+    b = tools["base64_d_2"]
+    assert b.tests[1].expect == "base64 -d '/app/secret 1.b64' > /app/secret.txt"
+    assert mine_commands(trajs, min_support=5) == []
+
+
+def test_admission_runs_the_code_in_the_sandbox_and_the_expansion_is_quoted():
+    from evolve.toolforge.validate import check, default_sandbox
+
+    trajs = [_traj(f"t{i}", f"grep -c {w} /app/log_{i}.txt") for i, w in enumerate(["ERROR", "WARN", '"it\'s"'])]
+    (tool,) = mine_commands(trajs, min_support=3)
+    assert tool.params == ("arg", "path")
+    verdict = check(tool, default_sandbox("process"), [], min_recorded=len(tool.tests))
+    assert verdict.admitted, verdict.summary()
+    wrong = tool.model_copy(update={"code": tool.code.replace('" ".join(out)', '"  ".join(out)')})
+    assert not check(wrong, default_sandbox("process"), [], min_recorded=len(wrong.tests)).admitted
+    lib = {"grep_c": tool.model_dump()}
+    sc = shortcuts(type("S", (), {"tools": lib})())
+    assert expand(sc["grep_c"], ["a b; rm -rf /", "/app/x"]) == "grep -c 'a b; rm -rf /' /app/x"
+    with pytest.raises(ValueError, match="takes 2 argument"):
+        expand(sc["grep_c"], ["x"])
+    assert "- grep_c ARG PATH: runs: grep -c ARG PATH" in menu(sc)
+    assert words("ls | wc -l") == ["ls", "|", "wc", "-l"] and canonical(["echo", "a b", ">", "f"]) == "echo 'a b' > f"
+
+
+def _with_shortcuts(messages: list[dict]) -> str:
+    """The scripted model of tests/helpers/harbor.py, which calls a listed shortcut for count tasks."""
+    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+    shortcut = re.search(r"^- (\w+) PATH: runs: wc -l < PATH > /app/count\.txt$", system, re.M)
+    task = [m["content"] for m in messages if m["role"] == "user"][-1] if messages else ""
+    if shortcut and messages[-1]["role"] == "user" and not task.startswith(("exit code", "killed", "shortcut")):
+        if m := re.search(r"lines of (/app/data_\d+\.txt)", task):
+            return f"```bash\n{shortcut.group(1)} {m.group(1)}\n```"
+    return respond(messages)
+
+
+def test_toolforge_mines_a_shortcut_from_a_harbor_run_and_the_agent_runs_it(tmp_path, monkeypatch):
+    """The harbor world's tools.mine over a served model (an OpenAI-compatible server on loopback):
+    the count tasks' solved commands become `wc_l PATH`, admitted in the sandbox; the evolved
+    system lists it, the model calls it, the call runs `wc -l < PATH > /app/count.txt` in the task's
+    environment and the task's own tests pass."""
+    from evolve.sandbox.shell import available
+
+    if available():
+        pytest.skip(f"bubblewrap sandbox unavailable: {available()}")
+    pytest.importorskip("litellm")
+    from tests.helpers.servers import FakeOpenAI
+
+    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+    import shutil
+
+    fams = make_tasks(tmp_path / "tasks", 8)
+    for tid in fams["word"] + fams["secret"]:  # the count family alone
+        shutil.rmtree(tmp_path / "tasks" / tid)
+    count = fams["count"]
+    splits = {"train": count[:5], "val": count[5:7], "test": count[7:]}
+    srv = FakeOpenAI(respond=_with_shortcuts)
+    policy = {"backend": "litellm", "name": "openai/scripted",
+              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
+    try:
+        rep = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "run", overrides=[
+            f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
+            f"dataset.params.splits={json.dumps(splits)}", "prompts={}", "workflow={max_turns: 3, max_tokens: 128}",
+            'operators=[{name: toolforge, params: {min_support: 3, patience: 5}}]', "budget.generations=1",
+            "engine.minibatch=5", "engine.min_gain=-1"])
+    finally:
+        srv.close()
+    archive = Archive(tmp_path / "run")
+    tools = [r for r in archive.records() if r.operator == "toolforge"]
+    assert tools, "toolforge proposed nothing"
+    child = archive.get_system(tools[0].id)
+    assert set(child.tools) == {"wc_l"} and child.tools["wc_l"]["meta"]["kind"] == "shell"
+    trajs = archive.trajectories(child.id, "val")
+    assert trajs and all(t.score == 1.0 and t.infra is None for t in trajs)
+    for t in trajs:
+        (call,) = [s for s in t.steps if isinstance(s, ToolCall) and s.name == "wc_l"]
+        n = t.task_id.split("-")[1]
+        assert call.args == {"path": f"/app/data_{n}.txt"}
+        assert call.result["command"] == f"wc -l < /app/data_{n}.txt > /app/count.txt"
+        assert not [s for s in t.steps if isinstance(s, ToolCall) and s.name == "shell"]
+    assert rep["baseline"]["val"]["score"] == 1.0
