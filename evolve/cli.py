@@ -1,4 +1,4 @@
-"""The ``evolve`` command line: run, eval, init, serve, archive.
+"""The ``evolve`` command line: run, eval, init, serve, archive, mcp.
 
 A user's mistake never shows a traceback: usage errors exit 2 with click's message, an
 :class:`~evolve.errors.UserError` exits 2 with its one paragraph, the world failing
@@ -256,6 +256,15 @@ def _track_command() -> None:
 
 
 _track_command()
+
+
+def _mcp_command() -> None:
+    from evolve.mcp.cli import mcp_command  # typer and rich only; the mcp SDK loads when it runs
+
+    app.command("mcp")(mcp_command)
+
+
+_mcp_command()
 
 
 def _deploy_commands() -> None:
