@@ -118,3 +118,73 @@ def test_toolforge_mines_a_shortcut_from_a_harbor_run_and_the_agent_runs_it(tmp_
         assert call.result["command"] == f"wc -l < /app/data_{n}.txt > /app/count.txt"
         assert not [s for s in t.steps if isinstance(s, ToolCall) and s.name == "shell"]
     assert rep["baseline"]["val"]["score"] == 1.0
+
+
+# ----------------------------------------------------------------------------- the topology palette
+
+
+def _reviewer(messages: list[dict]) -> str:
+    """Writes the word without its newline at first; asked to review, checks the file and fixes it."""
+    from evolve.worlds.harbor.workflow import REVIEW_PROMPT
+
+    last = messages[-1]["content"] if messages else ""
+    task = next((m["content"] for m in messages if m["role"] == "user"), "")
+    w = re.search(r"Write the word (\w+) to /app/word\.txt", task)
+    if w is None:
+        return respond(messages)
+    if last == REVIEW_PROMPT:
+        return f"```bash\necho {w.group(1)} > /app/word.txt\n```\nDONE"
+    if messages[-1]["role"] == "user" and last.startswith(("exit code", "killed")):
+        return "DONE"
+    return f"```bash\nprintf '%s' {w.group(1)} > /app/word.txt\n```"
+
+
+def test_the_topology_search_finds_the_review_loop_the_tasks_need(tmp_path, monkeypatch):
+    """The harbor world's palette over its agent's graph (examples/harbor/task.yaml, a served model
+    on loopback): the word tasks' tests need a trailing newline that the model only adds when asked
+    to review its work, so the search adds the review loop, and the child solves held-out tasks
+    the parent fails; the graph with no edit runs exactly as the hand-written loop."""
+    from evolve.sandbox.shell import available
+
+    if available():
+        pytest.skip(f"bubblewrap sandbox unavailable: {available()}")
+    pytest.importorskip("litellm")
+    import shutil
+
+    from tests.helpers.servers import FakeOpenAI
+
+    from evolve.worlds.harbor.workflow import shell_loop
+
+    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+    fams = make_tasks(tmp_path / "tasks", 8)
+    for tid in fams["count"] + fams["secret"]:
+        shutil.rmtree(tmp_path / "tasks" / tid)
+    words_ = fams["word"]
+    splits = {"train": words_[:4], "val": words_[4:6], "test": words_[6:]}
+    srv = FakeOpenAI(respond=_reviewer)
+    policy = {"backend": "litellm", "name": "openai/scripted",
+              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
+    common = [f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
+              f"dataset.params.splits={json.dumps(splits)}", "prompts={}", "engine.minibatch=4"]
+    try:
+        plain = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "plain", overrides=[
+            *common, "workflow={max_turns: 3, max_tokens: 128}", "operators=[]", "budget.generations=0"])
+        rep = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "run", overrides=[
+            *common, f"workflow={json.dumps({'graph': shell_loop(3), 'max_tokens': 128})}",
+            "operators=[{name: topology, params: {max_evals: 4, search_tasks: 4}}]", "budget.generations=1"])
+    finally:
+        srv.close()
+    a, b = Archive(tmp_path / "plain"), Archive(tmp_path / "run")
+    base = rep["baseline"]["system_id"]
+    # the starting graph is the hand-written loop: the same commands, the same scores
+    assert rep["baseline"]["val"] == plain["baseline"]["val"] and rep["baseline"]["val"]["score"] == 0.0
+    assert ({t.task_id: t.output["commands"] for t in b.trajectories(base, "val")}
+            == {t.task_id: t.output["commands"] for t in a.trajectories(plain["baseline"]["system_id"], "val")})
+    best = b.get_system(rep["best"]["system_id"])
+    assert "harbor.review" in {n["type"] for n in best.workflow["graph"]["nodes"]}
+    assert rep["best"]["test"]["score"] == 1.0 and rep["baseline"]["test"]["score"] == 0.0
+    for t in b.trajectories(best.id, "test"):
+        names = [s.name for s in t.steps if isinstance(s, ToolCall)]
+        assert "node:review" in names and t.output["commands"][-1].startswith("echo ") and t.output["done"]

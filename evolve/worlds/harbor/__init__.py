@@ -21,7 +21,9 @@ The folder, each module depending only on those above it:
 * ``agent`` — the shell agent (text protocol: one fenced command per reply, ``DONE``);
   ``reward`` — the tests' verdict; ``mining`` — memory entries and cold-start demos;
   ``tools`` — recurring commands mined into parametrised shell tools (``tools.mine``), and the
-  agent's expansion of a call of one.
+  agent's expansion of a call of one; ``workflow`` — the agent's turn as workflow-graph steps
+  (``harbor.act``, ``harbor.think``, ``harbor.review``), its loop as a graph and the topology
+  palette (``topology.palette``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ WORLD = World(
         "coldstart.demos": "evolve.worlds.harbor:demos",
         "memory.extract": "evolve.worlds.harbor:experiences",
         "tools.mine": "evolve.worlds.harbor:mine_commands",
+        "topology.palette": "evolve.worlds.harbor.workflow:PALETTE",
     },
     description="Harbor task folders (instruction.md, task.toml, environment/, tests/); a shell agent in the "
                 "task's environment, scored by the task's own tests",

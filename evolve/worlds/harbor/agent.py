@@ -17,6 +17,7 @@ and a reply that calls one (``NAME ARG ...``) runs its command, recorded as a ca
 
 from __future__ import annotations
 
+import contextvars
 import re
 import time
 from typing import Any
@@ -97,10 +98,81 @@ def _recall(spec: dict, query: str) -> list[dict]:
     return recall(spec, query)
 
 
+class Episode:
+    """One episode's environment and settings, and what happened so far; :meth:`turn` is one
+    reply of the model and the command it asked for (the hand-written loop and the workflow
+    graph's ``harbor.act`` step, :mod:`.workflow`, both take turns through it)."""
+
+    _current: "contextvars.ContextVar[Episode | None]" = contextvars.ContextVar("harbor_episode", default=None)
+
+    def __init__(self, task: dict, ctx: Any, env: Any, tools: dict[str, dict], wf: dict) -> None:
+        self.task, self.ctx, self.env, self.tools = task, ctx, env, tools
+        self.max_tokens = int(wf.get("max_tokens", 256))
+        self.cap = float(wf.get("command_timeout", 60))
+        self.obs_chars = int(wf.get("obs_chars", 2000))
+        self.llm = ctx.llm("policy")
+        self.t0, self.budget = time.monotonic(), float(task["agent_timeout"])
+        self.commands: list[str] = []
+        self.turns = 0
+        self.said_done = self.timed_out = False
+
+    @classmethod
+    def current(cls) -> "Episode":
+        ep = cls._current.get()
+        if ep is None:
+            raise RuntimeError("harbor workflow steps run only inside the harbor agent (agent: "
+                               "evolve.worlds.harbor:agent), which opens the task's environment")
+        return ep
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.t0)
+
+    def reply(self, messages: list[Message], max_tokens: int | None = None) -> str:
+        out = self.llm.complete(messages, max_tokens=max_tokens or self.max_tokens, stop=None)
+        return getattr(out, "text", "") or ""
+
+    def turn(self, messages: list[Message]) -> bool:
+        """One reply and its command, appended to ``messages``; True when the episode is over (the
+        agent said DONE, replied no command, or its time is spent)."""
+        if self.left() <= 0:
+            self.timed_out = True
+            return True
+        self.turns += 1
+        reply = self.reply(messages)
+        command, done = parse_reply(reply)
+        messages.append(Message(role="assistant", content=reply))
+        self.said_done = done
+        if command is None:
+            return True
+        left = self.left()
+        if left <= 0:
+            self.timed_out = True
+            return True
+        timeout, env, ctx = round(min(self.cap, left), 1), self.env, self.ctx
+        call = _shortcut_call(command, self.tools)
+        if call is None:
+            self.commands.append(command)
+            r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout), command=command,
+                         timeout=timeout)
+            shown = observation(_Shown(r), self.obs_chars)
+        elif isinstance(call, str):  # a shortcut called wrongly: the agent's own mistake, the turn spent
+            shown = call
+        else:
+            name, kwargs, expanded = call
+            self.commands.append(expanded)
+            r = ctx.tool(name, lambda **kw: {**_run(env, expanded, timeout), "command": expanded}, **kwargs)
+            shown = observation(_Shown(r), self.obs_chars)
+        messages.append(Message(role="user", content=shown))
+        return done
+
+
 def agent(task: dict, ctx: Any) -> dict:
     """One episode of ``task`` (see the module docstring). Returns ``{"commands", "turns", "done",
     "agent_timed_out", "verifier": {score, components, source, exit_code, output, seconds},
-    "backend"}``; an environment that fails raises :class:`~evolve.errors.InfraError`."""
+    "backend"}``; an environment that fails raises :class:`~evolve.errors.InfraError`. With a
+    workflow graph (``System.workflow["graph"]``, steps of :mod:`.workflow`) the graph takes the
+    turns instead of the fixed loop."""
+    from evolve.topology.graph import graph_of
     from evolve.worlds.harbor.environment import open_environment
     from evolve.worlds.harbor.tools import shortcuts
 
@@ -108,57 +180,31 @@ def agent(task: dict, ctx: Any) -> dict:
     wf = dict(getattr(system, "workflow", None) or {})
     prompts = getattr(system, "prompts", None) or {}
     max_turns = max(1, int(wf.get("max_turns", 10)))
-    max_tokens = int(wf.get("max_tokens", 256))
-    cap = float(wf.get("command_timeout", 60))
-    obs_chars = int(wf.get("obs_chars", 2000))
     spec = getattr(system, "memory", None) or {}
     examples = (ctx.tool("recall_memory", _recall, spec=spec, query=task["instruction"])
                 if spec.get("store") else [])
     tools = shortcuts(system)
     messages = messages_for(task, prompts.get("instruction"), examples, tools)
-    llm = ctx.llm("policy")
+    graph = graph_of(system)
     env = open_environment(task, task.get("backend", "auto"))
-    commands: list[str] = []
-    done = timed_out = False
-    turn = 0
     try:
-        t0 = time.monotonic()
-        budget = float(task["agent_timeout"])
-        for turn in range(1, max_turns + 1):
-            left = budget - (time.monotonic() - t0)
-            if left <= 0:
-                timed_out = True
-                break
-            reply = getattr(llm.complete(messages, max_tokens=max_tokens, stop=None), "text", "") or ""
-            command, done = parse_reply(reply)
-            messages.append(Message(role="assistant", content=reply))
-            if command is None:
-                break
-            left = budget - (time.monotonic() - t0)
-            if left <= 0:
-                timed_out = True
-                break
-            timeout = round(min(cap, left), 1)
-            call = _shortcut_call(command, tools)
-            if call is None:
-                commands.append(command)
-                r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout), command=command,
-                             timeout=timeout)
-                shown = observation(_Shown(r), obs_chars)
-            elif isinstance(call, str):  # a shortcut called wrongly: the agent's own mistake, the turn spent
-                shown = call
-            else:
-                name, kwargs, expanded = call
-                commands.append(expanded)
-                r = ctx.tool(name, lambda **kw: {**_run(env, expanded, timeout), "command": expanded}, **kwargs)
-                shown = observation(_Shown(r), obs_chars)
-            messages.append(Message(role="user", content=shown))
-            if done:
-                break
+        ep = Episode(task, ctx, env, tools, wf)
+        if graph is None:
+            for _ in range(max_turns):
+                if ep.turn(messages):
+                    break
+        else:
+            from evolve.topology.runtime import Runtime
+
+            token = Episode._current.set(ep)
+            try:
+                Runtime(ctx, graph).execute({"task": task, "messages": messages})
+            finally:
+                Episode._current.reset(token)
         verdict = ctx.tool("harbor.verify", lambda task_id: env.verify(), task_id=task["id"])
     finally:
         env.close()
-    return {"commands": commands, "turns": turn, "done": done, "agent_timed_out": timed_out,
+    return {"commands": ep.commands, "turns": ep.turns, "done": ep.said_done, "agent_timed_out": ep.timed_out,
             "verifier": verdict, "backend": env.backend}
 
 
@@ -207,4 +253,4 @@ def _reflexion_agent() -> Any:
 
 reflexion_agent = _reflexion_agent()  # ``agent: evolve.worlds.harbor:reflexion_agent`` in a task file
 
-__all__ = ["DEFAULT_INSTRUCTION", "agent", "messages_for", "observation", "parse_reply", "reflexion_agent"]
+__all__ = ["DEFAULT_INSTRUCTION", "Episode", "agent", "messages_for", "observation", "parse_reply", "reflexion_agent"]
