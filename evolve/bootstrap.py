@@ -7,18 +7,26 @@ weights, cold-started or read, stored as artifacts) registers how in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from evolve.config import TaskConfig
 from evolve.errors import ConfigError
 from evolve.registry import model_starts, part_loaders
 from evolve.types import ModelSpec, System
 
-if TYPE_CHECKING:
-    from evolve.session import Session
+
+class Run(Protocol):
+    """What the starting system is built from: the run's session (:class:`evolve.session.Session`,
+    which calls :func:`starting_system`; named here by its shape, so this module does not depend
+    back on it)."""
+
+    task: TaskConfig
+    archive: Any
+    agent: Any
+    base_dir: Path
 
 
-def starting_system(session: "Session") -> System:
+def starting_system(session: Run) -> System:
     """Build Π₀ (cold-starting local models), archive it and record it as the run's baseline."""
     task, archive = session.task, session.archive
     models = {}

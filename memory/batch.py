@@ -3,7 +3,7 @@ transaction (all of them or none)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,8 +11,6 @@ from . import model as M
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-    from .store import MemoryStore
 
 
 @dataclass
@@ -29,8 +27,9 @@ class Batch:
     """Writes collected and committed together: all of them or none (``with store.batch() as b``).
     Each method returns the position of its result in ``b.results`` (filled on commit)."""
 
-    def __init__(self, store: MemoryStore) -> None:
-        self.store, self.intents, self.results = store, [], []
+    def __init__(self, commit: Callable[[list[Intent]], list[str | None]]) -> None:
+        """``commit``: the store's own, carrying out the intents in one transaction."""
+        self._commit, self.intents, self.results = commit, [], []
 
     def _push(self, intent: Intent) -> int:
         self.intents.append(intent)
@@ -70,7 +69,7 @@ class Batch:
         return self._push(Intent(M.WEAKEN, item=item, data={"by": float(by), "reason": reason}))
 
     def commit(self) -> list[str | None]:
-        self.results = self.store._commit(self.intents)
+        self.results = self._commit(self.intents)
         self.intents = []
         return self.results
 

@@ -76,7 +76,7 @@ class MemoryStore:
     # ------------------------------------------------------------------ writes
 
     def batch(self) -> Batch:
-        return Batch(self)
+        return Batch(self._commit)
 
     def add(self, text: str, kind: str = "lesson", metadata: Mapping[str, Any] | None = None, *,
             strength: float = 1.0, on_duplicate: str = "noop") -> str:

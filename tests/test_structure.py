@@ -1,7 +1,7 @@
-"""The import structure of the library, scanned from the source (lazy imports included, imports
-under ``if TYPE_CHECKING:`` left out): no circle between modules, the core reaches a layer or a
-world only through registries (names resolved at run time) and the World protocol, and no module
-imports another module's private names."""
+"""The import structure of the library, scanned from the source (imports at any depth: lazy ones
+inside functions and those under ``if TYPE_CHECKING:`` included): no circle between modules, the
+core reaches a layer or a world only through registries (names resolved at run time) and the World
+protocol, and no module imports another module's private names."""
 
 from __future__ import annotations
 
@@ -35,13 +35,11 @@ MODULES = _modules()
 
 
 def _imports(path: Path):
+    """Every import of the module, at any depth: at the top, inside functions, and under ``if
+    TYPE_CHECKING:`` (an import only a type checker reads is still a dependency of the design)."""
     tree = ast.parse(path.read_text())
-    skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for n in ast.walk(node))
-    for node in ast.walk(tree):
-        if id(node) not in skip and isinstance(node, (ast.Import, ast.ImportFrom)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
 
 

@@ -20,18 +20,26 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from evolve.serve.protocol import APIError, ChatRequest
 from evolve.serve.server import Answer, OpenAIServer, tokenizer_of
 
-if TYPE_CHECKING:  # pragma: no cover
-    from evolve.rollout import RolloutContext
+
+class Rollout(Protocol):
+    """What a route needs of a rollout (:class:`evolve.rollout.RolloutContext`, which registers
+    itself here; named by its shape, so this module does not depend back on it)."""
+
+    system: Any
+    temperature: float | None
+    _gateway: dict[str, str]
+
+    def llm(self, role: str = "policy") -> Any: ...
 
 _LOCK = threading.Lock()
 _SERVER: OpenAIServer | None = None
 _PID: int | None = None
-_ROUTES: dict[str, tuple[RolloutContext, str]] = {}
+_ROUTES: dict[str, tuple[Rollout, str]] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -44,7 +52,7 @@ if hasattr(os, "register_at_fork"):
 
 
 class _RolloutTarget:
-    def __init__(self, ctx: RolloutContext, role: str) -> None:
+    def __init__(self, ctx: Rollout, role: str) -> None:
         self.ctx, self.role = ctx, role
 
     def model_names(self) -> list[str]:
@@ -88,7 +96,7 @@ def server() -> OpenAIServer:
         return _SERVER
 
 
-def register(ctx: RolloutContext, role: str = "policy") -> str:
+def register(ctx: Rollout, role: str = "policy") -> str:
     """Route a token to ``ctx``'s ``role`` (one token per context and role); returns the base URL."""
     if role not in ctx.system.models:
         raise KeyError(f"the system has no model role {role!r}; it has {sorted(ctx.system.models)}")
@@ -103,7 +111,7 @@ def register(ctx: RolloutContext, role: str = "policy") -> str:
     return f"http://127.0.0.1:{srv.port}/r/{token}/v1"
 
 
-def unregister(ctx: RolloutContext) -> None:
+def unregister(ctx: Rollout) -> None:
     """Drop every token of ``ctx``: its URLs answer 404 from now on."""
     with _LOCK:
         for token in ctx._gateway.values():
