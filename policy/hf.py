@@ -127,7 +127,13 @@ class HFTokenizer:
 def resolve_checkpoint(name: str, base_dir: Path | None = None) -> Path | None:
     """A checkpoint directory for ``name``: a directory with a ``config.json`` (relative paths from
     ``base_dir``), or a Hub id (``org/name``) found in the local Hugging Face cache. None if
-    ``name`` is neither (then it may be a tiny base file)."""
+    ``name`` is neither (then it may be a tiny base file). A GGUF file (``pkg:DIST/PATH`` or a
+    ``.gguf`` path) is converted once into the cache (:mod:`evolve.policy.gguf`) and its directory
+    returned."""
+    from evolve.policy.gguf import checkpoint, is_gguf
+
+    if is_gguf(name):
+        return checkpoint(name, base_dir)
     p = Path(name).expanduser()
     if not p.is_absolute() and base_dir is not None:
         p = base_dir / p
