@@ -31,6 +31,18 @@ def toy_task() -> Path:
 
 
 @pytest.fixture
+def loopback_env(monkeypatch):
+    """For tests that talk to a model server on loopback through litellm: proxies pointed at a dead
+    port (so nothing leaves through one), loopback exempt from them, a placeholder key."""
+    pytest.importorskip("litellm")
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(key, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+
+
+@pytest.fixture
 def one_torch_thread():
     """One intra-op thread: tiny models gain nothing from two, and a second spinning thread
     makes tests crawl when other processes share the CPU."""

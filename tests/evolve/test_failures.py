@@ -283,16 +283,6 @@ def _http_task(port: int, runner: str, out: Path) -> dict:
     return data
 
 
-@pytest.fixture
-def loopback_env(monkeypatch):
-    pytest.importorskip("litellm")
-    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.setenv(key, "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
-
-
 def _outage(tmp_path: Path, runner: str) -> None:
     port = free_port()
     server = FakeOpenAI(port, respond=toy_reply)

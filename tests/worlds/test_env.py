@@ -269,18 +269,12 @@ def respond(messages: list[dict]) -> str:
     return wordgame.player(messages)
 
 
-def test_a_served_model_is_lifted_by_the_prompt_layer_on_held_out_episodes(tmp_path, monkeypatch):
+def test_a_served_model_is_lifted_by_the_prompt_layer_on_held_out_episodes(tmp_path, loopback_env):
     """examples/env_wordgame/task.yaml with its policy pointed at an OpenAI-compatible server on
     loopback (through litellm): the reflective operator carries the boards of the episodes'
     feedback into the instruction, and the evolved system wins held-out words the baseline loses."""
-    pytest.importorskip("litellm")
     from tests.helpers.servers import FakeOpenAI
 
-    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.setenv(key, "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
     srv = FakeOpenAI(respond=respond)
     policy = {"backend": "litellm", "name": "openai/scripted",
               "params": {"api_base": srv.base, "api_key_env": "OPENAI_API_KEY", "max_retries": 0, "timeout": 10,

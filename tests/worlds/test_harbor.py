@@ -311,16 +311,6 @@ def test_every_example_task_is_sound():
 # ----------------------------------------------------------------------------- end to end over loopback
 
 
-@pytest.fixture
-def loopback_env(monkeypatch):
-    pytest.importorskip("litellm")
-    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.setenv(key, "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
-
-
 def test_a_served_model_is_lifted_by_the_prompt_and_memory_layers_on_held_out_tasks(tmp_path, loopback_env):
     """examples/harbor/task.yaml with its policy pointed at an OpenAI-compatible server on loopback
     (through litellm) that plays generated task families: the reflective operator carries the

@@ -60,6 +60,46 @@ def test_admission_runs_the_code_in_the_sandbox_and_the_expansion_is_quoted():
     assert words("ls | wc -l") == ["ls", "|", "wc", "-l"] and canonical(["echo", "a b", ">", "f"]) == "echo 'a b' > f"
 
 
+@pytest.fixture
+def sandboxed(monkeypatch, loopback_env):
+    """The harbor world's sandbox backend (skipped where bubblewrap cannot run), a model on loopback."""
+    from evolve.sandbox.shell import available
+
+    if available():
+        pytest.skip(f"bubblewrap sandbox unavailable: {available()}")
+    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+
+
+def _family(root: Path, family: str, sizes: tuple[int, int]) -> dict:
+    """Eight tasks of one generated family under ``root`` (the others removed): the first ``sizes[0]``
+    for train, the next ``sizes[1]`` for val, the rest for test."""
+    import shutil
+
+    fams = make_tasks(root, 8)
+    for name, ids in fams.items():
+        if name != family:
+            for tid in ids:
+                shutil.rmtree(root / tid)
+    ids, (a, b) = fams[family], sizes
+    return {"train": ids[:a], "val": ids[a:a + b], "test": ids[a + b:]}
+
+
+def _served(respond_fn, tmp_path: Path, out: str, splits: dict, *extra: str) -> dict:
+    """examples/harbor/task.yaml over the tasks in tmp_path/tasks, the policy a scripted model served
+    on loopback through litellm."""
+    from tests.helpers.servers import FakeOpenAI
+
+    srv = FakeOpenAI(respond=respond_fn)
+    policy = {"backend": "litellm", "name": "openai/scripted",
+              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
+    try:
+        return evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / out, overrides=[
+            f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
+            f"dataset.params.splits={json.dumps(splits)}", "prompts={}", *extra])
+    finally:
+        srv.close()
+
+
 def _with_shortcuts(messages: list[dict]) -> str:
     """The scripted model of tests/helpers/harbor.py, which calls a listed shortcut for count tasks."""
     system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
@@ -71,39 +111,15 @@ def _with_shortcuts(messages: list[dict]) -> str:
     return respond(messages)
 
 
-def test_toolforge_mines_a_shortcut_from_a_harbor_run_and_the_agent_runs_it(tmp_path, monkeypatch):
+def test_toolforge_mines_a_shortcut_from_a_harbor_run_and_the_agent_runs_it(tmp_path, sandboxed):
     """The harbor world's tools.mine over a served model (an OpenAI-compatible server on loopback):
     the count tasks' solved commands become `wc_l PATH`, admitted in the sandbox; the evolved
     system lists it, the model calls it, the call runs `wc -l < PATH > /app/count.txt` in the task's
     environment and the task's own tests pass."""
-    from evolve.sandbox.shell import available
-
-    if available():
-        pytest.skip(f"bubblewrap sandbox unavailable: {available()}")
-    pytest.importorskip("litellm")
-    from tests.helpers.servers import FakeOpenAI
-
-    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
-    import shutil
-
-    fams = make_tasks(tmp_path / "tasks", 8)
-    for tid in fams["word"] + fams["secret"]:  # the count family alone
-        shutil.rmtree(tmp_path / "tasks" / tid)
-    count = fams["count"]
-    splits = {"train": count[:5], "val": count[5:7], "test": count[7:]}
-    srv = FakeOpenAI(respond=_with_shortcuts)
-    policy = {"backend": "litellm", "name": "openai/scripted",
-              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
-    try:
-        rep = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "run", overrides=[
-            f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
-            f"dataset.params.splits={json.dumps(splits)}", "prompts={}", "workflow={max_turns: 3, max_tokens: 128}",
-            'operators=[{name: toolforge, params: {min_support: 3, patience: 5}}]', "budget.generations=1",
-            "engine.minibatch=5", "engine.min_gain=-1"])
-    finally:
-        srv.close()
+    splits = _family(tmp_path / "tasks", "count", (5, 2))
+    rep = _served(_with_shortcuts, tmp_path, "run", splits, "workflow={max_turns: 3, max_tokens: 128}",
+                  "operators=[{name: toolforge, params: {min_support: 3, patience: 5}}]", "budget.generations=1",
+                  "engine.minibatch=5", "engine.min_gain=-1")
     archive = Archive(tmp_path / "run")
     tools = [r for r in archive.records() if r.operator == "toolforge"]
     assert tools, "toolforge proposed nothing"
@@ -139,43 +155,19 @@ def _reviewer(messages: list[dict]) -> str:
     return f"```bash\nprintf '%s' {w.group(1)} > /app/word.txt\n```"
 
 
-def test_the_topology_search_finds_the_review_loop_the_tasks_need(tmp_path, monkeypatch):
+def test_the_topology_search_finds_the_review_loop_the_tasks_need(tmp_path, sandboxed):
     """The harbor world's palette over its agent's graph (examples/harbor/task.yaml, a served model
     on loopback): the word tasks' tests need a trailing newline that the model only adds when asked
     to review its work, so the search adds the review loop, and the child solves held-out tasks
     the parent fails; the graph with no edit runs exactly as the hand-written loop."""
-    from evolve.sandbox.shell import available
-
-    if available():
-        pytest.skip(f"bubblewrap sandbox unavailable: {available()}")
-    pytest.importorskip("litellm")
-    import shutil
-
-    from tests.helpers.servers import FakeOpenAI
-
     from evolve.worlds.harbor.workflow import shell_loop
 
-    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
-    fams = make_tasks(tmp_path / "tasks", 8)
-    for tid in fams["count"] + fams["secret"]:
-        shutil.rmtree(tmp_path / "tasks" / tid)
-    words_ = fams["word"]
-    splits = {"train": words_[:4], "val": words_[4:6], "test": words_[6:]}
-    srv = FakeOpenAI(respond=_reviewer)
-    policy = {"backend": "litellm", "name": "openai/scripted",
-              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
-    common = [f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
-              f"dataset.params.splits={json.dumps(splits)}", "prompts={}", "engine.minibatch=4"]
-    try:
-        plain = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "plain", overrides=[
-            *common, "workflow={max_turns: 3, max_tokens: 128}", "operators=[]", "budget.generations=0"])
-        rep = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "run", overrides=[
-            *common, f"workflow={json.dumps({'graph': shell_loop(3), 'max_tokens': 128})}",
-            "operators=[{name: topology, params: {max_evals: 4, search_tasks: 4}}]", "budget.generations=1"])
-    finally:
-        srv.close()
+    splits = _family(tmp_path / "tasks", "word", (4, 2))
+    plain = _served(_reviewer, tmp_path, "plain", splits, "engine.minibatch=4",
+                    "workflow={max_turns: 3, max_tokens: 128}", "operators=[]", "budget.generations=0")
+    rep = _served(_reviewer, tmp_path, "run", splits, "engine.minibatch=4",
+                  f"workflow={json.dumps({'graph': shell_loop(3), 'max_tokens': 128})}",
+                  "operators=[{name: topology, params: {max_evals: 4, search_tasks: 4, widen: null}}]", "budget.generations=1")
     a, b = Archive(tmp_path / "plain"), Archive(tmp_path / "run")
     base = rep["baseline"]["system_id"]
     # the starting graph is the hand-written loop: the same commands, the same scores
