@@ -153,6 +153,23 @@ def test_an_episode_runs_commands_in_the_tasks_environment_and_its_tests_score_i
     assert calls[1].messages[-1].content == "exit code 0\nfrom the image"
 
 
+def test_a_process_that_built_environments_leaves_nothing_in_tmp(tmp_path):
+    # the built environment is kept for the process's later episodes of the task; it went to /tmp for good
+    d = mk(tmp_path, files={"seed.txt": "x\n"},
+           dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY seed.txt /app/\nRUN cp seed.txt copied.txt\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import sys\nfrom evolve.worlds.harbor import load_task\n"
+            "from evolve.worlds.harbor.environment import open_environment\n"
+            "t = load_task(sys.argv[1])\n"
+            "for _ in range(2):\n    e = open_environment(t, 'sandbox')\n"
+            "    assert e.exec('cat copied.txt', timeout=30).stdout == 'x\\n'\n    e.close()\n")
+    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list(tmp.iterdir()) == []
+
+
 def test_the_agent_never_sees_the_solution_or_the_tests(tmp_path):
     d = mk(tmp_path, solve="echo ok > /app/out.txt  # SOLUTION-MARKER")
     (d / "tests" / "secret.txt").write_text("TESTS-MARKER\n")

@@ -93,6 +93,16 @@ def parse_reward(task: dict, reward_json: bytes | None, reward_txt: bytes | None
 
 _TEMPLATES: dict[str, tuple[Path, dict]] = {}  # task digest -> (built folders, plan facts)
 _TEMPLATE_LOCK = threading.Lock()
+_TEMPLATE_ROOT: list[tempfile.TemporaryDirectory] = []  # one folder per process, removed when it exits
+
+
+def _template_root() -> Path:
+    """The process's folder of built environments (a TemporaryDirectory: removed at exit, so a run
+    or a test session leaves nothing behind in /tmp)."""
+    with _TEMPLATE_LOCK:
+        if not _TEMPLATE_ROOT:
+            _TEMPLATE_ROOT.append(tempfile.TemporaryDirectory(prefix="evolve-harbor-"))
+        return Path(_TEMPLATE_ROOT[0].name)
 
 
 def _plan_of(task: dict):
@@ -177,7 +187,7 @@ class SandboxEnvironment:
                                             f"{why} in the sandbox: {_tail(r.stderr or r.stdout, 600)!r}. The sandbox "
                                             "backend runs RUN with the host's /usr, no network and a read-only root; "
                                             "a task that installs packages needs the docker backend")
-            template = Path(tempfile.mkdtemp(prefix=f"evolve-harbor-{key}-"))
+            template = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=_template_root()))
             for top in tops:
                 shutil.copytree(self.ws.host(top), template / top.strip("/"), symlinks=True, dirs_exist_ok=True)
             with _TEMPLATE_LOCK:
