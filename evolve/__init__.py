@@ -27,9 +27,10 @@ The core (this folder; the layers are ``evolve.policy``, ``.memory``, ``.prompts
 * results — ``archive/`` (SQLite, append-only), ``report`` (report.json/.md), ``stats`` (paired
   tests), ``estimate`` (the dry run);
 * deploying — ``deploy/`` (the lifecycle, gates, pinned evaluation, the canary; ``evolve.promote``,
-  ``evolve.rollback``), ``gateway/`` (an unmodified agent's traffic recorded, the evolved system served);
-* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli`` and ``archive_cli``, ``serve/``,
-  ``reflexion/`` (Reflexion mode).
+  ``evolve.rollback``), ``gateway/`` (the one OpenAI-compatible server: an unmodified agent's traffic
+  recorded, the evolved system served, ``evolve serve``, each rollout's own endpoint);
+* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli`` and ``archive_cli``, ``serve``
+  (the serving names, from ``gateway/``), ``reflexion/`` (Reflexion mode).
 """
 
 from __future__ import annotations

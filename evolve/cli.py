@@ -193,47 +193,10 @@ def init(path: Path = typer.Argument(Path("task.yaml"), help="Where to write the
     Console().print(f"wrote {path}; edit it, then: evolve run {path}")
 
 
-@app.command()
-def serve(
-    run_dir: Path = typer.Argument(..., help="The run directory (holds archive.sqlite)."),
-    role: str = typer.Option("policy", "--role", help="The system's model role to serve."),
-    system: str | None = typer.Option(None, "--system", help="Serve this system (id prefix, best, baseline) "
-                                      "instead of the current one; a pinned system is never swapped."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback an API key is required."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free port)."),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="EVOLVE_SERVE_API_KEY",
-                                       help="Require 'Authorization: Bearer KEY' (env EVOLVE_SERVE_API_KEY)."),
-    no_follow: bool = typer.Option(False, "--no-follow", help="Keep serving the starting system even when the "
-                                   "archive promotes another."),
-    poll: float = typer.Option(1.0, "--poll", min=0.01, help="Seconds between checks of the archive's current pointer."),
-) -> None:
-    """Serve a system's model behind an OpenAI-compatible chat-completions endpoint; calls are
-    recorded in RUN_DIR/serve/calls.jsonl."""
-    from evolve.serve import ServeApp
-    from evolve.serve.asgi import wait_until_interrupted
-    from evolve.serve.server import is_loopback
-
-    with ServeApp(run_dir, role=role, system=system, follow=not no_follow, poll=poll,
-                  log=lambda msg: console.print(msg, highlight=False, markup=False)) as sapp:
-        try:
-            server = sapp.start(host=host, port=port, api_key=api_key)
-        except OSError as e:
-            raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port or --host") \
-                from None
-        out = Console(highlight=False, soft_wrap=True)
-        where = "" if is_loopback(host) else f" (listening on {host}:{server.port}; use this machine's address)"
-        out.print(f"serving {role!r} of system {sapp.system_id[:12]} at {server.url}{where}", markup=False)
-        key = "$EVOLVE_SERVE_API_KEY" if api_key else "unused"
-        out.print(f"example: OpenAI(base_url=\"{server.url}\", api_key=\"{key}\").chat.completions.create("
-                  f"model=\"{role}\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])", markup=False)
-        sys.stdout.flush()
-        wait_until_interrupted()  # Ctrl-C or SIGTERM
-        console.print("stopped")
-
-
 def _gateway_command() -> None:
-    from evolve.gateway.cli import gateway_command  # typer and rich only; starlette and uvicorn load when it runs
+    from evolve.gateway.cli import gateway_command, serve_command  # typer and rich only; starlette and uvicorn load when they run
 
+    app.command("serve")(serve_command)
     app.command("gateway")(gateway_command)
 
 

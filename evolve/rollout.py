@@ -106,7 +106,7 @@ class RolloutContext:
     deadline: float | None = None  # time.monotonic() value
     steps: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _gateway: dict = field(default_factory=dict, repr=False)  # role -> token (evolve.serve.gateway)
+    _gateway: dict = field(default_factory=dict, repr=False)  # role -> token (evolve.gateway.rollout_route)
     infra: InfraFailure | None = None  # the first time the world failed under this rollout
 
     def llm(self, role: str = "policy") -> RecordedLLM:
@@ -137,8 +137,8 @@ class RolloutContext:
         rollout only: chat completions sent there are ``self.llm(role).complete`` calls, recorded
         in the trajectory with token ids and log-probs. Any model name and API key are accepted;
         the URL stops working when the rollout ends. An exploration rollout's temperature wins
-        over the request's (see :mod:`evolve.serve.gateway`)."""
-        from evolve.serve.gateway import register
+        over the request's (see :mod:`evolve.gateway.rollout_route`)."""
+        from evolve.gateway.rollout_route import register
 
         return register(self, role)
 
@@ -188,7 +188,7 @@ class RolloutContext:
                     self.infra = f.infra
         for f in forks:
             if f._gateway:
-                from evolve.serve.gateway import unregister
+                from evolve.gateway.rollout_route import unregister
 
                 unregister(f)
 
@@ -234,7 +234,7 @@ def run_agent(
         ctx.note_failure(e)  # its own model client's errors (openai, httpx, ...) speak for the world
     finally:
         if ctx._gateway:  # the rollout's OpenAI URLs stop working now
-            from evolve.serve.gateway import unregister
+            from evolve.gateway.rollout_route import unregister
 
             unregister(ctx)
     if ctx.infra is not None and error is None:  # the agent caught the failure and went on

@@ -223,10 +223,9 @@ def _task_config(task_file: str | Path, overrides: Sequence[str]) -> tuple[Any, 
 
 
 def _served(llm: CountingLLM) -> Any:
-    from evolve.serve.server import LLMTarget, OpenAIServer
+    from evolve.gateway.local import serve_llm
 
-    target = LLMTarget(llm, names=["policy"], any_model=True)
-    return OpenAIServer(lambda kind, key: target if kind is None else None, host="127.0.0.1", port=0).start()
+    return serve_llm(llm, names=["policy"], any_model=True)
 
 
 def _resume(run_dir: Path, optimizer: str) -> bool:

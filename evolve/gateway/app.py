@@ -1,14 +1,20 @@
 """The gateway's HTTP app (starlette, served by uvicorn): OpenAI and Anthropic endpoints in front
 of the routes, every call recorded in the trace store, feedback taken at any later time.
 
-Paths (each also under ``/s/<session>/``, which names the session)::
+Paths (the first three also under ``/s/<session>/``, which names the session)::
 
     POST /v1/chat/completions     OpenAI chat completions (stream, tools)
     POST /v1/messages             Anthropic Messages (stream, tools)
     GET  /v1/models               the routes' model names
     GET  /v1/evolve/system        ?model=NAME[&session=ID]: the system that answers, its prompts
-    POST /v1/feedback             {session_id | call_id, score, components, text, id}
+    POST /v1/feedback             {session_id | call_id, score, components, text, id} (with a trace store)
     GET  /healthz
+
+A gateway given ``by_token`` also answers the first three under ``/r/<token>/``: the route that
+token names (a rollout's own model, :mod:`evolve.gateway.rollout_route`), whatever the model name.
+A gateway without a trace store (``store=None``: ``evolve serve``, the rollouts' endpoint) records
+nothing itself (its routes record their calls where they belong) and puts a call that names no
+session in session ``default``.
 
 A call's session is, in this order: the ``/s/<session>/`` path prefix, the ``X-Evolve-Session``
 header, the OpenAI body's ``metadata.session_id`` or ``user``, the Anthropic body's
@@ -30,10 +36,11 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from evolve.errors import UserError
+from evolve.gateway.asgi import ASGIServer
 from evolve.gateway.traces import CallRecord, TraceStore
 from evolve.gateway.upstream import Result, Route, StreamAnswer, pick, upstream_error
 from evolve.gateway.wire import (
@@ -51,15 +58,27 @@ SESSION_HEADER = "x-evolve-session"
 
 
 class Gateway:
-    """The gateway's state: its routes, its trace store, its API key (None: none asked)."""
+    """The gateway's state: its routes, its trace store (None: none kept), its API key (None: none
+    asked); ``by_token(token)`` gives the route of a ``/r/<token>/`` path (None: 404)."""
 
-    def __init__(self, routes: list[Route], store: TraceStore, *, api_key: str | None = None,
-                 log: Any = None, loopback: bool = True, allow_origins: list[str] | tuple[str, ...] = ()) -> None:
-        if not routes:
+    def __init__(self, routes: list[Route], store: TraceStore | None, *, api_key: str | None = None,
+                 log: Any = None, loopback: bool = True, allow_origins: list[str] | tuple[str, ...] = (),
+                 by_token: Callable[[str], Route | None] | None = None) -> None:
+        if not routes and by_token is None:
             raise UserError("the gateway needs at least one route (an upstream model to send calls to)")
         self.routes, self.store, self.api_key, self.log = routes, store, api_key, log
-        self.loopback, self.allow_origins = loopback, tuple(allow_origins)
+        self.loopback, self.allow_origins, self.by_token = loopback, tuple(allow_origins), by_token
         self.spans: Any = None  # evolve.gateway.otel.SpanExport: each stored call also sent as a span
+
+    def close(self) -> None:
+        """Close the routes (their models, followers), the span export and the trace store."""
+        for r in self.routes:
+            r.close()
+        if self.spans is not None:
+            self.spans.close()
+            self.spans = None
+        if self.store is not None:
+            self.store.close()
 
     # -- the ASGI app ------------------------------------------------------------------------------
 
@@ -68,12 +87,13 @@ class Gateway:
         from starlette.routing import Route as HTTPRoute
 
         routes = []
-        for prefix in ("", "/s/{session}"):
+        for prefix in ("", "/s/{session}", *(["/r/{token}"] if self.by_token is not None else [])):
             routes += [HTTPRoute(prefix + "/v1/chat/completions", self._openai, methods=["POST"]),
                        HTTPRoute(prefix + "/v1/messages", self._anthropic, methods=["POST"]),
                        HTTPRoute(prefix + "/v1/models", self._models, methods=["GET"])]
-        routes += [HTTPRoute("/v1/feedback", self._feedback, methods=["POST"]),
-                   HTTPRoute("/v1/evolve/system", self._system, methods=["GET"]),
+        if self.store is not None:
+            routes.append(HTTPRoute("/v1/feedback", self._feedback, methods=["POST"]))
+        routes += [HTTPRoute("/v1/evolve/system", self._system, methods=["GET"]),
                    HTTPRoute("/healthz", self._health, methods=["GET"])]
         return Starlette(routes=routes, exception_handlers={404: self._not_found, 405: self._not_allowed})
 
@@ -138,6 +158,8 @@ class Gateway:
             import hashlib
 
             return "u-" + hashlib.sha256(hint.encode("utf-8", "replace")).hexdigest()[:32]
+        if self.store is None:
+            return "default"
         import anyio
 
         # no session named: a conversation that continues an earlier call's joins its session
@@ -147,6 +169,8 @@ class Gateway:
     async def _record(self, call: CallRecord) -> None:
         import anyio
 
+        if self.store is None:
+            return
         await anyio.to_thread.run_sync(self.store.record, call)
         if self.spans is not None:
             try:
@@ -167,7 +191,12 @@ class Gateway:
     async def _models(self, request: Any) -> Any:
         if not self._authorized(request):
             return self._error("openai", GatewayError(401, "invalid or missing API key", code="invalid_api_key"))
-        names = sorted({p for r in self.routes for p in r.match})
+        token = request.path_params.get("token")
+        try:
+            routes = self.routes if token is None else [self._token_route(token)]
+        except GatewayError as e:
+            return self._error("openai", e)
+        names = list(dict.fromkeys(p for r in routes for p in r.names()))
         return self._json(200, {"object": "list", "data": [{"id": n, "object": "model", "created": 0,
                                                             "owned_by": "evolve-gateway"} for n in names]})
 
@@ -188,7 +217,7 @@ class Gateway:
         prompts: dict[str, str] = {}
         pinned = None
         session = request.query_params.get("session")
-        if session and route.sticky:  # what this session is served: its own system
+        if session and route.sticky and self.store is not None:  # what this session is served: its own system
             first = await anyio.to_thread.run_sync(self.store.session_first, session)
             if first is not None and first[1] == route.name:
                 pinned = first[0]
@@ -265,12 +294,14 @@ class Gateway:
         self._check_origin(request)
         body = await self._body(request)
         req = openai_request(body) if api == "openai" else anthropic_request(body)
-        route = pick(self.routes, req.model)
+        token = request.path_params.get("token")
+        route = pick(self.routes, req.model) if token is None else self._token_route(token)
         sent = req.messages  # as the agent sent them: sessions are found by these, whatever system answers
         call_id = ("chatcmpl-" if api == "openai" else "msg_") + secrets.token_hex(12)
-        session = await self._session(request, req, sent, call_id)
+        session = req.session = await self._session(request, req, sent, call_id)
         pinned, new = None, True
-        if route.sticky and (route.source is not None or hasattr(route.upstream, "system_id")):
+        if route.sticky and self.store is not None and (route.source is not None
+                                                        or hasattr(route.upstream, "system_id")):
             # a session stays with the system that answered its first call on this route: a promotion
             # serves new sessions
             first = await anyio.to_thread.run_sync(self.store.session_first, session)
@@ -444,6 +475,12 @@ class Gateway:
         return StreamingResponse(events(), media_type="text/event-stream", headers={
             **self._headers(call), "cache-control": "no-cache"})
 
+    def _token_route(self, token: str) -> Route:
+        route = self.by_token(token) if self.by_token is not None else None
+        if route is None:
+            raise GatewayError(404, "no such endpoint: its rollout has ended (or the URL is wrong)", code="not_found")
+        return route
+
     def _check_origin(self, request: Any) -> None:
         """A web page must not drive a gateway on this machine: requests from a browser (an Origin
         header) are refused unless allowed, and on loopback the Host must name loopback (DNS rebinding)."""
@@ -546,4 +583,20 @@ class Gateway:
             **self._headers(call), "cache-control": "no-cache"})
 
 
-__all__ = ["Gateway", "SESSION_HEADER"]
+class HTTPGateway(ASGIServer):
+    """A :class:`Gateway` answering HTTP under uvicorn (:meth:`start` on a background thread,
+    :meth:`run` in the calling thread); :attr:`url` is the OpenAI base URL (``.../v1``), :attr:`base`
+    the Anthropic one. Closing it closes the gateway (``on_close`` to do otherwise)."""
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0, what: str = "evolve gateway",
+                 on_close: Callable[[], None] | None = None) -> None:
+        self.gateway = gateway
+        super().__init__(gateway.app(), host, port, what, on_close or gateway.close)
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (``.../v1``); Anthropic clients take :attr:`base`."""
+        return self.base + "/v1"
+
+
+__all__ = ["Gateway", "HTTPGateway", "SESSION_HEADER"]

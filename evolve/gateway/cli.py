@@ -1,4 +1,5 @@
-"""``evolve gateway`` (serve) and ``evolve traces`` (look into a trace store, add feedback)."""
+"""``evolve gateway`` (serve agents' traffic), ``evolve serve`` (its short form for one run's model) and
+``evolve traces`` (look into a trace store, add feedback)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,40 @@ def gateway_command(
         out.print(f"  route {r.name}: {', '.join(r.match)} -> {what}", markup=False)
     sys.stdout.flush()
     server.run()
+
+
+def serve_command(
+    run_dir: Path = typer.Argument(..., help="The run directory (holds archive.sqlite)."),
+    role: str = typer.Option("policy", "--role", help="The system's model role to serve."),
+    system: Optional[str] = typer.Option(None, "--system", help="Serve this system (id prefix, best, baseline) "
+                                         "instead of the current one; a pinned system is never swapped."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback an API key is required."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free port)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EVOLVE_SERVE_API_KEY",
+                                          help="Require 'Authorization: Bearer KEY' (env EVOLVE_SERVE_API_KEY)."),
+    no_follow: bool = typer.Option(False, "--no-follow", help="Keep serving the starting system even when the "
+                                   "archive promotes another."),
+    poll: float = typer.Option(1.0, "--poll", min=0.01, help="Seconds between checks of the archive's current pointer."),
+) -> None:
+    """Serve a system's model behind an OpenAI-compatible chat-completions endpoint (the gateway
+    with one local route on the run, as `evolve gateway --local RUN_DIR`); calls are recorded in
+    RUN_DIR/serve/calls.jsonl."""
+    from evolve.gateway.asgi import is_loopback, wait_until_interrupted
+    from evolve.gateway.local import ServeApp
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    with ServeApp(run_dir, role=role, system=system, follow=not no_follow, poll=poll,
+                  log=lambda msg: err.print(msg, markup=False)) as sapp:
+        server = sapp.start(host=host, port=port, api_key=api_key)  # listening before the URL is printed
+        out = _out()
+        where = "" if is_loopback(host) else f" (listening on {host}:{server.port}; use this machine's address)"
+        out.print(f"serving {role!r} of system {sapp.system_id[:12]} at {server.url}{where}", markup=False)
+        key = "$EVOLVE_SERVE_API_KEY" if api_key else "unused"
+        out.print(f"example: OpenAI(base_url=\"{server.url}\", api_key=\"{key}\").chat.completions.create("
+                  f"model=\"{role}\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])", markup=False)
+        sys.stdout.flush()
+        wait_until_interrupted()  # Ctrl-C or SIGTERM
+        err.print("stopped", markup=False)
 
 
 def _store(path: Path):

@@ -1,33 +1,20 @@
-"""Running the gateway: :func:`build` (a config to a :class:`~evolve.gateway.app.Gateway`) and
-:class:`GatewayServer` (uvicorn, in the calling thread or on a background thread)."""
+"""Running the gateway from its config: :func:`build` (a config to a :class:`~evolve.gateway.app.Gateway`)
+and :class:`GatewayServer` (uvicorn, in the calling thread or on a background thread)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from evolve.errors import ConfigError
-from evolve.gateway.app import Gateway
+from evolve.gateway.app import Gateway, HTTPGateway
+from evolve.gateway.asgi import is_loopback, need_http
 from evolve.gateway.config import GatewayConfig
 from evolve.gateway.traces import TraceStore
 from evolve.gateway.upstream import LiteLLMUpstream, Route
-from evolve.serve.asgi import ASGIServer
-
-
-def _check_installed() -> None:
-    from evolve.errors import MissingDependency
-
-    for name in ("starlette", "uvicorn", "litellm"):
-        try:
-            __import__(name)
-        except ImportError:
-            raise MissingDependency(f"evolve gateway needs the Python package {name!r}, which is not installed; "
-                                    "install it with: pip install 'evolvekit[gateway]'") from None
 
 
 def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
-    from evolve.serve.server import is_loopback
-
-    _check_installed()
+    need_http("evolve gateway", names=("starlette", "uvicorn", "litellm"))
     key = cfg.api_key()
     if not key and not is_loopback(cfg.host):
         raise ConfigError(f"evolve gateway: binding to {cfg.host!r} exposes your upstream models beyond this machine "
@@ -81,31 +68,18 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
         raise
 
 
-def close_gateway(gateway: Gateway) -> None:
-    close_routes(gateway.routes)
-    if gateway.spans is not None:
-        gateway.spans.close()
-        gateway.spans = None
-    gateway.store.close()
-
-
 def close_routes(routes: list[Route]) -> None:
     for r in routes:
         r.close()
 
 
-class GatewayServer(ASGIServer):
+class GatewayServer(HTTPGateway):
     """``with GatewayServer(cfg) as gw: gw.url`` serves on a background thread (``port=0``: a
     free port); :meth:`run` serves in the calling thread until interrupted."""
 
     def __init__(self, cfg: GatewayConfig, *, log: Any = None) -> None:
-        self.cfg, self.gateway = cfg, build(cfg, log=log)
-        super().__init__(self.gateway.app(), cfg.host, cfg.port, "evolve gateway", lambda: close_gateway(self.gateway))
-
-    @property
-    def url(self) -> str:
-        """The OpenAI base URL (``.../v1``); Anthropic clients take :attr:`base`."""
-        return self.base + "/v1"
+        self.cfg = cfg
+        super().__init__(build(cfg, log=log), cfg.host, cfg.port, "evolve gateway")
 
 
 __all__ = ["GatewayServer", "build"]

@@ -189,7 +189,7 @@ class Route:
 
     name: str
     match: list[str]
-    upstream: Any  # LiteLLMUpstream | evolve.gateway.local.LocalUpstream
+    upstream: Any  # LiteLLMUpstream, or a model in this process (evolve.gateway.local.ModelUpstream)
     system_id: str | None = None
     source: Any = None  # evolve.gateway.apply.SystemSource: the run whose prompts apply
     rules: list[Any] = field(default_factory=list)  # evolve.gateway.apply.Rule
@@ -210,15 +210,20 @@ class Route:
             if close is not None:
                 close()
 
+    def names(self) -> list[str]:
+        """The model names (or globs) this route answers: ``match``, or when that is empty the names
+        its model answers to now (a served run's role, model name and system id)."""
+        return list(self.match) if self.match else list(self.upstream.model_names())
+
     def matches(self, model: str) -> bool:
-        return any(fnmatch.fnmatchcase(model, pat) for pat in self.match)
+        return any(fnmatch.fnmatchcase(model, pat) for pat in self.names())
 
 
 def pick(routes: list[Route], model: str) -> Route:
     for r in routes:
         if r.matches(model):
             return r
-    served = [p for r in routes for p in r.match]
+    served = [p for r in routes for p in r.names()]
     raise GatewayError(404, f"the model {model!r} is not served by this gateway; its routes match {served}",
                        param="model", code="model_not_found")
 

@@ -67,6 +67,7 @@ class Request:
     session_hint: str | None = None  # metadata.session_id / user / metadata.user_id
     raw: Any = None  # the body as the agent sent it
     system: str | None = None  # the system this request must be answered by (a session's own), if not the current
+    session: str | None = None  # the session the gateway put the call in (set before the route answers)
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:

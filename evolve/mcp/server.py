@@ -132,7 +132,7 @@ class BearerToken:
 
 
 def check_bind(host: str, token: str | None) -> None:
-    from evolve.serve.server import is_loopback
+    from evolve.gateway.asgi import is_loopback
 
     if token is not None and not token.strip():
         raise ConfigError("evolve mcp: --token is empty; give a token clients must send, or leave it out on loopback")
@@ -147,7 +147,7 @@ def http_app(server: MCPServer, host: str, token: str | None) -> Any:
     loopback address (127.0.0.2, ``[::1]``) is checked here the same way, with its own name allowed."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from evolve.serve.server import is_loopback
+    from evolve.gateway.asgi import is_loopback
 
     security = None
     if is_loopback(host):

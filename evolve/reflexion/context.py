@@ -133,7 +133,7 @@ class LessonContext(RolloutContext):
 
     def close(self) -> None:
         if self._gateway:
-            from evolve.serve.gateway import unregister
+            from evolve.gateway.rollout_route import unregister
 
             unregister(self)
             self._gateway.clear()

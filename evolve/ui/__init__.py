@@ -26,17 +26,17 @@ from typing import Any
 
 
 def serve(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> Any:
-    """An :class:`~evolve.serve.asgi.ASGIServer` for the dashboard over ``paths`` (run directories,
+    """An :class:`~evolve.gateway.asgi.ASGIServer` for the dashboard over ``paths`` (run directories,
     folders of them, trace store folders); start it with ``with`` or ``.start()``, or ``.run()``
     in the calling thread. Beyond loopback a ``token`` is required."""
     from evolve.errors import ConfigError
-    from evolve.serve.asgi import ASGIServer
-    from evolve.serve.server import is_loopback
+    from evolve.gateway.asgi import ASGIServer
+    from evolve.gateway.asgi import is_loopback
     from evolve.ui.app import Sources, build_app, plotly_js
 
     _check_installed()
     plotly_js()
-    from evolve.serve.server import refuse_blank
+    from evolve.gateway.asgi import refuse_blank
 
     refuse_blank(token, "evolve ui: the token")
     loopback = is_loopback(host)

@@ -25,8 +25,8 @@ def ui_command(
 ) -> None:
     """A local web dashboard of runs (lineage, diffs, decisions, curves, per-task wins and losses,
     trajectories, memory, tools, workflows) and of a gateway's traffic; read-only, live while a run writes."""
-    from evolve.serve.asgi import wait_until_interrupted
-    from evolve.serve.server import is_loopback
+    from evolve.gateway.asgi import wait_until_interrupted
+    from evolve.gateway.asgi import is_loopback
     from evolve.ui import serve
 
     if not paths:

@@ -149,7 +149,7 @@ def test_errors_have_the_openai_shape_and_keep_the_connection():
             ("POST", "/v1/chat/completions", b"{not json", 400),
             ("POST", "/v1/chat/completions", json.dumps({"model": "flaky"}).encode(), 400),
             ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400),
-            ("POST", "/v1/chat/completions", json.dumps({"messages": MSGS, "tools": [{"type": "function"}]}).encode(), 400),
+            ("POST", "/v1/chat/completions", json.dumps({"model": "flaky", "messages": MSGS, "tools": [{"type": "function"}]}).encode(), 400),
             ("POST", "/v1/chat/completions", json.dumps({"messages": MSGS, "temperature": "hot"}).encode(), 400),
             ("POST", "/v1/completions", ok, 404),
             ("GET", "/nowhere", None, 404),
@@ -167,7 +167,11 @@ def test_errors_have_the_openai_shape_and_keep_the_connection():
         sock = conn.sock
         status, data, conn = raw(srv.port, "POST", "/v1/chat/completions", ok, conn)
         assert status == 200 and data["choices"][0]["message"]["content"] == "say hi" and conn.sock is sock  # one kept-alive connection for all of it
-        assert "tool calling is not supported" in raw(srv.port, "POST", "/v1/chat/completions", cases[3][2])[1]["error"]["message"]
+        # tools are offered in the prompt (evolve.gateway.local); a malformed one is a 400 naming it
+        assert "tools[0] must be" in raw(srv.port, "POST", "/v1/chat/completions", cases[3][2])[1]["error"]["message"]
+        status, data, _ = raw(srv.port, "POST", "/v1/chat/completions", json.dumps(
+            {"model": "flaky", "messages": MSGS, "response_format": {"type": "json_object"}}).encode())
+        assert status == 400 and data["error"]["param"] == "response_format"  # what a local model cannot honour
         with pytest.raises(openai.InternalServerError, match="caught fire"):
             client(srv.url).chat.completions.create(model="flaky", messages=[{"role": "user", "content": "fail"}])
         assert client(srv.url).chat.completions.create(model="flaky", messages=MSGS).choices[0].message.content == "say hi"
@@ -286,3 +290,52 @@ def test_cli_serves_prints_the_url_and_stops_on_ctrl_c(tmp_path):
         _, err = p.communicate(timeout=120)  # drains the pipes, so a chatty child cannot block on them
         assert p.returncode == 0, err
     assert json.loads((tmp_path / "run" / "serve" / "calls.jsonl").read_text())["call"]["output"] == "say hi"
+
+
+def test_evolve_serve_and_gateway_local_are_one_server(tmp_path):
+    """`evolve serve RUN_DIR` is the gateway with one local route on the run, as `evolve gateway
+    --local RUN_DIR`: the same app answers the same paths, and a bad request gets the same JSON 4xx."""
+    pytest.importorskip("starlette")
+    from evolve.archive import Archive
+    from evolve.gateway import rollout_route
+    from evolve.gateway.app import Gateway, HTTPGateway
+    from evolve.gateway.config import from_flags
+    from evolve.gateway.server import GatewayServer
+
+    with Archive(tmp_path / "run") as archive:
+        s = System(models={"policy": ModelSpec(backend="scripted", name="echo", params={"echo": True})})
+        archive.add_system(s)
+        archive.set_current(s.id)
+    chat = {"model": "echo", "messages": MSGS}
+    good = [("GET", "/v1/models", None), ("GET", "/healthz", None), ("POST", "/v1/chat/completions", chat),
+            ("POST", "/s/alice/v1/chat/completions", chat), ("GET", "/s/alice/v1/models", None),
+            ("POST", "/v1/messages", {"model": "echo", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})]
+    bad = [("POST", "/v1/chat/completions", b"{not json"), ("POST", "/v1/chat/completions", {"model": "echo"}),
+           ("POST", "/v1/chat/completions", {"messages": MSGS}),
+           ("POST", "/v1/chat/completions", {**chat, "temperature": "hot"}),
+           ("POST", "/v1/chat/completions", {**chat, "response_format": {"type": "json_object"}}),
+           ("POST", "/v1/chat/completions", {**chat, "tools": [{"type": "function"}]}),
+           ("POST", "/v1/messages", {"model": "echo", "messages": MSGS}),
+           ("GET", "/v1/chat/completions", None), ("POST", "/v1/completions", chat), ("GET", "/nowhere", None),
+           ("POST", "/r/sometoken/v1/chat/completions", chat)]
+
+    def answers(port):
+        out = []
+        for method, path, body in good + bad:
+            data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+            status, got, _ = raw(port, method, path, data)
+            out.append((status, got if status >= 400 else sorted(got)))
+        return out
+
+    with ServeApp(tmp_path / "run", log=lambda m: None) as app:
+        served = app.start()
+        with GatewayServer(from_flags(local=tmp_path / "run", store=tmp_path / "traces", port=0)) as gw:
+            assert isinstance(served, HTTPGateway) and isinstance(gw, HTTPGateway)
+            assert type(served.gateway) is type(gw.gateway) is Gateway
+            assert type(served.gateway.routes[0].upstream) is type(gw.gateway.routes[0].upstream)
+            mine, theirs = answers(served.port), answers(gw.port)
+    assert [st for st, _ in mine[:len(good)]] == [200] * len(good)
+    assert [st for st, _ in mine[len(good):]] == [400, 400, 400, 400, 400, 400, 400, 405, 404, 404, 404]
+    assert mine == theirs  # the same answers, the same JSON errors
+    assert isinstance(rollout_route.server(), HTTPGateway)  # the rollouts' endpoint: the same server too
+    assert [c.output for c in app.calls("alice")] == ["say hi"] and len(app.calls()) == 2  # chat, messages

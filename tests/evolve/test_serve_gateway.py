@@ -17,7 +17,7 @@ from tests.helpers import DATA
 
 from evolve.llm.fake import ScriptedLM
 from evolve.rollout import RolloutContext, run_agent
-from evolve.serve import gateway
+from evolve.gateway import rollout_route as gateway
 from evolve.types import LLMCall, ModelSpec, System
 
 openai = pytest.importorskip("openai")

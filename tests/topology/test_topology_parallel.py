@@ -95,7 +95,7 @@ def test_parallel_samples_keep_the_contexts_additions_and_sequential_visit_numbe
 
 def test_each_fork_gets_its_own_gateway_url_and_join_drops_them():
     from evolve.rollout import RolloutContext
-    from evolve.serve import gateway
+    from evolve.gateway import rollout_route as gateway
     from evolve.types import ModelSpec, System
 
     lm = ScriptedLM("p", ["a"])

@@ -34,7 +34,7 @@ LESSON = "Use the feedback: every guess must fit all the marks (G, Y and .) of t
 
 @pytest.fixture(scope="module")
 def server():
-    from evolve.serve.asgi import ASGIServer
+    from evolve.gateway.asgi import ASGIServer
 
     s = ASGIServer(wordgame.app, "127.0.0.1", 0, "wordgame").start()
     yield s.base
@@ -42,7 +42,7 @@ def server():
 
 
 def _serve(app):
-    from evolve.serve.asgi import ASGIServer
+    from evolve.gateway.asgi import ASGIServer
 
     return ASGIServer(app, "127.0.0.1", 0, "test env").start()
 

@@ -84,7 +84,7 @@ def ws_url(base: str) -> str:
 
 
 def _loopback(base: str) -> bool:
-    from evolve.serve.server import is_loopback
+    from evolve.gateway.asgi import is_loopback
 
     return is_loopback(urlsplit(base).hostname or "")
 

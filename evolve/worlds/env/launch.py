@@ -47,7 +47,7 @@ def serve(path: str, search: str | None = None) -> str:
         except ImportError:
             raise MissingDependency("world: env with a server import path needs the Python package 'uvicorn', "
                                     "which is not installed; install it with: pip install 'evolvekit[env]'") from None
-        from evolve.serve.asgi import ASGIServer
+        from evolve.gateway.asgi import ASGIServer
 
         app = load_app(path, search)
         try:

@@ -1,15 +1,57 @@
-"""Serving an ASGI app with uvicorn, in the calling thread or on a background thread: the port is
-checked before serving (a taken port is the user's to fix, named), ``port=0`` takes a free one.
-The gateway and the dashboard serve through it."""
+"""Serving an ASGI app with uvicorn, in the calling thread or on a background thread, and the
+checks on where a server may bind. The port is checked before serving (a taken port is the user's
+to fix, named), ``port=0`` takes a free one. The gateway (``evolve gateway``, ``evolve serve``, the
+rollouts' endpoint) and the dashboard serve through it."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
 import time
 from typing import Any, Callable
 
 from evolve.errors import ConfigError
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_blank(secret: str | None, what: str) -> None:
+    """A key or token that was given but is empty or only whitespace is a mistake wherever the server
+    binds (an unset variable expanded into ``--api-key "$KEY"``, a stray space): refuse it, naming
+    ``what`` (e.g. "evolve serve: --api-key"), instead of starting a server that anyone can call."""
+    if secret is not None and not secret.strip():
+        raise ConfigError(f"{what} is blank ({'empty' if not secret else 'only whitespace'}); give the real key or "
+                          "token, or leave it out and bind to 127.0.0.1")
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """``evolve serve``'s rule: no model exposed beyond this machine without an API key, and no blank key anywhere."""
+    refuse_blank(api_key, "evolve serve: the API key (--api-key or EVOLVE_SERVE_API_KEY)")
+    if not api_key and not is_loopback(host):
+        raise ConfigError(
+            f"evolve serve: binding to {host!r} exposes the model beyond this machine and needs an API key; "
+            "pass --api-key KEY (or set EVOLVE_SERVE_API_KEY), or bind to 127.0.0.1"
+        )
+
+
+def need_http(what: str, extra: str = "gateway", names: tuple[str, ...] = ("starlette", "uvicorn")) -> None:
+    """Refuse, naming the extra to install, when the HTTP stack is not installed."""
+    from evolve.errors import MissingDependency
+
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            raise MissingDependency(f"{what} needs the Python package {name!r}, which is not installed; "
+                                    f"install it with: pip install 'evolvekit[{extra}]'") from None
 
 
 class ASGIServer:
@@ -33,6 +75,7 @@ class ASGIServer:
         self.port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     @property
     def base(self) -> str:
@@ -57,6 +100,9 @@ class ASGIServer:
             raise ConfigError(f"{self.what} could not listen on {self.host}:{self.port}; choose another --port")
 
     def start(self) -> "ASGIServer":
+        """Serve on a background thread (once: a started server is returned as it is)."""
+        if self._thread is not None:
+            return self
         self._server = self._uvicorn()
         self._thread = threading.Thread(target=self._server.run, name=f"evolve-{self.port}", daemon=True)
         self._thread.start()
@@ -68,6 +114,9 @@ class ASGIServer:
         return self
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -95,4 +144,4 @@ def wait_until_interrupted() -> None:
         pass
 
 
-__all__ = ["ASGIServer", "wait_until_interrupted"]
+__all__ = ["ASGIServer", "check_bind", "is_loopback", "need_http", "refuse_blank", "wait_until_interrupted"]

@@ -1,11 +1,11 @@
-"""The rollout gateway: an OpenAI endpoint per rollout, so an unmodified agent gets trained.
+"""The rollouts' endpoint: an OpenAI endpoint per rollout, so an unmodified agent gets trained.
 
 :meth:`RolloutContext.openai_base_url <evolve.rollout.RolloutContext.openai_base_url>` starts
-(once per process, lazily, thread-safe) one loopback :class:`~evolve.serve.server.OpenAIServer`
-on a free port and registers the rollout under a random, unguessable token; the agent points
-any OpenAI client at ``http://127.0.0.1:<port>/r/<token>/v1``. Each request is answered by
-``ctx.llm(role).complete(...)``, so it is recorded in that rollout's trajectory exactly as a
-native call (prompt and sampled token ids, log-probs, the temperature used).
+(once per process, lazily, thread-safe) one loopback gateway (:class:`~evolve.gateway.app.Gateway`,
+no trace store) on a free port and registers the rollout under a random, unguessable token; the
+agent points any OpenAI (or Anthropic) client at ``http://127.0.0.1:<port>/r/<token>/v1``. Each
+request is answered by ``ctx.llm(role).complete(...)``, so it is recorded in that rollout's
+trajectory exactly as a native call (prompt and sampled token ids, log-probs, the temperature used).
 
 * Temperature: when the rollout has a temperature of its own (an exploration rollout sampled
   by the engine) it wins over the request's, because training needs the temperature it asked
@@ -13,6 +13,7 @@ native call (prompt and sampled token ids, log-probs, the temperature used).
 * The request's ``seed`` is ignored: the rollout seeds each step (reproducible rollouts).
 * Any model name is accepted (an unmodified agent names its own); any API key too: the token in
   the URL is the secret. When the rollout ends :func:`unregister` drops the token (404 after).
+* Tools are offered in the prompt, as on every local route (:mod:`evolve.gateway.local`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from evolve.serve.protocol import APIError, ChatRequest
-from evolve.serve.server import Answer, OpenAIServer, tokenizer_of
+from evolve.gateway.local import ModelUpstream, tokenizer_of
+from evolve.gateway.upstream import Route
+from evolve.gateway.wire import GatewayError, Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from evolve.gateway.app import HTTPGateway
 
 
 class Rollout(Protocol):
@@ -37,9 +42,9 @@ class Rollout(Protocol):
     def llm(self, role: str = "policy") -> Any: ...
 
 _LOCK = threading.Lock()
-_SERVER: OpenAIServer | None = None
+_SERVER: HTTPGateway | None = None
 _PID: int | None = None
-_ROUTES: dict[str, tuple[Rollout, str]] = {}
+_ROUTES: dict[str, tuple[Rollout, str, Route]] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -51,7 +56,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class _RolloutTarget:
+class RolloutUpstream(ModelUpstream):
+    """``role`` of one rollout's system, through the rollout's own (recording) LLM."""
+
     def __init__(self, ctx: Rollout, role: str) -> None:
         self.ctx, self.role = ctx, role
 
@@ -59,39 +66,45 @@ class _RolloutTarget:
         spec = self.ctx.system.models.get(self.role)
         return list(dict.fromkeys([self.role] + ([spec.name] if spec is not None else [])))
 
-    def accepts(self, model: str | None) -> bool:
-        return True
+    @property
+    def system_id(self) -> str:
+        return self.ctx.system.id
 
-    def chat(self, req: ChatRequest) -> Answer:
+    def describe(self) -> str:
+        return f"the rollout's model ({self.role})"
+
+    def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
+                 stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
         from evolve.errors import RolloutTimeout
+        from evolve.types import Message
 
-        ctx = self.ctx
-        llm = ctx.llm(self.role)
-        temperature = None if ctx.temperature is not None else req.temperature
-        try:
-            outs = [llm.complete(req.messages, temperature=temperature, max_tokens=req.max_tokens, stop=req.stop)
-                    for _ in range(req.n)]
+        llm = self.ctx.llm(self.role)
+        try:  # the rollout's own temperature wins; its seed too (the request's is ignored)
+            out = llm.complete([Message(**m) for m in messages], max_tokens=max_tokens, stop=stop,
+                               temperature=None if self.ctx.temperature is not None else temperature)
         except RolloutTimeout:
-            raise APIError(408, "the rollout ran past its time limit", type="timeout", code="rollout_timeout") from None
-        return Answer(outs, model=outs[0].model, fingerprint=ctx.system.id, tokenizer=tokenizer_of(llm))
+            raise GatewayError(408, "the rollout ran past its time limit", code="rollout_timeout") from None
+        return out, self.ctx.system.id, tokenizer_of(llm)
 
 
-def _route(kind: str | None, key: str | None) -> _RolloutTarget | None:
-    if kind != "r" or not key:
-        return None
+def _route(token: str) -> Route | None:
     with _LOCK:
-        hit = _ROUTES.get(key)
-    return None if hit is None else _RolloutTarget(*hit)
+        hit = _ROUTES.get(token)
+    return None if hit is None else hit[2]
 
 
-def server() -> OpenAIServer:
-    """The process's gateway server, started on first use (again in a forked child)."""
+def server() -> HTTPGateway:
+    """The process's rollout gateway, started on first use (again in a forked child)."""
     global _SERVER, _PID
+    from evolve.gateway.app import Gateway, HTTPGateway
+    from evolve.gateway.asgi import need_http
+
     with _LOCK:
         if _SERVER is None or _PID != os.getpid():
             if _PID != os.getpid():
                 _ROUTES.clear()  # a forked child: the parent's rollouts are not ours
-            _SERVER = OpenAIServer(_route, host="127.0.0.1", port=0).start()
+            need_http("an agent's OpenAI endpoint (ctx.openai_base_url)")
+            _SERVER = HTTPGateway(Gateway([], None, by_token=_route), "127.0.0.1", 0, "the rollouts' endpoint").start()
             _PID = os.getpid()
         return _SERVER
 
@@ -106,7 +119,7 @@ def register(ctx: Rollout, role: str = "policy") -> str:
         token = tokens.get(role)
         if token is None or token not in _ROUTES:
             token = secrets.token_urlsafe(24)
-            _ROUTES[token] = (ctx, role)
+            _ROUTES[token] = (ctx, role, Route("rollout", [], RolloutUpstream(ctx, role), sticky=False))
             tokens[role] = token
     return f"http://127.0.0.1:{srv.port}/r/{token}/v1"
 
@@ -124,4 +137,4 @@ def active() -> int:
         return len(_ROUTES)
 
 
-__all__ = ["active", "register", "server", "unregister"]
+__all__ = ["RolloutUpstream", "active", "register", "server", "unregister"]
