@@ -90,7 +90,7 @@ def serve_command(
     with one local route on the run, as `evolve gateway --local RUN_DIR`); calls are recorded in
     RUN_DIR/serve/calls.jsonl."""
     from evolve.gateway.asgi import is_loopback, wait_until_interrupted
-    from evolve.gateway.local import ServeApp
+    from evolve.gateway.run_route import ServeApp
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     with ServeApp(run_dir, role=role, system=system, follow=not no_follow, poll=poll,

@@ -25,7 +25,7 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
     try:
         for r in cfg.routes:
             if r.local is not None:
-                from evolve.gateway.local import LocalUpstream
+                from evolve.gateway.run_route import LocalUpstream
 
                 up: Any = LocalUpstream(r.local.run, r.local.role, r.local.system, poll=r.local.poll).open()
             else:

@@ -4,6 +4,7 @@ the run (:class:`ServeApp`), :func:`serve_llm` puts one LLM object behind it, an
 endpoint is a route of it (:mod:`evolve.gateway.rollout_route`)."""
 
 from evolve.gateway.asgi import check_bind
-from evolve.gateway.local import ServeApp, serve_llm
+from evolve.gateway.local import serve_llm
+from evolve.gateway.run_route import ServeApp
 
 __all__ = ["ServeApp", "check_bind", "serve_llm"]

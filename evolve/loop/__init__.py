@@ -1,0 +1,9 @@
+"""The evolution loop: f(Π, τ, r) → Π′, one generation at a time, on top of a scoring session.
+
+* ``engine`` — generations: select parents, let operators propose, score, accept, archive;
+* ``policies`` — the loop's small protocols: acceptance, minibatch sampling, stopping;
+* ``judge`` — two-stage acceptance and re-evaluation; ``selectors``, ``pool`` and ``pareto`` — parents;
+* ``operators`` — the Operator protocol every layer implements.
+
+Imports ``evolve.scoring``, ``evolve.results`` and ``evolve.task``; the layers only through registries.
+"""

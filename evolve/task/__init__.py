@@ -1,0 +1,10 @@
+"""The task file: what a user writes and what a run was started with.
+
+* ``config`` — the schema (frozen pydantic models, ``extra="forbid"``);
+* ``taskfile`` — reading a task file: YAML, ``--set`` overrides, a world's defaults, checks;
+* ``data`` — datasets: a generator callable or JSONL files, split into train / val / test;
+* ``reference`` — the task-file reference, generated from the schema;
+* ``fingerprint`` — which configuration a run directory was started with (what a resume must match).
+
+Imports only the foundations (``evolve.types``, ``errors``, ``registry``).
+"""
