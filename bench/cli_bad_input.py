@@ -3,7 +3,7 @@ target is 0), and whether each exits with the code a user mistake gets (2; 1 for
 failed; 3 for the world failing).
 
     python bench/cli_bad_input.py            # each case in its own `python -m evolve` process
-    python bench/cli_bad_input.py --inproc   # the same cases through evolve.cli.main (fast; the tests)
+    python bench/cli_bad_input.py --inproc   # the same cases through evolve.cli.commands.main (fast; the tests)
 
 It builds what the cases need in a temporary folder: a toy task file, a finished toy run, a file
 where a folder is expected, a port that is taken. Prints one row per case and the totals.
@@ -179,10 +179,10 @@ def run_subprocess(args: list[str], cwd: Path) -> tuple[int, str]:
 
 
 def run_inproc(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Through evolve.cli.main; an exception that escapes it is what a user would see as a traceback."""
+    """Through evolve.cli.commands.main; an exception that escapes it is what a user would see as a traceback."""
     import traceback
 
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     out, err = io.StringIO(), io.StringIO()
     old = Path.cwd()
@@ -221,7 +221,7 @@ def check(inproc: bool = False, verbose: bool = True) -> list[tuple[Case, int, b
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--inproc", action="store_true", help="call evolve.cli.main instead of a process per case")
+    ap.add_argument("--inproc", action="store_true", help="call evolve.cli.commands.main instead of a process per case")
     a = ap.parse_args()
     t0 = time.time()
     rows = check(inproc=a.inproc)

@@ -205,9 +205,9 @@ def main() -> None:
         integrity = store.integrity()
 
     # the truth, afterwards: each candidate against the system active when it was proposed
-    from evolve.session import Session
-    from evolve.stats import paired
-    from evolve.taskfile import load_task
+    from evolve.scoring.session import Session
+    from evolve.results.stats import paired
+    from evolve.task.taskfile import load_task
 
     cfg_t, base_dir = load_task(task_file)
     session = Session(cfg_t, base_dir=base_dir, run_dir=serve_run, resume=True, evaluating=True, budgeted=False)

@@ -76,7 +76,7 @@ def main() -> None:
     from evolve.archive import Archive
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import GatewayConfig
-    from evolve.stats import describe, paired
+    from evolve.results.stats import describe, paired
     from evolve.worlds.sql import dataset, reward
     from evolve.worlds.sql.questions import prompt_text
 

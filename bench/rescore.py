@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     quiet_defaults()
     from evolve.archive.export import find_artifact_refs
-    from evolve.taskfile import load_task
-    from evolve.session import Session
-    from evolve.stats import paired
+    from evolve.task.taskfile import load_task
+    from evolve.scoring.session import Session
+    from evolve.results.stats import paired
 
     cfg, base = load_task(args.task, [*args.overrides, f"seed={args.seed}", "operators=[]",
                                       f"dataset.params.n_test={args.n_test}", "budget.seconds=1000000"])

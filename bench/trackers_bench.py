@@ -47,7 +47,7 @@ total = time.perf_counter() - t0
 t1 = time.perf_counter()
 args = json.loads(sys.argv[3])
 if args:
-    from evolve.cli import main
+    from evolve.cli.commands import main
     try:
         main(["track", sys.argv[2], *args])
     except SystemExit as e:

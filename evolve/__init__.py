@@ -8,29 +8,25 @@ with its lineage and scores, and can roll back to any of them.
 and heavy parts (torch, transformers, peft, litellm, ...) only where they are used.
 
 The core (this folder; the layers are ``evolve.policy``, ``.memory``, ``.prompts``, ``.toolforge``,
-``.topology``, ``.sandbox``, and the worlds ``evolve.worlds``):
+``.topology``, ``.sandbox``, and the worlds ``evolve.worlds``), lowest first:
 
-* the data model — ``types`` (System, Trajectory, Reward, Candidate), ``errors`` (the one tree),
-  ``artifacts`` (content-addressed files);
-* the task file — ``config`` (the schema), ``taskfile`` (reading, overrides, a world's defaults,
-  checks), ``reference`` (the generated reference), ``fingerprint`` (what a resume must match),
-  ``data`` (splits from a generator or JSONL);
-* one rollout — ``rollout`` (the agent's context, recording, scoring), ``failures`` (the agent's
-  failure or the world's), ``runners/`` (thread, process), ``retry`` (the world failing, retried),
-  ``llm/`` (backends, params, the model cache);
-* scoring — ``session`` (splits, runner, memoised rollouts, the ledger), ``budget``, ``recorder``
-  (writing a batch down), ``state`` (the run state, typed), ``rundir`` (a run directory's life),
-  ``bootstrap`` (the starting system);
-* the loop — ``engine`` (generations), ``loop`` (acceptance, minibatch, stopping), ``judge`` (two
-  stages), ``selectors`` and ``pool`` (parents), ``pareto``, ``operators`` (the protocol),
-  ``registry`` (every name → import path);
-* results — ``archive/`` (SQLite, append-only), ``report`` (report.json/.md), ``stats`` (paired
-  tests), ``estimate`` (the dry run);
-* deploying — ``deploy/`` (the lifecycle, gates, pinned evaluation, the canary; ``evolve.promote``,
-  ``evolve.rollback``), ``gateway/`` (the one OpenAI-compatible server: an unmodified agent's traffic
-  recorded, the evolved system served, ``evolve serve``, each rollout's own endpoint);
-* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli`` and ``archive_cli``, ``serve``
-  (the serving names, from ``gateway/``), ``reflexion/`` (Reflexion mode).
+* foundations — ``types`` (System, Trajectory, Reward, Candidate), ``errors`` (the one tree),
+  ``registry`` (every name → import path), ``artifacts`` (content-addressed files), ``otel``;
+  ``archive/`` (SQLite, append-only), ``llm/`` (backends), ``runners/`` (thread, process, Ray);
+* ``task/`` — the task file: ``config`` (the schema), ``taskfile`` (reading, overrides, checks),
+  ``data`` (splits), ``reference``, ``fingerprint`` (what a resume must match);
+* ``scoring/`` — ``rollout`` (one rollout, recorded and scored), ``failures`` and ``retry`` (the
+  world failing is retried, never scored), ``session`` (splits, runner, memoised rollouts),
+  ``budget``, ``estimate`` (the dry run), ``recorder``, ``state``, ``rundir``, ``bootstrap``;
+* ``results/`` — ``report`` (report.json/.md), ``stats`` (paired tests);
+* ``loop/`` — ``engine`` (generations), ``policies`` (acceptance, minibatch, stopping), ``judge``,
+  ``selectors``, ``pool``, ``pareto``, ``operators`` (the protocol);
+* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli/``, ``gateway/`` (an unmodified
+  agent's traffic recorded, the evolved system served), ``deploy/``, ``ui/``, ``mcp/``,
+  ``trackers/``, ``reflexion/`` (Reflexion mode).
+
+``task/``, ``scoring/``, ``results/``, ``loop/`` and ``cli/`` each import only the ones before them
+(``tests/test_structure.py`` holds it); ``serve/`` keeps the serving names' old import path.
 """
 
 from __future__ import annotations
@@ -52,12 +48,12 @@ _LAZY = {
     "rollback": ("evolve.deploy.manage", "rollback"),
     "deploy_status": ("evolve.deploy.manage", "status"),
     "LoadedSystem": ("evolve.api", "LoadedSystem"),
-    "RunReport": ("evolve.report", "RunReport"),
-    "Engine": ("evolve.engine", "Engine"),
-    "Session": ("evolve.session", "Session"),
+    "RunReport": ("evolve.results.report", "RunReport"),
+    "Engine": ("evolve.loop.engine", "Engine"),
+    "Session": ("evolve.scoring.session", "Session"),
     "Archive": ("evolve.archive", "Archive"),
-    "load_task": ("evolve.taskfile", "load_task"),
-    "TaskConfig": ("evolve.config", "TaskConfig"),
+    "load_task": ("evolve.task.taskfile", "load_task"),
+    "TaskConfig": ("evolve.task.config", "TaskConfig"),
     # the data model
     "System": ("evolve.types", "System"),
     "ModelSpec": ("evolve.types", "ModelSpec"),
@@ -66,20 +62,20 @@ _LAZY = {
     "Candidate": ("evolve.types", "Candidate"),
     "Message": ("evolve.types", "Message"),
     # the protocols a user implements (docs/extending.md)
-    "Operator": ("evolve.operators", "Operator"),
-    "OperatorContext": ("evolve.operators", "OperatorContext"),
-    "Selector": ("evolve.selectors", "Selector"),
-    "Scored": ("evolve.selectors", "Scored"),
+    "Operator": ("evolve.loop.operators", "Operator"),
+    "OperatorContext": ("evolve.loop.operators", "OperatorContext"),
+    "Selector": ("evolve.loop.selectors", "Selector"),
+    "Scored": ("evolve.loop.selectors", "Scored"),
     "Runner": ("evolve.runners", "Runner"),
     "RolloutJob": ("evolve.runners", "RolloutJob"),
     "WorkerSpec": ("evolve.runners", "WorkerSpec"),
     "LLM": ("evolve.llm.base", "LLM"),
     "Completion": ("evolve.llm.base", "Completion"),
     "World": ("evolve.worlds.base", "World"),
-    "Acceptance": ("evolve.loop", "Acceptance"),
-    "MinibatchSampler": ("evolve.loop", "MinibatchSampler"),
-    "Stopping": ("evolve.loop", "Stopping"),
-    "Verdict": ("evolve.judge", "Verdict"),
+    "Acceptance": ("evolve.loop.policies", "Acceptance"),
+    "MinibatchSampler": ("evolve.loop.policies", "MinibatchSampler"),
+    "Stopping": ("evolve.loop.policies", "Stopping"),
+    "Verdict": ("evolve.loop.judge", "Verdict"),
     "NodeType": ("evolve.topology.base", "NodeType"),
     "MemoryPolicy": ("evolve.memory.base", "Policy"),
     "Sandbox": ("evolve.sandbox.base", "Sandbox"),

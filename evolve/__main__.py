@@ -1,5 +1,5 @@
 """``python -m evolve``: the ``evolve`` command line."""
 
-from evolve.cli import main
+from evolve.cli.commands import main
 
 main()

@@ -18,7 +18,7 @@ from evolve.errors import RunDirError, UserError
 from evolve.types import System, Trajectory
 
 if TYPE_CHECKING:
-    from evolve.report import RunReport
+    from evolve.results.report import RunReport
 
 
 def run_task(
@@ -35,7 +35,7 @@ def run_task(
 ) -> "RunReport":
     """Run an evolution job from a task file, or from a dict with the same fields (whose
     ``agent`` and ``reward`` may be the functions themselves); return the report
-    (:class:`~evolve.report.RunReport`: ``report.best.test.score``, ``report.gain("test")``, or
+    (:class:`~evolve.results.report.RunReport`: ``report.best.test.score``, ``report.gain("test")``, or
     ``report["best"]["test"]["score"]`` as in report.json).
 
     ``agent=`` / ``reward=`` give the functions for a task that names them by import path or
@@ -44,8 +44,8 @@ def run_task(
     kept failing under the rollouts (``resume`` continues once it is back) and
     :class:`~evolve.errors.RunFailed` when too many rollouts failed by the agent's own error."""
     from evolve._env import quiet_defaults
-    from evolve.taskfile import read_task_file, run_dir_for, validate_task
-    from evolve.engine import Engine
+    from evolve.task.taskfile import read_task_file, run_dir_for, validate_task
+    from evolve.loop.engine import Engine
 
     quiet_defaults()
     if isinstance(task, dict):
@@ -84,10 +84,10 @@ def function_name(fn: Callable) -> str:
 
 def dry_run(task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir: str | Path | None = None) -> dict[str, Any]:
     """What a run of ``task`` would spend (rollouts, LLM calls, tokens, money per phase, and where
-    a budget would stop it), without running anything; see :mod:`evolve.estimate`."""
+    a budget would stop it), without running anything; see :mod:`evolve.scoring.estimate`."""
     from evolve._env import quiet_defaults
-    from evolve.taskfile import load_task, validate_task
-    from evolve.estimate import estimate_run
+    from evolve.task.taskfile import load_task, validate_task
+    from evolve.scoring.estimate import estimate_run
 
     quiet_defaults()
     if isinstance(task, dict):
@@ -105,8 +105,8 @@ def _resolve_system(archive: Any, which: str) -> str:
 def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "current", split: str = "test",
              overrides: Sequence[str] = (), observer: Any = None) -> tuple[float, int, str]:
     """Score an archived system on a split of the task's dataset."""
-    from evolve.taskfile import load_task
-    from evolve.session import Session
+    from evolve.task.taskfile import load_task
+    from evolve.scoring.session import Session
 
     cfg, base = load_task(task_file, overrides)
     if not (Path(run_dir) / "archive.sqlite").exists():

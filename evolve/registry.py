@@ -129,7 +129,7 @@ operators = Registry(
         "grpo": "evolve.policy.grpo:GRPO",
         "toolforge": "evolve.toolforge.operator:ToolForge",
         "memory": "evolve.memory.operator:MemoryOperator",
-        "scripted": "evolve.operators:ScriptedEdit",
+        "scripted": "evolve.loop.operators:ScriptedEdit",
         "topology": "evolve.topology.operator:TopologySearch",
         "prompt_mutation": "evolve.prompts.mutation:PromptMutation",
         "reflective": "evolve.prompts.reflective:ReflectiveMutation",
@@ -141,9 +141,9 @@ operators = Registry(
 selectors = Registry(
     "selector",
     {
-        "best": "evolve.selectors:Best",
-        "tournament": "evolve.selectors:Tournament",
-        "pareto": "evolve.selectors:Pareto",
+        "best": "evolve.loop.selectors:Best",
+        "tournament": "evolve.loop.selectors:Tournament",
+        "pareto": "evolve.loop.selectors:Pareto",
     },
 )
 # Workflow node types (evolve.topology): the generic steps. A world's own steps (the SQL world's
@@ -159,13 +159,13 @@ node_types = Registry(
         "answer": "evolve.topology.nodes:AnswerStep",
     },
 )
-# The loop's policies (evolve.loop): acceptance of a child, the generation's minibatch, early stopping.
-acceptances = Registry("acceptance", {"two_stage": "evolve.loop:TwoStage", "val_only": "evolve.loop:ValOnly"})
-minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop:RandomMinibatch",
-                                                    "fixed": "evolve.loop:FixedMinibatch"})
-stoppings = Registry("stopping rule", {"budget": "evolve.loop:BudgetOnly", "plateau": "evolve.loop:Plateau"})
-# The CLI's command groups beside run/eval/init/serve (evolve.cli): name -> a typer app.
-commands = Registry("command", {"archive": "evolve.archive_cli:app", "baseline": "evolve.prompts.cli:baseline_app",
+# The loop's policies (evolve.loop.policies): acceptance of a child, the generation's minibatch, early stopping.
+acceptances = Registry("acceptance", {"two_stage": "evolve.loop.policies:TwoStage", "val_only": "evolve.loop.policies:ValOnly"})
+minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop.policies:RandomMinibatch",
+                                                    "fixed": "evolve.loop.policies:FixedMinibatch"})
+stoppings = Registry("stopping rule", {"budget": "evolve.loop.policies:BudgetOnly", "plateau": "evolve.loop.policies:Plateau"})
+# The CLI's command groups beside run/eval/init/serve (evolve.cli.commands): name -> a typer app.
+commands = Registry("command", {"archive": "evolve.cli.archive:app", "baseline": "evolve.prompts.cli:baseline_app",
                                  "traces": "evolve.gateway.cli:traces_app", "harbor": "evolve.worlds.harbor.cli:app"})
 # What serves a system's memory outside the engine (the gateway): function(memory spec, query) -> items.
 recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
@@ -176,7 +176,7 @@ tool_servers = Registry("tool server", {"toolforge": "evolve.toolforge.serve:Too
 # changes; "workflow" (workflow dict) -> a drawing or None; "tokens" (base weights file, token ids, messages) -> texts.
 views = Registry("view", {"memory": "evolve.memory.view:memory_view", "workflow": "evolve.topology.render:drawing_of",
                           "tokens": "evolve.policy.weights:token_texts"})
-# How a backend's model starts a run (evolve.bootstrap): function(session, role, model config) -> ModelSpec;
+# How a backend's model starts a run (evolve.scoring.bootstrap): function(session, role, model config) -> ModelSpec;
 # a backend without an entry starts from its spec as written.
 model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})
 # Readers of the starting system's parts from files the task file names: function(path) -> JSON.
@@ -186,7 +186,7 @@ workflow_checks = Registry("workflow check", {"graph": "evolve.topology.graph:ch
 # What the layers add to a run's report and to `evolve archive show`: a class with build(session,
 # best_id, baseline_id) -> dict, markdown(report) -> lines, prepare(system, png), show(out, err, sid).
 report_sections = Registry("report section", {"workflow": "evolve.topology.report:WorkflowSection"})
-# What bounds the LLM calls one rollout can make (evolve.budget.calls_bound): the layers that run a
+# What bounds the LLM calls one rollout can make (evolve.scoring.budget.calls_bound): the layers that run a
 # system's workflow say, each a function(workflow dict) -> int | None.
 call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime:graph_calls_bound"})
 # Worlds (evolve.worlds.base.World): task environments a task file can name with `world:`.

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, System, ToolCall
 
 

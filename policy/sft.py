@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evolve.registry import import_path
-from evolve.rollout import run_agent, score
+from evolve.scoring.rollout import run_agent, score
 from evolve.types import ModelSpec, System, Trajectory, content_hash
 
 if TYPE_CHECKING:
-    from evolve.config import ModelConfig
-    from evolve.session import Session
+    from evolve.task.config import ModelConfig
+    from evolve.scoring.session import Session
 
 # part of every cache key: bump when training changes numerically, so a cache never holds weights
 # that a fresh machine would not reproduce (sft-2: the LM head runs on target positions alone)

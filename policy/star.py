@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
 
 

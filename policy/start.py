@@ -12,7 +12,7 @@ from evolve.errors import ConfigError
 from evolve.types import ModelSpec
 
 if TYPE_CHECKING:
-    from evolve.session import Session
+    from evolve.scoring.session import Session
 
 
 def local_model(session: "Session", role: str, mc: Any) -> ModelSpec:

@@ -19,7 +19,7 @@
     file declares for any component (a template, a format, instructions to A/B), judged by the
     engine like every child;
 
-* the per-task Pareto front GEPA samples parents from is :mod:`evolve.pareto` (the ``pareto`` selector uses it too).
+* the per-task Pareto front GEPA samples parents from is :mod:`evolve.loop.pareto` (the ``pareto`` selector uses it too).
 
 Submodules import lazily: ``import evolve.prompts`` stays cheap.
 """
@@ -47,7 +47,7 @@ from evolve.prompts.components import (
     set_template,
     set_text,
 )
-from evolve.pareto import best_counts, pareto_front, sample_from_front
+from evolve.loop.pareto import best_counts, pareto_front, sample_from_front
 
 _LAZY = {
     "PromptMutation": "evolve.prompts.mutation",

@@ -21,7 +21,7 @@ from typing import Any
 
 from evolve.errors import BudgetExhausted, ConfigError
 from evolve.llm.cache import LLMCache
-from evolve.operators import ChargedLLM, OperatorContext
+from evolve.loop.operators import ChargedLLM, OperatorContext
 from evolve.types import Message, ModelSpec, System
 
 RAW_KEPT = 4000  # characters of a raw answer kept in the log

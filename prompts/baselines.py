@@ -90,7 +90,7 @@ class TaskMetric:
         self._lock = threading.Lock()
 
     def reward(self, example: Any, pred: Any) -> Reward:
-        from evolve.rollout import jsonable, score
+        from evolve.scoring.rollout import jsonable, score
         from evolve.types import Trajectory
 
         task = example.toDict()  # the task itself: an example holds every task key (see to_examples)
@@ -209,7 +209,7 @@ def compile_program(optimizer: str, student: Any, knobs: dict[str, Any], metric:
 def _task_config(task_file: str | Path, overrides: Sequence[str]) -> tuple[Any, Path, dict]:
     """The task file with overrides applied, without its operators (not used here) and with no run
     budget (evaluation rollouts are never cut); returns the config, its folder and the budget given."""
-    from evolve.taskfile import apply_override, parse_override, read_task_file, validate_task
+    from evolve.task.taskfile import apply_override, parse_override, read_task_file, validate_task
 
     p = Path(task_file)
     data = read_task_file(p)
@@ -253,7 +253,7 @@ def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, bu
     from evolve._env import quiet_defaults
     from evolve.registry import did_you_mean, import_path
     from evolve.runners import Worker
-    from evolve.session import Session
+    from evolve.scoring.session import Session
 
     quiet_defaults()
     if optimizer not in OPTIMIZERS:

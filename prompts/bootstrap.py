@@ -34,7 +34,7 @@ from evolve.prompts._common import OperatorLog, first_llm_call, first_user
 from evolve.prompts.components import get_demos, is_io_demo, parse_name, set_demos
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, System, Trajectory
 
 Strategy = Literal["random", "recent", "diverse"]

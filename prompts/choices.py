@@ -21,7 +21,7 @@ engine would drop it) when ``ctx.extra["known"]`` says so; the first ``children`
 children, each differing from the parent in that one component. Combined with other operators
 under one engine, a lineage can change its template in one generation and its demos in the
 next. It makes no LLM calls and no rollouts of its own. (The ``scripted`` operator in
-:mod:`evolve.operators` is the test fixture this generalises: one text component, no logging.) Everything is logged to
+:mod:`evolve.loop.operators` is the test fixture this generalises: one text component, no logging.) Everything is logged to
 ``prompt_choice.json`` in the work directory.
 """
 
@@ -42,7 +42,7 @@ from evolve.prompts.components import (
 )
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, System
 
 

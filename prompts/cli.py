@@ -1,6 +1,6 @@
 """``evolve baseline``: other optimisers on the same task file, scored like an evolved system.
 
-Mounted by :mod:`evolve.cli` as ``app.add_typer(baseline_app, name="baseline")``.
+Mounted by :mod:`evolve.cli.commands` as ``app.add_typer(baseline_app, name="baseline")``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from evolve.prompts._common import OperatorLog
 from evolve.prompts.components import parse_name
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, System
 
 

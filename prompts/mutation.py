@@ -31,7 +31,7 @@ from evolve.prompts._common import LLMSource, OperatorLog, check_new_text, loose
 from evolve.prompts.components import get_mutators, get_task, get_text, parse_name, set_mutators, set_text
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, Message, System
 
 THINKING_STYLES = (

@@ -38,7 +38,7 @@ from evolve.prompts._common import (
 from evolve.prompts.components import get_text, parse_name, set_text
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, Message, System, Trajectory
 
 TEXT_KINDS = ("instruction", "format", "template")

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evolve.operators import ChargedLLM, OperatorContext
+from evolve.loop.operators import ChargedLLM, OperatorContext
 from evolve.toolforge.curate import duplicate_of, retirements, with_usage
 from evolve.toolforge.synth import synthesize
 from evolve.toolforge.tool import ToolLibrary

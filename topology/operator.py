@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evolve.errors import UserError
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.topology.edits import normalize, refs_of
 from evolve.topology.graph import Workflow, graph_of
 from evolve.topology.palette import Palette

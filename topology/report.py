@@ -14,7 +14,7 @@ from evolve.errors import UserError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from evolve.session import Session
+    from evolve.scoring.session import Session
     from evolve.types import System
 
 

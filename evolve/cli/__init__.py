@@ -1,2 +1,12 @@
-"""The ``evolve`` command line: ``main`` (run, eval, init, serve, mcp, and the subcommands of the
+"""The ``evolve`` command line: ``commands`` (run, eval, init, serve, mcp, and the subcommands of the
 surfaces' own packages), ``archive`` (``evolve archive``) and ``progress`` (the terminal's progress)."""
+
+
+def __getattr__(name: str):
+    # `evolve = "evolve.cli:main"`: the command's entry point, imported on first use so that
+    # `evolve.cli.archive` or `.progress` load without typer's whole app
+    if name in ("app", "main"):
+        import importlib
+
+        return getattr(importlib.import_module("evolve.cli.commands"), name)
+    raise AttributeError(f"module 'evolve.cli' has no attribute {name!r}")

@@ -52,7 +52,7 @@ def _archive(run_dir: Path) -> Iterator[Archive]:
     except (UserError, ArchiveError) as e:
         _err().print(Text(f"error: {e}", style="red"))
         # SystemExit rather than typer.Exit: click swallows typer.Exit's code when the app
-        # runs with standalone_mode=False (as evolve.cli.main does), SystemExit gets through.
+        # runs with standalone_mode=False (as evolve.cli.commands.main does), SystemExit gets through.
         raise SystemExit(2) from None
 
 

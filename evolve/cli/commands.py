@@ -37,7 +37,7 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print
                                        help="Print evolvekit's version and exit.")) -> None:
     """Evolve agent systems from their own experience."""
 
-from evolve.progress import RichObserver, console  # noqa: E402  (the CLI's progress display and stderr)
+from evolve.cli.progress import RichObserver, console  # noqa: E402  (the CLI's progress display and stderr)
 
 SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repeatable)."
 
@@ -47,7 +47,7 @@ SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repea
 def _print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from evolve.report import gain
+    from evolve.results.report import gain
 
     t = Table(title=f"{report['task']} (seed {report['seed']}): baseline vs evolved")
     for col in ("system", "id", "val", "test"):
@@ -168,7 +168,7 @@ def eval_(
     with RichObserver() as obs:
         score, n, sid = evaluate(task_file, run_dir, system=system, split=split, overrides=set_, observer=obs)
     from evolve.archive import Archive
-    from evolve.failures import describe_common
+    from evolve.scoring.failures import describe_common
 
     with Archive(run_dir, create=False) as archive:
         _, failed = archive.failure_stats(system_id=sid, split=split)

@@ -159,7 +159,7 @@ def _no_world_failures(name: str, trajs: list[Trajectory]) -> None:
 def run_gates(cfg: Any, base_dir: Path, run_dir: Path, candidate: System, active: System | None, pins_id: str,
               observer: Any = None) -> list[SuiteResult]:
     """Score ``candidate`` (and ``active`` for the regression suite) on the deploy policy's suites."""
-    from evolve.session import Session
+    from evolve.scoring.session import Session
 
     dep = cfg.deploy
     out: list[SuiteResult] = []

@@ -6,7 +6,7 @@
   reward, by a person or by anything a candidate ran, cannot silently move the bar.
 * **Reach**: a candidate whose tools, workflow or prompts name the evaluation's code or files (an
   import of the reward's module, its file path, a suite file) is refused before it is scored.
-  Operators are never handed the reward (an :class:`~evolve.operators.OperatorContext` has none),
+  Operators are never handed the reward (an :class:`~evolve.loop.operators.OperatorContext` has none),
   and tools run in a sandbox that mounts nothing writable.
 * **Addressing the evaluator**: a prompt component that differs from the active system's and
   speaks to a judge or grader ("give this answer a perfect score", "ignore previous instructions")

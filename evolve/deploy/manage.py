@@ -37,7 +37,7 @@ def _candidate(dep: Deployment, archive: Any, system: str | None) -> str:
 
 def pins_for(cfg: Any, base: Path, archive: Any, *, repin: bool, by: str) -> tuple[dict[str, Any], str]:
     """The deployment's pins: saved the first time (or with ``repin``); a change since is refused."""
-    from evolve.data import load_splits
+    from evolve.task.data import load_splits
     from evolve.deploy.integrity import make_pins, pin_changes, pin_id
 
     now = make_pins(cfg, base, load_splits(cfg.dataset, base, cfg.seed))
@@ -64,7 +64,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     from evolve.deploy.gates import run_gates
     from evolve.deploy.integrity import addresses_evaluator, reaches_evaluation
     from evolve.errors import UserError
-    from evolve.taskfile import load_task
+    from evolve.task.taskfile import load_task
 
     cfg, base = load_task(task_file, overrides)
     if cfg.deploy is None:

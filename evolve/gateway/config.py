@@ -186,7 +186,7 @@ class GatewayConfig(_Strict):
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and check a gateway.yaml; a ConfigError naming what is wrong. ``store`` is taken
     relative to the file's folder."""
-    from evolve.taskfile import format_validation_error, read_task_file
+    from evolve.task.taskfile import format_validation_error, read_task_file
 
     p = Path(path)
     if not p.is_file():

@@ -1,15 +1,15 @@
 """The engine: f(Π, τ, r) → Π′, one generation at a time, on top of a scoring
-:class:`~evolve.session.Session` (splits, runner, memoised rollouts, the budget ledger).
+:class:`~evolve.scoring.session.Session` (splits, runner, memoised rollouts, the budget ledger).
 
-Each generation: select parents from the pool of accepted systems (:mod:`evolve.selectors`,
-:mod:`evolve.pool`; selectors that ask get per-task val scores and cost/latency metrics); roll
+Each generation: select parents from the pool of accepted systems (:mod:`evolve.loop.selectors`,
+:mod:`evolve.loop.pool`; selectors that ask get per-task val scores and cost/latency metrics); roll
 each parent out on a minibatch of training tasks (the minibatch sampler); let every operator
 propose children from those trajectories (``ctx.extra["pool"]`` holds the accepted systems);
 judge each child (the acceptance policy; by default two stages: better than its parent on the
 same minibatch, then not worse on validation, re-evaluated on more samples when close:
-:mod:`evolve.judge`); archive everything; promote the best. Stop on any budget (generations,
-rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.budget`) or the stopping rule. The
-three policies are in :mod:`evolve.loop`. At the end the baseline and the promoted system are
+:mod:`evolve.loop.judge`); archive everything; promote the best. Stop on any budget (generations,
+rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.scoring.budget`) or the stopping rule. The
+three policies are in :mod:`evolve.loop.policies`. At the end the baseline and the promoted system are
 scored on the held-out test split and a report is written.
 
 Resume: every rollout is stored under a deterministic key and every operator's proposals
@@ -25,24 +25,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.config import TaskConfig
+from evolve.task.config import TaskConfig
 from evolve.errors import BudgetExhausted, InfraError, LLMError, RunFailed
-from evolve.loop import build_policies
-from evolve.operators import OperatorContext
-from evolve.pool import OperatorPool, scored_pool
+from evolve.loop.policies import build_policies
+from evolve.loop.operators import OperatorContext
+from evolve.loop.pool import OperatorPool, scored_pool
 from evolve.registry import operators as operator_registry
 from evolve.registry import selectors as selector_registry
-from evolve.session import Observer, Session, job_seed, mean_score  # noqa: F401 - Observer, job_seed: re-exported
-from evolve.state import GenerationRow
+from evolve.scoring.session import Observer, Session, job_seed, mean_score  # noqa: F401 - Observer, job_seed: re-exported
+from evolve.scoring.state import GenerationRow
 from evolve.types import Candidate, System, Trajectory
 
 if TYPE_CHECKING:
-    from evolve.report import RunReport
+    from evolve.results.report import RunReport
 
 
 class Engine:
     """The evolution loop of one run: builds the selector and the operators, opens a
-    :class:`~evolve.session.Session` (``self.session``) and runs the generations on it."""
+    :class:`~evolve.scoring.session.Session` (``self.session``) and runs the generations on it."""
 
     def __init__(
         self,
@@ -98,7 +98,7 @@ class Engine:
                 self.tracking.close(status)
 
     def _run(self) -> "RunReport":
-        from evolve.report import failure_check, write_report
+        from evolve.results.report import failure_check, write_report
 
         s = self.session
         stop_reason = "generations done"

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evolve.selectors import Scored
-from evolve.session import mean_score
+from evolve.loop.selectors import Scored
+from evolve.scoring.session import mean_score
 from evolve.types import Candidate, System
 
 if TYPE_CHECKING:
-    from evolve.session import Session
+    from evolve.scoring.session import Session
 
 
 @dataclass

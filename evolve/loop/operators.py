@@ -6,7 +6,7 @@ Protocol (one method)::
         name: str
         def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]: ...
 
-Optional, for ``evolve run --dry-run`` (:mod:`evolve.estimate`)::
+Optional, for ``evolve run --dry-run`` (:mod:`evolve.scoring.estimate`)::
 
     def estimate(self, plan: RunPlan) -> dict:  # {"rollouts": int, "llm_calls": int, "children": int}
 

@@ -10,7 +10,7 @@ promoted (made current)::
 
 ``two_stage`` (default): better than its parent on the generation's training minibatch by more
 than ``engine.min_gain``, then not worse on validation by more than ``engine.val_tolerance``
-(:mod:`evolve.judge`, with ``engine.reeval`` for noisy graders); promoted when it beats the best.
+(:mod:`evolve.loop.judge`, with ``engine.reeval`` for noisy graders); promoted when it beats the best.
 ``val_only``: stage 2 alone (a child is never rolled out on the minibatch).
 
 **Minibatch sampler** — the training tasks a generation's parents and children are compared on::
@@ -39,12 +39,12 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from evolve.judge import Verdict, judge, promotion
+from evolve.loop.judge import Verdict, judge, promotion
 
 if TYPE_CHECKING:
-    from evolve.selectors import Scored
-    from evolve.session import Session
-    from evolve.state import GenerationRow
+    from evolve.loop.selectors import Scored
+    from evolve.scoring.session import Session
+    from evolve.scoring.state import GenerationRow
     from evolve.types import Candidate, System
 
 
@@ -57,7 +57,7 @@ class Acceptance(Protocol):
 
 
 class TwoStage:
-    """Better than the parent on the minibatch, then not worse on validation (see :mod:`evolve.judge`)."""
+    """Better than the parent on the minibatch, then not worse on validation (see :mod:`evolve.loop.judge`)."""
 
     def judge(self, session: "Session", generation: int, candidate: "Candidate", minibatch: list[dict],
               parent: "System", parent_minibatch_score: float, parent_val_score: float) -> Verdict:

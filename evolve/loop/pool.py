@@ -1,4 +1,4 @@
-"""Views of the pool of accepted systems: for the selector (:class:`~evolve.selectors.Scored`,
+"""Views of the pool of accepted systems: for the selector (:class:`~evolve.loop.selectors.Scored`,
 with per-task validation scores and per-rollout metrics when the selector asks for them) and
 for operators (``ctx.extra["pool"]``, loaded on first use).
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from evolve.selectors import Scored
+from evolve.loop.selectors import Scored
 
 if TYPE_CHECKING:
-    from evolve.session import Session
+    from evolve.scoring.session import Session
 
 
 def scored_pool(session: "Session", before: int | None = None, detail: bool = False) -> list[Scored]:

@@ -65,7 +65,7 @@ class Tournament:
 
 class Pareto:
     """GEPA's selection: parents are sampled from the per-task Pareto front of the pool
-    (:func:`evolve.pareto.pareto_front`), each with probability proportional to the
+    (:func:`evolve.loop.pareto.pareto_front`), each with probability proportional to the
     number of validation tasks it is best on, so a system that solves tasks no other one
     solves stays in play even when its mean is lower; ``k`` parents are drawn without
     replacement. ``objectives`` add minimised metrics per validation rollout (``cost`` in
@@ -90,13 +90,13 @@ class Pareto:
         return per_task, objectives
 
     def front(self, pool: Sequence[Scored]) -> list[str]:
-        from evolve.pareto import pareto_front
+        from evolve.loop.pareto import pareto_front
 
         per_task, objectives = self._views(pool)
         return pareto_front(per_task, objectives if self.p.objectives else None)
 
     def select(self, pool: list[Scored], k: int, rng: random.Random) -> list[str]:
-        from evolve.pareto import sample_from_front
+        from evolve.loop.pareto import sample_from_front
 
         per_task, _ = self._views(pool)
         front, out = self.front(pool), []

@@ -30,9 +30,9 @@ from typing import Any
 
 
 def validate(task: str, sets: list[str]) -> dict[str, Any]:
-    from evolve.data import load_splits
+    from evolve.task.data import load_splits
     from evolve.registry import import_path
-    from evolve.taskfile import load_task
+    from evolve.task.taskfile import load_task
 
     cfg, base = load_task(task, sets)
     for what in ("agent", "reward"):
@@ -75,7 +75,7 @@ def run(job_dir: str, argv: list[str]) -> int:
     run killed with -9 leaves none: the server reads it as stopped)."""
     import os
 
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     rc = 1
     try:

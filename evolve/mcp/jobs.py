@@ -134,7 +134,7 @@ class Jobs:
                                   "fresh=true (the earlier run is moved aside, not deleted), or give another out")
             moved = None
             if holds and fresh:
-                from evolve.rundir import set_aside
+                from evolve.scoring.rundir import set_aside
 
                 moved = set_aside(run_dir)
                 job = None

@@ -89,7 +89,7 @@ def _add_resources(server: MCPServer) -> None:
     from mcp.server.mcpserver.resources import FileResource, FunctionResource
 
     def reference() -> str:
-        from evolve.reference import task_file_reference
+        from evolve.task.reference import task_file_reference
 
         return task_file_reference()
 

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from evolve.failures import most_common
-from evolve.stats import describe
+from evolve.scoring.failures import most_common
+from evolve.results.stats import describe
 
 MAX_TEXT = 2000  # characters of one string in an answer
 MAX_ITEMS = 50  # items of one list in an answer
@@ -105,7 +105,7 @@ def report(run_dir: Path, rid: str) -> dict[str, Any]:
     """The finished run's report (report.json, without its lineage), with a reading of each
     split's paired comparison in words: the gain with its 95% interval, never a bare point gain."""
     from evolve.errors import RunDirError
-    from evolve.report import read_report
+    from evolve.results.report import read_report
 
     rep = read_report(run_dir)
     if rep is None:

@@ -6,7 +6,7 @@ current one differs, after a rollback or under a deploy policy, ``current`` name
 the ``generations`` list, the budget used (all of it,
 and ``budget_used_by_run``: before the final test scoring, which is outside the budget) and why
 the run stopped. ``paired`` holds, per split, the best system against the baseline on the same
-tasks (:func:`evolve.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
+tasks (:func:`evolve.results.stats.paired`: the gain's 95% interval, the tasks only one of them wins, the
 sign test), so a reader can tell a gain from noise. The layers add sections
 (:data:`evolve.registry.report_sections`): with a workflow graph, ``workflow`` holds the best (else the
 baseline) system's graph as text and ``best_workflow.png`` its picture; ``workflows_tried`` what a
@@ -28,11 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.failures import describe_common, most_common
-from evolve.stats import describe, paired
+from evolve.scoring.failures import describe_common, most_common
+from evolve.results.stats import describe, paired
 
 if TYPE_CHECKING:
-    from evolve.session import Session
+    from evolve.scoring.session import Session
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class RunReport(dict):
 
     @property
     def generations(self) -> list[Any]:
-        """One :class:`~evolve.state.GenerationRow` per generation."""
-        from evolve.state import GenerationRow
+        """One :class:`~evolve.scoring.state.GenerationRow` per generation."""
+        from evolve.scoring.state import GenerationRow
 
         return [GenerationRow.model_validate(g) for g in self.get("generations", [])]
 
@@ -90,7 +90,7 @@ class RunReport(dict):
         return gain(self, split)
 
     def comparison(self, split: str = "test") -> dict[str, Any] | None:
-        """The paired comparison on ``split`` (:func:`evolve.stats.paired`: ``diff``, ``ci95``, ``p``, ...)."""
+        """The paired comparison on ``split`` (:func:`evolve.results.stats.paired`: ``diff``, ``ci95``, ``p``, ...)."""
         return (self.get("paired") or {}).get(split)
 
 

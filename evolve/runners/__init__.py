@@ -4,12 +4,12 @@ A :class:`RolloutJob` is pure, picklable data (a system, a task, a seed, ...). A
 :class:`WorkerSpec` says how a worker builds its environment (the agent, the reward, the
 artifact store). A :class:`Worker` builds the agent, the reward and the system's LLMs once
 (LLMs are cached per model spec: local backends load weights) and turns one job into one
-scored :class:`~evolve.types.Trajectory` (:func:`evolve.rollout.run_agent` then
-:func:`evolve.rollout.score`). A runner feeds jobs to workers:
+scored :class:`~evolve.types.Trajectory` (:func:`evolve.scoring.rollout.run_agent` then
+:func:`evolve.scoring.rollout.score`). A runner feeds jobs to workers:
 
 * :class:`ThreadRunner` — one in-process worker and a pool of threads. Fast (thousands of
   trivial rollouts per second) and the default. A rollout's ``timeout`` is enforced
-  cooperatively by :func:`~evolve.rollout.run_agent` (every LLM and tool call checks the
+  cooperatively by :func:`~evolve.scoring.rollout.run_agent` (every LLM and tool call checks the
   deadline); on top of that a watchdog records a job as failed ("timeout: …") when it has
   not returned ``timeout + grace`` seconds after it started, and goes on with the run.
   **Python threads cannot be killed**: the stuck thread is abandoned — it keeps running (and

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 from evolve.artifacts import ArtifactStore
 from evolve.errors import UserError
 from evolve.llm.cache import LLMCache
-from evolve.rollout import check_reward_signature, run_agent, score
+from evolve.scoring.rollout import check_reward_signature, run_agent, score
 from evolve.types import InfraFailure, ModelSpec, System, Trajectory
 
 # ----------------------------------------------------------------------------- data
@@ -81,7 +81,7 @@ def _never_called(task: Any, output: Any) -> float:  # the reward of a failed ro
 def failed_trajectory(job: RolloutJob, error: str, duration: float = 0.0, *,
                       infra: InfraFailure | None = None) -> Trajectory:
     """A scored failed trajectory for ``job`` (score 0, ``error`` set) built outside the agent;
-    with ``infra``, one the world failed under (see :mod:`evolve.failures`)."""
+    with ``infra``, one the world failed under (see :mod:`evolve.scoring.failures`)."""
     task_id = job.task.get("id", job.key) if isinstance(job.task, dict) else job.key
     t = Trajectory(task_id=str(task_id), system_id=job.system.id, error=error, duration=duration,
                    sample=job.sample, temperature=job.temperature, infra=infra)

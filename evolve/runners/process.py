@@ -18,7 +18,7 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Any, Iterator, Sequence
 
 from evolve.errors import EvolveError, UserError
-from evolve.failures import infra
+from evolve.scoring.failures import infra
 from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
 from evolve.types import Trajectory
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from evolve.config import TaskConfig
+from evolve.task.config import TaskConfig
 from evolve.errors import ConfigError
 from evolve.registry import model_starts, part_loaders
 from evolve.types import ModelSpec, System
 
 
 class Run(Protocol):
-    """What the starting system is built from: the run's session (:class:`evolve.session.Session`,
+    """What the starting system is built from: the run's session (:class:`evolve.scoring.session.Session`,
     which calls :func:`starting_system`; named here by its shape, so this module does not depend
     back on it)."""
 

@@ -16,7 +16,7 @@ are checked before every batch of rollouts:
   starts under the limit runs whole, and the run stops before the next batch.
 
 The final scoring of the baseline and the promoted system on test is outside the budget.
-The dry-run estimate of a whole run is :mod:`evolve.estimate`.
+The dry-run estimate of a whole run is :mod:`evolve.scoring.estimate`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from evolve.config import BudgetConfig
+from evolve.task.config import BudgetConfig
 from evolve.errors import BudgetExhausted
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolve.config import TaskConfig
+from evolve.task.config import TaskConfig
 
 DEFAULT_COMPLETION_TOKENS = 256
 
@@ -151,7 +151,7 @@ def _stop(task: TaskConfig, rows: list[dict[str, Any]], cpr: float, price: dict[
 
 def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     """The dry-run estimate of ``task`` (see the module docstring); nothing is run or written."""
-    from evolve.data import load_splits
+    from evolve.task.data import load_splits
 
     splits = load_splits(task.dataset, Path(base_dir), task.seed)
     eng, b = task.engine, task.budget
@@ -160,7 +160,7 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     m = min(eng.minibatch, sizes["train"])
     V, T = sizes["val"], sizes["test"]
     cpr, cpr_source = float(b.calls_per_rollout or 1), "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1"
-    from evolve.budget import calls_bound
+    from evolve.scoring.budget import calls_bound
 
     graph_bound = calls_bound(dict(task.workflow or {}))
     if not b.calls_per_rollout and graph_bound:

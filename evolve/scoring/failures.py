@@ -7,7 +7,7 @@ A rollout can fail in two ways, and only one of them says anything about the age
   with the error, counted in the report;
 * **the world failing under it** — the model unreachable, a rate limit, a server error, a bad
   key, a model that does not exist, a missing package, the sandbox unavailable, the worker
-  process dying: not a result. The engine retries the rollout (:mod:`evolve.retry`), and
+  process dying: not a result. The engine retries the rollout (:mod:`evolve.scoring.retry`), and
   stops the run when it keeps failing; it never stores it as a score.
 
 :func:`classify` decides for an exception. Model calls made through ``ctx.llm`` (and the

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from evolve.failures import describe_common, failure_of, signature
-from evolve.retry import by_category
+from evolve.scoring.failures import describe_common, failure_of, signature
+from evolve.scoring.retry import by_category
 from evolve.types import LLMCall, Trajectory
 
 if TYPE_CHECKING:

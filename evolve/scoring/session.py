@@ -1,7 +1,7 @@
 """The scoring service below the evolution loop: a task's splits, its agent and reward, the runner,
 the archive as the memo of every rollout, and the budget ledger.
 
-Everything that scores a system goes through a :class:`Session`: the loop (:mod:`evolve.engine`),
+Everything that scores a system goes through a :class:`Session`: the loop (:mod:`evolve.loop.engine`),
 judging and the pool, the report, ``evolve eval``, the Python API, the benchmarks and the example
 scripts. Its surface::
 
@@ -17,7 +17,7 @@ scripts. Its surface::
 
 Rollout keys are ``{tag}/{system id}/{task id}/{sample}``; a key already stored is never run again
 (so a resumed run redoes only what was in flight), and a rollout the world failed under is never
-stored (:mod:`evolve.retry`). All randomness comes from ``random.Random(f"{seed}/{purpose}")``.
+stored (:mod:`evolve.scoring.retry`). All randomness comes from ``random.Random(f"{seed}/{purpose}")``.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import allowed_rollouts, calls_bound, spent
-from evolve.config import TaskConfig
-from evolve.data import Splits, load_splits
+from evolve.scoring.budget import allowed_rollouts, calls_bound, spent
+from evolve.task.config import TaskConfig
+from evolve.task.data import Splits, load_splits
 from evolve.errors import BudgetExhausted
-from evolve.recorder import RolloutRecorder
+from evolve.scoring.recorder import RolloutRecorder
 from evolve.registry import runners as runner_registry
-from evolve.retry import RetryPolicy, Retrying
-from evolve.rundir import open_run
+from evolve.scoring.retry import RetryPolicy, Retrying
+from evolve.scoring.rundir import open_run
 from evolve.runners import RolloutJob, WorkerSpec
-from evolve.state import RunState
+from evolve.scoring.state import RunState
 from evolve.types import LLMCall, System, Trajectory
 
 
@@ -133,7 +133,7 @@ class Session:
     def _preflight(self) -> None:
         """What the run needs before it starts (a key in the environment, a scripted reply that
         imports, the tool library and memory store it names), checked before anything is written."""
-        from evolve.bootstrap import initial_memory, initial_tools
+        from evolve.scoring.bootstrap import initial_memory, initial_tools
         from evolve.llm.params import check_ready
 
         for role, m in self.task.models.items():
@@ -145,7 +145,7 @@ class Session:
         """Import the agent and reward now, so a typo fails before any work is done."""
         from evolve.errors import ConfigError
         from evolve.registry import import_path
-        from evolve.rollout import check_reward_signature
+        from evolve.scoring.rollout import check_reward_signature
 
         resolved: list[Callable] = []
         for field in ("agent", "reward"):
@@ -219,7 +219,7 @@ class Session:
 
     def check_budget(self, pending: int = 0, system: System | None = None) -> tuple[int, str | None]:
         """Raise :class:`~evolve.errors.BudgetExhausted` when a budget is spent; otherwise how many
-        of ``pending`` rollouts may start and the budget that cuts them (see :mod:`evolve.budget`).
+        of ``pending`` rollouts may start and the budget that cuts them (see :mod:`evolve.scoring.budget`).
         For a call budget a rollout of ``system`` is taken to make ``budget.calls_per_rollout``
         calls when set, else the most of what its workflow graph can make and what any stored
         rollout made."""
@@ -307,7 +307,7 @@ class Session:
 
     def task_scores(self, system: System, split: str) -> dict[str, float]:
         """``{task_id: mean score}`` of ``system`` on ``split`` (the memoised evaluation rollouts),
-        for paired comparisons of two systems on the same tasks (:func:`evolve.stats.paired`)."""
+        for paired comparisons of two systems on the same tasks (:func:`evolve.results.stats.paired`)."""
         by: dict[str, list[float]] = {}
         for t in self.evaluation(system, split):
             by.setdefault(str(t.task_id), []).append(t.score)
@@ -321,19 +321,19 @@ class Session:
         sid = self.state.baseline
         if sid is not None:
             return self.archive.get_system(sid)
-        from evolve.bootstrap import starting_system
+        from evolve.scoring.bootstrap import starting_system
 
         return starting_system(self)
 
     def initial_tools(self) -> dict[str, Any]:
         """The task file's tool library (``tools: file.json``), checked, as ``System.tools``."""
-        from evolve.bootstrap import initial_tools
+        from evolve.scoring.bootstrap import initial_tools
 
         return initial_tools(self.task, self.base_dir)
 
     def initial_memory(self) -> dict[str, Any]:
         """The task file's ``memory`` with its store folder made absolute (it must exist)."""
-        from evolve.bootstrap import initial_memory
+        from evolve.scoring.bootstrap import initial_memory
 
         return initial_memory(self.task, self.base_dir)
 

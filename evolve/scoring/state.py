@@ -80,7 +80,7 @@ class RunState:
 
     def refine(self, system_id: str, mean: float, generation: int) -> None:
         refined = self.archive.get_state("reevaluated", {})
-        if system_id not in refined:  # the first generation that refined it counts (see evolve.pool)
+        if system_id not in refined:  # the first generation that refined it counts (see evolve.loop.pool)
             refined[system_id] = [mean, generation]
             self.archive.put_state("reevaluated", refined)
 

@@ -1,7 +1,7 @@
 """The task file's schema: frozen pydantic models with ``extra="forbid"`` (:class:`TaskConfig` and
 its sections), and their cross-field checks. Reading a file, ``--set`` overrides, a ``world:``'s
-defaults and the checks against the registries are in :mod:`evolve.taskfile`; the reference page
-``docs/task-file.md`` is generated from these models (:mod:`evolve.reference`).
+defaults and the checks against the registries are in :mod:`evolve.task.taskfile`; the reference page
+``docs/task-file.md`` is generated from these models (:mod:`evolve.task.reference`).
 """
 
 from __future__ import annotations
@@ -150,11 +150,11 @@ class ReevalConfig(Strict):
 
 
 class EngineConfig(Strict):
-    """How each generation picks parents, compares children and decides (:mod:`evolve.loop`)."""
+    """How each generation picks parents, compares children and decides (:mod:`evolve.loop.policies`)."""
 
     minibatch: int = Field(64, ge=1, description="training tasks per generation for stage-1 acceptance")
     parents: int = Field(1, ge=1, description="parents selected per generation")
-    selector: str = Field("best", description="best | tournament | pareto | an import path (evolve.selectors)")
+    selector: str = Field("best", description="best | tournament | pareto | an import path (evolve.loop.selectors)")
     selector_params: dict[str, Any] = Field(default_factory=dict, description="passed to the selector's "
                                             "constructor, e.g. {objectives: [cost, latency]} for selector: pareto")
     min_gain: float = Field(0.0, description="stage 1: child must beat its parent on the minibatch by more than this")
@@ -163,14 +163,14 @@ class EngineConfig(Strict):
     test_size: int | None = Field(None, ge=1, description="test tasks used (default: all)")
     reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
     acceptance: str = Field("two_stage", description="two_stage (minibatch, then val) | val_only | an import path "
-                            "(evolve.loop.Acceptance)")
+                            "(evolve.loop.policies.Acceptance)")
     minibatch_sampler: str = Field("random", description="random (anew each generation) | fixed | an import path")
     stopping: str = Field("budget", description="budget (the budgets alone) | plateau | an import path")
     stopping_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {patience: 2} for plateau")
 
 
 class FailuresConfig(Strict):
-    """What a run does when rollouts fail (:mod:`evolve.failures`). The world failing under a
+    """What a run does when rollouts fail (:mod:`evolve.scoring.failures`). The world failing under a
     rollout (the model unreachable, a rate limit, a server error, a dead worker process) is never
     a score: such a rollout is run again after ``backoff`` seconds, doubled on each retry up to
     ``max_backoff``, at most ``retries`` times (while the time budget allows), and if it still

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evolve.config import DatasetConfig
+from evolve.task.config import DatasetConfig
 from evolve.errors import ConfigError
 from evolve.registry import import_path
 

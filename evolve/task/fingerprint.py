@@ -20,7 +20,7 @@ import typing
 
 from pydantic import BaseModel
 
-from evolve.config import TaskConfig
+from evolve.task.config import TaskConfig
 from evolve.types import canonical_json
 
 

@@ -1,4 +1,4 @@
-"""Reading a task file: YAML, validated once by the config models (:mod:`evolve.config`).
+"""Reading a task file: YAML, validated once by the config models (:mod:`evolve.task.config`).
 
 Precedence: model defaults < the world's (``world: sql``) < YAML < ``--set key=value`` overrides.
 Every user mistake becomes a :class:`~evolve.errors.ConfigError` naming the file, the YAML path and
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from evolve.config import TaskConfig
+from evolve.task.config import TaskConfig
 from evolve.errors import ConfigError, UserError
 from evolve.registry import did_you_mean
 

@@ -8,7 +8,7 @@
     cli.py     evolve track RUN_DIR --to NAME: send a run (finished or not) afterwards
 
 None is needed; each imports its client only when used. The task file's ``track`` entries are
-checked when it is validated (:func:`evolve.taskfile.check_tracker`). docs/tracking.md has the details.
+checked when it is validated (:func:`evolve.task.taskfile.check_tracker`). docs/tracking.md has the details.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from evolve.trackers.base import TrackedRun, Tracker, TrackerError
 
 def build(name: str, params: dict[str, Any], *, path: str = "track", source: str = "task") -> Tracker:
     """A tracker from its name (registered, or an import path) and params, checked as the task file's are."""
-    from evolve.taskfile import check_tracker
+    from evolve.task.taskfile import check_tracker
 
     cls = check_tracker(name, params, path=path, source=source)
     try:

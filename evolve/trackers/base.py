@@ -32,7 +32,7 @@ from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.archive import Archive
-    from evolve.state import GenerationRow
+    from evolve.scoring.state import GenerationRow
 
 
 class TrackerError(UserError):
@@ -88,7 +88,7 @@ class TrackedRun:
         return str(self.task().get("name") or "task")
 
     def generations(self) -> list["GenerationRow"]:
-        from evolve.state import RunState
+        from evolve.scoring.state import RunState
 
         return RunState(self.archive).generations()
 
@@ -98,7 +98,7 @@ class TrackedRun:
 
     def report(self) -> dict[str, Any] | None:
         """``report.json`` once a run has written it (at its end), else None."""
-        from evolve.report import read_report
+        from evolve.results.report import read_report
 
         return read_report(self.run_dir)
 

@@ -3,7 +3,7 @@
 One trace per stored rollout: a root span ``invoke_agent TASK`` (``gen_ai.operation.name``
 ``invoke_agent``, ``gen_ai.agent.name`` the task's name, ``gen_ai.agent.id`` the system's id, the
 rollout's tokens as ``gen_ai.usage.*``, and ``evolve.system.id``, ``evolve.task.id``,
-``evolve.rollout.key``, ``evolve.split``, ``evolve.phase``, ``evolve.generation``, ``evolve.sample``,
+``evolve.scoring.rollout.key``, ``evolve.split``, ``evolve.phase``, ``evolve.generation``, ``evolve.sample``,
 ``evolve.score``, ``evolve.reward.<component>``, ``evolve.cost``; an agent that failed sets
 ``error.type`` and the span's status to ERROR, a reward that failed ``evolve.reward.error``), with a
 child span per model call (``chat MODEL``: the gateway's mapping, :func:`evolve.otel.chat_attributes`)
@@ -141,7 +141,7 @@ class OtelTracker:
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": task_name, "gen_ai.agent.id": t.system_id,
             "gen_ai.usage.input_tokens": sum(s.prompt_tokens for s in llm),
             "gen_ai.usage.output_tokens": sum(s.completion_tokens for s in llm),
-            "evolve.system.id": t.system_id, "evolve.task.id": str(t.task_id), "evolve.rollout.key": row.key,
+            "evolve.system.id": t.system_id, "evolve.task.id": str(t.task_id), "evolve.scoring.rollout.key": row.key,
             "evolve.split": row.split, "evolve.phase": row.phase, "evolve.generation": int(row.generation),
             "evolve.sample": int(t.sample), "evolve.score": float(t.score), "evolve.tokens": int(t.tokens),
             "evolve.cost": float(t.cost), "evolve.duration": float(t.duration),

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from evolve.archive import Archive
-from evolve.report import read_report
-from evolve.state import RunState
-from evolve.stats import interval
+from evolve.results.report import read_report
+from evolve.scoring.state import RunState
+from evolve.results.stats import interval
 from evolve.ui import lineage
 
 ACTIVE_S = 120.0

@@ -9,7 +9,7 @@ from typing import Any
 
 from evolve.archive import diff as diff_systems
 from evolve.errors import ArchiveError
-from evolve.stats import paired
+from evolve.results.stats import paired
 from evolve.ui.run import NotFound, RunView
 
 LONG = 80  # strings longer than this (or with newlines) are shown as a line diff

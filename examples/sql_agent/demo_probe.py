@@ -39,8 +39,8 @@ def main() -> None:
     quiet_defaults()
     import numpy as np
 
-    from evolve.taskfile import load_task
-    from evolve.session import Session
+    from evolve.task.taskfile import load_task
+    from evolve.scoring.session import Session
     from evolve.prompts.bootstrap import DemoBootstrap
     from evolve.prompts.components import set_demos
     from evolve.worlds.sql.dataset import generate_split, with_db_paths

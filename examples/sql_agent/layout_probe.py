@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.taskfile import load_task
-    from evolve.session import Session
+    from evolve.task.taskfile import load_task
+    from evolve.scoring.session import Session
     from evolve.prompts.components import set_template
 
     path = HERE / args.task if (HERE / args.task).exists() else Path(args.task)

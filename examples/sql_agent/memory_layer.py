@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     from _layers import plain as plain_run
 
-    from evolve.taskfile import load_task
-    from evolve.session import Session
+    from evolve.task.taskfile import load_task
+    from evolve.scoring.session import Session
     from evolve.memory.operator import MemoryOperator
-    from evolve.operators import OperatorContext
+    from evolve.loop.operators import OperatorContext
     from evolve.reflexion import reflexion_agent
     from evolve.types import content_hash
 

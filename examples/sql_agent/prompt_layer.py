@@ -147,9 +147,9 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_defaults()
     from evolve.prompts.components import get_template, set_demos, set_template
 
-    from evolve.taskfile import load_task
-    from evolve.engine import Engine
-    from evolve.session import Session
+    from evolve.task.taskfile import load_task
+    from evolve.loop.engine import Engine
+    from evolve.scoring.session import Session
 
     wanted = set(args.arms.split(","))
     root = Path(args.out) / f"seed{args.seed}"

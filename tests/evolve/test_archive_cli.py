@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evolve.archive import Archive, load_export
-from evolve.archive_cli import app
+from evolve.cli.archive import app
 from evolve.types import ModelSpec, Reward, System, Trajectory
 
 LONG = "You answer questions about the database.\nAlways check the schema first.\nBe brief."

@@ -10,7 +10,7 @@ import yaml
 
 import evolve
 from evolve.archive import SCHEMA_VERSION, Archive
-from evolve.taskfile import validate_task
+from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
 from evolve.registry import operators as operator_registry
 from evolve.types import LLMCall
@@ -167,7 +167,7 @@ def test_dry_run_prices_litellm_models_from_the_local_cost_map():
 def test_cli_dry_run_prints_the_table_and_writes_nothing(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from evolve.cli import app
+    from evolve.cli.commands import app
 
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(level_task(budget={"generations": 2, "rollouts": 50})))
     monkeypatch.chdir(tmp_path)

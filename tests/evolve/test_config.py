@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from evolve.taskfile import load_task, validate_task
+from evolve.task.taskfile import load_task, validate_task
 from evolve.errors import ConfigError
 
 from tests.helpers import DATA
@@ -122,7 +122,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "evolve.cli.commands", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120)
 
 

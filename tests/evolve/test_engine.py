@@ -51,7 +51,7 @@ def test_report_records_the_python_and_library_versions_behind_its_numbers(tmp_p
 
     import numpy as np
 
-    from evolve.report import TRACKED
+    from evolve.results.report import TRACKED
 
     report = evolve.run(DATA / "toy.yaml", out=tmp_path / "run")
     env = report["environment"]
@@ -129,7 +129,7 @@ def test_failures_are_recorded_and_the_run_goes_on(tmp_path):
 
 
 def _run_cli(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "evolve.cli", *args], stdout=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-m", "evolve.cli.commands", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -163,7 +163,7 @@ def test_kill_9_and_resume_finishes_without_loss_or_duplicates(tmp_path):
 def test_rollback_moves_the_pointer_and_load_follows(tmp_path):
     from typer.testing import CliRunner
 
-    from evolve.archive_cli import app
+    from evolve.cli.archive import app
 
     run = tmp_path / "run"
     report = evolve.run(DATA / "toy.yaml", out=run)
@@ -179,7 +179,7 @@ def test_rollback_moves_the_pointer_and_load_follows(tmp_path):
 
 def test_cli_run_eval_and_archive_commands(tmp_path):
     run = tmp_path / "run"
-    cli = [sys.executable, "-m", "evolve.cli"]
+    cli = [sys.executable, "-m", "evolve.cli.commands"]
     r = subprocess.run([*cli, "run", str(DATA / "toy.yaml"), "--out", str(run), "--set", "budget.generations=2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -222,8 +222,8 @@ def _finished(engine) -> None:
 
 def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
     """Fields added to the task file schema later (tools, memory) must not orphan older runs."""
-    from evolve.taskfile import load_task
-    from evolve.engine import Engine
+    from evolve.task.taskfile import load_task
+    from evolve.loop.engine import Engine
     from evolve.errors import RunDirError
 
     cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0"])
@@ -241,8 +241,8 @@ def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
 
 def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes(tmp_path):
     """Fields added inside a section (budget.calls, engine.reeval, ...) must not orphan older runs either."""
-    from evolve.taskfile import load_task
-    from evolve.engine import Engine
+    from evolve.task.taskfile import load_task
+    from evolve.loop.engine import Engine
     from evolve.errors import RunDirError
 
     cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0"])
@@ -270,7 +270,7 @@ def test_after_a_rollback_and_a_resume_the_report_keeps_the_best_and_names_the_c
     system is current and why (before, the rolled-back-to baseline was reported as best)."""
     from typer.testing import CliRunner
 
-    from evolve.archive_cli import app
+    from evolve.cli.archive import app
 
     run = tmp_path / "run"
     first = evolve.run(DATA / "toy.yaml", out=run, overrides=["budget.generations=2"])

@@ -89,7 +89,7 @@ def test_kill_9_under_32_concurrent_sessions_loses_no_finished_call(upstream, tm
 
 
 def test_the_traces_cli_lists_shows_and_takes_feedback(gw, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "cli"}],
                                          "user": "cli-s"})
@@ -112,7 +112,7 @@ def test_the_traces_cli_lists_shows_and_takes_feedback(gw, capsys):
 
 
 def test_traces_cli_on_a_missing_store_is_a_user_error(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     with pytest.raises(SystemExit) as e:
         main(["traces", "ls", str(tmp_path / "none")])
@@ -133,7 +133,7 @@ def test_import_evolve_gateway_loads_no_http_stack():
 
 
 def test_the_gateway_commands_say_what_is_wrong_without_a_traceback(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     for args, code, says in (
             (["gateway", str(tmp_path / "none.yaml")], 2, "no gateway config file"),

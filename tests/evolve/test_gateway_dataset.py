@@ -123,7 +123,7 @@ def length_reward(task: dict, output) -> float:
 
 
 def test_a_reward_run_offline_over_sessions_becomes_their_feedback_once(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
     from evolve.gateway.dataset import score_sessions
 
     st = _store(tmp_path)

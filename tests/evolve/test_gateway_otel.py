@@ -17,7 +17,7 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
     pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
     import openai
 
-    from evolve.cli import main
+    from evolve.cli.commands import main
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import from_flags
 
@@ -55,7 +55,7 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
 
 def test_otel_export_to_a_collector_that_is_not_there_fails_loudly(gw, capsys):
     pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]})
     with pytest.raises(SystemExit) as e:

@@ -1,4 +1,4 @@
-"""The loop's policies (evolve.loop): acceptance, the minibatch, stopping; each named in the task file."""
+"""The loop's policies (evolve.loop.policies): acceptance, the minibatch, stopping; each named in the task file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 
 import evolve
 from evolve.archive import Archive
-from evolve.taskfile import validate_task
+from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
 
 DATA = Path(__file__).parents[1] / "data"
@@ -65,7 +65,7 @@ class AcceptAll:
     """A policy of one's own, by import path: every child joins, none is promoted."""
 
     def judge(self, session, generation, candidate, minibatch, parent, parent_minibatch_score, parent_val_score):
-        from evolve.judge import Verdict
+        from evolve.loop.judge import Verdict
 
         score, _ = session.evaluate(candidate.system, "val", generation)
         return Verdict(True, score, f"accepted unconditionally (val {score:.3f})")

@@ -9,11 +9,11 @@ import pytest
 
 import evolve
 from evolve.archive import Archive
-from evolve.taskfile import validate_task
+from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
 from evolve.registry import operators as operator_registry
 from evolve.registry import selectors as selector_registry
-from evolve.selectors import Best, Pareto, Scored
+from evolve.loop.selectors import Best, Pareto, Scored
 from evolve.types import System
 
 from tests.helpers.agents import NOISY, LevelUp

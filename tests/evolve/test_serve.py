@@ -261,7 +261,7 @@ def test_a_request_in_flight_finishes_on_the_old_system_which_is_closed_after(tm
 
 def test_cli_serves_prints_the_url_and_stops_on_ctrl_c(tmp_path):
     from evolve.archive import Archive
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     with Archive(tmp_path / "run") as archive:
         s = System(models={"policy": ModelSpec(backend="scripted", name="echo", params={"echo": True})})
@@ -274,7 +274,7 @@ def test_cli_serves_prints_the_url_and_stops_on_ctrl_c(tmp_path):
         main(["serve", str(tmp_path / "run"), "--host", "0.0.0.0", "--port", "0"])
     assert e.value.code == 2
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVOLVE_SERVE_API_KEY": "k1"}
-    p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "serve", str(tmp_path / "run"), "--port", "0"],
+    p = subprocess.Popen([sys.executable, "-m", "evolve.cli.commands", "serve", str(tmp_path / "run"), "--port", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = p.stdout.readline()

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from evolve.stats import describe, paired, sign_test
+from evolve.results.stats import describe, paired, sign_test
 
 
 @pytest.mark.parametrize("wins,losses,p", [

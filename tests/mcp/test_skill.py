@@ -21,7 +21,7 @@ IDENT = re.compile(r"^[a-z]+(?:_[a-z]+)+$")
 
 def _cli():
     """The `evolve` command as click sees it, with the groups `evolve` mounts as it starts."""
-    from evolve.cli import app
+    from evolve.cli.commands import app
     from evolve.registry import commands
 
     group = typer.main.get_command(app)

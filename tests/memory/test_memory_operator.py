@@ -9,8 +9,8 @@ import random
 import pytest
 
 from evolve.llm.fake import ScriptedLM
-from evolve.operators import OperatorContext
-from evolve.rollout import run_agent, score
+from evolve.loop.operators import OperatorContext
+from evolve.scoring.rollout import run_agent, score
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql
 from evolve.worlds.sql.coldstart import memory_demos

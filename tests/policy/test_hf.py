@@ -17,7 +17,7 @@ pytest.importorskip("peft")
 
 import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
-from evolve.taskfile import load_task  # noqa: E402
+from evolve.task.taskfile import load_task  # noqa: E402
 from evolve.errors import ConfigError  # noqa: E402
 from evolve.policy import sampling  # noqa: E402
 from evolve.policy.hf import check_manifest, load_pretrained, manifest, read_manifest, resolve_checkpoint  # noqa: E402

@@ -228,7 +228,7 @@ def test_a_workflow_graphs_write_step_lays_out_the_prompt_by_the_template_as_the
 
 @pytest.mark.parametrize("path", sorted((DATA.parent.parent / "examples").glob("*/*.yaml")), ids=lambda p: p.name)
 def test_every_example_task_file_loads(path):
-    from evolve.taskfile import load_task
+    from evolve.task.taskfile import load_task
 
     cfg, _ = load_task(path, [])
     if path.name == "star_layout.yaml":  # task.yaml's pipeline plus the layout search

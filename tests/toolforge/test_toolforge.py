@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolve.llm.fake import ScriptedLM
-from evolve.operators import OperatorContext
+from evolve.loop.operators import OperatorContext
 from evolve.toolforge import Tool, ToolBox, ToolCase, ToolLibrary, check, same
 from evolve.worlds.sql.abstract import call_text, mine_sql, parse_call, shape_of
 from evolve.toolforge.curate import duplicate_of, lexical_embed, retire_names, retrieve, with_usage

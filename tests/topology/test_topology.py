@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from evolve.archive import Archive
-from evolve.archive_cli import app
+from evolve.cli.archive import app
 from evolve.llm.fake import ScriptedLM
-from evolve.report import to_markdown
-from evolve.rollout import run_agent
+from evolve.results.report import to_markdown
+from evolve.scoring.rollout import run_agent
 from evolve.registry import node_types
 from evolve.topology import (Edge, Node, Workflow, WorkflowError, agent, calls_upper_bound, condition_holds, graph_of,
                              validate)

@@ -136,7 +136,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run(tmp_path, server, client):
 
 
 def test_evolve_track_sends_a_run_afterwards_and_moves_the_alias_after_a_rollback(tmp_path, server, client, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     evolve.run(toy(name="later"), out=tmp_path / "run")
     args = ["track", str(tmp_path / "run"), "--to", "mlflow", "--param", f"tracking_uri={server}",

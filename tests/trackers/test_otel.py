@@ -50,7 +50,7 @@ def test_each_rollout_is_a_trace_of_gen_ai_spans_with_its_model_and_tool_calls(t
             stored = {r.key: r for r in a.trajectory_rows()}
         col.wait_for(len(stored))
         roots = _roots(col)
-        keys = Counter(Collector.attrs(s)["evolve.rollout.key"] for s in roots)
+        keys = Counter(Collector.attrs(s)["evolve.scoring.rollout.key"] for s in roots)
         assert set(keys) == set(stored) and max(keys.values()) == 1, "every stored rollout once, nothing else"
         children: dict[bytes, list] = {}
         for s in col.spans:
@@ -58,7 +58,7 @@ def test_each_rollout_is_a_trace_of_gen_ai_spans_with_its_model_and_tool_calls(t
                 children.setdefault(s.parent_span_id, []).append(s)
         for root in roots:
             a = Collector.attrs(root)
-            row = stored[a["evolve.rollout.key"]]
+            row = stored[a["evolve.scoring.rollout.key"]]
             t = row.trajectory
             assert root.name == "invoke_agent otel-toy" and a["gen_ai.operation.name"] == "invoke_agent"
             assert a["gen_ai.agent.name"] == "otel-toy" and a["evolve.system.id"] == t.system_id
@@ -128,7 +128,7 @@ def test_a_collector_outage_mid_run_is_a_warning_and_the_next_generation_catches
             assert lineage == [(r.id, r.parents, r.operator) for r in a.records()]
         assert report["best"] == plain["best"] and report["baseline"] == plain["baseline"]
         col.wait_for(len(stored))
-        keys = Counter(Collector.attrs(s)["evolve.rollout.key"] for s in _roots(col))
+        keys = Counter(Collector.attrs(s)["evolve.scoring.rollout.key"] for s in _roots(col))
         assert col.refused > 0 and set(keys) == stored and max(keys.values()) == 1
         failed = obs.about("failed to send")
         assert len(failed) == 1 and "the run goes on" in failed[0] and col.endpoint in failed[0], obs.lines
@@ -136,7 +136,7 @@ def test_a_collector_outage_mid_run_is_a_warning_and_the_next_generation_catches
 
 
 def test_evolve_track_sends_a_finished_run_afterwards_and_only_what_is_missing(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     evolve.run(toy(budget={"generations": 1}), out=tmp_path / "run")
     with Archive(tmp_path / "run", create=False) as a:

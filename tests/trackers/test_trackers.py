@@ -14,7 +14,7 @@ import pytest
 import evolve
 from evolve.archive import Archive
 from evolve.errors import ConfigError, MissingDependency
-from evolve.taskfile import validate_task
+from evolve.task.taskfile import validate_task
 from evolve.trackers import TrackedRun
 from evolve.trackers.base import flat_params
 from tests.helpers.upstream import free_port
@@ -117,7 +117,7 @@ def test_a_tracker_failing_mid_run_is_a_warning_and_catches_up_without_changing_
 
 
 def test_a_tracker_still_failing_at_the_end_says_how_to_send_the_rest(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     log = tmp_path / "sent.jsonl"
     obs = Messages()
@@ -162,7 +162,7 @@ def test_a_run_resumed_with_a_tracker_it_did_not_have_sends_what_it_missed(tmp_p
 
 
 def test_evolve_track_without_to_uses_the_run_task_files_trackers_or_says_to_name_one(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     log = tmp_path / "sent.jsonl"
     evolve.run(toy(budget={"generations": 0}, track=[{"name": RECORDER, "params": {"log": str(log)}}]),

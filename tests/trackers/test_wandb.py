@@ -79,7 +79,7 @@ def test_a_resumed_run_continues_the_same_wandb_run_and_sends_each_generation_on
 
 
 def test_evolve_track_writes_a_finished_run_offline_afterwards(tmp_path, capsys):
-    from evolve.cli import main
+    from evolve.cli.commands import main
 
     evolve.run(toy(budget={"generations": 1}), out=tmp_path / "run")
     main(["track", str(tmp_path / "run"), "--to", "wandb", "--param", "mode=offline", "--param", "project=later"])

@@ -17,7 +17,7 @@ from tests.helpers.harbor import LESSON, make_tasks, respond
 import evolve
 from evolve.errors import ConfigError, InfraError
 from evolve.llm.fake import ScriptedLM
-from evolve.rollout import run_agent, score
+from evolve.scoring.rollout import run_agent, score
 from evolve.types import ModelSpec, System
 from evolve.worlds.harbor import dataset, load_task, reward, solution_commands, split_of
 from evolve.worlds.harbor.agent import agent, parse_reply

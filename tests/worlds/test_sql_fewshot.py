@@ -11,7 +11,7 @@ import pytest
 from evolve.prompts.components import set_demos
 
 from evolve.llm.fake import ScriptedLM
-from evolve.rollout import run_agent
+from evolve.scoring.rollout import run_agent
 from evolve.types import LLMCall, Message, ModelSpec, System
 from evolve.worlds.sql import agent, messages_for, prompt_text
 from evolve.worlds.sql.coldstart import fewshot_demos
@@ -149,7 +149,7 @@ def test_the_dspy_adapter_sends_the_native_agents_messages():
 
 
 def test_prompts_yaml_loads():
-    from evolve.taskfile import load_task
+    from evolve.task.taskfile import load_task
 
     cfg, _ = load_task(EXAMPLES / "prompts.yaml", [])
     assert cfg.models["policy"].cold_start.demos == "evolve.worlds.sql:fewshot_demos"

@@ -10,7 +10,7 @@ import pytest
 
 from evolve.errors import ConfigError
 from evolve.llm.fake import ScriptedLM
-from evolve.rollout import run_agent, score
+from evolve.scoring.rollout import run_agent, score
 from evolve.toolforge import ToolLibrary, check
 from evolve.worlds.sql.abstract import call_text, mine_sql, shape_of
 from evolve.toolforge.tool import load_library, save_library
@@ -118,8 +118,8 @@ def test_a_task_files_tool_library_is_checked_and_given_to_the_starting_system(d
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ConfigError, match=f"tool '{name}'.*name"):
         load_library(tmp_path / "broken.json")
-    from evolve.taskfile import validate_task
-    from evolve.session import Session
+    from evolve.task.taskfile import validate_task
+    from evolve.scoring.session import Session
 
     cfg = validate_task({"agent": "evolve.worlds.sql:agent", "reward": "evolve.worlds.sql:reward", "tools": str(path),
                          "models": {"policy": {"backend": "scripted", "name": "x"}},

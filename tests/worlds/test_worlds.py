@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import evolve
-from evolve.taskfile import validate_task
+from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
 from evolve.worlds.base import World, load_world
 

@@ -1,7 +1,7 @@
 """``evolve harbor check FOLDER...``: load every Harbor task under the folders and check each is
 sound (tests fail untouched, its solution passes); exit 1 when one is broken or not a task.
 
-Mounted by :mod:`evolve.cli` through :data:`evolve.registry.commands`."""
+Mounted by :mod:`evolve.cli.commands` through :data:`evolve.registry.commands`."""
 
 from __future__ import annotations
 
