@@ -7,5 +7,6 @@
 * ``state`` — the run state the loop's parts share; ``rundir`` — a run directory's life;
 * ``bootstrap`` — the starting system Π₀ built from the task file.
 
-Imports ``evolve.task`` and the foundations; never the loop above it.
+Imports ``evolve.task`` and the foundations (archive, llm, runners), and, lazily, the gateway's
+rollout route when an agent asks for its own OpenAI URL; never the results or the loop above it.
 """

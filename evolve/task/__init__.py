@@ -6,5 +6,7 @@
 * ``reference`` — the task-file reference, generated from the schema;
 * ``fingerprint`` — which configuration a run directory was started with (what a resume must match).
 
-Imports only the foundations (``evolve.types``, ``errors``, ``registry``).
+Imports the foundations (``evolve.types``, ``errors``, ``registry``) and the schemas the task file
+embeds: model params (``evolve.llm.params``), the deploy section (``evolve.deploy.config``) and
+the World protocol (``evolve.worlds.base``).
 """
