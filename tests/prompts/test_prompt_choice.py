@@ -15,6 +15,7 @@ from evolve.worlds.sql import messages_for
 from evolve.worlds.sql.render import (
     DEFAULT_TEMPLATE,
     TemplateError,
+    as_ddl,
     fill,
     linked,
     pruned,
@@ -24,6 +25,24 @@ SCHEMA = "schema: owner(id,name,city) pet(id,name,age,owner_id) toy(id,color,pet
 
 
 # ----------------------------------------------------------------------------- SQL renderings
+
+
+def test_schema_sql_lays_the_tables_out_as_create_table_statements_sqlite_accepts():
+    import sqlite3
+
+    ddl = as_ddl(SCHEMA)
+    assert ddl.splitlines() == ["CREATE TABLE owner (id, name, city);", "CREATE TABLE pet (id, name, age, owner_id);",
+                                "CREATE TABLE toy (id, color, pet_id);"]
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(ddl)  # the layout is real DDL, not a look-alike
+    assert [r[0] for r in conn.execute("select name from sqlite_master order by name")] == ["owner", "pet", "toy"]
+    text = fill("{schema_sql}\n\nQuestion: {question}", SCHEMA, "how many pet are there?")
+    assert text == ddl + "\n\nQuestion: how many pet are there?"
+    # the few-shot demos read the question back from this layout too
+    from evolve.worlds.sql.fewshot import render_line
+
+    assert render_line({"input": text, "output": "select count(*) from pet"}, "full") == \
+        "e: how many pet are there? = select count(*) from pet\n"
 
 
 def test_linked_puts_the_tables_the_question_names_first_and_keeps_the_rest_in_order():

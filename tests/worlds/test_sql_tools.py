@@ -89,6 +89,29 @@ def test_a_bad_call_is_an_error_the_model_sees_then_sql_still_works(data, librar
     assert "takes" in errors[0] and "arguments" in errors[0] and "plain SQL name" in errors[1]
 
 
+def test_tool_docs_tell_a_model_that_reads_of_each_tool_and_the_tiny_models_prompt_is_unchanged(data, library):
+    task, tool, kwargs = next(iter(_covered(data, library)))
+
+    def first_prompt(workflow, prompts=None):
+        system = library.apply_to(System(workflow=workflow, prompts=prompts or {},
+                                         models={"policy": {"backend": "scripted", "name": "x"}}))
+        traj = _run(task, system, [call_text(tool, kwargs)])
+        assert traj.score == 1.0  # the call still runs and scores as its SQL
+        return [s for s in traj.steps if getattr(s, "kind", "") == "llm"][0].messages
+
+    plain = first_prompt({"max_turns": 1})
+    assert [m.role for m in plain] == ["user"]
+    told = first_prompt({"max_turns": 1, "tool_docs": True})
+    assert [m.role for m in told] == ["system", "user"] and told[1].content == plain[0].content
+    readable = tool.meta["template"].replace("{", "<").replace("}", ">").replace(" ( ", "(").replace(" )", ")")
+    lines = told[0].content.splitlines()
+    assert f"{tool.name}({', '.join(p for p in tool.params if p != 'db')}) = {readable.replace(' ,', ',')}" in lines
+    assert len(lines) == 1 + len(library)  # the sentence, then one line per tool
+    # an instruction stays first; the tools follow it in the same system message
+    both = first_prompt({"max_turns": 1, "tool_docs": True}, {"instruction": "Answer in SQL."})
+    assert both[0].content.startswith("Answer in SQL.\n\nInstead of SQL you may answer") and len(both) == 2
+
+
 def test_tool_demos_teach_the_calls_and_leave_the_rest(data, library):
     tasks = data["train"][:40]
     plain = sql.demos(tasks, seed=0)

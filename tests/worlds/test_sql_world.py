@@ -277,3 +277,23 @@ def test_name_words_are_the_schema_names_so_training_names_become_pointers(data)
     assert plain.keep & words, "frequent training names are spelled by default (what pointer_words fixes)"
     tok = PointerTokenizer.fit(texts, min_share=0.05, pointers=words)
     assert not tok.keep & words and {"select", "from", "id"} <= tok.keep
+
+
+def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]) -> None:
+    from evolve.llm.fake import ScriptedLM
+    from evolve.scoring.rollout import run_agent, score
+
+    t = data["test"][0]
+    said = t["gold_sql"] + "; This query returns the rows you asked for.\n\nIt works because..."
+
+    def run(workflow: dict):
+        llm = ScriptedLM(responses=[said], cycle=False)
+        system = System(workflow=workflow, models={"policy": {"backend": "scripted", "name": "x"}})
+        return score(sql.reward, t, run_agent(sql.agent, system, t, lambda s, role: llm))
+
+    talked = run({"max_turns": 1})  # without stop strings the whole reply is the query: refused
+    assert talked.score == 0.0 and talked.output["rows"] is None
+    cut = run({"max_turns": 1, "stop": [";", "\n\n"]})
+    assert cut.score == 1.0 and cut.output["sql"] == t["gold_sql"]
+    (call,) = [s for s in cut.steps if getattr(s, "kind", "") == "llm"]
+    assert call.output == t["gold_sql"]  # what the model said ends at the first stop string

@@ -8,7 +8,7 @@ from evolve.types import Message
 from evolve.worlds.sql.db import SQLError, clean_sql, error_text, execute
 from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
-from evolve.worlds.sql.prompt import messages_for
+from evolve.worlds.sql.prompt import messages_for, tool_lines
 from evolve.worlds.sql.tools import NotACall, run_call, toolbox
 
 
@@ -27,7 +27,10 @@ def agent(task: dict, ctx: Any) -> dict:
     """Write SQL for ``task``; on an error, show it to the model and let it rewrite.
 
     Settings (``ctx.system.workflow``): ``max_turns`` (3), ``max_tokens`` (160),
-    ``retry_on_empty`` (False: an empty result also counts as an error to rewrite).
+    ``retry_on_empty`` (False: an empty result also counts as an error to rewrite), ``stop`` (stop
+    strings for each reply, e.g. ``[";", "\\n\\n"]`` for a model that talks on after its query), ``tool_docs``
+    (False: when true and the system has query tools, the system message lists them, one
+    ``name(params) = SQL`` line each, for a model that reads; see :func:`~evolve.worlds.sql.prompt.tool_lines`).
     Prompt component ``instruction`` becomes the system message when non-empty; ``template`` lays
     out the user message (:mod:`evolve.worlds.sql.render`: which schema rendering, where). When the
     system has query tools (``System.tools``, see :mod:`evolve.worlds.sql.tools`), an answer
@@ -43,6 +46,7 @@ def agent(task: dict, ctx: Any) -> dict:
     max_turns = max(1, int(wf.get("max_turns", 3)))
     max_tokens = int(wf.get("max_tokens", 160))
     retry_on_empty = bool(wf.get("retry_on_empty", False))
+    stop = [str(x) for x in wf.get("stop") or []] or None
     db = task["db"]
     spec = getattr(system, "memory", None) or {}
     examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
@@ -53,8 +57,14 @@ def agent(task: dict, ctx: Any) -> dict:
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)
+    docs = tool_lines(box.library) if box is not None and wf.get("tool_docs") else ""
+    if docs:  # a model that reads is told of the tools; the tiny one learns them from demos
+        if messages[0].role == "system":
+            messages[0] = Message(role="system", content=messages[0].content + "\n\n" + docs)
+        else:
+            messages.insert(0, Message(role="system", content=docs))
     for turn in range(1, max_turns + 1):
-        completion = llm.complete(messages, max_tokens=max_tokens, stop=None)
+        completion = llm.complete(messages, max_tokens=max_tokens, stop=stop)
         said = sql = clean_sql(getattr(completion, "text", ""))
         try:
             sql, rows = act(ctx, box, said, db)

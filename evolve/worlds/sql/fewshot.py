@@ -49,8 +49,9 @@ def _question_of(demo: dict) -> str:
         return " ".join(q.split())
     text = str(demo.get("input", ""))
     # the question is what follows the last "q: " (a harvested input may hold demo lines before it)
-    if Q_MARK in text:
-        return " ".join(text.rsplit(Q_MARK, 1)[1].split())
+    for mark in (Q_MARK, "\nQuestion: "):  # the default layout's, then task_smollm.yaml's
+        if mark in text:
+            return " ".join(text.rsplit(mark, 1)[1].split())
     return " ".join(text.rsplit("q: ", 1)[-1].split())
 
 

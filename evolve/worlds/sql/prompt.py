@@ -3,7 +3,8 @@ the recalled experiences and the task's prompt, laid out by the system's templat
 
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from typing import Any, Sequence
 
 from evolve.types import Message
 from evolve.worlds.sql.fewshot import render as render_demos
@@ -36,3 +37,21 @@ def fewshot_messages(task: dict, demos: Sequence[dict], instruction: str = "", s
         last = msgs[-1]
         msgs[-1] = Message(role=last.role, content=head + last.content)
     return msgs
+
+
+def tool_lines(library: Any) -> str:
+    """The system's query tools as a model that reads is told of them: one line per tool,
+    ``name(params) = the SQL it runs`` (``<t0>`` a table, ``<c0>`` a column, ``<v0>`` a value),
+    after a sentence saying a call may stand for the query. The tiny model never sees this (it
+    learns tools from demos); ``workflow.tool_docs: true`` shows it."""
+    lines = []
+    for t in library:
+        template = t.meta.get("template") if isinstance(t.meta, dict) else None
+        if not template:
+            continue
+        readable = re.sub(r"\{(\w+)\}", r"<\1>", template).replace(" ( ", "(").replace(" )", ")").replace(" ,", ",")
+        lines.append(f"{t.name}({', '.join(p for p in t.params if p != 'db')}) = {readable}")
+    if not lines:
+        return ""
+    return ("Instead of SQL you may answer with one call to one of these query tools, written as "
+            "name(arguments); it runs the query shown:\n" + "\n".join(lines))

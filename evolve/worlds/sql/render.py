@@ -10,13 +10,17 @@ with these fields, so the layout of the prompt is a searchable choice like any o
 * ``{schema_pruned}`` — only the tables the question names (by table name, else by a column
   name), plus a table a kept one points to when the question names one of its columns, plus a
   table that joins two kept ones not linked directly; all of them when it names none;
+* ``{schema_sql}`` — the same tables as SQL DDL, one ``CREATE TABLE pet (id, name, age, owner_id);``
+  a line: the layout a pretrained model has read most (SmolLM2-135M-Instruct answered 4 in 100
+  validation tasks with it, 0 with ``{schema}``; ``examples/sql_agent/task_smollm.yaml``);
 * ``{question}`` — the question.
 
 Names match the question's words exactly, case aside; what surrounds the tables (a prefix such
 as ``schema: ``, a trailing line) is kept. Without a template the message is
 :data:`DEFAULT_TEMPLATE`, ``{schema}\\nq: {question}``, the layout every shipped cold start is
 trained on. The few-shot demos read the question back from
-what follows the last ``q: ``, so a template should end with ``q: {question}``.
+what follows the last ``q: `` (or ``Question: ``), so a template should end with ``q: {question}``
+(or ``Question: {question}``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import string
 from evolve.errors import UserError
 
 DEFAULT_TEMPLATE = "{schema}\nq: {question}"
-FIELDS = ("schema", "schema_linked", "schema_pruned", "question")
+FIELDS = ("schema", "schema_linked", "schema_pruned", "schema_sql", "question")
 _TABLE = re.compile(r"(\w+)\(([^)]*)\)")
 
 
@@ -95,6 +99,12 @@ def pruned(schema_text: str, question: str) -> str:
     return _relayout(schema_text, [m.group(0) for i, m in enumerate(found) if i in keep])
 
 
+def as_ddl(schema_text: str) -> str:
+    """``"schema: pet(id,name) owner(id,city)"`` -> ``"CREATE TABLE pet (id, name);\nCREATE TABLE owner (id, city);"``
+    (the column lists as given; text around the tables is dropped)."""
+    return "\n".join(f"CREATE TABLE {name} ({', '.join(c.strip() for c in cols)});" for name, cols in tables(schema_text))
+
+
 def _fields(template: str) -> set[str]:
     """The fields ``template`` names, every one of them in :data:`FIELDS`; else :class:`TemplateError`."""
     try:
@@ -124,9 +134,11 @@ def fill(template: str | None, schema_text: str, question: str) -> str:
     """The user message for one task under ``template`` (:data:`DEFAULT_TEMPLATE` when empty)."""
     template = template or DEFAULT_TEMPLATE
     names = _fields(template)  # parsed once: this runs in every rollout
-    values = {"schema": schema_text, "question": question, "schema_linked": "", "schema_pruned": ""}
+    values = {"schema": schema_text, "question": question, "schema_linked": "", "schema_pruned": "", "schema_sql": ""}
     if "schema_linked" in names:
         values["schema_linked"] = linked(schema_text, question)
     if "schema_pruned" in names:
         values["schema_pruned"] = pruned(schema_text, question)
+    if "schema_sql" in names:
+        values["schema_sql"] = as_ddl(schema_text)
     return template.format(**values)
