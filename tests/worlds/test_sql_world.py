@@ -286,10 +286,10 @@ def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]
     t = data["test"][0]
     said = t["gold_sql"] + "; This query returns the rows you asked for.\n\nIt works because..."
 
-    def run(workflow: dict):
+    def run(workflow: dict, agent=sql.agent):
         llm = ScriptedLM(responses=[said], cycle=False)
         system = System(workflow=workflow, models={"policy": {"backend": "scripted", "name": "x"}})
-        return score(sql.reward, t, run_agent(sql.agent, system, t, lambda s, role: llm))
+        return score(sql.reward, t, run_agent(agent, system, t, lambda s, role: llm))
 
     talked = run({"max_turns": 1})  # without stop strings the whole reply is the query: refused
     assert talked.score == 0.0 and talked.output["rows"] is None
@@ -297,3 +297,9 @@ def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]
     assert cut.score == 1.0 and cut.output["sql"] == t["gold_sql"]
     (call,) = [s for s in cut.steps if getattr(s, "kind", "") == "llm"]
     assert call.output == t["gold_sql"]  # what the model said ends at the first stop string
+    # the same system as a workflow graph (topology search's starting point) stops where the agent does
+    from evolve.topology import agent as graph_agent
+    from evolve.worlds.sql.workflow import single_step
+
+    assert run({"graph": single_step()}, graph_agent).score == 0.0
+    assert run({"graph": single_step(), "stop": [";", "\n\n"]}, graph_agent).score == 1.0

@@ -8,7 +8,7 @@ from evolve.types import Message
 from evolve.worlds.sql.db import SQLError, clean_sql, error_text, execute
 from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
-from evolve.worlds.sql.prompt import messages_for, tool_lines
+from evolve.worlds.sql.prompt import messages_for, stop_strings, with_tool_docs
 from evolve.worlds.sql.tools import NotACall, run_call, toolbox
 
 
@@ -46,7 +46,7 @@ def agent(task: dict, ctx: Any) -> dict:
     max_turns = max(1, int(wf.get("max_turns", 3)))
     max_tokens = int(wf.get("max_tokens", 160))
     retry_on_empty = bool(wf.get("retry_on_empty", False))
-    stop = [str(x) for x in wf.get("stop") or []] or None
+    stop = stop_strings(wf)
     db = task["db"]
     spec = getattr(system, "memory", None) or {}
     examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
@@ -57,12 +57,8 @@ def agent(task: dict, ctx: Any) -> dict:
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)
-    docs = tool_lines(box.library) if box is not None and wf.get("tool_docs") else ""
-    if docs:  # a model that reads is told of the tools; the tiny one learns them from demos
-        if messages[0].role == "system":
-            messages[0] = Message(role="system", content=messages[0].content + "\n\n" + docs)
-        else:
-            messages.insert(0, Message(role="system", content=docs))
+    # a model that reads is told of the tools (workflow.tool_docs); the tiny one learns them from demos
+    messages = with_tool_docs(messages, box.library if box is not None else None, wf)
     for turn in range(1, max_turns + 1):
         completion = llm.complete(messages, max_tokens=max_tokens, stop=stop)
         said = sql = clean_sql(getattr(completion, "text", ""))

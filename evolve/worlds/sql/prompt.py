@@ -55,3 +55,20 @@ def tool_lines(library: Any) -> str:
         return ""
     return ("Instead of SQL you may answer with one call to one of these query tools, written as "
             "name(arguments); it runs the query shown:\n" + "\n".join(lines))
+
+
+def with_tool_docs(messages: list[Message], library: Any, workflow: dict) -> list[Message]:
+    """``messages`` with :func:`tool_lines` added to the system message (one made when there is
+    none) when ``workflow.tool_docs`` is true and ``library`` (the system's tools, or None) has
+    query tools; else ``messages`` as they are."""
+    docs = tool_lines(library) if library is not None and workflow.get("tool_docs") else ""
+    if not docs:
+        return messages
+    if messages and messages[0].role == "system":
+        return [Message(role="system", content=messages[0].content + "\n\n" + docs), *messages[1:]]
+    return [Message(role="system", content=docs), *messages]
+
+
+def stop_strings(workflow: dict) -> list[str] | None:
+    """``workflow.stop`` as the stop strings of each reply (None when it names none)."""
+    return [str(x) for x in workflow.get("stop") or []] or None

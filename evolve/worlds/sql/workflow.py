@@ -4,7 +4,8 @@ Three node types, registered as ``sql.write``, ``sql.execute`` and ``sql.rewrite
 
 * ``sql.write`` — one model call: the task's opening messages (system instruction, few-shot
   demos, recalled experiences, schema and question laid out by the ``template`` component,
-  exactly as :func:`evolve.worlds.sql.agent.messages_for` writes them for the agent) → ``sql``;
+  exactly as :func:`evolve.worlds.sql.agent.messages_for` writes them for the agent, with the tool
+  lines of ``workflow.tool_docs`` and the stop strings of ``workflow.stop`` as the agent has them) → ``sql``;
   the conversation goes to ``state["messages"]``.
 * ``sql.execute`` — no model call: runs ``sql`` on the task's database (read-only, or as a
   sandboxed call of one of the system's query tools) → ``rows``, ``error`` (the message the
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolve.types import Message
 from evolve.worlds.sql.agent import act
 from evolve.worlds.sql.db import SQLError, clean_sql, error_text
-from evolve.worlds.sql.prompt import messages_for
+from evolve.worlds.sql.prompt import messages_for, stop_strings, with_tool_docs
 from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.tools import toolbox
@@ -67,8 +68,10 @@ class Write:
         messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
                                 str((system.workflow or {}).get("demo_style", "masked")),
                                 get_template(system.prompts or {}))
+        box = toolbox(system)
+        messages = with_tool_docs(messages, box.library if box is not None else None, system.workflow or {})
         out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, None),
-                                      max_tokens=_max_tokens(rt, p.max_tokens), stop=None)
+                                      max_tokens=_max_tokens(rt, p.max_tokens), stop=stop_strings(system.workflow or {}))
         said = clean_sql(getattr(out, "text", ""))
         return {"messages": [*messages, Message(role="assistant", content=said)], "said": said, "sql": said,
                 "turns": int(state.get("turns", 0)) + 1}
@@ -109,7 +112,8 @@ class Rewrite:
         feedback = state.get("error") or error_text(SQLError("no rows returned"))
         messages.append(Message(role="tool", content=feedback))
         out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, None),
-                                      max_tokens=_max_tokens(rt, p.max_tokens), stop=None)
+                                      max_tokens=_max_tokens(rt, p.max_tokens),
+                                      stop=stop_strings(rt.ctx.system.workflow or {}))
         said = clean_sql(getattr(out, "text", ""))
         return {"messages": [*messages, Message(role="assistant", content=said)], "said": said, "sql": said,
                 "turns": int(state.get("turns", 0)) + 1, "error": None}
