@@ -143,10 +143,14 @@ def _name(template: str, taken: set[str]) -> str:
     return name
 
 
+def readable(template: str) -> str:
+    """A shape's template as a person (or a model that reads) writes it: ``select count(*) from <t0>``."""
+    return re.sub(r"\{(\w+)\}", r"<\1>", template).replace(" ( ", "(").replace(" )", ")").replace(" ,", ",")
+
+
 def build_tool(shape: Shape, name: str, *, max_rows: int = 50, provenance: dict | None = None) -> Tool:
     params = ("db",) + shape.idents + shape.values
-    readable = re.sub(r"\{(\w+)\}", r"<\1>", shape.template).replace(" ( ", "(").replace(" )", ")").replace(" ,", ",")
-    doc = f"Run on database db: {readable}"
+    doc = f"Run on database db: {readable(shape.template)}"
     code = TOOL_CODE.format(
         template=shape.template, idents=list(shape.idents), values=list(shape.values), name=name,
         signature=", ".join(params), doc=doc.replace('"""', "'''").replace("\\", "\\\\"),

@@ -3,10 +3,10 @@ the recalled experiences and the task's prompt, laid out by the system's templat
 
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 from evolve.types import Message
+from evolve.worlds.sql.abstract import readable
 from evolve.worlds.sql.fewshot import render as render_demos
 from evolve.worlds.sql.memory import render as render_memory
 from evolve.worlds.sql.questions import prompt_text
@@ -49,8 +49,7 @@ def tool_lines(library: Any) -> str:
         template = t.meta.get("template") if isinstance(t.meta, dict) else None
         if not template:
             continue
-        readable = re.sub(r"\{(\w+)\}", r"<\1>", template).replace(" ( ", "(").replace(" )", ")").replace(" ,", ",")
-        lines.append(f"{t.name}({', '.join(p for p in t.params if p != 'db')}) = {readable}")
+        lines.append(f"{t.name}({', '.join(p for p in t.params if p != 'db')}) = {readable(template)}")
     if not lines:
         return ""
     return ("Instead of SQL you may answer with one call to one of these query tools, written as "
