@@ -1,0 +1,148 @@
+"""What each layer buys SmolLM2-135M-Instruct on the SQL world, alone and together (issue 40).
+
+    .venv/bin/python bench/smollm_layers.py --out runs/smollm_layers              # every row, seed 0
+    .venv/bin/python bench/smollm_layers.py --out runs/smollm_layers --only star,grpo --seed 1
+
+Each row is one ``evolve run examples/sql_agent/task_smollm.yaml`` with the overrides in
+:data:`ROWS` (its run folder is ``<out>/seed<N>/<row>``; a row already finished is read back, not
+rerun). The untouched model is every run's own baseline: the same system, greedy, on the same 300
+test tasks. A row whose change is the agent rather than the system (Reflexion at test time) is a run
+with no generation, compared task by task with another row's baseline (:data:`AGAINST`). The gain is the paired
+difference on the test tasks with its 95% interval (:func:`evolve.results.stats.paired`).
+
+Writes ``<out>/seed<N>/layers.json`` and prints the markdown table rows: test before and after,
+the paired gain (95%), tasks won/lost, first replies starting with SELECT and queries that ran
+(before → after, of 300), rollouts the run used, wall seconds. Every figure comes from
+the runs' archives; a run that fails stops the script with its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = ROOT / "examples" / "sql_agent" / "task_smollm.yaml"
+
+STAR = "{name: star, params: {tasks: 200, samples: 4, temperature: 0.4, lr: 0.001, epochs: 3, batch_size: 8, r: 16, replay: 0, min_examples: 4}}"
+GRPO = ("{name: grpo, params: {steps: 1, tasks_per_step: 200, group_size: 4, temperature: 0.4, lr: 0.001, "
+        "minibatches: 4, num_iterations: 2, beta: 0.0, ptx_coef: 0.0}}")
+MEMORY = "{name: memory, params: {extract: 'evolve.worlds.sql:experiences', tasks: 200, samples: 2, temperature: 0.4, k: 2}}"
+REFLECTIVE = "{name: reflective, params: {minibatch: 6}}"
+TOOLS = "{name: toolforge, params: {tasks: 200, samples: 2, temperature: 0.4, min_support: 2}}"
+TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, children: 2, "
+            "palette: 'evolve.worlds.sql.workflow:PALETTE'}}")
+SINGLE_STEP = ("{entry: write, nodes: [{id: write, type: sql.write}, {id: answer, type: answer, params: {fields: [sql, rows, turns]}}], "
+               "edges: [{src: write, dst: answer}]}")
+
+# row -> (what it changes, --set overrides); every row starts from the untouched model
+ROWS: dict[str, tuple[str, list[str]]] = {
+    "reflective": ("reflective prompt search, SmolLM2 writing the instruction, 3 generations",
+                   [f"operators=[{REFLECTIVE}]", "budget.generations=3"]),
+    "memory": ("experience memory (ADD/MERGE/DELETE) from its own solved training tasks, 2 recalled",
+               [f"operators=[{MEMORY}]", "budget.generations=1"]),
+    "reflexion": ("Reflexion at test time: a failed first attempt's execution feedback, then a second attempt",
+                  ["operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"]),
+    "star": ("STaR: LoRA on its own successes, 200 tasks x 4 samples at T=0.4",
+             [f"operators=[{STAR}]", "budget.generations=1"]),
+    "grpo": ("GRPO (loss_type dapo, TRL's default, tested against TRL): LoRA, 200 tasks x groups of 4 at T=0.4, one on-policy batch",
+             [f"operators=[{GRPO}]", "budget.generations=1"]),
+    "tools": ("tool synthesis: query tools mined from its solved training tasks (200 x 2 at T=0.4), listed in "
+              "the system message (workflow.tool_docs)",
+              [f"operators=[{TOOLS}]", "budget.generations=1", "workflow.tool_docs=true"]),
+    "topology": ("topology search (MCTS over workflow graphs: execute, repair loop, vote), from the single step",
+                 [f"operators=[{TOPOLOGY}]", "budget.generations=1", "agent=evolve.topology:agent",
+                  f"workflow.graph={SINGLE_STEP}"]),
+    "together": ("memory and STaR both proposing in each of 2 generations (the second builds on the first's best)",
+                 [f"operators=[{MEMORY}, {STAR}]", "budget.generations=2"]),
+}
+AGAINST = {"reflexion": "reflective"}  # a row that changes the agent: paired with that row's baseline
+
+
+def run_row(row: str, seed: int, out: Path) -> Path:
+    run_dir = out / f"seed{seed}" / row
+    if (run_dir / "report.json").is_file():
+        return run_dir
+    _, sets = ROWS[row]
+    cmd = [sys.executable, "-m", "evolve", "run", str(TASK), "--out", str(run_dir), "--set", f"seed={seed}"]
+    for s in sets:
+        cmd += ["--set", s]
+    if run_dir.exists():
+        cmd.append("--resume")
+    t0 = time.time()
+    print(f"[{row}] {' '.join(cmd)}", flush=True)
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if rc != 0:
+        sys.exit(f"[{row}] evolve run exited {rc}; see {run_dir}")
+    (run_dir / "wall_seconds").write_text(f"{time.time() - t0:.0f}\n")
+    return run_dir
+
+
+def test_scores(run_dir: Path, which: str, system_id: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
+    """``({task_id: score}, counts)`` of a run's ``which`` system (or ``system_id``) on test: the
+    scores, and how many first replies start with SELECT and how many final queries ran."""
+    from evolve.archive import Archive
+    from evolve.types import LLMCall
+
+    report = json.loads((run_dir / "report.json").read_text())
+    sid = system_id or report[which]["system_id"]
+    with Archive(run_dir, create=False) as arch:
+        scores = arch.task_scores(sid, "test")
+        trajs = arch.trajectories(system_id=sid, split="test", phase="eval")
+    first = [next((s.output for s in t.steps if isinstance(s, LLMCall)), "") for t in trajs]
+    counts = {"n": len(trajs), "select_first": sum(f.lstrip().lower().startswith("select") for f in first),
+              "ran": sum(int((t.reward.components or {}).get("executes", 0) if t.reward else 0) for t in trajs)}
+    return scores, counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/smollm_layers")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="comma-separated rows (default: all): " + ", ".join(ROWS))
+    a = ap.parse_args()
+    from evolve._env import quiet_defaults
+
+    quiet_defaults()
+    from evolve.results.stats import paired
+
+    rows = [r for r in a.only.split(",") if r] or list(ROWS)
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        sys.exit(f"unknown rows {unknown}; choose from {', '.join(ROWS)}")
+    for r in list(rows):
+        if r in AGAINST and AGAINST[r] not in rows:
+            rows.insert(rows.index(r), AGAINST[r])
+    out = Path(a.out)
+    results = {}
+    for row in rows:
+        run_dir = run_row(row, a.seed, out)
+        report = json.loads((run_dir / "report.json").read_text())
+        if row in AGAINST:
+            base, base_n = test_scores(out / f"seed{a.seed}" / AGAINST[row], "baseline")
+            got, got_n = test_scores(run_dir, "baseline")
+        else:
+            base, base_n = test_scores(run_dir, "baseline")
+            got, got_n = test_scores(run_dir, "best")
+        p = paired(base, got)
+        wall = (run_dir / "wall_seconds").read_text().strip() if (run_dir / "wall_seconds").is_file() else "?"
+        results[row] = {"what": ROWS[row][0], "paired": p, "wall_seconds": wall, "baseline_counts": base_n,
+                        "counts": got_n, "budget_used": report.get("budget_used"), "best": report["best"]["system_id"],
+                        "val": {"baseline": report["baseline"]["val"]["score"], "best": report["best"]["val"]["score"]}}
+        print(f"| {row} | {ROWS[row][0]} | {100 * p['a']:.1f}% | {100 * p['b']:.1f}% | "
+              f"{100 * p['diff']:+.1f} (±{100 * (p['ci95'] or 0):.1f}) | {p['b_only']}/{p['a_only']} | "
+              f"{base_n['select_first']} → {got_n['select_first']} | {base_n['ran']} → {got_n['ran']} | "
+              f"{report['budget_used']['rollouts']} | {wall} s |", flush=True)
+    path = out / f"seed{a.seed}" / "layers.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    path.write_text(json.dumps({**old, **results}, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
