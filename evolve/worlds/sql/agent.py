@@ -58,7 +58,7 @@ def agent(task: dict, ctx: Any) -> dict:
     sql, turn = "", 0
     box = toolbox(system)
     # a model that reads is told of the tools (workflow.tool_docs); the tiny one learns them from demos
-    messages = with_tool_docs(messages, box.library if box is not None else None, wf)
+    messages = with_tool_docs(messages, box, wf)
     for turn in range(1, max_turns + 1):
         completion = llm.complete(messages, max_tokens=max_tokens, stop=stop)
         said = sql = clean_sql(getattr(completion, "text", ""))

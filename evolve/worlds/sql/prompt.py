@@ -46,7 +46,7 @@ def tool_lines(library: Any) -> str:
     learns tools from demos); ``workflow.tool_docs: true`` shows it."""
     lines = []
     for t in library:
-        template = t.meta.get("template") if isinstance(t.meta, dict) else None
+        template = t.meta.get("template")
         if not template:
             continue
         lines.append(f"{t.name}({', '.join(p for p in t.params if p != 'db')}) = {readable(template)}")
@@ -56,11 +56,11 @@ def tool_lines(library: Any) -> str:
             "name(arguments); it runs the query shown:\n" + "\n".join(lines))
 
 
-def with_tool_docs(messages: list[Message], library: Any, workflow: dict) -> list[Message]:
+def with_tool_docs(messages: list[Message], box: Any, workflow: dict) -> list[Message]:
     """``messages`` with :func:`tool_lines` added to the system message (one made when there is
-    none) when ``workflow.tool_docs`` is true and ``library`` (the system's tools, or None) has
-    query tools; else ``messages`` as they are."""
-    docs = tool_lines(library) if library is not None and workflow.get("tool_docs") else ""
+    none) when ``workflow.tool_docs`` is true and ``box`` (the system's
+    :func:`~evolve.worlds.sql.tools.toolbox`, or None) has query tools; else ``messages`` as they are."""
+    docs = tool_lines(box.library) if box is not None and workflow.get("tool_docs") else ""
     if not docs:
         return messages
     if messages and messages[0].role == "system":

@@ -100,7 +100,7 @@ def pruned(schema_text: str, question: str) -> str:
 
 
 def as_ddl(schema_text: str) -> str:
-    """``"schema: pet(id,name) owner(id,city)"`` -> ``"CREATE TABLE pet (id, name);\nCREATE TABLE owner (id, city);"``
+    """``"schema: pet(id,name) owner(id,city)"`` -> ``"CREATE TABLE pet (id, name);\\nCREATE TABLE owner (id, city);"``
     (the column lists as given; text around the tables is dropped)."""
     return "\n".join(f"CREATE TABLE {name} ({', '.join(c.strip() for c in cols)});" for name, cols in tables(schema_text))
 

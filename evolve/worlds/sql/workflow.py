@@ -68,8 +68,7 @@ class Write:
         messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
                                 str((system.workflow or {}).get("demo_style", "masked")),
                                 get_template(system.prompts or {}))
-        box = toolbox(system)
-        messages = with_tool_docs(messages, box.library if box is not None else None, system.workflow or {})
+        messages = with_tool_docs(messages, toolbox(system), system.workflow or {})
         out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, None),
                                       max_tokens=_max_tokens(rt, p.max_tokens), stop=stop_strings(system.workflow or {}))
         said = clean_sql(getattr(out, "text", ""))
