@@ -45,6 +45,14 @@ def test_schema_sql_lays_the_tables_out_as_create_table_statements_sqlite_accept
         "e: how many pet are there? = select count(*) from pet\n"
 
 
+def test_schema_sql_pruned_is_the_pruned_tables_as_ddl():
+    q = "list the city for each pet"
+    assert fill("{schema_sql_pruned}\n\nQuestion: {question}", SCHEMA, q) == \
+        "CREATE TABLE owner (id, name, city);\nCREATE TABLE pet (id, name, age, owner_id);\n\nQuestion: " + q
+    # a question that names no table keeps them all, like {schema_pruned}
+    assert fill("{schema_sql_pruned}", SCHEMA, "nothing named here") == as_ddl(SCHEMA)
+
+
 def test_linked_puts_the_tables_the_question_names_first_and_keeps_the_rest_in_order():
     assert linked(SCHEMA, "how many pet are older than 3?") == \
         "schema: pet(id,name,age,owner_id) owner(id,name,city) toy(id,color,pet_id)"

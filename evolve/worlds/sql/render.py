@@ -13,6 +13,7 @@ with these fields, so the layout of the prompt is a searchable choice like any o
 * ``{schema_sql}`` — the same tables as SQL DDL, one ``CREATE TABLE pet (id, name, age, owner_id);``
   a line: the layout a pretrained model has read most (SmolLM2-135M-Instruct answered 5 of 100
   validation tasks with it, 1 with ``{schema}``: ``bench/smollm_layouts.py``);
+* ``{schema_sql_pruned}`` — ``{schema_pruned}``'s tables as that DDL (8 of 100 in the same probe);
 * ``{question}`` — the question.
 
 Names match the question's words exactly, case aside; what surrounds the tables (a prefix such
@@ -31,7 +32,7 @@ import string
 from evolve.errors import UserError
 
 DEFAULT_TEMPLATE = "{schema}\nq: {question}"
-FIELDS = ("schema", "schema_linked", "schema_pruned", "schema_sql", "question")
+FIELDS = ("schema", "schema_linked", "schema_pruned", "schema_sql", "schema_sql_pruned", "question")
 _TABLE = re.compile(r"(\w+)\(([^)]*)\)")
 
 
@@ -134,11 +135,12 @@ def fill(template: str | None, schema_text: str, question: str) -> str:
     """The user message for one task under ``template`` (:data:`DEFAULT_TEMPLATE` when empty)."""
     template = template or DEFAULT_TEMPLATE
     names = _fields(template)  # parsed once: this runs in every rollout
-    values = {"schema": schema_text, "question": question, "schema_linked": "", "schema_pruned": "", "schema_sql": ""}
+    values = dict.fromkeys(FIELDS, "") | {"schema": schema_text, "question": question}
     if "schema_linked" in names:
         values["schema_linked"] = linked(schema_text, question)
-    if "schema_pruned" in names:
+    if names & {"schema_pruned", "schema_sql_pruned"}:
         values["schema_pruned"] = pruned(schema_text, question)
+        values["schema_sql_pruned"] = as_ddl(values["schema_pruned"])
     if "schema_sql" in names:
         values["schema_sql"] = as_ddl(schema_text)
     return template.format(**values)
