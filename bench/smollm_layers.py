@@ -1,7 +1,7 @@
 """What each layer buys SmolLM2-135M-Instruct on the SQL world, alone and together (issue 40).
 
     .venv/bin/python bench/smollm_layers.py --out runs/smollm_layers              # every row, seed 0
-    .venv/bin/python bench/smollm_layers.py --out runs/smollm_layers --only star,grpo --seed 1
+    .venv/bin/python bench/smollm_layers.py --out runs/smollm_layers --only star,grpo --seed 1   # item 3, one seed
 
 Each row is one ``evolve run examples/sql_agent/task_smollm.yaml`` with the overrides in
 :data:`ROWS` (its run folder is ``<out>/seed<N>/<row>``; a row already finished is read back, not
@@ -9,6 +9,12 @@ rerun). The untouched model is every run's own baseline: the same system, greedy
 test tasks. A row whose change is the agent rather than the system (Reflexion at test time) is a run
 with no generation, compared task by task with another row's baseline (:data:`AGAINST`). The gain is the paired
 difference on the test tasks with its 95% interval (:func:`evolve.results.stats.paired`).
+
+The weights rows (:data:`WEIGHTS`, STaR and GRPO) also score the child their operator proposed on
+test whether or not the engine kept it (``evolve eval``; at about 5% the 100 validation tasks
+decide acceptance almost by chance), and compare the two children task by task: the last table,
+one line per seed that has both, is issue 40's item 3 (GRPO against STaR at the same sampling
+budget). ``together`` is also compared with the ``star`` row's best system (:data:`ALSO`).
 
 Writes ``<out>/seed<N>/layers.json`` and prints the markdown table rows: test before and after,
 the paired gain (95%), tasks won/lost, first replies starting with SELECT and queries that ran
@@ -52,26 +58,36 @@ ROWS: dict[str, tuple[str, list[str]]] = {
              [f"operators=[{STAR}]", "budget.generations=1"]),
     "grpo": ("GRPO (loss_type dapo, TRL's default, tested against TRL): LoRA, 200 tasks x groups of 4 at T=0.4, one on-policy batch",
              [f"operators=[{GRPO}]", "budget.generations=1"]),
-    "tools": ("tool synthesis: query tools mined from its solved training tasks (200 x 2 at T=0.4), listed in "
-              "the system message (workflow.tool_docs)",
+    "tools": (("tool synthesis: query tools mined from its solved training tasks (200 x 2 at T=0.4), listed in "
+              "the system message (workflow.tool_docs)"),
               [f"operators=[{TOOLS}]", "budget.generations=1", "workflow.tool_docs=true"]),
     "topology": ("topology search (MCTS over workflow graphs: execute, repair loop, vote), from the single step",
                  [f"operators=[{TOPOLOGY}]", "budget.generations=1", "agent=evolve.topology:agent",
                   f"workflow.graph={SINGLE_STEP}"]),
-    "together": ("memory and STaR both proposing in each of 2 generations (the second builds on the first's best)",
-                 [f"operators=[{MEMORY}, {STAR}]", "budget.generations=2"]),
+    "together": (("STaR with Reflexion: the Reflexion agent samples STaR's training tasks, and the STaR "
+                 "system answers the test tasks with a second attempt after a failed one"),
+                 [f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
 }
 AGAINST = {"reflexion": "reflective"}  # a row that changes the agent: paired with that row's baseline
+# weights rows: the child each operator proposed is scored on test whether or not the engine kept it
+# (at ~5% the 100 validation tasks decide acceptance almost by chance), and the two are compared
+WEIGHTS = ("star", "grpo")
+ALSO = {"together": "star"}  # a row also compared, task by task, with that row's best system
+
+
+def row_command(row: str, seed: int) -> list[str]:
+    """The ``--set`` arguments of a row (a run's and its ``evolve eval``'s must match)."""
+    args = ["--set", f"seed={seed}"]
+    for s in ROWS[row][1]:
+        args += ["--set", s]
+    return args
 
 
 def run_row(row: str, seed: int, out: Path) -> Path:
     run_dir = out / f"seed{seed}" / row
     if (run_dir / "report.json").is_file():
         return run_dir
-    _, sets = ROWS[row]
-    cmd = [sys.executable, "-m", "evolve", "run", str(TASK), "--out", str(run_dir), "--set", f"seed={seed}"]
-    for s in sets:
-        cmd += ["--set", s]
+    cmd = [sys.executable, "-m", "evolve", "run", str(TASK), "--out", str(run_dir), *row_command(row, seed)]
     if run_dir.exists():
         cmd.append("--resume")
     t0 = time.time()
@@ -81,6 +97,26 @@ def run_row(row: str, seed: int, out: Path) -> Path:
         sys.exit(f"[{row}] evolve run exited {rc}; see {run_dir}")
     (run_dir / "wall_seconds").write_text(f"{time.time() - t0:.0f}\n")
     return run_dir
+
+
+def child_on_test(row: str, seed: int, run_dir: Path) -> str | None:
+    """The id of the child the row's operator proposed from the baseline, scored on test (``evolve
+    eval``, memoised in the run's archive) if the engine did not keep it; None if it proposed none."""
+    from evolve.archive import Archive
+
+    report = json.loads((run_dir / "report.json").read_text())
+    with Archive(run_dir, create=False) as arch:
+        kids = arch.children(report["baseline"]["system_id"])
+        scored = bool(kids) and bool(arch.task_scores(kids[0], "test"))
+    if not kids:
+        return None
+    if not scored:
+        cmd = [sys.executable, "-m", "evolve", "eval", str(TASK), str(run_dir), "--system", kids[0], "--split", "test",
+               *row_command(row, seed)]
+        print(f"[{row}] {' '.join(cmd)}", flush=True)
+        if subprocess.call(cmd, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}) != 0:
+            sys.exit(f"[{row}] evolve eval of the child {kids[0]} failed; see {run_dir}")
+    return kids[0]
 
 
 def test_scores(run_dir: Path, which: str, system_id: str | None = None) -> tuple[dict[str, float], dict[str, int]]:
@@ -138,10 +174,47 @@ def main() -> None:
               f"{100 * p['diff']:+.1f} (±{100 * (p['ci95'] or 0):.1f}) | {p['b_only']}/{p['a_only']} | "
               f"{base_n['select_first']} → {got_n['select_first']} | {base_n['ran']} → {got_n['ran']} | "
               f"{report['budget_used']['rollouts']} | {wall} s |", flush=True)
+        if row in ALSO and (out / f"seed{a.seed}" / ALSO[row] / "report.json").is_file():
+            other, _ = test_scores(out / f"seed{a.seed}" / ALSO[row], "best")
+            q = results[row]["against_" + ALSO[row]] = paired(other, got)
+            print(f"[{row}] against {ALSO[row]}'s best: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
+                  f"{100 * q['diff']:+.1f} (±{100 * (q['ci95'] or 0):.1f}), won/lost {q['b_only']}/{q['a_only']}", flush=True)
+        if row in WEIGHTS:
+            child = child_on_test(row, a.seed, run_dir)
+            if child is not None:
+                scores, n = test_scores(run_dir, "", child)
+                results[row]["child"] = {"system_id": child, "kept": child == report["best"]["system_id"],
+                                         "paired": paired(base, scores), "counts": n, "scores": scores}
+                c = results[row]["child"]["paired"]
+                print(f"[{row}] its child {child[:8]} ({'kept' if child == report['best']['system_id'] else 'rejected'}) "
+                      f"on test: {100 * c['b']:.1f}%, {100 * c['diff']:+.1f} (±{100 * (c['ci95'] or 0):.1f}), "
+                      f"won/lost {c['b_only']}/{c['a_only']}, SELECT first {n['select_first']}, ran {n['ran']}", flush=True)
     path = out / f"seed{a.seed}" / "layers.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
-    path.write_text(json.dumps({**old, **results}, indent=2))
+    merged = {**old, **results}
+    if all("child" in merged.get(r, {}) for r in WEIGHTS):
+        star, grpo = (merged[r]["child"]["scores"] for r in WEIGHTS)
+        merged["grpo_vs_star"] = paired(star, grpo)
+    path.write_text(json.dumps(merged, indent=2))
     print(f"wrote {path}")
+    summary(out)
+
+
+def summary(out: Path) -> None:
+    """GRPO's child against STaR's on test, each seed that has both, and the means (issue 40, item 3)."""
+    seeds = sorted((int(p.parent.name[4:]), json.loads(p.read_text())) for p in out.glob("seed*/layers.json"))
+    seeds = [(s, d) for s, d in seeds if "grpo_vs_star" in d]
+    if not seeds:
+        return
+    print("\n| seed | untouched | STaR child | GRPO child | GRPO − STaR (paired 95%) | won/lost |\n|---|---|---|---|---|---|")
+    for s, d in seeds:
+        h = d["grpo_vs_star"]
+        print(f"| {s} | {100 * d['star']['paired']['a']:.1f}% | {100 * h['a']:.1f}% | {100 * h['b']:.1f}% | "
+              f"{100 * h['diff']:+.1f} (±{100 * (h['ci95'] or 0):.1f}) | {h['b_only']}/{h['a_only']} |")
+    mean = [sum(x) / len(seeds) for x in zip(*((d["star"]["paired"]["a"], d["grpo_vs_star"]["a"], d["grpo_vs_star"]["b"])
+                                                for _, d in seeds))]
+    print(f"| mean of {len(seeds)} | {100 * mean[0]:.1f}% | {100 * mean[1]:.1f}% | {100 * mean[2]:.1f}% | "
+          f"{100 * (mean[2] - mean[1]):+.1f} | |")
 
 
 if __name__ == "__main__":
