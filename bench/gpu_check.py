@@ -25,6 +25,9 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
         .whl/*.whl && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out $OUT/gpu_check.json
     .venv/bin/python bench/gpu_check.py --device cpu --no-big      # a smoke run of the same code here
 
+``bench/gpu_smollm.sh`` runs this script, then ``examples/sql_agent/task_smollm.yaml`` with SmolLM2 on the
+GPU (its GGUF travels in two parts: two calls to one warm machine).
+
 Writes one JSON document (and prints it). Exit status 1 when a CUDA-vs-CPU comparison is off by more
 than ``--tol`` (relative to the largest CPU value).
 """
