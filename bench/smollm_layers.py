@@ -180,15 +180,15 @@ def main() -> None:
             print(f"[{row}] against {ALSO[row]}'s best: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
                   f"{100 * q['diff']:+.1f} (±{100 * (q['ci95'] or 0):.1f}), won/lost {q['b_only']}/{q['a_only']}", flush=True)
         if row in WEIGHTS:
+            # an operator that proposed nothing (GRPO's own dev check can refuse its step) leaves its parent
             child = child_on_test(row, a.seed, run_dir)
-            if child is not None:
-                scores, n = test_scores(run_dir, "", child)
-                results[row]["child"] = {"system_id": child, "kept": child == report["best"]["system_id"],
-                                         "paired": paired(base, scores), "counts": n, "scores": scores}
-                c = results[row]["child"]["paired"]
-                print(f"[{row}] its child {child[:8]} ({'kept' if child == report['best']['system_id'] else 'rejected'}) "
-                      f"on test: {100 * c['b']:.1f}%, {100 * c['diff']:+.1f} (±{100 * (c['ci95'] or 0):.1f}), "
-                      f"won/lost {c['b_only']}/{c['a_only']}, SELECT first {n['select_first']}, ran {n['ran']}", flush=True)
+            scores, n = test_scores(run_dir, "", child) if child else (base, base_n)
+            kept = "kept" if child == report["best"]["system_id"] else "rejected" if child else "none proposed"
+            c = paired(base, scores)
+            results[row]["child"] = {"system_id": child, "outcome": kept, "paired": c, "counts": n, "scores": scores}
+            print(f"[{row}] its child {(child or 'none')[:8]} ({kept}) on test: {100 * c['b']:.1f}%, "
+                  f"{100 * c['diff']:+.1f} (±{100 * (c['ci95'] or 0):.1f}), won/lost {c['b_only']}/{c['a_only']}, "
+                  f"SELECT first {n['select_first']}, ran {n['ran']}", flush=True)
     path = out / f"seed{a.seed}" / "layers.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     merged = {**old, **results}
@@ -206,10 +206,11 @@ def summary(out: Path) -> None:
     seeds = [(s, d) for s, d in seeds if "grpo_vs_star" in d]
     if not seeds:
         return
-    print("\n| seed | untouched | STaR child | GRPO child | GRPO − STaR (paired 95%) | won/lost |\n|---|---|---|---|---|---|")
+    print("\n| seed | untouched | STaR's child | GRPO's child | GRPO − STaR (paired 95%) | won/lost |\n|---|---|---|---|---|---|")
     for s, d in seeds:
         h = d["grpo_vs_star"]
-        print(f"| {s} | {100 * d['star']['paired']['a']:.1f}% | {100 * h['a']:.1f}% | {100 * h['b']:.1f}% | "
+        what = {r: "" if d[r]["child"].get("outcome", "kept") == "kept" else f" ({d[r]['child']['outcome']})" for r in WEIGHTS}
+        print(f"| {s} | {100 * d['star']['paired']['a']:.1f}% | {100 * h['a']:.1f}%{what['star']} | {100 * h['b']:.1f}%{what['grpo']} | "
               f"{100 * h['diff']:+.1f} (±{100 * (h['ci95'] or 0):.1f}) | {h['b_only']}/{h['a_only']} |")
     mean = [sum(x) / len(seeds) for x in zip(*((d["star"]["paired"]["a"], d["grpo_vs_star"]["a"], d["grpo_vs_star"]["b"])
                                                 for _, d in seeds))]
