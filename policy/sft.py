@@ -77,6 +77,7 @@ def _demos(session: "Session", role: str, mc: "ModelConfig") -> tuple[list, list
     demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=session.base_dir)
     tools, memory = session.initial_tools(), session.initial_memory()
     demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=task.seed,
+                  template=task.prompts.get("template", ""),
                   augment=cs.augment, **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}))
     return picked, demos, val_tasks, tools, memory
 

@@ -21,8 +21,9 @@ class ColdStart(Strict):
     """Stage 1 of the article: SFT of a freshly built tiny model on a small demo set (cached); with
     ``params.weights`` naming a pretrained checkpoint, LoRA SFT of that checkpoint on the demos."""
 
-    demos: str = Field(description="import path of demos(tasks, n=..., seed=...) -> list of chat transcripts "
-                       "(default: the world's coldstart.demos hook)")
+    demos: str = Field(description="import path of demos(tasks, seed=..., ...) -> list of chat transcripts; it is "
+                       "also given those of instruction, template (the prompts' layout), augment, tools and memory it "
+                       "names (default: the world's coldstart.demos hook)")
     n_demos: int = Field(300, ge=1, description="training tasks the demos are made from")
     epochs: int = Field(30, ge=1, description="upper bound; the best validation checkpoint is kept")
     lr: float = Field(3e-3, gt=0, description="learning rate (AdamW)")

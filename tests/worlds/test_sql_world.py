@@ -251,6 +251,31 @@ def test_demos_format_and_repairs(data: dict[str, list[dict]]) -> None:
     assert sql.demos(tasks, retry_frac=0.5) == sql.demos(tasks, retry_frac=0.5)  # deterministic
 
 
+def test_demos_are_laid_out_in_the_systems_template(data: dict[str, list[dict]]) -> None:
+    # a cold start teaches the layout the agent will ask in (task_smollm.yaml's CREATE TABLE lines)
+    from evolve.worlds.sql.coldstart import fewshot_demos
+    from evolve.worlds.sql.render import as_ddl
+
+    tasks, template = data["train"][:6], "{schema_sql}\n\nQuestion: {question}"
+    for chat, t in zip(sql.demos(tasks, retry_frac=0.0, template=template), tasks):
+        assert chat[0] == {"role": "user", "content": as_ddl(t["schema"]) + "\n\nQuestion: " + t["question"]}
+        assert sql.messages_for(t, template=template)[0].content == chat[0]["content"]  # what the agent sends
+    # the few-shot heads still find their prompt in that layout
+    chats = fewshot_demos(tasks, seed=1, max_k=2, match=1.0, style="full", template=template)
+    assert all(c[0]["content"].endswith(as_ddl(t["schema"]) + "\n\nQuestion: " + t["question"]) for c, t in zip(chats, tasks))
+    assert any(c[0]["content"].startswith("e: ") for c in chats)
+    # and the cold start hands the task file's template to the world's demos function
+    from evolve.policy.sft import _demos
+
+    task = SimpleNamespace(seed=0, prompts={"instruction": "sql please", "template": template})
+    session = SimpleNamespace(task=task, splits={"train": tasks, "val": tasks}, base_dir=Path("."),
+                              initial_tools=dict, initial_memory=dict)
+    cs = SimpleNamespace(n_demos=3, n_eval=2, demos="evolve.worlds.sql:demos", augment=0)
+    picked, chats, *_ = _demos(session, "policy", SimpleNamespace(cold_start=cs))
+    assert [c[1]["content"] for c in chats if len(c) == 3] == [sql.messages_for(t, template=template)[0].content
+                                                              for t in picked]
+
+
 def test_corrupt_makes_failing_queries(data: dict[str, list[dict]]) -> None:
     import random
 

@@ -19,24 +19,28 @@ from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.memory import render as render_memory
 from evolve.worlds.sql.prompt import messages_for
 from evolve.worlds.sql.questions import prompt_text
+from evolve.worlds.sql.render import fill
 
 _SQL_WORDS = {"select", "from", "where", "join", "on", "order", "by", "group", "limit", "asc", "desc",
               "count", "max", "min", "avg", "sum", "a", "b", "id"}
 
 
 def demos(
-    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0, augment: int = 0
+    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0, augment: int = 0,
+    template: str = "",
 ) -> list[list[dict[str, str]]]:
     """SFT demos in the agent's exact message format, as ``{"role", "content"}`` dicts
     (``evolve.llm.base.as_messages`` turns them into Messages). Every task gives a one-turn
     demo ``[system?], user, assistant(gold)``; a ``retry_frac`` share of tasks also gives a
     repair demo ``[system?], user, assistant(wrong sql), tool(error: ...), assistant(gold)``
     whose error text is what sqlite really says about the wrong query. ``augment`` adds that many
-    copies of each demo with every table and column renamed (see :mod:`evolve.worlds.sql.augment`)."""
+    copies of each demo with every table and column renamed (see :mod:`evolve.worlds.sql.augment`).
+    ``template`` is the system's prompt layout (the ``template`` component, :mod:`evolve.worlds.sql.render`),
+    so the demos are laid out the way the agent will ask."""
     rng = random.Random(f"sql-demos:{seed}")
     out: list[list[dict[str, str]]] = []
     for task in tasks:
-        head = [m.model_dump() for m in messages_for(task, instruction)]
+        head = [m.model_dump() for m in messages_for(task, instruction, template=template)]
         out.append(head + [{"role": "assistant", "content": task["gold_sql"]}])
         if rng.random() >= retry_frac:
             continue
@@ -55,6 +59,11 @@ def demos(
         arng = random.Random(f"sql-augment:{seed}")
         out = out + [rename_chat(chat, arng) for _ in range(augment) for chat in out]
     return out
+
+
+def _body(task: dict, template: str) -> str:
+    """The user message :func:`demos` writes for ``task`` (before any prefix)."""
+    return fill(template, task["schema"], task["question"]) if template else prompt_text(task["schema"], task["question"])
 
 
 def with_prefixes(chats: list[list[dict[str, str]]], heads: dict[str, str]) -> list[list[dict[str, str]]]:
@@ -119,7 +128,7 @@ def name_words(tasks: list[dict]) -> set[str]:
 
 def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, augment: int = 0, max_k: int = 4,
                   match: float = 0.5, retry_frac: float = 0.0, style: str = "masked",
-                  pool: Sequence[dict] | None = None) -> list[list[dict[str, str]]]:
+                  pool: Sequence[dict] | None = None, template: str = "") -> list[list[dict[str, str]]]:
     """Cold-start chats (see the module docstring): the plain demos of ``tasks``
     (:func:`demos`), each chat's prompt preceded by ``k`` demos,
     ``k`` uniform in 0..``max_k``, drawn from ``pool`` (default: ``tasks``) outside the task's
@@ -140,27 +149,30 @@ def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, au
             if same:
                 others = others[: k - 1]
                 others.insert(rng.randint(0, len(others)), rng.choice(same))
-        heads[prompt_text(task["schema"], task["question"])] = render_fewshot([task_demo(t) for t in others], style)
-    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment), heads)
+        heads[_body(task, template)] = render_fewshot([task_demo(t) for t in others], style)
+    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
+                               template=template), heads)
 
 
 def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
-                 augment: int = 0) -> list[list[dict[str, str]]]:
+                 augment: int = 0, template: str = "") -> list[list[dict[str, str]]]:
     """The cold-start demos of :func:`evolve.worlds.sql.demos` with the experiences the agent would
     recall (same store, same settings) before each prompt, so the model learns to use them."""
     style = memory.get("render", "full")
-    by_prompt = {prompt_text(t["schema"], t["question"]): render_memory(recall(memory, t), style) for t in tasks}
-    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment), by_prompt)
+    by_prompt = {_body(t, template): render_memory(recall(memory, t), style) for t in tasks}
+    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
+                               template=template), by_prompt)
 
 
 def tool_demos(tasks: list[dict], *, tools: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
-               augment: int = 0) -> list[list[dict[str, str]]]:
+               augment: int = 0, template: str = "") -> list[list[dict[str, str]]]:
     """The cold-start demos of :func:`evolve.worlds.sql.demos`, with every gold SQL that a tool's
     template covers written as the tool call (a repair demo's final turn too)."""
     lib = ToolLibrary({n: Tool.model_validate(t) for n, t in tools.items()})
     by_template = {t.meta["template"]: t for t in lib if "template" in t.meta}
     out = []
-    for chat in demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment):
+    for chat in demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
+                      template=template):
         last = chat[-1]
         got = shape_of(last["content"])
         if got is not None and got[0] in by_template:
