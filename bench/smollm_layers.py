@@ -43,6 +43,8 @@ REFLECTIVE = "{name: reflective, params: {minibatch: 6}}"
 TOOLS = "{name: toolforge, params: {tasks: 200, samples: 2, temperature: 0.4, min_support: 2}}"
 TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, children: 2, "
             "palette: 'evolve.worlds.sql.workflow:PALETTE'}}")
+# a LoRA SFT cold start on 300 of the world's demos, in the task's own layout (cached: the three sft rows share it)
+COLD = "models.policy.cold_start={n_demos: 300, epochs: 1, lr: 0.001, batch_size: 8, eval_every: 25, n_eval: 50}"
 SINGLE_STEP = ("{entry: write, nodes: [{id: write, type: sql.write}, {id: answer, type: answer, params: {fields: [sql, rows, turns]}}], "
                "edges: [{src: write, dst: answer}]}")
 
@@ -67,11 +69,16 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "together": (("STaR with Reflexion: the Reflexion agent samples STaR's training tasks, and the STaR "
                  "system answers the test tasks with a second attempt after a failed one"),
                  [f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
+    "sft": ("a LoRA SFT cold start alone (300 demos of the world, 1 epoch, the best of its validation checks kept)",
+            [COLD, "operators=[]", "budget.generations=0"]),
+    "sft_star": ("STaR as in the star row, from the SFT cold start", [COLD, f"operators=[{STAR}]", "budget.generations=1"]),
+    "sft_grpo": ("GRPO as in the grpo row, from the SFT cold start", [COLD, f"operators=[{GRPO}]", "budget.generations=1"]),
 }
 AGAINST = {"reflexion": "reflective"}  # a row that changes the agent: paired with that row's baseline
 # weights rows: the child each operator proposed is scored on test whether or not the engine kept it
 # (at ~5% the 100 validation tasks decide acceptance almost by chance), and the two are compared
-WEIGHTS = ("star", "grpo")
+PAIRS = (("star", "grpo"), ("sft_star", "sft_grpo"))  # (STaR's row, GRPO's row) at the same sampling budget
+WEIGHTS = tuple(r for pair in PAIRS for r in pair)
 ALSO = {"together": "star"}  # a row also compared, task by task, with that row's best system
 
 
@@ -192,31 +199,36 @@ def main() -> None:
     path = out / f"seed{a.seed}" / "layers.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     merged = {**old, **results}
-    if all("child" in merged.get(r, {}) for r in WEIGHTS):
-        star, grpo = (merged[r]["child"]["scores"] for r in WEIGHTS)
-        merged["grpo_vs_star"] = paired(star, grpo)
+    for pair in PAIRS:
+        if all("child" in merged.get(r, {}) for r in pair):
+            star, grpo = (merged[r]["child"]["scores"] for r in pair)
+            merged["grpo_vs_star" + ("" if pair == PAIRS[0] else f":{pair[0]}")] = paired(star, grpo)
     path.write_text(json.dumps(merged, indent=2))
     print(f"wrote {path}")
     summary(out)
 
 
 def summary(out: Path) -> None:
-    """GRPO's child against STaR's on test, each seed that has both, and the means (issue 40, item 3)."""
-    seeds = sorted((int(p.parent.name[4:]), json.loads(p.read_text())) for p in out.glob("seed*/layers.json"))
-    seeds = [(s, d) for s, d in seeds if "grpo_vs_star" in d]
-    if not seeds:
-        return
-    print("\n| seed | untouched | STaR's child | GRPO's child | GRPO − STaR (paired 95%) | won/lost |\n|---|---|---|---|---|---|")
-    for s, d in seeds:
-        h = d["grpo_vs_star"]
-        what = {r: "" if d[r]["child"].get("outcome", "kept") == "kept" else f" ({d[r]['child']['outcome']})" for r in WEIGHTS}
-        print(f"| {s} | {100 * d['star']['paired']['a']:.1f}% | {100 * h['a']:.1f}%{what['star']} | {100 * h['b']:.1f}%{what['grpo']} | "
-              f"{100 * h['diff']:+.1f} (±{100 * (h['ci95'] or 0):.1f}) | {h['b_only']}/{h['a_only']} |")
-    mean = [sum(x) / len(seeds) for x in zip(*((d["star"]["paired"]["a"], d["grpo_vs_star"]["a"], d["grpo_vs_star"]["b"])
-                                                for _, d in seeds))]
-    print(f"| mean of {len(seeds)} | {100 * mean[0]:.1f}% | {100 * mean[1]:.1f}% | {100 * mean[2]:.1f}% | "
-          f"{100 * (mean[2] - mean[1]):+.1f} | |")
-
+    """GRPO's child against STaR's on test, for each pair of rows and each seed that has both, and
+    the means (issue 40, item 3)."""
+    docs = sorted((int(p.parent.name[4:]), json.loads(p.read_text())) for p in out.glob("seed*/layers.json"))
+    for pair in PAIRS:
+        key = "grpo_vs_star" + ("" if pair == PAIRS[0] else f":{pair[0]}")
+        seeds = [(s, d) for s, d in docs if key in d]
+        if not seeds:
+            continue
+        print(f"\n{pair[0]} against {pair[1]}\n| seed | parent | STaR | GRPO | GRPO − STaR (paired 95%) | won/lost |\n"
+              "|---|---|---|---|---|---|")
+        for s, d in seeds:
+            h = d[key]
+            what = {r: "" if d[r]["child"].get("outcome", "kept") == "kept" else f" ({d[r]['child']['outcome']})"
+                    for r in pair}
+            print(f"| {s} | {100 * d[pair[0]]['paired']['a']:.1f}% | {100 * h['a']:.1f}%{what[pair[0]]} | "
+                  f"{100 * h['b']:.1f}%{what[pair[1]]} | {100 * h['diff']:+.1f} (±{100 * (h['ci95'] or 0):.1f}) | "
+                  f"{h['b_only']}/{h['a_only']} |")
+        mean = [sum(x) / len(seeds) for x in zip(*((d[pair[0]]["paired"]["a"], d[key]["a"], d[key]["b"]) for _, d in seeds))]
+        print(f"| mean of {len(seeds)} | {100 * mean[0]:.1f}% | {100 * mean[1]:.1f}% | {100 * mean[2]:.1f}% | "
+              f"{100 * (mean[2] - mean[1]):+.1f} | |")
 
 if __name__ == "__main__":
     main()
