@@ -71,10 +71,12 @@ ROWS: dict[str, tuple[str, list[str]]] = {
                  [f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
     "sft": ("a LoRA SFT cold start alone (300 demos of the world, 1 epoch, the best of its validation checks kept)",
             [COLD, "operators=[]", "budget.generations=0"]),
+    "sft_reflexion": ("Reflexion at test time on the SFT cold start (together: a weights layer and a test-time one)",
+                      [COLD, "operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"]),
     "sft_star": ("STaR as in the star row, from the SFT cold start", [COLD, f"operators=[{STAR}]", "budget.generations=1"]),
     "sft_grpo": ("GRPO as in the grpo row, from the SFT cold start", [COLD, f"operators=[{GRPO}]", "budget.generations=1"]),
 }
-AGAINST = {"reflexion": "reflective"}  # a row that changes the agent: paired with that row's baseline
+AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that changes the agent: paired with that row's baseline
 # weights rows: the child each operator proposed is scored on test whether or not the engine kept it
 # (at ~5% the 100 validation tasks decide acceptance almost by chance), and the two are compared
 PAIRS = (("star", "grpo"), ("sft_star", "sft_grpo"))  # (STaR's row, GRPO's row) at the same sampling budget
