@@ -14,7 +14,8 @@ The weights rows (:data:`WEIGHTS`, STaR and GRPO) also score the child their ope
 test whether or not the engine kept it (``evolve eval``; at about 5% the 100 validation tasks
 decide acceptance almost by chance), and compare the two children task by task: the last table,
 one line per seed that has both, is issue 40's item 3 (GRPO against STaR at the same sampling
-budget). ``together`` is also compared with the ``star`` row's best system (:data:`ALSO`).
+budget), from the untouched model and from a LoRA SFT cold start. ``sft`` is also compared with the
+untouched model and ``together`` with the ``star`` row's system (:data:`ALSO`).
 
 Writes ``<out>/seed<N>/layers.json`` and prints the markdown table rows: test before and after,
 the paired gain (95%), tasks won/lost, first replies starting with SELECT and queries that ran
@@ -81,7 +82,8 @@ AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that chan
 # (at ~5% the 100 validation tasks decide acceptance almost by chance), and the two are compared
 PAIRS = (("star", "grpo"), ("sft_star", "sft_grpo"))  # (STaR's row, GRPO's row) at the same sampling budget
 WEIGHTS = tuple(r for pair in PAIRS for r in pair)
-ALSO = {"together": "star"}  # a row also compared, task by task, with that row's best system
+# a row also compared, task by task, with another row's best or baseline system (the same test tasks at one seed)
+ALSO = {"together": ("star", "best"), "sft": ("star", "baseline")}
 
 
 def row_command(row: str, seed: int) -> list[str]:
@@ -183,10 +185,11 @@ def main() -> None:
               f"{100 * p['diff']:+.1f} (±{100 * (p['ci95'] or 0):.1f}) | {p['b_only']}/{p['a_only']} | "
               f"{base_n['select_first']} → {got_n['select_first']} | {base_n['ran']} → {got_n['ran']} | "
               f"{report['budget_used']['rollouts']} | {wall} s |", flush=True)
-        if row in ALSO and (out / f"seed{a.seed}" / ALSO[row] / "report.json").is_file():
-            other, _ = test_scores(out / f"seed{a.seed}" / ALSO[row], "best")
-            q = results[row]["against_" + ALSO[row]] = paired(other, got)
-            print(f"[{row}] against {ALSO[row]}'s best: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
+        if row in ALSO and (out / f"seed{a.seed}" / ALSO[row][0] / "report.json").is_file():
+            other_row, which = ALSO[row]
+            other, _ = test_scores(out / f"seed{a.seed}" / other_row, which)
+            q = results[row][f"against_{other_row}_{which}"] = paired(other, got)
+            print(f"[{row}] against {other_row}'s {which}: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
                   f"{100 * q['diff']:+.1f} (±{100 * (q['ci95'] or 0):.1f}), won/lost {q['b_only']}/{q['a_only']}", flush=True)
         if row in WEIGHTS:
             # an operator that proposed nothing (GRPO's own dev check can refuse its step) leaves its parent
