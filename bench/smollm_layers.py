@@ -86,6 +86,11 @@ WEIGHTS = tuple(r for pair in PAIRS for r in pair)
 ALSO = {"together": ("star", "best"), "sft": ("star", "baseline")}
 
 
+def pair_key(pair: tuple[str, str]) -> str:
+    """Where layers.json keeps a pair's GRPO-against-STaR comparison."""
+    return "grpo_vs_star" + ("" if pair == PAIRS[0] else f":{pair[0]}")
+
+
 def row_command(row: str, seed: int) -> list[str]:
     """The ``--set`` arguments of a row (a run's and its ``evolve eval``'s must match)."""
     args = ["--set", f"seed={seed}"]
@@ -207,7 +212,7 @@ def main() -> None:
     for pair in PAIRS:
         if all("child" in merged.get(r, {}) for r in pair):
             star, grpo = (merged[r]["child"]["scores"] for r in pair)
-            merged["grpo_vs_star" + ("" if pair == PAIRS[0] else f":{pair[0]}")] = paired(star, grpo)
+            merged[pair_key(pair)] = paired(star, grpo)
     path.write_text(json.dumps(merged, indent=2))
     print(f"wrote {path}")
     summary(out)
@@ -218,7 +223,7 @@ def summary(out: Path) -> None:
     the means (issue 40, item 3)."""
     docs = sorted((int(p.parent.name[4:]), json.loads(p.read_text())) for p in out.glob("seed*/layers.json"))
     for pair in PAIRS:
-        key = "grpo_vs_star" + ("" if pair == PAIRS[0] else f":{pair[0]}")
+        key = pair_key(pair)
         seeds = [(s, d) for s, d in docs if key in d]
         if not seeds:
             continue

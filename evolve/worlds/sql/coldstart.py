@@ -18,7 +18,6 @@ from evolve.worlds.sql.fewshot import task_demo
 from evolve.worlds.sql.memory import recall
 from evolve.worlds.sql.memory import render as render_memory
 from evolve.worlds.sql.prompt import messages_for
-from evolve.worlds.sql.questions import prompt_text
 from evolve.worlds.sql.render import fill
 
 _SQL_WORDS = {"select", "from", "where", "join", "on", "order", "by", "group", "limit", "asc", "desc",
@@ -59,11 +58,6 @@ def demos(
         arng = random.Random(f"sql-augment:{seed}")
         out = out + [rename_chat(chat, arng) for _ in range(augment) for chat in out]
     return out
-
-
-def _body(task: dict, template: str) -> str:
-    """The user message :func:`demos` writes for ``task`` (before any prefix)."""
-    return fill(template, task["schema"], task["question"]) if template else prompt_text(task["schema"], task["question"])
 
 
 def with_prefixes(chats: list[list[dict[str, str]]], heads: dict[str, str]) -> list[list[dict[str, str]]]:
@@ -149,7 +143,7 @@ def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, au
             if same:
                 others = others[: k - 1]
                 others.insert(rng.randint(0, len(others)), rng.choice(same))
-        heads[_body(task, template)] = render_fewshot([task_demo(t) for t in others], style)
+        heads[fill(template, task["schema"], task["question"])] = render_fewshot([task_demo(t) for t in others], style)
     return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
                                template=template), heads)
 
@@ -159,7 +153,7 @@ def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retr
     """The cold-start demos of :func:`evolve.worlds.sql.demos` with the experiences the agent would
     recall (same store, same settings) before each prompt, so the model learns to use them."""
     style = memory.get("render", "full")
-    by_prompt = {_body(t, template): render_memory(recall(memory, t), style) for t in tasks}
+    by_prompt = {fill(template, t["schema"], t["question"]): render_memory(recall(memory, t), style) for t in tasks}
     return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
                                template=template), by_prompt)
 
