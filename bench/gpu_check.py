@@ -164,7 +164,7 @@ def check_sampler(device: str) -> dict:
 def throughput(device: str, cfg: TinyConfig, n: int, prompt: int, completion: int, micro: int) -> dict:
     model = build_model(cfg, seed=0).to(device)
     params = count_params(model)
-    learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=micro, lr=1e-4)
+    learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=micro, micro_batch_tokens=0, lr=1e-4)
     seqs = batch_of(n, prompt, completion, seed=1)
     cuda = device.startswith("cuda")
     learner.update(seqs)  # warm-up (kernels, allocator)

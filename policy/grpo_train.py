@@ -153,7 +153,8 @@ class Learner:
     def __init__(self, model: Any, *, cfg: LossConfig | None = None, r: int = 16, alpha: float = 32,
                  target_modules: Sequence[str] | None = None, init: Any = None, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 num_iterations: int = 1, minibatches: int = 1, micro_batch: int = 64, pad_id: int = 0,
+                 num_iterations: int = 1, minibatches: int = 1, micro_batch: int = 64,
+                 micro_batch_tokens: int | None = None, pad_id: int = 0,
                  seed: int = 0, ptx: Sequence[Any] = (), ptx_coef: float = 0.0, ptx_batch: int = 16,
                  warmup: int = 0) -> None:
         import torch
@@ -182,6 +183,12 @@ class Learner:
             self.opt, lambda k: min(1.0, (k + 1) / self.warmup) if self.warmup else 1.0)
         self.cfg, self.grad_clip, self.pad_id = cfg or LossConfig(), grad_clip, pad_id
         self.num_iterations, self.minibatches, self.micro_batch = int(num_iterations), int(minibatches), int(micro_batch)
+        # the backbone keeps every layer's activations of a forward pass for the backward: one pass of
+        # ~40 SQL prompts on SmolLM2-135M (micro_batch alone) was killed for memory on 24 GiB. A
+        # padded-token budget keeps long prompts in small passes and short ones in big ones; None:
+        # estimated from the model's shape, 0: no cap
+        self.micro_batch_tokens = (auto_micro_tokens(model) if micro_batch_tokens is None
+                                   else int(micro_batch_tokens) or None)
         self.max_len = int(model.config.max_position_embeddings)
         # PPO-ptx (InstructGPT): an SFT term on the cold-start demos in every optimiser step keeps
         # the policy from drifting away from what it was taught while RL moves it
@@ -202,12 +209,19 @@ class Learner:
         return adapter_from_model(self.model, "default")
 
     def _micro(self, seqs: list[Packed]) -> list[dict[str, Any]]:
-        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids))
-        out = []
-        for j in range(0, len(order), self.micro_batch):
-            batch = collate([seqs[i] for i in order[j:j + self.micro_batch]], self.pad_id)
-            out.append({k: v.to(self.device) for k, v in batch.items()})
-        return out
+        """Length-sorted micro-batches of at most ``micro_batch`` sequences and ``micro_batch_tokens``
+        padded tokens (a longer sequence alone). Memory only: the loss is normalised over the whole
+        optimiser step, so the gradient is the same however the sequences are split."""
+        out, cur = [], []
+        for i in sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids)):
+            if cur and (len(cur) == self.micro_batch or (
+                    self.micro_batch_tokens and (len(cur) + 1) * len(seqs[i].ids) > self.micro_batch_tokens)):
+                out.append(cur)
+                cur = []
+            cur.append(seqs[i])
+        if cur:
+            out.append(cur)
+        return [{k: v.to(self.device) for k, v in collate(b, self.pad_id).items()} for b in out]
 
     def _ptx_backward(self) -> float:
         """Add ``ptx_coef`` × the mean NLL of a random batch of demo completions to the gradient."""
@@ -310,6 +324,20 @@ class Learner:
             st.extra["pg_grad_norm"] = norms["pg"] / max(st.optimizer_steps, 1)
         st.seconds = time.perf_counter() - t0
         return st
+
+
+ACTIVATION_GIB = 4.0  # what one forward pass may keep for the backward when the budget is estimated
+
+
+def auto_micro_tokens(model: Any, gib: float = ACTIVATION_GIB) -> int:
+    """Padded tokens per forward pass that keep about ``gib`` of activations for the backward,
+    estimated from the model's shape: layers x (16 x hidden + 10 x intermediate) values a token in
+    the parameters' dtype. The constants are fitted to SmolLM2-135M in float32, which
+    ``bench/grpo_memory.py`` measured at about 2.9 MB a token (peak 4.5 / 7.2 / 10.1 GiB at 1024 /
+    2048 / 4096 tokens a pass); on the tiny models it allows far more tokens than a micro-batch holds."""
+    c = model.config
+    per_token = c.num_hidden_layers * (16 * c.hidden_size + 10 * getattr(c, "intermediate_size", 4 * c.hidden_size))
+    return max(256, int(gib * 2**30 / (per_token * next(model.parameters()).element_size())))
 
 
 class HostedLearner:

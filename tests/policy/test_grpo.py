@@ -146,6 +146,47 @@ def test_several_iterations_use_stored_old_logprobs_and_clip():
     assert stats[0].mismatch < 1e-4  # stored old log-probs = the sampler's
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "grpo"])
+def test_a_token_budget_splits_the_forward_passes_but_not_the_gradient(loss_type):
+    """``micro_batch_tokens`` is memory only: a step split into many small passes moves the adapter
+    exactly as one pass of everything does (plain SGD at lr 1, so the move is the gradient)."""
+    rng = torch.Generator().manual_seed(4)
+    seqs = []
+    for i, n in enumerate((6, 9, 12, 15, 20, 24, 30, 31)):
+        ids = torch.randint(4, 60, (n,), generator=rng).tolist()
+        seqs.append(Packed(ids=ids, mask=[0] * 4 + [1] * (n - 4), sampler_logp=[math.nan] * n, temperature=1.0,
+                           advantage=(1.0, -0.5, 2.0, -1.5)[i % 4], traj=i))
+
+    def moved(budget):
+        learner = Learner(build_model(SMALL, seed=2), r=8, alpha=16, seed=0, grad_clip=0.0, micro_batch_tokens=budget,
+                          cfg=LossConfig(loss_type=loss_type))
+        learner.opt = torch.optim.SGD(learner.params, lr=1.0)
+        passes = [tuple(b["input_ids"].shape) for b in learner._micro(seqs)]
+        before = [p.detach().clone() for p in learner.params]
+        learner.update(seqs)
+        return passes, [b - p.detach() for b, p in zip(before, learner.params)]
+
+    one, whole = moved(0)  # no cap: one pass
+    many, split = moved(48)
+    assert one == [(8, 30)]  # inputs are the ids less the last
+    assert len(many) >= 4 and all(rows * (cols + 1) <= 48 or rows == 1 for rows, cols in many), many
+    assert sum(rows for rows, _ in many) == 8
+    assert any(float(d.abs().max()) > 1e-4 for d in whole)  # the step moved the adapter
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_the_default_token_budget_follows_the_models_shape():
+    from evolve.policy.grpo_train import auto_micro_tokens
+
+    small, wide = build_model(SMALL, seed=0), build_model(TinyConfig(d_model=256, n_layers=8, n_heads=4, d_ff=1024), seed=0)
+    assert auto_micro_tokens(wide) < auto_micro_tokens(small)
+    assert auto_micro_tokens(wide, gib=1.0) == pytest.approx(auto_micro_tokens(wide) / 4, rel=0.01)
+    assert Learner(wide, seed=0).micro_batch_tokens == auto_micro_tokens(wide)
+    assert Learner(wide, seed=0, micro_batch_tokens=0).micro_batch_tokens is None  # 0: no cap
+
+
 # ----------------------------------------------------------------------------- the operator in the engine
 
 
