@@ -15,7 +15,8 @@ test whether or not the engine kept it (``evolve eval``; at about 5% the 100 val
 decide acceptance almost by chance), and compare the two children task by task: the last table,
 one line per seed that has both, is issue 40's item 3 (GRPO against STaR at the same sampling
 budget), from the untouched model and from a LoRA SFT cold start. ``sft`` is also compared with the
-untouched model and ``together`` with the ``star`` row's system (:data:`ALSO`).
+untouched model, ``together`` with the ``star`` row's system and ``sft_together`` with the
+``sft_star`` row's (:data:`ALSO`): what Reflexion adds to the same weights layers.
 
 Writes ``<out>/seed<N>/layers.json`` and prints the markdown table rows: test before and after,
 the paired gain (95%), tasks won/lost, first replies starting with SELECT and queries that ran
@@ -76,6 +77,9 @@ ROWS: dict[str, tuple[str, list[str]]] = {
                       [COLD, "operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"]),
     "sft_star": ("STaR as in the star row, from the SFT cold start", [COLD, f"operators=[{STAR}]", "budget.generations=1"]),
     "sft_grpo": ("GRPO as in the grpo row, from the SFT cold start", [COLD, f"operators=[{GRPO}]", "budget.generations=1"]),
+    "sft_together": (("all three that moved it: the SFT cold start, then STaR, with Reflexion both sampling STaR's "
+                      "training tasks and answering the test tasks"),
+                     [COLD, f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
 }
 AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that changes the agent: paired with that row's baseline
 # weights rows: the child each operator proposed is scored on test whether or not the engine kept it
@@ -83,7 +87,7 @@ AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that chan
 PAIRS = (("star", "grpo"), ("sft_star", "sft_grpo"))  # (STaR's row, GRPO's row) at the same sampling budget
 WEIGHTS = tuple(r for pair in PAIRS for r in pair)
 # a row also compared, task by task, with another row's best or baseline system (the same test tasks at one seed)
-ALSO = {"together": ("star", "best"), "sft": ("star", "baseline")}
+ALSO = {"together": ("star", "best"), "sft": ("star", "baseline"), "sft_together": ("sft_star", "best")}
 
 
 def pair_key(pair: tuple[str, str]) -> str:
