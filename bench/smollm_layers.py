@@ -10,9 +10,9 @@ test tasks. A row whose change is the agent rather than the system (Reflexion at
 with no generation, compared task by task with another row's baseline (:data:`AGAINST`). The gain is the paired
 difference on the test tasks with its 95% interval (:func:`evolve.results.stats.paired`).
 
-The weights rows (:data:`WEIGHTS`, STaR and GRPO) also score the child their operator proposed on
-test whether or not the engine kept it (``evolve eval``; at about 5% the 100 validation tasks
-decide acceptance almost by chance), and compare the two children task by task: the last table,
+The weights rows (:data:`WEIGHTS`, STaR and GRPO) and ``sft_topology`` also score the child their operator
+proposed on test whether or not the engine kept it (``evolve eval``; at about 5% the 100 validation
+tasks decide acceptance almost by chance), and the weights rows compare the two children task by task: the last table,
 one line per seed that has both, is issue 40's item 3 (GRPO against STaR at the same sampling
 budget), from the untouched model and from a LoRA SFT cold start. ``sft`` is also compared with the
 untouched model, ``together`` with the ``star`` row's system and ``sft_together`` with the
@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from evolve.worlds.sql.workflow import PALETTE as SQL_PALETTE
+
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "examples" / "sql_agent" / "task_smollm.yaml"
 
@@ -45,6 +47,12 @@ REFLECTIVE = "{name: reflective, params: {minibatch: 6}}"
 TOOLS = "{name: toolforge, params: {tasks: 200, samples: 2, temperature: 0.4, min_support: 2}}"
 TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, children: 2, "
             "palette: 'evolve.worlds.sql.workflow:PALETTE'}}")
+# the SQL world's palette (evolve/worlds/sql/workflow.py) with the vote's samples run at once, so that the
+# batched model server takes them together (one after another, a vote made each evaluation ~6x as long)
+PALETTE_AT_ONCE = json.dumps([{**it, "params": {**it["params"], "parallel": 8}} if it["name"] == "vote" else it
+                              for it in SQL_PALETTE])
+SFT_TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
+                f"children: 2, palette: {PALETTE_AT_ONCE}}}}}")
 # a LoRA SFT cold start on 300 of the world's demos, in the task's own layout (cached: the three sft rows share it)
 COLD = "models.policy.cold_start={n_demos: 300, epochs: 1, lr: 0.001, batch_size: 8, eval_every: 25, n_eval: 50}"
 SINGLE_STEP = ("{entry: write, nodes: [{id: write, type: sql.write}, {id: answer, type: answer, params: {fields: [sql, rows, turns]}}], "
@@ -77,6 +85,9 @@ ROWS: dict[str, tuple[str, list[str]]] = {
                       [COLD, "operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"]),
     "sft_star": ("STaR as in the star row, from the SFT cold start", [COLD, f"operators=[{STAR}]", "budget.generations=1"]),
     "sft_grpo": ("GRPO as in the grpo row, from the SFT cold start", [COLD, f"operators=[{GRPO}]", "budget.generations=1"]),
+    "sft_topology": ("topology search as in the topology row (the vote's samples at once), from the SFT cold start",
+                     [COLD, f"operators=[{SFT_TOPOLOGY}]", "budget.generations=1", "agent=evolve.topology:agent",
+                      f"workflow.graph={SINGLE_STEP}"]),
     "sft_together": (("all three that moved it: the SFT cold start, then STaR, with Reflexion both sampling STaR's "
                       "training tasks and answering the test tasks"),
                      [COLD, f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
@@ -86,6 +97,8 @@ AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that chan
 # (at ~5% the 100 validation tasks decide acceptance almost by chance), and the two are compared
 PAIRS = (("star", "grpo"), ("sft_star", "sft_grpo"))  # (STaR's row, GRPO's row) at the same sampling budget
 WEIGHTS = tuple(r for pair in PAIRS for r in pair)
+# rows whose first proposed child is scored on test even when validation rejected it (topology: its best workflow)
+SCORE_CHILD = (*WEIGHTS, "sft_topology")
 # a row also compared, task by task, with another row's best or baseline system (the same test tasks at one seed)
 ALSO = {"together": ("star", "best"), "sft": ("star", "baseline"), "sft_together": ("sft_star", "best")}
 
@@ -200,8 +213,9 @@ def main() -> None:
             q = results[row][f"against_{other_row}_{which}"] = paired(other, got)
             print(f"[{row}] against {other_row}'s {which}: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
                   f"{100 * q['diff']:+.1f} (±{100 * (q['ci95'] or 0):.1f}), won/lost {q['b_only']}/{q['a_only']}", flush=True)
-        if row in WEIGHTS:
-            # an operator that proposed nothing (GRPO's own dev check can refuse its step) leaves its parent
+        if row in SCORE_CHILD:
+            # an operator that proposed nothing (GRPO's own dev check can refuse its step; no workflow beat
+            # the root) leaves its parent
             child = child_on_test(row, a.seed, run_dir)
             scores, n = test_scores(run_dir, "", child) if child else (base, base_n)
             kept = "kept" if child == report["best"]["system_id"] else "rejected" if child else "none proposed"

@@ -328,3 +328,27 @@ def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]
 
     assert run({"graph": single_step()}, graph_agent).score == 0.0
     assert run({"graph": single_step(), "stop": [";", "\n\n"]}, graph_agent).score == 1.0
+
+
+def test_every_smollm_layers_row_is_a_valid_task() -> None:
+    # bench/smollm_layers.py runs hour-long rows: an override that does not load would only show there
+    import importlib.util
+
+    from evolve.task.taskfile import load_task
+    from evolve.worlds.sql.workflow import PALETTE
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("smollm_layers", root / "bench" / "smollm_layers.py")
+    layers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers)
+    for row, (_, sets) in layers.ROWS.items():
+        cfg, _ = load_task(layers.TASK, sets)
+        assert (cfg.models["policy"].cold_start is not None) == row.startswith("sft"), row
+    cfg, _ = load_task(layers.TASK, layers.ROWS["sft_topology"][1])
+    (op,) = cfg.operators
+    palette = op.params["palette"]
+    # the world's palette, with the vote's samples sent to the batched model server at once
+    assert [{**it, "params": {k: v for k, v in it["params"].items() if k != "parallel"}} if it["name"] == "vote"
+            else it for it in palette] == PALETTE
+    assert next(it for it in palette if it["name"] == "vote")["params"]["parallel"] == 8
+    assert set(layers.SCORE_CHILD) <= set(layers.ROWS) and set(layers.AGAINST.values()) <= set(layers.ROWS)
