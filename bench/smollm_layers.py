@@ -218,7 +218,9 @@ def main() -> None:
             # the root) leaves its parent
             child = child_on_test(row, a.seed, run_dir)
             scores, n = test_scores(run_dir, "", child) if child else (base, base_n)
-            kept = "kept" if child == report["best"]["system_id"] else "rejected" if child else "none proposed"
+            gen = report["generations"][-1]  # the one generation these rows run
+            kept = ("none proposed" if not child else "kept" if child == report["best"]["system_id"]
+                    else "accepted, not the best" if gen["accepted"] == gen["children"] else "rejected")
             c = paired(base, scores)
             results[row]["child"] = {"system_id": child, "outcome": kept, "paired": c, "counts": n, "scores": scores}
             print(f"[{row}] its child {(child or 'none')[:8]} ({kept}) on test: {100 * c['b']:.1f}%, "
