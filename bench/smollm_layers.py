@@ -45,14 +45,20 @@ GRPO = ("{name: grpo, params: {steps: 1, tasks_per_step: 200, group_size: 4, tem
 MEMORY = "{name: memory, params: {extract: 'evolve.worlds.sql:experiences', tasks: 200, samples: 2, temperature: 0.4, k: 2}}"
 REFLECTIVE = "{name: reflective, params: {minibatch: 6}}"
 TOOLS = "{name: toolforge, params: {tasks: 200, samples: 2, temperature: 0.4, min_support: 2}}"
-TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, children: 2, "
-            "palette: 'evolve.worlds.sql.workflow:PALETTE'}}")
+
+
+def topology(palette: str) -> str:
+    """The topology operator of the topology rows, searching over ``palette`` (YAML: an import path or a list)."""
+    return ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
+            f"children: 2, palette: {palette}}}}}")
+
+
+TOPOLOGY = topology("'evolve.worlds.sql.workflow:PALETTE'")
 # the SQL world's palette (evolve/worlds/sql/workflow.py) with the vote's samples run at once, so that the
 # batched model server takes them together (one after another, a vote made each evaluation ~6x as long)
 PALETTE_AT_ONCE = json.dumps([{**it, "params": {**it["params"], "parallel": 8}} if it["name"] == "vote" else it
                               for it in SQL_PALETTE])
-SFT_TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
-                f"children: 2, palette: {PALETTE_AT_ONCE}}}}}")
+SFT_TOPOLOGY = topology(PALETTE_AT_ONCE)
 # a LoRA SFT cold start on 300 of the world's demos, in the task's own layout (cached: the three sft rows share it)
 COLD = "models.policy.cold_start={n_demos: 300, epochs: 1, lr: 0.001, batch_size: 8, eval_every: 25, n_eval: 50}"
 SINGLE_STEP = ("{entry: write, nodes: [{id: write, type: sql.write}, {id: answer, type: answer, params: {fields: [sql, rows, turns]}}], "

@@ -341,11 +341,10 @@ def test_every_smollm_layers_row_is_a_valid_task() -> None:
     spec = importlib.util.spec_from_file_location("smollm_layers", root / "bench" / "smollm_layers.py")
     layers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers)
-    for row, (_, sets) in layers.ROWS.items():
-        cfg, _ = load_task(layers.TASK, sets)
+    cfgs = {row: load_task(layers.TASK, sets)[0] for row, (_, sets) in layers.ROWS.items()}
+    for row, cfg in cfgs.items():
         assert (cfg.models["policy"].cold_start is not None) == row.startswith("sft"), row
-    cfg, _ = load_task(layers.TASK, layers.ROWS["sft_topology"][1])
-    (op,) = cfg.operators
+    (op,) = cfgs["sft_topology"].operators
     palette = op.params["palette"]
     # the world's palette, with the vote's samples sent to the batched model server at once
     assert [{**it, "params": {k: v for k, v in it["params"].items() if k != "parallel"}} if it["name"] == "vote"
