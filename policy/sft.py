@@ -129,10 +129,13 @@ def _val_eval(session: "Session", role: str, mc: "ModelConfig", val_tasks: list,
 
 
 def _here() -> dict[str, Any]:
-    """Where this process is: its pid, and its Ray node's address inside a Ray worker."""
+    """Where this process is: its pid, its torch thread count (CPU weights depend on it), and its
+    Ray node's address inside a Ray worker."""
     import sys
 
-    out: dict[str, Any] = {"pid": os.getpid()}
+    import torch
+
+    out: dict[str, Any] = {"pid": os.getpid(), "threads": torch.get_num_threads()}
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         with contextlib.suppress(Exception):
@@ -248,8 +251,8 @@ def _progress(session: "Session", n_examples: int, epochs: float, batch_size: in
 
 
 def _fmt_train(trainer: Any) -> str:
-    o = getattr(trainer, "options", {})
-    return ", ".join(f"{k}={v}" for k, v in o.items() if v) or "runner.params.train"
+    o = {**getattr(trainer, "options", {}), "threads": getattr(trainer, "threads", None)}
+    return ", ".join(f"{k}={v}" for k, v in o.items() if v and k != "runtime_env") or "runner.params.train"
 
 
 def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpoint: Path, base_manifest: bytes) -> Path:

@@ -3,7 +3,7 @@ runs the weight operators' training on the cluster, with those resources::
 
     runner:
       name: ray
-      params: {train: {num_gpus: 1, num_cpus: 4, resources: {}, timeout: 86400}}
+      params: {train: {num_gpus: 1, num_cpus: 4, resources: {}, timeout: 86400, threads: 4}}
 
 A :class:`RayTrainer` is what the engine hands operators as ``ctx.extra["remote"]`` (and what the
 SFT cold start finds on ``session.runner.trainer``); ``None`` there means "train here", in the
@@ -14,6 +14,14 @@ driver. It does two things:
 * ``trainer.actor(cls, *args, **kwargs)``: an object built in a Ray actor and kept there (GRPO's
   learner: its model is loaded once, each ``update`` and ``adapter_bytes`` is a remote call). The
   :class:`HostedActor` proxy calls its methods by name; :meth:`HostedActor.close` ends it.
+
+CPU training gives the same weights for the same seed only with the same threads: torch splits
+its sums by thread (1 and 2 threads sum in another order), and a process started with
+``OMP_NUM_THREADS=1`` (what Ray gives an actor of ``num_cpus: 1``) trains other weights than one
+started with 2, even after ``torch.set_num_threads(2)`` (seen here). A training actor therefore
+starts with ``OMP_NUM_THREADS`` set to ``threads``, by default the driver's own
+(``torch.get_num_threads()``): the weights a node trains are the driver's, byte for byte. Set
+``threads`` to use more of a larger node's cores, at the price of other weights.
 
 Arguments and results are data: paths on the run's shared artifact folder, token ids, statistics,
 file bytes. A request that no node of the cluster has (``num_gpus: 1`` on a cluster without GPUs)
@@ -35,7 +43,7 @@ from evolve.errors import InfraError, UserError
 from evolve.runners.ray_base import cause, resources_text
 
 DAY = 24 * 3600.0
-TRAIN_KEYS = ("num_cpus", "num_gpus", "resources", "timeout")
+TRAIN_KEYS = ("num_cpus", "num_gpus", "resources", "timeout", "threads")
 
 
 def check_train(train: dict[str, Any]) -> None:
@@ -54,6 +62,20 @@ def check_train(train: dict[str, Any]) -> None:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (name == "timeout" and v == 0):
             raise ConfigError(f"{name} must be a number {'> 0' if name == 'timeout' else '>= 0'}, got {v!r}",
                               path="runner.params.train")
+    t = train.get("threads")
+    if t is not None and (not isinstance(t, int) or isinstance(t, bool) or t < 1):
+        raise ConfigError(f"threads must be a whole number >= 1 (torch's intra-op threads), got {t!r}",
+                          path="runner.params.train.threads")
+
+
+def driver_threads() -> int | None:
+    """The driver's torch intra-op thread count, which training actors use by default (``None``
+    where torch is not installed here: the actor keeps its own)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return int(torch.get_num_threads())
 
 
 class _Host:
@@ -90,9 +112,12 @@ class RayTrainer:
     def __init__(self, train: dict[str, Any], connect: Callable[[], Any], start_timeout: float = 120.0) -> None:
         self.train, self._connect, self.start_timeout = dict(train), connect, float(start_timeout)
         self.timeout = float(self.train.get("timeout", DAY))
+        self.threads = int(self.train["threads"]) if self.train.get("threads") else driver_threads()
         self.options = {"num_cpus": float(self.train.get("num_cpus", 1)),
                         "num_gpus": float(self.train.get("num_gpus", 0)),
                         "resources": dict(self.train.get("resources") or {})}
+        if self.threads:  # set when the actor's process starts (merged with the job's runtime_env)
+            self.options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(self.threads)}}
 
     def _fits(self, ray: Any) -> None:
         """Refuse a request that no live node of the cluster has in total (it would wait forever)."""

@@ -22,6 +22,7 @@ from tests.helpers import DATA, ROOT, stored_rollouts
 from tests.helpers.upstream import free_port
 
 ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -240,6 +241,9 @@ def test_a_train_request_the_trainer_cannot_honour_is_refused_before_the_run():
         RayRunner(train={"timeout": 0})
     with pytest.raises(ConfigError, match=r"resources must be a mapping"):
         RayRunner(train={"resources": ["gpu"]})
+    for threads in (0, 1.5, True):
+        with pytest.raises(ConfigError, match=r"runner.params.train.threads.*whole number >= 1"):
+            RayRunner(train={"threads": threads})
 
 
 def _ray_runner(cluster, **train) -> dict:
@@ -343,6 +347,9 @@ def test_the_sql_quickstart_on_ray_builds_the_systems_of_the_thread_runner(clust
         assert there[key]["val"] == here[key]["val"] and there[key]["test"] == here[key]["test"]
     (info,) = [json.loads(p.read_text()) for p in (tmp_path / "cache-ray" / "sft").glob("*/info.json")]
     assert info["trained_in"]["ip"] == "127.0.0.3"  # the cold start trained on the node that has node2
+    # with the driver's torch threads, not the 1 Ray's num_cpus would give it: the weights depend on it
+    (mine,) = [json.loads(p.read_text()) for p in (tmp_path / "cache-thread" / "sft").glob("*/info.json")]
+    assert info["trained_in"]["threads"] == mine["trained_in"]["threads"] == torch.get_num_threads()
     with Archive(tmp_path / "thread", create=False) as a, Archive(tmp_path / "ray", create=False) as b:
         (star,) = [r for r in b.records() if r.operator == "star"]
         assert star.info["trained_remotely"] is True
