@@ -52,6 +52,7 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
             if self.run_dir.exists() and not self.run_dir.is_dir():
                 raise RunDirError(f"cannot create a run directory at {self.run_dir}: it is a file")
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._create_atomically()
         self.artifacts = ArtifactStore(self.run_dir / ARTIFACTS_DIR)
         self._lock = threading.RLock()
         self._pid = os.getpid()
@@ -118,6 +119,39 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                 "INSERT OR IGNORE INTO schema_version (version, applied_at) VALUES (?, ?)",
                 (SCHEMA_VERSION, time.time()),
             )
+
+    def _create_atomically(self) -> None:
+        """Write a new archive's schema under a temporary name, then link it into place: a reader
+        (``run_status``, ``evolve ui``) finds no archive or a whole one, never a file without tables.
+        Two creators racing: the first link wins, the other opens the winner's."""
+        tmp = self.run_dir / f".{DB_NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
+        for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            p.unlink(missing_ok=True)
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("BEGIN IMMEDIATE")
+                for stmt in split_sql(SCHEMA):
+                    conn.execute(stmt)
+                conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                             (SCHEMA_VERSION, time.time()))
+                conn.execute("COMMIT")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()  # the last connection: the WAL is folded into the file and removed
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links: a rename, still atomic
+                if not self.path.exists():
+                    os.replace(tmp, self.path)
+        except (sqlite3.Error, OSError) as e:
+            raise RunDirError(f"cannot create the archive {self.path}: {e}") from e
+        finally:
+            for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+                p.unlink(missing_ok=True)
 
     def _check_version(self) -> None:
         """Read-only opening: the archive must be one this evolvekit reads as it is (no migration)."""

@@ -572,3 +572,26 @@ def test_background_checkpoint_keeps_wal_bounded(tmp_path, monkeypatch):
         assert threads
     assert not any(t.is_alive() for t in threads)  # close() stops it
     assert not (tmp_path / "r" / "archive.sqlite-wal").exists()
+
+
+def test_a_reader_never_sees_an_archive_without_its_schema(tmp_path, monkeypatch):
+    """A run creating its archive while run_status (MCP) polls it: the reader sees no archive
+    ("starting") or a whole one, never "not an evolvekit archive (no such table: schema_version)"."""
+    import evolve.archive.store as store
+    from evolve.mcp import views
+
+    seen: list[dict] = []
+    real = store.split_sql
+
+    def midway(sql):
+        for i, stmt in enumerate(real(sql)):
+            if i == 1:  # the schema half written: what does a reader see now?
+                seen.append(views.status(tmp_path / "run", "run", None, ""))
+            yield stmt
+
+    monkeypatch.setattr(store, "split_sql", midway)
+    with Archive(tmp_path / "run"):
+        seen.append(views.status(tmp_path / "run", "run", None, ""))
+    assert seen[0]["state"] == "starting" and seen[0]["generation"] is None
+    assert seen[1]["state"] != "starting" and "systems" in seen[1]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")) == []
