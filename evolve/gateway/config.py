@@ -15,8 +15,8 @@
           model: openai/*    # a litellm model; '*' is the name the agent asked for
           api_base: http://127.0.0.1:8000/v1
           api_key_env: null  # the upstream's key, read at each call, never recorded
-          timeout: 120
-          max_retries: 2
+          timeout: 120       # seconds for the whole answer, retries included (then 504)
+          max_retries: 2     # at most 1 + max_retries requests; only transient failures are retried
           params: {}         # defaults for every request (the agent's own params win)
         system: null         # the label recorded as the system that answered
       - name: mine
@@ -51,8 +51,11 @@ class UpstreamConfig(_Strict):
     api_base: str | None = Field(None, description="the upstream's base URL (a vLLM, Ollama or other "
                                                    "OpenAI-compatible server)")
     api_key_env: str | None = Field(None, description="the environment variable holding the upstream's key")
-    timeout: float = Field(120.0, gt=0, description="seconds per upstream request")
-    max_retries: int = Field(2, ge=0, le=10, description="retries of a transient upstream failure")
+    timeout: float = Field(120.0, gt=0, description="seconds the gateway waits for the upstream's answer (a stream: "
+                                                    "its start), retries included; then the agent gets a 504")
+    max_retries: int = Field(2, ge=0, le=10, description="retries of a transient upstream failure (429, 5xx, "
+                                                         "a connection error): at most 1 + max_retries requests; "
+                                                         "a refusal (400, 401, 403, 404, 422) is never retried")
     params: dict[str, Any] = Field(default_factory=dict, description="default request params")
 
     @field_validator("model")

@@ -4,7 +4,17 @@ a user's vLLM / Ollama / OpenAI-compatible server).
 Requests are passed on in the OpenAI chat format with their tools, tool choice and params
 untouched; answers come back whole (:meth:`LiteLLMUpstream.complete`) or as the upstream's own
 stream chunks (:meth:`LiteLLMUpstream.stream`). The upstream key is read from the environment
-variable the route names, at each call; it is never recorded or logged. An upstream that fails
+variable the route names, at each call; it is never recorded or logged (a route with an
+``api_base`` and no ``api_key_env`` sends no key from the environment:
+:func:`evolve.llm.litellm.api_key_for`).
+
+Retries are the gateway's own (litellm's and the provider SDK's are off): a request reaches the
+upstream at most ``1 + max_retries`` times; only a transient failure (429, 408/409/425, 5xx, a
+connection error) is retried, after ``0.5 * 2**k`` seconds times a jitter in [0.5, 1.5)
+(longer when ``Retry-After`` asks); a refusal (400, 401, 403, 404, 422, ...) is passed on at once.
+All attempts together last at most ``timeout`` seconds: a hung upstream gets a 504 after
+``timeout`` (a stream: until its answer starts; each wait for a next chunk is bounded by
+``timeout`` too); no retry is made whose wait would reach past it. An upstream that fails
 becomes a :class:`~evolve.gateway.wire.GatewayError` with the status the agent's client expects
 (429 for a rate limit, 502 for an unreachable or failing upstream, 504 for a timeout, 400 with the
 upstream's message for a request it refused).
@@ -12,8 +22,9 @@ upstream's message for a request it refused).
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
-import os
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +33,8 @@ from evolve.gateway.wire import GatewayError, Request
 
 _STATUS = {"rate_limit": 429, "timeout": 504, "unreachable": 502, "server": 502, "auth": 502, "not_found": 404,
            "request": 400, "config": 500, "backend": 500}
+BACKOFF = 0.5  # seconds before the first retry of a transient upstream failure (doubled each time)
+_RNG = random.Random()
 
 
 @dataclass
@@ -125,30 +138,47 @@ class LiteLLMUpstream:
         return self.model + (f" at {self.api_base}" if self.api_base else "")
 
     def _kwargs(self, req: Request, stream: bool) -> dict[str, Any]:
+        from evolve.llm.litellm import api_key_for
+
+        # the retries are ours (_open): litellm's (num_retries) and the SDK's (max_retries) are off
         kw: dict[str, Any] = {**self.params, **req.params, "model": self.target(req.model), "messages": req.messages,
-                              "timeout": self.timeout, "num_retries": self.max_retries}
+                              "timeout": self.timeout, "num_retries": 0, "max_retries": 0}
         if self.api_base:
             kw["api_base"] = self.api_base
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        key = api_key_for(self.api_base, self.api_key_env)
         if key:
             kw["api_key"] = key
-        elif self.api_base:
-            # a server of the user's own, named by address and given no key: never send it a provider key
-            # from the environment (OPENAI_API_KEY would reach a third party); the client wants some key
-            kw["api_key"] = "EMPTY"
         if stream:
             kw["stream"] = True
             kw["stream_options"] = {"include_usage": True}
         return kw
 
-    async def complete(self, req: Request) -> Result:
-        from evolve.llm.litellm import import_litellm
+    async def _open(self, req: Request, stream: bool) -> Any:
+        """The upstream's answer (or its open stream): at most ``1 + max_retries`` requests, only
+        transient failures retried, all within ``timeout`` seconds."""
+        from evolve.llm.litellm import import_litellm, is_retryable, retry_delay
 
         litellm = import_litellm()
-        try:
-            resp = await litellm.acompletion(**self._kwargs(req, stream=False))
-        except Exception as e:  # noqa: BLE001 - every upstream failure becomes an API error for the agent
-            raise upstream_error(e, self.describe(), self._secret()) from None
+        kw = self._kwargs(req, stream)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await asyncio.wait_for(litellm.acompletion(**kw), max(deadline - loop.time(), 0.001))
+            except Exception as e:  # noqa: BLE001 - every upstream failure becomes an API error for the agent
+                if type(e) is asyncio.TimeoutError:  # our deadline (wait_for), not the client's own timeout
+                    e = TimeoutError(f"no answer within the route's timeout of {self.timeout:g}s "
+                                     f"({attempt} request{'s' if attempt > 1 else ''})")
+                delay = retry_delay(e, attempt, BACKOFF, _RNG) if is_retryable(e) and attempt <= self.max_retries \
+                    else None
+                if delay is None or loop.time() + delay >= deadline:
+                    raise upstream_error(e, self.describe(), self._secret()) from None
+                await asyncio.sleep(delay)
+
+    async def complete(self, req: Request) -> Result:
+        resp = await self._open(req, stream=False)
         raw = resp.model_dump(exclude_none=True)
         choice = (raw.get("choices") or [{}])[0]
         msg = choice.get("message") or {}
@@ -163,13 +193,7 @@ class LiteLLMUpstream:
 
     async def stream(self, req: Request) -> AsyncIterator[dict[str, Any]]:
         """The upstream's chunks as OpenAI ``chat.completion.chunk`` dicts."""
-        from evolve.llm.litellm import import_litellm
-
-        litellm = import_litellm()
-        try:
-            chunks = await litellm.acompletion(**self._kwargs(req, stream=True))
-        except Exception as e:  # noqa: BLE001
-            raise upstream_error(e, self.describe(), self._secret()) from None
+        chunks = await self._open(req, stream=True)
         try:
             async for chunk in chunks:
                 yield chunk.model_dump(exclude_none=True)
@@ -179,7 +203,9 @@ class LiteLLMUpstream:
             raise upstream_error(e, self.describe(), self._secret()) from None
 
     def _secret(self) -> str | None:
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
+        from evolve.llm.litellm import api_key_for
+
+        return api_key_for(None, self.api_key_env)
 
 
 @dataclass

@@ -41,6 +41,11 @@ From a task file::
         params: {temperature: 0.7, max_tokens: 512, api_key_env: OPENAI_API_KEY,
                  api_base: null, timeout: 60, max_retries: 3, backoff: 0.5, logprobs: false}
 
+The key sent is the value of ``api_key_env``. A model named with an ``api_base`` (a server of your
+own, or anyone's) and no ``api_key_env`` is sent the placeholder key ``EMPTY``: a key from the
+environment (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ...) never reaches a server named by
+address. Without ``api_base``, litellm sends the provider's own key to the provider's own endpoint.
+
 Other keys in ``params`` (``top_p``, ``seed``, ``reasoning_effort``, ...: the list is
 :data:`evolve.llm.params.LITELLM`; an unknown key is refused when the task file loads) are
 passed to ``litellm.completion`` as they are, and so is everything under ``params.extra``
@@ -116,6 +121,25 @@ def _retry_after(e: BaseException) -> float | None:
         return None
 
 
+def retry_delay(e: BaseException, attempt: int, backoff: float, rng: random.Random) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1, 2, ...): ``backoff * 2**(attempt - 1)``
+    times a jitter in [0.5, 1.5), at most 30 s; longer when a ``Retry-After`` header asks (up to 60 s)."""
+    delay = min(backoff * (2 ** (attempt - 1)) * (0.5 + rng.random()), 30.0)
+    after = _retry_after(e)
+    return delay if after is None else max(delay, after)
+
+
+def api_key_for(api_base: str | None, api_key_env: str | None) -> str | None:
+    """The key a request sends: the value of ``api_key_env``; else, to a server named by address
+    (``api_base``), the placeholder ``EMPTY`` (clients refuse to send no key at all), never a
+    provider key from the environment; else None, and litellm finds the provider's own key for
+    the provider's own endpoint (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ...)."""
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if key:
+        return key
+    return "EMPTY" if api_base else None
+
+
 class LiteLLM:
     """One litellm model behind the :class:`~evolve.llm.base.LLM` protocol (thread-safe)."""
 
@@ -154,17 +178,6 @@ class LiteLLM:
             raise ConfigError(f"model {model!r}: the environment variable {api_key_env!r} (api_key_env) is not set")
         import_litellm()
 
-    def _api_key(self) -> str | None:
-        if self.api_key_env:
-            return os.environ.get(self.api_key_env)
-        # an OpenAI-compatible server of our own (vLLM, llama.cpp, ...) usually needs no key, but the
-        # OpenAI client refuses to send a request without one
-        prefix = self.model.split("/", 1)[0]
-        if self.api_base and prefix in ("openai", "hosted_vllm", "text-completion-openai") \
-                and not os.environ.get("OPENAI_API_KEY"):
-            return "EMPTY"
-        return None
-
     def complete(
         self,
         messages: Sequence[Message | dict],
@@ -176,7 +189,7 @@ class LiteLLM:
     ) -> Completion:
         litellm = import_litellm()
         msgs = as_messages(messages)
-        api_key = self._api_key()
+        api_key = api_key_for(self.api_base, self.api_key_env)
         kwargs: dict[str, Any] = dict(self.extra)
         kwargs.update(
             model=self.model,
@@ -208,11 +221,7 @@ class LiteLLM:
                 retry = is_retryable(e) and attempts <= self.max_retries
                 if not retry:
                     raise self._error(e, attempts, time.monotonic() - t0, api_key) from None
-                delay = min(self.backoff * (2 ** (attempts - 1)) * (0.5 + self._rng.random()), 30.0)
-                after = _retry_after(e)
-                if after is not None:
-                    delay = max(delay, after)
-                time.sleep(delay)
+                time.sleep(retry_delay(e, attempts, self.backoff, self._rng))
         return self._parse(litellm, response, attempts)
 
     def _where(self) -> str:
@@ -298,4 +307,4 @@ def build(spec: Any, artifacts: Any = None) -> LiteLLM:
     return LiteLLM(spec.name, **params, **extra)
 
 
-__all__ = ["LiteLLM", "build", "import_litellm", "is_retryable"]
+__all__ = ["LiteLLM", "api_key_for", "build", "import_litellm", "is_retryable", "retry_delay"]

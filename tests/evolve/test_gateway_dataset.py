@@ -4,6 +4,7 @@ replaying them, and from_traces training on the served model's own token ids."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -239,11 +240,12 @@ JUDGE_PROMPTS: list[str] = []
 def judge_reply(messages) -> str:
     prompt = messages[-1].content
     JUDGE_PROMPTS.append(prompt)
-    n = prompt.count("\nAnswer ")
+    nonce = re.search(r'"nonce": "([0-9a-f]+)"', prompt).group(1)  # the judge echoes the call's nonce
+    n = prompt.count(f"</answer-{nonce}>")
     if "garbage" in prompt:
         return "I like them all"
-    return json.dumps({"scores": [{"answer": i + 1, "score": 1.0 if i == 0 else 0.25, "reason": f"r{i + 1}"}
-                                  for i in range(n)]})
+    return json.dumps({"nonce": nonce, "scores": [{"answer": i + 1, "score": 1.0 if i == 0 else 0.25,
+                                                   "reason": f"r{i + 1}"} for i in range(n)]})
 
 
 def test_the_llm_judge_ranks_answers_against_what_was_served_and_the_users_feedback():

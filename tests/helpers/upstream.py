@@ -9,8 +9,8 @@ What it answers, deterministically:
 * the last message is a tool result: ``"the tool said: <result>"``;
 * otherwise: ``"echo: <last user text>"``.
 
-Model names steer failures: ``fail-500`` answers 500, ``fail-429`` 429, ``slow-<ms>`` waits
-that long first, ``drip-<ms>`` waits that long between stream chunks. Every request body is kept in ``.requests`` (and its headers in ``.headers``).
+Model names steer failures: ``fail-500`` answers 500, ``fail-429`` 429 (``fail-<code>``: that
+status), ``slow-<ms>`` waits that long first, ``drip-<ms>`` waits that long between stream chunks. Every request body is kept in ``.requests`` (and its headers in ``.headers``).
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ class ScriptedUpstream:
                 return JSONResponse({"error": {"message": "upstream exploded", "type": "server_error"}}, 500)
             if model == "fail-429":
                 return JSONResponse({"error": {"message": "slow down", "type": "rate_limit_error"}}, 429)
+            if model.startswith("fail-") and model[5:].isdigit():
+                return JSONResponse({"error": {"message": f"scripted {model[5:]}", "type": "scripted"}}, int(model[5:]))
             text, calls, finish = answer(body)
             prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body.get("messages") or [])
             completion_tokens = len((text or "").split()) + (len(calls) * 5 if calls else 0)
