@@ -17,6 +17,11 @@ probability at least 1 - alpha. Then:
 Scores outside [0, 1] are clipped. Only sessions that started after the canary did, on the route
 whose new sessions were split, answered first by one of the two arms, with feedback, count, each
 with its first score (a value once counted never changes).
+
+The decision follows the evidence without waiting for more of it: a test skipped by the gateway's
+throttle is made up as soon as the throttle allows, and a new session bound for the candidate is
+held until the feedback already recorded has been tested. A canary past ``max_hours`` ends when it
+is next consulted (:func:`end_expired`), feedback or not.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ import time
 from typing import Any
 
 from evolve.deploy.lifecycle import DeployError, Deployment, Move
+
+
+def expired(canary: dict[str, Any], now: float | None = None) -> bool:
+    """Whether ``canary`` has run for ``max_hours``."""
+    now = time.time() if now is None else now
+    return (now - float(canary["started"])) / 3600 >= float(canary["max_hours"])
 
 
 def in_canary(session_id: str, canary: dict[str, Any]) -> bool:
@@ -101,6 +112,27 @@ def check(archive: Any, store: Any, *, now: float | None = None, by: str = "cana
     return {"decision": decision, "evidence": ev, "system": sid}
 
 
+def end_expired(archive: Any, store: Any = None, *, now: float | None = None, by: str = "canary",
+                route: str | None = None) -> dict[str, Any] | None:
+    """End a canary that has run for ``max_hours``, feedback or not: the test decides on the feedback
+    in ``store`` (a trace store, when given; else none is read) and, undecided, the candidate is
+    rolled back and the active system keeps serving. None when no canary is under way or it has time
+    left; else as :func:`check`."""
+    dep = Deployment(archive)
+    can = dep.canary()
+    if can is None or dep.state(can["system"]) != "canary" or not expired(can, now):
+        return None
+    if store is not None:
+        return check(archive, store, now=now, by=by, route=route)
+    _, ev = decide([], [], can, started=can["started"], now=now)
+    ev.update(candidate_sessions=None, active_sessions=None)  # the feedback was not read
+    try:
+        _act(dep, "expire", ev, can["system"], can, by)
+    except DeployError:  # another checker decided first: its decision stands
+        return None
+    return {"decision": "expire", "evidence": ev, "system": can["system"]}
+
+
 def _act(dep: Deployment, decision: str, ev: dict[str, Any], sid: str, can: dict[str, Any], by: str) -> None:
     # the decision holds only for the canary it was taken on: checked again inside the transaction
     guard = {"expect": {sid: "canary"}, "expect_canary": can.get("salt"), "expect_active": can.get("active")}
@@ -115,18 +147,30 @@ def _act(dep: Deployment, decision: str, ev: dict[str, Any], sid: str, can: dict
         why = (f"canary: the candidate is worse on live traffic ({100 * ev['candidate_mean']:.1f}% against "
                f"{100 * ev['active_mean']:.1f}%, upper bound {100 * ev['upper']:+.1f} points); rolled back"
                if decision == "stop" else
-               f"canary: undecided after {ev['candidate_sessions']} candidate sessions and {ev['hours']:.1f} h; "
-               "not promoted")
+               _undecided(ev, can))
         dep.apply([Move(sid, "rolled_back", by, why, ev)], canary=None, **guard)
 
 
-__all__ = ["arm_scores", "check", "decide", "in_canary", "radius"]
+def _undecided(ev: dict[str, Any], can: dict[str, Any]) -> str:
+    n = ev.get("candidate_sessions")
+    return (f"canary: undecided after {ev['hours']:.1f} h" + (f" and {n} scored candidate sessions" if n is not None
+                                                              else "")
+            + f" (max_hours {float(can['max_hours']):g}, max_sessions {can['max_sessions']}); not promoted, the "
+            "active system keeps serving")
+
+
+__all__ = ["arm_scores", "check", "decide", "end_expired", "expired", "in_canary", "radius"]
 
 
 class CanaryView:
     """What a gateway route that follows a run needs of its deployment: the canary under way and
-    the systems that must not serve (re-read at most every ``poll`` seconds), and the canary's test
-    run on the route's feedback (at most every ``every`` seconds)."""
+    the systems that must not serve (re-read at most every ``poll`` seconds), where a session goes
+    (:meth:`split`), and the canary's test run on the route's feedback (:meth:`check`).
+
+    The test runs at most every ``every`` seconds. Feedback that comes sooner is tested by a
+    background thread once ``every`` has passed since the last test, with no more feedback needed;
+    and before a new session goes to the candidate, feedback no test has read yet is tested first,
+    so no new session goes to a candidate that the recorded evidence already stops."""
 
     def __init__(self, run: Any, *, poll: float = 1.0, every: float = 0.2, route: str | None = None) -> None:
         import threading
@@ -134,8 +178,13 @@ class CanaryView:
         self.run, self.poll, self.every, self.route = run, poll, every, route
         self._archive: Any = None
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._seen: tuple[float, dict[str, Any] | None, frozenset[str]] = (-math.inf, None, frozenset())
         self._checked = -math.inf
+        self._dirty = False  # feedback came that no test has read yet
+        self._store: Any = None  # the trace store that feedback went to: what the made-up test reads
+        self._worker: Any = None
+        self._closed = False
         self.log: Any = None
 
     def _arch(self) -> Any:
@@ -162,20 +211,84 @@ class CanaryView:
         with self._lock:
             self._seen = (-math.inf, *self._seen[1:])
 
-    def check(self, store: Any) -> dict[str, Any] | None:
-        """The canary's test on the trace store, acted on (throttled); the decision, or None."""
-        with self._lock:
-            if time.monotonic() - self._checked < self.every:
-                return None
-            self._checked = time.monotonic()
-            got = check(self._arch(), store, route=self.route)
-            if got is not None and got["decision"] != "wait":
-                self._seen = (-math.inf, *self._seen[1:])  # the next session sees the decision
+    def split(self, session: str | None, store: Any = None) -> tuple[str | None, frozenset[str]]:
+        """Where a call goes: (the candidate's id when ``session``, a new session, goes to the
+        candidate, else None; the systems that must not serve). A canary past ``max_hours`` ends
+        here, feedback or not; a new session bound for the candidate waits for the test of the
+        feedback in ``store`` that no test has read yet."""
+        can, blocked = self.view()
+        if can is None:
+            return None, blocked
+        bound = session is not None and can["system"] not in blocked and in_canary(session, can)
+        if expired(can) or (bound and self._dirty and store is not None):
+            try:
+                with self._lock:
+                    self._test(store)
+            except Exception as e:  # noqa: BLE001 - untested evidence: the active system serves meanwhile
+                bound = False
                 if self.log:
-                    self.log(f"canary of {got['system'][:12]}: {got['decision']}")
-            return got
+                    self.log(f"canary check on route {self.route} failed: {type(e).__name__}: {e}")
+            self.refresh()
+            can, blocked = self.view()
+            bound = bound and can is not None and can["system"] not in blocked and not expired(can)
+        return (can["system"] if bound else None), blocked
+
+    def check(self, store: Any) -> dict[str, Any] | None:
+        """The canary's test on the trace store, acted on; the decision, or None (no canary, or
+        tested later: at most every ``every`` seconds)."""
+        with self._lock:
+            self._store = store
+            if time.monotonic() - self._checked < self.every:
+                self._dirty = True
+                self._later()
+                return None
+            return self._test(store)
+
+    def _test(self, store: Any) -> dict[str, Any] | None:
+        # with the lock held
+        self._checked = time.monotonic()
+        got = check(self._arch(), store, route=self.route) if store is not None else end_expired(self._arch())
+        self._dirty = False
+        if got is not None and got["decision"] != "wait":
+            self._seen = (-math.inf, *self._seen[1:])  # the next session sees the decision
+            if self.log:
+                self.log(f"canary of {got['system'][:12]}: {got['decision']}")
+        return got
+
+    def _later(self) -> None:
+        # with the lock held: the skipped test is made up once ``every`` has passed
+        import threading
+
+        if self._closed:
+            return
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._catch_up, name=f"evolve-canary:{self.route}", daemon=True)
+            self._worker.start()
+        self._wake.notify()
+
+    def _catch_up(self) -> None:
+        with self._lock:
+            while not self._closed:
+                wait = self._checked + self.every - time.monotonic()
+                if not self._dirty or wait > 0:
+                    self._wake.wait(None if not self._dirty else wait)
+                    continue
+                try:
+                    self._test(self._store)
+                except Exception as e:  # noqa: BLE001 - the next feedback tries again
+                    self._dirty = False
+                    if self.log:
+                        self.log(f"canary check on route {self.route} failed: {type(e).__name__}: {e}")
+            if self._store is not None:
+                self._store.close()  # this thread's own connection
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout=30)
         with self._lock:
             if self._archive is not None:
                 self._archive.close()

@@ -308,13 +308,12 @@ class Gateway:
             if first is not None and first[1] == route.name:
                 pinned, new = first[0], False
         if route.canary is not None:  # the run's deployment: a canary's share of new sessions, rolled-back systems
-            from evolve.deploy.canary import in_canary
-
-            canary, blocked = await anyio.to_thread.run_sync(route.canary.view)
+            to_candidate, blocked = await anyio.to_thread.run_sync(route.canary.split, session if new else None,
+                                                                   self.store)
             if pinned in blocked:
                 pinned = None
-            if new and canary is not None and canary["system"] not in blocked and in_canary(session, canary):
-                pinned = canary["system"]
+            if to_candidate is not None:
+                pinned = to_candidate
         applied: list[str] = []
         recalled: list[str] = []
         system_id = pinned or route.current_system()
