@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from evolve.archive._checkpoint import BACKSTOP_PAGES, Checkpointer
+from evolve.archive._readonly import ReadOnly
 from evolve.archive._schema import SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, migrate, split_sql
 from evolve.archive.export import ExportMixin
 from evolve.archive.systems import SystemsMixin
@@ -36,7 +37,8 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
     default) stores raw JSON; 1 makes the file about 2.7x smaller and ``add_trajectories``
     about 2x slower. Either setting reads blobs written with the other.
     With ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): every read works,
-    every write raises, and nothing is created or migrated (``evolve ui`` reads live runs this way).
+    every write raises, and nothing is created or migrated, not even SQLite's ``-wal`` and ``-shm``
+    files beside it (:mod:`evolve.archive._readonly`; ``evolve ui`` reads live and finished runs this way).
     Usable as a context manager (closes on exit). Thread-safe.
     """
 
@@ -61,10 +63,10 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
         self._usage: tuple[int, dict[str, dict[str, Any]]] | None = None
         self._usage_delta = _no_usage()
         self._ckpt: Checkpointer | None = None
+        self._ro = ReadOnly(self.path) if read_only else None
         try:
-            if read_only:
-                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                                       isolation_level=None, timeout=30.0)
+            if self._ro is not None:
+                conn = self._ro.connection()
             else:
                 conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         except sqlite3.Error as e:
@@ -177,6 +179,10 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                 f"this Archive of {self.path} was opened in process {self._pid} and cannot be used after fork(); "
                 "open a new Archive in the child process"
             )
+        if self._ro is not None:
+            conn = self._ro.connection()  # opened again when the files changed (evolve.archive._readonly)
+            if conn is not self._conn:
+                self._conn, self._usage = conn, None
         return self._conn
 
     @contextlib.contextmanager
@@ -231,7 +237,7 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
             yield self
 
     def _read(self) -> "contextlib.AbstractContextManager[sqlite3.Connection]":
-        return _Locked(self._lock, self._c)
+        return _Locked(self._lock, self._c, self._ro)
 
     def close(self) -> None:
         """Close the connection (idempotent). Later calls raise ArchiveError."""
@@ -248,6 +254,8 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                 self._ckpt.stop(wait=True)
                 self._ckpt = None
             conn.close()
+            if self._ro is not None:
+                self._ro.close()
 
     def __enter__(self) -> "Archive":
         return self
@@ -369,20 +377,29 @@ def _no_usage() -> dict[str, dict[str, Any]]:
 
 
 class _Locked:
-    """``with`` helper: hold the archive lock and hand out the open connection."""
+    """``with`` helper: hold the archive lock and hand out the open connection (read-only: tell
+    :class:`ReadOnly` when the outermost read ends)."""
 
-    __slots__ = ("_lock", "_get")
+    __slots__ = ("_lock", "_get", "_ro")
 
-    def __init__(self, lock: threading.RLock, get: Any) -> None:
-        self._lock, self._get = lock, get
+    def __init__(self, lock: threading.RLock, get: Any, ro: ReadOnly | None = None) -> None:
+        self._lock, self._get, self._ro = lock, get, ro
 
     def __enter__(self) -> sqlite3.Connection:
         self._lock.acquire()
         try:
-            return self._get()
+            conn = self._get()
         except BaseException:
             self._lock.release()
             raise
+        if self._ro is not None:
+            self._ro.depth += 1
+        return conn
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        try:
+            if self._ro is not None:
+                self._ro.depth -= 1
+                self._ro.done()
+        finally:
+            self._lock.release()

@@ -48,6 +48,7 @@ def _print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     from evolve.results.report import gain
+    from evolve.results.stats import interval_text
 
     t = Table(title=f"{report['task']} (seed {report['seed']}): baseline vs evolved")
     for col in ("system", "id", "val", "test"):
@@ -63,7 +64,7 @@ def _print_report(report: dict[str, Any]) -> None:
     g = gain(report, "test")
     if g is not None:
         c = (report.get("paired") or {}).get("test") or {}
-        ci = f" (95% CI ±{100 * c['ci95']:.1f}, sign test p={c['p']:.2g})" if c.get("ci95") is not None else ""
+        ci = f" ({interval_text(c)}, sign test p={c['p']:.2g})" if c.get("ci95") is not None else ""
         Console().print(f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]{ci}   report: {report['run_dir']}/report.md")
 
 

@@ -21,6 +21,7 @@ fixed lineage.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,16 +85,22 @@ class Engine:
         :class:`~evolve.errors.InfraError` when the world kept failing (what finished is kept:
         ``--resume`` continues) and :class:`~evolve.errors.RunFailed` when too many of the
         baseline's or the candidates' rollouts failed (the report is written first)."""
-        status = "failed"
+        status, own = "failed", "stopped"  # for the trackers; the run's own (RunState.status)
         try:
+            self.state.status = "running"
             report = self._run()
-            status = "finished"
+            status = own = "finished"
             return report
+        except RunFailed:
+            own = "failed"
+            raise
         except KeyboardInterrupt:
             status = "killed"
             raise
         finally:
             self.session.close()
+            with contextlib.suppress(Exception):  # an unwritable archive: "running" with no writes reads as stopped
+                self.state.status = own
             if self.tracking is not None:  # a last send (the report, the promoted system), then the end
                 self.tracking.close(status)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from evolve.scoring.failures import most_common
-from evolve.results.stats import describe
+from evolve.results.stats import bounds, describe, interval_text
 
 MAX_TEXT = 2000  # characters of one string in an answer
 MAX_ITEMS = 50  # items of one list in an answer
@@ -77,6 +77,8 @@ def status(run_dir: Path, rid: str, job: dict[str, Any] | None, log_tail: str) -
         with opened(run_dir, rid) as view:
             s = view.summary()
             out.setdefault("state", s["status"])
+            if out["state"] == "stopped" and s["status"] in ("finished", "failed"):  # its process gone without a
+                out["state"] = s["status"]  # word after the run ended: the run's own status says so
             out.update({"task": s["name"], "seed": s["seed"], "generation": s["generation"],
                         "generations": (view.task().get("budget") or {}).get("generations"),
                         "systems": s["systems"], "spent": s["used"], "limits": s["budget"],
@@ -116,9 +118,9 @@ def report(run_dir: Path, rid: str) -> dict[str, Any]:
             reading.append(f"{split}: the baseline and the best share no scored tasks; no comparison")
             continue
         line = f"{split} ({c['n']} tasks, best vs baseline): {describe(c)}"
-        ci, diff = c.get("ci95"), c.get("diff")
-        if ci is not None and diff is not None:
-            lo, hi = 100 * (diff - ci), 100 * (diff + ci)
+        lh = bounds(c)  # within [-100, 100] points
+        if lh is not None:
+            lo, hi = 100 * lh[0], 100 * lh[1]
             line += f"; interval [{lo:+.1f}, {hi:+.1f}] points"
             if lo <= 0 <= hi:
                 line += " includes 0: this is no evidence of a gain"
@@ -148,9 +150,11 @@ def compare(a_dir: Path, a_id: str, a: str, b_dir: Path, b_id: str, b: str) -> d
     for split, t in c["tasks"].items():
         t = dict(t)
         if t.get("n"):
-            ci = f" (95% interval ±{100 * t['ci95']:.1f})" if t.get("ci95") is not None else ""
+            ci = f" ({interval_text(t)})" if bounds(t) is not None else ""
             t["reading"] = (f"b - a: {100 * t['diff']:+.1f} points{ci} on {t['n']} tasks both were scored on; b better "
                             f"on {t['b_only']}, a on {t['a_only']}; sign test p={t['p']:.2g}")
+        else:  # nothing pairs: no interval, no test
+            t["reading"] = f"no task in common: {t.get('why') or 'no task both were scored on'}"
         tasks[split] = t
     return clip({"a": {"run_id": a_id, "id": c["a"]["id"], "scores": c["a"]["scores"]},
                  "b": {"run_id": b_id, "id": c["b"]["id"], "scores": c["b"]["scores"]},

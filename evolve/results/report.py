@@ -90,7 +90,8 @@ class RunReport(dict):
         return gain(self, split)
 
     def comparison(self, split: str = "test") -> dict[str, Any] | None:
-        """The paired comparison on ``split`` (:func:`evolve.results.stats.paired`: ``diff``, ``ci95``, ``p``, ...)."""
+        """The paired comparison on ``split`` (:func:`evolve.results.stats.paired`: ``diff``, its 95% interval
+        ``low``/``high`` (and ``ci95``, the normal half-width), ``p``, ...)."""
         return (self.get("paired") or {}).get(split)
 
 

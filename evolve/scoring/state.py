@@ -1,8 +1,9 @@
 """The run state the loop's parts share, typed: which system is the baseline, which systems were
 accepted (with their val scores), which were re-evaluated on more samples, one row per finished
-generation, the operators' memoised proposals, the wall time spent and the model calls operators
-made themselves. It lives in the archive's ``state`` table (so a resumed run reads it back), under
-the keys earlier evolvekits wrote, and this is the one module that reads or writes those keys.
+generation, the operators' memoised proposals, the wall time spent, the model calls operators
+made themselves and the engine's status of the run. It lives in the archive's ``state`` table (so a
+resumed run reads it back), under the keys earlier evolvekits wrote, and this is the one module
+that reads or writes those keys.
 """
 
 from __future__ import annotations
@@ -101,6 +102,18 @@ class RunState:
     def save_proposals(self, generation: int, op_index: int, parent_id: str, cands: list[Candidate]) -> None:
         self.archive.put_state(f"proposals/{generation}/{op_index}/{parent_id}",
                                [c.model_dump(mode="json") for c in cands])
+
+    # the engine's own account of the run
+    @property
+    def status(self) -> str | None:
+        """``running`` while the engine works, then ``finished``, ``failed`` (too many failed rollouts)
+        or ``stopped`` (interrupted, the world failing: ``--resume`` continues); None for a run an older
+        evolvekit made. Only the engine sets it: a promotion, a rollback or an evaluation changes nothing."""
+        return self.archive.get_state("status")
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self.archive.put_state("status", value)
 
     # spending that is not in the trajectories
     @property

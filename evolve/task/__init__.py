@@ -4,7 +4,8 @@
 * ``taskfile`` — reading a task file: YAML, ``--set`` overrides, a world's defaults, checks;
 * ``data`` — datasets: a generator callable or JSONL files, split into train / val / test;
 * ``reference`` — the task-file reference, generated from the schema;
-* ``fingerprint`` — which configuration a run directory was started with (what a resume must match).
+* ``fingerprint`` — which configuration a run directory was started with (what a resume must match);
+* ``content`` — each task's content hash, recorded in the run (which tasks two runs share).
 
 Imports the foundations (``evolve.types``, ``errors``, ``registry``) and the schemas the task file
 embeds: model params (``evolve.llm.params``), the deploy section (``evolve.deploy.config``) and

@@ -5,9 +5,11 @@ dashboard can never change a run, and can look at one that is still being writte
 are cached under the archive's :meth:`~RunView.version` (the newest row of each history table),
 so polling a finished run costs a few index lookups and a live run is re-read only when it wrote.
 
-What a run is doing (:meth:`RunView.status`): ``finished`` or ``failed`` when ``report.json``
-is newer than its last write; ``running`` when it wrote within :data:`ACTIVE_S` seconds;
-otherwise ``stopped`` (killed or interrupted: ``evolve run --resume`` continues it).
+What a run is doing (:meth:`RunView.status`) is what its engine last said (``finished``,
+``failed``, ``stopped``, ``running``), whatever a promotion or a rollback wrote since; ``running``
+holds while it wrote within :data:`ACTIVE_S` seconds, then it is ``stopped`` (killed:
+``evolve run --resume`` continues it). A run an older evolvekit made is ``finished`` or ``failed``
+when ``report.json`` is newer than its engine's last write.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, TypeVar
 from evolve.archive import Archive
 from evolve.results.report import read_report
 from evolve.scoring.state import RunState
-from evolve.results.stats import interval
+from evolve.results.stats import interval, with_bounds
 from evolve.ui import lineage
 
 ACTIVE_S = 120.0
@@ -99,22 +101,43 @@ class RunView:
         return float(row[0][0] or 0.0)
 
     def status(self) -> str:
-        last = self.last_write()
-        report = self.run_dir / "report.json"
-        if report.exists() and report.stat().st_mtime >= last - 1.0:
-            r = self.report() or {}
-            return "failed" if str(r.get("stop_reason", "")).startswith("failed") else "finished"
-        return "running" if time.time() - last < ACTIVE_S else "stopped"
+        """The run's own status, as its engine last set it (:attr:`RunState.status`): a promotion, a
+        rollback or an evaluation after the run's end writes to the archive and changes nothing here.
+        ``running`` reads as ``stopped`` once nothing was written for :data:`ACTIVE_S` seconds (a
+        killed run says nothing more)."""
+        own = self.runstate.status
+        if own in ("finished", "failed", "stopped"):
+            return own
+        if own is None:  # a run an older evolvekit made
+            report = self.run_dir / "report.json"
+            if report.exists() and report.stat().st_mtime >= self._engine_write() - 1.0:
+                r = self.report() or {}
+                return "failed" if str(r.get("stop_reason", "")).startswith("failed") else "finished"
+        return "running" if time.time() - self.last_write() < ACTIVE_S else "stopped"
+
+    def _engine_write(self) -> float:
+        """When the run itself last wrote: its systems, rollouts and events, not a deploy's (its gate
+        rollouts, its events, the pointer and the state it keeps)."""
+        row = self.sql(
+            "SELECT MAX(t) FROM (SELECT (SELECT created_at FROM systems ORDER BY seq DESC LIMIT 1) AS t "
+            "UNION ALL SELECT (SELECT created_at FROM trajectories WHERE phase != 'gate' ORDER BY seq DESC LIMIT 1) "
+            "UNION ALL SELECT (SELECT created_at FROM events WHERE kind NOT LIKE 'deploy%' ORDER BY seq DESC LIMIT 1))")
+        return float(row[0][0] or 0.0)
 
     def score(self, system_id: str | None, split: str) -> dict[str, Any] | None:
-        """``{mean, n, ci95}`` over the tasks of ``split`` the system was scored on (each task's mean
-        over its samples first: re-evaluated samples of one task are not more tasks), or None."""
+        """``{mean, n, low, high}`` over the tasks of ``split`` the system was scored on (each task's
+        mean over its samples first: re-evaluated samples of one task are not more tasks), with the
+        95% interval ``[low, high]`` (:func:`evolve.results.stats.interval`: Wilson for scores in
+        [0, 1]), or None."""
         if not system_id:
             return None
-        mean, sq, n = self.sql("SELECT AVG(m), AVG(m * m), COUNT(*) FROM (SELECT AVG(score) AS m FROM trajectories "
-                               "WHERE system_id = ? AND split = ? AND phase = 'eval' GROUP BY task_id)",
-                               (system_id, split))[0]
-        return None if not n else {"mean": mean, "n": n, "ci95": interval(mean, sq, n)}
+        mean, sq, lo, hi, n = self.sql(
+            "SELECT AVG(m), AVG(m * m), MIN(m), MAX(m), COUNT(*) FROM (SELECT AVG(score) AS m FROM trajectories "
+            "WHERE system_id = ? AND split = ? AND phase = 'eval' GROUP BY task_id)", (system_id, split))[0]
+        if not n:
+            return None
+        low, high = interval(mean, sq, n, unit=0.0 <= lo and hi <= 1.0) or (None, None)
+        return {"mean": mean, "n": n, "low": low, "high": high}
 
     def marks(self) -> dict[str, str | None]:
         baseline = self.runstate.baseline
@@ -144,7 +167,8 @@ class RunView:
                 "world": task.get("world"), "seed": task.get("seed"), "stop_reason": report.get("stop_reason"),
                 "generation": max((g.index for g in gens), default=None), "systems": systems,
                 "used": used, "budget": budget, "baseline": entry(marks["baseline"]), "best": entry(marks["best"]),
-                "current": marks["current"], "paired": report.get("paired"),
+                "current": marks["current"],
+                "paired": {k: with_bounds(v) for k, v in report["paired"].items()} if report.get("paired") else None,
                 "operators": [o.get("name") for o in task.get("operators") or []]}
 
     # ------------------------------------------------------------------ per generation

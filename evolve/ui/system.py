@@ -9,6 +9,7 @@ from typing import Any
 
 from evolve.archive import diff as diff_systems
 from evolve.errors import ArchiveError
+from evolve.results.pairing import same_tasks
 from evolve.results.stats import paired
 from evolve.ui.run import NotFound, RunView
 
@@ -56,17 +57,22 @@ def task_scores(run: RunView, sid: str, split: str, *, generation: int | None = 
         "AND generation = ? GROUP BY task_id", (sid, split, generation))}
 
 
-def versus(a: dict[str, float], b: dict[str, float]) -> dict[str, Any]:
+def versus(a: dict[str, float], b: dict[str, float], *, pair: list[str] | None = None,
+           why: str | None = None) -> dict[str, Any]:
     """``b`` against ``a`` task by task: the paired statistics, the tasks ``b`` does better on
     (``fixed``) and worse on (``broke``), and of the ties how many both solve (score 1 or more),
-    both miss (0 or less) and both score the same in between (``tied``)."""
-    common = sorted(set(a) & set(b))
+    both miss (0 or less) and both score the same in between (``tied``). ``pair``: the tasks that
+    are the same task in both (default: every id both scored); ``unpaired`` counts the ids both
+    scored that are left out, and ``why`` says why."""
+    both = set(a) & set(b)
+    common = sorted(both if pair is None else both & set(pair))
     fixed = [t for t in common if b[t] > a[t]]
     broke = [t for t in common if b[t] < a[t]]
     same = [a[t] for t in common if b[t] == a[t]]
-    return {**paired(a, b), "fixed": fixed[:TASK_LIST], "broke": broke[:TASK_LIST], "n_fixed": len(fixed),
-            "n_broke": len(broke), "both": sum(1 for x in same if x >= 1), "neither": sum(1 for x in same if x <= 0),
-            "tied": sum(1 for x in same if 0 < x < 1)}
+    return {**paired({t: a[t] for t in common}, {t: b[t] for t in common}), "fixed": fixed[:TASK_LIST],
+            "broke": broke[:TASK_LIST], "n_fixed": len(fixed), "n_broke": len(broke),
+            "both": sum(1 for x in same if x >= 1), "neither": sum(1 for x in same if x <= 0),
+            "tied": sum(1 for x in same if 0 < x < 1), "unpaired": len(both) - len(common), "why": why}
 
 
 def detail(run: RunView, ref: str) -> dict[str, Any]:
@@ -181,10 +187,15 @@ def _matrix(run: RunView, split: str) -> dict[str, Any]:
 
 def compare(a_run: RunView, a_ref: str, b_run: RunView, b_ref: str) -> dict[str, Any]:
     """Two systems side by side (from one run or two): their components, the diff, their scores
-    and, on the tasks both were scored on, which each does better."""
+    and, on the tasks both were scored on that are the same task in both runs
+    (:func:`evolve.results.pairing.same_tasks`), which each does better."""
     a, b = resolve(a_run, a_ref), resolve(b_run, b_ref)
     sa, sb = system_json(a_run, a), system_json(b_run, b)
+    tasks = {}
+    for s in ("val", "test"):
+        ta, tb = task_scores(a_run, a, s), task_scores(b_run, b, s)
+        pair, why = same_tasks(a_run.archive, b_run.archive, s, set(ta) & set(tb))
+        tasks[s] = versus(ta, tb, pair=pair, why=why)
     return {"a": {"run": a_run.id, "id": a, "system": sa, "scores": {s: a_run.score(a, s) for s in ("val", "test")}},
             "b": {"run": b_run.id, "id": b, "system": sb, "scores": {s: b_run.score(b, s) for s in ("val", "test")}},
-            "diff": component_diff(sa, sb),
-            "tasks": {s: versus(task_scores(a_run, a, s), task_scores(b_run, b, s)) for s in ("val", "test")}}
+            "diff": component_diff(sa, sb), "tasks": tasks}

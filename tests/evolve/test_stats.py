@@ -1,10 +1,10 @@
-"""The paired comparison the run report prints next to a gain."""
+"""The paired comparison the run report prints next to a gain, and a score's interval."""
 
 import math
 
 import pytest
 
-from evolve.results.stats import describe, paired, sign_test
+from evolve.results.stats import bounds, describe, interval, paired, sign_test, wilson
 
 
 @pytest.mark.parametrize("wins,losses,p", [
@@ -39,8 +39,9 @@ def test_identical_systems_differ_by_nothing():
 def test_partial_scores_and_empty_overlap():
     c = paired({"x": 0.5, "y": 0.25}, {"x": 0.75, "y": 0.25})
     assert (c["diff"], c["b_only"], c["a_only"]) == (0.125, 1, 0)
-    assert paired({"x": 1.0}, {"y": 1.0})["n"] == 0
-    assert describe(paired({"x": 1.0}, {"y": 1.0})) == "no tasks in common"
+    none = paired({"x": 1.0}, {"y": 1.0})
+    assert none["n"] == 0 and none["p"] is None and none["ci95"] is None and bounds(none) is None
+    assert describe(none) == "no task in common"
 
 
 def test_describe_names_the_interval_and_the_counts():
@@ -49,3 +50,39 @@ def test_describe_names_the_interval_and_the_counts():
     line = describe(paired(a, b))
     assert line.startswith("+8.0 points (95% CI ±3.1; 24 tasks better with the best system, 0 with the baseline")
     assert "n=300" in line
+
+
+@pytest.mark.parametrize("k,n,low,high", [
+    (15, 15, 0.7961166989641515, 1.0),        # scipy.stats.binomtest(k, n).proportion_ci(method="wilson")
+    (1, 12, 0.014865094404917123, 0.35387991114111694),
+    (0, 7, 0.0, 0.35433043506668743),
+    (12, 24, 0.3142742581957335, 0.6857257418042665),
+])
+def test_a_scores_interval_is_wilsons_and_stays_in_0_1(k, n, low, high):
+    assert wilson(k / n, n) == pytest.approx((low, high), rel=2e-4, abs=1e-4)
+    mean = k / n  # 0/1 scores: the mean of squares is the mean
+    lo, hi = interval(mean, mean, n)
+    assert 0.0 <= lo < mean or mean == 0.0
+    assert mean < hi <= 1.0 or mean == 1.0
+    assert (lo, hi) == wilson(mean, n)
+
+
+def test_scores_outside_0_1_keep_the_normal_interval():
+    lo, hi = interval(2.0, 5.0, 10, unit=False)  # variance 1 (sample 10/9)
+    assert hi - 2.0 == pytest.approx(2.0 - lo) == pytest.approx(1.96 * math.sqrt(10 / 9 / 10))
+    assert interval(2.0, 4.0, 1, unit=False) is None and interval(0.5, 0.5, 0) is None
+
+
+def test_a_paired_interval_never_leaves_the_possible_differences():
+    # three tasks gained, one tied: the normal interval reaches +124 points, past what 0/1 scores can differ by
+    c = paired({k: 0.0 for k in range(4)}, {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.0})
+    assert c["diff"] + c["ci95"] > 1.0 and (c["low"], c["high"]) == (pytest.approx(c["diff"] - c["ci95"]), 1.0)
+    assert describe(c).startswith("+75.0 points (95% CI [+26.0, +100.0]; 3 tasks better")
+    two = paired({0: 0.0, 1: 1.0}, {0: 1.0, 1: 0.0})
+    assert (two["low"], two["high"]) == (-1.0, 1.0)
+    # an older report.json (no low/high) is read within the bounds too
+    old = {k: v for k, v in c.items() if k not in ("low", "high")}
+    assert bounds(old) == (c["low"], c["high"]) and "[+26.0, +100.0]" in describe(old)
+    # scores beyond [0, 1]: nothing is known of the bounds, the interval stays as computed
+    wide = paired({k: 0.0 for k in range(4)}, {0: 3.0, 1: 3.0, 2: 3.0, 3: 0.0})
+    assert wide["high"] == pytest.approx(wide["diff"] + wide["ci95"]) and "±" in describe(wide)

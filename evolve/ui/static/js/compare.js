@@ -1,5 +1,5 @@
 // Two systems side by side, from one run or two: their scores, the diff, and task by task which does better.
-import { h, append, api, table, short, score, pct, num, secs } from "./dom.js";
+import { h, append, api, table, short, score, gain, pct, num, secs } from "./dom.js";
 import { diffTable } from "./system.js";
 import { lineChart } from "./charts.js";
 
@@ -19,14 +19,14 @@ export async function compareView(ctx) {
     table(["split", "score"], Object.entries(x.scores).filter(([, v]) => v).map(([k, v]) => ({ cells: [k, score(v)] }))),
     h("h3", null, "prompts"), Object.entries(x.system.prompts || {}).map(([k, v]) => h("div", null, h("b", null, k), h("pre", null, v))));
   const tasks = Object.entries(c.tasks).filter(([, v]) => v.n).map(([split, v]) => ({
-    cells: [split, v.n, pct(v.a), pct(v.b), `${(100 * v.diff).toFixed(1)} pts${v.ci95 === null ? "" : ` ±${(100 * v.ci95).toFixed(1)}`}`,
-      v.n_fixed, v.n_broke, v.p.toPrecision(2)],
+    cells: [split, v.n, pct(v.a), pct(v.b), gain(v), v.n_fixed, v.n_broke, v.p.toPrecision(2)],
   }));
+  const unpaired = Object.entries(c.tasks).filter(([, v]) => v.why).map(([split, v]) => h("p", { class: "muted" }, `${split}: ${v.why}`));
   return h("div", { id: "compare" }, h("h1", null, "Compare two systems"), form,
     h("div", { class: "two" }, side(c.a), side(c.b)),
     h("h2", null, "Task by task (B against A)"),
     tasks.length ? table(["split", "tasks in common", "A", "B", "B − A", "B better on", "B worse on", "sign test p"], tasks)
-      : h("p", { class: "muted" }, "no tasks scored by both"),
+      : h("p", { class: "muted" }, "no task in common: no interval, no test"), unpaired,
     h("h2", null, "Diff (A → B)"), diffTable(c.diff, ["A", "B"]));
 }
 
@@ -59,8 +59,9 @@ export async function compareRunsView(ctx, ra, rb) {
     const tasks = Object.entries(c.tasks).filter(([, v]) => v.n);
     append(out, h("h2", null, `Their best systems (${short(c.a.id)} and ${short(c.b.id)})`),
       tasks.length ? table(["split", "tasks in common", ra, rb, `${rb} − ${ra}`, `${rb} better on`, `${rb} worse on`], tasks.map(([s, v]) => ({
-        cells: [s, v.n, pct(v.a), pct(v.b), `${(100 * v.diff).toFixed(1)} pts${v.ci95 === null ? "" : ` ±${(100 * v.ci95).toFixed(1)}`}`, v.n_fixed, v.n_broke],
-      }))) : h("p", { class: "muted" }, "no tasks scored by both (different task sets)"),
+        cells: [s, v.n, pct(v.a), pct(v.b), gain(v), v.n_fixed, v.n_broke],
+      }))) : h("p", { class: "muted" }, "no task in common (other tasks, or the same ids with other content): no interval, no test"),
+      Object.entries(c.tasks).filter(([, v]) => v.why).map(([s, v]) => h("p", { class: "muted" }, `${s}: ${v.why}`)),
       h("h3", null, "Diff"), diffTable(c.diff, [ra, rb]),
       h("p", null, h("a", { href: `#/compare?a=${encodeURIComponent(`${ra}:best`)}&b=${encodeURIComponent(`${rb}:best`)}` }, "the two systems in full")));
   }

@@ -69,10 +69,19 @@ export function ago(ts) {
   if (s < 86400) return `${(s / 3600).toFixed(1)} h ago`;
   return when(ts);
 }
+// A score with its 95% interval (Wilson for scores in [0, 1]: asymmetric, so [low, high], never ±).
 export function score(sc) {
   if (!sc) return "–";
-  const ci = sc.ci95 === null || sc.ci95 === undefined ? "" : ` ±${(100 * sc.ci95).toFixed(1)}`;
+  const ci = sc.low === null || sc.low === undefined ? "" : ` [${(100 * sc.low).toFixed(1)}, ${(100 * sc.high).toFixed(1)}]`;
   return `${pct(sc.mean)}${ci} (n=${sc.n})`;
+}
+// A paired difference in points with its 95% interval: ±x while symmetric, [low, high] once cut at ±100.
+export function gain(v, unit = " pts") {
+  if (!v || v.diff === null || v.diff === undefined) return "–";
+  const d = `${(100 * v.diff).toFixed(1)}${unit}`;
+  if (v.low === null || v.low === undefined) return v.ci95 === null || v.ci95 === undefined ? d : `${d} ±${(100 * v.ci95).toFixed(1)}`;
+  const sym = v.ci95 !== null && Math.abs(v.low - (v.diff - v.ci95)) < 1e-9 && Math.abs(v.high - (v.diff + v.ci95)) < 1e-9;
+  return sym ? `${d} ±${(100 * v.ci95).toFixed(1)}` : `${d} [${(100 * v.low).toFixed(1)}, ${(100 * v.high).toFixed(1)}]`;
 }
 export function json(v) {
   if (typeof v === "string") return v;

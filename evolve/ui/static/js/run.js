@@ -1,5 +1,5 @@
 // One run: overview (budget, scores, curves per generation), lineage (+ the system panel), tasks, deployment.
-import { h, append, api, table, short, score, num, secs, money, pct, ago, when, statusBadge, badge, card } from "./dom.js";
+import { h, append, api, table, short, score, gain, num, secs, money, pct, ago, when, statusBadge, badge, card } from "./dom.js";
 import { lineageView } from "./lineage.js";
 import { lineChart, barChart } from "./charts.js";
 
@@ -31,8 +31,8 @@ function overview(ctx, rid, run) {
     card("baseline val", run.baseline ? score(run.baseline.val) : "–"),
     card("best val", run.best ? score(run.best.val) : "–", run.best && run.best.id),
     card("best test", run.best ? score(run.best.test) : "–"),
-    card("test gain", g && g.diff !== null ? `${(100 * g.diff).toFixed(1)} pts ±${g.ci95 === null ? "?" : (100 * g.ci95).toFixed(1)}` : "–",
-      g ? `paired over ${g.n} tasks; ${g.b_only} better, ${g.a_only} worse; sign test p=${g.p.toPrecision(2)}` : null),
+    card("test gain", g && g.n ? gain(g) : "–",
+      g && g.n ? `paired over ${g.n} tasks (95% interval); ${g.b_only} better, ${g.a_only} worse; sign test p=${g.p.toPrecision(2)}` : null),
     card("rollouts", `${num(run.used.rollouts)}${run.budget.rollouts ? ` / ${num(run.budget.rollouts)}` : ""}`),
     card("LLM calls", `${num(run.used.calls)}${run.budget.calls ? ` / ${num(run.budget.calls)}` : ""}`),
     card("tokens", `${num(run.used.tokens)}${run.budget.tokens ? ` / ${num(run.budget.tokens)}` : ""}`),

@@ -1,5 +1,5 @@
 // The first page: every run (task, status, budget spent, baseline and best with intervals) and trace store.
-import { h, append, api, table, short, score, num, secs, money, ago, statusBadge, badge } from "./dom.js";
+import { h, append, api, table, short, score, gain as withInterval, num, secs, money, ago, statusBadge, badge } from "./dom.js";
 
 function spent(used, budget) {
   const parts = [];
@@ -35,7 +35,7 @@ export async function runsView(ctx) {
         "baseline val", "best val", "best test", "gain (test)", "updated"],
       data.runs.map((r) => {
         const g = r.paired && r.paired.test;
-        const gain = g && g.diff !== null ? `${(100 * g.diff).toFixed(1)} ±${g.ci95 === null ? "?" : (100 * g.ci95).toFixed(1)}` : "–";
+        const gain = g && g.n ? withInterval(g, "") : "–";
         const gens = r.budget.generations !== undefined ? `${r.generation ?? 0} / ${r.budget.generations}` : num(r.generation);
         return {
           onclick: () => { location.hash = `#/run/${encodeURIComponent(r.id)}`; },

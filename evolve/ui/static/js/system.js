@@ -1,6 +1,6 @@
 // One system: what it is, its diff to its parent, the decision with its evidence, scores, training
 // curve, its layers (memory, tools, workflow) and the rollouts behind it.
-import { h, append, api, table, short, score, pct, num, when, badge, json } from "./dom.js";
+import { h, append, api, table, short, score, gain, pct, num, when, badge, json } from "./dom.js";
 import { lineChart } from "./charts.js";
 import { memoryView, toolsView, workflowView } from "./layers.js";
 
@@ -32,7 +32,7 @@ function versus(v, what) {
   const same = `${v.both} both solve, ${v.neither} neither${v.tied ? `, ${v.tied} tied between` : ""}`;
   return table(["on", "parent", "this", "difference (95% CI, sign test)", "fixed", "broke", "same"], [{
     cells: [`${what} (${v.n} tasks)`, pct(v.a), pct(v.b),
-      `${(100 * v.diff).toFixed(1)} pts${v.ci95 === null ? "" : ` ±${(100 * v.ci95).toFixed(1)}`}, p=${v.p.toPrecision(2)}`,
+      `${gain(v)}, p=${v.p.toPrecision(2)}`,
       taskList(v.fixed, v.n_fixed), taskList(v.broke, v.n_broke), same],
   }], { class: "versus" });
 }
@@ -59,7 +59,7 @@ export async function systemPanel(ctx, rid, sid) {
         " · ", h("a", { href: `#/compare?a=${enc(`${rid}:${parent}`)}&b=${enc(`${rid}:${d.id}`)}` }, "compare side by side")] : null,
       d.children.length ? ` · ${d.children.length} children` : null),
     d.rationale ? h("p", null, h("i", null, d.rationale)) : null);
-  append(out, h("h3", null, "Scores"), table(["split", "mean ±95% CI (n)"],
+  append(out, h("h3", null, "Scores"), table(["split", "mean [95% interval] (n)"],
     Object.entries(d.scores).filter(([, v]) => v).map(([k, v]) => ({ cells: [k, score(v)] })), { class: "scores" }));
   if (d.decision) {
     append(out, h("h3", null, "Decision"), h("p", { class: "decision" }, d.decision.why));

@@ -1,0 +1,61 @@
+"""How a read-only :class:`~evolve.archive.Archive` reads a run without creating a file beside it.
+
+SQLite gives every reader of a WAL database its ``-wal`` and ``-shm`` files, creating them when
+they are missing, and a read-only connection can never remove them again: opened with ``mode=ro``
+on a finished run, a reader leaves both in the run folder for good. So:
+
+* with no ``-wal`` beside the file, no writer has it open and the file holds every row: it is
+  opened ``immutable`` (nothing created, nothing locked), and opened again as soon as a ``-wal``
+  appears or the file changes (a resumed run, ``evolve promote``);
+* with a ``-wal`` (a writer at work, or one that was killed), ``mode=ro`` reads through the
+  writer's files, and the connection is closed after each read, so that a writer that ends while
+  nobody is reading is the last connection and removes its files, as it does alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+
+class ReadOnly:
+    """The read-only connection of one archive file, (re)opened as the files beside it say."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = None
+        self.depth = 0  # reads under way (the archive's lock is re-entrant)
+        self._frozen: tuple[Any, ...] | None = None  # immutable: the files as they were when opened
+
+    def _files(self) -> tuple[Any, ...]:
+        wal = os.path.exists(f"{self.path}-wal")
+        try:
+            st = self.path.stat()
+        except OSError:  # moved or removed: opening again says so
+            return (wal,)
+        return wal, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def connection(self) -> sqlite3.Connection:
+        """The connection to read with now (a new one when the files changed or the last was let go)."""
+        if self.conn is not None and (self.depth or self._frozen is None or self._frozen == self._files()):
+            return self.conn  # (never changed under a read that is using it)
+        self.close()
+        files = self._files()
+        how = "mode=ro" if files[0] else "mode=ro&immutable=1"
+        self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{how}", uri=True, check_same_thread=False,
+                                    isolation_level=None, timeout=30.0)
+        self.conn.execute("PRAGMA busy_timeout = 30000")
+        self._frozen = None if files[0] else files
+        return self.conn
+
+    def done(self) -> None:
+        """A read ended: let go of a connection through a writer's files (see the module docstring)."""
+        if self.depth == 0 and self._frozen is None:
+            self.close()
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
