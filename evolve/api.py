@@ -57,7 +57,10 @@ def run_task(
     run_dir = Path(out) if out is not None else run_dir_for(cfg, base)
     engine = Engine(cfg, base_dir=base, run_dir=run_dir, resume=resume, fresh=fresh, observer=observer, agent=agent,
                     reward=reward)
-    return engine.run()
+    try:
+        return engine.run()
+    finally:  # the run's writer lets go: its -wal folds into the archive now, not when collected
+        engine.archive.close()
 
 
 def _callables(data: dict, agent: Callable | None, reward: Callable | None) -> tuple[Callable | None, Callable | None]:
