@@ -6,8 +6,10 @@ solve or both fail. Comparing the two means as if they were independent samples 
 noise, and ignoring the noise altogether reads a 2-point gain on 300 tasks as a result (its 95%
 interval is about ±3.5 points on the SQL world's test split). :func:`paired` gives what a
 reader needs: the per-task differences' mean with a 95% interval (normal approximation of the
-paired mean, fine for the tens-to-hundreds of tasks a split holds; with scores in [0, 1] it is
-cut to the differences possible, [-1, 1], and then reads ``[low, high]``), how many tasks only
+paired mean, fine for the tens-to-hundreds of tasks a split holds; with scores in [0, 1] it is at
+least as wide as with Agresti and Min's pseudo-pairs added (one difference of +1 and one of -1 at
+weight 1/2, and a tie), so that 20 wins in 20 tasks read ``[+85.0, +100.0]``, not ``±0.0``; it is cut to the
+differences possible, [-1, 1], and then reads ``[low, high]``), how many tasks only
 one of the two wins, and the exact two-sided sign test on those (McNemar's exact test when scores
 are 0/1). Only tasks both were scored on are paired; none in common gives no interval and no
 p-value.
@@ -57,11 +59,14 @@ def paired(a: Mapping[Any, float], b: Mapping[Any, float]) -> dict[str, Any]:
     d = [y - x for x, y in zip(xa, xb)]
     mean = sum(d) / n
     ci = low = high = None
+    unit = _unit(xa) and _unit(xb)
     if n > 1:
-        var = sum((x - mean) ** 2 for x in d) / (n - 1)
-        ci = Z * math.sqrt(var / n)
+        ci = Z * math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+        if unit:  # at least Agresti and Min's width (pseudo-pairs: one each way at weight 1/2, one tie)
+            m2 = (sum(x * x for x in d) + 1.0) / (n + 2) - (sum(d) / (n + 2)) ** 2
+            ci = max(ci, Z * math.sqrt(max(m2, 0.0) / (n + 2)))
         low, high = mean - ci, mean + ci
-        if _unit(xa) and _unit(xb):
+        if unit:
             low, high = max(-1.0, low), min(1.0, high)
     b_only = sum(1 for x in d if x > 0)
     a_only = sum(1 for x in d if x < 0)

@@ -33,7 +33,9 @@ def test_paired_uses_only_common_tasks_and_the_paired_spread():
 def test_identical_systems_differ_by_nothing():
     s = {k: float(k % 3 == 0) for k in range(30)}
     c = paired(s, dict(s))
-    assert (c["diff"], c["ci95"], c["b_only"], c["a_only"], c["p"]) == (0.0, 0.0, 0, 0, 1.0)
+    assert (c["diff"], c["b_only"], c["a_only"], c["p"]) == (0.0, 0, 0, 1.0)
+    # no task differs, yet 30 tasks cannot rule out a small difference: Agresti and Min's width, not 0
+    assert c["ci95"] == pytest.approx(1.96 * math.sqrt((1 / 32) / 32))
 
 
 def test_partial_scores_and_empty_overlap():
@@ -77,12 +79,23 @@ def test_a_paired_interval_never_leaves_the_possible_differences():
     # three tasks gained, one tied: the normal interval reaches +124 points, past what 0/1 scores can differ by
     c = paired({k: 0.0 for k in range(4)}, {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.0})
     assert c["diff"] + c["ci95"] > 1.0 and (c["low"], c["high"]) == (pytest.approx(c["diff"] - c["ci95"]), 1.0)
-    assert describe(c).startswith("+75.0 points (95% CI [+26.0, +100.0]; 3 tasks better")
+    assert describe(c).startswith("+75.0 points (95% CI [+23.3, +100.0]; 3 tasks better")
     two = paired({0: 0.0, 1: 1.0}, {0: 1.0, 1: 0.0})
     assert (two["low"], two["high"]) == (-1.0, 1.0)
     # an older report.json (no low/high) is read within the bounds too
     old = {k: v for k, v in c.items() if k not in ("low", "high")}
-    assert bounds(old) == (c["low"], c["high"]) and "[+26.0, +100.0]" in describe(old)
+    assert bounds(old) == (c["low"], c["high"]) and "[+23.3, +100.0]" in describe(old)
     # scores beyond [0, 1]: nothing is known of the bounds, the interval stays as computed
     wide = paired({k: 0.0 for k in range(4)}, {0: 3.0, 1: 3.0, 2: 3.0, 3: 0.0})
     assert wide["high"] == pytest.approx(wide["diff"] + wide["ci95"]) and "±" in describe(wide)
+
+
+def test_a_paired_interval_is_never_empty_when_every_difference_is_the_same():
+    """20 wins in 20 tasks: a normal approximation reads +100.0 ±0.0; the pseudo-pairs give a real width."""
+    from evolve.results.stats import describe, paired
+
+    c = paired({i: 0.0 for i in range(20)}, {i: 1.0 for i in range(20)})
+    assert c["diff"] == 1.0 and 0.1 < c["ci95"] < 0.2 and c["high"] == 1.0 and 0.8 < c["low"] < 0.9
+    assert "[+85.0, +100.0]" in describe(c)
+    same = paired({i: 0.5 for i in range(10)}, {i: 0.5 for i in range(10)})
+    assert same["diff"] == 0.0 and same["ci95"] > 0.05  # no difference seen in 10 tasks is not "exactly 0"
