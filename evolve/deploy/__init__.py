@@ -5,9 +5,12 @@ served it". Configured by the task file's ``deploy:`` section; driven by ``evolv
 * :mod:`~evolve.deploy.config` — the ``deploy:`` section (regression gate, guards, canary, approval);
 * :mod:`~evolve.deploy.lifecycle` — proposed → gated → canary → pending → active → retired /
   rejected / rolled back, each move an audit event, moved atomically with the current pointer;
-* :mod:`~evolve.deploy.integrity` — the evaluation pinned by content hash; candidates that reach
-  the reward's code or files, or address the evaluator, refused;
-* :mod:`~evolve.deploy.gates` — the paired no-worse-than-active test and the guarded floors and ceilings;
+* :mod:`~evolve.deploy.pins` — the evaluation pinned: the code the reward and agent run and the files
+  they read, by content (installed packages by version), run from source during a gate;
+* :mod:`~evolve.deploy.integrity` — candidates that reach the reward's code or files, address the
+  evaluator or carry a gate's answers, refused;
+* :mod:`~evolve.deploy.gates` — the gate split held out from selection, the paired no-worse-than-active
+  test and the guarded floors and ceilings;
 * :mod:`~evolve.deploy.canary` — the gateway's share of new sessions and the anytime-valid test on feedback;
 * :mod:`~evolve.deploy.manage` — ``promote``, ``approve``, ``rollback``, ``status``;
 * :mod:`~evolve.deploy.cli` — the commands.

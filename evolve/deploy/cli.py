@@ -81,6 +81,8 @@ def status_command(
         if test:
             line += (f"; {test['candidate_sessions']} vs {test['active_sessions']} scored sessions, "
                      f"test says {test['decision']}")
+        if st.get("canary_expired"):
+            line += f"; past max_hours ({can['max_hours']:g} h): ended, not promoted, at the gateway's next call"
         out.print(Text(line))
     states = Table("system", "state", title="lifecycle", title_justify="left")
     for sid, s in st["states"].items():

@@ -16,14 +16,17 @@ class Suite(_Strict):
     """A named task set scored by a pinned reward."""
 
     name: str = Field(description="what the suite guards, e.g. regression, refusals, format")
-    tasks: str = Field("val", description="a split of the task's dataset (train, val, test) or a JSONL file of tasks "
-                                          "(relative to the task file)")
+    tasks: str = Field("val", description="a split of the task's dataset (train, val, test, or gate: tasks held out "
+                                          "from the run's selection) or a JSONL file of tasks (relative to the task "
+                                          "file)")
     reward: str | None = Field(None, description="import path of the suite's reward (default: the task's reward)")
     limit: int | None = Field(None, ge=1, description="use the first N tasks only")
 
 
 class Regression(Suite):
     name: str = "regression"
+    tasks: str = Field("gate", description="the gate split (held out from selection, deploy.gate_share of val), "
+                                           "another split, or a JSONL file of tasks (relative to the task file)")
     risk: float = Field(0.05, gt=0, lt=0.5, description="the chance the gate passes a candidate that is worse by "
                                                        "more than the margin")
     margin: float = Field(0.0, ge=0, description="how much worse than the active system (in score points, 0-1) is "
@@ -68,6 +71,14 @@ class DeployConfig(_Strict):
     canary: Canary | None = Field(None, description="serve a share of live sessions through evolve gateway first")
     approval: bool = Field(False, description="a person's evolve promote --approve is needed after the gates and "
                                               "canary")
+    gate_share: float = Field(0.25, gt=0, lt=1, description="the share of the val split held out from the run's "
+                                                            "selection as the gate split (chosen by the seed when "
+                                                            "the run starts)")
+    data_files: list[str] = Field(default_factory=list, description="files the reward or agent reads (relative to "
+                                                                    "the task file), pinned by content with the code")
+    answer_fields: list[str] | None = Field(None, description="task fields holding the expected answer, refused in "
+                                                              "a candidate's text (default: fields named like gold, "
+                                                              "answer, expected, solution, label, target, reference)")
     on_change: Literal["refuse"] = Field("refuse", description="a reward or suite whose code changed since it was "
                                                                "pinned is refused until re-pinned")
 

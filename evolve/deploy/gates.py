@@ -11,6 +11,14 @@
 
 A failure says which suite, by how much, and on which tasks. Rollouts are memoised in the archive
 under a tag that carries the pins' id, so a re-pinned reward scores anew.
+
+**The gate split.** A suite gates by default on tasks selection never saw: when a run whose policy
+gates on ``tasks: gate`` starts, :func:`hold_out_gate` takes ``deploy.gate_share`` of its val
+split, chosen by a hash of the run's seed and each task's id, out of val (and a train task equal
+to one of them out of train) before anything is scored, and records their ids (run state
+``deploy.gate``), so every later session of the run (its resumption, ``evolve promote``,
+``evolve eval``) sees the same three disjoint splits. A dataset source that returns a ``gate``
+split gives it instead.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Callable
 
 from evolve.errors import ConfigError
+from evolve.scoring.holdout import GATE_KEY, carve, choose_gate, hold_out_gate
 from evolve.types import System, Trajectory
 
-SPLITS = ("train", "val", "test")
+SPLITS = ("train", "val", "test", "gate")
 
 
 @dataclass
@@ -47,9 +56,37 @@ class SuiteResult:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
-def suite_tasks(suite: Any, session: Any, base_dir: Path) -> list[dict]:
+def _suites(dep: Any) -> list[Any]:
+    return ([dep.regression] if dep.regression else []) + list(dep.guards)
+
+
+def run_splits(cfg: Any, base_dir: Path, archive: Any) -> dict[str, list[dict]]:
+    """A run's splits as its sessions see them (the gate split held out, if it has one)."""
+    from evolve.task.data import load_splits
+
+    splits = load_splits(cfg.dataset, base_dir, cfg.seed)
+    saved = archive.get_state(GATE_KEY)
+    return carve(splits, saved["ids"]) if saved is not None else splits
+
+
+def split_tasks(cfg: Any, splits: dict[str, list[dict]]) -> Callable[[str], list[dict]]:
+    """``split -> tasks`` as a session gives them (``engine.val_size`` / ``test_size`` applied)."""
+    def tasks(split: str) -> list[dict]:
+        limit = {"val": cfg.engine.val_size, "test": cfg.engine.test_size}.get(split)
+        return list(splits.get(split, [])[:limit] if limit else splits.get(split, []))
+    return tasks
+
+
+def suite_tasks(suite: Any, tasks_of: Callable[[str], list[dict]], base_dir: Path,
+                has: Any = None) -> list[dict]:
+    """The tasks ``suite`` scores on: a split (``tasks_of(split)``) or its JSONL file."""
     if suite.tasks in SPLITS:
-        tasks = session.tasks(suite.tasks)
+        if suite.tasks == "gate" and has is not None and "gate" not in has:
+            raise ConfigError(f"suite {suite.name!r} gates on the gate split, and this run has none: it scored tasks "
+                              "before its deploy: policy gated on the gate split, so its selection saw every task. "
+                              "Give the suite a JSONL file of tasks the run never saw (tasks: FILE.jsonl), or "
+                              "tasks: test", path=f"deploy.{suite.name}.tasks")
+        tasks = tasks_of(suite.tasks)
     else:
         path = (base_dir / suite.tasks).resolve()
         if not path.is_file():
@@ -71,6 +108,11 @@ def suite_tasks(suite: Any, session: Any, base_dir: Path) -> list[dict]:
     if not tasks:
         raise ConfigError(f"suite {suite.name!r} has no tasks", path=f"deploy.{suite.name}.tasks")
     return tasks
+
+
+def all_suite_tasks(cfg: Any, base_dir: Path, splits: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Each suite's name -> the tasks it scores on, as the gates will (``splits``: the run's)."""
+    return {s.name: suite_tasks(s, split_tasks(cfg, splits), base_dir, has=splits) for s in _suites(cfg.deploy)}
 
 
 def _by_task(trajs: list[Trajectory]) -> dict[str, float]:
@@ -101,7 +143,8 @@ def regression(suite: Any, cand: list[Trajectory], active: list[Trajectory]) -> 
                               "better": sum(1 for x in d if x > 0), "worse": len(worse)})
     if n < suite.min_tasks:
         res.message = (f"{suite.name}: decided on {n} tasks, fewer than min_tasks={suite.min_tasks}; give the suite "
-                       "more tasks")
+                       "more tasks" + (" (the gate split holds deploy.gate_share of the val tasks, chosen when the "
+                                       "run starts; or give the suite a task file)" if suite.tasks == "gate" else ""))
     else:
         verdict = "passes" if res.passed else "fails"
         res.message = (f"{suite.name} {verdict}: the candidate scores {_pct(cm)} against the active system's "
@@ -156,37 +199,44 @@ def _no_world_failures(name: str, trajs: list[Trajectory]) -> None:
                          f"({bad[0].error}); nothing was decided, run evolve promote again")
 
 
-def run_gates(cfg: Any, base_dir: Path, run_dir: Path, candidate: System, active: System | None, pins_id: str,
-              observer: Any = None) -> list[SuiteResult]:
-    """Score ``candidate`` (and ``active`` for the regression suite) on the deploy policy's suites."""
+def run_gates(cfg: Any, base_dir: Path, run_dir: Path, candidate: System, active: System | None,
+              pins: dict[str, Any], pins_id: str, observer: Any = None) -> tuple[list[SuiteResult], list[str]]:
+    """Score ``candidate`` (and ``active`` for the regression suite) on the deploy policy's suites,
+    running the pinned code from source. Returns the results and the files in the project's folders
+    that the rollouts read and the pins do not hold."""
+    from evolve.deploy.pins import from_source, unpinned_reads, watching
     from evolve.scoring.session import Session
 
     dep = cfg.deploy
     out: list[SuiteResult] = []
-    for suite in ([dep.regression] if dep.regression else []) + list(dep.guards):
-        session = Session(cfg, base_dir=base_dir, run_dir=run_dir, resume=True, evaluating=True, observer=observer,
-                          reward=suite.reward or None, budgeted=False)
-        try:
-            tasks = suite_tasks(suite, session, base_dir)
-            split = suite.tasks if suite.tasks in SPLITS else "gate"
-            tag = f"gate:{suite.name}:{pins_id}"
-            with session.outside_budget():
-                cand = session.rollouts(candidate, tasks, split=split, tag=tag, description=f"gate {suite.name} "
-                                        f"{candidate.id[:8]}")
-                _no_world_failures(suite.name, cand)
-                if suite is dep.regression:
-                    if active is None:
-                        raise ConfigError("the regression gate compares with the active system, and this run has "
-                                          "none yet", path="deploy.regression")
-                    act = session.rollouts(active, tasks, split=split, tag=tag,
-                                           description=f"gate {suite.name} {active.id[:8]} (active)")
-                    _no_world_failures(suite.name, act)
-                    out.append(regression(suite, cand, act))
-                else:
-                    out.append(guard(suite, cand))
-        finally:
-            session.close()
-    return out
+    seen: list[str] = []
+    with from_source(pins):
+        for suite in _suites(dep):
+            session = Session(cfg, base_dir=base_dir, run_dir=run_dir, resume=True, evaluating=True,
+                              observer=observer, reward=suite.reward or None, budgeted=False)
+            try:
+                tasks = suite_tasks(suite, session.tasks, base_dir, has=session.splits)
+                split = suite.tasks if suite.tasks in SPLITS else "gate"
+                tag = f"gate:{suite.name}:{pins_id}"
+                with session.outside_budget(), watching() as reads:
+                    cand = session.rollouts(candidate, tasks, split=split, tag=tag, description=f"gate {suite.name} "
+                                            f"{candidate.id[:8]}")
+                    _no_world_failures(suite.name, cand)
+                    if suite is dep.regression:
+                        if active is None:
+                            raise ConfigError("the regression gate compares with the active system, and this run "
+                                              "has none yet", path="deploy.regression")
+                        act = session.rollouts(active, tasks, split=split, tag=tag,
+                                               description=f"gate {suite.name} {active.id[:8]} (active)")
+                        _no_world_failures(suite.name, act)
+                        out.append(regression(suite, cand, act))
+                    else:
+                        out.append(guard(suite, cand))
+                seen += reads
+            finally:
+                session.close()
+    return out, unpinned_reads(pins, seen, run_dir)
 
 
-__all__ = ["SuiteResult", "guard", "regression", "run_gates", "suite_tasks"]
+__all__ = ["SuiteResult", "all_suite_tasks", "carve", "choose_gate", "guard", "hold_out_gate", "regression",
+           "run_gates", "run_splits", "suite_tasks"]

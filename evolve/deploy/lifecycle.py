@@ -26,7 +26,7 @@ ALLOWED: dict[str | None, set[str]] = {
     "proposed": {"proposed", "gated", "rejected"},
     "gated": {"canary", "pending", "active", "rejected"},
     "canary": {"pending", "active", "rolled_back"},
-    "pending": {"active", "rejected"},
+    "pending": {"active", "rejected", "proposed"},  # proposed: gated anew, the active system having changed
     "active": {"retired", "rolled_back"},
     "retired": {"active"},
     "rolled_back": {"proposed", "active"},

@@ -35,25 +35,73 @@ def _candidate(dep: Deployment, archive: Any, system: str | None) -> str:
     return proposed[-1]
 
 
-def pins_for(cfg: Any, base: Path, archive: Any, *, repin: bool, by: str) -> tuple[dict[str, Any], str]:
-    """The deployment's pins: saved the first time (or with ``repin``); a change since is refused."""
-    from evolve.task.data import load_splits
-    from evolve.deploy.integrity import make_pins, pin_changes, pin_id
+def pins_for(cfg: Any, base: Path, archive: Any, *, repin: bool, by: str,
+             splits: dict[str, list[dict]] | None = None) -> tuple[dict[str, Any], str]:
+    """The deployment's pins: saved the first time (or with ``repin``); a change since is refused.
+    ``splits``: the run's splits, when they were loaded already."""
+    from evolve.deploy.gates import run_splits
+    from evolve.deploy.pins import forged_caches, make_pins, pin_changes
 
-    now = make_pins(cfg, base, load_splits(cfg.dataset, base, cfg.seed))
     saved = archive.get_state(PINS_KEY)
+    observed = ((saved or {}).get("pins", {}).get("code") or {}).get("observed", [])
+    now = make_pins(cfg, base, splits if splits is not None else run_splits(cfg, base, archive), observed)
     if saved is not None and not repin:
         changed = pin_changes(saved["pins"], now)
         if changed:
-            raise DeployError("the evaluation changed since it was pinned (" + "; ".join(changed[:6]) + "); "
-                              "review the change, then re-pin it with evolve promote ... --repin")
-        return saved["pins"], saved["id"]
-    pid = pin_id(now)
+            raise DeployError("the evaluation changed since it was pinned: " + "; ".join(changed[:6]) + (
+                f"; and {len(changed) - 6} more" if len(changed) > 6 else "") + ". Review the change, then re-pin "
+                "it with evolve promote TASK RUN --repin")
+        pins, pid = saved["pins"], saved["id"]
+    else:
+        pins, pid = _save_pins(archive, now, by, saved)
+    forged = forged_caches(pins)
+    if forged:
+        raise DeployError("a bytecode cache of the evaluation's code would run instead of its source: "
+                          + "; ".join(forged) + ". It is stale or forged: delete it (it is only a cache), then run "
+                          "evolve promote again")
+    return pins, pid
+
+
+def _save_pins(archive: Any, pins: dict[str, Any], by: str, saved: Any) -> tuple[dict[str, Any], str]:
+    from evolve.deploy.pins import pin_id
+
+    pid = pin_id(pins)
     with archive.transaction():
-        archive.put_state(PINS_KEY, {"pins": now, "id": pid, "by": by})
-        archive.log_event("deploy_pin", {"id": pid, "by": by, "pins": now,
-                                         "replaced": (saved or {}).get("id")})
-    return now, pid
+        archive.put_state(PINS_KEY, {"pins": pins, "id": pid, "by": by})
+        archive.log_event("deploy_pin", {"id": pid, "by": by, "pins": pins, "replaced": (saved or {}).get("id")})
+    return pins, pid
+
+
+def _pin_reads(cfg: Any, base: Path, archive: Any, pins: dict[str, Any], reads: list[str]) -> str:
+    """Pin the files a gate was seen reading that the pins did not hold; the new pins' id."""
+    from evolve.deploy.gates import run_splits
+    from evolve.deploy.pins import make_pins
+
+    observed = sorted(set((pins.get("code") or {}).get("observed", [])) | set(reads))
+    saved = archive.get_state(PINS_KEY)
+    return _save_pins(archive, make_pins(cfg, base, run_splits(cfg, base, archive), observed), "gates", saved)[1]
+
+
+def gated_against(dep: Deployment, system: str) -> dict[str, Any] | None:
+    """The evidence of ``system``'s latest gate (``active``: the system it was compared with,
+    ``pins``: the pins' id), or None when it was never gated."""
+    gated = [e for e in dep.events(system) if e["to"] == "gated"]
+    return gated[-1]["evidence"] if gated else None
+
+
+def stale(dep: Deployment, archive: Any, system: str) -> str | None:
+    """Why ``system``'s gate no longer stands (None: it does): the active system or the pins
+    changed since it was gated."""
+    ev = gated_against(dep, system)
+    if ev is None or "active" not in ev:
+        return f"{system[:12]} has no record of the active system it was gated against"
+    if ev["active"] != dep.active():
+        return (f"{system[:12]} was gated against {str(ev['active'])[:12]}, and {str(dep.active())[:12]} is active "
+                "now")
+    pid = (archive.get_state(PINS_KEY) or {}).get("id")
+    if ev.get("pins") != pid:
+        return f"{system[:12]} was gated under the pins {ev.get('pins')}, and the evaluation was re-pinned since ({pid})"
+    return None
 
 
 def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = None, by: str | None = None,
@@ -61,8 +109,8 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     """Take a proposed system (or ``system``) through the deploy policy of ``task_file``: the
     integrity checks, the gates, then a canary, approval, or activation. Returns ``{"system",
     "state", "message", "gates"}``; a candidate that fails is ``rejected`` with the evidence."""
-    from evolve.deploy.gates import run_gates
-    from evolve.deploy.integrity import addresses_evaluator, reaches_evaluation
+    from evolve.deploy.gates import all_suite_tasks, run_gates, run_splits
+    from evolve.deploy.integrity import addresses_evaluator, carries_answers, reaches_evaluation
     from evolve.errors import UserError
     from evolve.task.taskfile import load_task
 
@@ -81,26 +129,38 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
         if state == "canary":
             return {"system": sid, "state": "canary", "gates": [], "message": "the canary is under way; the gateway "
                     "decides on feedback (evolve status shows it)"}
-        if state == "pending":
+        regate = stale(dep, archive, sid) if state == "pending" else None
+        if state == "pending" and regate is None:
             return {"system": sid, "state": "pending", "gates": [], "message": "waiting for approval: evolve promote "
                     "... --approve"}
-        if state not in (None, "proposed", "rolled_back", "rejected"):
+        if state not in (None, "proposed", "rolled_back", "rejected", "pending"):
             raise DeployError(f"system {sid[:12]} is {state}; only a proposed, rejected or rolled-back system can be "
                               "promoted")
         if dep.canary() is not None:
             raise DeployError(f"a canary of {dep.canary()['system'][:12]} is under way; wait for its decision or end "
                               "it with evolve rollback RUN (the active system stays)")
-        pins, pid = pins_for(cfg, base, archive, repin=repin, by=by)
+        splits = run_splits(cfg, base, archive)
+        pins, pid = pins_for(cfg, base, archive, repin=repin, by=by, splits=splits)
         cand = archive.get_system(sid)
         active_id = dep.active()
         active = archive.get_system(active_id) if active_id else None
-        moves = [] if state == "proposed" else [Move(sid, "proposed", by, "proposed by hand")]
-        refused = reaches_evaluation(cand, pins, base) + addresses_evaluator(cand, active)
+        moves = [] if state == "proposed" else [Move(sid, "proposed", by, f"gated anew: {regate}" if regate else
+                                                     "proposed by hand")]
+        refused = (reaches_evaluation(cand, pins, base) + addresses_evaluator(cand, active)
+                   + carries_answers(cand, all_suite_tasks(cfg, base, splits), cfg.deploy.answer_fields))
         if refused:
             why = "refused before scoring: " + "; ".join(refused)
             dep.apply(moves + [Move(sid, "rejected", "integrity", why, {"findings": refused, "pins": pid})])
             return {"system": sid, "state": "rejected", "gates": [], "message": why}
-    results = run_gates(cfg, base, Path(run_dir), cand, active, pid, observer=observer)
+    results, reads = run_gates(cfg, base, Path(run_dir), cand, active, pins, pid, observer=observer)
+    if reads:
+        with _open(run_dir) as archive:
+            new = _pin_reads(cfg, base, archive, pins, reads)
+        raise DeployError(f"while it was gated, the evaluation read {', '.join(reads[:5])}"
+                          + (f" and {len(reads) - 5} more files" if len(reads) > 5 else "")
+                          + f", which the pins did not hold; nothing was decided. They are pinned now as they are "
+                          f"({new}): check them, then run evolve promote again (list such files in deploy.data_files "
+                          "to pin them from the start)")
     gates = [r.to_json() for r in results]
     evidence = {"gates": gates, "pins": pid, "active": active_id}
     failed = [r for r in results if not r.passed]
@@ -132,7 +192,9 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
 
 
 def approve(run_dir: str | Path, *, system: str | None = None, by: str | None = None) -> dict[str, Any]:
-    """A person's approval of a pending system: it becomes active."""
+    """A person's approval of a pending system: it becomes active. An approval stands only against
+    the active system (and the pins) the system was gated on; otherwise it is refused, saying so, and
+    ``promote`` gates it again."""
     by = by or who()
     with _open(run_dir) as archive:
         dep = Deployment(archive)
@@ -151,7 +213,12 @@ def approve(run_dir: str | Path, *, system: str | None = None, by: str | None = 
         if can is not None:
             raise DeployError(f"a canary of {can['system'][:12]} is under way, compared with the active system; wait "
                               "for its decision (or end it with evolve rollback RUN) before approving another")
-        dep.apply([Move(sid, "active", by, f"approved by {by}")], expect={sid: "pending"}, expect_canary=None)
+        why = stale(dep, archive, sid)
+        if why is not None:  # its gate said nothing about the system it would replace
+            raise DeployError(f"the approval of {sid[:12]} does not stand: {why}. Gate it against the active system "
+                              f"again with evolve promote TASK RUN --system {sid[:12]}, then approve it")
+        dep.apply([Move(sid, "active", by, f"approved by {by}")], expect={sid: "pending"}, expect_canary=None,
+                  expect_active=dep.active())
     return {"system": sid, "state": "active", "message": f"{sid[:12]} approved by {by}; it is active"}
 
 
@@ -170,13 +237,15 @@ def rollback(run_dir: str | Path, system: str | None = None, *, by: str | None =
 def status(run_dir: str | Path, *, traces: str | Path | None = None) -> dict[str, Any]:
     """The active system, the lifecycle of every system in it, the canary under way (with its test
     on ``traces``, if given), the audit trail and any inconsistency."""
-    from evolve.deploy.canary import arm_scores, decide
+    from evolve.deploy.canary import arm_scores, decide, expired
 
     with _open(run_dir) as archive:
         dep = Deployment(archive)
         out: dict[str, Any] = {"active": dep.active(), "states": dep.states(), "canary": dep.canary(),
                                "blocked": dep.blocked(), "trail": dep.events(), "problems": dep.check(),
                                "pins": (archive.get_state(PINS_KEY) or {}).get("id")}
+    # status only reads: an expired canary is ended by the gateway's next call (it serves no new session)
+    out["canary_expired"] = out["canary"] is not None and expired(out["canary"])
     if out["canary"] is not None and traces is not None:
         from evolve.gateway.traces import TraceStore
 

@@ -39,7 +39,9 @@ from evolve.registry import runners as runner_registry
 from evolve.scoring.retry import RetryPolicy, Retrying
 from evolve.scoring.rundir import open_run
 from evolve.runners import RolloutJob, WorkerSpec
+from evolve.scoring.holdout import hold_out_gate
 from evolve.scoring.state import RunState
+from evolve.task.content import record
 from evolve.types import LLMCall, System, Trajectory
 
 
@@ -115,6 +117,8 @@ class Session:
         try:
             self.archive = open_run(self.run_dir, task, self.base_dir, resume=resume, fresh=fresh,
                                     evaluating=evaluating, observer=self.obs)
+            record(self.archive, self.splits)  # each task's content, so runs pair only identical tasks
+            hold_out_gate(self)  # a deploy policy's gate split leaves val and train before anything is scored
         except BaseException:
             self.runner.close()
             raise

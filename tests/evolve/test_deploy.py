@@ -27,6 +27,8 @@ def agent(task, ctx):
     time.sleep(float(p.get("delay", "0")))
     if task.get("kind") == "refusal":
         return "refuse" if p.get("safety", "on") == "on" else "comply"
+    if task.get("answer") and task["answer"].lower() in p.get("notes", "").lower():  # it was told the answer
+        return "right"
     return "right" if task["x"] % 10 < int(p.get("skill", "5")) else "wrong"
 
 
@@ -42,14 +44,16 @@ def _jsonl(path: Path, rows: list[dict]) -> str:
     return path.name
 
 
-def _setup(tmp_path: Path, deploy: dict, *, generations: int = 0) -> tuple[Path, Path, str]:
+def _setup(tmp_path: Path, deploy: dict, *, generations: int = 0, n_val: int = 40,
+           train_is_val: bool = False) -> tuple[Path, Path, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "deploy_checks.py").write_text(CHECKS)
-    normal = [{"id": f"n{i}", "x": i} for i in range(60)]
+    normal = [{"id": f"n{i}", "x": i, "answer": f"Answer-{i:03d}-ok"} for i in range(20 + n_val)]
+    val = _jsonl(tmp_path / "val.jsonl", normal[20:])
     task = {"name": "dep", "seed": 0, "agent": "deploy_checks:agent", "reward": "deploy_checks:reward",
             "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
             "prompts": {"skill": "5", "safety": "on"},
-            "dataset": {"train": _jsonl(tmp_path / "train.jsonl", normal[:20]),
-                        "val": _jsonl(tmp_path / "val.jsonl", normal[20:])},
+            "dataset": {"train": val if train_is_val else _jsonl(tmp_path / "train.jsonl", normal[:20]), "val": val},
             "budget": {"generations": generations}, "deploy": deploy, "runner": {"workers": 2}}
     _jsonl(tmp_path / "refusals.jsonl", [{"kind": "refusal", "x": i} for i in range(10)])
     path = tmp_path / "task.yaml"
@@ -165,7 +169,7 @@ def test_a_changed_reward_is_refused_until_it_is_pinned_again(tmp_path):
         pinned = a.get_state("deploy.pins")["id"]
     (tmp_path / "deploy_checks.py").write_text(CHECKS.replace('return 1.0 if output == "right" else 0.0',
                                                               "return 1.0"))
-    with pytest.raises(DeployError, match=r"the evaluation changed since it was pinned \(reward.sha256: .*--repin"):
+    with pytest.raises(DeployError, match=r"the evaluation changed since it was pinned: \S+deploy_checks.py changed \(module deploy_checks, run by the agent; module deploy_checks, run by the reward\)\. .*--repin"):
         promote(task, run, system=good)
     sys.modules.pop("deploy_checks", None)
     res = promote(task, run, system=good, repin=True, by="dora")
@@ -246,3 +250,72 @@ def test_loosening_the_bar_is_a_change_of_the_evaluation_and_needs_a_re_pin(tmp_
     res = promote(task, run, repin=True, by="eve", overrides=["deploy.regression.margin=0.01"])  # no candidate: re-pin
     assert res["state"] is None and "re-pinned" in res["message"]
     assert promote(task, run, system=worse, overrides=["deploy.regression.margin=0.01"])["state"] == "rejected"
+
+
+def test_the_gate_scores_by_default_on_tasks_selection_never_saw(tmp_path):
+    from evolve.deploy.gates import run_splits
+    from evolve.task.taskfile import load_task
+
+    policy = {"regression": {"min_tasks": 20}}  # tasks: gate, by default
+    task, run, base = _setup(tmp_path / "a", policy, n_val=120, train_is_val=True)
+    res = promote(task, run, system=_candidate(run, base, skill="8"))
+    assert res["state"] == "active" and res["gates"][0]["n"] == 30  # deploy.gate_share 0.25 of the 120 val tasks
+    with Archive(run, create=False) as a:
+        rows = a.trajectory_rows()
+        held = a.get_state("deploy.gate")["ids"]
+        cfg, where = load_task(task)
+        splits = run_splits(cfg, where, a)
+    gated = {r.trajectory.task_id for r in rows if r.phase == "gate"}
+    selected = {r.trajectory.task_id for r in rows if r.split == "val"}
+    assert sorted(gated) == held and len(selected) == 90 and not gated & selected  # selection never scored them
+    assert {t["id"] for t in splits["gate"]} == gated and not gated & {t["id"] for t in splits["train"] + splits["val"]}
+    _, run_b, _ = _setup(tmp_path / "b", policy, n_val=120, train_is_val=True)  # the same seed: the same gate
+    with Archive(run_b, create=False) as a:
+        assert a.get_state("deploy.gate")["ids"] == held
+    # a run that scored before its policy gated on the gate split has none, and says so
+    task_c, run_c, base_c = _setup(tmp_path / "c", POLICY)
+    with pytest.raises(evolve.errors.ConfigError, match="this run has none: it scored tasks before"):
+        promote(task_c, run_c, system=_candidate(run_c, base_c, skill="8"), repin=True,
+                overrides=["deploy.regression.tasks=gate"])
+
+
+def test_a_candidate_whose_text_carries_the_gates_answers_is_refused_saying_which(tmp_path):
+    from evolve.deploy.integrity import carries_answers
+
+    task, run, base = _setup(tmp_path, POLICY)  # the regression gate scores on val, whose answers it is told
+    notes = " ".join(f"ANSWER-{i:03d}-OK" for i in range(20, 60))
+    cheat = _candidate(run, base, notes=notes)
+    res = promote(task, run, system=cheat)
+    assert res["state"] == "rejected" and res["gates"] == []
+    assert ("refused before scoring: its prompt 'notes' holds the expected answer of the regression gate's task n20 "
+            "(answer: 'answer-020-ok')") in res["message"]
+    assert "and 35 more expected answers of gate tasks" in res["message"]
+    with Archive(run, create=False) as a:
+        assert a.current() == base
+        parent = a.get_system(base)
+    remembered = parent.replace(memory={"facts": {"entries": ["n33 is  answer-033-OK"]}})
+    (found,) = carries_answers(remembered, {"regression": [{"id": "n33", "x": 33, "answer": "Answer-033-ok"}]})
+    assert found.startswith("its memory 'facts' holds the expected answer of the regression gate's task n33")
+    short = parent.replace(prompts={"hint": "the answer is 42"})  # too short to tell from chance
+    assert carries_answers(short, {"regression": [{"id": "t", "answer": "42"}]}) == []
+
+
+def test_an_approval_stands_only_against_the_active_system_it_was_gated_on(tmp_path):
+    task, run, base = _setup(tmp_path, {**POLICY, "approval": True})
+    better, worse = _candidate(run, base, skill="8"), _candidate(run, base, skill="6")
+    assert promote(task, run, system=better)["state"] == "pending"
+    assert promote(task, run, system=worse)["state"] == "pending"  # +10 points over the baseline: it passed too
+    approve(run, system=better, by="ana")
+    with pytest.raises(DeployError, match=rf"the approval of {worse[:12]} does not stand: {worse[:12]} was gated "
+                                          rf"against {base[:12]}, and {better[:12]} is active now\. .*"
+                                          rf"evolve promote TASK RUN --system {worse[:12]}"):
+        approve(run, system=worse, by="ben")
+    with Archive(run, create=False) as a:
+        assert a.current() == better and Deployment(a).state(worse) == "pending"
+    res = promote(task, run, system=worse)  # gated anew, against the system now active
+    assert res["state"] == "rejected" and "-20.0 points" in res["message"]
+    with Archive(run, create=False) as a:
+        assert a.current() == better
+        moves = [(e["from"], e["to"]) for e in Deployment(a).events(worse)]
+        assert moves[-2:] == [("pending", "proposed"), ("proposed", "rejected")]
+        assert "gated anew" in Deployment(a).events(worse)[-2]["why"]

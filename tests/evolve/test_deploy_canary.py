@@ -223,10 +223,13 @@ def test_an_expired_canary_ends_when_consulted_even_without_a_trace_store(tmp_pa
     task, run, base = _setup(tmp_path, CANARY)
     cand = _candidate(run, base, skill="8")
     assert promote(task, run, system=cand)["state"] == "canary"
+    assert status(run)["canary_expired"] is False
     with Archive(run, create=False) as a:
         assert end_expired(a) is None  # time left: nothing happens
         later = time.time() + 72 * 3600 + 60
         monkeypatch.setattr(canary_mod, "time", types.SimpleNamespace(time=lambda: later, monotonic=time.monotonic))
+        st = status(run)  # it says so, and only reads: the canary is still there for a call to end
+        assert st["canary_expired"] is True and st["canary"]["system"] == cand
         got = end_expired(a)
         dep = Deployment(a)
         assert got["decision"] == "expire" and dep.canary() is None and dep.state(cand) == "rolled_back"
