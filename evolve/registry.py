@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,18 +25,46 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return "known: " + ", ".join(sorted(choices))
 
 
+_policies: dict[str, Any] = {}  # $EVOLVE_MCP_ROOTS -> its ImportPolicy
+
+
+def import_policy() -> Any:
+    """The import policy of a process that ``evolve mcp`` started (its ``--root`` folders are in
+    ``$EVOLVE_MCP_ROOTS``; :class:`evolve.mcp.policy.ImportPolicy`), else None."""
+    roots = os.environ.get("EVOLVE_MCP_ROOTS")
+    if not roots:
+        return None
+    if roots not in _policies:  # (by name: the policy reads these registries)
+        _policies[roots] = importlib.import_module("evolve.mcp.policy").ImportPolicy.from_env(roots)
+    return _policies[roots]
+
+
 def import_path(path: str, *, what: str = "object", search: Path | None = None) -> Any:
     """Import ``"package.module:attr"`` (or ``"package.module.attr"``).
 
     ``search`` is a folder put first on ``sys.path`` while importing (the task file's folder),
-    so a task can name a module that sits beside it.
+    so a task can name a module that sits beside it. In a process ``evolve mcp`` started, the
+    path is checked against its import policy before anything is imported, and what it names once
+    resolved.
     """
+    return _import(path, what=what, search=search, policy=import_policy())
+
+
+def resolve_trusted(path: str) -> Any:
+    """What ``path`` names, imported without the MCP import policy: for paths evolvekit itself
+    holds (a registry's entries), never for one a task gives."""
+    return _import(path, what="object", search=None, policy=None)
+
+
+def _import(path: str, *, what: str, search: Path | None, policy: Any) -> Any:
     if ":" in path:
         mod_name, _, attr = path.partition(":")
     else:
         mod_name, _, attr = path.rpartition(".")
     if not mod_name or not attr:
         raise UserError(f"{what} {path!r} is not an import path; write it as 'package.module:name'")
+    if policy is not None:
+        policy.check(path, what=what, search=search)
     added = False
     if search is not None and str(search) not in sys.path:
         sys.path.insert(0, str(search))
@@ -56,6 +85,8 @@ def import_path(path: str, *, what: str = "object", search: Path | None = None) 
     except AttributeError:
         names = [n for n in dir(module) if not n.startswith("_")]
         raise UserError(f"{what} {path!r}: module {mod_name!r} has no {attr!r}; {did_you_mean(attr, names)}") from None
+    if policy is not None:
+        policy.check_object(obj, path, what=what)
     return obj
 
 
@@ -90,6 +121,11 @@ class Registry:
         self._load_plugins()
         return sorted(set(self._paths) | set(self._objects))
 
+    def entries(self) -> dict[str, str]:
+        """name -> import path of every entry registered by path (plugins included)."""
+        self._load_plugins()
+        return dict(self._paths)
+
     def __contains__(self, name: str) -> bool:
         if name in self._paths or name in self._objects:
             return True
@@ -108,7 +144,8 @@ class Registry:
             return obj
         if name not in self._paths:
             raise RegistryError(f"unknown {self.kind} {name!r}; {did_you_mean(name, self.names())}")
-        obj = import_path(self._paths[name], what=f"{self.kind} {name!r}")
+        # a registered entry (evolvekit's or an installed plugin's), not a task's: no import policy
+        obj = _import(self._paths[name], what=f"{self.kind} {name!r}", search=None, policy=None)
         self._objects[name] = obj
         return obj
 

@@ -12,6 +12,10 @@ crashes or hangs takes only its child with it. The ops:
 * ``run JOB_DIR -- ARGS...`` — ``evolve ARGS...`` (a background run, :mod:`evolve.mcp.jobs`),
   its exit code written to ``JOB_DIR/exit.json`` when it ends.
 
+Before any op loads the task file, :func:`evolve.mcp.taskcheck.check_task` reads it field by field
+against the server's import policy (``$EVOLVE_MCP_ROOTS``, :mod:`evolve.mcp.policy`), which
+:func:`evolve.registry.import_path` applies again wherever the work imports a path.
+
 Each op but ``run`` prints one JSON line on stdout, ``{"ok": true, "result": ...}`` or
 ``{"ok": false, "kind": "user" | "infra" | "failed" | "bug", "error": message}``; whatever else
 the work prints goes to stderr.
@@ -27,6 +31,25 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+
+def checked(task: str, sets: list[str]) -> None:
+    """Refuse a task that names code or paths a client may not, before anything in it is imported."""
+    from evolve.errors import UserError
+    from evolve.mcp.policy import ENV
+    from evolve.mcp.taskcheck import check_task
+    from evolve.registry import import_policy
+
+    policy = import_policy()
+    if policy is None:
+        raise UserError(f"python -m evolve.mcp._worker runs for evolve mcp, which names its --root folders in ${ENV}")
+    check_task(task, sets, policy)
+
+
+def _run_args(argv: list[str]) -> tuple[str, list[str]]:
+    """The task file and ``--set`` values of ``run TASK --out DIR [--set K=V ...] [--resume]``."""
+    sets = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--set"]
+    return argv[1], sets
 
 
 def validate(task: str, sets: list[str]) -> dict[str, Any]:
@@ -76,11 +99,16 @@ def run(job_dir: str, argv: list[str]) -> int:
     import os
 
     from evolve.cli.commands import main
+    from evolve.errors import UserError
 
     rc = 1
     try:
+        checked(*_run_args(argv))
         main(argv)
         rc = 0
+    except UserError as e:  # refused before the run began: said in its log, exit code 2 (refused)
+        print(f"error: {e}", file=sys.stderr)
+        rc = 2
     except SystemExit as e:
         rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
@@ -131,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     try:
         with contextlib.redirect_stdout(sys.stderr):  # only the answer goes to stdout
+            checked(a.task, a.sets)
             if a.op == "validate":
                 result = validate(a.task, a.sets)
             elif a.op == "dry-run":

@@ -59,6 +59,20 @@ def _proc_start(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]
 
 
+def _is_archive(run_dir: Path) -> bool:
+    """Whether ``run_dir/archive.sqlite`` is an evolvekit archive (opened read-only: nothing is written)."""
+    import sqlite3
+
+    from evolve.archive import Archive
+    from evolve.errors import EvolveError
+
+    try:
+        with Archive(run_dir, create=False, read_only=True):
+            return True
+    except (EvolveError, sqlite3.Error):
+        return False
+
+
 class Jobs:
     """The background runs of one server (and those an earlier server left running)."""
 
@@ -120,15 +134,21 @@ class Jobs:
 
     # ------------------------------------------------------------------ starting and stopping
 
-    def start(self, task: Path, run_dir: Path, sets: list[str], *, resume: bool, fresh: bool, cwd: Path) -> dict:
-        """Start ``evolve run TASK --out RUN_DIR`` (``--resume``) in the background; returns its state.
-        Refuses a run directory whose run is running, or that holds a run unless resumed or fresh."""
+    def start(self, task: Path, run_dir: Path, sets: list[str], *, resume: bool, fresh: bool, cwd: Path,
+              env: dict[str, str] | None = None) -> dict:
+        """Start ``evolve run TASK --out RUN_DIR`` (``--resume``) in the background, with ``env`` added
+        to its environment; returns its state. Refuses a run directory whose run is running, or that
+        holds a run unless resumed or fresh; ``fresh`` moves aside only a run directory (one holding an
+        evolvekit archive), never a folder that merely has a file of that name."""
         with self._lock:
             job = self.job(run_dir)
             if self.alive(job):
                 raise RunDirError(f"{run_dir} is running already (pid {job['pid']}); follow it with run_status or "
                                   "wait_run, or stop it with stop_run")
             holds = (run_dir / "archive.sqlite").exists()
+            if holds and not _is_archive(run_dir):
+                raise RunDirError(f"{run_dir} holds an archive.sqlite that is not an evolvekit archive, so it is not a "
+                                  "run directory; give another out")
             if holds and not resume and not fresh:
                 raise RunDirError(f"{run_dir} already holds a run; continue it with resume_run, start it over with "
                                   "fresh=true (the earlier run is moved aside, not deleted), or give another out")
@@ -150,7 +170,7 @@ class Jobs:
             if resume:
                 args.append("--resume")
             argv = [sys.executable, "-m", "evolve.mcp._worker", "run", str(folder), "--", *args]
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120", **(env or {})}
             with open(folder / "run.log", "ab") as log:
                 log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} evolve {' '.join(args)}\n".encode())
                 log.flush()

@@ -1,8 +1,9 @@
 """The folders the MCP server may touch (``evolve mcp --root DIR``), and the one way a path from
 a client becomes a path on disk: :meth:`Roots.resolve`.
 
-A path is refused when it is empty, too long, holds a NUL or a newline, climbs with ``..``, or
-lands outside every root once symlinks are followed (a link inside a root that points out of it
+A path is refused when it is empty, too long, holds a NUL or a newline, climbs with ``..`` (but a
+task file's own paths, resolved from its folder, may as long as they end in a root), or lands
+outside every root once symlinks are followed (a link inside a root that points out of it
 is outside). A relative path is looked up in each root in order; a new file goes to the first
 root that holds its folder, else the first root.
 """
@@ -46,14 +47,18 @@ class Roots:
         """Whether ``path`` (resolved) lies in a root."""
         return any(path == r or path.is_relative_to(r) for r in self.folders)
 
-    def resolve(self, value: object, *, want: Want = "any", what: str = "path") -> Path:
+    def resolve(self, value: object, *, want: Want = "any", what: str = "path", base: Path | None = None) -> Path:
         """The resolved path ``value`` names, inside a root, or :class:`PathRefused` saying why.
         ``want``: ``file`` / ``dir`` must exist as that, ``new`` may not exist yet (its folder
-        need not either), ``any`` must exist."""
-        text = _checked_text(value, what)
+        need not either), ``any`` must exist. ``base``: the folder a relative path starts at (a
+        task file's, whose paths may climb with ``..`` as long as they end in a root), instead of
+        each root."""
+        text = _checked_text(value, what, climb=base is not None)
         given = Path(text)
         if given.is_absolute():
             candidates = [given]
+        elif base is not None:
+            candidates = [Path(base) / given]
         else:
             candidates = [r / given for r in self.folders]
         found: list[Path] = []
@@ -89,7 +94,7 @@ class Roots:
         return ", ".join(str(r) for r in self.folders)
 
 
-def _checked_text(value: object, what: str) -> str:
+def _checked_text(value: object, what: str, climb: bool = False) -> str:
     if not isinstance(value, str):
         raise PathRefused(f"{what} must be a string path, got {type(value).__name__}")
     text = value.strip()
@@ -99,7 +104,7 @@ def _checked_text(value: object, what: str) -> str:
         raise PathRefused(f"{what} is {len(text)} characters long; the most is {MAX_PATH}")
     if any(ch in text for ch in "\x00\n\r"):
         raise PathRefused(f"{what} holds a NUL or a line break; give a plain path")
-    if ".." in PurePosixPath(text).parts or ".." in PureWindowsPath(text).parts:
+    if not climb and (".." in PurePosixPath(text).parts or ".." in PureWindowsPath(text).parts):
         raise PathRefused(f"{what} {text!r} climbs with '..'; give a path inside the server's folders")
     if text.startswith("~"):
         raise PathRefused(f"{what} {text!r} starts with '~'; give a path relative to a root, or an absolute one")

@@ -24,12 +24,28 @@ from typing import Any, Callable
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
+from pydantic import ConfigDict
 
 from evolve.errors import ConfigError, EvolveError
 from evolve.mcp.roots import Roots
 from evolve.mcp.tools import TOOLS, Toolkit
 
+TITLES = {
+    "init_task": "Write a task file", "validate_task": "Check a task file", "dry_run": "Estimate what a run spends",
+    "start_run": "Start a run", "resume_run": "Resume a run", "run_status": "A run's status",
+    "wait_run": "Wait for a run", "stop_run": "Stop a run", "report": "A run's report",
+    "compare_systems": "Compare two systems", "show_trajectory": "Read stored rollouts", "list_runs": "List the runs",
+    "promote": "Promote a candidate", "rollback": "Roll back what serves", "deploy_status": "Deployment status",
+    "traces_summary": "Summarise a trace store",
+}
+# what a client may call an argument by mistake -> its name (the rest: "did you mean" by spelling)
+ALIASES = {"overrides": "sets", "override": "sets", "set": "sets", "settings": "sets", "task": "path",
+           "task_file": "path", "file": "path", "taskfile": "path", "run": "run_id", "id": "run_id",
+           "run_dir": "run_id", "rundir": "run_id", "timeout": "timeout_s", "output": "out", "out_dir": "out",
+           "outdir": "out", "run_folder": "out", "force": "overwrite", "restart": "fresh",
+           "system_id": "system", "candidate": "system", "reason": "why", "trace_store": "store"}
 READ_ONLY = {"validate_task", "dry_run", "run_status", "wait_run", "report", "compare_systems", "show_trajectory",
              "list_runs", "deploy_status", "traces_summary"}
 CHANGES_WHAT_SERVES = {"promote", "rollback"}
@@ -68,18 +84,57 @@ def _message(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+class EvolveServer(MCPServer):
+    """The SDK's server, except that a call naming an argument its tool does not take is refused
+    (the SDK's argument models drop unknown keys: a misnamed ``sets`` would run the full budget)."""
+
+    def __init__(self, *args: Any, tools: list[Tool], **kwargs: Any) -> None:
+        super().__init__(*args, tools=tools, **kwargs)
+        self.arguments = {t.name: [f.alias or n for n, f in t.fn_metadata.arg_model.model_fields.items()]
+                          for t in tools}
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        known = self.arguments.get(name)
+        unknown = sorted(set(arguments) - set(known)) if known is not None else []
+        if unknown:
+            hints = "".join(f"{h} " for h in (_closest(u, known) for u in unknown) if h)
+            raise ToolError(f"{name} has no argument {', '.join(repr(u) for u in unknown)}; {hints}"
+                            f"{name} takes {', '.join(known)}")
+        return await super().call_tool(name, arguments, context)
+
+
+def _closest(name: str, known: list[str]) -> str:
+    """``did you mean 'X'?`` for a misnamed argument (a usual other name for it, or a close spelling), or ''."""
+    from evolve.registry import did_you_mean
+
+    meant = ALIASES.get(name.lower().replace("-", "_"))
+    if meant in known:
+        return f"did you mean {meant!r}?"
+    hint = did_you_mean(name, known)
+    return hint if hint.startswith("did you mean") else ""
+
+
+def _tool(name: str, method: Callable[..., Any]) -> Tool:
+    """The tool of ``method``, whose input schema has ``additionalProperties: false`` and whose
+    argument model forbids what the schema does not name."""
+    tool = Tool.from_function(_guarded(name, method), name=name, title=TITLES[name], description=inspect.getdoc(method),
+                              annotations=ToolAnnotations(title=TITLES[name], read_only_hint=name in READ_ONLY,
+                                                          destructive_hint=name in CHANGES_WHAT_SERVES
+                                                          or name == "stop_run", open_world_hint=False))
+    loose = tool.fn_metadata.arg_model
+    strict = type(loose.__name__, (loose,), {"model_config": ConfigDict(extra="forbid"), "__module__": __name__})
+    return tool.model_copy(update={"fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": strict}),
+                                   "parameters": strict.model_json_schema(by_alias=True)})
+
+
 def build_server(roots: Roots, *, allow_deploy: bool = False) -> MCPServer:
     """The server over ``roots``; ``allow_deploy`` lets promote and rollback run."""
     from evolve import __version__
 
     kit = Toolkit(roots, allow_deploy=allow_deploy)
-    server = MCPServer("evolvekit", title="evolvekit", version=__version__, instructions=INSTRUCTIONS,
-                       log_level="WARNING")
-    for name in TOOLS:
-        method = getattr(kit, name)
-        hints = ToolAnnotations(read_only_hint=name in READ_ONLY, destructive_hint=name in CHANGES_WHAT_SERVES
-                                or name == "stop_run", open_world_hint=False)
-        server.add_tool(_guarded(name, method), name=name, description=inspect.getdoc(method), annotations=hints)
+    tools = [_tool(name, getattr(kit, name)) for name in TOOLS]
+    server = EvolveServer("evolvekit", title="evolvekit", version=__version__, instructions=INSTRUCTIONS,
+                          log_level="WARNING", tools=tools)
     _add_resources(server)
     server.toolkit = kit  # type: ignore[attr-defined]  (tests and serve() reach the jobs through it)
     return server
@@ -195,4 +250,4 @@ def serve(server: MCPServer, *, http: bool = False, host: str = "127.0.0.1", por
     anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
 
 
-__all__ = ["BearerToken", "build_server", "check_bind", "serve"]
+__all__ = ["BearerToken", "EvolveServer", "build_server", "check_bind", "serve"]

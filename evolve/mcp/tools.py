@@ -4,7 +4,8 @@ model reads and its type hints as the input schema.
 
 Each tool checks its arguments (paths through :class:`~evolve.mcp.roots.Roots`) and raises a
 :class:`~evolve.errors.UserError` with what to do instead; the server turns that into a tool
-error. Whatever imports the task's own code runs in a child process (:mod:`evolve.mcp._worker`).
+error. Whatever imports the task's own code runs in a child process (:mod:`evolve.mcp._worker`), which
+carries the server's import policy (:mod:`evolve.mcp.policy`) in its environment.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from evolve.errors import UserError
 from evolve.mcp import views
 from evolve.mcp.draft import DatasetSpec, ModelSpec, OperatorSpec, task_yaml
 from evolve.mcp.jobs import JOB_FOLDER, Jobs
+from evolve.mcp.policy import env_for
 from evolve.mcp.roots import PathRefused, Roots
 
 PathArg = Annotated[str, Field(min_length=1, max_length=1024, description="a path inside the server's --root "
@@ -49,6 +51,7 @@ class Toolkit:
 
     def __init__(self, roots: Roots, *, allow_deploy: bool = False) -> None:
         self.roots, self.allow_deploy, self.jobs = roots, allow_deploy, Jobs()
+        self.child_env = env_for(roots.folders)  # the children's import policy
 
     # ------------------------------------------------------------------ helpers
 
@@ -60,6 +63,15 @@ class Toolkit:
         if not ((p / "archive.sqlite").exists() or (p / JOB_FOLDER / "job.json").exists()):
             raise UserError(f"unknown run {run_id!r}: {p} holds no run (no archive.sqlite); list_runs shows the runs")
         return p, self.roots.name(p)
+
+    def _run_folder(self, run_dir: Path, given: str, what: str) -> None:
+        """Refuse a run folder that is a root or holds one: a run (and ``fresh``, which moves the
+        folder aside) gets a folder of its own."""
+        held = [r for r in self.roots.folders if r == run_dir or r.is_relative_to(run_dir)]
+        if held:
+            which = "is the --root folder" if held[0] == run_dir else f"holds the --root folder {held[0]}"
+            raise UserError(f"{what} {given!r} {which}; a run needs a folder of its own inside a root, e.g. "
+                            "runs/NAME (the default)")
 
     def _deploy_allowed(self, what: str) -> None:
         if not self.allow_deploy:
@@ -74,8 +86,8 @@ class Toolkit:
         argv = [sys.executable, "-m", "evolve.mcp._worker", *args]
         out, err = bytearray(), bytearray()
         started = time.monotonic()
-        proc = await anyio.open_process(argv, cwd=self.roots.first, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, env={**os.environ, "COLUMNS": "120"})
+        proc = await anyio.open_process(argv, cwd=self.roots.first, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env={**os.environ, "COLUMNS": "120", **self.child_env})
 
         async def drain(stream: Any, buf: bytearray) -> None:
             async for chunk in stream:
@@ -155,7 +167,7 @@ class Toolkit:
                                                 "calls, tokens, usd, seconds")] = {},
         extra: Annotated[dict[str, Any], Field(max_length=30, description="any other task-file field: seed, "
                                                "runner, engine, failures, workflow, tools, memory, deploy, track")] = {},
-        overwrite: bool = False,
+        overwrite: Annotated[bool, Field(description="replace the file at path if it exists")] = False,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Write a task file (the YAML `evolve run` reads) from a description of the agent, its data and its
@@ -229,8 +241,9 @@ class Toolkit:
         summary = await self._validated(task, sets)
         where = out or summary.get("out") or f"runs/{summary['name']}-seed{summary['seed']}"
         run_dir = self.roots.resolve(where, want="new", what="out")
+        self._run_folder(run_dir, where, "out")
         st = await anyio.to_thread.run_sync(lambda: self.jobs.start(task, run_dir, sets, resume=False, fresh=fresh,
-                                                                    cwd=self.roots.first))
+                                                                    cwd=self.roots.first, env=self.child_env))
         return {"run_id": self.roots.name(run_dir), "run_dir": str(run_dir), **st, "task": summary,
                 "next": "wait_run (progress as it goes) or run_status; report when it has finished"}
 
@@ -246,6 +259,7 @@ class Toolkit:
         """Continue a stopped, interrupted or world-failed run in the background, reusing all its finished
         work (nothing finished is run again); to give it more budget, pass sets=['budget.generations=6']."""
         run_dir, rid = self._run(run_id)
+        self._run_folder(run_dir, run_id, "run_id")
         job = self.jobs.job(run_dir) or {}
         given = path or job.get("task")
         if not given:
@@ -257,7 +271,7 @@ class Toolkit:
                 raise UserError(f"sets: {str(item)[:80]!r} is not key.path=value")
         await self._validated(task, sets)
         st = await anyio.to_thread.run_sync(lambda: self.jobs.start(task, run_dir, sets, resume=True, fresh=False,
-                                                                    cwd=self.roots.first))
+                                                                    cwd=self.roots.first, env=self.child_env))
         return {"run_id": rid, "run_dir": str(run_dir), **st, "next": "wait_run or run_status"}
 
     def _status(self, run_dir: Path, rid: str) -> dict[str, Any]:
@@ -275,7 +289,7 @@ class Toolkit:
         run_id: RunId,
         timeout_s: Annotated[float, Field(ge=1, le=3600, description="return after this long even if the run "
                                           "goes on")] = 300,
-        poll_s: Annotated[float, Field(ge=0.2, le=60)] = 1.0,
+        poll_s: Annotated[float, Field(ge=0.2, le=60, description="seconds between two looks at the run")] = 1.0,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Wait for a run to end (or timeout_s), sending progress notifications (generation of generations,
@@ -298,7 +312,12 @@ class Toolkit:
                 return {**st, "note": f"still {st['state']} after {timeout_s:g} s; wait_run again"}
             await anyio.sleep(poll_s)
 
-    async def stop_run(self, run_id: RunId, timeout_s: Annotated[float, Field(ge=0.1, le=600)] = 30) -> dict[str, Any]:
+    async def stop_run(
+        self,
+        run_id: RunId,
+        timeout_s: Annotated[float, Field(ge=0.1, le=600, description="seconds to wait after Ctrl-C before the run "
+                                          "is terminated")] = 30,
+    ) -> dict[str, Any]:
         """Interrupt a running run as Ctrl-C would (what finished is kept; resume_run continues it); if it
         has not ended after timeout_s it is terminated, then killed, which loses only rollouts in flight."""
         run_dir, rid = self._run(run_id)
@@ -332,10 +351,11 @@ class Toolkit:
         system: SystemRef = "best",
         seq: Annotated[int | None, Field(ge=0, lt=2**62, description="one rollout's seq (from a listing): "
                                          "shown whole")] = None,
-        split: Annotated[str | None, Field(pattern=r"^(train|val|test)$")] = None,
-        failed_only: bool = False,
-        task_id: Annotated[str | None, Field(max_length=200)] = None,
-        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        split: Annotated[str | None, Field(pattern=r"^(train|val|test)$", description="only this split's rollouts: "
+                                           "train, val or test")] = None,
+        failed_only: Annotated[bool, Field(description="only rollouts that failed (scored 0 by an error)")] = False,
+        task_id: Annotated[str | None, Field(max_length=200, description="only this task's rollouts")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="rollouts on the page")] = 10,
     ) -> dict[str, Any]:
         """The stored rollouts of a system (a page: task, split, score, error), or with seq one rollout
         whole: the messages, tool calls, the reward with its components and feedback, the error. Use
@@ -344,7 +364,11 @@ class Toolkit:
         return await anyio.to_thread.run_sync(lambda: views.trajectories(
             run_dir, rid, system, seq=seq, split=split, failed=failed_only, task_id=task_id, limit=limit))
 
-    async def list_runs(self, folder: Annotated[str | None, Field(max_length=1024)] = None) -> dict[str, Any]:
+    async def list_runs(
+        self,
+        folder: Annotated[str | None, Field(max_length=1024, description="only the runs under this folder of the "
+                                            "roots (default: all of them)")] = None,
+    ) -> dict[str, Any]:
         """The runs under the server's folders (or one folder in them): run id, task, state, generation,
         the best val score, why it stopped."""
         tops = [self.roots.resolve(folder, want="dir", what="folder")] if folder else self.roots.folders
@@ -372,11 +396,13 @@ class Toolkit:
         self,
         path: PathArg,
         run_id: RunId,
-        system: SystemRef | None = None,
+        system: Annotated[SystemRef | None, Field(description="the candidate's system id (default: the run's latest "
+                                                  "proposed)")] = None,
         approve: Annotated[bool, Field(description="approve the system waiting for a person's approval")] = False,
         repin: Annotated[bool, Field(description="accept the reward and suites as they are now, after a change "
                                      "the user reviewed")] = False,
-        timeout_s: Annotated[float, Field(ge=10, le=21600)] = 1800,
+        timeout_s: Annotated[float, Field(ge=10, le=21600, description="seconds promote may take before it is "
+                                          "stopped")] = 1800,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Take a candidate (default: the run's latest proposed) through the task's deploy: policy: integrity
@@ -395,7 +421,8 @@ class Toolkit:
     async def rollback(
         self,
         run_id: RunId,
-        system: SystemRef | None = None,
+        system: Annotated[SystemRef | None, Field(description="the system to serve (default: the previous active "
+                                                  "one)")] = None,
         why: Annotated[str | None, Field(max_length=500, description="recorded in the audit trail")] = None,
     ) -> dict[str, Any]:
         """Serve the previous active system (or the given one) to new sessions now; ends a canary. Deletes

@@ -186,7 +186,7 @@ def _apply_world(data: dict, source: str) -> None:
     data.setdefault("agent", world.agent)
     data.setdefault("reward", world.reward)
     ds = data.get("dataset")
-    if isinstance(ds, dict) and _is_data_location(ds.get("source"), source) and _takes_source(world.dataset):
+    if isinstance(ds, dict) and is_data_location(ds.get("source"), source) and _takes_source(world.dataset):
         # ``dataset.source: tasks/`` (a folder or a list of them, not an import path): the world's own
         # dataset reads it, as its ``source`` parameter (resolved against the task file's folder)
         params = ds.get("params") if isinstance(ds.get("params"), dict) else {}
@@ -211,7 +211,7 @@ def _apply_world(data: dict, source: str) -> None:
                 params[param] = world.hook(hook)
 
 
-def _is_data_location(value: Any, source: str) -> bool:
+def is_data_location(value: Any, source: str) -> bool:
     """A list, or a string that is a path ("tasks", "tasks/", "./x", "~/t", "/abs", a folder beside
     the task file) rather than an import path ("pkg.mod:fn", "pkg.mod.fn")."""
     if isinstance(value, list):
