@@ -10,25 +10,37 @@ process backend's: no network, no host environment, hard rlimits, the seccomp de
 whole process tree killed at the wall-clock limit. Each command gets a fresh sandbox over the same
 files: a background process does not outlive the command that started it.
 
+The commands can plant symbolic links anywhere in the workspace's folders, and the host may be
+root. So the host never touches those folders by path: copying in (:meth:`Workspace.put`,
+:meth:`Workspace.mount`), making folders, reading a file back and deleting one all go through
+:mod:`.beneath`, which walks from the mount's own folder without following any link (a link on
+the way is refused, never followed) and gives what it makes to the workspace's uid through the
+new file's own descriptor. Mounts may not nest, so bwrap never makes a mount point inside a
+folder the commands control. :meth:`Workspace.close` deletes with the fd-based
+:func:`shutil.rmtree`, which follows no link.
+
     ws = Workspace({"/app": None, "/logs": None}, workdir="/app")   # None: a fresh empty folder
     ws.put("/app", Path("environment/files"))                       # copy files in
     r = ws.exec("ls; echo hi > out.txt", timeout=10)
     r.exit_code, r.stdout                                            # (0, "...\\n")
-    ws.host("/app") / "out.txt"                                      # the file, on the host
+    ws.read("/app/out.txt")                                          # b"hi\\n" (None if absent)
     ws.close()
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import secrets
 import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import beneath
 from ._types import Limits, SandboxUnavailable
 from .process import SANDBOX_UIDS, ProcessSandbox
 
@@ -118,6 +130,7 @@ class Workspace:
                  file_size_mb: int = 64, tmp_mb: int = 256, bwrap: str | None = None) -> None:
         for inside in mounts:
             _check_inside(inside)
+        _check_nesting(list(mounts))
         self.root = Path(tempfile.mkdtemp(prefix="evolve-ws-"))
         os.chmod(self.root, 0o755)
         self.workdir, self.env = workdir, dict(env or {})
@@ -134,65 +147,96 @@ class Workspace:
         self.closed = False
 
     # -- files ------------------------------------------------------------------------------------
+    # Commands can plant links anywhere in the mounted folders, and the host runs as root: every
+    # host-side operation on them goes through .beneath (walked from the mount's own folder, no link
+    # followed, what is made owned by the workspace's uid through its own descriptor).
 
     def _own(self, inside: str) -> Path:
         path = self.root / inside.strip("/").replace("/", "__")
-        path.mkdir(parents=True, exist_ok=True)
-        self._give(path)
+        path.mkdir()  # fresh, in the host's own folder: nothing the sandbox could have planted
+        if self.uid is not None:
+            os.lchown(path, self.uid, self.uid)
         return path
 
-    def _give(self, path: Path) -> None:
-        """Make ``path`` (recursively) the sandbox uid's, so commands can change it."""
-        if self.uid is None:
-            return
-        for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
-            try:
-                os.lchown(p, self.uid, self.uid)
-            except FileNotFoundError:
-                pass
-
-    def host(self, inside: str) -> Path:
-        """The host path of ``inside`` (a path under one of the mounts)."""
+    def _where(self, inside: str) -> tuple[str, Path, str]:
+        """(the mount, its host folder, the rest of the path below it) for ``inside``."""
+        _check_path(inside)
         best = max((m for m in self._mounts if inside == m or inside.startswith(m.rstrip("/") + "/")),
                    key=len, default=None)
         if best is None:
-            raise ValueError(f"{inside!r} is not under a mounted folder ({sorted(self._mounts)})")
-        rest = inside[len(best):].lstrip("/")
-        return self._mounts[best][0] / rest if rest else self._mounts[best][0]
+            raise NotMounted(f"{inside!r} is not under a mounted folder ({sorted(self._mounts)})")
+        return best, self._mounts[best][0], inside[len(best):].strip("/")
 
-    def mount(self, inside: str, source: str | Path | None = None, *, writable: bool = True) -> Path:
+    @contextmanager
+    def _named(self, mount: str):
+        """Refused errors name the path as the commands see it."""
+        try:
+            yield
+        except beneath.Refused as e:
+            raise beneath.Refused(e.errno, posixpath.join(mount, e.rel), e.why) from None
+
+    def mount(self, inside: str, source: str | Path | None = None, *, writable: bool = True,
+              within: str | Path | None = None) -> None:
         """Add a folder at ``inside`` (for the commands run from now on): a copy of ``source``
-        (or an empty folder) of the workspace's own. Returns its host path."""
+        (or an empty folder) of the workspace's own. Mounted already: its contents are replaced by
+        a fresh copy. ``within`` as for :meth:`put`."""
         _check_inside(inside)
         if inside in self._mounts:
-            raise ValueError(f"{inside!r} is mounted already")
-        path = self._own(inside)
-        if source is not None:
-            shutil.copytree(source, path, dirs_exist_ok=True, symlinks=True)
-            self._give(path)
-        self._mounts[inside] = (path, writable)
-        self._box = None
-        return path
-
-    def put(self, inside: str, source: str | Path) -> None:
-        """Copy a host file or folder to ``inside`` (a path under a mount), like Docker's COPY."""
-        dest, source = self.host(inside), Path(source)
-        if source.is_dir():
-            shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)
+            if self._mounts[inside][0].parent != self.root:
+                raise ValueError(f"{inside!r} is mounted from a host folder of the caller's; it is not replaced")
+            beneath.remove(self._mounts[inside][0], "")
         else:
-            if dest.is_dir():
-                dest = dest / source.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest)
-        self._give(dest)
-        for parent in dest.parents:  # folders COPY made on the way
-            if parent == self.root or self.root not in parent.parents:
-                break
-            self._give_one(parent)
+            _check_nesting([*self._mounts, inside])
+            self._mounts[inside] = (self._own(inside), writable)
+            self._box = None
+        if source is not None:
+            self.put(inside, source, within=within)
 
-    def _give_one(self, path: Path) -> None:
-        if self.uid is not None:
-            os.lchown(path, self.uid, self.uid)
+    def put(self, inside: str, source: str | Path, *, within: str | Path | None = None) -> None:
+        """Copy a host file or folder to ``inside`` (under a mount) as Docker's COPY does (a
+        folder's contents merge into ``inside``; a file replaces it, or goes into it when it is a
+        folder); links are copied as links. ``within``: a host folder holding ``source`` whose
+        contents are not trusted (a task's files): no link below it on the way to ``source`` is
+        followed. Nothing in the workspace is written through a link (:class:`~.beneath.Refused`)."""
+        mount, root, rel = self._where(inside)
+        source = Path(source)
+        if within is None:
+            within, src_rel = source.parent, source.name
+        else:
+            src_rel = source.relative_to(within).as_posix()
+        with self._named(mount):
+            beneath.copy(within, "" if src_rel == "." else src_rel, root, rel, uid=self.uid)
+
+    def makedirs(self, inside: str) -> None:
+        """Make the folder ``inside`` and its missing parents, owned by the workspace's uid."""
+        mount, root, rel = self._where(inside)
+        with self._named(mount):
+            beneath.makedirs(root, rel, uid=self.uid)
+
+    def read(self, inside: str, *, limit: int = 1 << 20) -> bytes | None:
+        """The bytes of the regular file ``inside``, None when it does not exist; a link on the
+        way or at the end, something that is not a regular file or a file over ``limit`` bytes is
+        :class:`~.beneath.Refused`."""
+        mount, root, rel = self._where(inside)
+        with self._named(mount):
+            return beneath.read(root, rel, limit=limit)
+
+    def remove(self, inside: str) -> None:
+        """Delete ``inside`` (a file, a link itself, or a folder and everything in it)."""
+        mount, root, rel = self._where(inside)
+        if not rel:
+            raise ValueError(f"{inside!r} is a mount; remove what is inside it")
+        with self._named(mount):
+            beneath.remove(root, rel)
+
+    def copy_out(self, inside: str, dest: str | Path) -> None:
+        """Copy the folder ``inside`` into the host folder ``dest`` (links as links, owned by the
+        host): a built environment kept to start later workspaces from."""
+        mount, root, rel = self._where(inside)
+        with self._named(mount):
+            with beneath.opened(root, rel):  # a folder, reached without a link, or Refused
+                pass
+            beneath.copy(root, rel, dest, "")
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -242,9 +286,26 @@ class Workspace:
         self.close()
 
 
-def _check_inside(inside: str) -> None:
+class NotMounted(ValueError):
+    """A path inside that is under none of the workspace's mounts."""
+
+
+def _check_path(inside: str) -> None:
     if not isinstance(inside, str) or not inside.startswith("/") or ".." in inside.split("/"):
         raise ValueError(f"a path inside the sandbox must be absolute with no '..': {inside!r}")
+
+
+def _check_nesting(insides: list[str]) -> None:
+    # bwrap would make a nested mount point inside the outer mount's host folder, following links
+    # the commands planted there: mounts sit side by side
+    norm = sorted("/" + i.strip("/") for i in insides)
+    for a, b in zip(norm, norm[1:]):
+        if b.startswith(a.rstrip("/") + "/"):
+            raise ValueError(f"mount {b!r} is inside mount {a!r}; a workspace's mounts may not nest")
+
+
+def _check_inside(inside: str) -> None:
+    _check_path(inside)
     norm = "/" + inside.strip("/")
     if norm in _RESERVED or norm.startswith(("/usr/", "/proc/", "/dev/", "/tmp/")):
         raise ValueError(f"{inside!r} would cover the sandbox's own {norm}; use another path (e.g. /app)")
@@ -259,4 +320,4 @@ def available() -> str | None:
     return None
 
 
-__all__ = ["OUTPUT_CAP", "ShellResult", "Workspace", "available"]
+__all__ = ["OUTPUT_CAP", "NotMounted", "ShellResult", "Workspace", "available"]

@@ -353,3 +353,65 @@ def test_non_root_mode_contains_a_fork_bomb():
     assert bomb in ("timeout", "killed", "error") and info == "ok", error
     assert value == [65534, ["lo"], 1]
     assert_no_leftovers("/usr/bin/python3 -I -S")
+
+
+def _tree(root: Path) -> dict:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in ["", *dirnames, *filenames]:
+            p = Path(dirpath) / name
+            st = os.lstat(p)
+            out[str(p.relative_to(root))] = (st.st_uid, st.st_mode, p.read_bytes() if p.is_file() else None)
+    return out
+
+
+def test_a_workspace_never_follows_the_links_its_commands_plant(tmp_path):
+    """The host copies into, makes folders in, reads from and deletes in a workspace whose commands
+    planted links to a canary folder (and a FIFO): it refuses each link and each non-file, never
+    writes, reads, deletes or chowns through one, and copies a folder's own links as links."""
+    from evolve.sandbox.beneath import Refused
+    from evolve.sandbox.shell import Workspace
+
+    canary = tmp_path / "canary"
+    (canary / "sub").mkdir(parents=True)
+    (canary / "secret.txt").write_text("canary secret\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.txt").write_text("payload\n")
+    (src / "inner").symlink_to(canary)
+    before = _tree(canary)
+    try:
+        ws = Workspace({"/app": None, "/logs": None})
+    except SandboxUnavailable as exc:  # pragma: no cover
+        pytest.skip(f"process sandbox unavailable here: {exc}")
+    try:
+        r = ws.exec(f"ln -s {canary} /app/l && ln -s {canary}/secret.txt /app/s && mkfifo /app/fifo && mkdir /app/d",
+                    timeout=10)
+        assert r.ok, r
+        attempts = {"put a file through": lambda: ws.put("/app/l/x.txt", src / "f.txt"),
+                    "put a folder onto": lambda: ws.put("/app/l", src),
+                    "put a file in place of": lambda: ws.put("/app/l", src / "f.txt"),
+                    "make a folder through": lambda: ws.makedirs("/app/l/sub/new"),
+                    "read a link": lambda: ws.read("/app/s"),
+                    "read through": lambda: ws.read("/app/l/secret.txt"),
+                    "delete through": lambda: ws.remove("/app/l/secret.txt"),
+                    "copy out through": lambda: ws.copy_out("/app/l", tmp_path / "out")}
+        for what, attempt in attempts.items():
+            with pytest.raises(Refused, match=r"/app/[ls] is a symbolic link"):
+                attempt()
+                pytest.fail(what)
+        with pytest.raises(Refused, match="/app/fifo is not a regular file"):
+            ws.read("/app/fifo")  # refused at once, never blocking on the FIFO
+        ws.put("/app/d", src)
+        r = ws.exec("readlink /app/d/inner; cat /app/d/f.txt; stat -c %u /app/d/f.txt /app/d", timeout=10)
+        assert r.stdout.split("\n")[:2] == [str(canary), "payload"], r
+        if ws.uid is not None:  # run by root: what the host made is the sandbox uid's
+            assert r.stdout.split("\n")[2:4] == [str(ws.uid)] * 2, r
+        assert ws.read("/app/d/f.txt") == b"payload\n" and ws.read("/app/nothing") is None
+        ws.remove("/app/l")  # the link itself
+        assert ws.exec("test -e /app/l || echo gone", timeout=10).stdout == "gone\n"
+    finally:
+        ws.close()
+    assert _tree(canary) == before
+    with pytest.raises(ValueError, match="may not nest"):
+        Workspace({"/app": None, "/app/data": None})

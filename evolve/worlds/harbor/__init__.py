@@ -8,16 +8,21 @@ Each episode builds the task's environment (a Docker container from its Dockerfi
 answers, else a bubblewrap sandbox over the files the Dockerfile copies), lets the agent run shell
 commands there, then runs the task's ``tests/test.sh`` in the same environment: its reward file or
 exit code is the score, its output the feedback. ``solution/`` is never in the agent's
-environment; a task whose solution does not pass is reported broken and left out.
+environment. One bad task never stops a run: an invalid, unsupported or broken one is named and
+left out with its reason. Nothing a task or an agent writes reaches the host: a task's files and
+its environment's are never touched through a link (:mod:`evolve.sandbox.beneath`).
 
 The folder, each module depending only on those above it:
 
-* ``task`` — reading one task folder strictly (``task.toml`` keys, timeouts, named errors);
+* ``task`` — reading one task folder strictly (``task.toml`` keys, timeouts, named errors), never
+  through a link;
 * ``dockerfile`` — the Dockerfile subset the sandbox backend carries out;
-* ``environment`` — the sandbox and docker backends: ``exec``, ``verify``, ``solve``;
+* ``outcome`` — the environment failing (``EnvironmentError_``) and the tests' verdict;
+  ``sandbox_env`` and ``docker_env`` — the two backends; ``environment`` — one interface over
+  them (``exec``, ``verify``, ``solve``) and ``open_environment``;
 * ``check`` — is a task sound (tests fail untouched, its solution passes), cached; ``cli`` —
   ``evolve harbor check``;
-* ``dataset`` — the splits, stable by folder name, broken tasks left out;
+* ``dataset`` — the splits, stable by folder name, bad tasks left out and reported;
 * ``agent`` — the shell agent (text protocol: one fenced command per reply, ``DONE``);
   ``reward`` — the tests' verdict; ``mining`` — memory entries and cold-start demos;
   ``tools`` — recurring commands mined into parametrised shell tools (``tools.mine``), and the

@@ -42,9 +42,11 @@ def _episode(task: dict, backend: str, *, solve: bool) -> dict:
 
 
 def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict[str, Any]:
-    """``{"id", "status": "ok" | "broken" | "unverified", "why", "untouched", "solved", "seconds",
-    "backend"}``. ``unverified``: the task has no ``solution/solve.sh`` (kept, but nothing shows it
-    can be solved). An environment that cannot even be built is ``broken`` too, with its error."""
+    """``{"id", "status": "ok" | "broken" | "unsupported" | "unverified", "why", "untouched",
+    "solved", "seconds", "backend"}``. ``unverified``: the task has no ``solution/solve.sh`` (kept,
+    but nothing shows it can be solved). An environment that cannot even be built is ``broken``
+    too, with its error, or ``unsupported`` when this backend cannot carry it out (the reason
+    names the backend that can)."""
     from evolve.worlds.harbor.environment import docker_client
 
     resolved = backend if backend != "auto" else ("docker" if os.environ.get("EVOLVE_HARBOR_BACKEND") != "sandbox"
@@ -74,7 +76,7 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
                            f"{s['score']:g}, solve.sh exit {s['solve']['exit_code']}): "
                            f"{(s['output'] or '')[-300:]!r}")
     except InfraError as e:  # not cached: the next check tries the environment again
-        out.update(status="broken", why=str(e))
+        out.update(status=getattr(e, "status", "broken"), why=getattr(e, "reason", str(e)))
         cache = False
     out["seconds"] = round(time.monotonic() - t0, 2)
     if cache:

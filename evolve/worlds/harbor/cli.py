@@ -1,5 +1,7 @@
 """``evolve harbor check FOLDER...``: load every Harbor task under the folders and check each is
-sound (tests fail untouched, its solution passes); exit 1 when one is broken or not a task.
+sound (tests fail untouched, its solution passes); each task's status is ``ok``, ``unverified``
+(no solution), ``broken``, ``unsupported`` or ``invalid``, with the reason; exit 1 when one would be
+left out of a run.
 
 Mounted by :mod:`evolve.cli.commands` through :data:`evolve.registry.commands`."""
 
@@ -30,23 +32,21 @@ def check_command(
     from rich.console import Console
     from rich.table import Table
 
-    from evolve.errors import ConfigError
     from evolve.worlds.harbor.check import check_task
+    from evolve.worlds.harbor.dataset import LEFT_OUT
     from evolve.worlds.harbor.environment import check_backend
-    from evolve.worlds.harbor.task import find_tasks, load_task
+    from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 
     check_backend(environment)
-    rows, bad = [], 0
+    rows = []
     for folder in find_tasks([str(f) for f in folders]):
         try:
             task = load_task(folder)
-        except ConfigError as e:
-            rows.append({"id": folder.name, "status": "invalid", "why": str(e), "seconds": 0.0, "backend": ""})
-            bad += 1
+        except TaskError as e:
+            rows.append({"id": folder.name, "status": e.status, "why": e.reason, "seconds": 0.0, "backend": ""})
             continue
-        r = check_task(task, environment, cache=not no_cache)
-        bad += r["status"] == "broken"
-        rows.append(r)
+        rows.append(check_task(task, environment, cache=not no_cache))
+    bad = sum(r["status"] in LEFT_OUT for r in rows)
     if as_json:
         for r in rows:
             print(json.dumps(r))

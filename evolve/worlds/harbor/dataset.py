@@ -4,7 +4,12 @@ Splits are a function of each task's folder name alone (a hash), so a task stays
 across runs, seeds and machines, and adding a task moves no other; ``[metadata] split`` in a
 task's ``task.toml`` (``train``/``val``/``test``) or the ``splits`` parameter pins one. Before the
 run every task is checked (:mod:`.check`, cached per task content): a task whose own solution does
-not pass, or whose tests pass untouched, is *broken*: reported on stderr and left out, never scored.
+not pass, or whose tests pass untouched, is *broken*.
+
+One bad task never stops a run: a folder that is not a valid task (*invalid*), one that uses a
+feature not run yet or that the backend cannot carry out (*unsupported*), and a *broken* one are
+each left out, never scored, and reported once on stderr with the task's id and the reason
+(:func:`report_excluded`); the rest run.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 from evolve.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
+LEFT_OUT = ("invalid", "unsupported", "broken")  # check statuses of a task that is not run
 
 
 def split_of(task_id: str, val: float, test: float, salt: str = "") -> str:
@@ -60,48 +66,56 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
             raise ConfigError(f"dataset.params.splits: {name!r} must be one of {SPLITS} mapping to a list of task ids",
                               path="dataset.params.splits")
         pinned.update({str(i): name for i in ids})
-    tasks = []
+    tasks, excluded = [], []  # excluded: (task id, status, reason)
     for folder in find_tasks(_resolve(source, base_dir)):
         try:
             tasks.append(load_task(folder))
-        except TaskError:
-            raise
-    known = {t["id"] for t in tasks}
+        except TaskError as e:
+            excluded.append((folder.name, e.status, e.reason))
+    known = {t["id"] for t in tasks} | {tid for tid, _, _ in excluded}
     unknown = sorted(set(pinned) - known)
     if unknown:
         from evolve.registry import did_you_mean
 
         raise ConfigError(f"dataset.params.splits names task {unknown[0]!r}, which is not under the source "
                           f"({did_you_mean(unknown[0], sorted(known))})", path="dataset.params.splits")
-    if environment in ("auto", "sandbox"):
+    if environment in ("auto", "sandbox") and tasks:
         _need_sandbox(environment)
     out: dict[str, list[dict]] = {s: [] for s in SPLITS}
-    broken = []
     for t in tasks:
-        meta_split = t["metadata"].get("split")
-        if meta_split is not None and meta_split not in SPLITS:
-            raise ConfigError(f"Harbor task {t['path']}: [metadata] split = {meta_split!r}; use one of {SPLITS}")
+        meta_split = t["metadata"].get("split")  # one of SPLITS: load_task checked it
         if check:
             from evolve.worlds.harbor.check import check_task
 
             verdict = check_task(t, environment)
             t["checked"] = verdict["status"]
-            if verdict["status"] == "broken":
-                broken.append((t["id"], verdict["why"]))
+            if verdict["status"] in LEFT_OUT:
+                excluded.append((t["id"], verdict["status"], verdict["why"]))
                 continue
         t["split"] = pinned.get(t["id"]) or meta_split or split_of(t["id"], val, test, split_salt)
         t["backend"] = environment
         out[t["split"]].append(t)
-    if broken:
-        print(f"harbor: {len(broken)} broken task(s) left out (not scored):", file=sys.stderr)
-        for tid, why in broken:
-            print(f"  - {tid}: {why}", file=sys.stderr)
+    report_excluded(excluded)
     if not out["train"] or not out["val"]:
         counts = {s: len(v) for s, v in out.items()}
-        raise ConfigError(f"the Harbor tasks split into {counts} (after {len(broken)} broken left out); a run needs "
+        raise ConfigError(f"the Harbor tasks split into {counts} (after {len(excluded)} left out); a run needs "
                           "train and val tasks: add tasks, change dataset.params val/test, or pin some with "
                           "dataset.params.splits", path="dataset.params")
     return out
+
+
+_REPORTED: set[tuple[str, str, str]] = set()
+
+
+def report_excluded(excluded: list[tuple[str, str, str]]) -> None:
+    """Each left-out task on stderr with its status and reason, once per process (the dataset is
+    loaded more than once in a run)."""
+    new = [x for x in excluded if x not in _REPORTED]
+    _REPORTED.update(new)
+    if new:
+        print(f"harbor: {len(new)} task(s) left out (not scored):", file=sys.stderr)
+        for tid, status, why in new:
+            print(f"  - {tid} ({status}): {why}", file=sys.stderr)
 
 
 def _need_sandbox(environment: str) -> None:
@@ -121,4 +135,4 @@ def _need_sandbox(environment: str) -> None:
                                 "(apt install bubblewrap) or run a Docker engine (dataset.params.environment: docker)")
 
 
-__all__ = ["SPLITS", "dataset", "split_of"]
+__all__ = ["LEFT_OUT", "SPLITS", "dataset", "report_excluded", "split_of"]

@@ -11,8 +11,15 @@ A Harbor task (https://harborframework.com/docs/tasks; the format Terminal-Bench
     └── solution/solve.sh     optional reference solution (never shown to the agent)
 
 Keys are checked against Harbor's schema (``[metadata]`` is free-form, as in Harbor); an unknown
-key, a timeout that is not a positive number of seconds, or a feature evolvekit does not run
-(multi-step tasks, Windows images) is a :class:`~evolve.errors.ConfigError` naming the task folder.
+key or a timeout that is not a positive number of seconds is a :class:`TaskError` (the task is
+*invalid*), a feature evolvekit does not run yet (multi-step tasks, ``${VAR}`` values taken from
+the host's environment, Windows or GPU images) an :class:`UnsupportedTask`; both name the task
+folder, and the dataset leaves that task out with the reason while the others run.
+
+A task folder is someone else's: its files are read without following links
+(:mod:`evolve.sandbox.beneath`), so an ``instruction.md`` or a ``task.toml`` that is a link to a
+host file is refused, never read. Links deeper in ``environment/``, ``tests/`` and ``solution/``
+are copied as links into the task's environment, as Docker copies them.
 """
 
 from __future__ import annotations
@@ -41,15 +48,49 @@ KNOWN: dict[str, set[str] | None] = {
 }
 DEFAULTS = {"agent": 600.0, "verifier": 600.0, "build": 600.0}  # Harbor's defaults, seconds
 MAX_TIMEOUT = 24 * 3600.0
+TEXT_LIMIT = 4 << 20  # bytes of instruction.md, task.toml, solve.sh read at most
 _UNITS = {"": 1, "b": 1 / 2**20, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1, "g": 1024, "gb": 1024}
 
 
 class TaskError(ConfigError):
-    """A folder that is not a valid Harbor task; the message names the folder and the fix."""
+    """A folder that is not a valid Harbor task; the message names the folder and the fix.
+    ``reason`` is the message without the folder, ``status`` ``invalid``."""
+
+    status = "invalid"
 
     def __init__(self, folder: Path | str, message: str) -> None:
-        self.folder = str(folder)
+        self.folder, self.reason = str(folder), message
         super().__init__(f"Harbor task {folder}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.folder, self.reason))
+
+
+class UnsupportedTask(TaskError):
+    """A valid Harbor task using a feature evolvekit does not run yet (the message names it)."""
+
+    status = "unsupported"
+
+
+def _read(folder: Path, rel: str) -> str | None:
+    """A task file's text (None when absent), read without following links."""
+    from evolve.sandbox.beneath import Refused, read
+
+    try:
+        data = read(folder, rel, limit=TEXT_LIMIT)
+    except Refused as e:
+        raise TaskError(folder, f"{e}: a task's files are read without following links; put the file itself "
+                        "there") from None
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _kind(folder: Path, rel: str) -> str | None:
+    from evolve.sandbox.beneath import Refused, kind
+
+    try:
+        return kind(folder, rel)
+    except Refused as e:
+        raise TaskError(folder, f"{e}: a task's files are read without following links") from None
 
 
 def _toml(text: str, where: Path) -> dict:
@@ -113,48 +154,77 @@ def _env_table(data: dict, section: str, folder: Path) -> dict[str, str]:
     if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
                                               for k, v in table.items()):
         raise TaskError(folder, f"task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = \"1\" }}")
-    if any("${" in str(v) for v in table.values()):
-        raise TaskError(folder, f"task.toml: [{section}] env takes values from the host's environment (${{...}}); "
-                        "evolvekit never passes host variables into a task: give the values")
+    host = sorted(k for k, v in table.items() if "${" in str(v))
+    if host:
+        raise UnsupportedTask(folder, f"task.toml: [{section}] env {host[0]} = {table[host[0]]!r} takes its value "
+                              "from the host's environment (${VAR}), which the harbor world does not support yet; "
+                              "give the value itself in task.toml to run this task")
     return {k: str(v) for k, v in table.items()}
 
 
 def digest(folder: Path) -> str:
-    """A hash of everything in the task folder (names and bytes), so a changed task is a new one."""
+    """A hash of everything in the task folder (names and bytes, a link's target), so a changed
+    task is a new one; walked without following links."""
+    from evolve.sandbox.beneath import files, readlink, stream
+
     h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes() + b"\0")
+    for rel, k in files(folder, skip=("__pycache__",)):
+        if k == "file":
+            h.update(rel.encode() + b"\0")
+            for chunk in stream(folder, rel):
+                h.update(chunk)
+            h.update(b"\0")
+        elif k == "link":
+            h.update(rel.encode() + b"\0L" + readlink(folder, rel).encode(errors="surrogateescape") + b"\0")
     return h.hexdigest()[:16]
 
 
 def load_task(folder: str | Path) -> dict[str, Any]:
     """The task in ``folder`` as a JSON dict (``id, path, instruction, agent_timeout,
     verifier_timeout, build_timeout, memory_mb, workdir, docker_image, verifier_env, metadata,
-    has_solution, digest``); :class:`TaskError` when it is not a valid Harbor task."""
+    has_solution, digest``); :class:`TaskError` when it is not a valid Harbor task,
+    :class:`UnsupportedTask` when it uses what evolvekit does not run yet."""
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
         raise TaskError(folder, "not a folder")
-    missing = [n for n in ("instruction.md", "tests/test.sh") if not (folder / n).is_file()]
+    try:
+        return _load(folder)
+    except OSError as e:  # unreadable files: the task is left out with the reason
+        raise TaskError(folder, f"cannot read the task: {type(e).__name__}: {e}") from None
+
+
+def _load(folder: Path) -> dict[str, Any]:
+    toml = _read(folder, "task.toml")
+    data = _toml(toml, folder) if toml is not None else {}
+    _check_keys(data, folder)
+    if data.get("steps"):
+        names = [str(s.get("name")) for s in data["steps"] if isinstance(s, dict)]
+        raise UnsupportedTask(folder, f"a multi-step task ([[steps]] in task.toml: {', '.join(names) or '?'}; "
+                              "steps/<name>/ holding each step's instruction and tests), which the harbor world "
+                              "does not run yet")
+    for sub in ("environment", "tests", "solution"):
+        if _kind(folder, sub) not in (None, "dir"):
+            raise TaskError(folder, f"{sub} is not a folder (a symbolic link or a file); a task's files are read "
+                            "without following links")
+    instruction = _read(folder, "instruction.md")
+    missing = [n for n, ok in (("instruction.md", instruction is not None),
+                               ("tests/test.sh", _kind(folder, "tests/test.sh") == "file")) if not ok]
     if missing:
         raise TaskError(folder, f"not a Harbor task: no {' and no '.join(missing)} (a task folder holds "
                         "instruction.md, task.toml, environment/ and tests/test.sh)")
-    instruction = (folder / "instruction.md").read_text(errors="replace").strip()
+    instruction = instruction.strip()
     if not instruction:
         raise TaskError(folder, "instruction.md is empty: write what the agent must do")
-    cfg_file = folder / "task.toml"
-    data = _toml(cfg_file.read_text(errors="replace"), folder) if cfg_file.is_file() else {}
-    _check_keys(data, folder)
-    if data.get("steps"):
-        raise TaskError(folder, "multi-step tasks ([[steps]]) are not run by evolvekit yet; split it into one task "
-                        "per step")
     env = data.get("environment") or {}
     if str(env.get("os", "linux")).lower() != "linux":
-        raise TaskError(folder, f"[environment] os = {env.get('os')!r}: only Linux environments run here")
+        raise UnsupportedTask(folder, f"[environment] os = {env.get('os')!r}: only Linux environments run here")
     if env.get("gpus"):
-        raise TaskError(folder, "[environment] gpus: GPU tasks are not run by the harbor world yet")
-    if not (folder / "environment").is_dir() and not env.get("docker_image"):
+        raise UnsupportedTask(folder, "[environment] gpus: GPU tasks are not run by the harbor world yet")
+    if _kind(folder, "environment") is None and not env.get("docker_image"):
         raise TaskError(folder, "no environment/ folder (with a Dockerfile) and no [environment] docker_image")
+    split = (data.get("metadata") or {}).get("split")
+    if split is not None and split not in ("train", "val", "test"):
+        raise TaskError(folder, f"task.toml: [metadata] split = {split!r}; use one of train, val, test")
     task_info = data.get("task") or {}
     name = str(task_info.get("name") or folder.name)
     return {
@@ -171,7 +241,7 @@ def load_task(folder: str | Path) -> dict[str, Any]:
         "verifier_env": _env_table(data, "verifier", folder),
         "environment_env": _env_table(data, "environment", folder),
         "metadata": {k: v for k, v in (data.get("metadata") or {}).items() if isinstance(v, (str, int, float, bool, list))},
-        "has_solution": (folder / "solution" / "solve.sh").is_file(),
+        "has_solution": _kind(folder, "solution/solve.sh") == "file",
         "digest": digest(folder),
     }
 
@@ -185,7 +255,7 @@ def find_tasks(source: str | Path | list) -> list[Path]:
         p = Path(str(s)).expanduser().resolve()
         if not p.exists():
             raise ConfigError(f"{s}: no such folder; give a Harbor task folder or a folder of them", path="dataset.source")
-        if (p / "instruction.md").exists() or (p / "tests").is_dir():
+        if (p / "instruction.md").exists() or (p / "tests").is_dir() or (p / "task.toml").is_file():
             out.append(p)
             continue
         subs = sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith((".", "_")))
@@ -203,4 +273,4 @@ def find_tasks(source: str | Path | list) -> list[Path]:
     return list(seen.values())
 
 
-__all__ = ["KNOWN", "TaskError", "digest", "find_tasks", "load_task"]
+__all__ = ["KNOWN", "TaskError", "UnsupportedTask", "digest", "find_tasks", "load_task"]
