@@ -73,3 +73,18 @@ def _slow_if_it_trains(request):
         handle.remove()
     if steps:
         pytest.fail(f"{request.node.nodeid} trains a model ({len(steps)} optimizer steps): mark it @pytest.mark.slow")
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A real Docker engine with the stand-in base images (tests/helpers/docker_engine.py): one that
+    answers, or one these tests install and start where the machine allows it (root and apt), stopped
+    when they end. What the tests ran and built is removed then. Skips with the reason where neither
+    is possible."""
+    from tests.helpers import docker_engine as de
+
+    engine, why = de.bring_up()
+    if engine is None:
+        pytest.skip(f"no Docker engine for the docker tests: {why}")
+    yield engine
+    de.tear_down(engine)

@@ -298,9 +298,9 @@ def test_docker_container_config_is_locked_down():
     assert cfg["StdinOnce"] and cfg["OpenStdin"] and cfg["NetworkDisabled"] and cfg["User"] == "65534:65534"
 
 
-@pytest.mark.skipif(NO_ENGINE is not None, reason=f"no Docker engine reachable: {NO_ENGINE}")
-def test_docker_live_run():  # pragma: no cover - needs an engine and the image
-    sb = get_sandbox("docker")
+def test_docker_live_run(docker_engine):
+    """The docker backend on a real engine, its image a stand-in for python:3.11-slim (the image map)."""
+    sb = get_sandbox("docker", image=docker_engine.images["python:3.11-slim"])
     res = sb.call(ADD, "add", {"a": 1, "b": 2}, limits=FAST)
     assert res.ok and res.value == 3
     res = sb.run("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)", limits=FAST)

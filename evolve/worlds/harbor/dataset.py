@@ -44,12 +44,15 @@ def _resolve(source: Any, base_dir: Path | None) -> list[str]:
 
 def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val: float = 0.25, test: float = 0.25,
             environment: str = "auto", check: bool = True, splits: dict | None = None,
-            split_salt: str = "") -> dict[str, list[dict]]:
+            split_salt: str = "", images: dict | None = None, build_network: str = "auto") -> dict[str, list[dict]]:
     """``{"train", "val", "test"}`` lists of task dicts (:func:`.task.load_task`, plus ``split`` and
     ``backend``). ``source``: a task folder, a folder of them or a list (relative to the task file);
     ``val``/``test``: shares of the hash line; ``environment``: ``auto`` | ``sandbox`` | ``docker``;
     ``check``: run each task's solution first and leave out broken ones; ``splits``: ``{split:
-    [task ids]}`` pinning tasks. ``seed`` does not move tasks between splits."""
+    [task ids]}`` pinning tasks; ``images``: the image map for the docker backend (``{"ubuntu:24.04":
+    "a-local-image"}``: a base the engine cannot pull, built on a local stand-in, :mod:`.build`);
+    ``build_network``: the network builds use (``auto``: host where the engine has no bridge network).
+    ``seed`` does not move tasks between splits."""
     from evolve.worlds.harbor.environment import check_backend
     from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 
@@ -57,6 +60,10 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
         raise ConfigError("the harbor world needs its tasks: dataset: {source: path/to/tasks} (a Harbor task "
                           "folder, a folder of them, or a list)", path="dataset.source")
     check_backend(environment)
+    if not isinstance(images or {}, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                     for k, v in (images or {}).items()):
+        raise ConfigError(f"dataset.params.images must map image names to local images, e.g. {{'ubuntu:24.04': "
+                          f"'my-ubuntu:24.04'}}, got {images!r}", path="dataset.params.images")
     if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
         raise ConfigError(f"dataset.params val={val} and test={test} must be shares in [0, 1) summing below 1",
                           path="dataset.params")
@@ -69,7 +76,7 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     tasks, excluded = [], []  # excluded: (task id, status, reason)
     for folder in find_tasks(_resolve(source, base_dir)):
         try:
-            tasks.append(load_task(folder))
+            tasks.append({**load_task(folder), "images": dict(images or {}), "build_network": build_network})
         except TaskError as e:
             excluded.append((folder.name, e.status, e.reason))
     known = {t["id"] for t in tasks} | {tid for tid, _, _ in excluded}

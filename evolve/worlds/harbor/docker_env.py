@@ -5,8 +5,10 @@ the task's), and come out through the engine's API (``get_archive``), never thro
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -80,24 +82,50 @@ class DockerEnvironment:
             raise
 
     def _image(self) -> str:
+        """The task's image: ``[environment] docker_image`` (through the image map), else its
+        Dockerfile built as :mod:`.build` rewrites it, once per task content and rewrite."""
+        from evolve.worlds.harbor.build import BuildfileError, rewrite
+
+        images = dict(self.task.get("images") or {})
         if self.task.get("docker_image"):
-            return str(self.task["docker_image"])
-        tag = f"evolvekit-harbor/{self.task['id'].lower()}:{self.task['digest']}"
+            return images.get(str(self.task["docker_image"]), str(self.task["docker_image"]))
+        self._check_context()
+        from evolve.sandbox.beneath import Refused, read
+
+        try:
+            text = (read(self.task["path"], "environment/Dockerfile", limit=1 << 20) or b"").decode("utf-8", "replace")
+            dockerfile = rewrite(text, images)
+        except (Refused, BuildfileError) as e:
+            raise EnvironmentError_(self.task, f"environment/Dockerfile: {e}", status="unsupported") from None
+        digest = hashlib.sha256(dockerfile.encode()).hexdigest()[:12]
+        tag = f"evolvekit-harbor/{self.task['id'].lower()}:{self.task['digest']}-{digest}"
         with _IMAGE_LOCK:
             if tag in _IMAGES:
                 return tag
             try:
                 self.client.images.get(tag)
             except Exception:  # noqa: BLE001 - not built yet
-                self._check_context()
-                try:
-                    self.client.images.build(path=str(Path(self.task["path"]) / "environment"), tag=tag, rm=True,
-                                             timeout=int(self.task["build_timeout"]))
-                except Exception as e:  # noqa: BLE001 - a failed build: the task's environment is broken
-                    raise EnvironmentError_(self.task, f"docker build of environment/ failed: {type(e).__name__}: "
-                                            f"{tail(str(e), 800)}") from None
+                self._build(dockerfile, tag)
             _IMAGES[tag] = tag
             return tag
+
+    def _build(self, dockerfile: str, tag: str) -> None:
+        """``docker build`` of environment/ with ``dockerfile`` (sent inside the context, never written
+        into the task folder), on the build network; a failed build leaves no container behind."""
+        from evolve.worlds.harbor.build import build_network
+
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "Dockerfile"
+            path.write_text(dockerfile)
+            try:
+                self.client.images.build(path=str(Path(self.task["path"]) / "environment"), dockerfile=str(path),
+                                         tag=tag, rm=True, forcerm=True, labels={"evolvekit": "harbor"},
+                                         network_mode=build_network(self.client, self.task.get("build_network",
+                                                                                                "auto")),
+                                         timeout=int(self.task["build_timeout"]))
+            except Exception as e:  # noqa: BLE001 - a failed build: the task's environment is broken
+                raise EnvironmentError_(self.task, f"docker build of environment/ failed: {type(e).__name__}: "
+                                        f"{tail(str(e), 800)}") from None
 
     def _check_context(self) -> None:
         """The SDK tars environment/ without following links, but reads .dockerignore by its path."""
