@@ -222,7 +222,8 @@ part_loaders = Registry("part loader", {"tools": "evolve.toolforge.tool:tools_fr
 workflow_checks = Registry("workflow check", {"graph": "evolve.topology.graph:check_task_workflow"})
 # What the layers add to a run's report and to `evolve archive show`: a class with build(session,
 # best_id, baseline_id) -> dict, markdown(report) -> lines, prepare(system, png), show(out, err, sid).
-report_sections = Registry("report section", {"workflow": "evolve.topology.report:WorkflowSection"})
+report_sections = Registry("report section", {"workflow": "evolve.topology.report:WorkflowSection",
+                                                 "curriculum": "evolve.loop.curriculum:CurriculumSection"})
 # What bounds the LLM calls one rollout can make (evolve.scoring.budget.calls_bound): the layers that run a
 # system's workflow say, each a function(workflow dict) -> int | None.
 call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime:graph_calls_bound"})
@@ -232,6 +233,7 @@ worlds = Registry(
     {
         "env": "evolve.worlds.env:WORLD",
         "harbor": "evolve.worlds.harbor:WORLD",
+        "reasoning_gym": "evolve.worlds.reasoning_gym:WORLD",
         "sql": "evolve.worlds.sql:WORLD",
         "toy": "evolve.worlds.toy:WORLD",
     },

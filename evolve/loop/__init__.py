@@ -3,7 +3,8 @@
 * ``engine`` — generations: select parents, let operators propose, score, accept, archive;
 * ``policies`` — the loop's small protocols: acceptance, minibatch sampling, stopping;
 * ``judge`` — two-stage acceptance and re-evaluation; ``selectors``, ``pool`` and ``pareto`` — parents;
-* ``operators`` — the Operator protocol every layer implements.
+* ``operators`` — the Operator protocol every layer implements;
+* ``curriculum`` — ``engine.curriculum``: training difficulty and mix that follow the agent's success.
 
 Imports ``evolve.scoring``, ``evolve.results`` and ``evolve.task``; the layers only through registries.
 """

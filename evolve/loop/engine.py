@@ -9,7 +9,9 @@ judge each child (the acceptance policy; by default two stages: better than its 
 same minibatch, then not worse on validation, re-evaluated on more samples when close:
 :mod:`evolve.loop.judge`); archive everything; promote the best. Stop on any budget (generations,
 rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.scoring.budget`) or the stopping rule. The
-three policies are in :mod:`evolve.loop.policies`. At the end the baseline and the promoted system are
+three policies are in :mod:`evolve.loop.policies`. With ``engine.curriculum`` the generation's training
+tasks (the operators' ``ctx.train``) and its minibatch follow the agent's success instead
+(:mod:`evolve.loop.curriculum`). At the end the baseline and the promoted system are
 scored on the held-out test split and a report is written.
 
 Resume: every rollout is stored under a deterministic key and every operator's proposals
@@ -75,6 +77,18 @@ class Engine:
             raise
         self.task, self.archive, self.run_dir = task, self.session.archive, self.session.run_dir
         self.state, self.obs = self.session.state, self.session.obs
+        self.curriculum = None  # engine.curriculum: each generation's training tasks follow the agent's success
+        if task.engine.curriculum is not None:
+            from evolve.loop.curriculum import Curriculum
+
+            try:
+                self.curriculum = Curriculum(task.engine.curriculum, self.session.tasks("train"))
+            except BaseException:
+                self.session.close()
+                self.archive.close()
+                if self.tracking is not None:
+                    self.tracking.close(None)
+                raise
         if self.tracking is not None:  # sends from threads of its own: evolve.trackers.live
             from evolve.trackers.base import TrackedRun
 
@@ -156,8 +170,11 @@ class Engine:
         # the pool as earlier generations left it, so that a resumed generation picks the same parents
         pool = scored_pool(s, before=gen, detail=bool(getattr(self.selector, "needs_per_task", False)))
         parents = self.selector.select(pool, self.task.engine.parents, s.rng(f"select/{gen}"))
-        train = s.tasks("train")
-        minibatch = self.sampler.sample(train, self.task.engine.minibatch, s.rng(f"minibatch/{gen}"), gen)
+        if self.curriculum is not None:  # the levels and mix it decided, from the scores stored so far
+            train, minibatch = self.curriculum.step(s, gen, list(parents), self.task.engine.minibatch)
+        else:
+            train = s.tasks("train")
+            minibatch = self.sampler.sample(train, self.task.engine.minibatch, s.rng(f"minibatch/{gen}"), gen)
         best = max(pool, key=lambda s: (s.score, -s.generation))
         n_children = n_accepted = 0
         for pid in parents:
@@ -166,7 +183,7 @@ class Engine:
                                 description=f"gen {gen}: parent {pid[:8]} on minibatch")
             p_val = next(s.score for s in pool if s.system_id == pid)
             for i, op in enumerate(self.operators):
-                for cand in self._propose(gen, i, op, parent, p_traj):
+                for cand in self._propose(gen, i, op, parent, p_traj, train):
                     n_children += 1
                     verdict = self.acceptance.judge(s, gen, cand, minibatch, parent, mean_score(p_traj), p_val)
                     promoted = False
@@ -203,7 +220,8 @@ class Engine:
                                          evidence={"generation": gen, "operator": cand.operator,
                                                    "val": verdict.score if verdict.score == verdict.score else None})
 
-    def _propose(self, gen: int, i: int, op: Any, parent: System, p_traj: list[Trajectory]) -> list[Candidate]:
+    def _propose(self, gen: int, i: int, op: Any, parent: System, p_traj: list[Trajectory],
+                 train: list[dict]) -> list[Candidate]:
         saved = self.state.proposals(gen, i, parent.id)
         if saved is not None:
             return saved
@@ -212,7 +230,7 @@ class Engine:
         workdir.mkdir(parents=True, exist_ok=True)
         ctx = OperatorContext(
             generation=gen, seed=self.task.seed, rng=s.rng(f"op/{gen}/{i}/{parent.id}"),
-            train=s.tasks("train"), trajectories=p_traj, artifacts=self.archive.artifacts, workdir=workdir,
+            train=train, trajectories=p_traj, artifacts=self.archive.artifacts, workdir=workdir,
             rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore": s.rollouts(
                 system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
                 temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),

@@ -49,7 +49,7 @@ class OperatorContext:
     generation: int
     seed: int
     rng: random.Random
-    train: Sequence[dict]  # all training tasks (never validation or test)
+    train: Sequence[dict]  # the training tasks (never validation or test): all, or the curriculum's of this generation
     trajectories: Sequence[Trajectory]  # the parent's scored rollouts on this generation's minibatch
     artifacts: ArtifactStore
     workdir: Path  # scratch space for this operator call (inside the run directory)

@@ -3,7 +3,7 @@ accepted (with their val scores), which were re-evaluated on more samples, one r
 generation, the operators' memoised proposals, the wall time spent, the model calls operators
 made themselves and the engine's status of the run. It lives in the archive's ``state`` table (so a
 resumed run reads it back), under the keys earlier evolvekits wrote, and this is the one module
-that reads or writes those keys.
+that reads or writes those keys. With ``engine.curriculum``, each generation's curriculum decision too.
 """
 
 from __future__ import annotations
@@ -102,6 +102,17 @@ class RunState:
     def save_proposals(self, generation: int, op_index: int, parent_id: str, cands: list[Candidate]) -> None:
         self.archive.put_state(f"proposals/{generation}/{op_index}/{parent_id}",
                                [c.model_dump(mode="json") for c in cands])
+
+    # the curriculum's decision per generation (engine.curriculum: evolve.loop.curriculum)
+    def curriculum(self, generation: int) -> dict[str, Any] | None:
+        return self.archive.get_state(f"curriculum/{generation}")
+
+    def save_curriculum(self, generation: int, decision: dict[str, Any]) -> None:
+        self.archive.put_state(f"curriculum/{generation}", decision)
+
+    def curricula(self) -> list[dict[str, Any]]:
+        """Every generation's decision, in generation order."""
+        return sorted(self.archive.state_items("curriculum/").values(), key=lambda d: int(d["generation"]))
 
     # the engine's own account of the run
     @property

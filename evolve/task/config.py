@@ -150,6 +150,33 @@ class ReevalConfig(Strict):
     samples: int = Field(2, ge=1, description="extra samples per val task for each of the two systems")
 
 
+class CurriculumConfig(Strict):
+    """A curriculum that follows success (:mod:`evolve.loop.curriculum`): each generation moves every
+    group of training tasks (a generator) one difficulty level up when the agent's success on its
+    fresh training tasks was above the band, down when below, and shifts the mix of groups toward
+    those in the band. Decided from the scores the run stored; the same seed decides the same."""
+
+    band: tuple[float, float] = Field((0.2, 0.8), description="the success rate [low, high] each group is kept within")
+    group_key: str = Field("generator", description="the training tasks' field that names their group")
+    level_key: str = Field("level", description="the training tasks' field that holds their difficulty level "
+                           "(a whole number, the lowest the easiest)")
+    start: int = Field(0, ge=0, description="where every group starts: its levels counted from the easiest, 0 first "
+                       "(its hardest when it has fewer)")
+    window: int = Field(1, ge=1, description="generations of the parents' minibatch rollouts that success is "
+                        "measured on (at the group's current level only)")
+    min_samples: int = Field(4, ge=1, description="rollouts of a group a move needs; with fewer, the group holds")
+    solved_at: float = Field(1.0, description="a rollout is a success at this score or above")
+    off_band: float = Field(0.25, gt=0, le=1, description="weight factor of a group that stays out of the band (too "
+                            "easy at its hardest level, too hard at its easiest)")
+
+    @model_validator(mode="after")
+    def _band(self) -> "CurriculumConfig":
+        lo, hi = self.band
+        if not 0.0 <= lo < hi <= 1.0:
+            raise ValueError(f"band must be [low, high] with 0 <= low < high <= 1; got [{lo}, {hi}]")
+        return self
+
+
 class EngineConfig(Strict):
     """How each generation picks parents, compares children and decides (:mod:`evolve.loop.policies`)."""
 
@@ -168,6 +195,16 @@ class EngineConfig(Strict):
     minibatch_sampler: str = Field("random", description="random (anew each generation) | fixed | an import path")
     stopping: str = Field("budget", description="budget (the budgets alone) | plateau | an import path")
     stopping_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {patience: 2} for plateau")
+    curriculum: CurriculumConfig | None = Field(None, description="training difficulty and mix that follow the "
+                                                "agent's success (off: a fixed mix, the training split as it is)")
+
+    @model_validator(mode="after")
+    def _curriculum_draws_the_minibatch(self) -> "EngineConfig":
+        if self.curriculum is not None and self.minibatch_sampler != "random":
+            raise ValueError(f"engine.curriculum draws each generation's minibatch itself (fresh tasks at the "
+                             f"levels it chose); remove engine.minibatch_sampler ({self.minibatch_sampler!r}) or "
+                             "the curriculum")
+        return self
 
 
 class FailuresConfig(Strict):

@@ -4,6 +4,8 @@ the attempt, and the hooks the layers use (:mod:`evolve.worlds.base`, the World 
 * ``base`` — :class:`~evolve.worlds.base.World` and :func:`~evolve.worlds.base.load_world`;
 * ``sql/`` — the offline default: procedurally generated SQLite databases and questions, a
   multi-turn SQL agent, execution-match reward (``world: sql``);
+* ``reasoning_gym/`` — reasoning-gym's seeded generators at the difficulty levels the task file
+  names, scored by the package's own scorers (``world: reasoning_gym``);
 * ``toy`` — a + b with a scripted model, for plumbing tests and examples (``world: toy``).
 
 A task file names one with ``world: NAME`` (registered in :data:`evolve.registry.worlds` or through

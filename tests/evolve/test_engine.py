@@ -2,6 +2,7 @@
 failures recorded, kill -9 and resume."""
 
 import json
+import re
 import os
 import signal
 import sqlite3
@@ -71,7 +72,8 @@ def test_report_pairs_best_and_baseline_on_the_same_tasks(tmp_path):
     assert c["b_only"] > 0 and c["a_only"] == 0 and c["p"] < 0.05  # best solves every task, baseline almost none
     assert set(report["paired"]) == {"val", "test"}
     md = (tmp_path / "run" / "report.md").read_text()
-    assert "test gain: +" in md and "95% CI ±" in md and "sign test p=" in md
+    # +95 points: its interval, cut at +100, reads [low, high]
+    assert "test gain: +" in md and re.search(r"95% CI \[\+\d+\.\d, \+100\.0\]", md) and "sign test p=" in md
     # re-scoring for the report is memoised: no new rollouts after the run
     assert report["budget_used"]["rollouts"] == evolve.run(DATA / "toy.yaml", out=tmp_path / "run", resume=True)["budget_used"]["rollouts"]
 
