@@ -235,15 +235,10 @@ def resolve_dtype(dtype: str | None, device: str) -> "torch.dtype":
     return table[d]
 
 
-def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto") -> tuple[Any, HFTokenizer]:
-    """``(model, tokenizer)`` from a checkpoint directory; the model in eval mode on ``device``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+def load_tokenizer(path: Path | str) -> HFTokenizer:
+    """The tokenizer of a checkpoint directory, its end-of-turn ids from ``generation_config.json`` too."""
+    from transformers import AutoTokenizer, GenerationConfig
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a bar per load would break into the run's own progress display
-    path = Path(path)
-    dev = resolve_device(device)
     tok = AutoTokenizer.from_pretrained(str(path))
     eos: list[int] = []
     try:
@@ -252,9 +247,22 @@ def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str
         eos = [e] if isinstance(e, int) else list(e or [])
     except OSError:  # no generation_config.json
         pass
+    return HFTokenizer(tok, eos_ids=eos, source=str(path))
+
+
+def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto") -> tuple[Any, HFTokenizer]:
+    """``(model, tokenizer)`` from a checkpoint directory; the model in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per load would break into the run's own progress display
+    path = Path(path)
+    dev = resolve_device(device)
+    tok = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype, dev))
-    return model.to(dev).eval(), HFTokenizer(tok, eos_ids=eos, source=str(path))
+    return model.to(dev).eval(), tok
 
 
-__all__ = ["HF_FORMAT", "HFTokenizer", "check_manifest", "load_pretrained", "manifest", "read_manifest",
+__all__ = ["HF_FORMAT", "HFTokenizer", "check_manifest", "load_pretrained", "load_tokenizer", "manifest", "read_manifest",
            "resolve_checkpoint", "resolve_device", "resolve_dtype"]

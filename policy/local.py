@@ -15,6 +15,10 @@ are exact:
 * with a ``seed``, each request draws its Gumbel noise from its own ``torch.Generator``, so the
   sample does not depend on which other requests share the batch.
 
+``params.engine: ctranslate2`` (or ``auto``) samples with CTranslate2 instead
+(:mod:`evolve.policy.ct2`, :mod:`evolve.policy.ct2_server`): the same batching and the same
+completions, except that a seed does not reproduce a sample there (``extra["seed"]`` is None).
+
 ``build(spec, artifacts)`` is the registry factory: ``spec.base`` (an ArtifactRef of a file
 written by :func:`evolve.policy.weights.save_base`) and the optional ``spec.adapter``; bases are
 shared across ``build`` calls by sha256, adapters are loaded once per sha256 into that server.
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from evolve.errors import ConfigError, LLMError
 from evolve.llm.base import Completion, as_messages
+from evolve.policy.ct2 import engine_of
 from evolve.policy.local_server import LocalServer
 from evolve.policy.sampling import Sample, sample
 from evolve.types import ArtifactRef, Message, ModelSpec
@@ -122,8 +127,9 @@ class LocalLM:
         """Render the chat, sample a reply (batched with concurrent callers), return it.
 
         ``token_ids``/``logprobs`` cover every sampled token (the final EOS included when
-        ``finish_reason == "stop"`` by EOS); ``extra`` has ``seed`` (to reproduce the sample),
-        ``adapter`` and ``stop`` (the stop string that ended it, if any).
+        ``finish_reason == "stop"`` by EOS); ``extra`` has ``seed`` (to reproduce the sample; None
+        under CTranslate2, which has no per-request seed), ``adapter``, ``stop`` (the stop string
+        that ended it, if any) and, when it is not torch, ``engine``.
         """
         fut = self.submit(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
         try:
@@ -134,13 +140,15 @@ class LocalLM:
     def _completion(self, prompt: list[int], s: Sample, temperature: float, seed: int,
                     context: Sequence[Message] = ()) -> Completion:
         text = self.server.tok.decode(s.token_ids, context=context)
+        torch = self.server.engine == "torch"
         if s.stop is not None and s.stop in text:
             text = text[: text.index(s.stop)]
         return Completion(
             text=text, model=self.name, token_ids=tuple(s.token_ids), prompt_token_ids=tuple(prompt),
             logprobs=tuple(s.logprobs), finish_reason=s.finish_reason, prompt_tokens=len(prompt),
             completion_tokens=len(s.token_ids), cost=None,
-            extra={"seed": seed, "adapter": self.adapter, "stop": s.stop, "temperature": temperature},
+            extra={"seed": seed if torch else None, "adapter": self.adapter, "stop": s.stop, "temperature": temperature,
+                   **({} if torch else {"engine": self.server.engine})},
         )
 
     def close(self) -> None:
@@ -157,7 +165,7 @@ _SERVERS: dict[str, LocalServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _release(sha: str, server: LocalServer, adapter: str | None) -> None:
+def _release(key: str, server: LocalServer, adapter: str | None) -> None:
     with _SERVERS_LOCK:
         if adapter is not None:
             n = server.adapter_refs.get(adapter, 0) - 1
@@ -168,8 +176,8 @@ def _release(sha: str, server: LocalServer, adapter: str | None) -> None:
                 server.adapter_refs[adapter] = n
         server.refs -= 1
         last = server.refs <= 0
-        if last and _SERVERS.get(sha) is server:
-            del _SERVERS[sha]
+        if last and _SERVERS.get(key) is server:
+            del _SERVERS[key]
     if last:
         server.close()  # outside the lock: it waits for a running batch
 
@@ -183,45 +191,63 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
     that do not give them; ``max_batch`` (64), ``batch_wait_ms`` (3), ``max_wait_ms`` (50), ``threads`` for the server;
     ``device`` and ``dtype`` (a pretrained checkpoint: ``auto``, the GPU in bfloat16 when there is one;
     a tiny base: the CPU in float32 unless given). The base may be a tiny base file or the manifest
-    of a pretrained checkpoint (:mod:`evolve.policy.hf`).
+    of a pretrained checkpoint (:mod:`evolve.policy.hf`). ``engine`` (``torch``, ``ctranslate2``
+    or ``auto``) and ``compute_type``: who samples (:mod:`evolve.policy.ct2`).
     One server (one base in memory, one worker) is shared by every LLM built on the same base
-    sha256 until the last of them is closed; adapters are loaded once per sha256.
+    sha256 (and engine) until the last of them is closed; adapters are loaded once per sha256.
     """
     if spec.base is None:
         raise ConfigError(f"model {spec.name!r}: the local backend needs base weights (spec.base)")
     params = dict(spec.params)
     sha = spec.base.sha256
     with _SERVERS_LOCK:
-        server = _SERVERS.get(sha)
-        if server is None or server.closed or server.refs <= 0:
-            from evolve.policy.weights import load_base
+        opened = None
+        if engine_of(params, spec.name) != "torch":
+            from evolve.policy.ct2_server import open_server
 
-            model, tok, _cfg = load_base(artifacts.path(spec.base), device=params.get("device"), dtype=params.get("dtype"))
-            server = LocalServer(
-                model, tok, name=spec.name, max_batch=int(params.get("max_batch", 64)),
-                batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,
-                max_wait=float(params.get("max_wait_ms", 50)) / 1000.0,
-                threads=int(params["threads"]) if params.get("threads") else None,
-            )
-            _SERVERS[sha] = server
-        adapter = None
-        if spec.adapter is not None:
-            adapter = spec.adapter.sha256
-            if adapter not in server.adapters():
-                try:
-                    server.add_adapter(adapter, artifacts.path(spec.adapter))
-                except Exception:
-                    if server.refs == 0:
-                        server.close()
-                        del _SERVERS[sha]
-                    raise
+            opened = open_server(spec, artifacts, _SERVERS)
+        if opened is not None:
+            key, server = opened
+            adapter = spec.adapter.sha256 if spec.adapter is not None else None
+        else:
+            key, server, adapter = sha, *_torch_server(spec, params, artifacts)
+        if adapter is not None:
             server.adapter_refs[adapter] = server.adapter_refs.get(adapter, 0) + 1
         server.refs += 1
     return LocalLM(
         server, name=spec.name, adapter=adapter,
         temperature=float(params.get("temperature", 1.0)), max_tokens=int(params.get("max_tokens", 256)),
-        on_close=lambda: _release(sha, server, adapter),
+        on_close=lambda: _release(key, server, adapter),
     )
+
+
+def _torch_server(spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPaths) -> tuple[LocalServer, str | None]:
+    """The shared torch server of ``spec``'s base with its adapter attached (under the lock)."""
+    sha = spec.base.sha256  # type: ignore[union-attr]
+    server = _SERVERS.get(sha)
+    if server is None or server.closed or server.refs <= 0:
+        from evolve.policy.weights import load_base
+
+        model, tok, _cfg = load_base(artifacts.path(spec.base), device=params.get("device"), dtype=params.get("dtype"))  # type: ignore[arg-type]
+        server = LocalServer(
+            model, tok, name=spec.name, max_batch=int(params.get("max_batch", 64)),
+            batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,
+            max_wait=float(params.get("max_wait_ms", 50)) / 1000.0,
+            threads=int(params["threads"]) if params.get("threads") else None,
+        )
+        _SERVERS[sha] = server
+    adapter = None
+    if spec.adapter is not None:
+        adapter = spec.adapter.sha256
+        if adapter not in server.adapters():
+            try:
+                server.add_adapter(adapter, artifacts.path(spec.adapter))
+            except Exception:
+                if server.refs == 0:
+                    server.close()
+                    del _SERVERS[sha]
+                raise
+    return server, adapter
 
 
 def shutdown_all() -> None:

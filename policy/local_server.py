@@ -47,6 +47,8 @@ class LocalServer:
     bare base (adapters disabled). Base tensors are never written.
     """
 
+    engine = "torch"  # what samples (evolve.policy.ct2_server.CT2Server: "ctranslate2")
+
     def __init__(
         self,
         model: Any,
@@ -58,21 +60,27 @@ class LocalServer:
         threads: int | None = None,
         name: str = "local",
     ) -> None:
-        self.tok = tokenizer
-        self.name = name
-        self.max_batch = max(1, int(max_batch))
-        self.batch_wait = float(batch_wait)
-        self.max_wait = max(float(max_wait), self.batch_wait)
         is_peft = hasattr(model, "peft_config") and hasattr(model, "get_base_model")  # no peft import needed
         self.peft = model if is_peft else None
         self.base = model.get_base_model() if self.peft is not None else model
         self.base.eval()
-        self.max_len = int(self.base.config.max_position_embeddings)
+        self._threads = threads
+        self._start(tokenizer, int(self.base.config.max_position_embeddings), name=name, max_batch=max_batch,
+                    batch_wait=batch_wait, max_wait=max_wait)
+
+    def _start(self, tokenizer: Any, max_len: int, *, name: str, max_batch: int, batch_wait: float,
+               max_wait: float) -> None:
+        """The queue and the worker thread (shared with the engines' servers, e.g. :mod:`evolve.policy.ct2_server`)."""
+        self.tok = tokenizer
+        self.name = name
+        self.max_len = int(max_len)
+        self.max_batch = max(1, int(max_batch))
+        self.batch_wait = float(batch_wait)
+        self.max_wait = max(float(max_wait), self.batch_wait)
         self.refs = 0  # LocalLM handles sharing this server (see build)
         self.adapter_refs: dict[str, int] = {}
         self.stats: dict[str, float] = {"batches": 0, "requests": 0, "tokens": 0, "busy_s": 0.0}
         self.closed = False
-        self._threads = threads
         self._pending: list[_Request] = []
         self._cond = threading.Condition()
         self._model_lock = threading.RLock()
@@ -163,28 +171,8 @@ class LocalServer:
     def _execute(self, batch: list[_Request]) -> None:
         t0 = time.perf_counter()
         try:
-            with self._model_lock, self._keep_requires_grad():
-                adapter = batch[0].adapter
-                if adapter is None:
-                    ctx = self.peft.disable_adapter() if self.peft is not None else contextlib.nullcontext()
-                else:
-                    if self.peft is None or adapter not in self.peft.peft_config:
-                        raise LLMError(f"local model {self.name!r}: adapter {adapter!r} is not loaded")
-                    if self.peft.active_adapter != adapter:
-                        self.peft.set_adapter(adapter)
-                    ctx = contextlib.nullcontext()
-                with ctx:
-                    results = sample(
-                        self.base,
-                        [r.prompt for r in batch],
-                        eos_id=getattr(self.tok, "eos_ids", self.tok.eos_id),
-                        pad_id=self.tok.pad_id,
-                        temperatures=[r.temperature for r in batch],
-                        max_tokens=[r.max_tokens for r in batch],
-                        seeds=[r.seed for r in batch],
-                        stops=[r.stop for r in batch],
-                        decode=self.tok.token_text,
-                    )
+            with self._model_lock:
+                results = self._generate(batch)
         except BaseException as e:  # the worker must survive: fail this batch, keep serving
             err = e if isinstance(e, LLMError) else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
             if err is not e:
@@ -199,6 +187,31 @@ class LocalServer:
         self.stats["busy_s"] += time.perf_counter() - t0
         for r, s in zip(batch, results):
             r.future.set_result(s)
+
+    def _generate(self, batch: list[_Request]) -> list[Sample]:
+        """One batch (one adapter) through the sampler; called by the worker with the model lock held."""
+        with self._keep_requires_grad():
+            adapter = batch[0].adapter
+            if adapter is None:
+                ctx = self.peft.disable_adapter() if self.peft is not None else contextlib.nullcontext()
+            else:
+                if self.peft is None or adapter not in self.peft.peft_config:
+                    raise LLMError(f"local model {self.name!r}: adapter {adapter!r} is not loaded")
+                if self.peft.active_adapter != adapter:
+                    self.peft.set_adapter(adapter)
+                ctx = contextlib.nullcontext()
+            with ctx:
+                return sample(
+                    self.base,
+                    [r.prompt for r in batch],
+                    eos_id=getattr(self.tok, "eos_ids", self.tok.eos_id),
+                    pad_id=self.tok.pad_id,
+                    temperatures=[r.temperature for r in batch],
+                    max_tokens=[r.max_tokens for r in batch],
+                    seeds=[r.seed for r in batch],
+                    stops=[r.stop for r in batch],
+                    decode=self.tok.token_text,
+                )
 
     @contextlib.contextmanager
     def _keep_requires_grad(self) -> Iterator[None]:

@@ -45,7 +45,16 @@ def local_model(session: "Session", role: str, mc: Any) -> ModelSpec:
     demos = path.parent / "sft_examples.json"
     if demos.exists():
         params["sft_examples"] = archive.artifacts.put_file(demos, "sft_examples").model_dump()
-    return ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params)
+    return _checked(ModelSpec(backend=mc.backend, name=mc.name, base=base, params=params), archive.artifacts)
+
+
+def _checked(spec: ModelSpec, artifacts: Any) -> ModelSpec:
+    """The spec, once the engine it asks for can sample it (``engine: ctranslate2`` converts it now)."""
+    if spec.params.get("engine") == "ctranslate2":
+        from evolve.policy.ct2_server import preflight
+
+        preflight(spec, artifacts)
+    return spec
 
 
 def _pretrained(session: "Session", role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
@@ -61,7 +70,7 @@ def _pretrained(session: "Session", role: str, mc: Any, ckpt: Path, params: dict
         path = cold_start_adapter(session, role, mc, ckpt, m)
         adapter = store.put_file(path, "adapter")
         params["sft_examples"] = store.put_file(path.parent / "sft_examples.json", "sft_examples").model_dump()
-    return ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params)
+    return _checked(ModelSpec(backend=mc.backend, name=mc.name, base=base, adapter=adapter, params=params), store)
 
 
 __all__ = ["local_model"]

@@ -20,8 +20,10 @@ GENERIC = frozenset({"temperature", "max_tokens"})
 LOCAL = GENERIC | {
     "weights",  # a Hugging Face checkpoint (directory or cached Hub id) or a tiny base file
     "device", "dtype", "max_batch", "batch_wait_ms", "max_wait_ms", "threads", "gradient_checkpointing",
+    "engine", "compute_type",  # who samples: torch | ctranslate2 | auto (evolve.policy.ct2)
     "sft_examples",  # set by the cold start (an artifact), not by hand
 }
+LOCAL_ENGINES = ("torch", "ctranslate2", "auto")
 
 # evolvekit's own litellm keys, then the keyword arguments of litellm.completion that a task file
 # may sensibly fix (model, messages, stream and tools are the agent's); `extra` passes anything else
@@ -72,6 +74,9 @@ def check_keys(role: str, backend: str, params: dict[str, Any], source: str = "t
                 if backend == "litellm" else ""
             raise ConfigError(f"unknown parameter for backend {backend}; {hint}{extra}",
                               path=f"models.{role}.params.{key}", source=source)
+    if backend == "local" and str(params.get("engine", "torch")) not in LOCAL_ENGINES:
+        raise ConfigError(f"{params['engine']!r} is not an engine; use one of {', '.join(LOCAL_ENGINES)}",
+                          path=f"models.{role}.params.engine", source=source)
     if backend == "litellm" and "extra" in params and not isinstance(params["extra"], dict):
         raise ConfigError("params.extra must be a mapping of keyword arguments for litellm.completion",
                           path=f"models.{role}.params.extra", source=source)
@@ -79,13 +84,27 @@ def check_keys(role: str, backend: str, params: dict[str, Any], source: str = "t
 
 def check_ready(role: str, backend: str, params: dict[str, Any], base_dir: Path, source: str = "task") -> None:
     """What a run needs before it starts, checked before it writes anything: a litellm model's
-    ``api_key_env`` is set; a scripted model's ``reply`` function imports."""
+    ``api_key_env`` is set; a local model's ``engine: ctranslate2`` is installed; a scripted
+    model's ``reply`` function imports."""
     if backend == "litellm":
         env = params.get("api_key_env")
         if env and not os.environ.get(str(env)):
             raise ConfigError(f"the environment variable {env!r} (api_key_env) is not set; export it, or remove "
                               "api_key_env for a server that needs no key", path=f"models.{role}.params.api_key_env",
                               source=source)
+    elif backend == "local" and params.get("engine") == "ctranslate2":
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec("ctranslate2") is not None
+        except (ImportError, ValueError):  # a broken or blocked installation
+            found = False
+        if not found:
+            from evolve.errors import MissingDependency
+
+            raise MissingDependency(f"{source}: models.{role}.params.engine: ctranslate2 needs the package ctranslate2, "
+                                    "which is not installed; install it with: pip install 'evolvekit[ctranslate2]' "
+                                    "(or use engine: auto, which falls back to torch)")
     elif backend == "scripted" and params.get("reply"):
         from evolve.errors import UserError
         from evolve.registry import import_path

