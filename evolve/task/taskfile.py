@@ -184,6 +184,8 @@ def _apply_world(data: dict, source: str) -> None:
     except ConfigError as e:
         raise ConfigError(str(e).removeprefix("world: "), path="world", source=source) from None
     data.setdefault("agent", world.agent)
+    if isinstance(data["agent"], str) and data["agent"] in world.agents:  # ``agent: oracle``: the world's own
+        data["agent"] = world.agents[data["agent"]]
     data.setdefault("reward", world.reward)
     ds = data.get("dataset")
     if isinstance(ds, dict) and is_data_location(ds.get("source"), source) and _takes_source(world.dataset):

@@ -9,7 +9,8 @@ optional hooks that layers look up when the task file leaves their setting out::
 
 fills ``agent``, ``reward`` and ``dataset.source`` in from the world, and ``cold_start.demos`` and
 the operators' world-specific settings from its hooks. Everything stays overridable: a field the
-task file sets wins over the world's.
+task file sets wins over the world's. A world may name other agents of its own (``agents``), which a
+task file selects by that name (``agent: oracle`` in the harbor world).
 
 Hooks (each an import path; a layer that needs one the world lacks asks for its own setting):
 
@@ -53,6 +54,7 @@ class World:
     dataset: str  # dataset(seed=..., **params) -> {"train": [...], "val": [...], "test": [...]}
     hooks: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    agents: Mapping[str, str] = field(default_factory=dict)  # a name a task file's ``agent`` may give -> import path
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.hooks) - set(HOOKS))

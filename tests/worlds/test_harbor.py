@@ -96,8 +96,18 @@ def test_a_task_folder_loads_with_harbors_keys(tmp_path):
     (dict(toml="[verifier]\ntimeout_sec = 100000\n"), "is over a day"),
     (dict(toml="[agent\ntimeout_sec = 1\n"), "task.toml is not valid TOML"),
     (dict(toml="[environment]\nos = \"windows\"\n"), "only Linux environments"),
-    (dict(toml="[verifier]\nenv = { KEY = \"${OPENAI_API_KEY}\" }\n"), "from the host's environment (${VAR}), which "
-     "the harbor world does not support yet"),
+    (dict(toml="[verifier]\nenv = { KEY = \"${EVOLVEKIT_NO_SUCH_VAR}\" }\n"), "[verifier] env KEY = "
+     "'${EVOLVEKIT_NO_SUCH_VAR}' takes its value from the host's environment variable EVOLVEKIT_NO_SUCH_VAR, which is "
+     "not set here; export EVOLVEKIT_NO_SUCH_VAR"),
+    (dict(toml="[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n"),
+     "network_mode = 'allowlist' (allowed_hosts): the harbor world has no egress filter"),
+    (dict(toml="[agent]\nnetwork_mode = \"internet\"\n"), "[agent] network_mode = 'internet'; use 'no-network' or"),
+    (dict(toml="[environment.healthcheck]\ncommand = \"true\"\n"), "[environment] healthcheck: a readiness healthcheck"),
+    (dict(toml="[[verifier.collect]]\ncommand = \"true\"\n"), "[[verifier.collect]] hooks"),
+    (dict(toml="[verifier]\nenvironment_mode = \"shared\"\n[verifier.environment]\ndocker_image = \"x\"\n"),
+     "environment_mode = 'shared' with a [verifier.environment]"),
+    (dict(toml="[agent]\nuser = true\n"), "[agent] user must be a user name or a uid"),
+    (dict(toml="multi_step_reward_strategy = \"max\"\n[[steps]]\nname = \"a\"\n"), "no steps/a/instruction.md"),
     (dict(toml="[metadata]\nsplit = \"holdout\"\n"), "[metadata] split = 'holdout'; use one of train, val, test"),
 ])
 def test_a_folder_that_is_not_a_valid_task_is_named_with_the_fix(tmp_path, change, needle):
@@ -122,8 +132,9 @@ def test_finding_tasks_names_what_is_not_there(tmp_path):
 BAD = {  # task id: (status, a piece of the reason)
     "run-before-workdir": ("unsupported", "line 2: RUN 'mkdir -p /opt/tool && echo x > /opt/tool/conf' exited 1 in "
                                           "the sandbox"),
-    "host-var": ("unsupported", "env API_KEY = '${OPENAI_API_KEY}' takes its value from the host's environment"),
-    "multi-step": ("unsupported", "a multi-step task ([[steps]] in task.toml: one, two"),
+    "host-var": ("unsupported", "env API_KEY = '${EVOLVEKIT_NO_SUCH_VAR}' takes its value from the host's environment "
+                                "variable EVOLVEKIT_NO_SUCH_VAR, which is not set here"),
+    "multi-step-no-reward": ("broken", "RewardFileNotFoundError: tests/test.sh wrote no reward file"),
     "bad-toml": ("invalid", "task.toml is not valid TOML"),
     "bad-split": ("invalid", "[metadata] split = 'holdout'"),
 }
@@ -135,10 +146,10 @@ def _folder_with_bad_tasks(root: Path) -> None:
     mk(root, "good-b", dockerfile="FROM python:3.11-slim\nRUN mkdir -p /app && echo seed > /app/seed.txt\nWORKDIR /app\n")
     mk(root, "run-before-workdir",
        dockerfile="FROM python:3.11-slim\nRUN mkdir -p /opt/tool && echo x > /opt/tool/conf\nWORKDIR /app\n")
-    mk(root, "host-var", toml='[environment]\nenv = { API_KEY = "${OPENAI_API_KEY}" }\n')
+    mk(root, "host-var", toml='[environment]\nenv = { API_KEY = "${EVOLVEKIT_NO_SUCH_VAR}" }\n')
     mk(root, "bad-toml", toml="[agent\ntimeout_sec = 1\n")
     mk(root, "bad-split", toml='[metadata]\nsplit = "holdout"\n')
-    d = root / "multi-step"  # Harbor's layout: no instruction.md or tests/ at the top, one folder per step
+    d = root / "multi-step-no-reward"  # Harbor's layout: no instruction.md or tests/ at the top, one folder per step
     (d / "environment").mkdir(parents=True)
     (d / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
     (d / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
@@ -150,7 +161,8 @@ def _folder_with_bad_tasks(root: Path) -> None:
 
 def test_one_bad_task_never_stops_a_run(tmp_path, capsys):
     """A folder of two good tasks and five bad ones (a RUN before WORKDIR the sandbox cannot carry
-    out, a ${VAR} env, a multi-step task, a malformed task.toml, an unknown split): the run scores
+    out, a ${VAR} env whose variable is not set, a multi-step task whose tests write no reward, a
+    malformed task.toml, an unknown split): the run scores
     the good ones, and each bad one is named with its status and reason, once, never scored."""
     root = tmp_path / "tasks"
     _folder_with_bad_tasks(root)
@@ -281,16 +293,32 @@ def test_a_test_script_that_never_exits_is_the_world_failing_not_a_score(tmp_pat
     assert "did not finish within the verifier's timeout_sec (2 s)" in traj.infra.message
 
 
-def test_a_reward_file_that_is_not_a_number_is_the_world_failing():
+def test_the_reward_is_harbors_and_no_reward_file_is_the_world_failing():
+    """Harbor's verifier: reward.json (an object; every key kept) before reward.txt (``reward``);
+    the score is the ``reward`` key, else the only key; no reward file, an empty one or one that is
+    not numbers is the verifier failing (the exception type Harbor records), never 0.0 or 1.0."""
     t = {"id": "x"}
-    assert parse_reward(t, b'{"reward": 0.5, "style": 1}', None, 1) == (0.5, {"reward": 0.5, "style": 1.0}, "reward.json")
-    assert parse_reward(t, b'{"a": 1, "b": 0}', None, 0)[0] == 0.5
-    assert parse_reward(t, None, b" 1\n", 1) == (1.0, {}, "reward.txt")
-    assert parse_reward(t, None, None, 0) == (1.0, {}, "exit code")
-    for bad in ((b"{not json", None), (b'{"reward": "high"}', None), (None, b"passed")):
+    assert parse_reward(t, b'{"reward": 0.5, "style": 1}', b"1") == (0.5, {"reward": 0.5, "style": 1.0}, "reward.json")
+    assert parse_reward(t, b'{"passed": 0.25}', None) == (0.25, {"passed": 0.25}, "reward.json")
+    score, comps, source = parse_reward(t, b'{"a": 1, "b": 0}', None)
+    assert (score, comps) == (0.5, {"a": 1.0, "b": 0.0}) and "no 'reward' key: the mean of its 2 keys" in source
+    assert parse_reward(t, None, b" 1\n") == (1.0, {"reward": 1.0}, "reward.txt")
+    for bad, kind in (((None, None), "RewardFileNotFoundError"), ((b"", None), "RewardFileEmptyError"),
+                      ((None, b""), "RewardFileEmptyError"), ((b"{not json", None), "VerifierOutputParseError"),
+                      ((b'{"reward": "high"}', None), "VerifierOutputParseError"),
+                      ((b"1", None), "VerifierOutputParseError"), ((b"{}", None), "VerifierOutputParseError"),
+                      ((None, b"passed"), "VerifierOutputParseError"), ((None, b"nan"), "VerifierOutputParseError")):
         with pytest.raises(InfraError) as e:
-            parse_reward(t, *bad, 0)
-        assert e.value.category == "environment" and "Harbor task x" in str(e.value)
+            parse_reward(t, *bad)
+        assert e.value.category == "environment" and "Harbor task x" in str(e.value) and e.value.kind == kind, bad
+
+
+def test_a_test_that_writes_no_reward_is_the_world_failing_never_a_score(tmp_path):
+    for name, test in (("exit-0", "#!/bin/bash\necho all good\nexit 0\n"),
+                       ("exit-1", "#!/bin/bash\necho failed\nexit 1\n")):
+        traj = play(load_task(mk(tmp_path, name, test=test)), ["DONE"])
+        assert traj.infra is not None and traj.infra.category == "environment", (name, traj.score)
+        assert "wrote no reward file" in traj.infra.message and "Its output: " in traj.infra.message
 
 
 def test_an_environment_the_sandbox_cannot_build_is_named(tmp_path):
@@ -324,7 +352,7 @@ def test_a_broken_task_is_reported_and_left_out_never_scored(tmp_path, capsys):
     for i in range(6):
         mk(root, f"ok-{i}")
     mk(root, "wrong-solution", solve="echo no > /app/out.txt")
-    mk(root, "passes-untouched", test="#!/bin/bash\nexit 0\n")
+    mk(root, "passes-untouched", test="#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
     mk(root, "no-solution", solve=None)
     data = dataset(source=root, val=0.3, test=0.3)
     ids = {t["id"] for s in data.values() for t in s}

@@ -6,20 +6,26 @@ TRL, SkyRL and Prime Intellect's verifiers consume), run as they are.
 
 Each episode builds the task's environment (a Docker container from its Dockerfile when an engine
 answers, else a bubblewrap sandbox over the files the Dockerfile copies), lets the agent run shell
-commands there, then runs the task's ``tests/test.sh`` in the same environment: its reward file or
-exit code is the score, its output the feedback. ``solution/`` is never in the agent's
+commands there in one persistent shell, then runs the task's ``tests/test.sh`` in the same
+environment as Harbor runs it: its reward file is the score (no reward file is the world failing),
+its output the feedback. ``agent: oracle`` and ``agent: nop`` in a task file select Harbor's own
+agents (the task's solution, or nothing) instead of the shell agent. ``solution/`` is never in the agent's
 environment. One bad task never stops a run: an invalid, unsupported or broken one is named and
 left out with its reason. Nothing a task or an agent writes reaches the host: a task's files and
 its environment's are never touched through a link (:mod:`evolve.sandbox.beneath`).
 
 The folder, each module depending only on those above it:
 
-* ``task`` — reading one task folder strictly (``task.toml`` keys, timeouts, named errors), never
-  through a link;
+* ``task`` — reading one task folder strictly (``task.toml`` keys, timeouts, named errors, steps),
+  never through a link; ``sections`` — task.toml's sections by Harbor's rules (users, ``${VAR}``
+  env, network policies, the verifier's environment; what is refused by name);
 * ``dockerfile`` — the Dockerfile subset the sandbox backend carries out;
-* ``outcome`` — the environment failing (``EnvironmentError_``) and the tests' verdict;
-  ``sandbox_env`` and ``docker_env`` — the two backends; ``environment`` — one interface over
-  them (``exec``, ``verify``, ``solve``) and ``open_environment``;
+* ``outcome`` — the environment failing (``EnvironmentError_``) and the tests' verdict (Harbor's
+  reward files, a multi-step task's aggregate); ``phases`` — the verifier, the oracle and a step's
+  start as Harbor runs them, on either backend; ``docker_shell`` — the episode's persistent shell in
+  a container; ``sandbox_env`` and ``docker_env`` — the two backends; ``environment`` — one
+  interface over them and ``open_environment``; ``trial`` — an episode's steps in sequence, and
+  the ``oracle`` and ``nop`` agents;
 * ``check`` — is a task sound (tests fail untouched, its solution passes), cached; ``cli`` —
   ``evolve harbor check``;
 * ``dataset`` — the splits, stable by folder name, bad tasks left out and reported;
@@ -34,12 +40,18 @@ The folder, each module depending only on those above it:
 from __future__ import annotations
 
 from evolve.worlds.base import World
-from evolve.worlds.harbor.agent import DEFAULT_INSTRUCTION, agent, parse_reply, reflexion_agent
+from evolve.worlds.harbor.agent import (
+    DEFAULT_INSTRUCTION,
+    agent,
+    parse_reply,
+    reflexion_agent,
+)
 from evolve.worlds.harbor.dataset import dataset, split_of
 from evolve.worlds.harbor.mining import demos, experiences, solution_commands
 from evolve.worlds.harbor.reward import reward
 from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 from evolve.worlds.harbor.tools import mine_commands
+from evolve.worlds.harbor.trial import nop, oracle
 
 WORLD = World(
     name="harbor",
@@ -54,7 +66,8 @@ WORLD = World(
     },
     description="Harbor task folders (instruction.md, task.toml, environment/, tests/); a shell agent in the "
                 "task's environment, scored by the task's own tests",
+    agents={"oracle": "evolve.worlds.harbor:oracle", "nop": "evolve.worlds.harbor:nop"},
 )
 
 __all__ = ["DEFAULT_INSTRUCTION", "WORLD", "TaskError", "agent", "dataset", "demos", "experiences", "find_tasks",
-           "load_task", "mine_commands", "parse_reply", "reflexion_agent", "reward", "solution_commands", "split_of"]
+           "load_task", "mine_commands", "nop", "oracle", "parse_reply", "reflexion_agent", "reward", "solution_commands", "split_of"]

@@ -1,6 +1,12 @@
 """The shell agent: read the instruction, run one command at a time in the task's environment, see
 its output, stop with ``DONE``; then the task's tests run in the same environment.
 
+The commands of an episode run in one persistent shell (a ``cd``, an export, a background service
+carry over to the next command; on the sandbox backend the directory and exports do, see
+:mod:`.sandbox_env`). A multi-step task runs step by step in the same environment, each step a
+fresh conversation opened with the step's instruction, scored as Harbor scores steps
+(:mod:`.trial`).
+
 The text protocol works with any chat model (a served one, litellm's, the tiny local one): each
 reply holds one fenced block of bash (the first one is run; a reply with no block is run whole
 unless it is ``DONE``), and the next message is the command's exit code and the tail of its output.
@@ -62,7 +68,8 @@ def observation(result: Any, obs_chars: int) -> str:
         out = "…" + out[-obs_chars:]
     head = (f"killed: the command did not finish in {result.duration_s:.0f} s" if result.timed_out
             else f"exit code {result.exit_code}")
-    return head + ("\n" + out if out else "\n(no output)")
+    note = getattr(result, "note", "")
+    return head + ("\n" + out if out else "\n(no output)") + (f"\n({note})" if note else "")
 
 
 def recall_text(examples: list[dict]) -> str:
@@ -105,13 +112,15 @@ class Episode:
 
     _current: "contextvars.ContextVar[Episode | None]" = contextvars.ContextVar("harbor_episode", default=None)
 
-    def __init__(self, task: dict, ctx: Any, env: Any, tools: dict[str, dict], wf: dict) -> None:
-        self.task, self.ctx, self.env, self.tools = task, ctx, env, tools
+    def __init__(self, task: dict, ctx: Any, env: Any, tools: dict[str, dict], wf: dict,
+                 user: str | None = None) -> None:
+        self.task, self.ctx, self.env, self.tools, self.user = task, ctx, env, tools, user
         self.max_tokens = int(wf.get("max_tokens", 256))
         self.cap = float(wf.get("command_timeout", 60))
         self.obs_chars = int(wf.get("obs_chars", 2000))
         self.llm = ctx.llm("policy")
-        self.t0, self.budget = time.monotonic(), float(task["agent_timeout"])
+        budget = task.get("agent_timeout")  # None: no limit, as in Harbor
+        self.t0, self.budget = time.monotonic(), float("inf") if budget is None else float(budget)
         self.commands: list[str] = []
         self.turns = 0
         self.said_done = self.timed_out = False
@@ -148,11 +157,11 @@ class Episode:
         if left <= 0:
             self.timed_out = True
             return True
-        timeout, env, ctx = round(min(self.cap, left), 1), self.env, self.ctx
+        timeout, env, ctx, user = round(min(self.cap, left), 1), self.env, self.ctx, self.user
         call = _shortcut_call(command, self.tools)
         if call is None:
             self.commands.append(command)
-            r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout), command=command,
+            r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout, user), command=command,
                          timeout=timeout)
             shown = observation(_Shown(r), self.obs_chars)
         elif isinstance(call, str):  # a shortcut called wrongly: the agent's own mistake, the turn spent
@@ -160,7 +169,7 @@ class Episode:
         else:
             name, kwargs, expanded = call
             self.commands.append(expanded)
-            r = ctx.tool(name, lambda **kw: {**_run(env, expanded, timeout), "command": expanded}, **kwargs)
+            r = ctx.tool(name, lambda **kw: {**_run(env, expanded, timeout, user), "command": expanded}, **kwargs)
             shown = observation(_Shown(r), self.obs_chars)
         messages.append(Message(role="user", content=shown))
         return done
@@ -168,13 +177,14 @@ class Episode:
 
 def agent(task: dict, ctx: Any) -> dict:
     """One episode of ``task`` (see the module docstring). Returns ``{"commands", "turns", "done",
-    "agent_timed_out", "verifier": {score, components, source, exit_code, output, seconds},
-    "backend"}``; an environment that fails raises :class:`~evolve.errors.InfraError`. With a
-    workflow graph (``System.workflow["graph"]``, steps of :mod:`.workflow`) the graph takes the
-    turns instead of the fixed loop."""
+    "agent_timed_out", "verifier": {score, components, source, exit_code, output, seconds[,
+    steps]}, "backend", "shell_restarts"}``; an environment that fails raises
+    :class:`~evolve.errors.InfraError`. With a workflow graph (``System.workflow["graph"]``, steps of
+    :mod:`.workflow`) the graph takes the turns instead of the fixed loop."""
     from evolve.topology.graph import graph_of
     from evolve.worlds.harbor.environment import open_environment
     from evolve.worlds.harbor.tools import shortcuts
+    from evolve.worlds.harbor.trial import run_episode, step_of
 
     system = ctx.system
     wf = dict(getattr(system, "workflow", None) or {})
@@ -184,28 +194,40 @@ def agent(task: dict, ctx: Any) -> dict:
     examples = (ctx.tool("recall_memory", _recall, spec=spec, query=task["instruction"])
                 if spec.get("store") else [])
     tools = shortcuts(system)
-    messages = messages_for(task, prompts.get("instruction"), examples, tools)
     graph = graph_of(system)
+    episodes: list[Episode] = []
     env = open_environment(task, task.get("backend", "auto"))
-    try:
-        ep = Episode(task, ctx, env, tools, wf)
+
+    def act(step: dict) -> None:
+        view = {**task, "instruction": step["instruction"], "agent_timeout": step["agent_timeout"]}
+        messages = messages_for(view, prompts.get("instruction"), examples, tools)
+        ep = Episode(view, ctx, env, tools, wf, user=step.get("agent_user"))
+        episodes.append(ep)
         if graph is None:
             for _ in range(max_turns):
                 if ep.turn(messages):
                     break
-        else:
-            from evolve.topology.runtime import Runtime
+            return
+        from evolve.topology.runtime import Runtime
 
-            token = Episode._current.set(ep)
-            try:
-                Runtime(ctx, graph).execute({"task": task, "messages": messages})
-            finally:
-                Episode._current.reset(token)
-        verdict = ctx.tool("harbor.verify", lambda task_id: env.verify(), task_id=task["id"])
+        token = Episode._current.set(ep)
+        try:
+            Runtime(ctx, graph).execute({"task": view, "messages": messages})
+        finally:
+            Episode._current.reset(token)
+
+    def verify(step: dict | None) -> Any:
+        args = {"task_id": task["id"]} if step is None else {"task_id": task["id"], "step": step["name"]}
+        return ctx.tool("harbor.verify", lambda task_id, step=None: env.verify(step_of(task, step)), **args)
+
+    try:
+        out = run_episode(task, env, act, verify)
     finally:
         env.close()
-    return {"commands": ep.commands, "turns": ep.turns, "done": ep.said_done, "agent_timed_out": ep.timed_out,
-            "verifier": verdict, "backend": env.backend}
+    return {"commands": [c for ep in episodes for c in ep.commands], "turns": sum(ep.turns for ep in episodes),
+            "done": bool(episodes) and episodes[-1].said_done, "agent_timed_out": any(ep.timed_out for ep in episodes),
+            "verifier": out["verifier"], "backend": env.backend,
+            "shell_restarts": getattr(env, "restarts", 0)}
 
 
 def _shortcut_call(command: str, tools: dict[str, dict]) -> tuple[str, dict, str] | str | None:
@@ -226,10 +248,13 @@ def _shortcut_call(command: str, tools: dict[str, dict]) -> tuple[str, dict, str
     return ws[0], dict(zip(tool["params"], ws[1:])), expanded
 
 
-def _run(env: Any, command: str, timeout: float) -> dict:
-    r = env.exec(command, timeout=timeout)
-    return {"exit_code": r.exit_code, "stdout": r.stdout[-8000:], "stderr": r.stderr[-4000:],
-            "timed_out": r.timed_out, "seconds": round(r.duration_s, 3)}
+def _run(env: Any, command: str, timeout: float, user: str | None = None) -> dict:
+    r = env.run(command, timeout=timeout, user=user)
+    out = {"exit_code": r.exit_code, "stdout": r.stdout[-8000:], "stderr": r.stderr[-4000:],
+           "timed_out": r.timed_out, "seconds": round(r.duration_s, 3)}
+    if getattr(r, "note", ""):
+        out["note"] = r.note
+    return out
 
 
 class _Shown:
@@ -237,7 +262,7 @@ class _Shown:
 
     def __init__(self, d: dict) -> None:
         self.exit_code, self.stdout, self.stderr = d["exit_code"], d["stdout"], d["stderr"]
-        self.timed_out, self.duration_s = d["timed_out"], d["seconds"]
+        self.timed_out, self.duration_s, self.note = d["timed_out"], d["seconds"], d.get("note", "")
 
 
 def _reflexion_agent() -> Any:

@@ -1,7 +1,8 @@
 """``evolve harbor check FOLDER...``: load every Harbor task under the folders and check each is
 sound (tests fail untouched, its solution passes); each task's status is ``ok``, ``unverified``
-(no solution), ``broken``, ``unsupported`` or ``invalid``, with the reason; exit 1 when one would be
-left out of a run.
+(no solution), ``broken``, ``unsupported`` or ``invalid``, with the reason, and what Harbor's trial
+result would say of its ``nop`` and ``oracle`` trials (the reward, every component, the exception
+type when the trial failed); exit 1 when one would be left out of a run.
 
 Mounted by :mod:`evolve.cli.commands` through :data:`evolve.registry.commands`."""
 
@@ -27,6 +28,9 @@ def check_command(
     environment: str = typer.Option("auto", "--environment", "-e", help="auto, sandbox or docker."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Check again even if this task content was checked."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per task on stdout."),
+    image: list[str] = typer.Option([], "--image", help="NAME=LOCAL: build a FROM (or docker_image) naming NAME on "
+                                    "the local image LOCAL (the image map, for machines that reach no registry); "
+                                    "repeat it for more."),
 ) -> None:
     """Check every task: it loads, its tests fail on the untouched environment, its solution passes."""
     from rich.console import Console
@@ -38,28 +42,49 @@ def check_command(
     from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 
     check_backend(environment)
+    images = {}
+    for item in image:
+        name, sep, local = item.partition("=")
+        if not sep or not name.strip() or not local.strip():
+            from evolve.errors import UserError
+
+            raise UserError(f"--image {item!r}: write NAME=LOCAL, e.g. --image ubuntu:24.04=my-ubuntu:24.04")
+        images[name.strip()] = local.strip()
     rows = []
     for folder in find_tasks([str(f) for f in folders]):
         try:
             task = load_task(folder)
         except TaskError as e:
-            rows.append({"id": folder.name, "status": e.status, "why": e.reason, "seconds": 0.0, "backend": ""})
+            rows.append({"id": folder.name, "status": e.status, "why": e.reason, "seconds": 0.0, "backend": "",
+                         "trials": {}, "notes": []})
             continue
-        rows.append(check_task(task, environment, cache=not no_cache))
+        rows.append(check_task({**task, "images": images} if images else task, environment, cache=not no_cache))
     bad = sum(r["status"] in LEFT_OUT for r in rows)
     if as_json:
         for r in rows:
             print(json.dumps(r))
     else:
         t = Table(title=f"{len(rows)} Harbor task(s)")
-        for col in ("task", "status", "backend", "s", "why"):
+        for col in ("task", "status", "nop", "oracle", "backend", "s", "why"):
             t.add_column(col, overflow="fold")
         for r in rows:
             style = {"ok": "green", "unverified": "yellow"}.get(r["status"], "red")
-            t.add_row(r["id"], f"[{style}]{r['status']}[/{style}]", r.get("backend", ""), f"{r.get('seconds', 0):.1f}",
-                      r.get("why", ""))
+            trials = r.get("trials") or {}
+            t.add_row(r["id"], f"[{style}]{r['status']}[/{style}]", _said(trials.get("nop")),
+                      _said(trials.get("oracle")), r.get("backend", ""), f"{r.get('seconds', 0):.1f}",
+                      "; ".join([r.get("why", "")] + list(r.get("notes") or [])).strip("; "))
         Console().print(t)
     raise typer.Exit(1 if bad else 0)
+
+
+def _said(t: dict | None) -> str:
+    """A trial as Harbor's result says it: its rewards, or its exception's type."""
+    if not t:
+        return ""
+    if t.get("rewards") is not None:
+        text = " ".join(f"{k}={v:g}" for k, v in t["rewards"].items())
+        return text + (f" ({t['exception_type']})" if t.get("exception_type") else "")
+    return t.get("exception_type") or ""
 
 
 __all__ = ["app"]

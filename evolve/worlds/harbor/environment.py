@@ -1,21 +1,26 @@
 """A Harbor task's environment, where the agent's commands and then the task's tests run.
 
-Two backends, one interface (:class:`Environment`: ``exec``, ``verify``, ``solve``, ``close``):
+Two backends, one interface (:class:`Environment`): ``run`` (a command in the episode's persistent
+shell), ``exec``/``sh`` (a one-shot command, as a user), ``verify``/``solve``/``start_step`` (the
+verifier, the oracle and a step's start, as Harbor runs them: :mod:`.phases`), ``close``; and the
+file operations those use (``reset``, ``upload``, ``executable``, ``fetch``).
 
+* ``docker`` — the task's Dockerfile built by the engine (once per task content), one container
+  per episode with memory, CPU and pids limits and the network its ``network_mode`` asks for, as
+  the task's users; one real shell per episode (:mod:`.docker_env`, :mod:`.docker_shell`);
 * ``sandbox`` — no container engine needed: a bubblewrap workspace (:mod:`evolve.sandbox.shell`)
   holding the files the task's Dockerfile copies, with its ``RUN`` lines carried out over them
-  (:mod:`.dockerfile`), the host's /usr standing in for the image; no network;
-* ``docker`` — the task's Dockerfile built by the engine (once per task content), one container
-  per episode with no network, memory, CPU and pids limits; commands by ``exec``.
+  (:mod:`.dockerfile`), the host's /usr standing in for the image; no network, one user, the
+  working directory and exports kept between commands but not /tmp or background processes
+  (:mod:`.sandbox_env`).
 
-``auto`` (the default) takes docker when an engine answers, else the sandbox. Verification is
-Harbor's: stale reward files are removed, ``tests/`` is copied to ``/tests`` only now (the agent
-never saw it), ``bash /tests/test.sh`` runs from the working directory under the verifier's
-timeout and env, and the score is ``/logs/verifier/reward.json`` (its ``reward`` key, else the mean
-of its values), else ``/logs/verifier/reward.txt``, else the exit code (0 solved). An environment
-that cannot be built, a test script that does not finish, or a reward file that is not a number
-(or not a regular file: a link is never followed) is the world failing
-(:class:`~evolve.errors.InfraError`, category ``environment``), never a score.
+``auto`` (the default) takes docker when an engine answers, else the sandbox. The score is
+Harbor's: ``/logs/verifier/reward.json`` (every key a component; its ``reward`` key, else its only
+value, is the score) else ``/logs/verifier/reward.txt``; no reward file, a test script that does
+not finish, a reward that is not a number (or not a regular file: a link is never followed), or an
+environment that cannot be built is the world failing (:class:`~evolve.errors.InfraError`,
+category ``environment``, with the exception type Harbor's trial result would record), never a
+score.
 
 Nothing a task or an agent writes reaches the host. The sandbox backend touches the task folder
 and the workspace only through :mod:`evolve.sandbox.beneath` (each path walked from a folder held
@@ -41,10 +46,19 @@ BACKENDS = ("auto", "sandbox", "docker")
 class Environment(Protocol):
     backend: str
     workdir: str
+    task: dict
 
-    def exec(self, command: str, *, timeout: float, env: dict | None = None) -> Any: ...
-    def verify(self) -> dict: ...
-    def solve(self) -> Any: ...
+    def run(self, command: str, *, timeout: float | None, user: str | None = None) -> Any: ...
+    def exec(self, command: str, *, timeout: float | None, env: dict | None = None) -> Any: ...
+    def sh(self, command: str, *, timeout: float | None, env: dict | None = None, cwd: str | None = None,
+           user: str | None = None) -> Any: ...
+    def verify(self, step: dict | None = None) -> dict: ...
+    def solve(self, step: dict | None = None) -> Any: ...
+    def start_step(self, step: dict, first: bool) -> None: ...
+    def reset(self, paths: list[str]) -> None: ...
+    def upload(self, folder: str, inside: str, *, replace: bool = True, kind: str = "RuntimeError") -> None: ...
+    def executable(self, inside: str) -> None: ...
+    def fetch(self, inside: str, *, limit: int | None = None, tail_bytes: int | None = None) -> bytes | None: ...
     def close(self) -> None: ...
 
 

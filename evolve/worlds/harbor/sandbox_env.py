@@ -7,12 +7,21 @@ The workspace's folders are written by the task's RUN lines, the agent, solve.sh
 the task folder by whoever published it: the host (often root) touches neither by path. Task files
 are read and copied through :mod:`evolve.sandbox.beneath` (walked from the task folder, no link
 followed), the workspace through the Workspace's own methods (the same, from each mount's folder).
-What cannot be carried out that way is refused as ``unsupported``, naming the docker backend."""
+What cannot be carried out that way is refused as ``unsupported``, naming the docker backend: so
+are a task naming users (``[agent]``/``[verifier] user``: the sandbox has one), a separate verifier
+environment, and a phase whose task.toml asks for the network (the sandbox has none; a phase left at
+Harbor's default ``public`` runs without, and its verdict says so).
+
+The agent's commands keep their working directory and exported variables from one command to the
+next (each command starts where the last one left, with its exports), but each runs in its own
+sandbox: a file in /tmp and a background process do not outlive their command (the docker backend
+keeps one real shell for the episode, :mod:`.docker_shell`)."""
 
 from __future__ import annotations
 
 import errno
 import posixpath
+import shlex
 import tempfile
 import threading
 import time
@@ -20,7 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from evolve.worlds.harbor.dockerfile import DockerfileError, parse, top_dirs
-from evolve.worlds.harbor.outcome import TEXT_LIMIT, EnvironmentError_, tail, unsupported, verdict
+from evolve.worlds.harbor.outcome import (
+    TEXT_LIMIT,
+    EnvironmentError_,
+    tail,
+    unsupported,
+)
 
 _TEMPLATES: dict[str, Path] = {}  # task digest -> the built environment's folders
 _TEMPLATE_LOCK = threading.Lock()
@@ -46,9 +60,11 @@ def _plan_of(task: dict):
         raise unsupported(task, f"{e} (the sandbox backend reads a task's files without following links)") from None
     if text is None:
         raise EnvironmentError_(task, "environment/Dockerfile is missing; the sandbox backend builds from it")
-    try:
-        return parse(text.decode("utf-8", "replace"))
-    except DockerfileError as e:
+    from evolve.worlds.harbor.build import BuildfileError, rewrite
+
+    try:  # heredocs made plain RUN lines first, as for an engine without BuildKit
+        return parse(rewrite(text.decode("utf-8", "replace")))
+    except (DockerfileError, BuildfileError) as e:
         raise unsupported(task, f"environment/Dockerfile: {e}") from None
 
 
@@ -87,6 +103,29 @@ def _copy_sources(task: dict, ws: Any, step: Any) -> None:
                 raise unsupported(task, f"{where}: COPY to {dest}: {e}{why}") from None
 
 
+SHELL_STATE = "/logs/agent/.evolvekit-shell"  # where a command leaves its cwd and exports for the next
+
+
+def _refuse(task: dict) -> list[str]:
+    """What the sandbox cannot carry out (``unsupported``, naming the docker backend); the phases it
+    runs without the network Harbor's default would give them."""
+    users = [f"[{k.split('_')[0]}] user = {task[k]!r}" for k in ("agent_user", "verifier_user") if task.get(k)]
+    users += [f"step {s['name']!r} {k.split('_')[0]} user" for s in task.get("steps") or []
+              for k in ("agent_user", "verifier_user") if s.get(k)]
+    if users:
+        raise unsupported(task, f"task.toml sets {users[0]}: the sandbox backend runs every command as its one user")
+    if task.get("verifier_mode") == "separate":
+        raise unsupported(task, "a separate verifier environment ([verifier] environment_mode = 'separate'), which "
+                          "the sandbox backend does not make")
+    net = task.get("network") or {}
+    wanted = [p for p in ("agent", "verifier") if net.get(p) == "public"]
+    declared = [p for p in wanted if p in net.get("declared", [])]
+    if declared:
+        raise unsupported(task, f"its {declared[0]} needs the network (network_mode = 'public' in task.toml), and "
+                          "the sandbox backend has none")
+    return wanted
+
+
 class SandboxEnvironment:
     """The task's environment as a bubblewrap workspace (see the module docstring)."""
 
@@ -94,8 +133,10 @@ class SandboxEnvironment:
 
     def __init__(self, task: dict) -> None:
         from evolve.sandbox.shell import Workspace
+        from evolve.worlds.harbor.sections import resolve_env
 
         self.task = task
+        self.denied = _refuse(task)
         plan = _plan_of(task)
         self.workdir = task.get("workdir") or plan.workdir
         tops = sorted(set(top_dirs(plan)) | {"/" + self.workdir.strip("/").split("/")[0], "/logs"})
@@ -103,11 +144,12 @@ class SandboxEnvironment:
         if bad:
             raise unsupported(task, f"environment/Dockerfile writes into {bad[0]}, which the sandbox backend keeps "
                               "read-only (it is the host's)")
-        self.env = {**plan.env, **task.get("environment_env", {})}
+        self.env = {**plan.env, **resolve_env(task, task.get("environment_env"))}
         mem = int(task.get("memory_mb") or 1024)
         self.ws = Workspace({t: None for t in tops}, workdir=self.workdir, env=self.env, memory_mb=max(256, mem))
         try:
             self._build(plan, tops)
+            self.reset([])
         except BaseException:
             self.ws.close()
             raise
@@ -163,58 +205,120 @@ class SandboxEnvironment:
             raise unsupported(self.task, f"environment/Dockerfile {why}: {e} (the sandbox backend never makes "
                               "folders through a link)") from None
 
-    def exec(self, command: str, *, timeout: float, env: dict | None = None, cwd: str | None = None) -> Any:
-        r = self.ws.exec(command, timeout=timeout, env=env, cwd=cwd)
+    # -- commands ---------------------------------------------------------------------------------
+
+    def sh(self, command: str, *, timeout: float | None, env: dict | None = None, cwd: str | None = None,
+           user: str | None = None) -> Any:
+        if user:
+            raise unsupported(self.task, f"a command as user {user!r}: the sandbox backend has one user")
+        r = self.ws.exec(command, timeout=timeout if timeout is not None else 24 * 3600.0, env=env, cwd=cwd)
         if r.error:
             raise EnvironmentError_(self.task, f"the sandbox failed to run a command: {r.error}")
         return r
 
-    def _run_folder(self, inside: str, folder: str, script: str, timeout: float, env: dict) -> Any:
+    def exec(self, command: str, *, timeout: float | None, env: dict | None = None, cwd: str | None = None) -> Any:
+        return self.sh(command, timeout=timeout, env=env, cwd=cwd)
+
+    def run(self, command: str, *, timeout: float | None, user: str | None = None) -> Any:
+        """``command`` where the last one left: its working directory and exported variables (see
+        the module docstring)."""
+        state = SHELL_STATE
+        wrapped = (f'__s={state}; [ -f "$__s/env" ] && . "$__s/env" 2>/dev/null; '
+                   f'[ -f "$__s/cwd" ] && {{ cd "$(<"$__s/cwd")" 2>/dev/null || true; }}\n'
+                   "trap '__rc=$?; mkdir -p \"$__s\" && pwd > \"$__s/cwd\" && export -p > \"$__s/env\"; exit $__rc' EXIT\n"
+                   f"eval {shlex.quote(command)} </dev/null\n")
+        return self.sh(wrapped, timeout=timeout, user=user)
+
+    # -- files --------------------------------------------------------------------------------------
+
+    def reset(self, paths: list[str]) -> None:
+        """Remove ``paths`` (a mounted folder is emptied) and make /logs' folders again (the agent
+        may have made them links or files: then they are made afresh)."""
         from evolve.sandbox.beneath import Refused
+        from evolve.sandbox.shell import NotMounted
 
-        try:  # a fresh copy each time (a second verification of one episode gets the tests afresh)
-            self.ws.mount(inside, Path(self.task["path"]) / folder, writable=False, within=Path(self.task["path"]))
-        except Refused as e:
-            raise EnvironmentError_(self.task, f"{folder}/: {e}; a task's files are copied without following "
-                                    "links") from None
-        return self.exec(f"bash {inside}/{script}", timeout=timeout, env=env)
+        try:
+            for p in paths:
+                if p in self.ws._mounts:  # noqa: SLF001 - /tests, /solution: a fresh empty folder
+                    self.ws.mount(p)
+                    continue
+                while True:  # a link on the way (the agent's): the link itself goes, nothing through it
+                    try:
+                        self.ws.remove(p)
+                        break
+                    except NotMounted:
+                        break
+                    except Refused:
+                        parent = posixpath.dirname(p)
+                        if parent in self.ws._mounts or parent == "/":  # noqa: SLF001
+                            raise
+                        p = parent
+            for d in ("/logs/verifier", "/logs/agent"):
+                try:
+                    self.ws.makedirs(d)
+                except (Refused, OSError):
+                    self.ws.remove(d)
+                    self.ws.makedirs(d)
+        except OSError as e:
+            raise EnvironmentError_(self.task, f"clearing {paths} failed on the host: {type(e).__name__}: {e}") from None
 
-    def _read(self, inside: str) -> bytes | None:
+    def upload(self, folder: str, inside: str, *, replace: bool = True, kind: str = "RuntimeError") -> None:
         from evolve.sandbox.beneath import Refused
+        from evolve.sandbox.shell import NotMounted
 
+        root = Path(self.task["path"])
         try:
-            return self.ws.read(inside, limit=TEXT_LIMIT)
+            if replace or inside not in self.ws._mounts and inside.count("/") == 1:  # noqa: SLF001
+                self.ws.mount(inside, root / folder, writable=True, within=root)
+            else:
+                self.ws.put(inside, root / folder, within=root)
+        except (Refused, NotMounted) as e:
+            raise EnvironmentError_(self.task, f"{folder}/: {e}; a task's files are copied without following links",
+                                    kind=kind) from None
+        except OSError as e:
+            raise EnvironmentError_(self.task, f"copying {folder}/ failed: {type(e).__name__}: {e}", kind=kind) from None
+
+    def executable(self, inside: str) -> None:
+        self.sh(f"chmod +x {shlex.quote(inside)}", timeout=30)
+
+    def fetch(self, inside: str, *, limit: int | None = None, tail_bytes: int | None = None) -> bytes | None:
+        """A regular file of the workspace, read without following links (its last ``tail_bytes``
+        through a command in the sandbox); None when absent."""
+        from evolve.sandbox.beneath import Refused
+        from evolve.sandbox.shell import NotMounted
+
+        if tail_bytes is not None:
+            r = self.ws.exec(f"tail -c {int(tail_bytes)} {shlex.quote(inside)}", timeout=30)
+            return r.stdout.encode() if r.exit_code == 0 else None
+        try:
+            return self.ws.read(inside, limit=limit or TEXT_LIMIT)
+        except NotMounted:
+            return None
         except Refused as e:
-            raise EnvironmentError_(self.task, f"the reward file: {e}; the host reads it without following links, "
-                                    "so tests/test.sh must write it as a regular file") from None
+            raise EnvironmentError_(self.task, f"{inside}: {e}; the host reads it without following links, so "
+                                    "tests/test.sh must write it as a regular file",
+                                    kind="DownloadVerifierDirError") from None
 
-    def _fresh_verifier_folder(self) -> None:
-        """/logs/verifier as a real folder without stale reward files (the agent may have made it a
-        link or a file: then it is made again)."""
-        try:
-            self.ws.makedirs("/logs/verifier")
-            for name in ("reward.txt", "reward.json"):
-                self.ws.remove(f"/logs/verifier/{name}")
-        except OSError:
-            self.ws.remove("/logs/verifier")
-            self.ws.makedirs("/logs/verifier")
+    # -- the task's phases --------------------------------------------------------------------------
 
-    def verify(self) -> dict:
-        t0 = time.monotonic()
-        try:
-            self._fresh_verifier_folder()
-            r = self._run_folder("/tests", "tests", "test.sh", self.task["verifier_timeout"],
-                                 self.task.get("verifier_env", {}))
-            reward_json, reward_txt = self._read("/logs/verifier/reward.json"), self._read("/logs/verifier/reward.txt")
-        except OSError as e:
-            raise EnvironmentError_(self.task, f"verifying failed on the host: {type(e).__name__}: {e}") from None
-        return verdict(self.task, r, reward_json, reward_txt, time.monotonic() - t0)
+    def verify(self, step: dict | None = None) -> dict:
+        from evolve.worlds.harbor import phases
 
-    def solve(self) -> Any:
-        try:
-            return self._run_folder("/solution", "solution", "solve.sh", self.task["agent_timeout"], {})
-        except OSError as e:
-            raise EnvironmentError_(self.task, f"copying solution/ failed: {type(e).__name__}: {e}") from None
+        out = phases.verify(self, step)
+        if "verifier" in self.denied:
+            out["network"] = ("none: the task leaves network_mode at Harbor's default (public), and the sandbox "
+                              "backend has no network")
+        return out
+
+    def solve(self, step: dict | None = None) -> Any:
+        from evolve.worlds.harbor import phases
+
+        return phases.solve(self, step)
+
+    def start_step(self, step: dict, first: bool) -> None:
+        from evolve.worlds.harbor import phases
+
+        phases.start_step(self, step, first)
 
     def close(self) -> None:
         self.ws.close()

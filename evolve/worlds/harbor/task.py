@@ -12,9 +12,15 @@ A Harbor task (https://harborframework.com/docs/tasks; the format Terminal-Bench
 
 Keys are checked against Harbor's schema (``[metadata]`` is free-form, as in Harbor); an unknown
 key or a timeout that is not a positive number of seconds is a :class:`TaskError` (the task is
-*invalid*), a feature evolvekit does not run yet (multi-step tasks, ``${VAR}`` values taken from
-the host's environment, Windows or GPU images) an :class:`UnsupportedTask`; both name the task
-folder, and the dataset leaves that task out with the reason while the others run.
+*invalid*), a feature evolvekit does not run yet (Windows or GPU images, a healthcheck, an egress
+allowlist; :mod:`.sections` names them) or a ``${VAR}`` whose host variable is not set an
+:class:`UnsupportedTask`; both name the task folder, and the dataset leaves that task out with the
+reason while the others run. What runs but is not enforced (``storage_mb``) is a note on the task.
+
+A multi-step task (``[[steps]]``) has ``steps/<name>/instruction.md`` for each step, and its tests
+in ``steps/<name>/tests/`` (merged over ``tests/``, whose ``test.sh`` stands in for a step without
+one); its solution in ``steps/<name>/solution/`` or ``solution/``; ``steps/<name>/workdir/`` is
+copied into the working directory before the step, and its ``setup.sh`` run there then.
 
 A task folder is someone else's: its files are read without following links
 (:mod:`evolve.sandbox.beneath`), so an ``instruction.md`` or a ``task.toml`` that is a link to a
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +53,7 @@ KNOWN: dict[str, set[str] | None] = {
                     "allow_internet", "memory", "storage", *_NETWORK},
     "solution": {"env"},
 }
-DEFAULTS = {"agent": 600.0, "verifier": 600.0, "build": 600.0}  # Harbor's defaults, seconds
+DEFAULTS = {"agent": None, "verifier": 600.0, "build": 600.0}  # Harbor's defaults, seconds (agent: no limit)
 MAX_TIMEOUT = 24 * 3600.0
 TEXT_LIMIT = 4 << 20  # bytes of instruction.md, task.toml, solve.sh read at most
 _UNITS = {"": 1, "b": 1 / 2**20, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1, "g": 1024, "gb": 1024}
@@ -123,8 +130,10 @@ def _check_keys(data: dict, folder: Path) -> None:
                             f"({did_you_mean(unknown[0], sorted(known))}); Harbor's schema has {sorted(known)}")
 
 
-def _seconds(data: dict, section: str, key: str, default: float, folder: Path) -> float:
+def _seconds(data: dict, section: str, key: str, default: float | None, folder: Path) -> float | None:
     value = (data.get(section) or {}).get(key, default)
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise TaskError(folder, f"task.toml: [{section}] {key} must be a positive number of seconds, got {value!r}")
     if value > MAX_TIMEOUT:
@@ -149,19 +158,6 @@ def _memory_mb(env: dict, folder: Path) -> int | None:
     return None
 
 
-def _env_table(data: dict, section: str, folder: Path) -> dict[str, str]:
-    table = (data.get(section) or {}).get("env") or {}
-    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
-                                              for k, v in table.items()):
-        raise TaskError(folder, f"task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = \"1\" }}")
-    host = sorted(k for k, v in table.items() if "${" in str(v))
-    if host:
-        raise UnsupportedTask(folder, f"task.toml: [{section}] env {host[0]} = {table[host[0]]!r} takes its value "
-                              "from the host's environment (${VAR}), which the harbor world does not support yet; "
-                              "give the value itself in task.toml to run this task")
-    return {k: str(v) for k, v in table.items()}
-
-
 def digest(folder: Path) -> str:
     """A hash of everything in the task folder (names and bytes, a link's target), so a changed
     task is a new one; walked without following links."""
@@ -179,11 +175,36 @@ def digest(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
+class _Errors:
+    """What :mod:`.sections` raises: an invalid task, or one using what is not run yet."""
+
+    invalid = TaskError
+    unsupported = UnsupportedTask
+
+
+_CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
+
+
+def strip_canary(text: str) -> str:
+    """The instruction without its leading canary lines (a benchmark's provenance marker, never
+    shown to the agent, as Harbor strips them) and the blank lines after them."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and _CANARY.match(lines[i].strip()):
+        i += 1
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return "\n".join(lines[i:])
+
+
 def load_task(folder: str | Path) -> dict[str, Any]:
-    """The task in ``folder`` as a JSON dict (``id, path, instruction, agent_timeout,
-    verifier_timeout, build_timeout, memory_mb, workdir, docker_image, verifier_env, metadata,
-    has_solution, digest``); :class:`TaskError` when it is not a valid Harbor task,
-    :class:`UnsupportedTask` when it uses what evolvekit does not run yet."""
+    """The task in ``folder`` as a JSON dict (``id, path, instruction, agent_timeout (None: no
+    limit), verifier_timeout, build_timeout, memory_mb, cpus, workdir, docker_image, agent_user,
+    verifier_user, environment_env, verifier_env, solution_env (``${VAR}`` kept, resolved when an
+    environment opens), network, verifier_mode, verifier_image, artifacts, steps (None, or one dict
+    per step), multi_step_reward_strategy, notes, metadata, has_solution, digest``);
+    :class:`TaskError` when it is not a valid Harbor task, :class:`UnsupportedTask` when it uses
+    what evolvekit does not run yet."""
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
         raise TaskError(folder, "not a folder")
@@ -193,55 +214,148 @@ def load_task(folder: str | Path) -> dict[str, Any]:
         raise TaskError(folder, f"cannot read the task: {type(e).__name__}: {e}") from None
 
 
+def _instruction(folder: Path, rel: str) -> str:
+    text = _read(folder, rel)
+    if text is None:
+        raise TaskError(folder, f"not a Harbor task: no {rel} (a task folder holds instruction.md, task.toml, "
+                        "environment/ and tests/test.sh)")
+    text = strip_canary(text).strip()
+    if not text:
+        raise TaskError(folder, f"{rel} is empty: write what the agent must do")
+    return text
+
+
+def _steps(data: dict, folder: Path) -> list[dict] | None:
+    """Each ``[[steps]]`` entry as the world runs it (see the module docstring)."""
+    from evolve.worlds.harbor import sections as S
+
+    raw = data.get("steps")
+    if not raw:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
+        raise TaskError(folder, "task.toml: steps must be [[steps]] tables")
+    out, seen = [], set()
+    shared_test = _kind(folder, "tests/test.sh") == "file"
+    for i, st in enumerate(raw, 1):
+        name = st.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+            raise TaskError(folder, f"task.toml: step {i} needs a name usable as a folder name (steps/<name>/), "
+                            f"got {name!r}")
+        if name.casefold() in seen:
+            raise TaskError(folder, f"task.toml: two steps are named {name!r}")
+        seen.add(name.casefold())
+        where = f"[[steps]] {name!r}"
+        unknown = sorted(set(st) - S.STEP_KEYS)
+        if unknown:
+            raise TaskError(folder, f"task.toml: {where}: unknown key {unknown[0]!r}; Harbor's steps have "
+                            f"{sorted(S.STEP_KEYS)}")
+        agent, ver = st.get("agent") or {}, st.get("verifier") or {}
+        if not isinstance(agent, dict) or not isinstance(ver, dict):
+            raise TaskError(folder, f"task.toml: {where}: agent and verifier must be tables")
+        if st.get("healthcheck"):
+            raise UnsupportedTask(folder, f"task.toml: {where} healthcheck, which the harbor world does not run yet")
+        for key in ("environment", "environment_mode", "collect", "network_mode", "allowed_hosts"):
+            if ver.get(key) or (key in ("network_mode", "allowed_hosts") and agent.get(key)):
+                raise UnsupportedTask(folder, f"task.toml: {where} {key} (a step's own verifier environment or network "
+                                      "policy), which the harbor world does not run yet")
+        base = f"steps/{name}"
+        for sub in ("tests", "solution", "workdir"):
+            if _kind(folder, f"{base}/{sub}") not in (None, "dir"):
+                raise TaskError(folder, f"{base}/{sub} is not a folder (a symbolic link or a file)")
+        own_test = _kind(folder, f"{base}/tests/test.sh") == "file"
+        if not own_test and not shared_test:
+            raise TaskError(folder, f"step {name!r} has no test: write {base}/tests/test.sh or tests/test.sh")
+        own_solution = _kind(folder, f"{base}/solution") == "dir"
+        if own_solution and _kind(folder, f"{base}/solution/solve.sh") != "file":
+            raise TaskError(folder, f"{base}/solution/ has no solve.sh")
+        out.append({
+            "name": name,
+            "instruction": _instruction(folder, f"{base}/instruction.md"),
+            "agent_timeout": _seconds({f"{where} agent": agent}, f"{where} agent", "timeout_sec", None, folder),
+            "verifier_timeout": _seconds({f"{where} verifier": ver}, f"{where} verifier", "timeout_sec", DEFAULTS["verifier"],
+                                         folder),
+            "agent_user": S.user(agent, f"{where} agent", folder, _Errors),
+            "verifier_user": S.user(ver, f"{where} verifier", folder, _Errors),
+            "verifier_env": S.env_table(ver, f"{where} verifier", folder, _Errors),
+            "min_reward": S.min_reward(st.get("min_reward"), where, folder, _Errors),
+            "test_dirs": [d for d in ("tests", f"{base}/tests") if _kind(folder, d) == "dir"],
+            "test": f"{base}/tests/test.sh" if own_test else "tests/test.sh",
+            "solution": f"{base}/solution" if own_solution else
+            ("solution" if _kind(folder, "solution/solve.sh") == "file" else None),
+            "workdir": f"{base}/workdir" if _kind(folder, f"{base}/workdir") == "dir" else None,
+        })
+    return out
+
+
 def _load(folder: Path) -> dict[str, Any]:
+    from evolve.worlds.harbor import sections as S
+
     toml = _read(folder, "task.toml")
     data = _toml(toml, folder) if toml is not None else {}
     _check_keys(data, folder)
-    if data.get("steps"):
-        names = [str(s.get("name")) for s in data["steps"] if isinstance(s, dict)]
-        raise UnsupportedTask(folder, f"a multi-step task ([[steps]] in task.toml: {', '.join(names) or '?'}; "
-                              "steps/<name>/ holding each step's instruction and tests), which the harbor world "
-                              "does not run yet")
-    for sub in ("environment", "tests", "solution"):
+    for sub in ("environment", "tests", "solution", "steps"):
         if _kind(folder, sub) not in (None, "dir"):
             raise TaskError(folder, f"{sub} is not a folder (a symbolic link or a file); a task's files are read "
                             "without following links")
-    instruction = _read(folder, "instruction.md")
-    missing = [n for n, ok in (("instruction.md", instruction is not None),
-                               ("tests/test.sh", _kind(folder, "tests/test.sh") == "file")) if not ok]
-    if missing:
-        raise TaskError(folder, f"not a Harbor task: no {' and no '.join(missing)} (a task folder holds "
-                        "instruction.md, task.toml, environment/ and tests/test.sh)")
-    instruction = instruction.strip()
-    if not instruction:
-        raise TaskError(folder, "instruction.md is empty: write what the agent must do")
+    steps = _steps(data, folder)
+    if steps is None:
+        instruction = _instruction(folder, "instruction.md")
+        if _kind(folder, "tests/test.sh") != "file":
+            raise TaskError(folder, "not a Harbor task: no tests/test.sh (a task folder holds instruction.md, "
+                            "task.toml, environment/ and tests/test.sh)")
+    else:
+        instruction = steps[0]["instruction"]
     env = data.get("environment") or {}
     if str(env.get("os", "linux")).lower() != "linux":
         raise UnsupportedTask(folder, f"[environment] os = {env.get('os')!r}: only Linux environments run here")
-    if env.get("gpus"):
-        raise UnsupportedTask(folder, "[environment] gpus: GPU tasks are not run by the harbor world yet")
+    notes = S.refusals(data, folder, _Errors)
     if _kind(folder, "environment") is None and not env.get("docker_image"):
         raise TaskError(folder, "no environment/ folder (with a Dockerfile) and no [environment] docker_image")
     split = (data.get("metadata") or {}).get("split")
     if split is not None and split not in ("train", "val", "test"):
         raise TaskError(folder, f"task.toml: [metadata] split = {split!r}; use one of train, val, test")
+    strategy = data.get("multi_step_reward_strategy") or "mean"
+    if strategy not in ("mean", "final"):
+        raise TaskError(folder, f"task.toml: multi_step_reward_strategy = {strategy!r}; use 'mean' or 'final'")
+    mode, verifier_image = S.verifier_mode(data, folder, _kind, _Errors)
+    if mode == "separate" and steps is not None:
+        raise UnsupportedTask(folder, "a multi-step task with a separate verifier environment, which the harbor world "
+                              "does not run yet")
+    arts = S.artifacts(data, folder, _Errors)
+    if arts and mode == "shared":
+        notes.append("artifacts are not collected: the verifier shares the agent's environment")
+    for st in steps or []:
+        if data["steps"][[s["name"] for s in steps].index(st["name"])].get("artifacts"):
+            notes.append(f"step {st['name']!r} artifacts are not collected")
     task_info = data.get("task") or {}
-    name = str(task_info.get("name") or folder.name)
+    has_solution = (_kind(folder, "solution/solve.sh") == "file" if steps is None
+                    else all(st["solution"] for st in steps))
     return {
         "id": folder.name,
-        "name": name,
+        "name": str(task_info.get("name") or folder.name),
         "path": str(folder),
         "instruction": instruction,
         "agent_timeout": _seconds(data, "agent", "timeout_sec", DEFAULTS["agent"], folder),
         "verifier_timeout": _seconds(data, "verifier", "timeout_sec", DEFAULTS["verifier"], folder),
         "build_timeout": _seconds(data, "environment", "build_timeout_sec", DEFAULTS["build"], folder),
         "memory_mb": _memory_mb(env, folder),
+        "cpus": S.cpus(env, folder, _Errors),
         "workdir": env.get("workdir"),
         "docker_image": env.get("docker_image"),
-        "verifier_env": _env_table(data, "verifier", folder),
-        "environment_env": _env_table(data, "environment", folder),
+        "agent_user": S.user(data.get("agent") or {}, "agent", folder, _Errors),
+        "verifier_user": S.user(data.get("verifier") or {}, "verifier", folder, _Errors),
+        "verifier_env": S.env_table(data.get("verifier") or {}, "verifier", folder, _Errors),
+        "environment_env": S.env_table(env, "environment", folder, _Errors),
+        "solution_env": S.env_table(data.get("solution") or {}, "solution", folder, _Errors),
+        "network": S.network(data, folder, _Errors),
+        "verifier_mode": mode,
+        "verifier_image": verifier_image,
+        "artifacts": arts,
+        "steps": steps,
+        "multi_step_reward_strategy": strategy,
+        "notes": notes,
         "metadata": {k: v for k, v in (data.get("metadata") or {}).items() if isinstance(v, (str, int, float, bool, list))},
-        "has_solution": _kind(folder, "solution/solve.sh") == "file",
+        "has_solution": has_solution,
         "digest": digest(folder),
     }
 

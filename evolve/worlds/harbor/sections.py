@@ -1,0 +1,194 @@
+"""``task.toml``'s sections as the harbor world runs them, by Harbor's own rules
+(``harbor/models/task/config.py`` of Harbor 0.26): users, ``${VAR}`` env values, the network policy
+of each phase, the verifier's environment, multi-step ``[[steps]]``, and what the world does not
+run yet (refused by name, never ignored) or runs without enforcing (a note on the task).
+
+* **env** (``[environment]``, ``[verifier]``, ``[solution]``, each step's ``[steps.verifier]``): a
+  value that is exactly ``${VAR}`` or ``${VAR:-default}`` comes from the host's environment when the
+  environment is opened (never stored in the task, so a secret never reaches a run's files); any
+  other value is literal, as in Harbor. A ``${VAR}`` without a default whose variable is not set
+  leaves the task out, naming the task and the variable.
+* **network_mode** (``no-network`` | ``public``; ``allow_internet``, the older key, maps to them;
+  Harbor's default is ``public``): each phase (agent, verifier) takes its own ``network_mode`` or
+  the environment's. ``allowlist`` is refused (no egress filter here).
+* **timeouts**: ``[agent] timeout_sec`` unset is no limit (Harbor's default), ``[verifier]`` 600 s,
+  the build 600 s; a step's verifier 600 s unless its own says otherwise (Harbor's StepConfig).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")  # Harbor's: the whole value, ${VAR} or ${VAR:-default}
+NETWORK_MODES = ("no-network", "public", "allowlist")
+STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
+
+
+def env_table(data: dict, section: str, folder: Path, errors: Any) -> dict[str, str]:
+    """``[section] env`` as written (templates kept); a ``${VAR}`` without a default whose variable
+    the host lacks leaves the task out (``errors.unsupported``)."""
+    table = data.get("env") or {}
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
+                                              for k, v in table.items()):
+        raise errors.invalid(folder, f"task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = \"1\" }}")
+    out = {k: str(v) for k, v in table.items()}
+    for key, value in out.items():
+        m = _TEMPLATE.fullmatch(value)
+        if m and m.group(2) is None and m.group(1) not in os.environ:
+            raise errors.unsupported(folder, f"task.toml: [{section}] env {key} = {value!r} takes its value from the "
+                                     f"host's environment variable {m.group(1)}, which is not set here; export "
+                                     f"{m.group(1)} before the run (or write ${{{m.group(1)}:-default}})")
+    return out
+
+
+def resolve_env(task: dict, table: dict[str, str] | None) -> dict[str, str]:
+    """``table`` with each ``${VAR}``/``${VAR:-default}`` value taken from the host now; a variable
+    gone since the task was loaded is the world failing (an :class:`~.outcome.EnvironmentError_`)."""
+    out = {}
+    for key, value in (table or {}).items():
+        m = _TEMPLATE.fullmatch(value)
+        if not m:
+            out[key] = value
+        elif m.group(1) in os.environ:
+            out[key] = os.environ[m.group(1)]
+        elif m.group(2) is not None:
+            out[key] = m.group(2)
+        else:
+            from evolve.worlds.harbor.outcome import EnvironmentError_
+
+            raise EnvironmentError_(task, f"env {key} = {value!r}: the host's environment variable {m.group(1)} is "
+                                    "not set in this process; export it before the run", kind="ValueError")
+    return out
+
+
+def user(data: dict, section: str, folder: Path, errors: Any) -> str | None:
+    value = data.get("user")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise errors.invalid(folder, f"task.toml: [{section}] user must be a user name or a uid, got {value!r}")
+    return str(value)
+
+
+def _mode(table: dict, section: str, folder: Path, errors: Any, default: str | None) -> tuple[str | None, bool]:
+    """(network mode, whether task.toml set it) of one section."""
+    if table.get("allowed_hosts") or table.get("network_mode") == "allowlist":
+        raise errors.unsupported(folder, f"task.toml: [{section}] network_mode = 'allowlist' (allowed_hosts): the "
+                                 "harbor world has no egress filter to let only some hosts through yet")
+    mode = table.get("network_mode")
+    if mode is not None and mode not in NETWORK_MODES:
+        raise errors.invalid(folder, f"task.toml: [{section}] network_mode = {mode!r}; use 'no-network' or 'public'")
+    if mode is None and isinstance(table.get("allow_internet"), bool):  # the older key, as Harbor maps it
+        mode = "public" if table["allow_internet"] else "no-network"
+    return (mode or default), mode is not None
+
+
+def network(data: dict, folder: Path, errors: Any) -> dict[str, Any]:
+    """``{"agent", "verifier"}``: each phase's mode, and ``declared``: the phases whose mode
+    task.toml states (a phase left at Harbor's default ``public`` is not declared)."""
+    base, base_set = _mode(data.get("environment") or {}, "environment", folder, errors, "public")
+    out: dict[str, Any] = {"declared": []}
+    for phase in ("agent", "verifier"):
+        mode, own = _mode(data.get(phase) or {}, phase, folder, errors, None)
+        out[phase] = mode or base
+        if own or base_set:
+            out["declared"].append(phase)
+    venv = (data.get("verifier") or {}).get("environment") or {}
+    if isinstance(venv, dict) and ("network_mode" in venv or "allow_internet" in venv or "allowed_hosts" in venv):
+        mode, _ = _mode(venv, "verifier.environment", folder, errors, "public")
+        out["verifier"] = mode
+        out["declared"].append("verifier")
+    return out
+
+
+def refusals(data: dict, folder: Path, errors: Any) -> list[str]:
+    """Refuse what the world does not run yet (``errors.unsupported``, naming the key); return the
+    notes on what it runs without enforcing."""
+    env = data.get("environment") or {}
+    ver = data.get("verifier") or {}
+    for key, what in (("healthcheck", "a readiness healthcheck"), ("mcp_servers", "MCP servers for the agent"),
+                      ("tpu", "a TPU"), ("gpus", "GPUs")):
+        if env.get(key):
+            raise errors.unsupported(folder, f"task.toml: [environment] {key}: {what}, which the harbor world does not "
+                                     "provide yet")
+    if ver.get("collect"):
+        raise errors.unsupported(folder, "task.toml: [[verifier.collect]] hooks (commands in compose services), which "
+                                 "the harbor world does not run yet")
+    notes = []
+    for key, v in (("storage_mb", env.get("storage_mb")), ("storage", env.get("storage"))):
+        if v is not None:
+            notes.append(f"[environment] {key} = {v!r} is not enforced (no disk quota here)")
+    if env.get("gpu_types"):
+        notes.append("[environment] gpu_types has no effect without gpus")
+    if env.get("skills_dir"):
+        notes.append(f"[environment] skills_dir = {env['skills_dir']!r} is not read: it is for Harbor's installed "
+                     "agents, and the harbor world's agents do not load skills")
+    return notes
+
+
+def cpus(env: dict, folder: Path, errors: Any) -> float | None:
+    v = env.get("cpus")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v > 1024:
+        raise errors.invalid(folder, f"task.toml: [environment] cpus must be a positive number, got {v!r}")
+    return float(v)
+
+
+def verifier_mode(data: dict, folder: Path, kind: Any, errors: Any) -> tuple[str, str | None]:
+    """("shared" | "separate", the separate verifier's image or None: the task's own, afresh)."""
+    ver = data.get("verifier") or {}
+    mode = ver.get("environment_mode")
+    venv = ver.get("environment")
+    if mode not in (None, "shared", "separate"):
+        raise errors.invalid(folder, f"task.toml: [verifier] environment_mode = {mode!r}; use 'shared' or 'separate'")
+    if venv is not None and not isinstance(venv, dict):
+        raise errors.invalid(folder, "task.toml: [verifier] environment must be a table ([verifier.environment])")
+    if mode == "shared" and venv is not None:
+        raise errors.invalid(folder, "task.toml: [verifier] environment_mode = 'shared' with a [verifier.environment]; "
+                             "omit one (Harbor refuses this too)")
+    if mode is None:
+        mode = "separate" if venv is not None else "shared"
+    if mode == "shared":
+        return mode, None
+    if kind(folder, "tests/Dockerfile") is not None or kind(folder, "tests/docker-compose.yaml") is not None:
+        raise errors.unsupported(folder, "a separate verifier built from tests/Dockerfile (or a compose file), which "
+                                 "the harbor world does not build yet; give [verifier.environment] docker_image")
+    unknown = sorted(set(venv or {}) - {"docker_image", "network_mode", "allow_internet", "cpus", "memory_mb",
+                                          "build_timeout_sec", "os"})
+    if unknown:
+        raise errors.unsupported(folder, f"task.toml: [verifier.environment] {unknown[0]}, which the harbor world's "
+                                 "separate verifier does not carry out yet")
+    image = (venv or {}).get("docker_image")
+    return mode, (str(image) if image else None)
+
+
+def artifacts(data: dict, folder: Path, errors: Any) -> list[dict[str, str]]:
+    """``artifacts`` as ``[{"source"}]`` (absolute paths in the agent's environment)."""
+    out = []
+    for a in data.get("artifacts") or []:
+        src = a if isinstance(a, str) else a.get("source") if isinstance(a, dict) else None
+        if isinstance(a, dict) and (a.get("service") not in (None, "main") or a.get("exclude")):
+            raise errors.unsupported(folder, "task.toml: an artifact from another compose service or with exclude, "
+                                     "which the harbor world does not collect yet")
+        if not isinstance(src, str) or not src.startswith("/") or ".." in src.split("/"):
+            raise errors.invalid(folder, f"task.toml: artifact {a!r} must name an absolute path without '..'")
+        out.append({"source": src.rstrip("/") or "/"})
+    return out
+
+
+def min_reward(value: Any, where: str, folder: Path, errors: Any) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"reward": float(value)}
+    if isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values()):
+        return {str(k): float(v) for k, v in value.items()}
+    raise errors.invalid(folder, f"task.toml: {where} min_reward must be a number or a table of numbers, got {value!r}")
+
+
+__all__ = ["NETWORK_MODES", "STEP_KEYS", "artifacts", "cpus", "env_table", "min_reward", "network", "refusals",
+           "resolve_env", "user", "verifier_mode"]

@@ -1,0 +1,4 @@
+#!/bin/bash
+cd /app/src
+export BUILD_MODE=release
+/app/tools/build.sh

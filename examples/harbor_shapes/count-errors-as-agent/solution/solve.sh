@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -c ERROR /app/events.log > /app/errors.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+sha256sum /app/blob.bin | cut -d' ' -f1 > /app/blob.sha256

@@ -1,0 +1,3 @@
+#!/bin/bash
+# SOLUTION_GREETING comes from [solution] env
+echo "$SOLUTION_GREETING, $GREETING_NAME" > /app/hello.txt

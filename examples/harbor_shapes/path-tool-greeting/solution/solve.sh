@@ -1,0 +1,2 @@
+#!/bin/bash
+greet harbor > /app/greeting.txt
