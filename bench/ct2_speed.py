@@ -158,7 +158,7 @@ def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperat
 
     def ct2(g):
         reqs = [SimpleNamespace(prompt=p, temperature=temperature, max_tokens=max_new, stop=()) for p in prompts]
-        return lambda: sum(len(s.token_ids) for s in generate(g, reqs, eos, tok.token_text))
+        return lambda: sum(len(s.token_ids) for s in generate(g, reqs, eos, tok.token_text, parallel=g.num_generators))
 
     res = {"evolvekit sampler": rate(ours, repeats), "transformers generate": rate(theirs, repeats)}
     for name, g in generators.items():
@@ -190,7 +190,7 @@ def bench_model(label: str, loaded, args) -> dict:
         shutil.rmtree(once, ignore_errors=True)
         t = time.perf_counter()
         generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
-                                                    intra_threads=args.ct2_threads or args.threads, inter_threads=1)
+                                                    intra_threads=1, inter_threads=args.ct2_threads or args.threads)
         costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2),
                           "load_s": round(time.perf_counter() - t, 2)}
     out["new system cost"] = costs
@@ -232,7 +232,8 @@ def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ct2-threads", type=int, default=0, help="CTranslate2's intra-op threads (default: --threads)")
+    ap.add_argument("--ct2-threads", type=int, default=0, help="CTranslate2's batches at once, one thread each, as the server runs it "
+                    "(default: --threads)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)

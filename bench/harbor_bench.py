@@ -105,8 +105,8 @@ def bare_episode(task: dict) -> tuple[float, float]:
         r = subprocess.run(["bash", str(root / "tests" / "test.sh")], cwd=root / "app", capture_output=True,
                            timeout=60, env=env)
         rj, rt = root / "logs/verifier/reward.json", root / "logs/verifier/reward.txt"
-        score = parse_reward(task, rj.read_bytes() if rj.exists() else None, rt.read_bytes() if rt.exists() else None,
-                             r.returncode)[0]
+        score = parse_reward(task, rj.read_bytes() if rj.exists() else None,
+                             rt.read_bytes() if rt.exists() else None)[0]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return time.perf_counter() - t0, score

@@ -124,7 +124,7 @@ class CT2Server(LocalServer):
             entry = self._entries[name] = self._convert(self._systems[name], name)
             p = self.plan
             g = self.ct2.Generator(str(entry), device=p.device, device_index=p.device_index, compute_type=p.compute_type,
-                                   intra_threads=p.threads, inter_threads=1)
+                                   intra_threads=p.threads, inter_threads=p.parallel)
             self._loaded[name] = g
             while len(self._loaded) > self.max_loaded:
                 self._loaded.popitem(last=False)
@@ -134,7 +134,7 @@ class CT2Server(LocalServer):
 
     def _generate(self, batch: list[Any]) -> list[Sample]:
         eos = list(getattr(self.tok, "eos_ids", (self.tok.eos_id,)))
-        return generate(self.generator(batch[0].adapter), batch, eos, self.tok.token_text)
+        return generate(self.generator(batch[0].adapter), batch, eos, self.tok.token_text, parallel=self.plan.parallel)
 
     def score(self, sequences: Sequence[Sequence[int]], adapter: str | None = None) -> list[list[float]]:
         """``log P(ids[k] | ids[:k])`` for ``k >= 1`` of each sequence (untempered; CTranslate2's
@@ -158,10 +158,13 @@ def _tempered(logits: Any, tok: int, temperature: float) -> float:
     return float(z[tok] - m - math.log(np.exp(z - m).sum()))
 
 
-def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str]) -> list[Sample]:
+def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
+             parallel: int = 1) -> list[Sample]:
     """One :class:`Sample` per request (``.prompt``, ``.temperature``, ``.max_tokens``, ``.stop``;
     see the module docstring): one ``generate_batch`` per temperature and run of similar prompt
-    lengths (:func:`length_groups`); per-row ``max_tokens`` and stop strings in the callback."""
+    lengths (:func:`length_groups`), split into ``parallel`` parts that run at once (the
+    generator's ``inter_threads``); per-row ``max_tokens`` and stop strings in the callback (called
+    from each part's thread: each row's lists are its own)."""
     results: list[Sample | None] = [None] * len(batch)
     groups: dict[float, list[int]] = {}
     for i, r in enumerate(batch):
@@ -171,7 +174,7 @@ def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: C
             groups.setdefault(r.temperature, []).append(i)
     for temperature, rows in groups.items():
         for part in length_groups([len(batch[i].prompt) for i in rows], [batch[i].max_tokens for i in rows]):
-            _group(generator, batch, [rows[k] for k in part], temperature, set(eos), decode, results)
+            _group(generator, batch, [rows[k] for k in part], temperature, set(eos), decode, results, parallel)
     return [s if s is not None else Sample([], [], "length") for s in results]
 
 
@@ -203,7 +206,7 @@ def length_groups(lengths: Sequence[int], max_tokens: Sequence[int]) -> list[lis
 
 
 def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: float, eos: set[int],
-           decode: Callable[[int], str], results: list[Sample | None]) -> None:
+           decode: Callable[[int], str], results: list[Sample | None], parallel: int = 1) -> None:
     ids: list[list[int]] = [[] for _ in rows]
     lps: list[list[float]] = [[] for _ in rows]
     texts = [""] * len(rows)
@@ -240,7 +243,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         max_length=max(batch[i].max_tokens for i in rows), include_prompt_in_result=False,
         sampling_topk=1 if temperature <= 0 else 0, sampling_temperature=temperature if temperature > 0 else 1.0,
         end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=tempered,
-        callback=step)
+        max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0, callback=step)
     if errors:
         raise errors[0]
     for j, i in enumerate(rows):
