@@ -1,5 +1,7 @@
 """Generated Harbor task families and a scripted chat model that plays them, for the harbor world's
-end-to-end tests (a real OpenAI-compatible server over loopback answers with :func:`respond`).
+end-to-end tests (a real OpenAI-compatible server over loopback answers with :func:`respond`); and
+what the harbor tests share: the sandbox backend for a test (:func:`use_sandbox`), one scripted
+episode (:func:`play`) and its shell results (:func:`shells`).
 
 Three families, each task a real Harbor folder checked by its own solution:
 
@@ -17,6 +19,12 @@ from __future__ import annotations
 import base64
 import re
 from pathlib import Path
+
+import pytest
+
+from evolve.llm.fake import ScriptedLM
+from evolve.scoring.rollout import run_agent, score
+from evolve.types import ModelSpec, System
 
 WORDS = ["apple", "banana", "cherry", "delta", "echo", "falcon", "garnet", "harbor", "indigo", "jasper", "kiwi",
          "lemon", "mango", "nectar", "olive", "pepper"]
@@ -122,3 +130,28 @@ def respond(messages: list[dict]) -> str:
             return f"```bash\nbase64 -d /app/secret_{n}.b64 > /app/secret.txt\n```"
         return f"```bash\ncat /app/secret_{n}.b64 > /app/secret.txt\n```"
     return "DONE"
+
+
+def use_sandbox(monkeypatch) -> None:
+    """The harbor world on its sandbox backend (``auto`` included); skip where bubblewrap cannot run."""
+    from evolve.sandbox.shell import available
+
+    why = available()
+    if why:
+        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
+    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+
+
+def play(task: dict, replies: list[str], workflow: dict | None = None):
+    """One episode of the world's shell agent with a scripted model; the trajectory scored by the world's reward."""
+    from evolve.worlds.harbor import reward
+    from evolve.worlds.harbor.agent import agent
+
+    llm = ScriptedLM("m", replies, cycle=False)
+    system = System(models={"policy": ModelSpec(backend="scripted", name="m")}, workflow=workflow or {})
+    return score(reward, task, run_agent(agent, system, task, lambda s, r: llm))
+
+
+def shells(traj) -> list[dict]:
+    """The results of an episode's shell commands."""
+    return [s.result for s in traj.steps if getattr(s, "name", None) == "shell"]

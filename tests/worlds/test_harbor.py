@@ -16,14 +16,12 @@ from tests.helpers.harbor import LESSON, make_tasks, respond
 
 import evolve
 from evolve.errors import ConfigError, InfraError
-from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent, score
-from evolve.types import ModelSpec, System
-from evolve.worlds.harbor import dataset, load_task, reward, solution_commands, split_of
-from evolve.worlds.harbor.agent import agent, parse_reply
+from evolve.worlds.harbor import dataset, load_task, solution_commands, split_of
+from evolve.worlds.harbor.agent import parse_reply
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.environment import DockerEnvironment, docker_client, open_environment, parse_reward
 from evolve.worlds.harbor.task import TaskError, find_tasks
+from tests.helpers.harbor import play, use_sandbox
 
 REPO = Path(__file__).parents[2]
 EXAMPLES = REPO / "examples" / "harbor_tasks"
@@ -31,12 +29,7 @@ EXAMPLES = REPO / "examples" / "harbor_tasks"
 
 @pytest.fixture(autouse=True)
 def sandbox_backend(monkeypatch):
-    from evolve.sandbox.shell import available
-
-    why = available()
-    if why:
-        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
-    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+    use_sandbox(monkeypatch)
 
 
 def mk(root: Path, name: str = "t", *, instruction: str = "Create /app/out.txt holding ok.", toml: str | None = None,
@@ -61,14 +54,6 @@ def mk(root: Path, name: str = "t", *, instruction: str = "Create /app/out.txt h
         (d / "solution").mkdir()
         (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve + "\n")
     return d
-
-
-def play(task: dict, replies: list[str], workflow: dict | None = None):
-    """One episode with a scripted model; the trajectory scored by the world's reward."""
-    llm = ScriptedLM("m", replies, cycle=False)
-    system = System(models={"policy": ModelSpec(backend="scripted", name="m")}, workflow=workflow or {})
-    traj = run_agent(agent, system, task, lambda s, r: llm)
-    return score(reward, task, traj)
 
 
 # ----------------------------------------------------------------------------- reading task folders

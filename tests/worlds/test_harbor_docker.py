@@ -15,13 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent, score
-from evolve.types import ModelSpec, System
-from evolve.worlds.harbor import load_task, reward
-from evolve.worlds.harbor.agent import agent
+from evolve.worlds.harbor import load_task
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.task import find_tasks
+from tests.helpers.harbor import play, shells
 
 REPO = Path(__file__).parents[2]
 SHAPES = REPO / "examples" / "harbor_shapes"
@@ -56,16 +53,6 @@ def mk(root: Path, name: str, *, toml: str = "", test: str, solve: str | None = 
         (d / "solution").mkdir()
         (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve + "\n")
     return d
-
-
-def play(task: dict, replies: list[str], workflow: dict | None = None):
-    llm = ScriptedLM("m", replies, cycle=False)
-    system = System(models={"policy": ModelSpec(backend="scripted", name="m")}, workflow=workflow or {})
-    return score(reward, task, run_agent(agent, system, task, lambda s, r: llm))
-
-
-def shells(traj) -> list[dict]:
-    return [s.result for s in traj.steps if getattr(s, "name", None) == "shell"]
 
 
 # ----------------------------------------------------------------------------- the shaped tasks

@@ -21,6 +21,7 @@ from evolve.worlds.harbor import load_task
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.environment import open_environment
 from evolve.worlds.harbor.task import TaskError
+from tests.helpers.harbor import use_sandbox
 
 SECRET = "CANARY-SECRET-3f9a"
 # copies the agent's result file as it is (cp -P keeps a link a link), as a test that collects an
@@ -31,12 +32,7 @@ COLLECT = ("#!/bin/bash\nmkdir -p /logs/verifier\ncp -P /app/result.txt /logs/ve
 
 @pytest.fixture(autouse=True)
 def sandbox_backend(monkeypatch):
-    from evolve.sandbox.shell import available
-
-    why = available()
-    if why:
-        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
-    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+    use_sandbox(monkeypatch)
 
 
 def _snapshot(root: Path) -> dict:

@@ -16,10 +16,10 @@ from evolve.llm.fake import ScriptedLM
 from evolve.scoring.rollout import run_agent, score
 from evolve.types import ModelSpec, System
 from evolve.worlds.harbor import load_task, nop, oracle, reward
-from evolve.worlds.harbor.agent import agent
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.environment import open_environment
 from evolve.worlds.harbor.task import TaskError, UnsupportedTask
+from tests.helpers.harbor import play, shells, use_sandbox
 
 REPO = Path(__file__).parents[2]
 REWARD = "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > " \
@@ -28,12 +28,7 @@ REWARD = "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/rewar
 
 @pytest.fixture(autouse=True)
 def sandbox_backend(monkeypatch):
-    from evolve.sandbox.shell import available
-
-    why = available()
-    if why:
-        pytest.skip(f"bubblewrap sandbox unavailable: {why}")
-    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+    use_sandbox(monkeypatch)
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -67,16 +62,6 @@ def steps_task(root: Path, toml_extra: str = "", first_min: str = "") -> Path:
         "steps/two/workdir/setup.sh": "#!/bin/bash\n[ -f seed.txt ] && touch /app/setup-ran\n",
         "steps/two/solution/solve.sh": "#!/bin/bash\ntouch /app/b\n",
     })
-
-
-def play(task: dict, replies: list[str], workflow: dict | None = None):
-    llm = ScriptedLM("m", replies, cycle=False)
-    system = System(models={"policy": ModelSpec(backend="scripted", name="m")}, workflow=workflow or {})
-    return score(reward, task, run_agent(agent, system, task, lambda s, r: llm))
-
-
-def shells(traj) -> list[dict]:
-    return [s.result for s in traj.steps if getattr(s, "name", None) == "shell"]
 
 
 def world_agent(fn, task: dict):

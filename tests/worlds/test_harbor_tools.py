@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.helpers.harbor import make_tasks, respond
+from tests.helpers.harbor import make_tasks, respond, use_sandbox
 
 import evolve
 from evolve.archive import Archive
@@ -63,11 +63,7 @@ def test_admission_runs_the_code_in_the_sandbox_and_the_expansion_is_quoted():
 @pytest.fixture
 def sandboxed(monkeypatch, loopback_env):
     """The harbor world's sandbox backend (skipped where bubblewrap cannot run), a model on loopback."""
-    from evolve.sandbox.shell import available
-
-    if available():
-        pytest.skip(f"bubblewrap sandbox unavailable: {available()}")
-    monkeypatch.setenv("EVOLVE_HARBOR_BACKEND", "sandbox")
+    use_sandbox(monkeypatch)
 
 
 def _family(root: Path, family: str, sizes: tuple[int, int]) -> dict:
