@@ -44,8 +44,8 @@ def ray_auth_off():
         yield
 
 
-def _ray(*args: str) -> None:
-    r = subprocess.run([RAY, *args], env=_env(), capture_output=True, text=True, timeout=180)
+def _ray(*args: str, env: dict[str, str] | None = None) -> None:
+    r = subprocess.run([RAY, *args], env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -56,12 +56,13 @@ class Cluster:
         self.port = free_port()
         self.address = f"127.0.0.2:{self.port}"
 
-    def start(self) -> "Cluster":
+    def start(self, env: dict[str, str] | None = None) -> "Cluster":
+        """``env``: more environment for the nodes (their workers inherit it)."""
         _ray("stop", "--force")
         _ray("start", "--head", f"--port={self.port}", "--node-ip-address=127.0.0.2", "--num-cpus=2",
-             '--resources={"head": 1}', "--include-dashboard=false", "--disable-usage-stats")
+             '--resources={"head": 1}', "--include-dashboard=false", "--disable-usage-stats", env=env)
         _ray("start", f"--address={self.address}", "--node-ip-address=127.0.0.3", "--num-cpus=2",
-             '--resources={"node2": 1}', "--disable-usage-stats")
+             '--resources={"node2": 1}', "--disable-usage-stats", env=env)
         return self
 
     def params(self, **extra) -> list[str]:
@@ -365,11 +366,13 @@ def test_the_sql_quickstart_on_ray_builds_the_systems_of_the_thread_runner(clust
 
 # last in the file: `ray stop --force` at its end stops every Ray process here, the module's cluster too
 def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_and_the_run_finishes(tmp_path):
-    c = Cluster().start()
+    marks = tmp_path / "marks"  # where each job starts: the kill lands while one runs on the second node
+    marks.mkdir()
+    c = Cluster().start(env={"EVOLVE_TEST_MARKS": str(marks)})
     try:
         task = tmp_path / "slow.yaml"
         t = __import__("yaml").safe_load((DATA / "toy.yaml").read_text())
-        t["agent"] = "tests.helpers.agents:slower_toy"
+        t["agent"] = "tests.helpers.agents:marked_toy"
         t["runner"] = {"name": "ray", "workers": 4, "timeout": 30}
         task.write_text(json.dumps(t))
         log = tmp_path / "out.log"
@@ -377,10 +380,11 @@ def test_the_second_nodes_raylet_killed_mid_run_fails_its_jobs_with_the_cause_an
             proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run"),
                                      *sum((["--set", s] for s in c.params()), [])],
                                     stdout=f, stderr=subprocess.STDOUT, env=_env())
-            deadline = time.time() + 120
-            while time.time() < deadline and not stored_rollouts(tmp_path / "run"):
-                time.sleep(0.1)
-            os.kill(c.raylet("127.0.0.3"), signal.SIGKILL)  # a batch is in flight on both nodes: the second dies
+            deadline = time.time() + 300  # a loaded machine starts the second node's actors late
+            while time.time() < deadline and not any(m.name.startswith("127.0.0.3-") for m in marks.iterdir()):
+                time.sleep(0.05)
+            assert any(marks.iterdir()), log.read_text()[-3000:]
+            os.kill(c.raylet("127.0.0.3"), signal.SIGKILL)  # a job of the second node runs (1.3 s): it dies
             assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
         text = log.read_text()
         assert "ray worker died" in text, text[-4000:]  # its jobs failed with the cause, were retried on the head

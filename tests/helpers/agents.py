@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import signal
 import subprocess
@@ -257,6 +259,27 @@ def slow_toy(task: dict, ctx: Any) -> Any:
     from evolve.worlds.toy import agent
 
     time.sleep(0.05)
+    return agent(task, ctx)
+
+
+def marked_toy(task: dict, ctx: Any) -> Any:
+    """:func:`slower_toy` that marks where each job starts (a file ``<node ip>-<pid>-<task id>`` in
+    ``$EVOLVE_TEST_MARKS``) and runs 1.3 s on the second node of the Ray tests' cluster (127.0.0.3),
+    so that a test can kill that node while one of its jobs surely runs."""
+    from pathlib import Path
+
+    ip = "local"
+    with contextlib.suppress(Exception):
+        import ray
+
+        if ray.is_initialized():
+            ip = ray.util.get_node_ip_address()
+    marks = os.environ.get("EVOLVE_TEST_MARKS")
+    if marks:
+        Path(marks, f"{ip}-{os.getpid()}-{task['id']}").touch()
+    time.sleep(1.3 if ip == "127.0.0.3" else 0.3)
+    from evolve.worlds.toy import agent
+
     return agent(task, ctx)
 
 

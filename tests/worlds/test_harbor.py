@@ -19,7 +19,7 @@ from evolve.errors import ConfigError, InfraError
 from evolve.worlds.harbor import dataset, load_task, solution_commands, split_of
 from evolve.worlds.harbor.agent import parse_reply
 from evolve.worlds.harbor.check import check_task
-from evolve.worlds.harbor.environment import DockerEnvironment, docker_client, open_environment, parse_reward
+from evolve.worlds.harbor.environment import DockerEnvironment, open_environment, parse_reward
 from evolve.worlds.harbor.task import TaskError, find_tasks
 from tests.helpers.harbor import play, use_sandbox
 
@@ -313,14 +313,11 @@ def test_an_environment_the_sandbox_cannot_build_is_named(tmp_path):
     assert "RUN 'pip install requests'" in traj.infra.message and "docker backend" in traj.infra.message
 
 
-def test_the_docker_backend_where_an_engine_answers():
-    client = docker_client(timeout=2)
-    if client is None:
-        pytest.skip("no Docker engine answers on this machine (docker.from_env().ping() fails): the docker backend "
-                    "is written against the docker SDK's API and runs only where an engine does")
-    tasks = [load_task(p) for p in find_tasks(EXAMPLES)][:2]
+def test_the_docker_backend_where_an_engine_answers(docker_engine):
+    """Two example tasks on a real engine, their python:3.11-slim base a local stand-in (the image map)."""
+    tasks = [{**load_task(p), "images": docker_engine.images} for p in find_tasks(EXAMPLES)][:2]
     for t in tasks:
-        env = DockerEnvironment(t, client)
+        env = DockerEnvironment(t, docker_engine.client)
         try:
             assert env.verify()["score"] == 0.0
             env.solve()

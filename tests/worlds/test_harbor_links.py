@@ -195,28 +195,26 @@ def test_links_test_sh_plants_are_never_followed(tmp_path, canary):
 
 # ----------------------------------------------------------------------------- the docker backend
 
-BASE = "debian:bookworm"  # the local base image a machine without a registry builds (docs/worlds.md)
+BASE = "debian:bookworm"  # built on the tests' local stand-in (the image map, docs/worlds.md)
 
 
-def test_on_docker_files_come_out_through_the_engine_and_a_tasks_links_stay_links(tmp_path, canary):
+def test_on_docker_files_come_out_through_the_engine_and_a_tasks_links_stay_links(tmp_path, canary, docker_engine):
     """Files leave the container only through the engine's API: a reward file that is a link is the
     world failing, never a score by exit code; the task's tests/ goes in with its links as links and
     no FIFO; a .dockerignore that is a link is never read by the host."""
-    from evolve.worlds.harbor.environment import DockerEnvironment, docker_client
+    from evolve.worlds.harbor.environment import DockerEnvironment
 
-    client = docker_client(timeout=2)
-    if client is None:
-        pytest.skip("no Docker engine answers on this machine (docker.from_env().ping() fails)")
-    try:
-        client.images.get(BASE)
-    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
-        pytest.skip(f"the engine has no {BASE} image (and this test pulls nothing)")
+    client = docker_engine.client
+
+    def mapped(folder):  # the base through the image map: a local stand-in
+        return {**load_task(folder), "images": docker_engine.images}
+
     toml = f'[environment]\ndocker_image = "{BASE}"\n[verifier]\ntimeout_sec = 30\n'
     d = mk(tmp_path, "t", toml=toml, dockerfile=f"FROM {BASE}\nWORKDIR /app\n",
            test="#!/bin/bash\nmkdir -p /logs/verifier\nln -s /etc/hostname /logs/verifier/reward.txt\nexit 0\n")
     (d / "tests" / "canary").symlink_to(canary)
     os.mkfifo(d / "tests" / "fifo")
-    env = DockerEnvironment(load_task(d), client)
+    env = DockerEnvironment(mapped(d), client)
     try:
         with pytest.raises(InfraError, match="reward.txt is not a regular file"):
             env.verify()
@@ -227,5 +225,5 @@ def test_on_docker_files_come_out_through_the_engine_and_a_tasks_links_stay_link
     d = mk(tmp_path, "ignore", dockerfile=f"FROM {BASE}\nWORKDIR /app\n")
     (d / "environment" / ".dockerignore").symlink_to(canary / "secret.txt")
     with pytest.raises(InfraError, match=".dockerignore is not a regular file"):
-        DockerEnvironment(load_task(d), client)
+        DockerEnvironment(mapped(d), client)
     untouched(canary)
