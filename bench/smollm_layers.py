@@ -97,6 +97,13 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "sft_together": (("all three that moved it: the SFT cold start, then STaR, with Reflexion both sampling STaR's "
                       "training tasks and answering the test tasks"),
                      [COLD, f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
+    # issue 51: the same SFT'd system sampled by CTranslate2 (greedy), paired with the sft row's (torch)
+    "sft_ct2_int8": ("the sft row's system sampled by CTranslate2 in int8",
+                     [COLD, "operators=[]", "budget.generations=0", "models.policy.params.engine=ctranslate2",
+                      "models.policy.params.compute_type=int8"]),
+    "sft_ct2_float32": ("the sft row's system sampled by CTranslate2 in float32",
+                        [COLD, "operators=[]", "budget.generations=0", "models.policy.params.engine=ctranslate2",
+                         "models.policy.params.compute_type=float32"]),
 }
 AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that changes the agent: paired with that row's baseline
 # weights rows: the child each operator proposed is scored on test whether or not the engine kept it
@@ -106,7 +113,8 @@ WEIGHTS = tuple(r for pair in PAIRS for r in pair)
 # rows whose first proposed child is scored on test even when validation rejected it (topology: its best workflow)
 SCORE_CHILD = (*WEIGHTS, "sft_topology")
 # a row also compared, task by task, with another row's best or baseline system (the same test tasks at one seed)
-ALSO = {"together": ("star", "best"), "sft": ("star", "baseline"), "sft_together": ("sft_star", "best")}
+ALSO = {"together": ("star", "best"), "sft": ("star", "baseline"), "sft_together": ("sft_star", "best"),
+        "sft_ct2_int8": ("sft", "baseline"), "sft_ct2_float32": ("sft", "baseline")}
 
 
 def pair_key(pair: tuple[str, str]) -> str:
