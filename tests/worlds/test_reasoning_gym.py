@@ -256,3 +256,13 @@ def test_the_package_is_imported_only_when_tasks_are_built_and_its_absence_says_
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # as if it were not installed
     with pytest.raises(MissingDependency, match=r"pip install 'evolvekit\[reasoning_gym\]'"):
         generators.package()
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "tiny.yaml", "task.yaml"])
+def test_every_example_task_files_dataset_builds(name):
+    """The examples' generators, levels and split sizes make the tasks they ask for (a config that
+    cannot would stop `evolve run` before its first rollout)."""
+    data = yaml.safe_load((SMOKE.parent / name).read_text())
+    got = rg.dataset(seed=data.get("seed", 0), **data["dataset"]["params"])
+    for split in ("train", "val", "test"):
+        assert len(got[split]) == data["dataset"]["params"][f"n_{split}"], split
