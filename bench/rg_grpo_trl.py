@@ -128,7 +128,8 @@ def run_trl(out: Path, seed: int) -> dict:
     model.generation_config.eos_token_id = [*tok.eos_ids, nn[0]]
     if hf.pad_token is None:
         hf.pad_token = hf.eos_token
-    prompts = [tok._text(messages_for(train[i], parent.prompts), True) for i in ids]
+    prompts = [hf.apply_chat_template([m.model_dump(include={"role", "content"}) for m in messages_for(train[i], parent.prompts)],
+                                      tokenize=False, add_generation_prompt=True) for i in ids]
     # the same ids our sampler starts from (our HFTokenizer.render_chat)
     assert hf(prompts[0], add_special_tokens=False)["input_ids"] == tok.render_chat(messages_for(train[ids[0]], parent.prompts))
     data = Dataset.from_dict({"prompt": prompts, "task_id": ids})
