@@ -50,6 +50,11 @@ def cpu_children() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def grpo_record(archive):
+    """The run's GRPO child (its parent is the SFT system both sides start from)."""
+    return next(r for r in archive.records() if r.operator == "grpo")
+
+
 def overrides(seed: int) -> list[str]:
     return [f"seed={seed}", f"operators=[{GRPO}]", "budget.generations=1"]
 
@@ -70,7 +75,7 @@ def run_ours(out: Path, seed: int) -> dict:
     from evolve.archive import Archive
 
     with Archive(out, create=False) as a:
-        rec = next(r for r in a.records() if r.operator == "grpo")
+        rec = grpo_record(a)
     curve = rec.info["curve"]
     step = curve[-1]  # no dev checks (dev_tasks: 0): the one step
     return {"child": rec.id, "grpo_seconds": rec.info["seconds"], "rollout_s": step["rollout_s"],
@@ -108,7 +113,7 @@ def run_trl(out: Path, seed: int) -> dict:
     finally:
         session.close()
     with Archive(out, create=False) as a:
-        rec = next(r for r in a.records() if r.operator == "grpo")
+        rec = grpo_record(a)
         parent = a.get_system(rec.parents[0])
         # the tasks our side trained on: its GRPO rollouts (phase "grpo") of the parent
         ids = sorted({r.trajectory.task_id for r in a.trajectory_rows(parent.id, "train", "grpo")})
@@ -176,7 +181,7 @@ def score(out: Path, seed: int, res: dict) -> dict:
     from evolve.results.stats import describe, paired
 
     with Archive(out, create=False) as a:
-        base = next(r for r in a.records() if r.operator == "grpo").parents[0]
+        base = grpo_record(a).parents[0]
     rows = {}
     sides = [side for side in ("ours", "trl") if side in res]
     for side in sides:

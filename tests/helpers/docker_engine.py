@@ -44,6 +44,12 @@ class Engine:
     since: float = field(default_factory=time.time)
     before: set[str] = field(default_factory=set)  # image ids present when the session began
 
+    def task(self, folder: Path, **more: Any) -> dict:
+        """The Harbor task in ``folder`` with this engine's image map (its bases the local stand-ins)."""
+        from evolve.worlds.harbor.task import load_task
+
+        return {**load_task(folder), "images": self.images, **more}
+
 
 def _client(timeout: float = 5.0) -> Any:
     try:

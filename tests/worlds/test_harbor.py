@@ -315,7 +315,7 @@ def test_an_environment_the_sandbox_cannot_build_is_named(tmp_path):
 
 def test_the_docker_backend_where_an_engine_answers(docker_engine):
     """Two example tasks on a real engine, their python:3.11-slim base a local stand-in (the image map)."""
-    tasks = [{**load_task(p), "images": docker_engine.images} for p in find_tasks(EXAMPLES)][:2]
+    tasks = [docker_engine.task(p) for p in find_tasks(EXAMPLES)][:2]
     for t in tasks:
         env = DockerEnvironment(t, docker_engine.client)
         try:

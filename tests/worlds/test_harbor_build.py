@@ -85,9 +85,8 @@ def _task(tmp_path, name: str, dockerfile: str, test: str, solve: str, files: di
 
 def _episode(engine, folder, *, solve: bool = True) -> dict:
     from evolve.worlds.harbor.docker_env import DockerEnvironment
-    from evolve.worlds.harbor.task import load_task
 
-    env = DockerEnvironment({**load_task(folder), "images": engine.images}, engine.client)
+    env = DockerEnvironment(engine.task(folder), engine.client)
     try:
         if solve:
             env.solve()

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evolve.worlds.harbor import load_task
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.task import find_tasks
 from tests.helpers.harbor import play, shells
@@ -37,7 +36,7 @@ def engine(docker_engine):
 
 
 def task_of(engine, folder: Path, **more) -> dict:
-    return {**load_task(folder), "images": engine.images, "backend": "docker", **more}
+    return engine.task(folder, backend="docker", **more)
 
 
 def mk(root: Path, name: str, *, toml: str = "", test: str, solve: str | None = None,

@@ -206,15 +206,12 @@ def test_on_docker_files_come_out_through_the_engine_and_a_tasks_links_stay_link
 
     client = docker_engine.client
 
-    def mapped(folder):  # the base through the image map: a local stand-in
-        return {**load_task(folder), "images": docker_engine.images}
-
     toml = f'[environment]\ndocker_image = "{BASE}"\n[verifier]\ntimeout_sec = 30\n'
     d = mk(tmp_path, "t", toml=toml, dockerfile=f"FROM {BASE}\nWORKDIR /app\n",
            test="#!/bin/bash\nmkdir -p /logs/verifier\nln -s /etc/hostname /logs/verifier/reward.txt\nexit 0\n")
     (d / "tests" / "canary").symlink_to(canary)
     os.mkfifo(d / "tests" / "fifo")
-    env = DockerEnvironment(mapped(d), client)
+    env = DockerEnvironment(docker_engine.task(d), client)
     try:
         with pytest.raises(InfraError, match="reward.txt is not a regular file"):
             env.verify()
@@ -225,5 +222,5 @@ def test_on_docker_files_come_out_through_the_engine_and_a_tasks_links_stay_link
     d = mk(tmp_path, "ignore", dockerfile=f"FROM {BASE}\nWORKDIR /app\n")
     (d / "environment" / ".dockerignore").symlink_to(canary / "secret.txt")
     with pytest.raises(InfraError, match=".dockerignore is not a regular file"):
-        DockerEnvironment(mapped(d), client)
+        DockerEnvironment(docker_engine.task(d), client)
     untouched(canary)
