@@ -14,7 +14,10 @@ What a completion holds is what the torch sampler gives, with one exception, the
   (``finish_reason="stop"``); stop strings and ``max_tokens`` end a row from the per-token
   callback (``finish_reason`` ``"stop"`` / ``"length"``);
 * ``logprobs[i]`` is ``log_softmax(logits / T)[token_ids[i]]`` (untempered for ``T == 0``):
-  CTranslate2's own log-prob at ``T`` of 0 or 1, else computed from the step's logits;
+  CTranslate2's own log-prob at ``T`` of 0 or 1, else recomputed after the batch by one forward
+  pass over prompt and reply (:func:`tempered_log_probs`). The step callback's logits cannot be
+  used: CTranslate2 4.8 hands the whole batch's logits to one row's callback and none to the
+  others, in an order that is not the rows';
 * greedy (``T == 0``) is deterministic; in float32 it is the torch sampler's output;
 * sampling (``T > 0``) draws from the full distribution at ``T`` with CTranslate2's own
   generator: the request's ``seed`` is not used (CTranslate2 has no per-request seed; its random
@@ -149,13 +152,35 @@ class CT2Server(LocalServer):
             self._loaded.clear()
 
 
-def _tempered(logits: Any, tok: int, temperature: float) -> float:
-    """``log_softmax(logits / T)[tok]`` from a step's logits, in float64."""
+# tokens a forward pass of tempered_log_probs takes at once: its logits are tokens x vocabulary floats
+FORWARD_TOKENS = 1024
+
+
+def tempered_log_probs(generator: Any, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+                       temperature: float) -> list[list[float]]:
+    """``log_softmax(logits / T)[reply[k]]`` for each token of each reply after its prompt, in float64,
+    from ``generator.forward_batch`` over prompt + reply (in chunks of about :data:`FORWARD_TOKENS`)."""
     import numpy as np
 
-    z = np.asarray(logits, dtype=np.float64).reshape(-1) / temperature
-    m = z.max()
-    return float(z[tok] - m - math.log(np.exp(z - m).sum()))
+    out: list[list[float]] = [[] for _ in replies]
+    todo = [i for i, r in enumerate(replies) if r]
+    while todo:
+        chunk, longest = [], 0
+        for i in todo:
+            n = len(prompts[i]) + len(replies[i])
+            if chunk and max(longest, n) * (len(chunk) + 1) > FORWARD_TOKENS:
+                break
+            chunk.append(i)
+            longest = max(longest, n)
+        todo = todo[len(chunk):]
+        logits = np.asarray(generator.forward_batch([[token(t) for t in (*prompts[i], *replies[i])] for i in chunk]))
+        for row, i in enumerate(chunk):
+            start, ids = len(prompts[i]) - 1, list(replies[i])
+            z = logits[row, start:start + len(ids)].astype(np.float64) / temperature
+            m = z.max(axis=1, keepdims=True)
+            norm = m[:, 0] + np.log(np.exp(z - m).sum(axis=1))
+            out[i] = (z[np.arange(len(ids)), ids] - norm).tolist()
+    return out
 
 
 def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
@@ -220,7 +245,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
             return True
         try:
             r, tk = batch[i], int(s.token_id)
-            lp = _tempered(s.logits, tk, temperature) if tempered else float(s.log_prob)
+            lp = float(s.log_prob)  # untempered; replaced after the batch when tempered
             ids[j].append(tk)
             lps[j].append(lp)
             if tk in eos:
@@ -242,13 +267,18 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         [[token(t) for t in batch[i].prompt] for i in rows],
         max_length=max(batch[i].max_tokens for i in rows), include_prompt_in_result=False,
         sampling_topk=1 if temperature <= 0 else 0, sampling_temperature=temperature if temperature > 0 else 1.0,
-        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=tempered,
+        end_token=sorted(eos), return_end_token=True, return_scores=True,
         max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0, callback=step)
     if errors:
         raise errors[0]
     for j, i in enumerate(rows):
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
+    if tempered:
+        exact = tempered_log_probs(generator, [batch[i].prompt for i in rows], [results[i].token_ids for i in rows],
+                                   temperature)
+        for j, i in enumerate(rows):
+            results[i].logprobs[:] = exact[j]
 
 
 # ----------------------------------------------------------------------------- the choice of engine

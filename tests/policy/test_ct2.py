@@ -162,6 +162,29 @@ def test_sampled_tokens_log_probs_are_transformers_at_the_temperature(tiny, temp
         assert max(abs(a - b) for a, b in zip(want, o.logprobs)) < 1e-4
 
 
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, parallel):
+    """Concurrent requests of different prompt lengths share one tempered batch: every row's log-probs
+    are its own at T, as transformers gives them (CTranslate2's step callback gives one row the batch's logits)."""
+    store, base, adapter = tiny
+    llm = build(spec(base, adapter, **F32, temperature=0.7, batch_wait_ms=100, parallel=parallel), store)
+    model = torch_model(store, base, adapter)
+    prompts = [f"q{i} " + "ab" * i for i in range(10)]
+    got: dict[str, object] = {}
+    batches = llm.server.stats["batches"]
+    threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=6 + len(p) % 7)))
+               for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(prompts)  # every request answered
+    assert llm.server.stats["batches"] - batches < len(prompts)
+    for o in got.values():
+        want = recomputed(model, o.prompt_token_ids, o.token_ids, 0.7)
+        assert len(o.logprobs) == len(o.token_ids) and max(abs(a - b) for a, b in zip(want, o.logprobs)) < 1e-4
+
+
 def test_log_probs_of_given_tokens_are_transformers(tiny):
     store, base, adapter = tiny
     llm = build(spec(base, adapter, **F32), store)
