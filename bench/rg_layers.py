@@ -49,21 +49,22 @@ VOTE_AT_ONCE = json.dumps([{**it, "params": {**it["params"], "parallel": 8}} if 
 TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
             f"children: 2, palette: {VOTE_AT_ONCE}}}}}")
 CURRICULUM = "engine.curriculum={band: [0.2, 0.8], min_samples: 4}"
+FIXED = "engine.curriculum=null"  # the fixed mix: the task file as these rows were measured (it now runs the curriculum)
 REFLEXION = "agent=evolve.worlds.reasoning_gym:reflexion_agent"
 
 # row -> (what it changes, --set overrides); each starts from the seed's SFT cold start
 ROWS: dict[str, tuple[str, list[str]]] = {
     "fewshot": ("few-shot demos bootstrapped from its own solved training tasks (bootstrap_demos)",
-                [f"operators=[{FEWSHOT}]", "budget.generations=1"]),
+                [f"operators=[{FEWSHOT}]", "budget.generations=1", FIXED]),
     "topology_ct2": (("topology search from the single step: a vote over sampled replies, a reformat loop; "
                       "sampled by CTranslate2 in int8 (issue 51), its own SFT single step the baseline"),
-                     [f"operators=[{TOPOLOGY}]", "budget.generations=1", "agent=evolve.topology:agent",
+                     [f"operators=[{TOPOLOGY}]", "budget.generations=1", FIXED, "agent=evolve.topology:agent",
                       f"workflow.graph={json.dumps(single_step())}", "models.policy.params.engine=ctranslate2",
                       "models.policy.params.compute_type=int8"]),
-    "fixed2": ("STaR, two generations, the fixed mix", ["budget.generations=2"]),
+    "fixed2": ("STaR, two generations, the fixed mix", ["budget.generations=2", FIXED]),
     "curriculum": ("STaR, two generations, the curriculum (band 20-80%)", ["budget.generations=2", CURRICULUM]),
     "together": ("SFT + STaR + Reflexion (sampling STaR's tasks and answering test)",
-                 ["budget.generations=1", REFLEXION]),
+                 ["budget.generations=1", FIXED, REFLEXION]),
 }
 CONTINUES = {"fixed2": "star"}  # a row that continues another row's finished run for more generations
 
