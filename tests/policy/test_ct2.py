@@ -122,19 +122,25 @@ def test_greedy_in_float32_is_the_torch_samplers_output(tiny, with_adapter):
     assert ours.complete(chat("hi"), max_tokens=0).token_ids == ()
 
 
-def test_concurrent_requests_share_batches_and_each_gets_its_own_answer(tiny):
-    store, base, adapter = tiny
-    ref, ours = build(spec(base, adapter), store), build(spec(base, adapter, **F32, batch_wait_ms=50), store)
-    prompts = [f"q{i} " + "ab" * i for i in range(12)]  # different prompt lengths in one batch
-    want = {p: ref.complete(chat(p), max_tokens=4 + len(p) % 5) for p in prompts}
+def at_once(llm, prompts, max_tokens):
+    """Each prompt sent from its own thread at the same time: ``{prompt: completion}`` of those answered."""
     got: dict[str, object] = {}
-    batches = ours.server.stats["batches"]
-    threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, ours.complete(chat(p), max_tokens=4 + len(p) % 5)))
+    threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=max_tokens(p))))
                for p in prompts]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return got
+
+
+def test_concurrent_requests_share_batches_and_each_gets_its_own_answer(tiny):
+    store, base, adapter = tiny
+    ref, ours = build(spec(base, adapter), store), build(spec(base, adapter, **F32, batch_wait_ms=50), store)
+    prompts = [f"q{i} " + "ab" * i for i in range(12)]  # different prompt lengths in one batch
+    want = {p: ref.complete(chat(p), max_tokens=4 + len(p) % 5) for p in prompts}
+    batches = ours.server.stats["batches"]
+    got = at_once(ours, prompts, lambda p: 4 + len(p) % 5)
     assert ours.server.stats["batches"] - batches < len(prompts)
     for p in prompts:
         assert_same(want[p], got[p])
@@ -170,14 +176,8 @@ def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, para
     llm = build(spec(base, adapter, **F32, temperature=0.7, batch_wait_ms=100, parallel=parallel), store)
     model = torch_model(store, base, adapter)
     prompts = [f"q{i} " + "ab" * i for i in range(10)]
-    got: dict[str, object] = {}
     batches = llm.server.stats["batches"]
-    threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=6 + len(p) % 7)))
-               for p in prompts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got = at_once(llm, prompts, lambda p: 6 + len(p) % 7)
     assert sorted(got) == sorted(prompts)  # every request answered
     assert llm.server.stats["batches"] - batches < len(prompts)
     for o in got.values():
