@@ -129,6 +129,24 @@ class TrajectoriesMixin:
                 raw += c.execute(q, tuple(chunk)).fetchall()
         return {k: Trajectory.model_validate_json(unpack(enc, data)) for k, enc, data in raw}
 
+    def outcomes(self, *, keys: Sequence[str] = (), system_ids: Sequence[str] = (), split: str = "train",
+                 generations: Sequence[int] = (), explore: bool = False) -> dict[str, tuple[str, float, bool]]:
+        """``key -> (task id, score, failed)`` without decoding the trajectories: the rollouts among
+        ``keys``, and with ``explore`` also every non-evaluation rollout (an operator's samples) of
+        ``system_ids`` on ``split`` made in ``generations``."""
+        out: dict[str, tuple[str, float, bool]] = {}
+        cols = "key, task_id, score, error"
+        with self._read() as c:
+            for chunk in chunks(list(dict.fromkeys(keys))):
+                q = f"SELECT {cols} FROM trajectories WHERE key IN ({','.join('?' * len(chunk))})"
+                out.update({k: (t, float(s), bool(e)) for k, t, s, e in c.execute(q, tuple(chunk))})
+            if explore and system_ids and generations:
+                ids, gens = list(dict.fromkeys(system_ids)), sorted(set(int(g) for g in generations))
+                q = (f"SELECT {cols} FROM trajectories WHERE phase != 'eval' AND split = ? AND "
+                     f"system_id IN ({','.join('?' * len(ids))}) AND generation IN ({','.join('?' * len(gens))})")
+                out.update({k: (t, float(s), bool(e)) for k, t, s, e in c.execute(q, (split, *ids, *gens))})
+        return out
+
     def trajectory_rows(
         self,
         system_id: str | None = None,

@@ -6,7 +6,9 @@ The training tasks fall into groups (``group_key``: a generator) and difficulty 
 has). Each generation, before its minibatch is drawn, every group is judged on the rollouts the
 run already stored: the parents' rollouts on the minibatches of the last ``window`` generations,
 on that group's tasks at its current level (``n`` of them, ``solved`` at a score of ``solved_at``
-or more). With at least ``min_samples`` of them:
+or more). With ``evidence: all`` the operators' own samples from those parents on training tasks in
+those generations count too (STaR's and GRPO's: hundreds of rollouts where the minibatch has a
+handful a group). With at least ``min_samples`` of them:
 
 * success above the band (``rate > high``): one level up; already at the hardest, the group is
   *mastered* and its weight is multiplied by ``off_band``;
@@ -136,20 +138,25 @@ class Curriculum:
 
     def measure(self, session: "Session", generation: int, levels: dict[str, int]) -> dict[str, tuple[int, int]]:
         """``group -> (rollouts, solved)``: the parents' stored minibatch rollouts of the last
-        ``window`` generations, on tasks at the group's current level."""
-        keys = []
+        ``window`` generations (with ``evidence: all``, also the operators' samples from those parents
+        on training tasks in those generations), on tasks at the group's current level."""
+        keys, parents, gens = [], [], []
         for g in range(max(1, generation - self.cfg.window), generation):
             d = session.state.curriculum(g)
             if d is not None:
                 keys += [f"eval:train/{pid}/{tid}/0" for pid in d["parents"] for tid in d["minibatch"]]
+                parents += d["parents"]
+                gens.append(g)
+        rows = session.archive.outcomes(keys=keys, system_ids=parents, generations=gens,
+                                        explore=self.cfg.evidence == "all")
         out: dict[str, list[int]] = {}
-        for traj in session.archive.get_trajectories(keys).values():
-            group, level = self.groups.where.get(str(traj.task_id), (None, None))
+        for task_id, score, failed in rows.values():
+            group, level = self.groups.where.get(str(task_id), (None, None))
             if group is None or level != levels[group]:
                 continue
             row = out.setdefault(group, [0, 0])
             row[0] += 1
-            row[1] += int(traj.error is None and traj.score >= self.cfg.solved_at)
+            row[1] += int(not failed and score >= self.cfg.solved_at)
         return {g: (n, s) for g, (n, s) in out.items()}
 
     def draw(self, decision: dict[str, Any], used: set[str], n: int,
@@ -220,10 +227,11 @@ class CurriculumSection:
         rows = c["generations"]
         groups = sorted(rows[0]["levels"])
         lo, hi = rows[0].get("band", [0, 1])
+        evidence = ("the parents' minibatch rollouts and the operators' samples from them"
+                    if (c.get("settings") or {}).get("evidence") == "all" else "the parents' minibatch rollouts")
         lines = ["", f"## Curriculum (kept in a success band of {100 * lo:.0f}-{100 * hi:.0f}%)", "",
                  "Each cell: the level (0 the easiest) and the share of the generation's training tasks, what "
-                 "moved it, and the success it was decided on (the parents' minibatch rollouts at the level "
-                 "before).", "",
+                 f"moved it, and the success it was decided on ({evidence} at the level before).", "",
                  "| gen | " + " | ".join(groups) + " | minibatch (fresh) |", "|---|" + "---|" * (len(groups) + 1)]
         for r in rows:
             cells = []

@@ -164,6 +164,10 @@ class CurriculumConfig(Strict):
                        "(its hardest when it has fewer)")
     window: int = Field(1, ge=1, description="generations of the parents' minibatch rollouts that success is "
                         "measured on (at the group's current level only)")
+    evidence: Literal["minibatch", "all"] = Field("minibatch", description="what success is measured on: the "
+                                                  "parents' minibatch rollouts (minibatch), or those and every "
+                                                  "rollout the operators sampled from the parents on training tasks "
+                                                  "in the same generations, e.g. STaR's and GRPO's samples (all)")
     min_samples: int = Field(4, ge=1, description="rollouts of a group a move needs; with fewer, the group holds")
     solved_at: float = Field(1.0, description="a rollout is a success at this score or above")
     off_band: float = Field(0.25, gt=0, le=1, description="weight factor of a group that stays out of the band (too "

@@ -159,3 +159,39 @@ def test_a_curriculum_it_cannot_follow_is_refused_before_the_run(tmp_path):
         evolve.run(toy, out=tmp_path / "toy")
     toy["engine"]["curriculum"] = {"group_key": "a", "level_key": "b"}  # the toy's tasks have a and b fields
     assert evolve.run(toy, out=tmp_path / "toy")["curriculum"]["generations"]
+
+
+
+class Sampler:
+    """An operator that samples 5 training tasks of each generator twice from the parent, as STaR
+    samples (greedily here: the scripted solver slips one sampled answer in 4), and proposes nothing."""
+
+    name = "sampler"
+
+    def propose(self, parent, ctx):
+        by_group: dict[str, list] = {}
+        for t in ctx.train:
+            by_group.setdefault(t["generator"], []).append(t)
+        ctx.rollouts(parent, [t for ts in by_group.values() for t in ts[:5]], samples=2, tag="sample")
+        return []
+
+
+@pytest.mark.parametrize("evidence", ["minibatch", "all"])
+def test_with_evidence_all_the_operators_samples_count_beside_the_minibatch(tmp_path, evidence):
+    ops = [{"name": "tests.evolve.test_curriculum:Sampler"}]
+    evolve.run(task(operators=ops, engine__minibatch=2, budget__generations=2,
+                    engine__curriculum={"min_samples": 4, "evidence": evidence}), out=tmp_path / "r")
+    first, second = decisions(tmp_path / "r")[:2]
+    archive = Archive(tmp_path / "r", create=False)
+    sampled = archive.outcomes(system_ids=first["parents"], generations=[1], explore=True)
+    assert len(sampled) == 20 and all(k.startswith("sample:g1:op0/") for k in sampled)
+    counted = {g: s["n"] for g, s in second["success"].items()}
+    if evidence == "minibatch":  # one minibatch rollout a group: too few to move
+        assert counted == {"basic_arithmetic": 1, "spell_backward": 1}
+        assert set(second["moves"].values()) == {"hold (few rollouts)"}
+    else:  # and 10 samples a group: sums of 2 terms and short words are always right, so both go up
+        assert counted == {"basic_arithmetic": 11, "spell_backward": 11}
+        assert second["moves"] == {"basic_arithmetic": "up", "spell_backward": "up"}
+        assert all(s["solved"] == s["n"] for s in second["success"].values())
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert ("operators' samples from them" in report) == (evidence == "all")
