@@ -17,6 +17,8 @@ folder is ``<out>/<row>_seed<N>`` (a finished row is read back, not rerun). Rows
   first generation is the ``star`` row's (``<out>/star_seed<N>``, STaR's one generation), continued with
   ``--resume`` and ``budget.generations=2`` when that row exists; a fresh run otherwise.
 - ``curriculum``: the same two generations with ``engine.curriculum: {band: [0.2, 0.8], min_samples: 4}``.
+- ``curriculum_all``: the same with ``evidence: all``: STaR's own samples count beside the minibatch when
+  the curriculum judges each generator.
 - ``together``: the SFT cold start, then STaR, with the Reflexion agent sampling STaR's tasks and answering
   validation and test (the layers that moved it, together).
 
@@ -49,6 +51,7 @@ VOTE_AT_ONCE = json.dumps([{**it, "params": {**it["params"], "parallel": 8}} if 
 TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
             f"children: 2, palette: {VOTE_AT_ONCE}}}}}")
 CURRICULUM = "engine.curriculum={band: [0.2, 0.8], min_samples: 4}"
+CURRICULUM_ALL = "engine.curriculum={band: [0.2, 0.8], min_samples: 4, evidence: all}"
 FIXED = "engine.curriculum=null"  # the fixed mix: the task file as these rows were measured (it now runs the curriculum)
 REFLEXION = "agent=evolve.worlds.reasoning_gym:reflexion_agent"
 
@@ -63,10 +66,13 @@ ROWS: dict[str, tuple[str, list[str]]] = {
                       "models.policy.params.compute_type=int8"]),
     "fixed2": ("STaR, two generations, the fixed mix", ["budget.generations=2", FIXED]),
     "curriculum": ("STaR, two generations, the curriculum (band 20-80%)", ["budget.generations=2", CURRICULUM]),
+    "curriculum_all": ("STaR, two generations, the curriculum judging on STaR's samples too (evidence: all)",
+                       ["budget.generations=2", CURRICULUM_ALL]),
     "together": ("SFT + STaR + Reflexion (sampling STaR's tasks and answering test)",
                  ["budget.generations=1", FIXED, REFLEXION]),
 }
 CONTINUES = {"fixed2": "star"}  # a row that continues another row's finished run for more generations
+VERSUS = {"curriculum": "fixed2", "curriculum_all": "curriculum"}  # a row also paired with another row's best
 
 
 def row_args(row: str, seed: int) -> list[str]:
@@ -121,6 +127,15 @@ def measure(row: str, seed: int, out: Path) -> dict:
             raise SystemExit(f"{row} seed {seed}: {why}")
         c = paired({t: sft[t] for t in ids}, {t: best[t] for t in ids})
         res["vs_sft"] = {"n": len(ids), "sft": c["a"], "after": c["b"], "gain": describe(c), "paired": c}
+        other = out / f"{VERSUS.get(row, '')}_seed{seed}"
+        if row in VERSUS and (other / "report.json").is_file():
+            with Archive(other, create=False) as o:
+                theirs = o.task_scores(json.loads((other / "report.json").read_text())["best"]["system_id"], "test")
+                ids, why = same_tasks(o, a, "test", set(best) & set(theirs))
+            if why:
+                raise SystemExit(f"{row} seed {seed} against {VERSUS[row]}: {why}")
+            c = paired({t: theirs[t] for t in ids}, {t: best[t] for t in ids})
+            res["vs_row"] = {"row": VERSUS[row], "n": len(ids), "gain": describe(c), "paired": c}
     res["calls_a_task"] = calls_a_task(run_dir, rep["best"]["system_id"])
     return res
 
