@@ -169,9 +169,13 @@ def test_sampled_tokens_log_probs_are_transformers_at_the_temperature(tiny, temp
 
 
 @pytest.mark.parametrize("parallel", [1, 2])
-def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, parallel):
+def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, parallel, monkeypatch):
     """Concurrent requests of different prompt lengths share one tempered batch: every row's log-probs
-    are its own at T, as transformers gives them (CTranslate2's step callback gives one row the batch's logits)."""
+    are its own at T, as transformers gives them (CTranslate2's step callback gives one row the batch's logits).
+    The log-probs' forward passes are cut small, so that several run, at once with two workers."""
+    from evolve.policy import ct2_server
+
+    monkeypatch.setattr(ct2_server, "FORWARD_TOKENS", 96)
     store, base, adapter = tiny
     llm = build(spec(base, adapter, **F32, temperature=0.7, batch_wait_ms=100, parallel=parallel), store)
     model = torch_model(store, base, adapter)
