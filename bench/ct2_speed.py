@@ -205,6 +205,28 @@ def bench_model(label: str, loaded, args) -> dict:
 # ----------------------------------------------------------------------------- 3. a whole smollm_layers row
 
 
+def phases(run_dir: Path) -> dict:
+    """Where a row's wall time went, from its archive: the greedy evaluations (each batch of rollouts
+    from its first stored result to its last), the operators' sampling (e.g. STaR's samples at T),
+    the operators' training (``train_seconds`` of each child), and the span from the first stored
+    rollout to the last (what came before it is the cold start and the loading)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{run_dir / 'archive.sqlite'}?mode=ro", uri=True)
+    try:
+        spans = con.execute("SELECT phase, MAX(created_at) - MIN(created_at) FROM trajectories "
+                            "GROUP BY phase, split, system_id").fetchall()
+        (first, last), = con.execute("SELECT MIN(created_at), MAX(created_at) FROM trajectories").fetchall()
+        infos = [json.loads(i) for (i,) in con.execute("SELECT info FROM systems WHERE operator != 'init'")]
+    finally:
+        con.close()
+    out = {"evaluation": sum(d for p, d in spans if p == "eval"),
+           "operator_sampling": sum(d for p, d in spans if p != "eval"),
+           "operator_training": sum(float(i.get("train_seconds") or 0) for i in infos),
+           "first_to_last_rollout": last - first}
+    return {k: round(v, 1) for k, v in out.items()}
+
+
 def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
     layers = bench_module("smollm_layers")
     if row not in layers.ROWS:
@@ -221,6 +243,7 @@ def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
     res = {"engine": engine, "exit": rc, "run": str(run_dir), "wall_s": round(wall, 1),
            "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1)}
     if rc == 0:
+        res["phases_s"] = phases(run_dir)
         for which in ("baseline", "best"):
             scores, counts = layers.test_scores(run_dir, which)
             res[f"test_{which}"] = round(sum(scores.values()) / max(len(scores), 1), 4)
