@@ -210,16 +210,15 @@ def phases(run_dir: Path) -> dict:
     from its first stored result to its last), the operators' sampling (e.g. STaR's samples at T),
     the operators' training (``train_seconds`` of each child), and the span from the first stored
     rollout to the last (what came before it is the cold start and the loading)."""
-    import sqlite3
+    from evolve.ui.run import RunView
 
-    con = sqlite3.connect(f"file:{run_dir / 'archive.sqlite'}?mode=ro", uri=True)
+    run = RunView(run_dir, "bench")  # read-only, leaving nothing beside a finished run's archive
     try:
-        spans = con.execute("SELECT phase, MAX(created_at) - MIN(created_at) FROM trajectories "
-                            "GROUP BY phase, split, system_id").fetchall()
-        (first, last), = con.execute("SELECT MIN(created_at), MAX(created_at) FROM trajectories").fetchall()
-        infos = [json.loads(i) for (i,) in con.execute("SELECT info FROM systems WHERE operator != 'init'")]
+        spans = run.sql("SELECT phase, MAX(created_at) - MIN(created_at) FROM trajectories GROUP BY phase, split, system_id")
+        (first, last), = run.sql("SELECT MIN(created_at), MAX(created_at) FROM trajectories")
+        infos = [json.loads(i) for (i,) in run.sql("SELECT info FROM systems WHERE operator != 'init'")]
     finally:
-        con.close()
+        run.close()
     out = {"evaluation": sum(d for p, d in spans if p == "eval"),
            "operator_sampling": sum(d for p, d in spans if p != "eval"),
            "operator_training": sum(float(i.get("train_seconds") or 0) for i in infos),

@@ -142,14 +142,13 @@ def measure(row: str, seed: int, out: Path) -> dict:
 
 def calls_a_task(run_dir: Path, system_id: str) -> float:
     """Model calls per test task of ``system_id`` (its scoring rollouts), read from the archive read-only."""
-    import sqlite3
+    from evolve.ui.run import RunView
 
-    con = sqlite3.connect(f"file:{run_dir / 'archive.sqlite'}?mode=ro", uri=True)
+    run = RunView(run_dir, "bench")  # read-only, leaving nothing beside a finished run's archive
     try:
-        (calls,) = con.execute("SELECT AVG(calls) FROM trajectories WHERE system_id = ? AND split = 'test'",
-                               (system_id,)).fetchone()
+        ((calls,),) = run.sql("SELECT AVG(calls) FROM trajectories WHERE system_id = ? AND split = 'test'", (system_id,))
     finally:
-        con.close()
+        run.close()
     return round(calls or 0.0, 2)
 
 

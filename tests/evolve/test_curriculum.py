@@ -161,7 +161,6 @@ def test_a_curriculum_it_cannot_follow_is_refused_before_the_run(tmp_path):
     assert evolve.run(toy, out=tmp_path / "toy")["curriculum"]["generations"]
 
 
-
 class Sampler:
     """An operator that samples 5 training tasks of each generator twice from the parent, as STaR
     samples (greedily here: the scripted solver slips one sampled answer in 4), and proposes nothing."""
