@@ -75,7 +75,8 @@ class MemoryOperator:
         trajs = list(ctx.trajectories)
         if p.tasks:
             tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
-            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="memory")
+            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="memory",
+                                  logprobs=False)  # scores and text only
         by_id = {str(t["id"]): t for t in ctx.train}
         store = self._store(parent, ctx)
         try:

@@ -32,6 +32,7 @@ class _Request:
     max_tokens: int
     stop: tuple[str, ...]
     seed: int
+    logprobs: bool = True  # False: an engine that pays extra for them may leave them out (None)
     future: "cf.Future[Sample]" = field(default_factory=cf.Future)
     t0: float = field(default_factory=time.monotonic)
 
@@ -112,9 +113,11 @@ class LocalServer:
     # -- requests
 
     def submit(self, prompt_ids: Sequence[int], *, adapter: str | None = None, temperature: float = 1.0,
-               max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None) -> "cf.Future[Sample]":
+               max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None,
+               logprobs: bool = True) -> "cf.Future[Sample]":
         """Queue one generation; the future resolves to a :class:`Sample`. The completion is
-        cut to fit the context (``max_len`` of the model): ``finish_reason="length"``."""
+        cut to fit the context (``max_len`` of the model): ``finish_reason="length"``. With
+        ``logprobs=False`` an engine for which they cost extra work leaves them out (None)."""
         prompt = list(prompt_ids)
         if not prompt:
             raise LLMError(f"local model {self.name!r}: empty prompt", category="request")
@@ -127,7 +130,7 @@ class LocalServer:
         req = _Request(prompt=prompt, adapter=adapter, temperature=max(0.0, float(temperature)),
                        max_tokens=max(0, min(int(max_tokens), self.max_len - len(prompt))),
                        stop=tuple(s for s in (stop or ()) if s),
-                       seed=int(seed) if seed is not None else random.getrandbits(63))
+                       seed=int(seed) if seed is not None else random.getrandbits(63), logprobs=bool(logprobs))
         with self._cond:
             if self.closed:
                 raise LLMError(f"local model {self.name!r}: the server is closed")

@@ -19,7 +19,7 @@ class Sample:
     """One generated completion (token ids, log-probs, why it ended)."""
 
     token_ids: list[int]
-    logprobs: list[float]
+    logprobs: list[float] | None  # None only where they were not asked for and cost extra (CTranslate2 at T not 0 or 1)
     finish_reason: str  # "stop" (EOS or a stop string) | "length"
     stop: str | None = None  # the stop string that ended it, if any
 

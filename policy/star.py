@@ -61,7 +61,8 @@ class STaR:
         if spec is None:
             return []
         tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
-        trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star")
+        # STaR learns from the token ids and reads no log-prob: CTranslate2 need not recompute them at T
+        trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star", logprobs=False)
         wins = [t for t in trajs if t.error is None and t.score >= p.threshold]
         solved = len({t.task_id for t in wins})
         examples = self._examples(wins)

@@ -178,7 +178,7 @@ class DemoBootstrap:
                 fresh = [t for t in ctx.train if str(t["id"]) not in seen_ids]
                 tasks = ctx.rng.sample(fresh, min(p.max_rollouts, len(fresh)))
                 if tasks:
-                    extra = ctx.rollouts(parent, tasks, temperature=p.temperature, tag="bootstrap")
+                    extra = ctx.rollouts(parent, tasks, temperature=p.temperature, tag="bootstrap", logprobs=False)
                     rolled = len(extra)
                     found += self._harvest(list(extra), pool, log, "extra rollout")
             log.note(f"{found} demo candidates from {len(trajs)} minibatch trajectories and {rolled} extra rollouts; "

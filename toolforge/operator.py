@@ -111,7 +111,8 @@ class ToolForge:
             trajs = list(ctx.trajectories)
         if p.tasks and not p.traces:
             tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
-            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="toolforge")
+            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="toolforge",
+                                  logprobs=False)  # scores and text only
         lib = with_usage(lib, trajs, threshold=p.threshold)
         report: dict[str, Any] = {"admitted": [], "rejected": [], "duplicates": [], "retired": []}
         if p.retire:

@@ -178,7 +178,8 @@ class TopologySearch:
             return parent.replace(workflow={**parent.workflow, "graph": wf.to_json()})
 
         def evaluate(wf: Workflow) -> tuple[float, float]:
-            trajs = ctx.rollouts(system_for(wf), tasks, samples=p.samples, temperature=p.temperature, tag="topology")
+            trajs = ctx.rollouts(system_for(wf), tasks, samples=p.samples, temperature=p.temperature, tag="topology",
+                                 logprobs=False)  # scores only: a vote's samples need no log-probs
             n = max(len(trajs), 1)
             m = {"score": sum(t.score for t in trajs) / n,
                  "calls": sum(sum(isinstance(s, LLMCall) for s in t.steps) for t in trajs) / n,

@@ -81,7 +81,8 @@ class RolloutUpstream(ModelUpstream):
         llm = self.ctx.llm(self.role)
         try:  # the rollout's own temperature wins; its seed too (the request's is ignored)
             out = llm.complete([Message(**m) for m in messages], max_tokens=max_tokens, stop=stop,
-                               temperature=None if self.ctx.temperature is not None else temperature)
+                               temperature=None if self.ctx.temperature is not None else temperature,
+                               logprobs=True if req.params.get("logprobs") else None)
         except RolloutTimeout:
             raise GatewayError(408, "the rollout ran past its time limit", code="rollout_timeout") from None
         return out, self.ctx.system.id, tokenizer_of(llm)

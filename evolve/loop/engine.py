@@ -231,9 +231,9 @@ class Engine:
         ctx = OperatorContext(
             generation=gen, seed=self.task.seed, rng=s.rng(f"op/{gen}/{i}/{parent.id}"),
             train=train, trajectories=p_traj, artifacts=self.archive.artifacts, workdir=workdir,
-            rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore": s.rollouts(
+            rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore", logprobs=True: s.rollouts(
                 system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
-                temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}"),
+                temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}", logprobs=logprobs),
             log=self.obs.message, charge=s.charge, may_call=s.check_operator_call,
             extra={"pool": OperatorPool(s), "known": self.archive.has_system,
                    "remote": getattr(s.runner, "trainer", None)},  # where training runs (the ray runner's)

@@ -31,6 +31,7 @@ class RolloutJob:
     sample: int = 0
     temperature: float | None = None
     timeout: float | None = None
+    logprobs: bool = True  # False: no one reads the rollout's log-probs (e.g. STaR's samples; see RolloutContext)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class Worker:
             if on_start is not None:
                 on_start()
             traj = run_agent(self.agent, job.system, job.task, self.llm, seed=job.seed, sample=job.sample,
-                             temperature=job.temperature, timeout=job.timeout)
+                             temperature=job.temperature, timeout=job.timeout, logprobs=job.logprobs)
             return score(self.reward, job.task, traj)
         except Exception as e:  # noqa: BLE001 - e.g. a task without "id"
             return failed_trajectory(job, f"runner: {type(e).__name__}: {e}", time.monotonic() - t0)

@@ -59,7 +59,11 @@ class RecordedLLM:
         temperature: float | None = None,
         max_tokens: int | None = None,
         stop: Sequence[str] | None = None,
+        logprobs: bool | None = None,
     ) -> Completion:
+        """One call of the role's model, recorded. ``logprobs``: True when the caller reads them
+        (an agent's OpenAI request asking for them); None leaves it to the rollout
+        (:attr:`RolloutContext.logprobs`)."""
         ctx = self._ctx
         ctx.check_deadline()
         msgs = as_messages(messages)
@@ -68,9 +72,11 @@ class RecordedLLM:
         if max_tokens is None:
             max_tokens = self._defaults.get("max_tokens")
         seed = ctx.seed * 1000 + len(ctx.steps)
+        wanted = ctx.logprobs if logprobs is None else logprobs
+        extra = {"logprobs": False} if not wanted and _takes_logprobs(self._llm) else {}
         t0 = time.perf_counter()
         try:
-            out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+            out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, **extra)
         except Exception as e:
             ctx.note_failure(e)  # the world failing is recorded even if the agent catches it
             raise
@@ -103,6 +109,7 @@ class RolloutContext:
     llm_provider: LLMProvider
     seed: int = 0
     temperature: float | None = None  # overrides the model's default (exploration rollouts)
+    logprobs: bool = True  # False: whoever reads the rollout reads no log-probs (a backend may skip them)
     deadline: float | None = None  # time.monotonic() value
     steps: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -217,10 +224,11 @@ def run_agent(
     sample: int = 0,
     temperature: float | None = None,
     timeout: float | None = None,
+    logprobs: bool = True,
 ) -> Trajectory:
     """Run ``agent`` once; never raises for the agent's own failures."""
     t0 = time.monotonic()
-    ctx = RolloutContext(system, task, llm_provider, seed=seed, temperature=temperature,
+    ctx = RolloutContext(system, task, llm_provider, seed=seed, temperature=temperature, logprobs=logprobs,
                          deadline=t0 + timeout if timeout else None)
     output, error = None, None
     try:
@@ -259,6 +267,14 @@ def run_agent(
 
 def _short_tb(e: BaseException, limit: int = 6) -> str:
     return "".join(traceback.format_tb(e.__traceback__, limit=-limit)).rstrip()
+
+
+def _takes_logprobs(llm: Any) -> bool:
+    """Whether ``llm.complete`` takes ``logprobs=`` (the local backend does; the LLM protocol does not ask it)."""
+    try:
+        return "logprobs" in inspect.signature(llm.complete).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 @functools.lru_cache(maxsize=256)

@@ -264,10 +264,13 @@ class Session:
         samples: int = 1,
         temperature: float | None = None,
         description: str | None = None,
+        logprobs: bool = True,
     ) -> list[Trajectory]:
         """Roll ``system`` out on ``tasks`` (``samples`` each), memoised in the archive by key; in
         the order of ``tasks`` (and samples). ``split`` and ``tag`` say what the rollouts are for
-        (``tag`` ``eval:*`` is an evaluation; other tags, e.g. ``star:g1:op0``, explore)."""
+        (``tag`` ``eval:*`` is an evaluation; other tags, e.g. ``star:g1:op0``, explore).
+        ``logprobs=False``: the caller reads no log-probs, and a model whose engine pays extra for
+        them leaves them out of these trajectories."""
         keys = [(f"{tag}/{system.id}/{t['id']}/{s}", t, s) for t in tasks for s in range(samples)]
         done = self.archive.get_trajectories([k for k, _, _ in keys])
         missing = [(k, t, s) for k, t, s in keys if k not in done]
@@ -276,7 +279,8 @@ class Session:
             allowed, cut_by = self.check_budget(len(missing), system)
             run_now = missing[:allowed]
             jobs = [RolloutJob(key=k, system=system, task=t, seed=job_seed(self.task.seed, k), sample=s,
-                               temperature=temperature, timeout=self.task.runner.timeout) for k, t, s in run_now]
+                               temperature=temperature, timeout=self.task.runner.timeout, logprobs=logprobs)
+                    for k, t, s in run_now]
             what = description or f"{tag} {system.id[:8]}"
             self.obs.phase(what, len(jobs))
             rec = RolloutRecorder(self.archive, self.obs, split=split, phase=phase, generation=generation,

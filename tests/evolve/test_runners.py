@@ -286,3 +286,43 @@ def test_process_runner_gives_up_on_workers_that_die_at_start(tmp_path):
     with pytest.raises(UserError, match=r"keep dying before they are ready \(exit code 7"):
         list(runner.run(s, jobs(tasks(2))))
     runner.close()
+
+
+def test_a_job_that_reads_no_log_probs_says_so_to_the_rollout_and_its_model(runner, tmp_path):
+    """``RolloutJob.logprobs=False`` (STaR's samples) reaches the rollout's context in a worker
+    thread or process; a model call then passes ``logprobs=False`` to a backend that takes it, none
+    to one that does not, and an agent's OpenAI request that asks for them still gets them."""
+    from evolve.llm.base import Completion
+    from evolve.scoring.rollout import run_agent
+
+    js = [RolloutJob(key=f"k/{t['id']}", system=SYSTEM, task=t, logprobs=i % 2 == 0) for i, t in enumerate(tasks(4))]
+    out = collect(runner, spec(tmp_path, agent="tests.helpers.agents:logprobs_wanted"), js)
+    assert [out[j.key].output for j in js] == [True, False, True, False]
+
+    seen: list[dict] = []
+
+    class Takes:
+        name = "takes"
+
+        def complete(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None, logprobs=True):
+            seen.append({"logprobs": logprobs})
+            return Completion(text="x", model=self.name)
+
+    class Plain:
+        name = "plain"
+
+        def complete(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None):
+            seen.append({})
+            return Completion(text="x", model=self.name)
+
+    def agent(task, ctx):
+        ctx.llm().complete([{"role": "user", "content": "q"}])
+        ctx.llm().complete([{"role": "user", "content": "q"}], logprobs=True)  # what the rollout route passes
+        return "x"
+
+    for backend, wanted, calls in [(Takes(), True, [{"logprobs": True}] * 2),
+                                   (Takes(), False, [{"logprobs": False}, {"logprobs": True}]),
+                                   (Plain(), False, [{}, {}])]:
+        seen.clear()
+        traj = run_agent(agent, SYSTEM, {"id": "t"}, lambda system, role, b=backend: b, logprobs=wanted)
+        assert traj.error is None and seen == calls

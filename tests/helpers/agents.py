@@ -17,6 +17,11 @@ def one_step(task: dict, ctx: Any) -> Any:
     return ctx.llm("policy").complete([Message(role="user", content=str(task["q"]))]).text
 
 
+def logprobs_wanted(task: dict, ctx: Any) -> Any:
+    """The output is whether the rollout's reader wants log-probs (``RolloutJob.logprobs``, carried to the context)."""
+    return ctx.logprobs
+
+
 def exact(task: dict, output: Any) -> float:
     return 1.0 if output == task.get("answer") else 0.0
 

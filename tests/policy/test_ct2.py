@@ -189,6 +189,48 @@ def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, para
         assert len(o.logprobs) == len(o.token_ids) and max(abs(a - b) for a, b in zip(want, o.logprobs)) < 1e-4
 
 
+def test_a_request_that_reads_no_log_probs_skips_their_pass_at_a_temperature(tiny, monkeypatch):
+    """``logprobs=False`` (what STaR's samples ask): at T 0.7 such a row gets None instead of log-probs,
+    and the forward pass that recomputes them runs over the other rows only, or not at all; at T 0 and
+    1 they come free and are there either way."""
+    from evolve.policy import ct2_server
+
+    scored: list[int] = []
+    real = ct2_server.tempered_log_probs
+
+    def counting(generator, prompts, replies, temperature, parallel=1):
+        scored.append(len(replies))
+        return real(generator, prompts, replies, temperature, parallel)
+
+    monkeypatch.setattr(ct2_server, "tempered_log_probs", counting)
+    store, base, adapter = tiny
+    llm = build(spec(base, adapter, **F32, temperature=0.7, batch_wait_ms=200), store)
+    model = torch_model(store, base, adapter)
+    prompts = [f"q{i} " + "ab" * (i % 3) for i in range(8)]
+    got: dict[str, object] = {}
+    threads = [threading.Thread(target=lambda i=i, p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=8,
+                                                                                   logprobs=i % 2 == 0)))
+               for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(scored) == len(prompts) // 2  # only the rows that asked were scored again
+    for i, p in enumerate(prompts):
+        o = got[p]
+        assert len(o.token_ids) > 0
+        if i % 2:
+            assert o.logprobs is None
+        else:
+            want = recomputed(model, o.prompt_token_ids, o.token_ids, 0.7)
+            assert max(abs(a - b) for a, b in zip(want, o.logprobs)) < 1e-4
+    scored.clear()
+    assert llm.complete(chat("hi"), max_tokens=4, logprobs=False).logprobs is None and scored == []
+    for t in (0.0, 1.0):
+        o = llm.complete(chat("hi"), max_tokens=4, temperature=t, logprobs=False)
+        assert len(o.logprobs) == len(o.token_ids) and scored == []
+
+
 def test_log_probs_of_given_tokens_are_transformers(tiny):
     store, base, adapter = tiny
     llm = build(spec(base, adapter, **F32), store)

@@ -34,3 +34,20 @@ def test_other_roles_missing_ids_and_duplicates_are_left_out():
 def test_final_turn_whose_tool_failed_is_not_learned():
     t = traj(call((1,), (5,)), ToolCall(name="execute_sql", error="boom"))
     assert STaR()._examples([t]) == []
+
+
+def test_its_samples_ask_for_no_log_probs():
+    """STaR reads token ids only, so its rollouts say so (logprobs=False): CTranslate2 then skips the
+    forward pass that recomputes log-probs at the sampling temperature (tests/policy/test_ct2.py)."""
+    import random
+    from types import SimpleNamespace
+
+    from evolve.types import ArtifactRef, ModelSpec, System
+
+    asked: list[dict] = []
+    parent = System(models={"policy": ModelSpec(backend="local", name="tiny",
+                                                base=ArtifactRef(sha256="0" * 64, kind="base_weights"))})
+    ctx = SimpleNamespace(train=[{"id": f"t{i}"} for i in range(3)], rng=random.Random(0), log=lambda m: None,
+                          rollouts=lambda *a, **k: asked.append(k) or [])
+    assert STaR(tasks=2, samples=3, temperature=0.4).propose(parent, ctx) == []  # no successes: no child
+    assert asked == [{"samples": 3, "temperature": 0.4, "tag": "star", "logprobs": False}]

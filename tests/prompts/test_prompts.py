@@ -289,7 +289,7 @@ def test_bootstrap_builds_demos_only_from_successes_and_proposes_distinct_select
 def test_bootstrap_rolls_out_training_tasks_when_too_few_successes(tmp_path):
     asked = []
 
-    def rollouts(system, tasks, samples=1, temperature=None, tag="explore"):
+    def rollouts(system, tasks, samples=1, temperature=None, tag="explore", logprobs=True):
         asked.append([t["id"] for t in tasks])
         return [traj(t["id"], f"q {t['id']}", f"a {t['id']}", 1.0) for t in tasks]
 

@@ -310,7 +310,7 @@ def _synthetic_rollouts(log: list):
     and the model calls as LLMCall steps (integer calls: repair counts max_visits calls)."""
     from evolve.topology.graph import graph_of
 
-    def rollouts(system, tasks, samples=1, temperature=None, tag="explore"):
+    def rollouts(system, tasks, samples=1, temperature=None, tag="explore", logprobs=True):
         wf = graph_of(system)
         log.append((system.id, tag, len(tasks)))
         score, _ = evaluate(wf)
@@ -378,7 +378,7 @@ def test_operator_end_to_end_through_the_runtime(tmp_path):
     lm = ScriptedLM(responses=lambda messages, temperature=None: "right" if temperature else "wrong")
     log: list = []
 
-    def rollouts(system, tasks, samples=1, temperature=None, tag="explore"):
+    def rollouts(system, tasks, samples=1, temperature=None, tag="explore", logprobs=True):
         log.append(system.id)
         trajs = [run_agent(agent, system, task, lambda s, role: lm, seed=i) for i, task in enumerate(tasks)]
         return [t.model_copy(update={"reward": Reward(score=float(t.output == "right"))}) for t in trajs]
