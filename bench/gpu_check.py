@@ -46,24 +46,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from gpu_paths import map_policy_package  # noqa: E402
 
-
-def _map_policy_package() -> None:
-    """``evolve.policy`` lives in ``policy/`` (pyproject's package-dir); without a pip install of the
-    checkout (the GPU machine's image), map it by hand so ``evolve.policy.*`` imports resolve."""
-    import importlib.util
-
-    try:
-        import evolve.policy  # noqa: F401
-    except ModuleNotFoundError:
-        spec = importlib.util.spec_from_file_location("evolve.policy", ROOT / "policy" / "__init__.py",
-                                                      submodule_search_locations=[str(ROOT / "policy")])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["evolve.policy"] = mod
-        spec.loader.exec_module(mod)
-
-
-_map_policy_package()
+map_policy_package()
 from evolve.policy.grpo_train import Learner, Packed, collate, sequence_logprobs  # noqa: E402
 from evolve.policy.rl import LOSS_TYPES, LossConfig, policy_loss  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params, sample  # noqa: E402
