@@ -75,8 +75,11 @@ def machine(threads: int, device: str = "cpu") -> dict:
         import transformers
 
         out.update(gpu=torch.cuda.get_device_name(0), torch_cuda=torch.version.cuda,
-                   ct2_cuda_devices=ctranslate2.get_cuda_device_count(), transformers=transformers.__version__,
-                   ct2_compute_types=sorted(ctranslate2.get_supported_compute_types("cuda")))
+                   ct2_cuda_devices=ctranslate2.get_cuda_device_count(), transformers=transformers.__version__)
+        try:
+            out["ct2_compute_types"] = sorted(ctranslate2.get_supported_compute_types("cuda"))
+        except Exception as e:  # noqa: BLE001 - what CTranslate2's CUDA build says is the finding
+            out["ct2_compute_types"] = f"{type(e).__name__}: {e}"
     return out
 
 
@@ -208,12 +211,17 @@ def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperat
         return lambda: sum(len(s.token_ids) for s in generate(g, reqs, eos, tok.token_text, parallel=g.num_generators))
 
     res = {"evolvekit sampler": rate(ours, repeats), "transformers generate": rate(theirs, repeats)}
-    for name, g in generators.items():
-        res[f"ctranslate2 {name}"] = rate(ct2(g), repeats)
-        if temperature not in (0.0, 1.0):  # the tempered log-probs' extra forward pass, skipped (STaR's samples)
-            res[f"ctranslate2 {name} without log-probs"] = rate(ct2(g, logprobs=False), repeats)
+    for name, g in list(generators.items()):
+        try:
+            res[f"ctranslate2 {name}"] = rate(ct2(g), repeats)
+            if temperature not in (0.0, 1.0):  # the tempered log-probs' extra forward pass, skipped (STaR's samples)
+                res[f"ctranslate2 {name} without log-probs"] = rate(ct2(g, logprobs=False), repeats)
+        except RuntimeError as e:  # e.g. a CUDA library CTranslate2's build cannot load: recorded, not tried again
+            res[f"ctranslate2 {name}"] = {"error": f"{type(e).__name__}: {e}"}
+            del generators[name]
     base = res["evolvekit sampler"]["tokens_per_s"]
-    res["x evolvekit sampler"] = {k: round(v["tokens_per_s"] / base, 2) for k, v in res.items() if k != "evolvekit sampler"}
+    res["x evolvekit sampler"] = {k: round(v["tokens_per_s"] / base, 2) for k, v in res.items()
+                                  if k != "evolvekit sampler" and "tokens_per_s" in v}
     return res
 
 
@@ -238,13 +246,17 @@ def bench_model(label: str, loaded, args) -> dict:
         t_adapter = time.perf_counter() - t
         shutil.rmtree(once, ignore_errors=True)
         t = time.perf_counter()
-        if args.device == "cuda":  # one generator on the GPU: the batch is not split (parallel 1)
-            generators[compute] = ctranslate2.Generator(str(entry), device="cuda", compute_type=compute)
-        else:
-            generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
-                                                        intra_threads=1, inter_threads=args.ct2_threads or args.threads)
-        costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2),
-                          "load_s": round(time.perf_counter() - t, 2)}
+        costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2)}
+        try:
+            if args.device == "cuda":  # one generator on the GPU: the batch is not split (parallel 1)
+                generators[compute] = ctranslate2.Generator(str(entry), device="cuda", compute_type=compute)
+            else:
+                generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
+                                                            intra_threads=1, inter_threads=args.ct2_threads or args.threads)
+        except (RuntimeError, ValueError) as e:  # a compute type or library the build lacks: recorded
+            costs[compute]["error"] = f"{type(e).__name__}: {e}"
+            continue
+        costs[compute]["load_s"] = round(time.perf_counter() - t, 2)
     out["new system cost"] = costs
     print(json.dumps({label: costs}), flush=True)
     for batch in args.batches:
