@@ -2,6 +2,10 @@
 
 One prepared script for a session that is lent a GPU (the device tool gives minutes, not hours):
 
+0. **CTranslate2 on CUDA** (``--ct2 SHAPE_DIR``, run first; issue 51 item 4): ``bench/ct2_speed.py`` on
+   this device, tokens/s at batch 1, 8 and 64 for our sampler, transformers' ``generate`` and
+   CTranslate2 in int8_float16, float16 and float32, and what a new system costs
+   (:func:`ctranslate2_bench`). ``bash bench/gpu_ct2.sh`` prepares and runs it with the rest.
 1. **CUDA = CPU.** The same random-init tiny Llama with the same fresh LoRA adapter on both devices,
    the same packed sequences (masked prompts, ragged completions), old and reference log-probs
    perturbed so that ratios leave the clip range and the KL term is not zero. For every loss type
@@ -24,11 +28,12 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out $OUT/gpu_check.json
     .venv/bin/python bench/gpu_check.py --device cpu --no-big      # a smoke run of the same code here
+    .venv/bin/python bench/gpu_check.py --device cpu --no-big --ct2 .gpuct2/shape --ct2-batches 1 --ct2-timeout 900
 
 ``bench/gpu_smollm.sh`` runs this script, then ``examples/sql_agent/task_smollm.yaml`` with SmolLM2 on the
 GPU (its GGUF travels in two parts: two calls to one warm machine).
 
-Writes one JSON document (and prints it). Exit status 1 when a CUDA-vs-CPU comparison is off by more
+Writes one JSON document (after each part, so a call cut short keeps what ran; printed at the end). Exit status 1 when a CUDA-vs-CPU comparison is off by more
 than ``--tol`` (relative to the largest CPU value).
 """
 
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -221,12 +227,40 @@ def pretrained(device: str, big: bool) -> dict:
             "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
 
 
+def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> dict:
+    """Issue 51, item 4: ``bench/ct2_speed.py`` on this device (tokens/s at each batch for our sampler,
+    transformers' ``generate`` and CTranslate2's compute types; what a new system costs), SmolLM2 as
+    random weights in its shape (the folder ``shape``, made by ``bench/gpu_ct2.sh prepare``) and the
+    tiny model. A child process, so that a CUDA library CTranslate2's build cannot load ends that
+    part alone; what it printed before is kept."""
+    import subprocess
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="gpu-ct2-")) / "ct2_speed.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
+           "--smollm2-shape", shape, "--batches", batches, "--repeats", "3", "--max-new", "64", "--threads", str(min(8, os.cpu_count() or 1)),
+           "--out", str(out)]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        text = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return {"error": f"over {timeout:g} s", "printed": text.splitlines()[-20:]}
+    if p.returncode == 0 and out.exists():
+        return {**json.loads(out.read_text()), "seconds": round(time.perf_counter() - t0, 1)}
+    return {"error": f"exit {p.returncode}", "printed": p.stdout.splitlines()[-20:], "stderr": p.stderr[-3000:]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--big", action=argparse.BooleanOptionalAction, default=True, help="the ~0.5B throughput figure")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--ct2", default=None, metavar="SHAPE_DIR", help="first, bench/ct2_speed.py on this device "
+                    "(issue 51 item 4), SmolLM2 as random weights in the shape of SHAPE_DIR (bash bench/gpu_ct2.sh prepare)")
+    ap.add_argument("--ct2-batches", default="1,8,64")
+    ap.add_argument("--ct2-timeout", type=float, default=300)
     a = ap.parse_args()
     if a.device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -240,20 +274,25 @@ def main() -> int:
     res: dict = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
                  "python": platform.python_version(), "device": a.device,
                  "gpu": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else None}
-    res["equal"] = check_equal(a.device, a.tol)
-    res["sampler"] = check_sampler(a.device)
-    res["small"] = throughput(a.device, SMALL, 64, 160, 64, 64)
+
+    def keep(part: str, value: dict) -> None:  # written after each part: a call cut short keeps what ran
+        res[part] = value
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(res, indent=1))
+
+    if a.ct2:
+        keep("ctranslate2", ctranslate2_bench(a.device, a.ct2, a.ct2_batches, a.ct2_timeout))
+    keep("equal", check_equal(a.device, a.tol))
+    keep("sampler", check_sampler(a.device))
+    keep("small", throughput(a.device, SMALL, 64, 160, 64, 64))
     if a.big:
         if a.device.startswith("cuda"):
             torch.backends.cuda.matmul.allow_tf32 = True  # throughput as a user would run it
         res["tf32"] = a.device.startswith("cuda")
-        res["big"] = throughput(a.device, BIG, 64, 384, 128, 16)
-    res["pretrained"] = pretrained(a.device, a.big)
-    text = json.dumps(res, indent=1)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+        keep("big", throughput(a.device, BIG, 64, 384, 128, 16))
+    keep("pretrained", pretrained(a.device, a.big))
+    print(json.dumps(res, indent=1))
     return 0 if res["equal"]["ok"] else 1
 
 

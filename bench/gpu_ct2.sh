@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 51, item 4: bench/ct2_speed.py on a lent GPU with CTranslate2's CUDA build (tokens/s at batch 1,
-# 8 and 64: our torch sampler, transformers' generate, CTranslate2 in int8_float16, float16 and float32;
-# the cost of a new system), then bench/gpu_check.py (the weights layer on CUDA) with what time is left.
+# Issue 51, item 4: bench/gpu_check.py --ct2 on a lent GPU: first bench/ct2_speed.py with CTranslate2's
+# CUDA build (tokens/s at batch 1, 8 and 64: our torch sampler, transformers' generate, CTranslate2 in
+# int8_float16, float16 and float32; the cost of a new system), then the weights layer on CUDA.
 #
 #   bash bench/gpu_ct2.sh prepare     # here, once: .gpuct2/ (the wheels the image lacks, SmolLM2's shape)
 #   # device run, carry [".gpuct2"], timeout_s 560:
@@ -16,8 +16,8 @@
 # no libcublas.so.12 loads, the run tries cuBLAS 13 under that name (symbolic links in /tmp/cublas12)
 # and says so in cublas.txt; a failure there is a result too (the JSON and the log say where it stopped).
 #
-# What comes back ($OUT): ct2_speed_cuda.json, ct2_speed.log, cublas.txt, nvidia-smi.txt, and
-# gpu_check.json with gpu_check.log when it ran.
+# What comes back ($OUT): gpu_check.json (its "ctranslate2" part is the bench's JSON; written after each
+# part), gpu_check.log, cublas.txt, nvidia-smi.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=.gpuct2
@@ -66,14 +66,10 @@ PY
             echo "no libcublas.so.12: $lib under that name (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)" | tee "$OUT/cublas.txt"
         fi
     fi
+    # bench/gpu_check.py: the CTranslate2 bench first (its --ct2), then the weights layer on CUDA
     set +e
-    timeout 300 python3 bench/ct2_speed.py --device cuda --smollm2-shape "$DIR/shape" --threads 8 --batches 1,8,64 \
-        --repeats 3 --max-new 64 --out "$OUT/ct2_speed_cuda.json" 2>&1 | tee "$OUT/ct2_speed.log"
-    rc=${PIPESTATUS[0]}
-    # the weights layer on CUDA (its own docstring), with the image's transformers and peft
-    timeout 200 python3 bench/gpu_check.py --out "$OUT/gpu_check.json" > "$OUT/gpu_check.log" 2>&1
-    echo "gpu_check exit $?" | tee -a "$OUT/gpu_check.log"
-    exit "$rc"
+    timeout 520 python3 bench/gpu_check.py --ct2 "$DIR/shape" --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log"
+    exit "${PIPESTATUS[0]}"
     ;;
 *)
     echo "usage: bash bench/gpu_ct2.sh prepare | run (see the top of this file)" >&2
