@@ -238,13 +238,17 @@ def bench_model(label: str, loaded, args) -> dict:
     sha = file_sha256(base)
     for compute in args.compute_types:
         weights = "int8" if compute.startswith("int8") else compute
-        t = time.perf_counter()
-        entry = converted(base, sha, None, None, weights)
-        t_base = time.perf_counter() - t
-        t = time.perf_counter()
-        once = converted(base, sha, adapter, f"bench-{time.time_ns()}", weights)  # a new system: never in the cache
-        t_adapter = time.perf_counter() - t
-        shutil.rmtree(once, ignore_errors=True)
+        try:
+            t = time.perf_counter()
+            entry = converted(base, sha, None, None, weights)
+            t_base = time.perf_counter() - t
+            t = time.perf_counter()
+            once = converted(base, sha, adapter, f"bench-{time.time_ns()}", weights)  # a new system: never in the cache
+            t_adapter = time.perf_counter() - t
+            shutil.rmtree(once, ignore_errors=True)
+        except Exception as e:  # noqa: BLE001 - e.g. another transformers than ours: recorded, the torch figures go on
+            costs[compute] = {"error": f"{type(e).__name__}: {e}"[:1000]}
+            continue
         t = time.perf_counter()
         costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2)}
         try:
