@@ -121,7 +121,7 @@ def random_checkpoint(shape: Path) -> Path:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(shape)), dtype=torch.float32)
     model.save_pretrained(str(out))
-    for f in SHAPE_FILES[1:]:
+    for f in SHAPE_FILES[1:]:  # save_pretrained wrote config.json
         shutil.copy(shape / f, out / f)
     return out
 
@@ -151,8 +151,9 @@ def random_adapter(model, path: Path) -> Path:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(copy.deepcopy(model).to("cpu", torch.float32), LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model),
-                                                              init_lora_weights=False))
+        cpu_copy = copy.deepcopy(model).to("cpu", torch.float32)  # the adapter is merged on the CPU in float32
+        pm = get_peft_model(cpu_copy, LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model),
+                                                 init_lora_weights=False))
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_B" in n:
@@ -238,29 +239,26 @@ def bench_model(label: str, loaded, args) -> dict:
     sha = file_sha256(base)
     for compute in args.compute_types:
         weights = "int8" if compute.startswith("int8") else compute
+        cost = costs[compute] = {}
+        # a conversion, compute type or CUDA library CTranslate2 cannot use (another transformers than
+        # ours, a type the build lacks) is recorded, and the torch figures go on
         try:
             t = time.perf_counter()
             entry = converted(base, sha, None, None, weights)
-            t_base = time.perf_counter() - t
+            cost["convert_base_s"] = round(time.perf_counter() - t, 2)
             t = time.perf_counter()
             once = converted(base, sha, adapter, f"bench-{time.time_ns()}", weights)  # a new system: never in the cache
-            t_adapter = time.perf_counter() - t
+            cost["convert_base_plus_adapter_s"] = round(time.perf_counter() - t, 2)
             shutil.rmtree(once, ignore_errors=True)
-        except Exception as e:  # noqa: BLE001 - e.g. another transformers than ours: recorded, the torch figures go on
-            costs[compute] = {"error": f"{type(e).__name__}: {e}"[:1000]}
-            continue
-        t = time.perf_counter()
-        costs[compute] = {"convert_base_s": round(t_base, 2), "convert_base_plus_adapter_s": round(t_adapter, 2)}
-        try:
+            t = time.perf_counter()
             if args.device == "cuda":  # one generator on the GPU: the batch is not split (parallel 1)
                 generators[compute] = ctranslate2.Generator(str(entry), device="cuda", compute_type=compute)
             else:
                 generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
                                                             intra_threads=1, inter_threads=args.ct2_threads or args.threads)
-        except (RuntimeError, ValueError) as e:  # a compute type or library the build lacks: recorded
-            costs[compute]["error"] = f"{type(e).__name__}: {e}"
-            continue
-        costs[compute]["load_s"] = round(time.perf_counter() - t, 2)
+            cost["load_s"] = round(time.perf_counter() - t, 2)
+        except Exception as e:  # noqa: BLE001
+            cost["error"] = f"{type(e).__name__}: {e}"[:1000]
     out["new system cost"] = costs
     print(json.dumps({label: costs}), flush=True)
     for batch in args.batches:

@@ -33,8 +33,9 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
 ``bench/gpu_smollm.sh`` runs this script, then ``examples/sql_agent/task_smollm.yaml`` with SmolLM2 on the
 GPU (its GGUF travels in two parts: two calls to one warm machine).
 
-Writes one JSON document (after each part, so a call cut short keeps what ran; printed at the end). Exit status 1 when a CUDA-vs-CPU comparison is off by more
-than ``--tol`` (relative to the largest CPU value).
+Writes one JSON document (after each part, so a call cut short keeps what ran; printed at the end).
+Exit status 1 when a CUDA-vs-CPU comparison is off by more than ``--tol`` (relative to the largest CPU
+value).
 """
 
 from __future__ import annotations
@@ -238,8 +239,8 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
 
     out = Path(tempfile.mkdtemp(prefix="gpu-ct2-")) / "ct2_speed.json"
     cmd = [sys.executable, str(ROOT / "bench" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
-           "--smollm2-shape", shape, "--batches", batches, "--repeats", "3", "--max-new", "64", "--threads", str(min(8, os.cpu_count() or 1)),
-           "--out", str(out)]
+           "--smollm2-shape", shape, "--batches", batches, "--repeats", "3", "--max-new", "64",
+           "--threads", str(min(8, os.cpu_count() or 1)), "--out", str(out)]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

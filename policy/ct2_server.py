@@ -205,7 +205,7 @@ def tempered_log_probs(generator: Any, prompts: Sequence[Sequence[int]], replies
 
 def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
              parallel: int = 1) -> list[Sample]:
-    """One :class:`Sample` per request (``.prompt``, ``.temperature``, ``.max_tokens``, ``.stop``;
+    """One :class:`Sample` per request (``.prompt``, ``.temperature``, ``.max_tokens``, ``.stop``, ``.logprobs``;
     see the module docstring): one ``generate_batch`` per temperature and run of similar prompt
     lengths (:func:`length_groups`), split into ``parallel`` parts that run at once (the
     generator's ``inter_threads``); per-row ``max_tokens`` and stop strings in the callback (called
@@ -295,7 +295,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
     if tempered:
-        wanted = [i for i in rows if getattr(batch[i], "logprobs", True)]
+        wanted = [i for i in rows if batch[i].logprobs]
         exact = tempered_log_probs(generator, [batch[i].prompt for i in wanted], [results[i].token_ids for i in wanted],
                                    temperature, parallel) if wanted else []
         for i, lps in zip(wanted, exact):
