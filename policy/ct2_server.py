@@ -14,13 +14,19 @@ no one asked for:
 * ``token_ids``: the ids drawn, the final end-of-turn id included when one was drawn
   (``finish_reason="stop"``); stop strings and ``max_tokens`` end a row from the per-token
   callback (``finish_reason`` ``"stop"`` / ``"length"``);
-* ``logprobs[i]`` is ``log_softmax(logits / T)[token_ids[i]]`` (untempered for ``T == 0``):
-  CTranslate2's own log-prob at ``T`` of 0 or 1, else recomputed after the batch by one forward
-  pass over prompt and reply (:func:`tempered_log_probs`), a third of the sampling's time for
-  SmolLM2 at T 0.4; a request that does not want them (``logprobs=False``, e.g. STaR's samples)
-  skips that pass and gets None there. The step callback's logits cannot be
-  used: CTranslate2 4.8 hands the whole batch's logits to one row's callback and none to the
-  others, in an order that is not the rows';
+* ``logprobs[i]`` is ``log_softmax(logits / T)[token_ids[i]]`` (untempered for ``T == 0``), of
+  the logits the token was drawn from: CTranslate2's own step log-prob at ``T`` of 0 or 1; at
+  another ``T`` (its step log-prob is untempered) the call also returns each step's logits
+  (``return_logits_vocab``), which :func:`drawn_log_probs` reads. On SmolLM2 in int8 at T 0.4,
+  sampling with them ran at 83% and 93% of the speed without (batch 8 and 64), where a forward
+  pass over prompt and reply that recomputed them left 63% and 69%; and in int8 that pass's logits
+  are another computation (0.15 to 0.18 nats from the drawn ones a token on average), not the ones
+  sampled from (bench/ct2_logprobs.py). A request that does not want them
+  (``logprobs=False``, e.g. STaR's samples) gets None there, and a call none of whose rows want
+  them returns no logits. A call holds its logits until it ends, so a call returning them takes at
+  most :data:`LOGITS_BYTES` of them (more rows go to further calls). The step callback's logits
+  cannot be used: CTranslate2 4.8 hands the whole batch's logits to one row's callback and none
+  to the others, in an order that is not the rows';
 * greedy (``T == 0``) is deterministic; in float32 it is the torch sampler's output;
 * sampling (``T > 0``) draws from the full distribution at ``T`` with CTranslate2's own
   generator: the request's ``seed`` is not used (CTranslate2 has no per-request seed; its random
@@ -31,6 +37,7 @@ no one asked for:
 from __future__ import annotations
 
 import atexit
+import json
 import math
 import threading
 import weakref
@@ -75,6 +82,7 @@ class CT2Server(LocalServer):
         self._systems: dict[str | None, Path | None] = {}  # adapter name -> its file (None: the bare base)
         self._entries: dict[str | None, Path] = {}  # adapter name -> its converted model
         self._loaded: OrderedDict[str | None, Any] = OrderedDict()
+        self.vocab = 0  # the model's vocabulary size, read from the first system loaded
         self._start(info.tokenizer, info.max_len, name=name, max_batch=max_batch, batch_wait=batch_wait,
                     max_wait=max_wait)
         with _AT_EXIT:
@@ -132,6 +140,8 @@ class CT2Server(LocalServer):
             g = self.ct2.Generator(str(entry), device=p.device, device_index=p.device_index, compute_type=p.compute_type,
                                    intra_threads=p.threads, inter_threads=p.parallel)
             self._loaded[name] = g
+            if not self.vocab:  # every system of a base has its vocabulary
+                self.vocab = len(json.loads((entry / "vocabulary.json").read_text()))
             while len(self._loaded) > self.max_loaded:
                 self._loaded.popitem(last=False)
             return g
@@ -140,7 +150,8 @@ class CT2Server(LocalServer):
 
     def _generate(self, batch: list[Any]) -> list[Sample]:
         eos = list(getattr(self.tok, "eos_ids", (self.tok.eos_id,)))
-        return generate(self.generator(batch[0].adapter), batch, eos, self.tok.token_text, parallel=self.plan.parallel)
+        g = self.generator(batch[0].adapter)
+        return generate(g, batch, eos, self.tok.token_text, parallel=self.plan.parallel, vocab=self.vocab)
 
     def score(self, sequences: Sequence[Sequence[int]], adapter: str | None = None) -> list[list[float]]:
         """``log P(ids[k] | ids[:k])`` for ``k >= 1`` of each sequence (untempered; CTranslate2's
@@ -155,61 +166,40 @@ class CT2Server(LocalServer):
             self._loaded.clear()
 
 
-# tokens a forward pass of tempered_log_probs takes at once: its logits are tokens x vocabulary floats
-FORWARD_TOKENS = 1024
+# the most logits (float32 bytes: rows x steps x vocabulary) one call that returns log-probs at a
+# temperature other than 0 and 1 may hold: 1 GiB is 21 rows of 256 steps over SmolLM2's 49,152 ids
+LOGITS_BYTES = 1 << 30
 
 
-def tempered_log_probs(generator: Any, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
-                       temperature: float, parallel: int = 1) -> list[list[float]]:
-    """``log_softmax(logits / T)[reply[k]]`` for each token of each reply after its prompt, in float64,
-    from ``generator.forward_batch`` over prompt + reply, in chunks of about :data:`FORWARD_TOKENS`
-    that run ``parallel`` at once (the generator's workers). The softmax is torch's: numpy's float64
-    exp over the vocabulary took 16 times as long and was most of this pass."""
+def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float) -> list[float]:
+    """``log_softmax(logits / T)[ids[k]]`` in float32 for the last ``len(ids)`` of a row's step
+    logits (CTranslate2's ``return_logits_vocab``: one vector a step, untempered, in the compute
+    type's float on the generator's device; the first ones are the steps that forwarded this row's
+    prompt beyond its call's shortest)."""
+    import ctranslate2
     import numpy as np
     import torch
 
-    chunks: list[list[int]] = []
-    todo = [i for i, r in enumerate(replies) if r]
-    while todo:
-        chunk, longest = [], 0
-        for i in todo:
-            n = len(prompts[i]) + len(replies[i])
-            if chunk and max(longest, n) * (len(chunk) + 1) > FORWARD_TOKENS:
-                break
-            chunk.append(i)
-            longest = max(longest, n)
-        todo = todo[len(chunk):]
-        chunks.append(chunk)
+    if len(steps) < len(ids):
+        raise RuntimeError(f"CTranslate2 returned {len(steps)} steps' logits for {len(ids)} tokens")
 
-    def one(chunk: list[int]) -> list[tuple[int, list[float]]]:
-        logits = np.asarray(generator.forward_batch([[token(t) for t in (*prompts[i], *replies[i])] for i in chunk]))
-        done = []
-        for row, i in enumerate(chunk):
-            start, ids = len(prompts[i]) - 1, torch.tensor(list(replies[i]))
-            z = torch.from_numpy(logits[row, start:start + len(ids)]).double() / temperature
-            done.append((i, (z.gather(1, ids[:, None])[:, 0] - torch.logsumexp(z, 1)).tolist()))
-        return done
+    def host(s: Any) -> Any:
+        if s.dtype != ctranslate2.DataType.float32:  # float16 / bfloat16 (CUDA): numpy reads no bfloat16
+            s = s.to(ctranslate2.DataType.float32)
+        return np.asarray(s if s.device == "cpu" else s.to_device(ctranslate2.Device.cpu))
 
-    out: list[list[float]] = [[] for _ in replies]
-    if parallel > 1 and len(chunks) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(parallel, len(chunks)), thread_name_prefix="ct2-logprobs") as pool:
-            results = [r for part in pool.map(one, chunks) for r in part]
-    else:
-        results = [r for chunk in chunks for r in one(chunk)]
-    for i, lps in results:
-        out[i] = lps
-    return out
+    z = torch.from_numpy(np.stack([host(s) for s in steps[len(steps) - len(ids):]])) / temperature
+    return (z.gather(1, torch.tensor(list(ids))[:, None])[:, 0] - torch.logsumexp(z, 1)).tolist()
 
 
 def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
-             parallel: int = 1) -> list[Sample]:
+             parallel: int = 1, vocab: int = 0) -> list[Sample]:
     """One :class:`Sample` per request (``.prompt``, ``.temperature``, ``.max_tokens``, ``.stop``, ``.logprobs``;
     see the module docstring): one ``generate_batch`` per temperature and run of similar prompt
     lengths (:func:`length_groups`), split into ``parallel`` parts that run at once (the
     generator's ``inter_threads``); per-row ``max_tokens`` and stop strings in the callback (called
-    from each part's thread: each row's lists are its own)."""
+    from each part's thread: each row's lists are its own). ``vocab``: the model's vocabulary size,
+    for the :data:`LOGITS_BYTES` bound of a call that returns its logits (0: unbounded)."""
     results: list[Sample | None] = [None] * len(batch)
     groups: dict[float, list[int]] = {}
     for i, r in enumerate(batch):
@@ -219,7 +209,10 @@ def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: C
             groups.setdefault(r.temperature, []).append(i)
     for temperature, rows in groups.items():
         for part in length_groups([len(batch[i].prompt) for i in rows], [batch[i].max_tokens for i in rows]):
-            _group(generator, batch, [rows[k] for k in part], temperature, set(eos), decode, results, parallel)
+            run = [rows[k] for k in part]
+            logits = temperature > 0 and temperature != 1.0 and any(batch[i].logprobs for i in run)
+            for call in (logit_calls([batch[i] for i in run], vocab) if logits and vocab else [range(len(run))]):
+                _group(generator, batch, [run[k] for k in call], temperature, set(eos), decode, results, parallel)
     return [s if s is not None else Sample([], [], "length") for s in results]
 
 
@@ -250,6 +243,23 @@ def length_groups(lengths: Sequence[int], max_tokens: Sequence[int]) -> list[lis
     return runs[::-1]
 
 
+def logit_calls(requests: Sequence[Any], vocab: int) -> list[range]:
+    """A run of requests (sorted by prompt length) cut into consecutive calls whose logits stay
+    within :data:`LOGITS_BYTES`: a row holds one float32 vector of ``vocab`` a step, for its
+    tokens and for its prompt's tokens beyond the call's shortest prompt (one row a call at least)."""
+    calls, start = [], 0
+    while start < len(requests):
+        end, shortest, longest = start + 1, len(requests[start].prompt), requests[start].max_tokens
+        while end < len(requests):
+            longest = max(longest, requests[end].max_tokens)
+            if (end + 1 - start) * (len(requests[end].prompt) - shortest + longest) * vocab * 4 > LOGITS_BYTES:
+                break
+            end += 1
+        calls.append(range(start, end))
+        start = end
+    return calls
+
+
 def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: float, eos: set[int],
            decode: Callable[[int], str], results: list[Sample | None], parallel: int = 1) -> None:
     ids: list[list[int]] = [[] for _ in rows]
@@ -257,6 +267,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
     texts = [""] * len(rows)
     errors: list[BaseException] = []
     tempered = temperature > 0 and temperature != 1.0  # CTranslate2's log_prob is untempered
+    wanted = {j for j, i in enumerate(rows) if batch[i].logprobs} if tempered else set()
 
     def step(s: Any) -> bool:
         j = s.batch_id
@@ -283,11 +294,11 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
             results[i] = Sample(ids[j], lps[j], "length")
         return results[i] is not None
 
-    generator.generate_batch(
+    out = generator.generate_batch(
         [[token(t) for t in batch[i].prompt] for i in rows],
         max_length=max(batch[i].max_tokens for i in rows), include_prompt_in_result=False,
         sampling_topk=1 if temperature <= 0 else 0, sampling_temperature=temperature if temperature > 0 else 1.0,
-        end_token=sorted(eos), return_end_token=True, return_scores=True,
+        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=bool(wanted),
         max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0, callback=step)
     if errors:
         raise errors[0]
@@ -295,13 +306,9 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
     if tempered:
-        wanted = [i for i in rows if batch[i].logprobs]
-        exact = tempered_log_probs(generator, [batch[i].prompt for i in wanted], [results[i].token_ids for i in wanted],
-                                   temperature, parallel) if wanted else []
-        for i, lps in zip(wanted, exact):
-            results[i].logprobs[:] = lps
-        for i in set(rows) - set(wanted):
-            results[i].logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
+        for j, i in enumerate(rows):
+            # not asked for: the untempered ones are not what a completion's log-probs mean
+            results[i].logprobs = drawn_log_probs(out[j].logits[0], ids[j], temperature) if j in wanted else None
 
 
 # ----------------------------------------------------------------------------- the choice of engine

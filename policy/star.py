@@ -61,7 +61,7 @@ class STaR:
         if spec is None:
             return []
         tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
-        # STaR learns from the token ids and reads no log-prob: CTranslate2 need not recompute them at T
+        # STaR learns from the token ids and reads no log-prob: CTranslate2 need not return its logits at T
         trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star", logprobs=False)
         wins = [t for t in trajs if t.error is None and t.score >= p.threshold]
         solved = len({t.task_id for t in wins})

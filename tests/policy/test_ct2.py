@@ -171,11 +171,21 @@ def test_sampled_tokens_log_probs_are_transformers_at_the_temperature(tiny, temp
 @pytest.mark.parametrize("parallel", [1, 2])
 def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, parallel, monkeypatch):
     """Concurrent requests of different prompt lengths share one tempered batch: every row's log-probs
-    are its own at T, as transformers gives them (CTranslate2's step callback gives one row the batch's logits).
-    The log-probs' forward passes are cut small, so that several run, at once with two workers."""
+    are its own at T, as transformers gives them (CTranslate2's step callback gives one row the batch's logits;
+    the returned ones start with the steps that forwarded a longer prompt). The logits a call may hold are
+    cut small, so that the rows run in several calls, split in two parts at once with two workers."""
     from evolve.policy import ct2_server
 
-    monkeypatch.setattr(ct2_server, "FORWARD_TOKENS", 96)
+    calls: list[int] = []
+    real = ct2_server.logit_calls
+
+    def counting(requests, vocab):
+        cut = real(requests, vocab)
+        calls.extend(len(c) for c in cut)
+        return cut
+
+    monkeypatch.setattr(ct2_server, "logit_calls", counting)
+    monkeypatch.setattr(ct2_server, "LOGITS_BYTES", 3 * 14 * TOK.vocab_size * 4)
     store, base, adapter = tiny
     llm = build(spec(base, adapter, **F32, temperature=0.7, batch_wait_ms=100, parallel=parallel), store)
     model = torch_model(store, base, adapter)
@@ -184,25 +194,90 @@ def test_a_batch_sampled_at_a_temperature_has_each_rows_own_log_probs(tiny, para
     got = at_once(llm, prompts, lambda p: 6 + len(p) % 7)
     assert sorted(got) == sorted(prompts)  # every request answered
     assert llm.server.stats["batches"] - batches < len(prompts)
+    assert sum(calls) == len(prompts) and len(calls) >= 3
     for o in got.values():
         want = recomputed(model, o.prompt_token_ids, o.token_ids, 0.7)
         assert len(o.logprobs) == len(o.token_ids) and max(abs(a - b) for a, b in zip(want, o.logprobs)) < 1e-4
 
 
-def test_a_request_that_reads_no_log_probs_skips_their_pass_at_a_temperature(tiny, monkeypatch):
+def test_log_probs_at_a_temperature_are_of_the_logits_drawn_from_in_int8(tiny):
+    """In int8 the step logits CTranslate2 returns are those it sampled from: at T 1 they give its own
+    step log-probs, and at T 0.5 they give them untempered while ours are their tempered softmax."""
+    from evolve.policy.ct2_server import drawn_log_probs, token
+
+    store, base, adapter = tiny
+    llm = build(spec(base, adapter, engine="ctranslate2", compute_type="int8"), store)
+    llm.complete(chat("hello"))
+    g = llm.server.generator(adapter.sha256)
+    prompts = [TOK.render_chat(chat(q)) for q in QUESTIONS]
+    for temperature in (1.0, 0.5):
+        got = [[] for _ in prompts]
+
+        def step(s, got=got):
+            got[s.batch_id].append((s.token_id, s.log_prob))
+            return False
+
+        out = g.generate_batch([[token(t) for t in p] for p in prompts], max_length=10, sampling_topk=0,
+                               sampling_temperature=temperature, include_prompt_in_result=False, return_scores=True,
+                               return_logits_vocab=True, callback=step)
+        for row, r in zip(got, out):
+            ids, own = [t for t, _ in row], [lp for _, lp in row]
+            mine = drawn_log_probs(r.logits[0], ids, temperature)
+            if temperature == 1.0:
+                assert max(abs(a - b) for a, b in zip(mine, own)) < 1e-4
+            else:
+                untempered = drawn_log_probs(r.logits[0], ids, 1.0)
+                assert max(abs(a - b) for a, b in zip(untempered, own)) < 1e-4
+                assert max(abs(a - b) for a, b in zip(mine, own)) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_drawn_log_probs_read_the_last_steps_in_any_float(dtype):
+    """The steps a longer prompt forwarded come first and are skipped; logits in a CUDA compute type's
+    float (numpy reads no bfloat16) are read as float32."""
+    import ctranslate2
+    import numpy as np
+
+    from evolve.policy.ct2_server import drawn_log_probs
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 11)).astype(np.float32) * 3
+    steps = [ctranslate2.StorageView.from_array(row).to(getattr(ctranslate2.DataType, dtype)) for row in logits]
+    ids = [4, 0, 10]
+    want = torch.log_softmax(torch.tensor(logits[2:]) / 0.7, 1)[torch.arange(3), torch.tensor(ids)].tolist()
+    tol = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}[dtype]
+    assert max(abs(a - b) for a, b in zip(drawn_log_probs(steps, ids, 0.7), want)) < tol
+    with pytest.raises(RuntimeError, match="2 steps' logits for 3 tokens"):
+        drawn_log_probs(steps[:2], ids, 0.7)
+
+
+def test_calls_returning_logits_are_cut_to_their_bound(monkeypatch):
+    from types import SimpleNamespace as R
+
+    from evolve.policy import ct2_server
+    from evolve.policy.ct2_server import logit_calls
+
+    monkeypatch.setattr(ct2_server, "LOGITS_BYTES", 4 * 100 * 10 * 4)  # 4 rows of 100 steps, vocabulary 10
+    rows = [R(prompt=[0] * n, max_tokens=100) for n in (5, 5, 5, 5, 5, 5, 60, 61)]
+    assert [list(c) for c in logit_calls(rows, 10)] == [[0, 1, 2, 3], [4, 5], [6, 7]]  # 60 beyond 5: 155 steps a row
+    assert [list(c) for c in logit_calls(rows[:1] * 3 + [R(prompt=[0] * 5, max_tokens=900)], 10)] == [[0, 1, 2], [3]]
+    assert logit_calls([], 10) == []
+
+
+def test_a_request_that_reads_no_log_probs_gets_none_at_a_temperature(tiny, monkeypatch):
     """``logprobs=False`` (what STaR's samples ask): at T 0.7 such a row gets None instead of log-probs,
-    and the forward pass that recomputes them runs over the other rows only, or not at all; at T 0 and
-    1 they come free and are there either way."""
+    and its call's logits are read for the other rows only, or not returned at all; at T 0 and 1 they
+    come free and are there either way."""
     from evolve.policy import ct2_server
 
     scored: list[int] = []
-    real = ct2_server.tempered_log_probs
+    real = ct2_server.drawn_log_probs
 
-    def counting(generator, prompts, replies, temperature, parallel=1):
-        scored.append(len(replies))
-        return real(generator, prompts, replies, temperature, parallel)
+    def counting(steps, ids, temperature):
+        scored.append(len(ids))
+        return real(steps, ids, temperature)
 
-    monkeypatch.setattr(ct2_server, "tempered_log_probs", counting)
+    monkeypatch.setattr(ct2_server, "drawn_log_probs", counting)
     store, base, adapter = tiny
     llm = build(spec(base, adapter, **F32, temperature=0.7, batch_wait_ms=200), store)
     model = torch_model(store, base, adapter)
@@ -215,7 +290,7 @@ def test_a_request_that_reads_no_log_probs_skips_their_pass_at_a_temperature(tin
         t.start()
     for t in threads:
         t.join()
-    assert sum(scored) == len(prompts) // 2  # only the rows that asked were scored again
+    assert len(scored) == len(prompts) // 2  # only the rows that asked were read
     for i, p in enumerate(prompts):
         o = got[p]
         assert len(o.token_ids) > 0
