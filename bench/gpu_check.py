@@ -4,7 +4,8 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
 
 0. **CTranslate2 on CUDA** (``--ct2 SHAPE_DIR``, run first; issue 51 item 4): ``bench/ct2_speed.py`` on
    this device, tokens/s at batch 1, 8 and 64 for our sampler, transformers' ``generate`` and
-   CTranslate2 in int8_float16, float16 and float32, and what a new system costs
+   CTranslate2 in int8_float16, float16 and float32, and what a new system costs; then batch 8 at
+   T 0.7 with and without log-probs (the sampling call's logits, read off the device)
    (:func:`ctranslate2_bench`). ``bash bench/gpu_ct2.sh`` prepares and runs it with the rest.
 1. **CUDA = CPU.** The same random-init tiny Llama with the same fresh LoRA adapter on both devices,
    the same packed sequences (masked prompts, ragged completions), old and reference log-probs
@@ -232,24 +233,35 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
     """Issue 51, item 4: ``bench/ct2_speed.py`` on this device (tokens/s at each batch for our sampler,
     transformers' ``generate`` and CTranslate2's compute types; what a new system costs), SmolLM2 as
     random weights in its shape (the folder ``shape``, made by ``bench/gpu_ct2.sh prepare``) and the
-    tiny model. A child process, so that a CUDA library CTranslate2's build cannot load ends that
-    part alone; what it printed before is kept."""
+    tiny model, greedy; then SmolLM2 at batch 8 and T 0.7 in CTranslate2's half-precision types, with
+    and without log-probs (the sampling call's own logits, read from the device in its float type).
+    Each in a child process, so that a CUDA library CTranslate2's build cannot load ends that part
+    alone; what it printed before is kept."""
     import subprocess
     import tempfile
 
-    out = Path(tempfile.mkdtemp(prefix="gpu-ct2-")) / "ct2_speed.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
-           "--smollm2-shape", shape, "--batches", batches, "--repeats", "3", "--max-new", "64",
-           "--threads", str(min(8, os.cpu_count() or 1)), "--out", str(out)]
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        text = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return {"error": f"over {timeout:g} s", "printed": text.splitlines()[-20:]}
-    if p.returncode == 0 and out.exists():
-        return {**json.loads(out.read_text()), "seconds": round(time.perf_counter() - t0, 1)}
-    return {"error": f"exit {p.returncode}", "printed": p.stdout.splitlines()[-20:], "stderr": p.stderr[-3000:]}
+    common = [sys.executable, str(ROOT / "bench" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
+              "--smollm2-shape", shape, "--max-new", "64", "--threads", str(min(8, os.cpu_count() or 1))]
+    tempered = ["--models", "smollm2", "--batches", "8", "--repeats", "1", "--temperature", "0.7"]
+    if device.startswith("cuda"):
+        tempered += ["--compute-types", "int8_float16,float16"]
+    runs = {"greedy": (["--batches", batches, "--repeats", "3"], timeout),
+            "T 0.7, batch 8": (tempered, max(60.0, timeout / 3))}
+    res: dict = {}
+    for name, (extra, limit) in runs.items():
+        out = Path(tempfile.mkdtemp(prefix="gpu-ct2-")) / "ct2_speed.json"
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run([*common, *extra, "--out", str(out)], capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired as e:
+            text = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            res[name] = {"error": f"over {limit:g} s", "printed": text.splitlines()[-20:]}
+            continue
+        if p.returncode == 0 and out.exists():
+            res[name] = {**json.loads(out.read_text()), "seconds": round(time.perf_counter() - t0, 1)}
+        else:
+            res[name] = {"error": f"exit {p.returncode}", "printed": p.stdout.splitlines()[-20:], "stderr": p.stderr[-3000:]}
+    return res
 
 
 def main() -> int:
