@@ -339,19 +339,27 @@ def test_a_pretrained_checkpoint_with_several_end_of_turn_ids_and_padded_rows(tm
 
 
 def test_the_gateway_serves_it_to_the_openai_client(tiny, loopback_env):
-    """``evolve serve`` and the gateway's local routes serve what build() makes: the same answer."""
+    """``evolve serve`` and the gateway's local routes serve what build() makes: the same answer; and
+    samples at a temperature with their log-probs at it, as transformers computes them."""
     openai = pytest.importorskip("openai")
     from evolve.serve import serve_llm
 
     store, base, adapter = tiny
     want = build(spec(base, adapter), store).complete(chat("hello"))
+    messages = [m.model_dump(include={"role", "content"}) for m in chat("hello")]
     with serve_llm(build(spec(base, adapter, **F32), store), names=["tiny"]) as srv:
-        r = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60).chat.completions.create(
-            model="tiny", messages=[m.model_dump(include={"role", "content"}) for m in chat("hello")],
-            temperature=0, max_tokens=24, logprobs=True)
+        client = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
+        r = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=24, logprobs=True)
+        hot = client.chat.completions.create(model="tiny", messages=messages, temperature=0.8, max_tokens=12, n=3,
+                                             logprobs=True)
     ch = r.choices[0]
     assert ch.message.content == want.text and ch.model_extra["token_ids"] == list(want.token_ids)
     assert [t.logprob for t in ch.logprobs.content] == pytest.approx(list(want.logprobs), abs=1e-4)
+    model = torch_model(store, base, adapter)
+    prompt = hot.model_extra["prompt_token_ids"]
+    for c in hot.choices:
+        ids = c.model_extra["token_ids"]
+        assert [t.logprob for t in c.logprobs.content] == pytest.approx(recomputed(model, prompt, ids, 0.8), abs=1e-4)
 
 
 # ----------------------------------------------------------------------------- the cache
