@@ -23,7 +23,8 @@ no one asked for:
   are another computation (0.15 to 0.18 nats from the drawn ones a token on average), not the ones
   sampled from (bench/ct2_logprobs.py). A request that does not want them
   (``logprobs=False``, e.g. STaR's samples) gets None there, and a call none of whose rows want
-  them returns no logits. A call holds its logits until it ends, so a call returning them takes at
+  them returns no logits. A request asking ``top_logprobs=k`` gets each step's k likeliest ids from
+  the same logits, at any temperature. A call holds its logits until it ends, so a call returning them takes at
   most :data:`LOGITS_BYTES` of them (more rows go to further calls). The step callback's logits
   cannot be used: CTranslate2 4.8 hands the whole batch's logits to one row's callback and none
   to the others, in an order that is not the rows';
@@ -171,11 +172,13 @@ class CT2Server(LocalServer):
 LOGITS_BYTES = 1 << 30
 
 
-def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float) -> list[float]:
+def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float,
+                    top: int = 0) -> tuple[list[float], list[list[tuple[int, float]]] | None]:
     """``log_softmax(logits / T)[ids[k]]`` in float32 for the last ``len(ids)`` of a row's step
     logits (CTranslate2's ``return_logits_vocab``: one vector a step, untempered, in the compute
     type's float on the generator's device; the first ones are the steps that forwarded this row's
-    prompt beyond its call's shortest)."""
+    prompt beyond its call's shortest), and with ``top`` > 0 each step's ``top`` likeliest ids
+    and their log-probs, likeliest first (else None). ``temperature`` 0 reads them untempered."""
     import ctranslate2
     import numpy as np
     import torch
@@ -188,8 +191,13 @@ def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float
             s = s.to(ctranslate2.DataType.float32)
         return np.asarray(s if s.device == "cpu" else s.to_device(ctranslate2.Device.cpu))
 
-    z = torch.from_numpy(np.stack([host(s) for s in steps[len(steps) - len(ids):]])) / temperature
-    return (z.gather(1, torch.tensor(list(ids))[:, None])[:, 0] - torch.logsumexp(z, 1)).tolist()
+    z = torch.from_numpy(np.stack([host(s) for s in steps[len(steps) - len(ids):]]))
+    z = torch.log_softmax(z / temperature if temperature > 0 else z, 1)
+    lps = z.gather(1, torch.tensor(list(ids))[:, None])[:, 0].tolist()
+    if top <= 0:
+        return lps, None
+    v, i = z.topk(min(top, z.shape[1]), dim=1)
+    return lps, [list(zip(a, b)) for a, b in zip(i.tolist(), v.tolist())]
 
 
 def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
@@ -210,7 +218,8 @@ def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: C
     for temperature, rows in groups.items():
         for part in length_groups([len(batch[i].prompt) for i in rows], [batch[i].max_tokens for i in rows]):
             run = [rows[k] for k in part]
-            logits = temperature > 0 and temperature != 1.0 and any(batch[i].logprobs for i in run)
+            logits = (temperature > 0 and temperature != 1.0 and any(batch[i].logprobs for i in run)) or any(
+                getattr(batch[i], "top_logprobs", 0) for i in run)
             for call in (logit_calls([batch[i] for i in run], vocab) if logits and vocab else [range(len(run))]):
                 _group(generator, batch, [run[k] for k in call], temperature, set(eos), decode, results, parallel)
     return [s if s is not None else Sample([], [], "length") for s in results]
@@ -268,6 +277,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
     errors: list[BaseException] = []
     tempered = temperature > 0 and temperature != 1.0  # CTranslate2's log_prob is untempered
     wanted = {j for j, i in enumerate(rows) if batch[i].logprobs} if tempered else set()
+    tops = {j: k for j, i in enumerate(rows) if (k := getattr(batch[i], "top_logprobs", 0)) > 0}
 
     def step(s: Any) -> bool:
         j = s.batch_id
@@ -298,17 +308,21 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         [[token(t) for t in batch[i].prompt] for i in rows],
         max_length=max(batch[i].max_tokens for i in rows), include_prompt_in_result=False,
         sampling_topk=1 if temperature <= 0 else 0, sampling_temperature=temperature if temperature > 0 else 1.0,
-        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=bool(wanted),
+        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=bool(wanted or tops),
         max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0, callback=step)
     if errors:
         raise errors[0]
     for j, i in enumerate(rows):
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
-    if tempered:
-        for j, i in enumerate(rows):
-            # not asked for: the untempered ones are not what a completion's log-probs mean
-            results[i].logprobs = drawn_log_probs(out[j].logits[0], ids[j], temperature) if j in wanted else None
+    for j, i in enumerate(rows):
+        if j in wanted or j in tops:
+            lps_j, top_j = drawn_log_probs(out[j].logits[0], ids[j], temperature, tops.get(j, 0))
+            if j in wanted:
+                results[i].logprobs = lps_j
+            results[i].top_logprobs = top_j
+        if tempered and j not in wanted:
+            results[i].logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
 
 
 # ----------------------------------------------------------------------------- the choice of engine

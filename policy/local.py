@@ -96,7 +96,8 @@ class LocalLM:
         return self.server.tok
 
     def submit(self, messages: Sequence[Message | dict], *, temperature: float | None = None, max_tokens: int | None = None,
-               stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True) -> "cf.Future[Completion]":
+               stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True,
+               top_logprobs: int = 0) -> "cf.Future[Completion]":
         """Non-blocking :meth:`complete`: a future of the Completion."""
         msgs = as_messages(messages)
         prompt = self.server.tok.render_chat(msgs, add_generation_prompt=True)
@@ -104,7 +105,7 @@ class LocalLM:
         seed = int(seed) if seed is not None else random.getrandbits(63)
         fut = self.server.submit(prompt, adapter=self.adapter, temperature=temp,
                                  max_tokens=self.max_tokens if max_tokens is None else max_tokens, stop=stop, seed=seed,
-                                 logprobs=logprobs)
+                                 logprobs=logprobs, top_logprobs=top_logprobs)
         out: cf.Future[Completion] = cf.Future()
 
         def done(f: "cf.Future[Sample]") -> None:
@@ -125,18 +126,22 @@ class LocalLM:
         stop: Sequence[str] | None = None,
         seed: int | None = None,
         logprobs: bool = True,
+        top_logprobs: int = 0,
     ) -> Completion:
         """Render the chat, sample a reply (batched with concurrent callers), return it.
 
         ``token_ids``/``logprobs`` cover every sampled token (the final EOS included when
         ``finish_reason == "stop"`` by EOS). ``logprobs=False`` says the caller reads none: an
         engine that pays extra for them (CTranslate2 at a temperature other than 0 or 1) then
-        returns ``logprobs=None``; torch's come free and are always there. ``extra`` has ``seed``
+        returns ``logprobs=None``; torch's come free and are always there. ``top_logprobs=k``: each
+        token also comes with the k likeliest ids at its step and their log-probs (``top_logprobs``,
+        under the distribution it was drawn from, as ``logprobs``). ``extra`` has ``seed``
         (to reproduce the sample; None under CTranslate2, which has no per-request seed),
         ``adapter``, ``stop`` (the stop string that ended it, if any) and, when it is not torch,
         ``engine``.
         """
-        fut = self.submit(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, logprobs=logprobs)
+        fut = self.submit(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, logprobs=logprobs,
+                          top_logprobs=top_logprobs)
         try:
             return fut.result(timeout=self.timeout)
         except cf.TimeoutError:
@@ -152,6 +157,8 @@ class LocalLM:
             text=text, model=self.name, token_ids=tuple(s.token_ids), prompt_token_ids=tuple(prompt),
             logprobs=tuple(s.logprobs) if s.logprobs is not None else None, finish_reason=s.finish_reason,
             prompt_tokens=len(prompt), completion_tokens=len(s.token_ids), cost=None,
+            top_logprobs=None if s.top_logprobs is None else tuple(tuple((int(t), float(v)) for t, v in step)
+                                                                   for step in s.top_logprobs),
             extra={"seed": seed if torch else None, "adapter": self.adapter, "stop": s.stop, "temperature": temperature,
                    **({} if torch else {"engine": self.server.engine})},
         )

@@ -33,6 +33,7 @@ class _Request:
     stop: tuple[str, ...]
     seed: int
     logprobs: bool = True  # False: an engine that pays extra for them may leave them out (None)
+    top_logprobs: int = 0  # k > 0: each token's k likeliest ids with their log-probs (Sample.top_logprobs)
     future: "cf.Future[Sample]" = field(default_factory=cf.Future)
     t0: float = field(default_factory=time.monotonic)
 
@@ -114,10 +115,11 @@ class LocalServer:
 
     def submit(self, prompt_ids: Sequence[int], *, adapter: str | None = None, temperature: float = 1.0,
                max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None,
-               logprobs: bool = True) -> "cf.Future[Sample]":
+               logprobs: bool = True, top_logprobs: int = 0) -> "cf.Future[Sample]":
         """Queue one generation; the future resolves to a :class:`Sample`. The completion is
         cut to fit the context (``max_len`` of the model): ``finish_reason="length"``. With
-        ``logprobs=False`` an engine for which they cost extra work leaves them out (None)."""
+        ``logprobs=False`` an engine for which they cost extra work leaves them out (None); with
+        ``top_logprobs=k`` each token comes with the k likeliest ids at its step."""
         prompt = list(prompt_ids)
         if not prompt:
             raise LLMError(f"local model {self.name!r}: empty prompt", category="request")
@@ -130,7 +132,8 @@ class LocalServer:
         req = _Request(prompt=prompt, adapter=adapter, temperature=max(0.0, float(temperature)),
                        max_tokens=max(0, min(int(max_tokens), self.max_len - len(prompt))),
                        stop=tuple(s for s in (stop or ()) if s),
-                       seed=int(seed) if seed is not None else random.getrandbits(63), logprobs=bool(logprobs))
+                       seed=int(seed) if seed is not None else random.getrandbits(63), logprobs=bool(logprobs),
+                       top_logprobs=max(0, int(top_logprobs)))
         with self._cond:
             if self.closed:
                 raise LLMError(f"local model {self.name!r}: the server is closed")
@@ -214,6 +217,7 @@ class LocalServer:
                     seeds=[r.seed for r in batch],
                     stops=[r.stop for r in batch],
                     decode=self.tok.token_text,
+                    top_logprobs=[r.top_logprobs for r in batch],
                 )
 
     @contextlib.contextmanager

@@ -22,6 +22,8 @@ class Sample:
     logprobs: list[float] | None  # None only where they were not asked for and cost extra (CTranslate2 at T not 0 or 1)
     finish_reason: str  # "stop" (EOS or a stop string) | "length"
     stop: str | None = None  # the stop string that ended it, if any
+    # asked for (top_logprobs=k): each token's k likeliest ids at its step with their log-probs, likeliest first
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 def _forward_kwargs(model: Any) -> tuple[str, str | None]:
@@ -144,6 +146,7 @@ def sample(
     stops: Sequence[Sequence[str] | None] | None = None,
     decode: Callable[[int], str] | None = None,
     prune: float = 0.25,
+    top_logprobs: Sequence[int] | int = 0,
 ) -> list[Sample]:
     """Generate one completion per prompt in one batch (the sampling loop the server runs).
 
@@ -154,6 +157,8 @@ def sample(
     comes from its own seeded CPU generator: Gumbel noise (drawn at once when small, else a step at
     a time: the same numbers either way), or above :data:`INVERSE_CDF_VOCAB` tokens one uniform per
     step for an inverse-CDF draw. So a seed gives the same sample whatever else is in the batch.
+    ``top_logprobs`` (one k, or one a row): each token's k likeliest ids under the distribution it
+    was drawn from, with their log-probs (``Sample.top_logprobs``).
     """
     import torch
 
@@ -164,6 +169,8 @@ def sample(
     max_new = [int(max_tokens)] * B if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
     seeds = list(seeds) if seeds is not None else [None] * B
     stops = [tuple(s or ()) for s in stops] if stops is not None else [()] * B
+    tops = [int(top_logprobs)] * B if isinstance(top_logprobs, int) else [int(k) for k in top_logprobs]
+    any_top = any(k > 0 for k in tops)
     if any(stops) and decode is None:
         raise ValueError("sample: stop strings need a decode function")
     if hasattr(model, "get_base_model"):  # a PeftModel: its injected LoRA layers live in the base model
@@ -207,6 +214,7 @@ def sample(
         last_pos = pos[:, -1].clone()
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
+        out_top: list[list[list[tuple[int, float]]]] = [[] for _ in range(B)]
         texts = [""] * B
         results: list[Sample | None] = [None] * B
         for i in range(B):
@@ -226,11 +234,17 @@ def sample(
                 step_noise = noise[r, t] if noise is not None else _step_gumbel(gens, r.tolist(), alive, V).to(dev)
                 tok = (logp + step_noise).argmax(-1)
             lp = logp.gather(1, tok[:, None])[:, 0]
+            k_top = max((tops[o] for o in r.tolist() if alive[o]), default=0) if any_top else 0
+            if k_top > 0:
+                top = logp.topk(min(k_top, V), dim=-1)
+                top_v, top_i = top.values.tolist(), top.indices.tolist()
             for j, (orig, tk, l) in enumerate(zip(r.tolist(), tok.tolist(), lp.tolist())):
                 if not alive[orig]:
                     continue
                 out_ids[orig].append(tk)
                 out_lp[orig].append(l)
+                if tops[orig] > 0:
+                    out_top[orig].append(list(zip(top_i[j][: tops[orig]], top_v[j][: tops[orig]])))
                 if tk in eos:
                     results[orig] = Sample(out_ids[orig], out_lp[orig], "stop")
                 elif stops[orig]:
@@ -255,7 +269,11 @@ def sample(
             out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                         use_cache=True, **{cache_kw: cache}, **extra)
             logits = out.logits[:, -1].float()
-    return [s if s is not None else Sample(out_ids[i], out_lp[i], "length") for i, s in enumerate(results)]
+    done = [s if s is not None else Sample(out_ids[i], out_lp[i], "length") for i, s in enumerate(results)]
+    for i, s in enumerate(done):
+        if tops[i] > 0:
+            s.top_logprobs = out_top[i]
+    return done
 
 
 __all__ = ["INVERSE_CDF_VOCAB", "NOISE_AT_ONCE", "Sample", "sample"]

@@ -3,9 +3,10 @@
 own endpoint (:mod:`evolve.gateway.rollout_route`), all on :class:`ModelUpstream`. They answer
 with the exact token ids and log-probs of every answer (``prompt_token_ids`` at the top of an
 OpenAI answer, ``token_ids`` and, asked for with ``logprobs``, ``logprobs.content`` in each
-choice), ``n`` choices (seeded ``seed, seed+1, ...``), and refuse with a 400 what a local model
-cannot honour (``response_format`` other than text, ``logit_bias``, ``top_logprobs``, non-text
-content).
+choice, with each token's ``top_logprobs`` likeliest alternatives when asked), ``n`` choices
+(seeded ``seed, seed+1, ...``), and refuse with a 400 what a local model cannot honour
+(``response_format`` other than text, ``logit_bias``, non-text content, ``top_logprobs`` from a
+model whose ``complete`` does not take it).
 
 Tool calling on a local model is done in the prompt, in this format (the one Hermes- and
 Qwen-style chat models are trained on):
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
 from evolve.gateway.upstream import Result, Route
 from evolve.gateway.wire import GatewayError, Request, text_of
+from evolve.llm.base import takes
 from evolve.types import LLMCall, Message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,14 +131,41 @@ def _token_text(tokenizer: Any, token_id: int) -> str:
 
 
 def logprobs_content(out: Any, tokenizer: Any) -> list[dict[str, Any]] | None:
-    """``choices[i].logprobs.content``: one entry per sampled token (None without log-probs)."""
+    """``choices[i].logprobs.content``: one entry per sampled token (None without log-probs), with
+    its ``top_logprobs`` where the completion has them."""
     if out.token_ids is None or out.logprobs is None:
         return None
-    entries = []
-    for tid, lp in zip(out.token_ids, out.logprobs):
+
+    def entry(tid: int, lp: float) -> dict[str, Any]:
         text = _token_text(tokenizer, tid)
-        entries.append({"token": text, "logprob": float(lp), "bytes": list(text.encode("utf-8")), "top_logprobs": []})
-    return entries
+        return {"token": text, "logprob": float(lp), "bytes": list(text.encode("utf-8"))}
+
+    tops = getattr(out, "top_logprobs", None) or ()
+    return [{**entry(tid, lp), "top_logprobs": [entry(t, v) for t, v in (tops[k] if k < len(tops) else ())]}
+            for k, (tid, lp) in enumerate(zip(out.token_ids, out.logprobs))]
+
+
+# what OpenAI takes for top_logprobs
+MAX_TOP_LOGPROBS = 20
+
+
+def top_logprobs_of(req: Request) -> int:
+    """The request's ``top_logprobs`` (0 when not asked): a 400 unless it is an integer from 0 to
+    :data:`MAX_TOP_LOGPROBS` asked with ``logprobs: true``."""
+    k = req.params.get("top_logprobs")
+    if k is None:
+        return 0
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_TOP_LOGPROBS:
+        raise GatewayError(400, f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {k!r}",
+                           param="top_logprobs")
+    if k and not req.params.get("logprobs"):
+        raise GatewayError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return k
+
+
+def refuse_top_logprobs(what: str) -> GatewayError:
+    return GatewayError(400, f"top_logprobs is not supported by {what} (its complete() takes no top_logprobs)",
+                        param="top_logprobs")
 
 
 def _ids(values: Sequence[int] | None) -> list[int] | None:
@@ -163,9 +192,7 @@ def _checked(req: Request) -> tuple[int, int | None, list[str] | None]:
                            param="response_format")
     if p.get("logit_bias"):
         raise GatewayError(400, "logit_bias is not supported by a local model", param="logit_bias")
-    if p.get("top_logprobs"):
-        raise GatewayError(400, "top_logprobs > 0 is not supported by a local model (logprobs=true gives the "
-                           "sampled tokens')", param="top_logprobs")
+    top_logprobs_of(req)
     for i, m in enumerate(req.messages):
         for j, part in enumerate(m.get("content") if isinstance(m.get("content"), list) else ()):
             if not (isinstance(part, str) or (isinstance(part, dict) and part.get("type") == "text")):
@@ -321,8 +348,11 @@ class LLMUpstream(ModelUpstream):
 
     def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
                  stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
+        top = top_logprobs_of(req)
+        if top and not takes(self.llm, "top_logprobs"):
+            raise refuse_top_logprobs(self.describe())
         out = self.llm.complete([Message(**m) for m in messages], temperature=temperature, max_tokens=max_tokens,
-                                stop=stop, seed=seed)
+                                stop=stop, seed=seed, **({"top_logprobs": top} if top else {}))
         return out, None, self._tok
 
 
@@ -343,5 +373,5 @@ def serve_llm(llm: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str 
     return HTTPGateway(gateway, host, port, "evolve serve").start()
 
 
-__all__ = ["LLMUpstream", "ModelUpstream", "TOOLS_PREAMBLE", "logprobs_content",
-           "parse_tool_calls", "render", "serve_llm", "tokenizer_of"]
+__all__ = ["LLMUpstream", "MAX_TOP_LOGPROBS", "ModelUpstream", "TOOLS_PREAMBLE", "logprobs_content",
+           "parse_tool_calls", "refuse_top_logprobs", "render", "serve_llm", "tokenizer_of", "top_logprobs_of"]

@@ -23,7 +23,7 @@ import secrets
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evolve.gateway.local import ModelUpstream, tokenizer_of
+from evolve.gateway.local import ModelUpstream, refuse_top_logprobs, tokenizer_of, top_logprobs_of
 from evolve.gateway.upstream import Route
 from evolve.gateway.wire import GatewayError, Request
 
@@ -79,10 +79,13 @@ class RolloutUpstream(ModelUpstream):
         from evolve.types import Message
 
         llm = self.ctx.llm(self.role)
+        top = top_logprobs_of(req)
+        if top and not llm.backend_takes("top_logprobs"):
+            raise refuse_top_logprobs(self.describe())
         try:  # the rollout's own temperature wins; its seed too (the request's is ignored)
             out = llm.complete([Message(**m) for m in messages], max_tokens=max_tokens, stop=stop,
                                temperature=None if self.ctx.temperature is not None else temperature,
-                               logprobs=True if req.params.get("logprobs") else None)
+                               logprobs=True if req.params.get("logprobs") else None, top_logprobs=top)
         except RolloutTimeout:
             raise GatewayError(408, "the rollout ran past its time limit", code="rollout_timeout") from None
         return out, self.ctx.system.id, tokenizer_of(llm)

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import UserError
+from evolve.llm.base import takes
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
-from evolve.gateway.local import ModelUpstream, tokenizer_of
+from evolve.gateway.local import ModelUpstream, refuse_top_logprobs, tokenizer_of, top_logprobs_of
 from evolve.gateway.upstream import Route
-from evolve.gateway.wire import Request
+from evolve.gateway.wire import GatewayError, Request
 from evolve.types import LLMCall
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,10 +91,10 @@ class LocalUpstream(ModelUpstream):
         from evolve.errors import LLMError
 
         self.open()
-        kw = dict(temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+        kw = dict(temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, top_logprobs=top_logprobs_of(req))
         try:
             out, sid = self._app.complete(messages, system_id=req.system, **kw)
-        except (LLMError, TypeError, ValueError):
+        except (LLMError, GatewayError, TypeError, ValueError):
             raise
         except Exception as e:  # noqa: BLE001 - the session's own system cannot be served: the current one
             if req.system is None:
@@ -289,14 +290,19 @@ class ServeApp:
             self.log(f"closing the model of {h.system_id[:12]} failed: {type(e).__name__}: {e}")
 
     def complete(self, messages: Any, *, temperature: float | None = None, max_tokens: int | None = None,
-                 stop: Any = None, seed: int | None = None, system_id: str | None = None) -> tuple[Any, str]:
+                 stop: Any = None, seed: int | None = None, system_id: str | None = None,
+                 top_logprobs: int = 0) -> tuple[Any, str]:
         """One completion by the system served now (or by ``system_id``: a session that began on an
         earlier system stays on it), unrecorded (its route records it: :meth:`record`, or the trace store): (the
-        :class:`~evolve.llm.base.Completion`, the id of the system that answered)."""
+        :class:`~evolve.llm.base.Completion`, the id of the system that answered). ``top_logprobs``
+        > 0: a 400 where that system's model does not take it."""
         h = self._acquire() if system_id is None or system_id == self._handle.system_id else self._acquire_other(system_id)
         try:
+            if top_logprobs and not takes(h.llm, "top_logprobs"):
+                raise refuse_top_logprobs(f"the model of system {h.system_id[:12]}")
             out = h.llm.complete(messages, temperature=h.temperature if temperature is None else temperature,
-                                 max_tokens=max_tokens, stop=stop, seed=seed)
+                                 max_tokens=max_tokens, stop=stop, seed=seed,
+                                 **({"top_logprobs": top_logprobs} if top_logprobs else {}))
         finally:
             self._release(h)
         return out, h.system_id

@@ -26,6 +26,8 @@ class Completion:
     completion_tokens: int = 0
     cost: float | None = None  # money, when the backend knows it
     extra: dict = field(default_factory=dict)
+    # asked for (top_logprobs=k, where the backend takes it): each token's k likeliest (id, log p), likeliest first
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
 
 @runtime_checkable
@@ -43,6 +45,17 @@ class LLM(Protocol):
     ) -> Completion: ...
 
     def close(self) -> None: ...
+
+
+def takes(llm: object, name: str) -> bool:
+    """Whether ``llm.complete`` takes the keyword ``name`` (``logprobs``, ``top_logprobs``: the local
+    backend's; the protocol does not ask them, so a third-party backend is never sent them)."""
+    import inspect
+
+    try:
+        return name in inspect.signature(llm.complete).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def as_messages(messages: Sequence[Message | dict]) -> tuple[Message, ...]:

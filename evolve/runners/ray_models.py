@@ -60,7 +60,8 @@ class RemoteLLM:
         self._json = spec.model_dump_json()
 
     def complete(self, messages: Sequence[Any], *, temperature: float | None = None, max_tokens: int | None = None,
-                 stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True) -> Any:
+                 stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True,
+                 top_logprobs: int = 0) -> Any:
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
@@ -68,7 +69,8 @@ class RemoteLLM:
 
         msgs = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
         kw = {"temperature": temperature, "max_tokens": max_tokens, "stop": list(stop) if stop else None, "seed": seed,
-              **({} if logprobs else {"logprobs": False})}  # the servers hold local models, which take it
+              **({} if logprobs else {"logprobs": False}),  # the servers hold local models, which take them
+              **({"top_logprobs": int(top_logprobs)} if top_logprobs else {})}
         try:
             return ray.get(self.server.complete.remote(self._json, msgs, kw))
         except RayTaskError as e:  # the model itself raised: the backend's own error, as a local model's would

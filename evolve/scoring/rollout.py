@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from evolve.errors import RolloutTimeout
 from evolve.scoring.failures import classify, infra
-from evolve.llm.base import LLM, Completion, as_messages
+from evolve.llm.base import LLM, Completion, as_messages, takes
 from evolve.types import InfraFailure, LLMCall, Message, Reward, System, ToolCall, Trajectory
 
 Task = dict[str, Any]
@@ -52,6 +52,10 @@ class RecordedLLM:
         self._defaults = dict(spec.params) if spec is not None else {}
         self.name = getattr(llm, "name", role)
 
+    def backend_takes(self, name: str) -> bool:
+        """Whether the backend's ``complete`` takes the keyword ``name`` (e.g. ``top_logprobs``)."""
+        return takes(self._llm, name)
+
     def complete(
         self,
         messages: Sequence[Message | dict],
@@ -60,10 +64,12 @@ class RecordedLLM:
         max_tokens: int | None = None,
         stop: Sequence[str] | None = None,
         logprobs: bool | None = None,
+        top_logprobs: int = 0,
     ) -> Completion:
         """One call of the role's model, recorded. ``logprobs``: True when the caller reads them
         (an agent's OpenAI request asking for them); None leaves it to the rollout
-        (:attr:`RolloutContext.logprobs`)."""
+        (:attr:`RolloutContext.logprobs`). ``top_logprobs``: passed on to a backend that takes it
+        (:meth:`takes`)."""
         ctx = self._ctx
         ctx.check_deadline()
         msgs = as_messages(messages)
@@ -73,7 +79,9 @@ class RecordedLLM:
             max_tokens = self._defaults.get("max_tokens")
         seed = ctx.seed * 1000 + len(ctx.steps)
         wanted = ctx.logprobs if logprobs is None else logprobs
-        extra = {"logprobs": False} if not wanted and _takes_logprobs(self._llm) else {}
+        extra: dict = {"logprobs": False} if not wanted and takes(self._llm, "logprobs") else {}
+        if top_logprobs:
+            extra["top_logprobs"] = int(top_logprobs)
         t0 = time.perf_counter()
         try:
             out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, **extra)
@@ -267,14 +275,6 @@ def run_agent(
 
 def _short_tb(e: BaseException, limit: int = 6) -> str:
     return "".join(traceback.format_tb(e.__traceback__, limit=-limit)).rstrip()
-
-
-def _takes_logprobs(llm: Any) -> bool:
-    """Whether ``llm.complete`` takes ``logprobs=`` (the local backend does; the LLM protocol does not ask it)."""
-    try:
-        return "logprobs" in inspect.signature(llm.complete).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 @functools.lru_cache(maxsize=256)

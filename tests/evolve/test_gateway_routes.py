@@ -91,6 +91,24 @@ def test_a_local_route_records_token_ids_and_follows_a_promotion_without_a_resta
         archive.set_current(a.id)
 
 
+def test_a_local_route_gives_top_logprobs(served_run, tmp_path):
+    import openai
+
+    from evolve.gateway import GatewayServer
+    from evolve.gateway.config import from_flags
+
+    path, a, b = served_run
+    msgs = [{"role": "user", "content": "say hi"}]
+    with GatewayServer(from_flags(local=path, store=tmp_path / "t", port=0)) as gw:
+        r = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0).chat.completions.create(
+            model="m", messages=msgs, temperature=0.0, max_tokens=6, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert content and all(len(e.top_logprobs) == 2 for e in content)
+    for e in content:  # greedy: the likeliest is the token drawn
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == pytest.approx(e.logprob, abs=1e-5)
+        assert e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob
+
+
 def test_a_local_route_calls_an_offered_tool_in_the_documented_format(served_run, tmp_path, monkeypatch):
     """The tiny model cannot learn the format here, so its sampler is replaced by one that answers
     in it: what is tested is the round trip through the gateway (render, parse, record)."""

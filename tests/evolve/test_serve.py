@@ -79,6 +79,25 @@ def test_openai_client_matches_the_model_with_logprobs_and_token_ids(tiny, tiny_
     assert [m.id for m in client(tiny_server.url).models.list().data] == ["tiny"]
 
 
+def test_top_logprobs_name_the_likeliest_tokens(tiny, tiny_server):
+    want = tiny.complete(MSGS, temperature=0.0, max_tokens=8, top_logprobs=3)
+    r = client(tiny_server.url).chat.completions.create(model="tiny", messages=MSGS, temperature=0, max_tokens=8,
+                                                        logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == len(want.token_ids)
+    for entry, step in zip(content, want.top_logprobs):
+        assert [t.token for t in entry.top_logprobs] == [tiny.tokenizer.token_text(i) for i, _ in step]
+        assert [t.logprob for t in entry.top_logprobs] == pytest.approx([lp for _, lp in step], abs=1e-5)
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob, abs=1e-5)  # greedy: the token drawn
+        assert entry.top_logprobs[0].bytes == list(entry.top_logprobs[0].token.encode())
+    bad = [({"top_logprobs": 3}, "needs 'logprobs': true"), ({"logprobs": True, "top_logprobs": 21}, "from 0 to 20"),
+           ({"logprobs": True, "top_logprobs": "3"}, "from 0 to 20")]
+    for extra, why in bad:
+        status, data, _ = raw(tiny_server.port, "POST", "/v1/chat/completions",
+                              json.dumps({"model": "tiny", "messages": MSGS, "max_tokens": 4, **extra}).encode())
+        assert status == 400 and data["error"]["param"] == "top_logprobs" and why in data["error"]["message"]
+
+
 def test_streaming_and_n(tiny, tiny_server):
     want = tiny.complete(MSGS, temperature=0.0, max_tokens=16)
     stream = client(tiny_server.url).chat.completions.create(
@@ -172,6 +191,10 @@ def test_errors_have_the_openai_shape_and_keep_the_connection():
         status, data, _ = raw(srv.port, "POST", "/v1/chat/completions", json.dumps(
             {"model": "flaky", "messages": MSGS, "response_format": {"type": "json_object"}}).encode())
         assert status == 400 and data["error"]["param"] == "response_format"  # what a local model cannot honour
+        status, data, _ = raw(srv.port, "POST", "/v1/chat/completions", json.dumps(
+            {"model": "flaky", "messages": MSGS, "logprobs": True, "top_logprobs": 2}).encode())
+        assert status == 400 and data["error"]["param"] == "top_logprobs"  # its complete() takes no top_logprobs
+        assert "not supported by the model 'flaky'" in data["error"]["message"]
         with pytest.raises(openai.InternalServerError, match="caught fire"):
             client(srv.url).chat.completions.create(model="flaky", messages=[{"role": "user", "content": "fail"}])
         assert client(srv.url).chat.completions.create(model="flaky", messages=MSGS).choices[0].message.content == "say hi"

@@ -68,6 +68,27 @@ def test_openai_agent_is_recorded_in_its_trajectory(tiny):
     assert seen["url"].split("/r/")[1].split("/")[0] not in gateway._ROUTES
 
 
+def test_an_agent_asking_top_logprobs_gets_them_where_the_model_gives_them(tiny):
+    """A local role's model gives each token's likeliest alternatives; a role whose model's complete()
+    takes no top_logprobs (the scripted critic) answers 400, which the agent sees and the rollout
+    does not count as the world failing."""
+    seen = {}
+
+    def agent(task, ctx):
+        r = ask(ctx.openai_base_url(), task["q"], logprobs=True, top_logprobs=2, max_tokens=6)
+        seen["content"] = r.choices[0].logprobs.content
+        with pytest.raises(openai.BadRequestError, match="top_logprobs"):
+            ask(ctx.openai_base_url("critic"), "x", logprobs=True, top_logprobs=2)
+        return r.choices[0].message.content
+
+    traj = run_agent(agent, SYSTEM, {"id": "t1", "q": "say hi"}, lambda system, role: tiny if role == "policy"
+                     else ScriptedLM("echo"), seed=3)
+    assert traj.error is None and len(traj.steps) == 1
+    want = tiny.complete([{"role": "user", "content": "say hi"}], temperature=0.0, max_tokens=6, top_logprobs=2)
+    assert [[t.token for t in e.top_logprobs] for e in seen["content"]] == [
+        [tiny.tokenizer.token_text(i) for i, _ in step] for step in want.top_logprobs]
+
+
 def test_exploration_temperature_wins_and_failures_are_recorded():
     lm = ScriptedLM("echo")
     outs = {}

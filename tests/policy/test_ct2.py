@@ -222,11 +222,11 @@ def test_log_probs_at_a_temperature_are_of_the_logits_drawn_from_in_int8(tiny):
                                return_logits_vocab=True, callback=step)
         for row, r in zip(got, out):
             ids, own = [t for t, _ in row], [lp for _, lp in row]
-            mine = drawn_log_probs(r.logits[0], ids, temperature)
+            mine, _ = drawn_log_probs(r.logits[0], ids, temperature)
             if temperature == 1.0:
                 assert max(abs(a - b) for a, b in zip(mine, own)) < 1e-4
             else:
-                untempered = drawn_log_probs(r.logits[0], ids, 1.0)
+                untempered, _ = drawn_log_probs(r.logits[0], ids, 1.0)
                 assert max(abs(a - b) for a, b in zip(untempered, own)) < 1e-4
                 assert max(abs(a - b) for a, b in zip(mine, own)) > 1e-3
 
@@ -246,7 +246,13 @@ def test_drawn_log_probs_read_the_last_steps_in_any_float(dtype):
     ids = [4, 0, 10]
     want = torch.log_softmax(torch.tensor(logits[2:]) / 0.7, 1)[torch.arange(3), torch.tensor(ids)].tolist()
     tol = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}[dtype]
-    assert max(abs(a - b) for a, b in zip(drawn_log_probs(steps, ids, 0.7), want)) < tol
+    lps, top = drawn_log_probs(steps, ids, 0.7, top=2)
+    assert max(abs(a - b) for a, b in zip(lps, want)) < tol and len(top) == 3
+    full = torch.log_softmax(torch.tensor(logits[2:]) / 0.7, 1)
+    for k, pairs in enumerate(top):
+        v, i = full[k].topk(2)
+        assert [t for t, _ in pairs] == i.tolist() and max(abs(a - b) for (_, a), b in zip(pairs, v.tolist())) < tol
+    assert drawn_log_probs(steps, ids, 0.7)[1] is None
     with pytest.raises(RuntimeError, match="2 steps' logits for 3 tokens"):
         drawn_log_probs(steps[:2], ids, 0.7)
 
@@ -273,9 +279,9 @@ def test_a_request_that_reads_no_log_probs_gets_none_at_a_temperature(tiny, monk
     scored: list[int] = []
     real = ct2_server.drawn_log_probs
 
-    def counting(steps, ids, temperature):
+    def counting(steps, ids, temperature, top=0):
         scored.append(len(ids))
-        return real(steps, ids, temperature)
+        return real(steps, ids, temperature, top)
 
     monkeypatch.setattr(ct2_server, "drawn_log_probs", counting)
     store, base, adapter = tiny
@@ -304,6 +310,28 @@ def test_a_request_that_reads_no_log_probs_gets_none_at_a_temperature(tiny, monk
     for t in (0.0, 1.0):
         o = llm.complete(chat("hi"), max_tokens=4, temperature=t, logprobs=False)
         assert len(o.logprobs) == len(o.token_ids) and scored == []
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 0.8])
+def test_top_logprobs_are_transformers_likeliest_tokens(tiny, temperature):
+    """``top_logprobs=k`` reads the call's step logits at any temperature: each step's k likeliest ids
+    and log-probs, as transformers gives them in float32; greedy's first is the token drawn."""
+    store, base, adapter = tiny
+    llm = build(spec(base, adapter, **F32, temperature=temperature), store)
+    model = torch_model(store, base, adapter)
+    for q in QUESTIONS:
+        o = llm.complete(chat(q), max_tokens=10, top_logprobs=4)
+        assert len(o.top_logprobs) == len(o.token_ids) == len(o.logprobs)
+        with torch.no_grad():
+            logits = model(torch.tensor([list(o.prompt_token_ids) + list(o.token_ids)])).logits[0].float()
+        n = len(o.prompt_token_ids)
+        full = torch.log_softmax(logits[n - 1: n - 1 + len(o.token_ids)] / (temperature or 1.0), -1)
+        for step, row in zip(o.top_logprobs, full):
+            v, i = row.topk(4)
+            assert [t for t, _ in step] == i.tolist() and max(abs(a - b) for (_, a), b in zip(step, v.tolist())) < 1e-4
+        if temperature == 0:
+            assert [step[0][0] for step in o.top_logprobs] == list(o.token_ids)
+    assert llm.complete(chat("x"), max_tokens=4).top_logprobs is None
 
 
 def test_log_probs_of_given_tokens_are_transformers(tiny):

@@ -130,6 +130,32 @@ def test_logprobs_match_a_forward_pass(model):
         llm.close()
 
 
+def test_top_logprobs_are_the_likeliest_tokens_at_each_step(model):
+    """``top_logprobs=k``: at each step the k likeliest ids of the distribution the token was drawn
+    from (tempered at T, untempered greedy), likeliest first, as a forward pass gives them; a row
+    that did not ask in the same batch gets None."""
+    llm = LocalLM.from_model(model, TOK, max_tokens=12, batch_wait=0.05)
+    try:
+        futs = [llm.submit(chat("hi" * (i + 1)), temperature=t, seed=i, top_logprobs=k)
+                for i, (t, k) in enumerate([(0.7, 3), (0.0, 5), (1.0, 0)])]
+        outs = [f.result() for f in futs]
+        assert outs[2].top_logprobs is None
+        for c, t, k in zip(outs[:2], (0.7, 0.0), (3, 5)):
+            assert len(c.top_logprobs) == len(c.token_ids) and all(len(step) == k for step in c.top_logprobs)
+            with torch.no_grad():
+                logits = model(torch.tensor([list(c.prompt_token_ids) + list(c.token_ids)])).logits[0].float()
+            n = len(c.prompt_token_ids)
+            full = torch.log_softmax(logits[n - 1: n - 1 + len(c.token_ids)] / (t if t > 0 else 1.0), -1)
+            for step, row in zip(c.top_logprobs, full):
+                v, i = row.topk(k)
+                assert [tid for tid, _ in step] == i.tolist()
+                assert torch.allclose(torch.tensor([lp for _, lp in step]), v, atol=1e-4)
+            if t == 0:
+                assert [step[0][0] for step in c.top_logprobs] == list(c.token_ids)
+    finally:
+        llm.close()
+
+
 def test_seeded_sampling_is_independent_of_the_batch(model):
     prompts = [TOK.render_chat(chat(w)) for w in ("a", "hello there", "zz" * 20, "q")]
     kw = dict(eos_id=TOK.eos_id, temperatures=1.0, max_tokens=20)
