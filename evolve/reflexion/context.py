@@ -97,11 +97,14 @@ class LessonLLM(RecordedLLM):
         temperature: float | None = None,
         max_tokens: int | None = None,
         stop: Sequence[str] | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int = 0,
     ) -> Completion:
         ctx = self._ctx
         if ctx.inject_roles is None or self.role in ctx.inject_roles:
             messages = inject(messages, ctx.lessons, ctx.inject_mode)
-        return super().complete(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
+        return super().complete(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, logprobs=logprobs,
+                                top_logprobs=top_logprobs)
 
 
 class LessonContext(RolloutContext):

@@ -299,6 +299,26 @@ def test_reflexion_agent_runs_every_attempt_inside_one_rollout():
     assert one.output == "four" and len(llm_calls(one)) == 1
 
 
+def test_an_agent_on_the_openai_endpoint_sees_its_lessons():
+    """An agent that only speaks the OpenAI API gets each attempt's lessons through its rollout's
+    endpoint, as a native call would (the lesson handle takes what the endpoint passes on)."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("starlette")
+
+    def api_agent(task: dict, ctx) -> str:
+        client = openai.OpenAI(base_url=ctx.openai_base_url(), api_key="unused", max_retries=0, timeout=30)
+        r = client.chat.completions.create(model="m", messages=[{"role": "system", "content": "You answer questions."},
+                                                                {"role": "user", "content": task["question"]}])
+        return r.choices[0].message.content.strip()
+
+    agent = reflexion_agent(api_agent, exact, reflector_role="reflector", max_attempts=2)
+    traj = run_agent(agent, make_system(policy="scripted", reflector="scripted"), TASK,
+                     provider(policy=policy_lm(), reflector=ScriptedLM("r", [LESSON])), seed=2)
+    assert traj.error is None and traj.output == "4"
+    calls = llm_calls(traj)
+    assert [c.role for c in calls] == ["policy", "reflector", "policy"] and LESSON in calls[2].messages[0].content
+
+
 def test_the_sql_ready_agent_retries_with_the_feedback(tmp_path):
     from evolve.registry import import_path
     from evolve.worlds import sql
