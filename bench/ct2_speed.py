@@ -215,7 +215,7 @@ def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperat
     for name, g in list(generators.items()):
         try:
             res[f"ctranslate2 {name}"] = rate(ct2(g), repeats)
-            if temperature not in (0.0, 1.0):  # the tempered log-probs' extra forward pass, skipped (STaR's samples)
+            if temperature not in (0.0, 1.0):  # the call's logits, read for the tempered log-probs, skipped (STaR's samples)
                 res[f"ctranslate2 {name} without log-probs"] = rate(ct2(g, logprobs=False), repeats)
         except RuntimeError as e:  # e.g. a CUDA library CTranslate2's build cannot load: recorded, not tried again
             res[f"ctranslate2 {name}"] = {"error": f"{type(e).__name__}: {e}"}

@@ -233,8 +233,8 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
     """Issue 51, item 4: ``bench/ct2_speed.py`` on this device (tokens/s at each batch for our sampler,
     transformers' ``generate`` and CTranslate2's compute types; what a new system costs), SmolLM2 as
     random weights in its shape (the folder ``shape``, made by ``bench/gpu_ct2.sh prepare``) and the
-    tiny model, greedy; then SmolLM2 at batch 8 and T 0.7 in CTranslate2's half-precision types, with
-    and without log-probs (the sampling call's own logits, read from the device in its float type).
+    tiny model, greedy; then SmolLM2 at batch 8 and T 0.7 in int8_float16 and float16, with and
+    without log-probs (the sampling call's own logits, read off the device in float16).
     Each in a child process, so that a CUDA library CTranslate2's build cannot load ends that part
     alone; what it printed before is kept."""
     import subprocess
@@ -246,7 +246,7 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
     if device.startswith("cuda"):
         tempered += ["--compute-types", "int8_float16,float16"]
     runs = {"greedy": (["--batches", batches, "--repeats", "3"], timeout),
-            "T 0.7, batch 8": (tempered, max(60.0, timeout / 3))}
+            "T 0.7, batch 8": (tempered, max(60.0, timeout / 5))}
     res: dict = {}
     for name, (extra, limit) in runs.items():
         out = Path(tempfile.mkdtemp(prefix="gpu-ct2-")) / "ct2_speed.json"

@@ -170,6 +170,7 @@ class CT2Server(LocalServer):
 # the most logits (float32 bytes: rows x steps x vocabulary) one call that returns log-probs at a
 # temperature other than 0 and 1 may hold: 1 GiB is 21 rows of 256 steps over SmolLM2's 49,152 ids
 LOGITS_BYTES = 1 << 30
+DRAWN_CHUNK = 64  # steps drawn_log_probs reads at once
 
 
 def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float,
@@ -191,13 +192,20 @@ def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float
             s = s.to(ctranslate2.DataType.float32)
         return np.asarray(s if s.device == "cpu" else s.to_device(ctranslate2.Device.cpu))
 
-    z = torch.from_numpy(np.stack([host(s) for s in steps[len(steps) - len(ids):]]))
-    z = torch.log_softmax(z / temperature if temperature > 0 else z, 1)
-    lps = z.gather(1, torch.tensor(list(ids))[:, None])[:, 0].tolist()
-    if top <= 0:
-        return lps, None
-    v, i = z.topk(min(top, z.shape[1]), dim=1)
-    return lps, [list(zip(a, b)) for a, b in zip(i.tolist(), v.tolist())]
+    lps: list[float] = []
+    tops: list[list[tuple[int, float]]] = []
+    mine = steps[len(steps) - len(ids):]
+    for at in range(0, len(ids), DRAWN_CHUNK):  # a chunk of steps at a time: its copies stay small
+        z = torch.from_numpy(np.stack([host(s) for s in mine[at:at + DRAWN_CHUNK]]))
+        if temperature > 0 and temperature != 1.0:
+            z.div_(temperature)
+        lse = torch.logsumexp(z, 1)
+        chunk = torch.tensor(list(ids[at:at + DRAWN_CHUNK]))
+        lps += (z.gather(1, chunk[:, None])[:, 0] - lse).tolist()
+        if top > 0:
+            v, i = z.topk(min(top, z.shape[1]), dim=1)
+            tops += [list(zip(a, b)) for a, b in zip(i.tolist(), (v - lse[:, None]).tolist())]
+    return lps, (tops if top > 0 else None)
 
 
 def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
@@ -316,12 +324,10 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
     for j, i in enumerate(rows):
-        if j in wanted or j in tops:
-            lps_j, top_j = drawn_log_probs(out[j].logits[0], ids[j], temperature, tops.get(j, 0))
-            if j in wanted:
-                results[i].logprobs = lps_j
-            results[i].top_logprobs = top_j
-        if tempered and j not in wanted:
+        if j in wanted or j in tops:  # its logits are here: log-probs and top ones from the same float32 softmax
+            results[i].logprobs, results[i].top_logprobs = drawn_log_probs(out[j].logits[0], ids[j], temperature,
+                                                                           tops.get(j, 0))
+        elif tempered:
             results[i].logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
 
 

@@ -31,7 +31,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from evolve.errors import RolloutTimeout
+from evolve.errors import LLMError, RolloutTimeout
 from evolve.scoring.failures import classify, infra
 from evolve.llm.base import LLM, Completion, as_messages, takes
 from evolve.types import InfraFailure, LLMCall, Message, Reward, System, ToolCall, Trajectory
@@ -68,8 +68,8 @@ class RecordedLLM:
     ) -> Completion:
         """One call of the role's model, recorded. ``logprobs``: True when the caller reads them
         (an agent's OpenAI request asking for them); None leaves it to the rollout
-        (:attr:`RolloutContext.logprobs`). ``top_logprobs``: passed on to a backend that takes it
-        (:meth:`takes`)."""
+        (:attr:`RolloutContext.logprobs`). ``top_logprobs`` > 0: passed on to a backend that takes it
+        (:meth:`backend_takes`), else an :class:`~evolve.errors.LLMError` before any call."""
         ctx = self._ctx
         ctx.check_deadline()
         msgs = as_messages(messages)
@@ -81,6 +81,9 @@ class RecordedLLM:
         wanted = ctx.logprobs if logprobs is None else logprobs
         extra: dict = {"logprobs": False} if not wanted and takes(self._llm, "logprobs") else {}
         if top_logprobs:
+            if not takes(self._llm, "top_logprobs"):
+                raise LLMError(f"the model of role {self.role!r} ({self.name}) does not give top_logprobs: its "
+                               f"complete() takes no top_logprobs", category="request")
             extra["top_logprobs"] = int(top_logprobs)
         t0 = time.perf_counter()
         try:

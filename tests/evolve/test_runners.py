@@ -326,3 +326,8 @@ def test_a_job_that_reads_no_log_probs_says_so_to_the_rollout_and_its_model(runn
         seen.clear()
         traj = run_agent(agent, SYSTEM, {"id": "t"}, lambda system, role, b=backend: b, logprobs=wanted)
         assert traj.error is None and seen == calls
+    # top_logprobs only reaches a backend that takes it; asking another is the agent's request error, not the world's
+    seen.clear()
+    traj = run_agent(lambda task, ctx: ctx.llm().complete([{"role": "user", "content": "q"}], top_logprobs=2).text,
+                     SYSTEM, {"id": "t"}, lambda system, role: Plain())
+    assert seen == [] and "takes no top_logprobs" in traj.error and traj.infra is None

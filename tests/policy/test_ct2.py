@@ -232,13 +232,16 @@ def test_log_probs_at_a_temperature_are_of_the_logits_drawn_from_in_int8(tiny):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_drawn_log_probs_read_the_last_steps_in_any_float(dtype):
+def test_drawn_log_probs_read_the_last_steps_in_any_float(dtype, monkeypatch):
     """The steps a longer prompt forwarded come first and are skipped; logits in a CUDA compute type's
-    float (numpy reads no bfloat16) are read as float32."""
+    float (numpy reads no bfloat16) are read as float32, two steps at a time here."""
     import ctranslate2
     import numpy as np
 
+    from evolve.policy import ct2_server
     from evolve.policy.ct2_server import drawn_log_probs
+
+    monkeypatch.setattr(ct2_server, "DRAWN_CHUNK", 2)
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(5, 11)).astype(np.float32) * 3
@@ -315,23 +318,37 @@ def test_a_request_that_reads_no_log_probs_gets_none_at_a_temperature(tiny, monk
 @pytest.mark.parametrize("temperature", [0.0, 1.0, 0.8])
 def test_top_logprobs_are_transformers_likeliest_tokens(tiny, temperature):
     """``top_logprobs=k`` reads the call's step logits at any temperature: each step's k likeliest ids
-    and log-probs, as transformers gives them in float32; greedy's first is the token drawn."""
+    and log-probs, as transformers gives them in float32, for rows of different prompt lengths in one
+    batch beside rows that asked none (and a row that asked no log-probs gets them all the same);
+    greedy's first is the token drawn."""
     store, base, adapter = tiny
-    llm = build(spec(base, adapter, **F32, temperature=temperature), store)
+    llm = build(spec(base, adapter, **F32, temperature=temperature, batch_wait_ms=100), store)
     model = torch_model(store, base, adapter)
-    for q in QUESTIONS:
-        o = llm.complete(chat(q), max_tokens=10, top_logprobs=4)
+    asks = [(q, k, lp) for q in QUESTIONS for k, lp in ((4, True), (3, False), (0, True))]
+    got: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda n=n, q=q, k=k, lp=lp: got.__setitem__(
+        n, llm.complete(chat(q), max_tokens=10, top_logprobs=k, logprobs=lp))) for n, (q, k, lp) in enumerate(asks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == len(asks)
+    for n, (q, k, lp) in enumerate(asks):
+        o = got[n]
+        if k == 0:
+            assert o.top_logprobs is None
+            continue
         assert len(o.top_logprobs) == len(o.token_ids) == len(o.logprobs)
         with torch.no_grad():
             logits = model(torch.tensor([list(o.prompt_token_ids) + list(o.token_ids)])).logits[0].float()
-        n = len(o.prompt_token_ids)
-        full = torch.log_softmax(logits[n - 1: n - 1 + len(o.token_ids)] / (temperature or 1.0), -1)
+        m = len(o.prompt_token_ids)
+        full = torch.log_softmax(logits[m - 1: m - 1 + len(o.token_ids)] / (temperature or 1.0), -1)
         for step, row in zip(o.top_logprobs, full):
-            v, i = row.topk(4)
+            v, i = row.topk(k)
             assert [t for t, _ in step] == i.tolist() and max(abs(a - b) for (_, a), b in zip(step, v.tolist())) < 1e-4
+        assert max(abs(a - b) for a, b in zip(o.logprobs, full.gather(1, torch.tensor(o.token_ids)[:, None])[:, 0])) < 1e-4
         if temperature == 0:
             assert [step[0][0] for step in o.top_logprobs] == list(o.token_ids)
-    assert llm.complete(chat("x"), max_tokens=4).top_logprobs is None
 
 
 def test_log_probs_of_given_tokens_are_transformers(tiny):
