@@ -7,7 +7,7 @@ returns each step's logits (``return_logits_vocab``) and the log-probs are their
 Each repeat runs, on the same prompts and the same int8 SmolLM2 generator (two one-thread workers, as
 the server on 2 cores): the revision's ``generate`` with log-probs, this checkout's with log-probs,
 and this checkout's without them (``logprobs=False``, what STaR's samples ask). Medians of
-``--repeats`` after one warm-up, tokens per wall second. Then one more sample's log-probs are
+``--repeats`` after a warm-up of each, tokens per wall second. Then one more sample's log-probs are
 compared with the revision's forward pass over the same tokens (in int8 that pass computes other
 logits than the ones sampled from: how far apart, per token).
 
@@ -97,7 +97,8 @@ def main() -> None:
         ways = {f"{args.against}, with log-probs": (old, True, {}),
                 "this checkout, with log-probs": (ct2_server, True, {"vocab": vocab}),
                 "this checkout, without log-probs": (ct2_server, False, {"vocab": vocab})}
-        once(g, ct2_server, True, {"vocab": vocab})  # warm-up
+        for module, logprobs, kw in ways.values():  # a warm-up of each way
+            once(g, module, logprobs, kw)
         rates: dict[str, list[float]] = {k: [] for k in ways}
         for _ in range(args.repeats):
             for name, (module, logprobs, kw) in ways.items():

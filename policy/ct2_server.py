@@ -18,9 +18,9 @@ no one asked for:
   the logits the token was drawn from: CTranslate2's own step log-prob at ``T`` of 0 or 1; at
   another ``T`` (its step log-prob is untempered) the call also returns each step's logits
   (``return_logits_vocab``), which :func:`drawn_log_probs` reads. On SmolLM2 in int8 at T 0.4,
-  sampling with them ran at 83% and 93% of the speed without (batch 8 and 64), where a forward
-  pass over prompt and reply that recomputed them left 63% and 69%; and in int8 that pass's logits
-  are another computation (0.15 to 0.18 nats from the drawn ones a token on average), not the ones
+  sampling with them ran at 83% and 94% of the speed without (batch 8 and 64), where a forward
+  pass over prompt and reply that recomputed them left 58% and 66%; and in int8 that pass's logits
+  are another computation (0.18 to 0.21 nats from the drawn ones a token on average), not the ones
   sampled from (bench/ct2_logprobs.py). A request that does not want them
   (``logprobs=False``, e.g. STaR's samples) gets None there, and a call none of whose rows want
   them returns no logits. A request asking ``top_logprobs=k`` gets each step's k likeliest ids from
