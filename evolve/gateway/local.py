@@ -4,7 +4,7 @@ own endpoint (:mod:`evolve.gateway.rollout_route`), all on :class:`ModelUpstream
 with the exact token ids and log-probs of every answer (``prompt_token_ids`` at the top of an
 OpenAI answer, ``token_ids`` and, asked for with ``logprobs``, ``logprobs.content`` in each
 choice, with each token's ``top_logprobs`` likeliest alternatives when asked), ``n`` choices
-(seeded ``seed, seed+1, ...``), and refuse with a 400 what a local model cannot honour
+(seeded ``seed, seed+1, ...``; submitted at once, so a local server batches them), and refuse with a 400 what a local model cannot honour
 (``response_format`` other than text, ``logit_bias``, non-text content, ``top_logprobs`` from a
 model whose ``complete`` does not take it).
 
@@ -220,6 +220,9 @@ class ModelUpstream:
         """Each completion as an :class:`~evolve.types.LLMCall`, where this kind records it (if anywhere)."""
 
     records: bool = False  # whether recorded() wants the calls (they are built only then)
+    # whether the n choices of a request are generated at once (concurrent calls of generate(), which a
+    # local server batches) rather than one after another
+    concurrent_choices: bool = True
 
     def served(self, system_id: str | None) -> dict[str, Any] | None:
         return None
@@ -251,12 +254,21 @@ class ModelUpstream:
         temperature = req.params.get("temperature")
         max_tokens = req.params.get("max_completion_tokens") or req.params.get("max_tokens")
 
+        def one(i: int) -> tuple[Any, str | None, Any, float]:
+            t0 = time.perf_counter()
+            out, sid, tok = self.generate(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop,
+                                          seed=None if seed is None else (seed + i) % 2**63, req=req)
+            return out, sid, tok, time.perf_counter() - t0
+
         def run() -> tuple[list[Any], str | None, Any, dict | None]:
-            outs, sid, tok = [], None, None
-            for i in range(n):
-                t0 = time.perf_counter()
-                out, sid, tok = self.generate(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop,
-                                              seed=None if seed is None else (seed + i) % 2**63, req=req)
+            if n > 1 and self.concurrent_choices:  # submitted at once: a local server samples them in one batch
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(n, thread_name_prefix="evolve-choice") as pool:
+                    got = list(pool.map(one, range(n)))
+            else:
+                got = [one(i) for i in range(n)]
+            for out, sid, _tok, took in got:  # recorded in the choices' order
                 if self.records:
                     used = temperature if temperature is not None else out.extra.get("temperature")
                     self.recorded(req, LLMCall(
@@ -264,9 +276,9 @@ class ModelUpstream:
                         prompt_token_ids=out.prompt_token_ids, token_ids=out.token_ids, logprobs=out.logprobs,
                         temperature=None if used is None else float(used), finish_reason=out.finish_reason,
                         prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, cost=out.cost,
-                        duration=time.perf_counter() - t0), sid)
-                outs.append(out)
-            return outs, sid, tok, self.served(sid)
+                        duration=took), sid)
+            _, sid, tok, _ = got[-1]
+            return [g[0] for g in got], sid, tok, self.served(sid)
 
         try:
             outs, sid, tok, served = await anyio.to_thread.run_sync(run, limiter=self._limiter())

@@ -59,6 +59,9 @@ if hasattr(os, "register_at_fork"):
 class RolloutUpstream(ModelUpstream):
     """``role`` of one rollout's system, through the rollout's own (recording) LLM."""
 
+    # a rollout's calls are its steps, in order, each seeded by the steps before it: n choices run one by one
+    concurrent_choices = False
+
     def __init__(self, ctx: Rollout, role: str) -> None:
         self.ctx, self.role = ctx, role
 

@@ -117,6 +117,25 @@ def test_streaming_and_n(tiny, tiny_server):
     assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]  # seeded
 
 
+def test_n_choices_are_sampled_in_one_batch_and_each_is_its_seeds_sample():
+    from evolve.policy.local import LocalLM
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+
+    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
+    llm = LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=1.0, max_tokens=12,
+                             batch_wait=0.2, max_wait=0.5)
+    try:
+        alone = [llm.complete(MSGS, temperature=1.0, max_tokens=12, seed=5 + i) for i in range(4)]
+        with serve_llm(llm, names=["tiny"]) as srv:
+            before = llm.server.stats["batches"]
+            r = client(srv.url).chat.completions.create(model="tiny", messages=MSGS, n=4, temperature=1.0, seed=5,
+                                                        max_tokens=12)
+            assert llm.server.stats["batches"] - before == 1  # the four choices in one batch
+        assert [c.model_extra["token_ids"] for c in r.choices] == [list(a.token_ids) for a in alone]
+    finally:
+        llm.close()
+
+
 def test_litellm_client(tiny, tiny_server):
     litellm = pytest.importorskip("litellm")
     assert os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True"  # set by conftest: no fetch of the cost map
