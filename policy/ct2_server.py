@@ -226,8 +226,7 @@ def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: C
     for temperature, rows in groups.items():
         for part in length_groups([len(batch[i].prompt) for i in rows], [batch[i].max_tokens for i in rows]):
             run = [rows[k] for k in part]
-            logits = (temperature > 0 and temperature != 1.0 and any(batch[i].logprobs for i in run)) or any(
-                getattr(batch[i], "top_logprobs", 0) for i in run)
+            logits = any(reads_logits(batch[i], temperature) for i in run)
             for call in (logit_calls([batch[i] for i in run], vocab) if logits and vocab else [range(len(run))]):
                 _group(generator, batch, [run[k] for k in call], temperature, set(eos), decode, results, parallel)
     return [s if s is not None else Sample([], [], "length") for s in results]
@@ -260,6 +259,12 @@ def length_groups(lengths: Sequence[int], max_tokens: Sequence[int]) -> list[lis
     return runs[::-1]
 
 
+def reads_logits(request: Any, temperature: float) -> bool:
+    """Whether a request's row needs its call to return the step logits: log-probs at a temperature
+    other than 0 and 1 (CTranslate2's own are untempered), or ``top_logprobs`` at any."""
+    return bool(temperature > 0 and temperature != 1.0 and request.logprobs) or getattr(request, "top_logprobs", 0) > 0
+
+
 def logit_calls(requests: Sequence[Any], vocab: int) -> list[range]:
     """A run of requests (sorted by prompt length) cut into consecutive calls whose logits stay
     within :data:`LOGITS_BYTES`: a row holds one float32 vector of ``vocab`` a step, for its
@@ -284,8 +289,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
     texts = [""] * len(rows)
     errors: list[BaseException] = []
     tempered = temperature > 0 and temperature != 1.0  # CTranslate2's log_prob is untempered
-    wanted = {j for j, i in enumerate(rows) if batch[i].logprobs} if tempered else set()
-    tops = {j: k for j, i in enumerate(rows) if (k := getattr(batch[i], "top_logprobs", 0)) > 0}
+    read = {j for j, i in enumerate(rows) if reads_logits(batch[i], temperature)}
 
     def step(s: Any) -> bool:
         j = s.batch_id
@@ -316,7 +320,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         [[token(t) for t in batch[i].prompt] for i in rows],
         max_length=max(batch[i].max_tokens for i in rows), include_prompt_in_result=False,
         sampling_topk=1 if temperature <= 0 else 0, sampling_temperature=temperature if temperature > 0 else 1.0,
-        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=bool(wanted or tops),
+        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=bool(read),
         max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0, callback=step)
     if errors:
         raise errors[0]
@@ -324,9 +328,9 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
     for j, i in enumerate(rows):
-        if j in wanted or j in tops:  # its logits are here: log-probs and top ones from the same float32 softmax
-            results[i].logprobs, results[i].top_logprobs = drawn_log_probs(out[j].logits[0], ids[j], temperature,
-                                                                           tops.get(j, 0))
+        if j in read:  # its logits are here: log-probs and top ones from the same float32 softmax
+            results[i].logprobs, results[i].top_logprobs = drawn_log_probs(
+                out[j].logits[0], ids[j], temperature, getattr(batch[i], "top_logprobs", 0))
         elif tempered:
             results[i].logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
 

@@ -168,6 +168,16 @@ def refuse_top_logprobs(what: str) -> GatewayError:
                         param="top_logprobs")
 
 
+def top_logprobs_kw(top: int, llm: Any, what: str) -> dict[str, int]:
+    """What ``llm.complete`` gets for a request's ``top_logprobs``: nothing when not asked, else the
+    keyword; a 400 (:func:`refuse_top_logprobs`) when its ``complete`` does not take it."""
+    if not top:
+        return {}
+    if not takes(llm, "top_logprobs"):
+        raise refuse_top_logprobs(what)
+    return {"top_logprobs": top}
+
+
 def _ids(values: Sequence[int] | None) -> list[int] | None:
     return None if values is None else [int(v) for v in values]
 
@@ -360,11 +370,8 @@ class LLMUpstream(ModelUpstream):
 
     def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
                  stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
-        top = top_logprobs_of(req)
-        if top and not takes(self.llm, "top_logprobs"):
-            raise refuse_top_logprobs(self.describe())
         out = self.llm.complete([Message(**m) for m in messages], temperature=temperature, max_tokens=max_tokens,
-                                stop=stop, seed=seed, **({"top_logprobs": top} if top else {}))
+                                stop=stop, seed=seed, **top_logprobs_kw(top_logprobs_of(req), self.llm, self.describe()))
         return out, None, self._tok
 
 
@@ -386,4 +393,5 @@ def serve_llm(llm: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str 
 
 
 __all__ = ["LLMUpstream", "MAX_TOP_LOGPROBS", "ModelUpstream", "TOOLS_PREAMBLE", "logprobs_content",
-           "parse_tool_calls", "refuse_top_logprobs", "render", "serve_llm", "tokenizer_of", "top_logprobs_of"]
+           "parse_tool_calls", "refuse_top_logprobs", "render", "serve_llm", "tokenizer_of", "top_logprobs_kw",
+           "top_logprobs_of"]

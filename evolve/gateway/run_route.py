@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import UserError
-from evolve.llm.base import takes
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
-from evolve.gateway.local import ModelUpstream, refuse_top_logprobs, tokenizer_of, top_logprobs_of
+from evolve.gateway.local import ModelUpstream, tokenizer_of, top_logprobs_kw, top_logprobs_of
 from evolve.gateway.upstream import Route
 from evolve.gateway.wire import GatewayError, Request
 from evolve.types import LLMCall
@@ -298,11 +297,9 @@ class ServeApp:
         > 0: a 400 where that system's model does not take it."""
         h = self._acquire() if system_id is None or system_id == self._handle.system_id else self._acquire_other(system_id)
         try:
-            if top_logprobs and not takes(h.llm, "top_logprobs"):
-                raise refuse_top_logprobs(f"the model of system {h.system_id[:12]}")
             out = h.llm.complete(messages, temperature=h.temperature if temperature is None else temperature,
                                  max_tokens=max_tokens, stop=stop, seed=seed,
-                                 **({"top_logprobs": top_logprobs} if top_logprobs else {}))
+                                 **top_logprobs_kw(top_logprobs, h.llm, f"the model of system {h.system_id[:12]}"))
         finally:
             self._release(h)
         return out, h.system_id
