@@ -233,6 +233,7 @@ worlds = Registry(
     {
         "env": "evolve.worlds.env:WORLD",
         "harbor": "evolve.worlds.harbor:WORLD",
+        "ifeval": "evolve.worlds.ifeval:WORLD",
         "reasoning_gym": "evolve.worlds.reasoning_gym:WORLD",
         "sql": "evolve.worlds.sql:WORLD",
         "toy": "evolve.worlds.toy:WORLD",

@@ -23,6 +23,9 @@ Hooks (each an import path; a layer that needs one the world lacks asks for its 
                      provenance) -> [Tool]``: the toolforge operator's abstraction of repeated
                      actions into parametrised tools
 ``topology.palette`` a list of palette items: the node types the topology search may insert
+``eval.summary``     ``summary(tasks, rewards) -> {"lines": [...], ...}``: the world's own figures
+                     over a split's scored tasks (a reward None where the rollout failed), which
+                     ``evolve eval`` prints and the run report adds
 ===================  ==========================================================================
 
 Workflow node types a world adds (``sql.write``, ...) are registered like third-party plugins,
@@ -40,7 +43,7 @@ from typing import Any
 
 from evolve.errors import ConfigError
 
-HOOKS = ("coldstart.demos", "memory.extract", "tools.mine", "topology.palette")
+HOOKS = ("coldstart.demos", "memory.extract", "tools.mine", "topology.palette", "eval.summary")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,28 @@
+"""What the layers take from this world: the memory operator's experiences (generated training
+prompts a reply followed every instruction of, with that reply) and the run's IFEval figures."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from evolve.worlds.ifeval.scoring import summary
+
+
+def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict]:
+    """Memory entries (``kind, text, metadata``): the prompt as the text, the reply that followed
+    every instruction in the metadata; one per task. Only training tasks are given here (the
+    memory operator reads the training split), so no test prompt becomes a memory."""
+    out, seen = [], set()
+    for t in trajectories:
+        task = tasks.get(t.task_id)
+        reply = t.output.get("reply") if isinstance(t.output, dict) else None
+        if task is None or t.error is not None or t.score < threshold or not reply or t.task_id in seen:
+            continue
+        seen.add(t.task_id)
+        out.append({"kind": "experience", "text": task["prompt"],
+                    "metadata": {"reply": reply, "task_id": t.task_id,
+                                 "instructions": ",".join(task["instruction_id_list"])}})
+    return out
+
+
+__all__ = ["experiences", "summary"]

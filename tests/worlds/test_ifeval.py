@@ -1,0 +1,172 @@
+"""world: ifeval: the checkers give the reference implementation's verdicts on Google's GPT-4
+responses, generated training prompts never touch the 541 test prompts, and the reward, splits
+and figures are what the benchmark defines."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from evolve.errors import ConfigError
+from evolve.worlds.ifeval import dataset, read_prompts, reward, summary, verdicts
+from evolve.worlds.ifeval.checks import CHECKS, loose_variants
+from evolve.worlds.ifeval.generate import WORDS, held_out
+
+IFEVAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ifeval"
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[dict]:
+    if not (IFEVAL / "input_data.jsonl").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI has no IFEval data at {IFEVAL}")
+        pytest.skip(f"IFEval's prompts are not at {IFEVAL} (the workspace's shared/data/ifeval)")
+    return read_prompts(IFEVAL / "input_data.jsonl")
+
+
+def _reference(mode: str) -> list[dict]:
+    return [json.loads(line) for line in (IFEVAL / "reference" / f"reference_{mode}.jsonl").read_text().splitlines()]
+
+
+def test_the_file_holds_all_25_instruction_types(prompts: list[dict]) -> None:
+    assert len(prompts) == 541
+    assert sum(len(p["instruction_id_list"]) for p in prompts) == 834
+    assert {i for p in prompts for i in p["instruction_id_list"]} == set(CHECKS)
+
+
+@pytest.mark.parametrize("mode", ["strict", "loose"])
+def test_verdicts_agree_with_the_reference_on_every_prompt(prompts: list[dict], mode: str) -> None:
+    by_prompt = {p["prompt"]: p for p in prompts}
+    rows = _reference(mode)
+    assert len(rows) == 540
+    differ = []
+    for ref in rows:
+        p = by_prompt[ref["prompt"]]
+        got = verdicts(ref["response"], p["instruction_id_list"], p["kwargs"], loose=mode == "loose")
+        if got != ref["follow_instruction_list"]:
+            differ.append((p["key"], [i for i, a, b in zip(p["instruction_id_list"], got, ref["follow_instruction_list"])
+                                      if a != b]))
+    # the one known difference: the reference's older letter-frequency checker replaced some characters by a
+    # random letter before counting (shared/data/ifeval/reference/SOURCE.md)
+    allowed = [(1122, ["keywords:letter_frequency"])] if mode == "loose" else []
+    assert differ == allowed
+
+
+def test_strict_and_loose_rules() -> None:
+    ids, kw = ["detectable_format:json_format"], [{}]
+    assert verdicts('```json\n{"a": 1}\n```', ids, kw) == [True]
+    assert verdicts('Here it is:\n{"a": 1}', ids, kw) == [False]
+    assert verdicts('Here it is:\n{"a": 1}', ids, kw, loose=True) == [True]  # without the first line
+    assert verdicts("", ["punctuation:no_comma"], [{}]) == [False]  # an empty reply follows nothing
+    assert verdicts("*hello* there", ["startend:end_checker"], [{"end_phrase": "there"}]) == [True]
+    assert len(loose_variants("a\n*b*\nc")) == 8
+    words = ["length_constraints:number_words"]
+    assert verdicts("one two three", words, [{"num_words": 3, "relation": "at least"}]) == [True]
+    assert verdicts("one two three", words, [{"num_words": 3, "relation": "less than"}]) == [False]
+    sentences = ["length_constraints:number_sentences"]
+    assert verdicts("Dr. Smith came home. He slept.", sentences, [{"num_sentences": 2, "relation": "at least"}]) == [True]
+    assert verdicts("Dr. Smith came home. He slept.", sentences, [{"num_sentences": 3, "relation": "at least"}]) == [False]
+    caps = ["change_case:capital_word_frequency"]
+    assert verdicts("THE CAT sat. OK.", caps, [{"capital_frequency": 3, "capital_relation": "at least"}]) == [True]
+    with pytest.raises(ValueError, match="unknown IFEval instruction"):
+        verdicts("x", ["no:such"], [{}])
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    w = re.findall(r"\w+", text.lower())
+    return {tuple(w[i:i + 3]) for i in range(len(w) - 2)}
+
+
+def test_generated_prompts_never_equal_or_nearly_duplicate_a_test_prompt(prompts: list[dict]) -> None:
+    tests = [_shingles(p["prompt"]) for p in prompts]
+    texts = {p["prompt"].strip().lower() for p in prompts}
+    index: dict[tuple[str, ...], set[int]] = {}
+    for i, s in enumerate(tests):
+        for g in s:
+            index.setdefault(g, set()).add(i)
+    worst = 0.0
+    for seed in (0, 1, 2):
+        d = dataset(seed=seed, path=str(IFEVAL / "input_data.jsonl"), n_train=2000, n_val=200)
+        assert len(d["test"]) == 541
+        for task in d["train"] + d["val"]:
+            assert task["prompt"].strip().lower() not in texts
+            s = _shingles(task["prompt"])
+            for i in set().union(*(index.get(g, set()) for g in s)):
+                worst = max(worst, len(s & tests[i]) / len(s | tests[i]))
+    # word-trigram Jaccard: the closest pair shares only the options a constrained response must quote
+    assert worst < 0.5
+
+
+def test_splits_are_seeded_disjoint_and_checkable(prompts: list[dict]) -> None:
+    a = dataset(seed=0, path=str(IFEVAL / "input_data.jsonl"), n_train=300, n_val=50, n_test=100)
+    b = dataset(seed=0, path=str(IFEVAL / "input_data.jsonl"), n_train=300, n_val=50, n_test=100)
+    c = dataset(seed=1, path=str(IFEVAL / "input_data.jsonl"), n_train=300, n_val=50, n_test=100)
+    assert a == b
+    assert [t["prompt"] for t in a["train"]] != [t["prompt"] for t in c["train"]]
+    assert a["test"] == c["test"]  # the test subset does not move with the run seed: rows on seeds are paired
+    assert len(a["test"]) == 100 and len({t["id"] for t in a["test"]}) == 100
+    assert not {t["prompt"] for t in a["train"]} & {t["prompt"] for t in a["val"]}
+    for task in a["train"] + a["val"]:
+        verdicts("A reply.", task["instruction_id_list"], task["kwargs"])  # every kwargs builds its checks
+
+
+def test_unseen_parameters_are_held_out_of_training() -> None:
+    d = dataset(seed=0, n_train=1500, n_val=0, n_test=300, test="unseen")
+    def words(tasks: list[dict]) -> set[str]:
+        out = set()
+        for t in tasks:
+            for kw in t["kwargs"]:
+                out.update(w for w in kw.get("keywords", []) + kw.get("forbidden_words", []) if w in WORDS)
+                out.update(v for k, v in kw.items() if k in ("keyword", "first_word"))
+        return out
+    assert words(d["train"]) and not any(held_out(w) for w in words(d["train"]))
+    assert words(d["test"]) and all(held_out(w) for w in words(d["test"]))
+    assert all(t["split"] == "unseen" for t in d["test"])
+
+
+def test_dataset_errors_name_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="dataset.params.path"):
+        dataset(seed=0)
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "x", "instruction_id_list": ["no:such"], "kwargs": [{}]}\n')
+    with pytest.raises(ConfigError, match="line 1"):
+        dataset(seed=0, path=str(bad))
+    with pytest.raises(ConfigError, match="cannot read"):
+        dataset(seed=0, path=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ConfigError, match="n_train"):
+        dataset(seed=0, path=str(bad), n_train=-1)
+
+
+TASK = {"id": "t", "split": "train", "prompt": "p",
+        "instruction_id_list": ["punctuation:no_comma", "startend:end_checker"], "kwargs": [{}, {"end_phrase": "Bye."}]}
+
+
+def test_reward_components_and_feedback() -> None:
+    r = reward(TASK, {"reply": "Hello, friend. Bye."})
+    assert r.score == 0.5
+    assert r.components["instructions"] == 2 and r.components["strict"] == 1 and r.components["prompt_strict"] == 0
+    assert "punctuation:no_comma" in r.feedback
+    assert reward(TASK, {"reply": "Hello friend. Bye."}).score == 1.0
+    hidden = reward({**TASK, "split": "test"}, {"reply": "Hello, friend. Bye."})
+    assert hidden.score == 0.5 and hidden.feedback == ""  # a test prompt's verdict is never fed back
+    assert reward(TASK, None).score == 0.0
+
+
+def test_summary_pools_instructions_as_the_reference_does() -> None:
+    one = {**TASK, "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
+    tasks = [TASK, one, one]
+    rewards = [reward(TASK, {"reply": "Hello, friend. Bye."}), reward(one, {"reply": "Hi"}), None]
+    s = summary(tasks, rewards)
+    f = s["figures"]
+    assert s["n"] == 3
+    assert f["prompt_strict"] == pytest.approx(1 / 3)
+    assert f["inst_strict"] == pytest.approx(2 / 4)  # pooled: 2 of 4 instructions, not the mean of 1/2, 1, 0
+    assert f["strict"] == pytest.approx((1 / 3 + 2 / 4) / 2)
+    assert s["by_type"]["punctuation:no_comma"] == pytest.approx(1 / 3)
+    lo, hi = s["intervals"]["strict"]
+    assert lo <= f["strict"] <= hi
+    assert any("SmolLM2-135M-Instruct 29.9" in line for line in s["lines"])
