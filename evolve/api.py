@@ -107,9 +107,18 @@ def _resolve_system(archive: Any, which: str) -> str:
 
 def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "current", split: str = "test",
              overrides: Sequence[str] = (), observer: Any = None) -> tuple[float, int, str]:
-    """Score an archived system on a split of the task's dataset."""
-    from evolve.task.taskfile import load_task
+    """Score an archived system on a split of the task's dataset: ``(mean score, n, system id)``."""
+    e = evaluation(task_file, run_dir, system=system, split=split, overrides=overrides, observer=observer)
+    return e["score"], e["n"], e["system_id"]
+
+
+def evaluation(task_file: str | Path, run_dir: str | Path, *, system: str = "current", split: str = "test",
+               overrides: Sequence[str] = (), observer: Any = None) -> dict[str, Any]:
+    """Score an archived system on a split: ``{"score", "n", "system_id", "summary"}``, the summary
+    being the world's own figures (its ``eval.summary`` hook, e.g. IFEval's four accuracies) or None."""
+    from evolve.results.world import world_summary
     from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
 
     cfg, base = load_task(task_file, overrides)
     if not (Path(run_dir) / "archive.sqlite").exists():
@@ -121,10 +130,12 @@ def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "curre
                             f"{sorted(k for k, v in session.splits.items() if v)}")
         sid = _resolve_system(session.archive, system)
         with session.outside_budget():  # scoring after the run, like the report's
-            score, n = session.evaluate(session.archive.get_system(sid), split)
+            chosen = session.archive.get_system(sid)
+            score, n = session.evaluate(chosen, split)
+            summary = world_summary(session, chosen, split)
     finally:
         session.close()
-    return score, n, sid
+    return {"score": score, "n": n, "system_id": sid, "summary": summary}
 
 
 class LoadedSystem:

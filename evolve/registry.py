@@ -223,7 +223,8 @@ workflow_checks = Registry("workflow check", {"graph": "evolve.topology.graph:ch
 # What the layers add to a run's report and to `evolve archive show`: a class with build(session,
 # best_id, baseline_id) -> dict, markdown(report) -> lines, prepare(system, png), show(out, err, sid).
 report_sections = Registry("report section", {"workflow": "evolve.topology.report:WorkflowSection",
-                                                 "curriculum": "evolve.loop.curriculum:CurriculumSection"})
+                                                 "curriculum": "evolve.loop.curriculum:CurriculumSection",
+                                                 "world": "evolve.results.world:WorldSection"})
 # What bounds the LLM calls one rollout can make (evolve.scoring.budget.calls_bound): the layers that run a
 # system's workflow say, each a function(workflow dict) -> int | None.
 call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime:graph_calls_bound"})

@@ -163,11 +163,13 @@ def eval_(
     split: str = typer.Option("test", "--split", help="train, val or test."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
 ) -> None:
-    """Score one archived system on a split (memoised in the archive)."""
-    from evolve.api import evaluate
+    """Score one archived system on a split (memoised in the archive); a world with figures of its
+    own (IFEval's four accuracies) prints them too."""
+    from evolve.api import evaluation
 
     with RichObserver() as obs:
-        score, n, sid = evaluate(task_file, run_dir, system=system, split=split, overrides=set_, observer=obs)
+        e = evaluation(task_file, run_dir, system=system, split=split, overrides=set_, observer=obs)
+    score, n, sid = e["score"], e["n"], e["system_id"]
     from evolve.archive import Archive
     from evolve.scoring.failures import describe_common
 
@@ -175,6 +177,8 @@ def eval_(
         _, failed = archive.failure_stats(system_id=sid, split=split)
     note = f"; {len(failed)} failed: {describe_common(failed)}" if failed else ""
     Console(highlight=False).print(f"system {sid[:12]} on {split}: {100 * score:.1f}% (n={n}{note})")
+    for line in (e["summary"] or {}).get("lines", []):
+        Console(highlight=False).print(line, soft_wrap=True)
 
 
 @app.command()

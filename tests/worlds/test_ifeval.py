@@ -170,3 +170,30 @@ def test_summary_pools_instructions_as_the_reference_does() -> None:
     lo, hi = s["intervals"]["strict"]
     assert lo <= f["strict"] <= hi
     assert any("SmolLM2-135M-Instruct 29.9" in line for line in s["lines"])
+
+
+SMOKE = Path(__file__).resolve().parents[2] / "examples" / "ifeval" / "smoke.yaml"
+
+
+def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(prompts: list[dict], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import evolve
+
+    report = evolve.run(str(SMOKE), out=tmp_path / "r")
+    d = dataset(seed=0, path=str(IFEVAL / "input_data.jsonl"), n_train=40, n_val=20, n_test=60)
+    # the scripted model echoes the prompt: the figures are the checkers' verdicts on the prompts themselves
+    want = summary(d["test"], [reward(t, {"reply": t["prompt"]}) for t in d["test"]])
+    got = report["world_summary"]["baseline"]["test"]
+    assert got["n"] == 60 and got["figures"] == pytest.approx(want["figures"])
+    assert 0 < got["figures"]["strict"] < 1
+    assert report["baseline"]["test"]["score"] == pytest.approx(
+        sum(reward(t, {"reply": t["prompt"]}).score for t in d["test"]) / 60, abs=1e-4)  # the report rounds to 4 places
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## The world's figures" in md and "SmolLM2-135M-Instruct 29.9" in md
+    r = subprocess.run([sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"),
+                        "--system", "baseline"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"average {100 * want['figures']['strict']:.1f}" in r.stdout
+    assert f"prompt-level loose  {100 * want['figures']['prompt_loose']:.1f}" in r.stdout

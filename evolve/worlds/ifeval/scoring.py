@@ -81,7 +81,7 @@ def summary(tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Any]) -> dict[
 def lines(fig: Mapping[str, float], ci: Mapping[str, tuple[float, float]], n: int) -> list[str]:
     """The figures as text lines, the cards' scores beside them."""
     pct = {k: 100 * v for k, v in fig.items()}
-    out = [f"IFEval on {n} prompts:",
+    out = [f"IFEval figures on {n} prompts:",
            f"  prompt-level strict {pct['prompt_strict']:.1f}  instruction-level strict {pct['inst_strict']:.1f}  "
            f"average {pct['strict']:.1f} [{100 * ci['strict'][0]:.1f}, {100 * ci['strict'][1]:.1f}]",
            f"  prompt-level loose  {pct['prompt_loose']:.1f}  instruction-level loose  {pct['inst_loose']:.1f}  "
