@@ -188,6 +188,7 @@ def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(prom
     got = report["world_summary"]["baseline"]["test"]
     assert got["n"] == 60 and got["figures"] == pytest.approx(want["figures"])
     assert 0 < got["figures"]["strict"] < 1
+    assert got["echo"] == 1.0  # every reply repeats the prompt, and the summary says so
     assert report["baseline"]["test"]["score"] == pytest.approx(
         sum(reward(t, {"reply": t["prompt"]}).score for t in d["test"]) / 60, abs=1e-4)  # the report rounds to 4 places
     md = (tmp_path / "r" / "report.md").read_text()

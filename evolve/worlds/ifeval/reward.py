@@ -5,7 +5,10 @@ credit, the signal RLVR trains on). The components hold what the benchmark's fou
 made of, so that any set of scored prompts can be summed into them
 (:func:`evolve.worlds.ifeval.scoring.summary`): ``instructions`` (how many), ``strict`` and
 ``loose`` (how many followed), ``prompt_strict`` and ``prompt_loose`` (1 when all were), and
-``strict:<id>`` / ``n:<id>`` per instruction type.
+``strict:<id>`` / ``n:<id>`` per instruction type; ``echo`` is 1 when the reply contains the whole
+prompt (repeating the prompt back scores 30.4 on IFEval's strict average, above SmolLM2-135M's
+card: ``bench/ifeval_floors.py``; a system that learns to echo is reward hacking, and the summary
+shows how often it happens).
 
 Feedback, for training and validation prompts only, names the instructions not followed (the
 reflective operators and Reflexion read it). A test prompt's feedback is empty: the grader's
@@ -37,7 +40,8 @@ def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
     loose = verdicts(reply, ids, kwargs, loose=True)
     n = len(ids)
     comps: dict[str, float] = {"instructions": float(n), "strict": float(sum(strict)), "loose": float(sum(loose)),
-                               "prompt_strict": float(all(strict)), "prompt_loose": float(all(loose))}
+                               "prompt_strict": float(all(strict)), "prompt_loose": float(all(loose)),
+                               "echo": float(bool(reply) and task["prompt"].strip().lower() in reply.lower())}
     for iid, ok in zip(ids, strict):
         comps[f"n:{iid}"] = comps.get(f"n:{iid}", 0.0) + 1
         comps[f"strict:{iid}"] = comps.get(f"strict:{iid}", 0.0) + float(ok)

@@ -8,7 +8,10 @@ From the rewards' components (:mod:`evolve.worlds.ifeval.reward`) of a set of pr
 * the strict and loose averages of the two levels, what the SmolLM2 model cards report as "IFEval
   (average prompt/inst)", with a 95% percentile-bootstrap interval over prompts (2,000 resamples,
   seeded, so a summary is the same on every reading);
-* per instruction type, the strict share followed.
+* per instruction type, the strict share followed;
+* the share of replies that repeat the whole prompt: the prompt repeated back scores
+  :data:`ECHO_FLOOR` on the strict average, above SmolLM2-135M's card, so a figure above the card
+  means little until this share is read beside it.
 
 :func:`summary` is the world's ``eval.summary`` hook: ``evolve eval`` prints its lines and the run
 report adds them for the baseline and the best system.
@@ -21,6 +24,7 @@ from typing import Any, Mapping, Sequence
 # "IFEval (average prompt/inst)" on the SmolLM2 model cards (lighteval: chat template, greedy, 1,280 new
 # tokens, bf16 weights; the cards do not say strict or loose)
 CARDS = {"SmolLM2-135M-Instruct": 29.9, "SmolLM2-360M-Instruct": 41.0, "SmolLM2-1.7B-Instruct": 56.7}
+ECHO_FLOOR = 30.4  # IFEval's strict average when every reply is the prompt itself (bench/ifeval_floors.py)
 FIGURES = ("prompt_strict", "inst_strict", "prompt_loose", "inst_loose", "strict", "loose")
 RESAMPLES = 2000
 
@@ -75,7 +79,10 @@ def summary(tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Any]) -> dict[
                 t[0] += r.get(f"strict:{k[2:]}", 0.0)
                 t[1] += v
     types = {k: v[0] / v[1] for k, v in sorted(by_type.items()) if v[1]}
-    return {"n": len(rows), "figures": fig, "intervals": ci, "by_type": types, "lines": lines(fig, ci, len(rows))}
+    echo = sum(r.get("echo", 0.0) for r in rows) / len(rows)
+    return {"n": len(rows), "figures": fig, "intervals": ci, "by_type": types, "echo": echo,
+            "lines": [*lines(fig, ci, len(rows)), f"  replies that repeat the whole prompt: {100 * echo:.1f}% (the prompt "
+                      f"alone scores {ECHO_FLOOR} strict on IFEval: bench/ifeval_floors.py)"]}
 
 
 def lines(fig: Mapping[str, float], ci: Mapping[str, tuple[float, float]], n: int) -> list[str]:
