@@ -197,7 +197,8 @@ node_types = Registry(
     },
 )
 # The loop's policies (evolve.loop.policies): acceptance of a child, the generation's minibatch, early stopping.
-acceptances = Registry("acceptance", {"two_stage": "evolve.loop.policies:TwoStage", "val_only": "evolve.loop.policies:ValOnly"})
+acceptances = Registry("acceptance", {"two_stage": "evolve.loop.policies:TwoStage", "val_only": "evolve.loop.policies:ValOnly",
+                                      "paired": "evolve.loop.policies:Paired"})
 minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop.policies:RandomMinibatch",
                                                     "fixed": "evolve.loop.policies:FixedMinibatch"})
 stoppings = Registry("stopping rule", {"budget": "evolve.loop.policies:BudgetOnly", "plateau": "evolve.loop.policies:Plateau"})

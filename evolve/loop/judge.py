@@ -10,6 +10,13 @@ both systems get ``samples`` more samples of every val task (sample indices 1..s
 other seeds; memoised like every rollout, counted against the budget) and their means over
 all samples are compared. The decision event records both means. A system's mean over all
 samples is its score from then on (``state["reevaluated"]``).
+
+``engine.acceptance: paired`` (:func:`paired_judge`, :func:`paired_promotion`) decides stage 2 and
+the promotion on the paired comparison of the two systems' val scores, task by task, with its
+interval (:func:`evolve.results.stats.paired`), instead of on a higher mean: a child joins the pool
+unless it is worse than its parent beyond the interval (more than ``val_tolerance``), and becomes
+the best only when its interval against the best lies wholly above zero. A gain that a val split of
+this size cannot tell from noise is then never kept, which is what holds on test.
 """
 
 from __future__ import annotations
@@ -43,19 +50,27 @@ def refine(session: "Session", system: System, gen: int) -> float:
     return mean
 
 
+def stage1(session: "Session", gen: int, cand: Candidate, minibatch: list | None, p_mb: float) -> Verdict | str:
+    """Stage 1 on the minibatch: the rejection, or the text the verdict starts with ("" when
+    ``minibatch`` is None: ``acceptance: val_only``)."""
+    if minibatch is None:
+        return ""
+    c_traj = session.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
+                              description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
+    c_mb = mean_score(c_traj)
+    if not c_mb > p_mb + session.task.engine.min_gain:
+        return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
+    return f"minibatch {c_mb:.3f} vs {p_mb:.3f}, "
+
+
 def judge(session: "Session", gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float,
           p_val: float) -> Verdict:
     """Stage 1 on the minibatch (skipped when ``minibatch`` is None: ``acceptance: val_only``), then
     stage 2 on validation (re-evaluated when close)."""
     cfg = session.task.engine
-    first = ""
-    if minibatch is not None:
-        c_traj = session.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
-                                  description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
-        c_mb = mean_score(c_traj)
-        if not c_mb > p_mb + cfg.min_gain:
-            return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
-        first = f"minibatch {c_mb:.3f} vs {p_mb:.3f}, "
+    first = stage1(session, gen, cand, minibatch, p_mb)
+    if isinstance(first, Verdict):
+        return first
     c_val, _ = session.evaluate(cand.system, "val", generation=gen)
     notes, how = [], "val"
     if cfg.reeval is not None and abs(c_val - p_val) <= cfg.reeval.margin:
@@ -92,4 +107,53 @@ def promotion(session: "Session", gen: int, cand: Candidate, verdict: Verdict, b
                         f"; not promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})")
     else:
         promoted = verdict.score > best.score
+    return promoted, (Scored(cand.system.id, verdict.score, gen) if promoted else best)
+
+
+def _paired_val(session: "Session", gen: int, a: System, b: System, z: float) -> dict[str, Any]:
+    """``b`` against ``a`` on the val tasks both were scored on (memoised rollouts), at ``z``."""
+    from evolve.results.stats import paired
+
+    session.evaluate(b, "val", generation=gen)
+    c = paired(session.task_scores(a, "val"), session.task_scores(b, "val"))
+    if c["ci95"] is not None and z != 1.96:  # the interval at another confidence: the same spread, rescaled
+        half = c["ci95"] * z / 1.96
+        c.update(ci95=half, low=max(-1.0, c["diff"] - half), high=min(1.0, c["diff"] + half))
+    return c
+
+
+def _shown(c: dict[str, Any]) -> str:
+    if c["low"] is None:
+        return f"{100 * (c['diff'] or 0):+.1f} points (n={c['n']}, no interval)"
+    return f"{100 * c['diff']:+.1f} points [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] on {c['n']} val tasks"
+
+
+def paired_judge(session: "Session", gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float,
+                 z: float) -> Verdict:
+    """Stage 1 as ``two_stage``; stage 2 rejects a child whose paired val interval against its
+    parent lies wholly below ``-val_tolerance``."""
+    first = stage1(session, gen, cand, minibatch, p_mb)
+    if isinstance(first, Verdict):
+        return first
+    c = _paired_val(session, gen, parent, cand.system, z)
+    score = c["b"] if c["b"] is not None else 0.0
+    note = {"against": "parent", "system": parent.id, "paired": {k: c[k] for k in ("n", "diff", "low", "high")}}
+    upper = c["high"] if c["high"] is not None else c["diff"]
+    if upper is None or upper < -session.task.engine.val_tolerance:
+        return Verdict(False, score, f"rejected at stage 2: paired {_shown(c)} vs its parent", [note])
+    return Verdict(True, score, f"accepted: {first}paired {_shown(c)} vs its parent", [note])
+
+
+def paired_promotion(session: "Session", gen: int, cand: Candidate, verdict: Verdict, best: Scored,
+                     z: float) -> tuple[bool, Scored]:
+    """The accepted child becomes the best only when its paired val interval against the best
+    lies wholly above zero; the verdict says the interval either way."""
+    if best.system_id == cand.system.id:
+        return False, best
+    c = _paired_val(session, gen, session.archive.get_system(best.system_id), cand.system, z)
+    promoted = c["low"] is not None and c["low"] > 0
+    verdict.reeval.append({"against": "best", "system": best.system_id,
+                           "paired": {k: c[k] for k in ("n", "diff", "low", "high")}})
+    verdict.why += (f"; promoted (paired {_shown(c)} vs the best)" if promoted else
+                    f"; not promoted (paired {_shown(c)} vs the best: the interval is not above 0)")
     return promoted, (Scored(cand.system.id, verdict.score, gen) if promoted else best)

@@ -11,7 +11,9 @@ promoted (made current)::
 ``two_stage`` (default): better than its parent on the generation's training minibatch by more
 than ``engine.min_gain``, then not worse on validation by more than ``engine.val_tolerance``
 (:mod:`evolve.loop.judge`, with ``engine.reeval`` for noisy graders); promoted when it beats the best.
-``val_only``: stage 2 alone (a child is never rolled out on the minibatch).
+``val_only``: stage 2 alone (a child is never rolled out on the minibatch). ``paired``: stage 1,
+then stage 2 and the promotion on the paired val comparison with its interval, not on a higher mean
+(``engine.acceptance_params: {z: 1.96}``; :mod:`evolve.loop.judge`).
 
 **Minibatch sampler** — the training tasks a generation's parents and children are compared on::
 
@@ -30,7 +32,8 @@ score has not risen for ``patience`` generations (``engine.stopping_params: {pat
 
 Each is named in the task file (``engine.acceptance``, ``engine.minibatch_sampler``,
 ``engine.stopping``), registered in :mod:`evolve.registry` (or an import path), and built once per
-run with no arguments (``stopping`` with ``engine.stopping_params``). All must be deterministic
+run with no arguments (``stopping`` with ``engine.stopping_params``, ``acceptance`` with
+``engine.acceptance_params``). All must be deterministic
 given their inputs, so a resumed run decides the same.
 """
 
@@ -39,7 +42,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from evolve.loop.judge import Verdict, judge, promotion
+from evolve.loop.judge import Verdict, judge, paired_judge, paired_promotion, promotion
 
 if TYPE_CHECKING:
     from evolve.loop.selectors import Scored
@@ -75,6 +78,46 @@ class ValOnly(TwoStage):
     def judge(self, session: "Session", generation: int, candidate: "Candidate", minibatch: list[dict],
               parent: "System", parent_minibatch_score: float, parent_val_score: float) -> Verdict:
         return judge(session, generation, candidate, None, parent, parent_minibatch_score, parent_val_score)
+
+
+class Paired(TwoStage):
+    """Stage 1 on the minibatch, then stage 2 and the promotion decided on the paired val
+    comparison and its interval at ``z`` (1.96: 95%): a child is rejected only when it is worse
+    than its parent beyond the interval, and kept as the best only when its interval against the
+    best is above zero (see :mod:`evolve.loop.judge`)."""
+
+    def __init__(self, z: float = 1.96) -> None:
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z > 0:
+            raise ValueError(f"z must be a positive number (1.96 for a 95% interval), not {z!r}")
+        self.z = float(z)
+
+    def judge(self, session: "Session", generation: int, candidate: "Candidate", minibatch: list[dict],
+              parent: "System", parent_minibatch_score: float, parent_val_score: float) -> Verdict:
+        return paired_judge(session, generation, candidate, minibatch, parent, parent_minibatch_score, self.z)
+
+    def promote(self, session: "Session", generation: int, candidate: "Candidate", verdict: Verdict,
+                best: "Scored") -> tuple[bool, "Scored"]:
+        return paired_promotion(session, generation, candidate, verdict, best, self.z)
+
+
+class Paired(TwoStage):
+    """Stage 1 on the minibatch, then stage 2 and the promotion decided on the paired val
+    comparison and its interval at ``z`` (1.96: 95%): a child is rejected only when it is worse
+    than its parent beyond the interval, and kept as the best only when its interval against the
+    best is above zero (see :mod:`evolve.loop.judge`)."""
+
+    def __init__(self, z: float = 1.96) -> None:
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z > 0:
+            raise ValueError(f"z must be a positive number (1.96 for a 95% interval), not {z!r}")
+        self.z = float(z)
+
+    def judge(self, session: "Session", generation: int, candidate: "Candidate", minibatch: list[dict],
+              parent: "System", parent_minibatch_score: float, parent_val_score: float) -> Verdict:
+        return paired_judge(session, generation, candidate, minibatch, parent, parent_minibatch_score, self.z)
+
+    def promote(self, session: "Session", generation: int, candidate: "Candidate", verdict: Verdict,
+                best: "Scored") -> tuple[bool, "Scored"]:
+        return paired_promotion(session, generation, candidate, verdict, best, self.z)
 
 
 class MinibatchSampler(Protocol):
@@ -128,9 +171,11 @@ def build_policies(engine_cfg: Any) -> tuple[Acceptance, MinibatchSampler, Stopp
     """The acceptance, sampler and stopping rule an ``engine`` section names (built once per run)."""
     from evolve.registry import acceptances, minibatch_samplers, stoppings
 
-    return (acceptances.get(engine_cfg.acceptance)(), minibatch_samplers.get(engine_cfg.minibatch_sampler)(),
+    return (acceptances.get(engine_cfg.acceptance)(**engine_cfg.acceptance_params),
+            minibatch_samplers.get(engine_cfg.minibatch_sampler)(),
             stoppings.get(engine_cfg.stopping)(**engine_cfg.stopping_params))
 
 
-__all__ = ["Acceptance", "BudgetOnly", "FixedMinibatch", "MinibatchSampler", "Plateau", "RandomMinibatch", "Stopping",
+__all__ = ["Acceptance", "BudgetOnly", "FixedMinibatch", "MinibatchSampler", "Paired", "Plateau", "RandomMinibatch",
+           "Stopping",
            "TwoStage", "ValOnly", "build_policies"]

@@ -194,8 +194,11 @@ class EngineConfig(Strict):
     val_size: int | None = Field(None, ge=1, description="validation tasks used (default: all)")
     test_size: int | None = Field(None, ge=1, description="test tasks used (default: all)")
     reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
-    acceptance: str = Field("two_stage", description="two_stage (minibatch, then val) | val_only | an import path "
+    acceptance: str = Field("two_stage", description="two_stage (minibatch, then val) | val_only | paired (minibatch, "
+                            "then val and promotion on the paired interval) | an import path "
                             "(evolve.loop.policies.Acceptance)")
+    acceptance_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {z: 2.58} for paired (a 99% "
+                                              "interval; 1.96 by default)")
     minibatch_sampler: str = Field("random", description="random (anew each generation) | fixed | an import path")
     stopping: str = Field("budget", description="budget (the budgets alone) | plateau | an import path")
     stopping_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {patience: 2} for plateau")

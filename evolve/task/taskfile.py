@@ -265,7 +265,7 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                              ("engine.stopping", stoppings, e.stopping)):
         if name not in reg and ":" not in name:
             raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
-    for field, reg, name, params in (("engine.acceptance", acceptances, e.acceptance, {}),
+    for field, reg, name, params in (("engine.acceptance", acceptances, e.acceptance, e.acceptance_params),
                                      ("engine.minibatch_sampler", minibatch_samplers, e.minibatch_sampler, {}),
                                      ("engine.stopping", stoppings, e.stopping, e.stopping_params)):
         try:
@@ -273,7 +273,7 @@ def _check_operators(task: TaskConfig, source: str) -> None:
         except UserError as e2:
             raise ConfigError(str(e2), path=field, source=source) from None
         except (TypeError, ValueError) as e2:
-            where = "engine.stopping_params" if params else field
+            where = f"{field}_params" if params else field
             raise ConfigError(f"{name}: {e2}", path=where, source=source) from None
     _check_selector_params(task, source)
     from evolve.registry import llm_backends

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,22 @@ def test_an_acceptance_of_ones_own_by_import_path(tmp_path):
     assert decisions and all(e["accepted"] and "unconditionally" in e["why"] for e in decisions)
     assert report["best"]["system_id"] == report["baseline"]["system_id"]  # never promoted
     assert json.loads((tmp_path / "r" / "report.json").read_text())["stop_reason"] == "generations done"
+
+
+def test_paired_acceptance_keeps_only_a_gain_whose_val_interval_is_above_zero(tmp_path):
+    paired = evolve.run(toy(acceptance="paired"), out=tmp_path / "p")
+    assert paired["best"]["test"]["score"] == 1.0  # "add carefully" beats the rest beyond noise on 20 val tasks
+    events = Archive(tmp_path / "p", create=False).events("decision")
+    promoted = [e for e in events if "; promoted (paired" in e["why"]]
+    assert promoted and all(e["reeval"][-1]["paired"]["low"] > 0 for e in promoted)
+    assert all(re.search(r"paired [+-]\d+\.\d points \[[+-]\d+\.\d, [+-]\d+\.\d\] on 20 val tasks", e["why"])
+               for e in events if e["accepted"])
+    # at an interval no 20-task gain can clear, no child is kept as the best, though some beat their parent's mean
+    strict = evolve.run(toy(acceptance="paired", acceptance_params={"z": 50}), out=tmp_path / "s")
+    assert strict["best"]["system_id"] == strict["baseline"]["system_id"]
+    events = Archive(tmp_path / "s", create=False).events("decision")
+    assert any(e["accepted"] and "not promoted" in e["why"] for e in events)
+    with pytest.raises(ConfigError, match="engine.acceptance_params"):
+        validate_task(toy(acceptance="paired", acceptance_params={"z": 0}))
+    with pytest.raises(ConfigError, match="engine.acceptance_params"):
+        validate_task(toy(acceptance="two_stage", acceptance_params={"z": 2}))
