@@ -44,11 +44,12 @@ class Engine:
     since: float = field(default_factory=time.time)
     before: set[str] = field(default_factory=set)  # image ids present when the session began
 
-    def task(self, folder: Path, **more: Any) -> dict:
-        """The Harbor task in ``folder`` with this engine's image map (its bases the local stand-ins)."""
+    def task(self, folder: Path, allow_env: tuple[str, ...] | list[str] = (), **more: Any) -> dict:
+        """The Harbor task in ``folder`` with this engine's image map (its bases the local stand-ins),
+        reading the host variables in ``allow_env``."""
         from evolve.worlds.harbor.task import load_task
 
-        return {**load_task(folder), "images": self.images, **more}
+        return {**load_task(folder, allow_env=allow_env), "images": self.images, **more}
 
 
 def _client(timeout: float = 5.0) -> Any:

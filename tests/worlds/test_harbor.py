@@ -82,8 +82,8 @@ def test_a_task_folder_loads_with_harbors_keys(tmp_path):
     (dict(toml="[agent\ntimeout_sec = 1\n"), "task.toml is not valid TOML"),
     (dict(toml="[environment]\nos = \"windows\"\n"), "only Linux environments"),
     (dict(toml="[verifier]\nenv = { KEY = \"${EVOLVEKIT_NO_SUCH_VAR}\" }\n"), "[verifier] env KEY = "
-     "'${EVOLVEKIT_NO_SUCH_VAR}' takes its value from the host's environment variable EVOLVEKIT_NO_SUCH_VAR, which is "
-     "not set here; export EVOLVEKIT_NO_SUCH_VAR"),
+     "'${EVOLVEKIT_NO_SUCH_VAR}' reads the host's environment variable EVOLVEKIT_NO_SUCH_VAR, which a task gets only "
+     "when you allow it: allow it in your task file (dataset.params.allow_env: [EVOLVEKIT_NO_SUCH_VAR])"),
     (dict(toml="[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n"),
      "network_mode = 'allowlist' (allowed_hosts): the harbor world has no egress filter"),
     (dict(toml="[agent]\nnetwork_mode = \"internet\"\n"), "[agent] network_mode = 'internet'; use 'no-network' or"),
@@ -117,8 +117,8 @@ def test_finding_tasks_names_what_is_not_there(tmp_path):
 BAD = {  # task id: (status, a piece of the reason)
     "run-before-workdir": ("unsupported", "line 2: RUN 'mkdir -p /opt/tool && echo x > /opt/tool/conf' exited 1 in "
                                           "the sandbox"),
-    "host-var": ("unsupported", "env API_KEY = '${EVOLVEKIT_NO_SUCH_VAR}' takes its value from the host's environment "
-                                "variable EVOLVEKIT_NO_SUCH_VAR, which is not set here"),
+    "host-var": ("unsupported", "env API_KEY = '${EVOLVEKIT_NO_SUCH_VAR}' reads the host's environment variable "
+                                "EVOLVEKIT_NO_SUCH_VAR, which a task gets only when you allow it"),
     "multi-step-no-reward": ("broken", "RewardFileNotFoundError: tests/test.sh wrote no reward file"),
     "bad-toml": ("invalid", "task.toml is not valid TOML"),
     "bad-split": ("invalid", "[metadata] split = 'holdout'"),

@@ -1,6 +1,7 @@
 """Building Harbor tasks' images on a real engine (evolve/worlds/harbor/build.py): the image map for
 bases no registry gives here, BuildKit heredocs on an engine without BuildKit, builds that reach the
-package mirror through the host network, and failed builds that leave nothing behind."""
+package mirror through the host network only when the user opts in, and failed builds that leave
+nothing behind."""
 
 from __future__ import annotations
 
@@ -83,10 +84,10 @@ def _task(tmp_path, name: str, dockerfile: str, test: str, solve: str, files: di
     return d
 
 
-def _episode(engine, folder, *, solve: bool = True) -> dict:
+def _episode(engine, folder, *, solve: bool = True, **more) -> dict:
     from evolve.worlds.harbor.docker_env import DockerEnvironment
 
-    env = DockerEnvironment(engine.task(folder), engine.client)
+    env = DockerEnvironment(engine.task(folder, **more), engine.client)
     try:
         if solve:
             env.solve()
@@ -115,11 +116,18 @@ def test_public_shapes_build_on_the_engine_here(docker_engine, tmp_path):
     assert got["score"] == 1.0, got
 
 
-def test_a_build_reaches_the_package_mirror_through_the_host_network(docker_engine, tmp_path):
+def test_a_build_reaches_the_package_mirror_through_the_host_network_only_when_the_user_opts_in(docker_engine,
+                                                                                                tmp_path):
+    from evolve.worlds.harbor.outcome import EnvironmentError_
+
     d = _task(tmp_path, "apt", dockerfile="FROM debian:bookworm\nRUN apt-get update -q && apt-get install -y -q "
               "--no-install-recommends jq && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n",
               test="echo '{\"a\": 1}' | jq -e '.a == 1' && echo 1 > /logs/verifier/reward.txt\n", solve="true\n")
-    assert _episode(docker_engine, d)["score"] == 1.0
+    if "bridge" not in {n.name for n in docker_engine.client.networks.list()}:  # the engine the tests start
+        with pytest.raises(EnvironmentError_, match="the build ran without a network") as e:
+            _episode(docker_engine, d)
+        assert "dataset.params.build_network: host" in e.value.reason and "dataset.params.images" in e.value.reason
+    assert _episode(docker_engine, d, build_network="host")["score"] == 1.0
 
 
 def test_a_failed_build_is_the_tasks_environment_failing_and_leaves_no_container(docker_engine, tmp_path):

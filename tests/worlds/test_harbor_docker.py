@@ -151,18 +151,21 @@ def test_one_persistent_shell_per_episode(engine, tmp_path):
 
 def test_env_values_come_from_the_host_and_never_reach_the_task(engine, tmp_path, monkeypatch):
     """``${VAR}`` / ``${VAR:-default}`` in [environment], [verifier] and [solution] env are read from
-    the host when the environment opens (the task dict keeps the template, so no secret reaches a
-    run's files); a missing one without a default leaves the task out naming it."""
+    the host when the environment opens, for a variable the user allowed (the task dict keeps the
+    template, so no value reaches a run's files, and the value is masked in what comes back); one
+    not allowed takes its default."""
     folder = SHAPES / "host-var-greeting"
     monkeypatch.setenv("EVOLVEKIT_GREETING_NAME", "Grace")
-    t = task_of(engine, folder)
+    t = task_of(engine, folder, allow_env=["EVOLVEKIT_GREETING_NAME"])
     assert t["verifier_env"] == {"EXPECTED_NAME": "${EVOLVEKIT_GREETING_NAME:-harbor}"}
     assert "Grace" not in json.dumps(t)
     good = play(t, ["```bash\necho \"hello, $GREETING_NAME\" > /app/hello.txt; cat /app/hello.txt\n```", "DONE"])
-    assert good.score == 1.0 and shells(good)[0]["stdout"] == "hello, Grace\n", good.reward
+    assert good.score == 1.0 and shells(good)[0]["stdout"] == "hello, ***\n", good.reward  # Grace, masked
     wrong = play(t, ["```bash\necho 'hello, harbor' > /app/hello.txt\n```", "DONE"])
     assert wrong.score == 0.0  # the verifier's EXPECTED_NAME is the host's value too
     assert check_task(t, "docker", cache=False)["status"] == "ok"  # [solution] env reached solve.sh
+    unallowed = task_of(engine, folder)  # set, but not allowed: the default
+    assert play(unallowed, ["```bash\necho \"hello, $GREETING_NAME\" > /app/hello.txt\n```", "DONE"]).score == 1.0
     monkeypatch.delenv("EVOLVEKIT_GREETING_NAME")
     assert check_task(task_of(engine, folder), "docker", cache=False)["trials"]["oracle"]["reward"] == 1.0
 

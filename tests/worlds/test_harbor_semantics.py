@@ -81,7 +81,11 @@ def test_harbors_defaults_and_the_sections_the_world_reads(tmp_path):
     assert (t["agent_user"], t["verifier_user"], t["cpus"]) == ("dev", "0", 2.0)
     assert t["solution_env"] == {"MODE": "fast", "KEY": "${EVOLVEKIT_TEST_KEY:-none}"}
     assert t["network"] == {"agent": "no-network", "verifier": "no-network", "declared": ["agent", "verifier"]}
-    assert t["notes"] == ["[environment] storage_mb = 10240 is not enforced (no disk quota here)"]
+    assert t["notes"] == ["[environment] storage_mb = 10240 is not enforced (no disk quota here)",
+                          "task.toml: [solution] env KEY = '${EVOLVEKIT_TEST_KEY:-none}': the host's EVOLVEKIT_TEST_KEY "
+                          "is not passed to tasks, so its default is used; to pass it, allow it in your task file "
+                          "(dataset.params.allow_env: [EVOLVEKIT_TEST_KEY]) or on the command line (--allow-env "
+                          "EVOLVEKIT_TEST_KEY)"]
     assert load_task(single(tmp_path, "d"))["network"] == {"agent": "public", "verifier": "public", "declared": []}
     json.dumps(t)
 

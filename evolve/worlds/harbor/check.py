@@ -95,17 +95,28 @@ def trial(task: dict, backend: str, *, solve: bool) -> dict[str, Any]:
     return out
 
 
+def host_env(task: dict) -> dict[str, str]:
+    """The host variables the task's ``${VAR}`` values read, each ``allowed`` or ``not allowed``."""
+    allowed = set(task.get("allow_env") or ())
+    return {v: "allowed" if v in allowed else "not allowed" for v in task.get("host_env") or ()}
+
+
 def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict[str, Any]:
     """``{"id", "status": "ok" | "broken" | "unsupported" | "unverified", "why", "trials": {"nop",
     "oracle"} (:func:`trial`), "untouched", "solved" (their verdicts), "notes", "seconds",
-    "backend"}``. ``unverified``: the task has no ``solution/solve.sh`` (kept, but nothing shows it
+    "backend", "host_env" (:func:`host_env`)}``. ``unverified``: the task has no ``solution/solve.sh`` (kept, but nothing shows it
     can be solved). An environment that cannot even be built is ``broken`` too, with its error, or
     ``unsupported`` when this backend cannot carry it out (the reason names what can)."""
     from evolve.worlds.harbor.environment import docker_client
 
     resolved = backend if backend != "auto" else ("docker" if os.environ.get("EVOLVE_HARBOR_BACKEND") != "sandbox"
                                                   and docker_client(timeout=2) else "sandbox")
-    mapped = json.dumps(task.get("images") or {}, sort_keys=True)  # another image map: checked again
+    # another image map, build network, capability set or allowed variable: checked again
+    setting = {k: task.get(k) for k in ("build_network", "capabilities", "allow_env") if task.get(k) not in
+               (None, "auto", "reduced", [])}
+    mapped = json.dumps({**({"images": task["images"]} if task.get("images") else {}), **setting}, sort_keys=True)
+    if set(json.loads(mapped)) == {"images"}:  # the image map alone: the key it always had
+        mapped = json.dumps(task["images"], sort_keys=True)
     salt = "" if mapped == "{}" else "-" + hashlib.sha256(mapped.encode()).hexdigest()[:8]
     key = cache_root() / "checks" / f"{task['id']}-{task['digest']}-{resolved}{salt}.json"
     if cache and key.is_file():
@@ -115,7 +126,7 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
             pass
     t0 = time.monotonic()
     out: dict[str, Any] = {"id": task["id"], "backend": resolved, "untouched": None, "solved": None, "trials": {},
-                           "notes": list(task.get("notes") or [])}
+                           "notes": list(task.get("notes") or []), "host_env": host_env(task)}
     nop = out["trials"]["nop"] = trial(task, resolved, solve=False)
     out["untouched"] = nop["verdict"]
     if nop["exception_type"]:
@@ -153,4 +164,4 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
     return out
 
 
-__all__ = ["cache_root", "check_task", "trial"]
+__all__ = ["cache_root", "check_task", "host_env", "trial"]

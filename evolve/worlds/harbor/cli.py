@@ -2,7 +2,8 @@
 sound (tests fail untouched, its solution passes); each task's status is ``ok``, ``unverified``
 (no solution), ``broken``, ``unsupported`` or ``invalid``, with the reason, and what Harbor's trial
 result would say of its ``nop`` and ``oracle`` trials (the reward, every component, the exception
-type when the trial failed); exit 1 when one would be left out of a run.
+type when the trial failed), and the host variables its ``${VAR}`` values read (each ``allowed``
+with ``--allow-env NAME`` or not: :mod:`.hostenv`); exit 1 when one would be left out of a run.
 
 Mounted by :mod:`evolve.cli.commands` through :data:`evolve.registry.commands`."""
 
@@ -31,6 +32,14 @@ def check_command(
     image: list[str] = typer.Option([], "--image", help="NAME=LOCAL: build a FROM (or docker_image) naming NAME on "
                                     "the local image LOCAL (the image map, for machines that reach no registry); "
                                     "repeat it for more."),
+    allow_env: list[str] = typer.Option([], "--allow-env", metavar="NAME", help="Let a task's ${NAME} read the "
+                                        "host's variable NAME (none is read otherwise; its value is masked in all "
+                                        "output); repeat it for more."),
+    build_network: str = typer.Option("auto", "--build-network", help="auto (the engine's bridge network, none "
+                                      "where it has none), none, or host: the machine's own network, for tasks "
+                                      "you trust with its loopback services."),
+    capabilities: str = typer.Option("reduced", "--capabilities", help="reduced (the capabilities published tasks "
+                                     "need) or docker (the engine's defaults) in the containers."),
 ) -> None:
     """Check every task: it loads, its tests fail on the untouched environment, its solution passes."""
     from rich.console import Console
@@ -42,6 +51,17 @@ def check_command(
     from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 
     check_backend(environment)
+    from evolve.worlds.harbor.build import check_build_network
+    from evolve.worlds.harbor.docker_env import CAPABILITIES
+    from evolve.worlds.harbor.hostenv import check_names
+
+    check_build_network(build_network, "--build-network")
+    allowed = check_names(allow_env, "--allow-env")
+    if capabilities not in CAPABILITIES:
+        from evolve.errors import UserError
+
+        raise UserError(f"--capabilities {capabilities!r}: use one of {', '.join(CAPABILITIES)}")
+    settings = {"build_network": build_network, "capabilities": capabilities}
     images = {}
     for item in image:
         name, sep, local = item.partition("=")
@@ -53,25 +73,27 @@ def check_command(
     rows = []
     for folder in find_tasks([str(f) for f in folders]):
         try:
-            task = load_task(folder)
+            task = load_task(folder, allow_env=allowed)
         except TaskError as e:
             rows.append({"id": folder.name, "status": e.status, "why": e.reason, "seconds": 0.0, "backend": "",
-                         "trials": {}, "notes": []})
+                         "trials": {}, "notes": [], "host_env": {}})
             continue
-        rows.append(check_task({**task, "images": images} if images else task, environment, cache=not no_cache))
+        rows.append(check_task({**task, **settings, **({"images": images} if images else {})}, environment,
+                               cache=not no_cache))
     bad = sum(r["status"] in LEFT_OUT for r in rows)
     if as_json:
         for r in rows:
             print(json.dumps(r))
     else:
         t = Table(title=f"{len(rows)} Harbor task(s)")
-        for col in ("task", "status", "nop", "oracle", "backend", "s", "why"):
+        for col in ("task", "status", "nop", "oracle", "backend", "s", "host vars", "why"):
             t.add_column(col, overflow="fold")
         for r in rows:
             style = {"ok": "green", "unverified": "yellow"}.get(r["status"], "red")
             trials = r.get("trials") or {}
             t.add_row(r["id"], f"[{style}]{r['status']}[/{style}]", _said(trials.get("nop")),
                       _said(trials.get("oracle")), r.get("backend", ""), f"{r.get('seconds', 0):.1f}",
+                      " ".join(f"{v} ({how})" for v, how in (r.get("host_env") or {}).items()),
                       "; ".join([r.get("why", "")] + list(r.get("notes") or [])).strip("; "))
         Console().print(t)
     raise typer.Exit(1 if bad else 0)

@@ -44,14 +44,18 @@ def _resolve(source: Any, base_dir: Path | None) -> list[str]:
 
 def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val: float = 0.25, test: float = 0.25,
             environment: str = "auto", check: bool = True, splits: dict | None = None,
-            split_salt: str = "", images: dict | None = None, build_network: str = "auto") -> dict[str, list[dict]]:
+            split_salt: str = "", images: dict | None = None, build_network: str = "auto",
+            allow_env: list[str] | None = None, capabilities: str = "reduced") -> dict[str, list[dict]]:
     """``{"train", "val", "test"}`` lists of task dicts (:func:`.task.load_task`, plus ``split`` and
     ``backend``). ``source``: a task folder, a folder of them or a list (relative to the task file);
     ``val``/``test``: shares of the hash line; ``environment``: ``auto`` | ``sandbox`` | ``docker``;
     ``check``: run each task's solution first and leave out broken ones; ``splits``: ``{split:
     [task ids]}`` pinning tasks; ``images``: the image map for the docker backend (``{"ubuntu:24.04":
     "a-local-image"}``: a base the engine cannot pull, built on a local stand-in, :mod:`.build`);
-    ``build_network``: the network builds use (``auto``: host where the engine has no bridge network).
+    ``build_network``: the network builds use (``auto``: the engine's bridge network, none where it has
+    none; ``host`` only as this explicit choice, :mod:`.build`); ``allow_env``: the host's environment
+    variables a task's ``${VAR}`` may read (none by default, :mod:`.hostenv`); ``capabilities``:
+    ``reduced`` (the default) or ``docker`` (the engine's default capabilities in the containers).
     ``seed`` does not move tasks between splits."""
     from evolve.worlds.harbor.environment import check_backend
     from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
@@ -60,6 +64,15 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
         raise ConfigError("the harbor world needs its tasks: dataset: {source: path/to/tasks} (a Harbor task "
                           "folder, a folder of them, or a list)", path="dataset.source")
     check_backend(environment)
+    from evolve.worlds.harbor.build import check_build_network
+    from evolve.worlds.harbor.docker_env import CAPABILITIES
+    from evolve.worlds.harbor.hostenv import check_names
+
+    check_build_network(build_network)
+    allowed = check_names(allow_env, "dataset.params.allow_env")
+    if capabilities not in CAPABILITIES:
+        raise ConfigError(f"capabilities {capabilities!r}: use reduced (the default: the capabilities published "
+                          "tasks need) or docker (the engine's defaults)", path="dataset.params.capabilities")
     if not isinstance(images or {}, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
                                                      for k, v in (images or {}).items()):
         raise ConfigError(f"dataset.params.images must map image names to local images, e.g. {{'ubuntu:24.04': "
@@ -76,7 +89,8 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     tasks, excluded = [], []  # excluded: (task id, status, reason)
     for folder in find_tasks(_resolve(source, base_dir)):
         try:
-            tasks.append({**load_task(folder), "images": dict(images or {}), "build_network": build_network})
+            tasks.append({**load_task(folder, allow_env=allowed), "images": dict(images or {}),
+                          "build_network": build_network, "capabilities": capabilities})
         except TaskError as e:
             excluded.append((folder.name, e.status, e.reason))
     known = {t["id"] for t in tasks} | {tid for tid, _, _ in excluded}

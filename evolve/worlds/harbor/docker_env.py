@@ -8,7 +8,6 @@ API (``get_archive``, or ``tail`` in the container), never through a host path."
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tarfile
 import tempfile
@@ -17,11 +16,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evolve.worlds.harbor.build import labels
 from evolve.worlds.harbor.outcome import TEXT_LIMIT, EnvironmentError_, tail
 
-_IMAGES: dict[str, str] = {}
-_IMAGE_LOCK = threading.Lock()
+# The capabilities an episode's and a verifier's container keep (Docker's defaults less NET_RAW,
+# MKNOD, AUDIT_WRITE, SETFCAP, SETPCAP, SYS_CHROOT and NET_BIND_SERVICE, which no published task
+# measured here needs: docs/worlds.md); ``capabilities: docker`` keeps Docker's defaults.
+KEPT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+CAPABILITIES = ("reduced", "docker")
 
+
+def capabilities(setting: str) -> dict[str, Any]:
+    """The ``containers.run`` keywords for ``setting``: ``reduced`` (every capability dropped but
+    :data:`KEPT_CAPS`) or ``docker`` (the engine's defaults)."""
+    if setting == "docker":
+        return {}
+    if setting != "reduced":
+        raise ValueError(f"capabilities {setting!r}: use one of {', '.join(CAPABILITIES)}")
+    return {"cap_drop": ["ALL"], "cap_add": list(KEPT_CAPS)}
 
 def docker_client(timeout: float = 3.0) -> Any:
     """A docker client whose engine answered a ping, or None (no SDK, no engine)."""
@@ -129,7 +141,7 @@ class DockerEnvironment:
                 image, command=["sleep", "infinity"], detach=True, init=True, working_dir=self.workdir,
                 network_mode=network, network_disabled=network == "none", mem_limit=f"{mem}m", memswap_limit=f"{mem}m",
                 pids_limit=512, nano_cpus=int((self.task.get("cpus") or 1.0) * 1e9), environment=self.variables,
-                labels={"evolvekit": "harbor"})
+                labels=labels(), **capabilities(self.task.get("capabilities") or "reduced"))
         except Exception as e:  # noqa: BLE001 - the engine refused: the world failing
             raise EnvironmentError_(self.task, f"the container did not start: {type(e).__name__}: {e}") from None
         try:
@@ -144,62 +156,9 @@ class DockerEnvironment:
         return ct
 
     def _image(self) -> str:
-        """The task's image: ``[environment] docker_image`` (through the image map), else its
-        Dockerfile built as :mod:`.build` rewrites it, once per task content and rewrite."""
-        from evolve.worlds.harbor.build import BuildfileError, rewrite
+        from evolve.worlds.harbor.build import task_image
 
-        images = dict(self.task.get("images") or {})
-        if self.task.get("docker_image"):
-            return images.get(str(self.task["docker_image"]), str(self.task["docker_image"]))
-        self._check_context()
-        from evolve.sandbox.beneath import Refused, read
-
-        try:
-            text = (read(self.task["path"], "environment/Dockerfile", limit=1 << 20) or b"").decode("utf-8", "replace")
-            dockerfile = rewrite(text, images)
-        except (Refused, BuildfileError) as e:
-            raise EnvironmentError_(self.task, f"environment/Dockerfile: {e}", status="unsupported") from None
-        digest = hashlib.sha256(dockerfile.encode()).hexdigest()[:12]
-        tag = f"evolvekit-harbor/{self.task['id'].lower()}:{self.task['digest']}-{digest}"
-        with _IMAGE_LOCK:
-            if tag in _IMAGES:
-                return tag
-            try:
-                self.client.images.get(tag)
-            except Exception:  # noqa: BLE001 - not built yet
-                self._build(dockerfile, tag)
-            _IMAGES[tag] = tag
-            return tag
-
-    def _build(self, dockerfile: str, tag: str) -> None:
-        """``docker build`` of environment/ with ``dockerfile`` (sent inside the context, never written
-        into the task folder), on the build network; a failed build leaves no container behind."""
-        from evolve.worlds.harbor.build import build_network
-
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "Dockerfile"
-            path.write_text(dockerfile)
-            try:
-                self.client.images.build(path=str(Path(self.task["path"]) / "environment"), dockerfile=str(path),
-                                         tag=tag, rm=True, forcerm=True, labels={"evolvekit": "harbor"},
-                                         network_mode=build_network(self.client, self.task.get("build_network",
-                                                                                                "auto")),
-                                         timeout=int(self.task["build_timeout"]))
-            except Exception as e:  # noqa: BLE001 - a failed build: the task's environment is broken
-                raise EnvironmentError_(self.task, f"docker build of environment/ failed: {type(e).__name__}: "
-                                        f"{tail(str(e), 800)}") from None
-
-    def _check_context(self) -> None:
-        """The SDK tars environment/ without following links, but reads .dockerignore by its path."""
-        from evolve.sandbox.beneath import Refused, kind
-
-        try:
-            k = kind(self.task["path"], "environment/.dockerignore")
-        except Refused as e:
-            k = str(e)
-        if k not in (None, "file"):
-            raise EnvironmentError_(self.task, "environment/.dockerignore is not a regular file; the host reads a "
-                                    "task's files without following links")
+        return task_image(self.task, self.client)
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -403,4 +362,4 @@ def _only_plain(data: bytes, task: dict) -> bytes:
     return out.getvalue()
 
 
-__all__ = ["DockerEnvironment", "docker_client", "networks"]
+__all__ = ["CAPABILITIES", "KEPT_CAPS", "DockerEnvironment", "capabilities", "docker_client", "networks"]

@@ -72,7 +72,16 @@ def check_backend(name: str) -> str:
 
 
 def open_environment(task: dict, backend: str = "auto") -> Environment:
-    """A fresh environment for one episode of ``task`` on ``backend`` (see the module docstring)."""
+    """A fresh environment for one episode of ``task`` on ``backend`` (see the module docstring); the
+    values of the host variables the user allowed it are masked in all it answers (:mod:`.hostenv`)."""
+    from evolve.worlds.harbor.hostenv import MaskedEnvironment, secrets
+
+    hidden = secrets(task)
+    env = _open(task, backend)
+    return MaskedEnvironment(env, hidden) if hidden else env
+
+
+def _open(task: dict, backend: str) -> Environment:
     check_backend(backend)
     if backend == "docker" or (backend == "auto" and os.environ.get("EVOLVE_HARBOR_BACKEND") != "sandbox"
                                and docker_client(timeout=2) is not None):

@@ -5,9 +5,8 @@ run yet (refused by name, never ignored) or runs without enforcing (a note on th
 
 * **env** (``[environment]``, ``[verifier]``, ``[solution]``, each step's ``[steps.verifier]``): a
   value that is exactly ``${VAR}`` or ``${VAR:-default}`` comes from the host's environment when the
-  environment is opened (never stored in the task, so a secret never reaches a run's files); any
-  other value is literal, as in Harbor. A ``${VAR}`` without a default whose variable is not set
-  leaves the task out, naming the task and the variable.
+  environment is opened, and only for a variable the user allowed (:mod:`.hostenv`; never stored in
+  the task, so a secret never reaches a run's files); any other value is literal, as in Harbor.
 * **network_mode** (``no-network`` | ``public``; ``allow_internet``, the older key, maps to them;
   Harbor's default is ``public``): each phase (agent, verifier) takes its own ``network_mode`` or
   the environment's. ``allowlist`` is refused (no egress filter here).
@@ -17,51 +16,29 @@ run yet (refused by name, never ignored) or runs without enforcing (a note on th
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 from typing import Any
 
-_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")  # Harbor's: the whole value, ${VAR} or ${VAR:-default}
 NETWORK_MODES = ("no-network", "public", "allowlist")
 STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
 
 
 def env_table(data: dict, section: str, folder: Path, errors: Any) -> dict[str, str]:
-    """``[section] env`` as written (templates kept); a ``${VAR}`` without a default whose variable
-    the host lacks leaves the task out (``errors.unsupported``)."""
+    """``[section] env`` as written (templates kept: which host variables a task may read, and
+    when, is :mod:`.hostenv`'s)."""
     table = data.get("env") or {}
     if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
                                               for k, v in table.items()):
         raise errors.invalid(folder, f"task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = \"1\" }}")
-    out = {k: str(v) for k, v in table.items()}
-    for key, value in out.items():
-        m = _TEMPLATE.fullmatch(value)
-        if m and m.group(2) is None and m.group(1) not in os.environ:
-            raise errors.unsupported(folder, f"task.toml: [{section}] env {key} = {value!r} takes its value from the "
-                                     f"host's environment variable {m.group(1)}, which is not set here; export "
-                                     f"{m.group(1)} before the run (or write ${{{m.group(1)}:-default}})")
-    return out
+    return {k: str(v) for k, v in table.items()}
 
 
 def resolve_env(task: dict, table: dict[str, str] | None) -> dict[str, str]:
-    """``table`` with each ``${VAR}``/``${VAR:-default}`` value taken from the host now; a variable
-    gone since the task was loaded is the world failing (an :class:`~.outcome.EnvironmentError_`)."""
-    out = {}
-    for key, value in (table or {}).items():
-        m = _TEMPLATE.fullmatch(value)
-        if not m:
-            out[key] = value
-        elif m.group(1) in os.environ:
-            out[key] = os.environ[m.group(1)]
-        elif m.group(2) is not None:
-            out[key] = m.group(2)
-        else:
-            from evolve.worlds.harbor.outcome import EnvironmentError_
+    """``table`` with its ``${VAR}`` values read now, only from the host variables the user allowed
+    (:func:`.hostenv.resolve`)."""
+    from evolve.worlds.harbor.hostenv import resolve
 
-            raise EnvironmentError_(task, f"env {key} = {value!r}: the host's environment variable {m.group(1)} is "
-                                    "not set in this process; export it before the run", kind="ValueError")
-    return out
+    return resolve(task, table)
 
 
 def user(data: dict, section: str, folder: Path, errors: Any) -> str | None:

@@ -13,8 +13,8 @@ A Harbor task (https://harborframework.com/docs/tasks; the format Terminal-Bench
 Keys are checked against Harbor's schema (``[metadata]`` is free-form, as in Harbor); an unknown
 key or a timeout that is not a positive number of seconds is a :class:`TaskError` (the task is
 *invalid*), a feature evolvekit does not run yet (Windows or GPU images, a healthcheck, an egress
-allowlist; :mod:`.sections` names them) or a ``${VAR}`` whose host variable is not set an
-:class:`UnsupportedTask`; both name the task folder, and the dataset leaves that task out with the
+allowlist; :mod:`.sections` names them) or a ``${VAR}`` whose host variable the user did not allow
+or is not set (:mod:`.hostenv`) an :class:`UnsupportedTask`; both name the task folder, and the dataset leaves that task out with the
 reason while the others run. What runs but is not enforced (``storage_mb``) is a note on the task.
 
 A multi-step task (``[[steps]]``) has ``steps/<name>/instruction.md`` for each step, and its tests
@@ -34,6 +34,7 @@ import hashlib
 import math
 import re
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from evolve.errors import ConfigError, MissingDependency
@@ -197,21 +198,27 @@ def strip_canary(text: str) -> str:
     return "\n".join(lines[i:])
 
 
-def load_task(folder: str | Path) -> dict[str, Any]:
+def load_task(folder: str | Path, allow_env: Iterable[str] = ()) -> dict[str, Any]:
     """The task in ``folder`` as a JSON dict (``id, path, instruction, agent_timeout (None: no
     limit), verifier_timeout, build_timeout, memory_mb, cpus, workdir, docker_image, agent_user,
     verifier_user, environment_env, verifier_env, solution_env (``${VAR}`` kept, resolved when an
     environment opens), network, verifier_mode, verifier_image, artifacts, steps (None, or one dict
-    per step), multi_step_reward_strategy, notes, metadata, has_solution, digest``);
-    :class:`TaskError` when it is not a valid Harbor task, :class:`UnsupportedTask` when it uses
-    what evolvekit does not run yet."""
+    per step), multi_step_reward_strategy, notes, metadata, has_solution, digest, host_env (the
+    host variables its ``${VAR}`` values read), allow_env (those of them in ``allow_env``, the
+    only ones it gets: :mod:`.hostenv`)``); :class:`TaskError` when it is not a valid Harbor task,
+    :class:`UnsupportedTask` when it uses what evolvekit does not run yet or reads a host variable
+    it may not."""
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
         raise TaskError(folder, "not a folder")
     try:
-        return _load(folder)
+        task = _load(folder)
     except OSError as e:  # unreadable files: the task is left out with the reason
         raise TaskError(folder, f"cannot read the task: {type(e).__name__}: {e}") from None
+    from evolve.worlds.harbor.hostenv import admit
+
+    got = admit(task, folder, allow_env, _Errors)
+    return {**task, "allow_env": got["allow_env"], "host_env": got["host_env"], "notes": task["notes"] + got["notes"]}
 
 
 def _instruction(folder: Path, rel: str) -> str:
