@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evolve.errors import ConfigError
 from evolve.worlds.ifeval import dataset, read_prompts, reward, summary, verdicts
@@ -198,3 +199,44 @@ def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(prom
     assert r.returncode == 0, r.stderr
     assert f"average {100 * want['figures']['strict']:.1f}" in r.stdout
     assert f"prompt-level loose  {100 * want['figures']['prompt_loose']:.1f}" in r.stdout
+
+
+def _scripted(tmp_path: Path, **changes) -> dict:
+    """The smoke task on a scripted model that, asked to revise, writes its reply in lowercase
+    without commas and otherwise repeats the prompt: what a revision step changes is known."""
+    data = yaml.safe_load(SMOKE.read_text())
+    data["dataset"]["params"]["path"] = str(IFEVAL / "input_data.jsonl")
+    data["models"]["policy"]["params"] = {"reply": "tests.worlds.test_ifeval:lowercase_on_revision"}
+    data.update(changes)
+    return data
+
+
+def lowercase_on_revision(messages, seed=None, temperature=None) -> str:
+    last = messages[-1].content
+    if "Read the request again" in last:
+        return messages[-2].content.lower().replace(",", "")
+    return last
+
+
+def test_the_revise_agent_and_its_graph_measure_the_draft_and_rewrite_it(prompts: list[dict], tmp_path: Path) -> None:
+    import evolve
+    from evolve.archive import Archive
+    from evolve.topology.palette import Palette
+    from evolve.registry import node_types
+    from evolve.worlds.ifeval.workflow import PALETTE, draft_measure_revise, single_step
+
+    Palette.parse(PALETTE).check(node_types)
+    plain = evolve.run(_scripted(tmp_path), out=tmp_path / "plain")
+    agent = evolve.run(_scripted(tmp_path, agent="revise"), out=tmp_path / "agent")
+    graph = evolve.run(_scripted(tmp_path, agent="evolve.topology:agent", workflow={"graph": draft_measure_revise()}),
+                       out=tmp_path / "graph")
+    one = evolve.run(_scripted(tmp_path, agent="evolve.topology:agent", workflow={"graph": single_step()}),
+                     out=tmp_path / "one")
+    assert one["baseline"]["test"]["score"] == plain["baseline"]["test"]["score"]
+    assert graph["baseline"]["test"]["score"] == agent["baseline"]["test"]["score"] != plain["baseline"]["test"]["score"]
+    d = dataset(seed=0, path=str(IFEVAL / "input_data.jsonl"), n_train=40, n_val=20, n_test=60)
+    want = sum(reward(t, {"reply": t["prompt"].lower().replace(",", "")}).score for t in d["test"]) / 60
+    assert agent["baseline"]["test"]["score"] == pytest.approx(want, abs=1e-4)
+    steps = [s for t in Archive(tmp_path / "graph", create=False).trajectories(split="test") for s in t.steps]
+    measured = [s for s in steps if getattr(s, "name", None) == "measure"]
+    assert len(measured) == 60 and all("words: " in s.result for s in measured)

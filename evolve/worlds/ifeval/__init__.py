@@ -23,10 +23,12 @@ The folder, each module depending only on those above it:
 * ``requests`` — the base requests of generated prompts;
 * ``generate`` — generated prompts: requests plus constraints with new parameters;
 * ``dataset`` — the splits: the test file, generated train and val;
-* ``agent`` — one model call;
+* ``agent`` — one model call; the draft-measure-revise agent (``agent: revise``);
+* ``tools`` — what an agent can measure on its own draft (counts, never a verdict);
 * ``reward`` — the checkers' verdicts as a reward; feedback never given on a test prompt;
 * ``scoring`` — the four figures, their intervals and the model cards' scores;
-* ``hooks`` — memory experiences, the ``eval.summary`` hook.
+* ``hooks`` — memory experiences, the ``eval.summary`` hook;
+* ``workflow`` — the agent as a graph, the ``ifeval.revise`` step and the topology palette.
 
 IFEval's prompts are evaluation data: no hook reads them for demos, memories or selection.
 """
@@ -34,7 +36,7 @@ IFEval's prompts are evaluation data: no hook reads them for demos, memories or 
 from __future__ import annotations
 
 from evolve.worlds.base import World
-from evolve.worlds.ifeval.agent import agent, messages_for
+from evolve.worlds.ifeval.agent import agent, messages_for, revise_agent
 from evolve.worlds.ifeval.checks import CHECKS, verdicts
 from evolve.worlds.ifeval.dataset import dataset, read_prompts
 from evolve.worlds.ifeval.hooks import experiences
@@ -46,9 +48,11 @@ WORLD = World(
     agent="evolve.worlds.ifeval:agent",
     reward="evolve.worlds.ifeval:reward",
     dataset="evolve.worlds.ifeval:dataset",
-    hooks={"memory.extract": "evolve.worlds.ifeval:experiences", "eval.summary": "evolve.worlds.ifeval:summary"},
+    hooks={"memory.extract": "evolve.worlds.ifeval:experiences", "eval.summary": "evolve.worlds.ifeval:summary",
+           "topology.palette": "evolve.worlds.ifeval.workflow:PALETTE"},
+    agents={"revise": "evolve.worlds.ifeval:revise_agent"},
     description="IFEval's prompts as the test split, scored by its reference checkers; generated training prompts",
 )
 
-__all__ = ["CARDS", "CHECKS", "WORLD", "agent", "dataset", "experiences", "messages_for", "read_prompts", "reward",
-           "summary", "verdicts"]
+__all__ = ["CARDS", "CHECKS", "WORLD", "agent", "dataset", "experiences", "messages_for", "read_prompts",
+           "revise_agent", "reward", "summary", "verdicts"]

@@ -9,6 +9,11 @@ component lays the user turn out (``{prompt}`` marks where the prompt goes).
 
 Settings (``ctx.system.workflow``): ``max_tokens`` (1,280, lighteval's cap), ``stop``.
 Returns ``{"reply"}``.
+
+:func:`revise_agent` drafts, measures the draft with a tool (:func:`evolve.worlds.ifeval.tools.measure`:
+counts and facts, no verdict), and asks the model to rewrite the draft so that it follows every
+instruction of the request, given those measurements; ``workflow.revisions`` (1) rounds. It never
+sees a checker's verdict.
 """
 
 from __future__ import annotations
@@ -66,4 +71,32 @@ def agent(task: dict, ctx: Any) -> dict:
     return {"reply": reply}
 
 
-__all__ = ["MAX_TOKENS", "agent", "messages_for", "recall"]
+REVISE = ("Read the request again and check your reply above against every instruction in it (length, format, "
+          "words to use or avoid, case, punctuation, how it must start and end). Then write the corrected reply "
+          "in full, with nothing before or after it.")
+
+
+def revision(messages: Sequence[Message], reply: str, measures: str | None = None) -> list[Message]:
+    """The conversation asking for a revision of ``reply`` (with the draft's measurements when given)."""
+    ask = REVISE if measures is None else f"Here are some measurements of your reply above:\n{measures}\n\n{REVISE}"
+    return [*messages, Message(role="assistant", content=reply), Message(role="user", content=ask)]
+
+
+def revise_agent(task: dict, ctx: Any) -> dict:
+    """Draft, measure, revise (see the module docstring). Returns ``{"reply", "draft"}``."""
+    from evolve.worlds.ifeval.tools import measure
+
+    system = ctx.system
+    wf = dict(getattr(system, "workflow", None) or {})
+    max_tokens = int(wf.get("max_tokens", MAX_TOKENS))
+    stop = [str(s) for s in wf.get("stop") or []] or None
+    messages = messages_for(task, getattr(system, "prompts", None))
+    llm = ctx.llm("policy")
+    draft = reply = llm.complete(messages, max_tokens=max_tokens, stop=stop).text
+    for _ in range(int(wf.get("revisions", 1))):
+        messages = revision(messages, reply, ctx.tool("measure", measure, reply=reply))
+        reply = llm.complete(messages, max_tokens=max_tokens, stop=stop).text
+    return {"reply": reply, "draft": draft}
+
+
+__all__ = ["MAX_TOKENS", "REVISE", "agent", "messages_for", "recall", "revise_agent", "revision"]
