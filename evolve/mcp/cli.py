@@ -23,6 +23,13 @@ def mcp_command(
                                         help="With --http: clients must send 'Authorization: Bearer TOKEN'."),
     allow_deploy: bool = typer.Option(False, "--allow-deploy", help="Let the promote and rollback tools change "
                                       "which system serves users (refused without it)."),
+    allow_key: Optional[List[str]] = typer.Option(None, "--allow-key", metavar="NAME", help="A variable of this "
+                                                  "server's environment a client's task may name as a model's "
+                                                  "api_key_env (or a Harbor task's allow_env); repeatable. Default: "
+                                                  "none."),
+    allow_host: Optional[List[str]] = typer.Option(None, "--allow-host", metavar="HOST[:PORT]", help="A host a "
+                                                   "client's task may send model requests to (params.api_base); "
+                                                   "repeatable. Default: none."),
 ) -> None:
     """Let a coding agent drive evolvekit over the Model Context Protocol: task files, dry runs,
     background runs, reports, comparisons, deployment (docs/mcp.md)."""
@@ -39,12 +46,16 @@ def mcp_command(
                           "or leave it out on loopback")
     if http:
         check_bind(host, token)
+    from evolve.mcp.grants import Grants
+
+    grants = Grants.of(allow_key or [], allow_host or [])
     roots = Roots(root or [Path.cwd()])
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    server = build_server(roots, allow_deploy=allow_deploy)
+    server = build_server(roots, allow_deploy=allow_deploy, grants=grants)
 
     def announce(line: str) -> None:
-        err.print(f"{line}; roots: {roots.describe()}" + ("; deploy allowed" if allow_deploy else ""), markup=False)
+        err.print(f"{line}; roots: {roots.describe()}; {grants.describe()}"
+                  + ("; deploy allowed" if allow_deploy else ""), markup=False)
         sys.stderr.flush()
 
     serve(server, http=http, host=host, port=port, token=token, announce=announce)

@@ -29,6 +29,7 @@ from mcp.types import ToolAnnotations
 from pydantic import ConfigDict
 
 from evolve.errors import ConfigError, EvolveError
+from evolve.mcp.grants import Grants
 from evolve.mcp.roots import Roots
 from evolve.mcp.tools import TOOLS, Toolkit
 
@@ -127,11 +128,12 @@ def _tool(name: str, method: Callable[..., Any]) -> Tool:
                                    "parameters": strict.model_json_schema(by_alias=True)})
 
 
-def build_server(roots: Roots, *, allow_deploy: bool = False) -> MCPServer:
-    """The server over ``roots``; ``allow_deploy`` lets promote and rollback run."""
+def build_server(roots: Roots, *, allow_deploy: bool = False, grants: Grants | None = None) -> MCPServer:
+    """The server over ``roots``; ``allow_deploy`` lets promote and rollback run; ``grants``: the
+    keys and hosts a client's task may name (none by default)."""
     from evolve import __version__
 
-    kit = Toolkit(roots, allow_deploy=allow_deploy)
+    kit = Toolkit(roots, allow_deploy=allow_deploy, grants=grants)
     tools = [_tool(name, getattr(kit, name)) for name in TOOLS]
     server = EvolveServer("evolvekit", title="evolvekit", version=__version__, instructions=INSTRUCTIONS,
                           log_level="WARNING", tools=tools)

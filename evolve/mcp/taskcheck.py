@@ -3,6 +3,7 @@
 Every import path (a name the task's registries do not hold) goes to :class:`~evolve.mcp.policy.ImportPolicy`,
 and every path it names (a file, a folder, a tracker's ``sqlite:///`` or ``file:`` URI) must lie in
 the server's ``--root`` folders once symlinks are followed (:meth:`~evolve.mcp.roots.Roots.resolve`).
+The keys and hosts it names must be those the server was started with (:mod:`evolve.mcp.grants`).
 Each refusal is a :class:`~evolve.errors.ConfigError` naming the field. The fields are those of
 :mod:`evolve.task.config` and the params of registered operators, datasets and trackers; an import
 path anywhere else is still checked where it is imported (:func:`evolve.registry.import_path`).
@@ -40,6 +41,9 @@ def check_task(task: str | Path, sets: Sequence[str], policy: ImportPolicy) -> N
         keys, value = parse_override(item)
         apply_override(data, keys, value, item)
     _Fields(data, p, policy).check()
+    from evolve.mcp.grants import Grants, check
+
+    check(data, Grants.from_env(), str(p))
 
 
 def _dict(value: Any) -> dict:

@@ -26,6 +26,7 @@ from pydantic import Field
 from evolve.errors import UserError
 from evolve.mcp import views
 from evolve.mcp.draft import DatasetSpec, ModelSpec, OperatorSpec, task_yaml
+from evolve.mcp.grants import Grants
 from evolve.mcp.jobs import JOB_FOLDER, Jobs
 from evolve.mcp.policy import env_for
 from evolve.mcp.roots import PathRefused, Roots
@@ -47,11 +48,13 @@ MAX_ANSWER = 1 << 20  # bytes of a child's answer read
 
 
 class Toolkit:
-    """The tools over ``roots``; ``allow_deploy`` lets promote and rollback change what serves."""
+    """The tools over ``roots``; ``allow_deploy`` lets promote and rollback change what serves;
+    ``grants``: the keys and hosts a client's task may name (:mod:`evolve.mcp.grants`)."""
 
-    def __init__(self, roots: Roots, *, allow_deploy: bool = False) -> None:
+    def __init__(self, roots: Roots, *, allow_deploy: bool = False, grants: Grants | None = None) -> None:
         self.roots, self.allow_deploy, self.jobs = roots, allow_deploy, Jobs()
-        self.child_env = env_for(roots.folders)  # the children's import policy
+        self.grants = grants or Grants()
+        self.child_env = {**env_for(roots.folders), **self.grants.env()}  # the children's import policy and grants
 
     # ------------------------------------------------------------------ helpers
 
