@@ -14,8 +14,8 @@ import yaml
 
 from evolve.errors import ConfigError
 from evolve.worlds.ifeval import dataset, read_prompts, reward, summary, verdicts
-from evolve.worlds.ifeval.checks import CHECKS, loose_variants
-from evolve.worlds.ifeval.generate import WORDS, held_out
+from evolve.worlds.ifeval.checks import CHECKS, LANGUAGES, loose_variants
+from evolve.worlds.ifeval.generate import ORDINALS, WORDS, held_out
 
 IFEVAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ifeval"
 
@@ -240,3 +240,86 @@ def test_the_revise_agent_and_its_graph_measure_the_draft_and_rewrite_it(prompts
     steps = [s for t in Archive(tmp_path / "graph", create=False).trajectories(split="test") for s in t.steps]
     measured = [s for s in steps if getattr(s, "name", None) == "measure"]
     assert len(measured) == 60 and all("words: " in s.result for s in measured)
+
+
+def _satisfying(iid: str, kw: dict, request: str) -> str:
+    """A reply that follows one generated instruction, written from its kwargs alone."""
+    body = "The garden is calm today. Birds sing near the gate. We rest in the shade"
+    rel_n = lambda rel, n: n if rel == "at least" else max(n - 1, 0)  # noqa: E731 - a count that satisfies
+    if iid == "keywords:existence":
+        return body + ". " + " ".join(kw["keywords"]) + "."
+    if iid == "keywords:frequency":
+        return " ".join([kw["keyword"]] * rel_n(kw["relation"], kw["frequency"])) + " 1."
+    if iid == "keywords:forbidden_words":
+        return "Nothing here but plain words."
+    if iid == "keywords:letter_frequency":
+        return (kw["letter"] * rel_n(kw["let_relation"], kw["let_frequency"])) + " 1"
+    if iid == "language:response_language":
+        return {"es": "Hola, esto es una respuesta escrita completamente en español para ti.",
+                "fr": "Bonjour, ceci est une réponse écrite entièrement en français pour vous."}.get(kw["language"], "")
+    if iid == "length_constraints:number_sentences":
+        return " ".join(["This is one sentence."] * max(rel_n(kw["relation"], kw["num_sentences"]), 1))
+    if iid == "length_constraints:number_paragraphs":
+        return "\n***\n".join(["A short paragraph."] * kw["num_paragraphs"])
+    if iid == "length_constraints:number_words":
+        return " ".join(["word"] * max(rel_n(kw["relation"], kw["num_words"]), 1))
+    if iid == "length_constraints:nth_paragraph_first_word":
+        paras = ["Some text here."] * kw["num_paragraphs"]
+        paras[kw["nth_paragraph"] - 1] = f"{kw['first_word'].capitalize()} starts this one."
+        return "\n\n".join(paras)
+    if iid == "detectable_content:number_placeholders":
+        return " ".join(f"[field{i}]" for i in range(kw["num_placeholders"]))
+    if iid == "detectable_content:postscript":
+        return f"{body}.\n\n{kw['postscript_marker']} See you soon."
+    if iid == "detectable_format:number_bullet_lists":
+        return "\n".join(f"* point {i}" for i in range(kw["num_bullets"]))
+    if iid == "detectable_format:constrained_response":
+        return "My answer is maybe."
+    if iid == "detectable_format:number_highlighted_sections":
+        return " ".join(f"*part {i}*" for i in range(kw["num_highlights"]))
+    if iid == "detectable_format:multiple_sections":
+        return "\n".join(f"{kw['section_spliter']} {i}\ntext" for i in range(1, kw["num_sections"] + 1))
+    if iid == "detectable_format:json_format":
+        return '{"reply": "text"}'
+    if iid == "detectable_format:title":
+        return "<<A title>>\n" + body
+    if iid == "combination:two_responses":
+        return "First answer.\n******\nSecond answer."
+    if iid == "combination:repeat_prompt":
+        return kw["prompt_to_repeat"] + " Here is my answer."
+    if iid == "startend:end_checker":
+        return body + ". " + kw["end_phrase"]
+    if iid == "change_case:capital_word_frequency":
+        return " ".join(["BIG"] * rel_n(kw["capital_relation"], kw["capital_frequency"])) + " end"
+    if iid == "change_case:english_capital":
+        return "THIS IS A REPLY WRITTEN IN ENGLISH WITH CAPITAL LETTERS ONLY AND NOTHING ELSE AT ALL."
+    if iid == "change_case:english_lowercase":
+        return "this is a reply written in english with lowercase letters only and nothing else at all."
+    if iid == "punctuation:no_comma":
+        return body + "."
+    if iid == "startend:quotation":
+        return f'"{body}."'
+    raise AssertionError(iid)
+
+
+def test_every_generated_instruction_is_satisfiable_and_its_parameters_are_in_the_prompt() -> None:
+    d = dataset(seed=0, n_train=3000, n_val=0, n_test=0, test="unseen")
+    single = [t for t in d["train"] if len(t["instruction_id_list"]) == 1]
+    assert {t["instruction_id_list"][0] for t in single} == set(CHECKS)
+    for t in single:
+        iid, kw = t["instruction_id_list"][0], t["kwargs"][0]
+        if iid == "language:response_language" and kw["language"] not in ("es", "fr"):
+            continue
+        request = t["prompt"].split(". ")[0]
+        assert verdicts(_satisfying(iid, kw, request), [iid], [kw]) == [True], (t["prompt"], kw)
+        for key, value in kw.items():  # what the checker holds the reply to is what the prompt says
+            if key == "language":
+                assert LANGUAGES[value] in t["prompt"]
+            if key in ("relation", "let_relation", "capital_relation", "prompt_to_repeat", "language"):
+                continue
+            for v in value if isinstance(value, list) else [value]:
+                said = (str(v), ORDINALS[v]) if key == "nth_paragraph" else (str(v),)
+                assert any(x in t["prompt"] for x in said), (key, v, t["prompt"])
+        if "relation" in kw or "let_relation" in kw or "capital_relation" in kw:
+            rel = kw.get("relation") or kw.get("let_relation") or kw.get("capital_relation")
+            assert ("at least" in t["prompt"]) == (rel == "at least"), t["prompt"]

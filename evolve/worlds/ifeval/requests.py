@@ -1,6 +1,6 @@
 """The base requests generated training prompts are built on: writing tasks of everyday kinds
 (stories, letters, explanations, reviews, ...) about subjects drawn from a list, written for this
-project. None is taken from IFEval's prompts; ``tests/worlds/test_ifeval_generate.py`` checks that
+project. None is taken from IFEval's prompts; ``tests/worlds/test_ifeval.py`` checks that
 no generated prompt equals or nearly duplicates one of them.
 
 :func:`request` draws one: ``(text, kind)``, with ``kind`` ``"question"`` for the yes/no questions
