@@ -100,26 +100,6 @@ class Paired(TwoStage):
         return paired_promotion(session, generation, candidate, verdict, best, self.z)
 
 
-class Paired(TwoStage):
-    """Stage 1 on the minibatch, then stage 2 and the promotion decided on the paired val
-    comparison and its interval at ``z`` (1.96: 95%): a child is rejected only when it is worse
-    than its parent beyond the interval, and kept as the best only when its interval against the
-    best is above zero (see :mod:`evolve.loop.judge`)."""
-
-    def __init__(self, z: float = 1.96) -> None:
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z > 0:
-            raise ValueError(f"z must be a positive number (1.96 for a 95% interval), not {z!r}")
-        self.z = float(z)
-
-    def judge(self, session: "Session", generation: int, candidate: "Candidate", minibatch: list[dict],
-              parent: "System", parent_minibatch_score: float, parent_val_score: float) -> Verdict:
-        return paired_judge(session, generation, candidate, minibatch, parent, parent_minibatch_score, self.z)
-
-    def promote(self, session: "Session", generation: int, candidate: "Candidate", verdict: Verdict,
-                best: "Scored") -> tuple[bool, "Scored"]:
-        return paired_promotion(session, generation, candidate, verdict, best, self.z)
-
-
 class MinibatchSampler(Protocol):
     def sample(self, train: list[dict], n: int, rng: random.Random, generation: int) -> list[dict]: ...
 
