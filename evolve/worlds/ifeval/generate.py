@@ -49,9 +49,15 @@ class Picker:
     def __init__(self, rng: random.Random, unseen: bool) -> None:
         self.rng, self.unseen = rng, unseen
 
+    def part(self, values: Sequence[Any]) -> list[Any]:
+        return [v for v in values if held_out(v) == self.unseen] or list(values)
+
     def __call__(self, values: Sequence[Any]) -> Any:
-        part = [v for v in values if held_out(v) == self.unseen]
-        return self.rng.choice(part or list(values))
+        return self.rng.choice(self.part(values))
+
+    def some(self, values: Sequence[Any], most: int) -> list[Any]:
+        """One to ``most`` distinct values, sorted (the reference sorts keyword lists)."""
+        return sorted(self.rng.sample(self.part(values), self.rng.randint(1, most)))
 
     def phrase(self, *options: str) -> str:
         return self.rng.choice(options)
@@ -69,7 +75,7 @@ def _rel_words(relation: str, n: int, unit: str) -> str:
 
 
 def _keywords(p: Picker, req: str) -> Built:
-    words = sorted(p.rng.sample([w for w in WORDS if held_out(w) == p.unseen], p.rng.randint(1, 2)))
+    words = p.some(WORDS, 2)
     shown = " and ".join(f'"{w}"' for w in words)
     return p.phrase(f"Somewhere in your reply, use the word(s) {shown}.",
                     f"Make sure your answer mentions {shown}."), {"keywords": words}
@@ -84,7 +90,7 @@ def _frequency(p: Picker, req: str) -> Built:
 
 
 def _forbidden(p: Picker, req: str) -> Built:
-    words = sorted(p.rng.sample([w for w in WORDS if held_out(w) == p.unseen], p.rng.randint(1, 3)))
+    words = p.some(WORDS, 3)
     shown = ", ".join(f'"{w}"' for w in words)
     return p.phrase(f"Never write the word(s) {shown} anywhere in the answer.",
                     f"Avoid these words completely: {shown}."), {"forbidden_words": words}
