@@ -56,11 +56,16 @@ def row_event(r: tuple) -> Event:
 
 
 class EventLog:
-    def __init__(self, path: str | Path, *, durable: bool = True, timeout: float = 60.0, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = True, timeout: float = 60.0, readonly: bool = False,
+                 leave_no_files: bool = False) -> None:
+        """``readonly``: SQLite ``mode=ro``. ``leave_no_files`` (with ``readonly``, for a reader that
+        closes the log soon, the dashboard): opened ``immutable`` while no writer has it open, so no
+        ``-wal`` or ``-shm`` is created beside it (:mod:`evolve.archive._readonly`)."""
         self.path = Path(path)
         self.durable = durable
         self.timeout = timeout
         self.readonly = readonly
+        self.leave_no_files = readonly and leave_no_files
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -77,7 +82,11 @@ class EventLog:
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "c", None)
         if c is None or self._local.pid != os.getpid():
-            if self.readonly:
+            if self.leave_no_files:
+                from evolve.archive._readonly import connect_read_only
+
+                c = connect_read_only(self.path, timeout=self.timeout)[0]
+            elif self.readonly:
                 c = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout,
                                     isolation_level=None, check_same_thread=False)
             else:

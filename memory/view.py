@@ -22,7 +22,7 @@ def memory_view(spec: Mapping[str, Any], since: int | None = None, *, limit: int
     db = Path(store) / "memory.db"
     if not db.is_file():
         return {"items": [], "changes": [], "missing": f"the memory store {store} is not on this machine"}
-    log = EventLog(db, readonly=True)
+    log = EventLog(db, readonly=True, leave_no_files=True)  # the dashboard leaves no file
     try:
         events = list(log.events(upto=int(version)))
     finally:

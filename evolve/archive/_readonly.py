@@ -10,6 +10,9 @@ on a finished run, a reader leaves both in the run folder for good. So:
 * with a ``-wal`` (a writer at work, or one that was killed), ``mode=ro`` reads through the
   writer's files, and the connection is closed after each read, so that a writer that ends while
   nobody is reading is the last connection and removes its files, as it does alone.
+
+The dashboard reads a gateway's trace store and a run's memory store the same way
+(:func:`connect_read_only`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,28 @@ import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+
+def files_of(path: Path) -> tuple[Any, ...]:
+    """What says whether ``path`` changed: whether a ``-wal`` is beside it, and its inode, size and mtime."""
+    wal = os.path.exists(f"{path}-wal")
+    try:
+        st = path.stat()
+    except OSError:  # moved or removed: opening again says so
+        return (wal,)
+    return wal, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def connect_read_only(path: Path, *, timeout: float = 30.0) -> tuple[sqlite3.Connection, tuple[Any, ...] | None]:
+    """A read-only connection to the SQLite file ``path`` that creates no file beside it, and the
+    files it was opened on when it is ``immutable`` (None: it reads through a writer's ``-wal``;
+    let it go after each read)."""
+    files = files_of(path)
+    how = "mode=ro" if files[0] else "mode=ro&immutable=1"
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?{how}", uri=True, check_same_thread=False,
+                           isolation_level=None, timeout=timeout)
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    return conn, (None if files[0] else files)
 
 
 class ReadOnly:
@@ -29,25 +54,12 @@ class ReadOnly:
         self.depth = 0  # reads under way (the archive's lock is re-entrant)
         self._frozen: tuple[Any, ...] | None = None  # immutable: the files as they were when opened
 
-    def _files(self) -> tuple[Any, ...]:
-        wal = os.path.exists(f"{self.path}-wal")
-        try:
-            st = self.path.stat()
-        except OSError:  # moved or removed: opening again says so
-            return (wal,)
-        return wal, st.st_ino, st.st_size, st.st_mtime_ns
-
     def connection(self) -> sqlite3.Connection:
         """The connection to read with now (a new one when the files changed or the last was let go)."""
-        if self.conn is not None and (self.depth or self._frozen is None or self._frozen == self._files()):
+        if self.conn is not None and (self.depth or self._frozen is None or self._frozen == files_of(self.path)):
             return self.conn  # (never changed under a read that is using it)
         self.close()
-        files = self._files()
-        how = "mode=ro" if files[0] else "mode=ro&immutable=1"
-        self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{how}", uri=True, check_same_thread=False,
-                                    isolation_level=None, timeout=30.0)
-        self.conn.execute("PRAGMA busy_timeout = 30000")
-        self._frozen = None if files[0] else files
+        self.conn, self._frozen = connect_read_only(self.path)
         return self.conn
 
     def done(self) -> None:

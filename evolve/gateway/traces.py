@@ -126,7 +126,9 @@ def _dumps(value: Any) -> str | None:
 
 class TraceStore:
     """The gateway's trace store in folder ``path`` (created unless ``create=False``). With
-    ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): reads work, writes raise."""
+    ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): reads work, writes raise, and
+    no file is created beside it (:mod:`evolve.archive._readonly`: ``immutable`` while no gateway has
+    it open; through the gateway's ``-wal`` while one has, let go by :meth:`release` after each read)."""
 
     def __init__(self, path: str | Path, *, create: bool = True, read_only: bool = False) -> None:
         self.dir = Path(path)
@@ -141,11 +143,14 @@ class TraceStore:
             except OSError as e:
                 raise UserError(f"cannot create the trace store folder {self.dir}: {e.strerror or e}") from None
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._readers: list[Any] = []  # read-only: each thread's connection (closed by close())
         if read_only:
             row = self._db().execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None or int(row[0]) > SCHEMA_VERSION:
                 raise UserError(f"{self.file} is not a trace store this evolvekit reads (schema "
                                 f"{row[0] if row else 'missing'}, reads {SCHEMA_VERSION})")
+            self.release()
             return
         self._db().executescript(_SCHEMA)  # CREATE ... IF NOT EXISTS: safe from several processes at once
         with self._tx() as db:
@@ -162,8 +167,7 @@ class TraceStore:
         db = getattr(self._local, "db", None)
         if db is None:
             if self.read_only:
-                db = sqlite3.connect(f"{self.file.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
-                                     isolation_level=None, check_same_thread=False)
+                return self._read_only()
             else:
                 db = sqlite3.connect(self.file, timeout=30.0, isolation_level=None, check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")
@@ -192,6 +196,25 @@ class TraceStore:
                         pass
                 raise
 
+    def _read_only(self) -> sqlite3.Connection:
+        from evolve.archive._readonly import ReadOnly
+
+        ro = getattr(self._local, "ro", None)
+        if ro is None:
+            ro = self._local.ro = ReadOnly(self.file)
+            with self._lock:
+                self._readers.append(ro)
+        db = ro.connection()
+        db.row_factory = sqlite3.Row
+        return db
+
+    def release(self) -> None:
+        """A read-only store: this thread's reads ended; a connection through a gateway's ``-wal`` is
+        let go, so that the gateway, ending while nobody reads, removes its files."""
+        ro = getattr(self._local, "ro", None)
+        if ro is not None:
+            ro.done()
+
     def _tx(self) -> TraceStore._Tx:
         return TraceStore._Tx(self._db())
 
@@ -200,6 +223,10 @@ class TraceStore:
         if db is not None:
             db.close()
             self._local.db = None
+        with self._lock:
+            readers, self._readers = self._readers, []
+        for ro in readers:
+            ro.close()
 
     # -- writing ------------------------------------------------------------------------------------
 

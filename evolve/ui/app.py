@@ -24,6 +24,7 @@ from evolve.ui.run import NotFound, RunView
 from evolve.ui.traffic import TrafficView
 
 STATIC = Path(__file__).parent / "static"
+SPLITS = ("train", "val", "test", "gate")  # what a rollout's split can be (the gate's own: evolve.deploy.gates)
 COOKIE = "evolve_ui_token"  # + the port: browsers share a host's cookies across its ports
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -73,6 +74,22 @@ class Sources:
             self._ids[path] = rid
         return self._ids[path]
 
+    def shown(self, path: Path) -> str:
+        """How the page names a folder: from the folder given on the command line, never the server's
+        absolute path (a token holder on another machine need not learn the server's layout)."""
+        for p in self.paths:
+            if path == p:
+                return p.name
+            if p in path.parents:
+                return f"{p.name}/{path.relative_to(p).as_posix()}"
+        return path.name
+
+    def hide(self, text: str) -> str:
+        """``text`` with each given folder's absolute path said as its name."""
+        for p in sorted(self.paths, key=lambda x: -len(str(x))):
+            text = text.replace(str(p), p.name)
+        return text
+
     def _found(self) -> list[Path]:
         out = []
         for p in self.paths:
@@ -94,13 +111,13 @@ class Sources:
                 sid = self._id(path)
                 try:
                     if (path / "archive.sqlite").is_file():
-                        self.runs[sid] = RunView(path, sid)
+                        self.runs[sid] = RunView(path, sid, shown=self.shown(path))
                     if (path / "traces.sqlite").is_file():
                         tid = sid if sid not in self.runs else sid + "-traffic"
-                        self.traffic[tid] = TrafficView(path, tid)
-                    self.problems.pop(str(path), None)
+                        self.traffic[tid] = TrafficView(path, tid, shown=self.shown(path))
+                    self.problems.pop(self.shown(path), None)
                 except (EvolveError, OSError) as e:  # not ready yet (a run that is starting) or not ours
-                    self.problems[str(path)] = str(e)
+                    self.problems[self.shown(path)] = self.hide(str(e))
 
     def run(self, rid: str) -> RunView:
         if rid not in self.runs:
@@ -123,6 +140,11 @@ class Sources:
         self.refresh()
         with self._lock:
             return list(self.runs.values()), list(self.traffic.values()), dict(self.problems)
+
+    def release(self) -> None:
+        """A request ended: this thread lets go of trace stores read through a gateway's files."""
+        for v in list(self.traffic.values()):
+            v.store.release()
 
     def close(self) -> None:
         for v in [*self.runs.values(), *self.traffic.values()]:
@@ -160,6 +182,8 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
                 return JSONResponse({"error": str(e.args[0] if e.args else e)}, status_code=404)
             except (ValueError, UserError, OverflowError) as e:
                 return JSONResponse({"error": str(e)}, status_code=400)
+            finally:
+                sources.release()
 
         return endpoint
 
@@ -175,6 +199,14 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         if not 0 <= n < 2**62:
             raise ValueError(f"{name} must be a whole number from 0, got {v!r}")
         return n
+
+    def qsplit(request: Request, default: str | None) -> str | None:
+        v = q(request, "split", default)
+        if v in (None, "") and default is None:
+            return None
+        if v not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {v!r}")
+        return v
 
     def runs(request: Request) -> dict[str, Any]:
         found, stores, problems = sources.views()
@@ -215,11 +247,11 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         Route("/api/runs/{rid}/version", api(version)),
         Route("/api/runs/{rid}/summary", api(summary)),
         Route("/api/runs/{rid}/lineage", api(lineage)),
-        Route("/api/runs/{rid}/matrix", api(lambda r, rid: system.matrix(sources.run(rid), q(r, "split", "val")))),
+        Route("/api/runs/{rid}/matrix", api(lambda r, rid: system.matrix(sources.run(rid), qsplit(r, "val")))),
         Route("/api/runs/{rid}/deploy", api(deploy)),
         Route("/api/runs/{rid}/systems/{ref}", api(lambda r, rid, ref: system.detail(sources.run(rid), ref))),
         Route("/api/runs/{rid}/systems/{ref}/rollouts", api(lambda r, rid, ref: system.rollouts(
-            sources.run(rid), ref, split=q(r, "split"), phase=q(r, "phase"), failed=q(r, "failed") == "1",
+            sources.run(rid), ref, split=qsplit(r, None), phase=q(r, "phase"), failed=q(r, "failed") == "1",
             task=q(r, "task"), offset=qint(r, "offset", 0), limit=qint(r, "limit", 50)))),
         Route("/api/runs/{rid}/systems/{ref}/memory", api(lambda r, rid, ref: layers.memory(sources.run(rid), ref))),
         Route("/api/runs/{rid}/systems/{ref}/tools", api(lambda r, rid, ref: layers.tools(sources.run(rid), ref))),

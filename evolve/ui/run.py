@@ -39,8 +39,9 @@ class NotFound(LookupError):
 class RunView:
     """The dashboard's read-only view of one run directory."""
 
-    def __init__(self, run_dir: Path, rid: str) -> None:
+    def __init__(self, run_dir: Path, rid: str, *, shown: str | None = None) -> None:
         self.run_dir, self.id = Path(run_dir), rid
+        self.shown = shown or self.run_dir.name  # how the page names it (never the server's absolute path)
         self.archive = Archive(self.run_dir, create=False, read_only=True)
         self.runstate = RunState(self.archive)
         self._cache: dict[Any, tuple[str, Any]] = {}
@@ -163,7 +164,7 @@ class RunView:
         def entry(sid: str | None) -> dict[str, Any] | None:
             return None if not sid else {"id": sid, "val": self.score(sid, "val"), "test": self.score(sid, "test")}
 
-        return {"id": self.id, "dir": str(self.run_dir), "name": task.get("name") or self.run_dir.name,
+        return {"id": self.id, "dir": self.shown, "name": task.get("name") or self.run_dir.name,
                 "world": task.get("world"), "seed": task.get("seed"), "stop_reason": report.get("stop_reason"),
                 "generation": max((g.index for g in gens), default=None), "systems": systems,
                 "used": used, "budget": budget, "baseline": entry(marks["baseline"]), "best": entry(marks["best"]),

@@ -18,11 +18,12 @@ SESSION_COLUMNS = ("id", "created", "updated", "route", "system_id", "n_calls")
 class TrafficView:
     """The dashboard's read-only view of one trace store (a gateway's ``--store`` folder)."""
 
-    def __init__(self, folder: Path, tid: str) -> None:
+    def __init__(self, folder: Path, tid: str, *, shown: str | None = None) -> None:
         from evolve.gateway.traces import TraceStore
 
         self.dir, self.id = Path(folder), tid
-        self.store = TraceStore(self.dir, create=False, read_only=True)  # a connection per server thread
+        self.shown = shown or self.dir.name  # how the page names it (never the server's absolute path)
+        self.store = TraceStore(self.dir, create=False, read_only=True)  # leaves no file beside it
 
     def close(self) -> None:
         self.store.close()
@@ -47,7 +48,7 @@ class TrafficView:
                "mean": (sum(x for x in v if x is not None) / max(1, sum(x is not None for x in v)))
                if any(x is not None for x in v) else None} for (r, sy), v in groups.items()]
         last = self.sql("SELECT MAX(ts) FROM calls")[0][0]
-        return {"id": self.id, "dir": str(self.dir), **counts, "last_call": last, "by_route_and_system": by}
+        return {"id": self.id, "dir": self.shown, **counts, "last_call": last, "by_route_and_system": by}
 
     def sessions(self, *, offset: int = 0, limit: int = 50, route: str | None = None, system: str | None = None
                  ) -> dict[str, Any]:
@@ -69,7 +70,7 @@ class TrafficView:
     def session(self, session_id: str) -> dict[str, Any]:
         head = self.sql(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,))
         if not head:
-            raise NotFound(f"no session {session_id!r} in {self.dir}")
+            raise NotFound(f"no session {session_id!r} in {self.shown}")
         calls = []
         for c in self.store.calls(session_id):
             d = {k: getattr(c, k) for k in ("id", "seq", "ts", "api", "route", "model", "upstream_model", "stream",
