@@ -47,8 +47,10 @@ def checked(task: str, sets: list[str]) -> None:
 
 
 def _run_args(argv: list[str]) -> tuple[str, list[str]]:
-    """The task file and ``--set`` values of ``run TASK --out DIR [--set K=V ...] [--resume]``."""
+    """The task file and ``--set`` values of ``run TASK --out DIR [--set=K=V ...] [--resume]``
+    (``--set K=V`` too)."""
     sets = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--set"]
+    sets += [a[len("--set="):] for a in argv if a.startswith("--set=")]
     return argv[1], sets
 
 

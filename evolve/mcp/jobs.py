@@ -165,8 +165,7 @@ class Jobs:
                 raise RunDirError(f"cannot create the run directory {run_dir}: {e.strerror or e}") from None
             (folder / "exit.json").unlink(missing_ok=True)
             args = ["run", str(task), "--out", str(run_dir)]
-            for item in sets:
-                args += ["--set", item]
+            args += [f"--set={item}" for item in sets]  # one argument each: a value is never read as a flag
             if resume:
                 args.append("--resume")
             argv = [sys.executable, "-m", "evolve.mcp._worker", "run", str(folder), "--", *args]

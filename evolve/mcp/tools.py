@@ -477,10 +477,13 @@ def _reporter(ctx: Context | None) -> Progress | None:
 
 
 def _set_args(sets: list[str]) -> list[str]:
-    out = []
+    """``--set=ITEM`` for each override (one argument: a value is never read as a flag); an item
+    that is a flag rather than KEY.PATH=VALUE is refused by name."""
     for item in sets:
-        out += ["--set", item]
-    return out
+        if item.lstrip().startswith("-"):
+            raise UserError(f"sets: {item!r} is a command-line flag, not a task-file override; a set is "
+                            "KEY.PATH=VALUE (e.g. budget.generations=2), and a run's folder is start_run's out")
+    return [f"--set={item}" for item in sets]
 
 
 __all__ = ["TOOLS", "Toolkit"]

@@ -180,12 +180,15 @@ def trajectories(run_dir: Path, rid: str, system: str, *, seq: int | None, split
 
 
 def find_runs(folders: list[Path], *, max_depth: int = 4, limit: int = 200) -> list[Path]:
-    """Run directories (holding archive.sqlite) under ``folders``, at most ``max_depth`` deep."""
+    """Run directories under ``folders``, at most ``max_depth`` deep: those holding archive.sqlite,
+    and those a server started a run in (``mcp/job.json``), whose archive may not exist yet."""
+    from evolve.mcp.jobs import JOB_FOLDER
+
     found: list[Path] = []
     for top in folders:
         base = len(top.parts)
         for here, dirs, files in os.walk(top):
-            if "archive.sqlite" in files:
+            if "archive.sqlite" in files or (JOB_FOLDER in dirs and (Path(here) / JOB_FOLDER / "job.json").is_file()):
                 found.append(Path(here))
             depth = len(Path(here).parts) - base
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")) if depth < max_depth else []

@@ -72,3 +72,31 @@ def test_a_run_folder_is_never_a_root_or_above_one_and_fresh_moves_only_a_run_fo
     assert sorted(p.name for p in root.iterdir()) == sorted([*before, "runs"])
     assert sorted(p.name for p in notes.iterdir()) == ["archive.sqlite", "keep.txt"]
     assert not (inner / "mcp").exists()
+
+
+def test_list_runs_shows_a_run_as_soon_as_it_is_started(root):
+    """start_run answers before the run's archive exists; list_runs lists it at once (it used to
+    omit it until the archive was written)."""
+    async def main():
+        async with stdio_session(root) as s:
+            started = await ok(s, "start_run", {"path": "toy.yaml", "sets": ["budget.generations=1"]})
+            listed = await ok(s, "list_runs")
+            rows = {r["run_id"]: r for r in listed["runs"]}
+            assert started["run_id"] in rows, listed
+            assert rows[started["run_id"]]["state"] in ("starting", "running", "finished"), rows
+            await ok(s, "stop_run", {"run_id": started["run_id"], "timeout_s": 10})
+
+    anyio.run(main)
+
+
+def test_an_override_that_looks_like_a_flag_is_refused_by_name_and_values_are_never_read_as_flags(root):
+    async def main():
+        async with stdio_session(root) as s:
+            for tool in ("validate_task", "dry_run", "start_run"):
+                err, msg = await call(s, tool, {"path": "toy.yaml", "sets": ["--out=/x"]})
+                assert err and "'--out=/x' is a command-line flag" in msg and "usage:" not in msg.lower(), (tool, msg)
+            assert not (root / "runs").exists() and not __import__("pathlib").Path("/x").exists()
+            summary = await ok(s, "validate_task", {"path": "toy.yaml", "sets": ["name=--help"]})
+            assert summary["name"] == "--help"  # a value that looks like a flag is the value
+
+    anyio.run(main)
