@@ -79,12 +79,14 @@ def _slow_if_it_trains(request):
 def docker_engine():
     """A real Docker engine with the stand-in base images (tests/helpers/docker_engine.py): one that
     answers, or one these tests install and start where the machine allows it (root and apt), stopped
-    when they end. What the tests ran and built is removed then. Skips with the reason where neither
-    is possible."""
+    when they end. What this session ran and built (its label) is removed then, nothing else. Skips
+    with the reason where neither is possible; fails instead in CI as root with apt."""
     from tests.helpers import docker_engine as de
 
     engine, why = de.bring_up()
     if engine is None:
+        if de.must_have_engine():
+            pytest.fail(f"no Docker engine for the docker tests, in CI as root with apt: {why}")
         pytest.skip(f"no Docker engine for the docker tests: {why}")
     yield engine
     de.tear_down(engine)

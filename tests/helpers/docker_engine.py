@@ -12,19 +12,31 @@ allows it (the ``docker_engine`` fixture in tests/conftest.py).
    ``debian`` bases to the Debian one, ``python:3.11-slim`` to the Python one). They are kept between
    sessions, like the engine's package: making them again costs about a minute.
 
-What the tests build and run is removed when they end: containers labelled ``evolvekit``, and images
-made during the session (task images, a failed build's leftovers). Where none of this is possible
-(not root, no apt, no engine), :func:`bring_up` says why and the tests skip with that reason.
+4. What the tests build and run is removed when they end, and nothing else: the session sets
+   ``$EVOLVE_HARBOR_SESSION`` to an id of its own, the harbor world labels every container and image
+   it makes with it (``evolvekit.session``), and only those are removed, so a user's own harbor runs
+   on the same engine, and their images, are left alone (a failed build's untagged layers carry no
+   label and stay, as any build cache does).
+5. The dockerd the tests start is recorded in :data:`PIDFILE` (pid, start time, command line). A
+   session that was killed leaves it running; the next session finds it there, checks it is that
+   very process (the recorded start time and command line), stops it and starts its own, so it is
+   never mistaken for a user's engine.
+
+Where none of this is possible (not root, no apt, no engine), :func:`bring_up` says why and the
+tests skip with that reason; where CI runs as root with apt (``$CI`` set), that is a failure
+instead (:func:`must_have_engine`), so the docker tests are never skipped there silently.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +46,8 @@ PYTHON = "evolvekit-standin/python:3.11-slim"
 IMAGES = {"debian:bookworm": DEBIAN, "debian:12": DEBIAN, "ubuntu:24.04": DEBIAN, "ubuntu:22.04": DEBIAN,
           "ubuntu:latest": DEBIAN, "python:3.11-slim": PYTHON, "python:3.12-slim": PYTHON, "python:3.13-slim": PYTHON}
 DOCKERD = ["dockerd", "--bridge=none", "--iptables=false", "--ip-masq=false"]
+PIDFILE = Path(tempfile.gettempdir()) / "evolvekit-tests-dockerd.json"
+SESSION_ENV = "EVOLVE_HARBOR_SESSION"
 
 
 @dataclass
@@ -41,8 +55,7 @@ class Engine:
     client: Any
     started: subprocess.Popen | None = None  # the dockerd these tests started, if they did
     images: dict[str, str] = field(default_factory=lambda: dict(IMAGES))
-    since: float = field(default_factory=time.time)
-    before: set[str] = field(default_factory=set)  # image ids present when the session began
+    session: str = field(default_factory=lambda: f"tests-{uuid.uuid4().hex[:12]}")  # its label's value
 
     def task(self, folder: Path, allow_env: tuple[str, ...] | list[str] = (), **more: Any) -> dict:
         """The Harbor task in ``folder`` with this engine's image map (its bases the local stand-ins),
@@ -101,6 +114,7 @@ def _install() -> str | None:
 def _start() -> tuple[subprocess.Popen | None, str | None]:
     log = open(Path(tempfile.gettempdir()) / "evolvekit-tests-dockerd.log", "ab")  # noqa: SIM115 - dockerd's
     proc = subprocess.Popen(DOCKERD, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    record(proc.pid)
     for _ in range(120):
         if proc.poll() is not None:
             return None, f"dockerd exited with {proc.returncode}: see {log.name}"
@@ -118,6 +132,61 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    PIDFILE.unlink(missing_ok=True)
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a for a in Path(f"/proc/{pid}/cmdline").read_text().split("\0") if a]
+    except OSError:
+        return []
+
+
+def record(pid: int) -> None:
+    """Write :data:`PIDFILE` for the dockerd ``pid`` these tests started: its pid, start time and command line."""
+    PIDFILE.write_text(json.dumps({"pid": pid, "start": _start_time(pid), "cmdline": _cmdline(pid)}))
+
+
+def orphan() -> int | None:
+    """The pid of a dockerd an earlier test session started and left running: the process in
+    :data:`PIDFILE`, alive with the recorded start time and command line (so a pid the system has
+    given to another process since is never taken for it), else None; a stale record is removed."""
+    try:
+        rec = json.loads(PIDFILE.read_text())
+        pid = int(rec["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if rec.get("start") and _start_time(pid) == rec["start"] and rec.get("cmdline") and \
+            _cmdline(pid) == rec["cmdline"]:
+        return pid
+    PIDFILE.unlink(missing_ok=True)  # gone, or the pid is another process's now
+    return None
+
+
+def stop_orphan() -> int | None:
+    """Stop the dockerd an earlier session left (:func:`orphan`); its pid, or None when there is none."""
+    import signal
+
+    pid = orphan()
+    if pid is None:
+        return None
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(120):
+        if _start_time(pid) is None:
+            break
+        time.sleep(0.5)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    PIDFILE.unlink(missing_ok=True)
+    return pid
 
 
 def _has(client: Any, image: str) -> bool:
@@ -152,7 +221,10 @@ def _base_images(client: Any) -> str | None:
 
 
 def bring_up() -> tuple[Engine | None, str | None]:
-    """An engine with the stand-in bases, or None and why not."""
+    """An engine with the stand-in bases, or None and why not. A dockerd an earlier session started
+    and left running is stopped first; the session's id goes into ``$EVOLVE_HARBOR_SESSION``."""
+    if os.geteuid() == 0:
+        stop_orphan()
     client, started = _client(), None
     if client is None:
         if os.geteuid() != 0:
@@ -169,31 +241,39 @@ def bring_up() -> tuple[Engine | None, str | None]:
         if started is not None:
             _stop(started)
         return None, why
-    return Engine(client=client, started=started, before={i.id for i in client.images.list(all=True)}), None
+    engine = Engine(client=client, started=started)
+    os.environ[SESSION_ENV] = engine.session  # the harbor world labels what it makes with it
+    return engine, None
+
+
+def must_have_engine() -> bool:
+    """Whether a missing engine fails the tests: in CI (``$CI``) as root with apt, where
+    :func:`bring_up` can always make one."""
+    return bool(os.environ.get("CI")) and os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def ours(engine: Engine) -> dict[str, str]:
+    return {"label": f"evolvekit.session={engine.session}"}
 
 
 def tear_down(engine: Engine) -> None:
-    """Remove what the tests ran and built; stop the engine if the tests started it."""
+    """Remove the containers and images this session made (its label); stop the engine if the
+    tests started it."""
     c = engine.client
     try:
-        for ct in c.containers.list(all=True, filters={"label": "evolvekit"}):
+        for ct in c.containers.list(all=True, filters=ours(engine)):
             ct.remove(force=True)
-        for ct in c.containers.list(all=True, filters={"status": "exited"}):  # a failed build's leftovers
-            if ct.attrs.get("Created", "") and ct.image and ct.image.id not in engine.before:
-                ct.remove(force=True)
-        made = [i for i in c.images.list(all=True) if i.id not in engine.before]
-        for img in sorted(made, key=lambda i: -len(i.attrs.get("RootFS", {}).get("Layers", []))):
+        for img in c.images.list(filters=ours(engine)):
             try:
                 c.images.remove(img.id, force=True)
-            except Exception:  # noqa: BLE001 - a parent removed with its child
+            except Exception:  # noqa: BLE001 - removed with another tag of it
                 pass
     finally:
+        os.environ.pop(SESSION_ENV, None)
         if engine.started is not None:
             _stop(engine.started)
 
 
 def leftovers(engine: Engine) -> list[str]:
-    """What the tests left behind so far: containers labelled evolvekit, images made this session."""
-    c = engine.client
-    return ([f"container {ct.name}" for ct in c.containers.list(all=True, filters={"label": "evolvekit"})]
-            + [f"image {i.tags or i.id}" for i in c.images.list(all=True) if i.id not in engine.before])
+    """What this session left behind so far: its containers."""
+    return [f"container {ct.name}" for ct in engine.client.containers.list(all=True, filters=ours(engine))]

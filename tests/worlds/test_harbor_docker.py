@@ -17,6 +17,7 @@ import yaml
 
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.task import find_tasks
+from tests.helpers.docker_engine import ours
 from tests.helpers.harbor import play, shells
 
 REPO = Path(__file__).parents[2]
@@ -29,7 +30,7 @@ CRASHES = {"verifier-crashes"}  # tasks whose verifier fails on purpose: the wor
 def engine(docker_engine):
     """The engine, and after each test: no container of the harbor world's left behind."""
     yield docker_engine
-    left = docker_engine.client.containers.list(all=True, filters={"label": "evolvekit=harbor"})
+    left = docker_engine.client.containers.list(all=True, filters=ours(docker_engine))
     for c in left:
         c.remove(force=True)
     assert not left, f"containers left behind: {[c.name for c in left]}"

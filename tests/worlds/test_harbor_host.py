@@ -15,6 +15,7 @@ import pytest
 
 from evolve.worlds.harbor.outcome import EnvironmentError_
 from evolve.worlds.harbor.task import UnsupportedTask, load_task
+from tests.helpers.docker_engine import ours
 from tests.helpers.harbor import play, shells
 
 SECRET = "sk-evolvekit-canary-5f1e9a"
@@ -23,7 +24,7 @@ SECRET = "sk-evolvekit-canary-5f1e9a"
 @pytest.fixture
 def engine(docker_engine):
     yield docker_engine
-    for c in docker_engine.client.containers.list(all=True, filters={"label": "evolvekit=harbor"}):
+    for c in docker_engine.client.containers.list(all=True, filters=ours(docker_engine)):
         c.remove(force=True)
 
 
