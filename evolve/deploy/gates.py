@@ -110,6 +110,18 @@ def suite_tasks(suite: Any, tasks_of: Callable[[str], list[dict]], base_dir: Pat
     return tasks
 
 
+def split_files(cfg: Any, base_dir: Path) -> list[str]:
+    """The dataset files whose tasks a suite on a split scores (the gate split is carved from val):
+    the evaluation's files as much as a suite's own task file."""
+    from_file = {"gate": "val", "val": "val", "test": "test", "train": "train"}
+    out = set()
+    for suite in _suites(cfg.deploy):
+        rel = getattr(cfg.dataset, from_file[suite.tasks], None) if suite.tasks in SPLITS else None
+        if rel:
+            out.add(str((base_dir / rel).resolve()))
+    return sorted(out)
+
+
 def all_suite_tasks(cfg: Any, base_dir: Path, splits: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """Each suite's name -> the tasks it scores on, as the gates will (``splits``: the run's)."""
     return {s.name: suite_tasks(s, split_tasks(cfg, splits), base_dir, has=splits) for s in _suites(cfg.deploy)}

@@ -21,17 +21,24 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from evolve.types import System
 from evolve.deploy.pins import make_pins, module_file, pin_changes, pin_id, pinned_files  # noqa: F401 (re-exported)
 
 
-def _files(pins: dict[str, Any]) -> list[str]:
-    """The evaluation's files: the rewards', the suites' task files, the reward's code and what it reads."""
+def _agent_only(pins: dict[str, Any]) -> dict[str, Any]:
+    """The modules only the agent imports (its own code: the system's, not the evaluation's)."""
     code = pins.get("code") or {}
-    agents = {m["file"] for m in ((code.get("agent") or {}).get("modules") or {}).values()}
-    files = set(pinned_files(pins, "reward")) - agents  # the agent's own code is the system's, not the evaluation's
+    reward = (code.get("reward") or {}).get("modules") or {}
+    return {n: m for n, m in ((code.get("agent") or {}).get("modules") or {}).items() if n not in reward}
+
+
+def _files(pins: dict[str, Any]) -> list[str]:
+    """The evaluation's files: the rewards', the suites' task files, the reward's code (a module the
+    agent imports too included: writing it changes the reward) and what it reads."""
+    agents = {m["file"] for m in _agent_only(pins).values()}
+    files = set(pinned_files(pins, "reward")) - agents
     for entry in [pins.get("reward") or {}, *((s.get("reward") or {}) for s in (pins.get("suites") or {}).values()),
                   *((s.get("tasks") or {}) for s in (pins.get("suites") or {}).values())]:
         if entry.get("file"):
@@ -43,19 +50,21 @@ def _modules(pins: dict[str, Any]) -> list[str]:
     mods = [(pins.get("reward") or {}).get("module")]
     mods += [(s.get("reward") or {}).get("module") for s in (pins.get("suites") or {}).values()]
     code = pins.get("code") or {}
-    mods += sorted(set((code.get("reward") or {}).get("modules") or {}) - set((code.get("agent") or {}).get("modules") or {}))
+    mods += sorted(set((code.get("reward") or {}).get("modules") or {}) - set(_agent_only(pins)))
     # a module of the toolkit itself (a world's reward) is not the user's evaluation code to guard by name
     return sorted({m for m in mods if m and not m.startswith("evolve.")})
 
 
-def reaches_evaluation(system: System, pins: dict[str, Any], base_dir: Path) -> list[str]:
+def reaches_evaluation(system: System, pins: dict[str, Any], base_dir: Path, split_files: Sequence[str] = ()
+                       ) -> list[str]:
     """Where the system's tools, workflow, prompts or memory name the evaluation's files or import
-    its modules (empty: nowhere)."""
+    its modules (empty: nowhere). ``split_files``: the dataset files a suite on a split scores
+    (:func:`evolve.deploy.gates.split_files`)."""
     parts = {"prompts": system.prompts, "tools": system.tools, "workflow": system.workflow, "memory": system.memory}
     found = []
     needles: list[tuple[str, re.Pattern[str]]] = []
     own = Path(__file__).resolve().parents[1]  # the toolkit's own files: named by their full path only
-    for f in _files(pins):
+    for f in sorted(set(_files(pins)) | set(split_files)):
         p = Path(f)
         names = {str(p)} if own in p.parents or p.name == "__init__.py" else {str(p), p.name}
         try:

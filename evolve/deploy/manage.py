@@ -109,7 +109,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     """Take a proposed system (or ``system``) through the deploy policy of ``task_file``: the
     integrity checks, the gates, then a canary, approval, or activation. Returns ``{"system",
     "state", "message", "gates"}``; a candidate that fails is ``rejected`` with the evidence."""
-    from evolve.deploy.gates import all_suite_tasks, run_gates, run_splits
+    from evolve.deploy.gates import all_suite_tasks, run_gates, run_splits, split_files
     from evolve.deploy.integrity import addresses_evaluator, carries_answers, reaches_evaluation
     from evolve.errors import UserError
     from evolve.task.taskfile import load_task
@@ -146,7 +146,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
         active = archive.get_system(active_id) if active_id else None
         moves = [] if state == "proposed" else [Move(sid, "proposed", by, f"gated anew: {regate}" if regate else
                                                      "proposed by hand")]
-        refused = (reaches_evaluation(cand, pins, base) + addresses_evaluator(cand, active)
+        refused = (reaches_evaluation(cand, pins, base, split_files(cfg, base)) + addresses_evaluator(cand, active)
                    + carries_answers(cand, all_suite_tasks(cfg, base, splits), cfg.deploy.answer_fields))
         if refused:
             why = "refused before scoring: " + "; ".join(refused)
