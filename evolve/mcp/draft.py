@@ -25,7 +25,9 @@ class ModelSpec(_Part):
     name: Annotated[str, Field(max_length=300, description="the model id, e.g. openai/gpt-4o-mini, "
                                "anthropic/claude-sonnet-4-5, hosted_vllm/Qwen2.5-7B")]
     params: dict[str, Any] = Field(default_factory=dict, description="e.g. {temperature: 0.0, max_tokens: 256, "
-                                   "api_base: URL, api_key_env: OPENAI_API_KEY}")
+                                   "api_base: URL, api_key_env: OPENAI_API_KEY}; a litellm model names its key "
+                                   "(api_key_env) or its server (api_base), each one the server was started with "
+                                   "(--allow-key, --allow-host)")
 
 
 class DatasetSpec(_Part):

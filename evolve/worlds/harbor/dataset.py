@@ -69,6 +69,7 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     from evolve.worlds.harbor.hostenv import check_names
 
     check_build_network(build_network)
+    _report_host(build_network, [])  # before anything is built
     allowed = check_names(allow_env, "dataset.params.allow_env")
     if capabilities not in CAPABILITIES:
         raise ConfigError(f"capabilities {capabilities!r}: use reduced (the default: the capabilities published "
@@ -117,6 +118,7 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
         t["backend"] = environment
         out[t["split"]].append(t)
     report_excluded(excluded)
+    _report_host("", [f"{t['id']}: {n}" for t in tasks for n in t.get("notes") or [] if "is not passed to tasks" in n])
     if not out["train"] or not out["val"]:
         counts = {s: len(v) for s, v in out.items()}
         raise ConfigError(f"the Harbor tasks split into {counts} (after {len(excluded)} left out); a run needs "
@@ -137,6 +139,19 @@ def report_excluded(excluded: list[tuple[str, str, str]]) -> None:
         print(f"harbor: {len(new)} task(s) left out (not scored):", file=sys.stderr)
         for tid, status, why in new:
             print(f"  - {tid} ({status}): {why}", file=sys.stderr)
+
+
+def _report_host(build_network: str, notes: list[str]) -> None:
+    """Once per process on stderr: builds on the host network (the user's opt-in), and each host
+    variable a task wanted and did not get."""
+    lines = [f"harbor: {n}" for n in notes]
+    if build_network == "host":
+        lines.insert(0, "harbor: WARNING: tasks' builds run on the HOST network (dataset.params.build_network: host): "
+                     "their Dockerfiles' RUN lines run as root with every service on this machine's loopback in reach")
+    new = [x for x in lines if ("", "", x) not in _REPORTED]
+    _REPORTED.update(("", "", x) for x in new)
+    for line in new:
+        print(line, file=sys.stderr)
 
 
 def _need_sandbox(environment: str) -> None:

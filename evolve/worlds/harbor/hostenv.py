@@ -43,10 +43,12 @@ def check_names(names: Any, where: str) -> list[str]:
     """``names`` as a sorted list of variable names, or a ConfigError naming ``where``."""
     if names is None:
         return []
-    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(
-            isinstance(n, str) and _NAME.fullmatch(n) for n in names):
-        raise ConfigError(f"{where} must be a list of environment variable names, e.g. [MY_TOKEN], got {names!r}",
-                          path=where)
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ConfigError(f"give a list of environment variable names, e.g. [MY_TOKEN], not {names!r}", path=where)
+    bad = [n for n in names if not (isinstance(n, str) and _NAME.fullmatch(n))]
+    if bad:
+        raise ConfigError(f"{bad[0]!r} is not an environment variable name (letters, digits and _, not starting "
+                          "with a digit)", path=where)
     return sorted(set(names))
 
 
