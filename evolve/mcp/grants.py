@@ -10,9 +10,14 @@ code runs in. So over MCP a task may name only
   a litellm model must name its key (``api_key_env``) or its server (``api_base``): without either,
   litellm would take the provider's key from the server's environment by itself;
 * **hosts** the server was started with (``--allow-host HOST`` or ``HOST:PORT``): a model's
-  ``api_base`` (or ``base_url``) anywhere in the task, which must be an ``http(s)://`` URL;
+  ``api_base`` (or ``base_url``) anywhere in the task, which must be an ``http(s)://`` URL, and a
+  tracker's server (``track.N.params``: MLflow's ``tracking_uri`` / ``registry_uri`` over http(s),
+  W&B's ``base_url``, an OpenTelemetry ``endpoint``), to which the tracker's client sends the
+  server's own credentials (``MLFLOW_TRACKING_TOKEN``, ``WANDB_API_KEY``,
+  ``OTEL_EXPORTER_OTLP_HEADERS``);
 
-and never ``dataset.params.build_network: host`` (a Harbor build on the machine's own network).
+and never ``dataset.params.build_network: host`` (a Harbor build on the machine's own network) or
+``dataset.params.capabilities: docker``.
 Each refusal is a :class:`~evolve.errors.ConfigError` naming the field and the setting that would
 allow it. The server hands its grants to its children in ``$EVOLVE_MCP_GRANTS``.
 """
@@ -33,6 +38,7 @@ ENV = "EVOLVE_MCP_GRANTS"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:\d{1,5})?")
 HOST_KEYS = ("api_base", "base_url")
+TRACKER_HOSTS = ("tracking_uri", "registry_uri", "endpoint")  # http(s) URIs (an endpoint: also HOST:PORT)
 
 
 @dataclass(frozen=True)
@@ -126,9 +132,24 @@ def check(data: dict, grants: Grants, source: str | None = None) -> None:
                      "(api_key_env) nor its server (api_base), so litellm would take the provider's key from the "
                      "server's environment by itself; name the key with params.api_key_env (the server must be "
                      "started with --allow-key NAME)")
+    for i, t in enumerate(data.get("track") if isinstance(data.get("track"), list) else []):
+        tp = t.get("params") if isinstance(t, dict) and isinstance(t.get("params"), dict) else {}
+        for key in TRACKER_HOSTS:
+            url = tp.get(key)
+            if not isinstance(url, str):
+                continue
+            if key == "endpoint" and "://" not in url:
+                url = "http://" + url  # an OTLP/gRPC HOST:PORT
+            if urlsplit(url).scheme in ("http", "https") and not grants.host_allowed(url):
+                fail(f"track.{i}.params.{key}", f"{tp[key]!r}: a tracker sends the server's own credentials to its "
+                     "server; through evolve mcp it may reach only the hosts the server was started with: ask the "
+                     f"user to restart it with --allow-host {urlsplit(url).netloc.rsplit('@', 1)[-1].lower()}")
     params = ((data.get("dataset") or {}).get("params") or {}) if isinstance(data.get("dataset"), dict) else {}
     if not isinstance(params, dict):
         return
+    if params.get("capabilities") == "docker":
+        fail("dataset.params.capabilities", "'docker' gives a Harbor task's containers Docker's default capabilities "
+             "(raw sockets among them); only the user may choose it, never a client of evolve mcp")
     if params.get("build_network") == "host":
         fail("dataset.params.build_network", "'host' builds a Harbor task on this machine's own network, with its "
              "loopback services in reach; only the user may choose it (in their own task file or with evolve harbor "

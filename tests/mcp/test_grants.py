@@ -3,7 +3,8 @@
 the server's variables and whose api_base is the client's own server is refused by name before
 anything is sent (a listener standing for the client's server sees no request), and so is a key
 or host allowed only in part, a litellm model that names neither (litellm would pick the
-provider's key itself), a Harbor build on the host network and a host variable handed to a
+provider's key itself), a tracker's server (which gets the server's own tracking credentials), a
+Harbor build on the host network, Docker's default capabilities and a host variable handed to a
 Harbor task; with --allow-key and --allow-host the same task validates."""
 
 from __future__ import annotations
@@ -93,6 +94,13 @@ def test_with_the_key_and_host_allowed_the_task_validates_and_the_rest_stays_ref
                     (["models.policy.params={}"], "models.policy.params.api_key_env", "names neither its key"),
                     (["dataset.params.build_network=host"], "dataset.params.build_network", "never a client"),
                     (["dataset.params.allow_env=[HOME]"], "dataset.params.allow_env.0", "--allow-key HOME"),
+                    (["dataset.params.capabilities=docker"], "dataset.params.capabilities", "never a client"),
+                    (["track=[{name: mlflow, params: {tracking_uri: 'https://evil.example/'}}]"],
+                     "track.0.params.tracking_uri", "--allow-host evil.example"),
+                    (["track=[{name: otel, params: {endpoint: 'evil.example:4317'}}]"], "track.0.params.endpoint",
+                     "--allow-host evil.example:4317"),
+                    (["track=[{name: wandb, params: {base_url: 'http://evil.example'}}]"],
+                     "track.0.params.base_url", "--allow-host evil.example"),
                 ):
                     err, answer = await call(s, "validate_task", {"path": name, "sets": sets})
                     assert err and field in answer and needle in answer, (sets, answer)
