@@ -26,10 +26,23 @@ def promote_command(
     repin: bool = typer.Option(False, "--repin", help="Accept the reward and suites as they are now (after a change "
                                "you reviewed) and pin them again."),
     set_: list[str] = typer.Option([], "--set", help="Override a task-file value: --set deploy.canary.share=0.2"),
+    accept_read: list[Path] = typer.Option([], "--accept-read", help="A file a gate was seen reading that the pins "
+                                           "did not hold: show it and its sha256, and pin it as it is (repeatable)."),
 ) -> None:
     """Take a candidate through the deploy policy: integrity checks, gates, then canary, approval or activation."""
     from evolve.deploy.manage import approve as approve_, promote
 
+    if accept_read:
+        from evolve.deploy.reads import accept_reads
+
+        res = accept_reads(task_file, run_dir, accept_read, by=by, overrides=set_)
+        out = _out()
+        for f in res["files"]:
+            seen = "" if f["seen"] in (None, f["sha256"]) else f" (the gate read sha256 {f['seen']}: it changed since)"
+            out.print(Text(f"{f['path']}\n  sha256 {f['sha256']}, {f['bytes']} bytes{seen}", style="bold"))
+            out.print(Text(f["text"] if f["text"] is not None else "  (not text)"))
+        out.print(Text(res["message"]))
+        return
     if approve:
         res = approve_(run_dir, system=system, by=by)
         _out().print(Text(res["message"]))

@@ -1,5 +1,5 @@
 """What importing a module runs: the modules it loads, found by importing it in a child process
-(project modules by content, installed distributions by version), and the project files it reads
+(project modules and distributions installed in place by content, installed copies by version), and the project files it reads
 (opened meanwhile, or named by a string literal of its code). See :mod:`evolve.deploy.pins`."""
 
 from __future__ import annotations
@@ -134,6 +134,28 @@ def _distributions() -> dict[str, dict[str, str]]:
     return _DISTS[1]
 
 
+def _installed_copy(top: str, file: Path, installed: list[Path]) -> bool:
+    """Whether ``file`` is the installed copy of a distribution of the top-level package ``top``
+    (pinned by the distribution's version), not its source used in place: ``pip install -e``
+    (``direct_url.json`` says editable, or the module lies outside the folder of its metadata),
+    or ``setup.py develop`` (an ``.egg-info`` outside the installed folders)."""
+    import importlib.metadata as md
+
+    for name in _distributions().get(top, {}):
+        with contextlib.suppress(md.PackageNotFoundError, OSError, ValueError):
+            dist = md.distribution(name)
+            meta = Path(getattr(dist, "_path", "")).resolve()
+            with contextlib.suppress(ValueError, TypeError):
+                url = json.loads(dist.read_text("direct_url.json") or "{}")
+                if (url.get("dir_info") or {}).get("editable"):
+                    return False
+            if meta.suffix == ".egg-info" and not any(under(meta, r) for r in installed):
+                return False
+            if under(file, meta.parent):
+                return True
+    return False
+
+
 def _root_of(name: str, file: Path) -> Path:
     """The folder of a module's top-level package (of a top-level module: its folder)."""
     depth = name.count(".") + (1 if file.name == "__init__.py" else 0)
@@ -177,11 +199,14 @@ def code_pins(modules: list[str], base_dir: Path) -> tuple[dict[str, Any], list[
         if not file or name == "__main__":
             continue
         f = Path(file).resolve()
-        if any(under(f, r) for r in installed):  # the standard library, or an installed package
-            version(name)
-        elif under(f, base) or not dists.get(name.partition(".")[0]):  # the project's own code
+        top = name.partition(".")[0]
+        if any(under(f, r) for r in installed) or "evolvekit" in dists.get(top, {}):
+            version(name)  # the standard library, an installed package, or the toolkit running this (its version)
+        elif under(f, base) or not dists.get(top) or not _installed_copy(top, f, installed):
+            # the project's own code, or a distribution used in place (pip install -e): by content, as an
+            # edit to it is a change of the evaluation that its version does not show
             mods[name] = {"file": str(f), "sha256": file_sha(f)}
-        else:  # a distribution installed in place (pip install -e) outside the task's folder
+        else:  # an installed copy outside the standard folders (pip install --target)
             version(name)
     roots = sorted({base} | {_root_of(n, Path(m["file"])) for n, m in mods.items()})
     files: set[Path] = set()

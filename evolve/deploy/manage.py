@@ -72,16 +72,6 @@ def _save_pins(archive: Any, pins: dict[str, Any], by: str, saved: Any) -> tuple
     return pins, pid
 
 
-def _pin_reads(cfg: Any, base: Path, archive: Any, pins: dict[str, Any], reads: list[str]) -> str:
-    """Pin the files a gate was seen reading that the pins did not hold; the new pins' id."""
-    from evolve.deploy.gates import run_splits
-    from evolve.deploy.pins import make_pins
-
-    observed = sorted(set((pins.get("code") or {}).get("observed", [])) | set(reads))
-    saved = archive.get_state(PINS_KEY)
-    return _save_pins(archive, make_pins(cfg, base, run_splits(cfg, base, archive), observed), "gates", saved)[1]
-
-
 def gated_against(dep: Deployment, system: str) -> dict[str, Any] | None:
     """The evidence of ``system``'s latest gate (``active``: the system it was compared with,
     ``pins``: the pins' id), or None when it was never gated."""
@@ -111,6 +101,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     "state", "message", "gates"}``; a candidate that fails is ``rejected`` with the evidence."""
     from evolve.deploy.gates import all_suite_tasks, run_gates, run_splits, split_files
     from evolve.deploy.integrity import addresses_evaluator, carries_answers, reaches_evaluation
+    from evolve.deploy.reads import hold, refuse_unaccepted
     from evolve.errors import UserError
     from evolve.task.taskfile import load_task
 
@@ -141,6 +132,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
                               "it with evolve rollback RUN (the active system stays)")
         splits = run_splits(cfg, base, archive)
         pins, pid = pins_for(cfg, base, archive, repin=repin, by=by, splits=splits)
+        refuse_unaccepted(archive, pins)  # a file a gate read waits for a person (evolve.deploy.reads)
         cand = archive.get_system(sid)
         active_id = dep.active()
         active = archive.get_system(active_id) if active_id else None
@@ -153,14 +145,9 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
             dep.apply(moves + [Move(sid, "rejected", "integrity", why, {"findings": refused, "pins": pid})])
             return {"system": sid, "state": "rejected", "gates": [], "message": why}
     results, reads = run_gates(cfg, base, Path(run_dir), cand, active, pins, pid, observer=observer)
-    if reads:
+    if reads:  # never pinned on their own: a person looks at each (evolve.deploy.reads)
         with _open(run_dir) as archive:
-            new = _pin_reads(cfg, base, archive, pins, reads)
-        raise DeployError(f"while it was gated, the evaluation read {', '.join(reads[:5])}"
-                          + (f" and {len(reads) - 5} more files" if len(reads) > 5 else "")
-                          + f", which the pins did not hold; nothing was decided. They are pinned now as they are "
-                          f"({new}): check them, then run evolve promote again (list such files in deploy.data_files "
-                          "to pin them from the start)")
+            raise hold(archive, reads)
     gates = [r.to_json() for r in results]
     evidence = {"gates": gates, "pins": pid, "active": active_id}
     failed = [r for r in results if not r.passed]

@@ -7,12 +7,13 @@ What is pinned (run state ``deploy.pins``):
   deploy policy itself (margins, risks, floors, ceilings);
 * the **code that runs**: the modules the reward (and each suite's reward) and the agent import, found
   by importing them in a child process and reading which modules it loaded. A module in the task
-  file's folder, or in no installed distribution, is pinned by the sha256 of its file; one of an
-  installed distribution by the distribution's version (``numpy 2.1.0``); the standard library by
-  the Python version;
+  file's folder, in no installed distribution, or in one installed in place (``pip install -e``), is
+  pinned by the sha256 of its file; one of an installed copy by the distribution's version (``numpy
+  2.1.0``); the standard library by the Python version;
 * the **files they read**: those opened while importing them (the child's audit hook), those a
   pinned module names by a string literal (``open(HERE / "answers.json")``), those listed in
-  ``deploy.data_files``, and those seen opened while a gate scored (:func:`watching`), all by content
+  ``deploy.data_files``, and those seen opened while a gate scored (:func:`watching`) once a person
+  accepted them (:mod:`evolve.deploy.reads`), all by content
   and only inside the project's folders (the task file's folder, the folders of pinned modules).
 
 And what runs is what was pinned: during a gate (:func:`from_source`) the pinned modules are imported

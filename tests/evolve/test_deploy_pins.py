@@ -1,9 +1,11 @@
 """The pins hold what the evaluation runs: the modules the reward and the agent import (by content,
 or an installed package by its version), the files they read (opened on import, named in their
-code, declared, or seen read while a gate scored), and the gate runs them from their sources."""
+code, declared, or accepted by a person after a gate read them), and the gate runs them from their
+sources. A package installed in place (pip install -e) is pinned by content, as the task's own code."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -46,7 +48,7 @@ def reward(task, output):
         scale *= json.loads(rules.read_text())["scale"]
     return grade(output) * WEIGHT * scale
 '''
-MODULES = ("deploy_agent", "deploy_reward", "deploy_grading", "deploy_tinypkg")
+MODULES = ("deploy_agent", "deploy_reward", "deploy_grading", "deploy_tinypkg", "deploy_editpkg")
 
 
 def _package(site: Path, version: str) -> None:
@@ -159,15 +161,89 @@ def test_a_forged_bytecode_cache_of_the_reward_is_refused_and_never_runs(project
     assert promote(d / "task.yaml", run, system=worse)["state"] == "rejected"
 
 
-def test_a_file_a_gate_is_seen_reading_is_pinned_from_then_on(project):
+def _gate_rollouts(run: Path) -> int:
+    with Archive(run, create=False) as a, a._read() as c:
+        return c.execute("SELECT COUNT(*) FROM trajectories WHERE phase = 'gate'").fetchone()[0]
+
+
+def test_a_file_a_gate_reads_refuses_until_a_person_accepts_it_by_a_command_that_shows_it(project):
+    from typer.testing import CliRunner
+
+    from evolve.cli.commands import app
+
+    d, _ = project
+    rules = d / "deploy_rules.json"
+    rules.write_text('{"scale": 1.0}')
+    sha = hashlib.sha256(rules.read_bytes()).hexdigest()
+    run, base = _start(d)
+    good = _candidate(run, base, skill="8")
+    with pytest.raises(DeployError, match=rf"the evaluation read {rules} \(sha256 {sha}\), which the pins do not "
+                                          rf"hold; nothing was decided\..*--accept-read {rules}"):
+        promote(d / "task.yaml", run, system=good)
+    scored = _gate_rollouts(run)
+    for _ in range(2):  # never pinned on the second try: refused again, before anything is scored
+        with pytest.raises(DeployError, match=rf"the evaluation reads files no one has accepted yet: {rules} "
+                                              rf"\(sha256 {sha}\)"):
+            promote(d / "task.yaml", run, system=good)
+    assert _gate_rollouts(run) == scored
+    with pytest.raises(DeployError, match="no one has accepted"):  # a re-pin does not accept it either
+        promote(d / "task.yaml", run, system=good, repin=True)
+    res = CliRunner().invoke(app, ["promote", str(d / "task.yaml"), str(run), "--accept-read", str(rules),
+                                   "--by", "ana"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert res.exit_code == 0, res.output
+    assert f"{rules}\n  sha256 {sha}, 14 bytes" in res.output and '{"scale": 1.0}' in res.output
+    assert "accepted by ana and pinned as they are now" in res.output
+    assert promote(d / "task.yaml", run, system=good)["state"] == "active"
+    rules.write_text('{"scale": 0.0}')
+    with pytest.raises(DeployError, match=rf"{rules} changed \(read by the evaluation\)"):
+        promote(d / "task.yaml", run, system=_candidate(run, good, skill="9"))
+
+
+def test_accepting_a_file_is_refused_when_anything_else_changed_and_a_missing_file_is_named(project):
+    from evolve.deploy.reads import accept_reads
+
     d, _ = project
     (d / "deploy_rules.json").write_text('{"scale": 1.0}')
     run, base = _start(d)
-    good = _candidate(run, base, skill="8")
-    with pytest.raises(DeployError, match=rf"the evaluation read {d / 'deploy_rules.json'}, which the pins did not "
-                                          r"hold; nothing was decided\. They are pinned now"):
-        promote(d / "task.yaml", run, system=good)
-    assert promote(d / "task.yaml", run, system=good)["state"] == "active"
-    (d / "deploy_rules.json").write_text('{"scale": 0.0}')
-    with pytest.raises(DeployError, match=rf"{d / 'deploy_rules.json'} changed \(read by the evaluation\)"):
-        promote(d / "task.yaml", run, system=_candidate(run, good, skill="9"))
+    with pytest.raises(DeployError, match="read .*deploy_rules.json"):
+        promote(d / "task.yaml", run, system=_candidate(run, base, skill="8"))
+    with pytest.raises(evolve.errors.UserError, match=rf"--accept-read nope.json: .*nope.json is not a file; name a "
+                                                      rf"file the refusal listed \({d / 'deploy_rules.json'}\)"):
+        accept_reads(d / "task.yaml", run, ["nope.json"])
+    (d / "deploy_weights.json").write_text('{"right": 5.0}')
+    with pytest.raises(DeployError, match=r"changed since it was pinned, besides the files to accept: .*"
+                                          r"deploy_weights.json changed.*--repin"):
+        accept_reads(d / "task.yaml", run, [d / "deploy_rules.json"])
+
+
+def _editable(site: Path, src: Path, body: str, *, marked: bool = True) -> None:
+    """deploy-editpkg installed with pip install -e: its metadata in ``site``, its code left in ``src``."""
+    (src / "deploy_editpkg").mkdir(parents=True, exist_ok=True)
+    (src / "deploy_editpkg" / "__init__.py").write_text(body)
+    info = site / "deploy_editpkg-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: deploy-editpkg\nVersion: 0.1\n")
+    (info / "top_level.txt").write_text("deploy_editpkg\n")
+    if marked:
+        (info / "direct_url.json").write_text(json.dumps({"url": src.as_uri(), "dir_info": {"editable": True}}))
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_a_reward_package_installed_in_place_is_pinned_by_content(project, monkeypatch, marked):
+    d, site = project
+    src = d.parent / "elsewhere"
+    _editable(site, src, "def ONE():\n    return 1.0\n", marked=marked)
+    monkeypatch.syspath_prepend(str(src))  # what the .pth of an editable install does
+    (d / "deploy_grading.py").write_text(GRADING.replace("import deploy_tinypkg", "import deploy_tinypkg\n"
+                                                         "import deploy_editpkg").replace(
+        "deploy_tinypkg.ONE if", "deploy_tinypkg.ONE * deploy_editpkg.ONE() if"))
+    run, base = _start(d)
+    with Archive(run, create=False) as a:
+        code = a.get_state("deploy.pins")["pins"]["code"]
+    init = src / "deploy_editpkg" / "__init__.py"
+    assert code["reward"]["modules"]["deploy_editpkg"]["file"] == str(init.resolve())
+    assert "deploy-editpkg" not in code["reward"]["packages"]
+    init.write_text("def ONE():\n    return 1.0 if False else 9.0\n")  # its logic edited, its version the same
+    sys.modules.pop("deploy_editpkg", None)
+    with pytest.raises(DeployError, match=rf"{init.resolve()} changed \(module deploy_editpkg, run by the reward\)"):
+        promote(d / "task.yaml", run, system=_candidate(run, base, skill="3"))
