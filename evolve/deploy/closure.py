@@ -1,6 +1,6 @@
 """What importing a module runs: the modules it loads, found by importing it in a child process
-(project modules and distributions installed in place by content, installed copies by version), and the project files it reads
-(opened meanwhile, or named by a string literal of its code). See :mod:`evolve.deploy.pins`."""
+(project modules and distributions installed in place by content, installed copies by version),
+and the project files it reads (opened meanwhile, or named by a string literal of its code). See :mod:`evolve.deploy.pins`."""
 
 from __future__ import annotations
 
