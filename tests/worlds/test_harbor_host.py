@@ -168,3 +168,26 @@ def test_a_failing_verifier_that_prints_the_secret_is_masked_in_the_error(engine
     finally:
         env.close()
     assert "the token is ***" in str(e.value) and SECRET not in str(e.value)
+
+
+def test_the_check_command_lists_the_host_variables_each_task_reads(tmp_path, monkeypatch):
+    """``evolve harbor check`` says which host variables a task's ${VAR} values read and whether each
+    was allowed (--allow-env); an allowed value never appears in what it prints."""
+    import subprocess
+    import sys
+
+    from tests.helpers.harbor import use_sandbox
+
+    use_sandbox(monkeypatch)
+    monkeypatch.setenv("EVOLVEKIT_GREETING_NAME", SECRET)
+    folder = Path(__file__).parents[2] / "examples" / "harbor_shapes" / "host-var-greeting"
+    rows = {}
+    for flags in ([], ["--allow-env", "EVOLVEKIT_GREETING_NAME"]):
+        r = subprocess.run([sys.executable, "-m", "evolve", "harbor", "check", "-e", "sandbox", "--no-cache", "--json",
+                            *flags, str(folder)], capture_output=True, text=True, timeout=300,
+                           env={**__import__("os").environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache")})
+        assert SECRET not in r.stdout + r.stderr
+        rows[bool(flags)] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rows[False]["host_env"] == {"EVOLVEKIT_GREETING_NAME": "not allowed"} and rows[False]["status"] == "ok"
+    assert any("--allow-env EVOLVEKIT_GREETING_NAME" in n for n in rows[False]["notes"])
+    assert rows[True]["host_env"] == {"EVOLVEKIT_GREETING_NAME": "allowed"} and rows[True]["status"] == "ok", rows[True]
