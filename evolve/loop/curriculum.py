@@ -206,6 +206,14 @@ class Curriculum:
         return pool, batch
 
 
+def decision_rows(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each generation's decision as the report and the dashboard show it: its levels, factors, mix,
+    moves and the success counts that decided them (``success``: ``group -> {n, solved, level}``),
+    the minibatch as its size."""
+    return [{**{k: v for k, v in d.items() if k not in ("minibatch", "parents")},
+             "minibatch": len(d.get("minibatch") or ())} for d in decisions]
+
+
 class CurriculumSection:
     """What the curriculum adds to ``report.json`` (``curriculum``) and ``report.md``; nothing to
     ``evolve archive show`` (a run's curriculum is not a system's)."""
@@ -215,8 +223,7 @@ class CurriculumSection:
         if not decisions:
             return {}
         cfg = session.task.engine.curriculum
-        rows = [{**{k: v for k, v in d.items() if k not in ("minibatch", "parents")}, "minibatch": len(d["minibatch"])}
-                for d in decisions]
+        rows = decision_rows(decisions)
         return {"curriculum": {"settings": cfg.model_dump(mode="json") if cfg is not None else None,
                                "generations": rows}}
 
@@ -249,4 +256,4 @@ class CurriculumSection:
         return None
 
 
-__all__ = ["Curriculum", "CurriculumSection", "Groups", "decide", "judge", "shares"]
+__all__ = ["Curriculum", "CurriculumSection", "Groups", "decide", "decision_rows", "judge", "shares"]

@@ -219,7 +219,7 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
     def summary(request: Request, rid: str) -> dict[str, Any]:
         run = sources.run(rid)
         v = run.version()  # read first: a write meanwhile makes the page draw once more, never miss it
-        return {**run.summary(), **run.curves(), "version": v}
+        return {**run.summary(), **run.curves(), "curriculum": run.curriculum(), "version": v}
 
     def lineage(request: Request, rid: str) -> dict[str, Any]:
         expand = [x for x in (q(request, "expand") or "").split(",") if x]

@@ -200,6 +200,21 @@ class RunView:
                          "cost": round(float(cost if cost is not None else spent.get(g.index, 0.0)), 6)})
         return {"generations": rows}
 
+    def curriculum(self) -> dict[str, Any] | None:
+        """The run's curriculum (``engine.curriculum``), None without one: its settings as the task file
+        gave them and, per generation, each group's level and share of the training tasks, the move and
+        the success counts that decided it (:func:`evolve.loop.curriculum.decision_rows`)."""
+        return self.cached("curriculum", self._curriculum)
+
+    def _curriculum(self) -> dict[str, Any] | None:
+        from evolve.loop.curriculum import decision_rows
+
+        decisions = self.runstate.curricula()
+        if not decisions:
+            return None
+        settings = (self.task().get("engine") or {}).get("curriculum")
+        return {"settings": settings, "generations": decision_rows(decisions)}
+
     def _val_scores(self) -> dict[str, tuple[float, int]]:
         return self.cached("val", lambda: self.archive.all_scores("val"))
 

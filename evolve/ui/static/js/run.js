@@ -2,6 +2,7 @@
 import { h, append, api, table, short, score, gain, num, secs, money, pct, ago, when, statusBadge, badge, card } from "./dom.js";
 import { lineageView } from "./lineage.js";
 import { lineChart, barChart } from "./charts.js";
+import { curriculumSection } from "./curriculum.js";
 
 const TABS = [["overview", "Overview"], ["lineage", "Lineage"], ["tasks", "Tasks"], ["deploy", "Deployment"]];
 
@@ -59,6 +60,7 @@ function overview(ctx, rid, run) {
   }));
   return h("div", null, cards,
     h("div", { class: "two" }, scoreDiv, h("div", null, h("div", { class: "toolbar" }, "spent: ", pickCost), costDiv)),
+    run.curriculum ? curriculumSection(ctx, run.curriculum) : null,
     h("h2", null, "Generations"),
     table([{ label: "gen", num: true }, "best val", "best", "median val (children)", { label: "children", num: true },
       { label: "accepted", num: true }, { label: "rollouts", num: true }, { label: "calls", num: true },
