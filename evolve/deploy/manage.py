@@ -236,7 +236,7 @@ def status(run_dir: str | Path, *, traces: str | Path | None = None) -> dict[str
     if out["canary"] is not None and traces is not None:
         from evolve.gateway.traces import TraceStore
 
-        st = TraceStore(traces, create=False)
+        st = TraceStore(traces, create=False, read_only=True)  # status only reads: no write, no file left beside it
         try:
             c, a = arm_scores(st, out["canary"])
         finally:
