@@ -247,3 +247,70 @@ def test_a_reward_package_installed_in_place_is_pinned_by_content(project, monke
     sys.modules.pop("deploy_editpkg", None)
     with pytest.raises(DeployError, match=rf"{init.resolve()} changed \(module deploy_editpkg, run by the reward\)"):
         promote(d / "task.yaml", run, system=_candidate(run, base, skill="3"))
+
+
+PIP_E = '''
+import json, sys
+from pathlib import Path
+import evolve
+from evolve.archive import Archive
+from evolve.deploy import DeployError
+from evolve.deploy.manage import promote
+
+d = Path(sys.argv[1])
+evolve.run(str(d / "task.yaml"), out=d / "run")
+with Archive(d / "run", create=False) as a:
+    base = a.get_system(a.current())
+    code = a.get_state("deploy.pins")["pins"]["code"]["reward"]
+    cand = base.replace(prompts={"skill": "3"})
+    a.add_system(cand, parents=(base.id,), operator="test", rationale="worse", generation=1)
+init = Path(sys.argv[2])
+init.write_text(init.read_text().replace("return 1.0", "return 9.0"))  # its logic edited, its version the same
+try:
+    out = promote(d / "task.yaml", d / "run", system=cand.id)["state"]
+except DeployError as e:
+    out = str(e)
+print(json.dumps({"modules": sorted(code["modules"]), "packages": code["packages"], "promote": out}))
+'''
+
+
+def test_a_reward_package_installed_with_pip_install_e_is_pinned_by_content(tmp_path):
+    """A real ``pip install -e`` (setuptools' editable finder) into a fresh environment that sees this one."""
+    import subprocess
+    import sysconfig
+
+    pytest.importorskip("setuptools")
+    src = tmp_path / "src"
+    (src / "deploy_pipe").mkdir(parents=True)
+    (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                                        '"setuptools.build_meta"\n[project]\nname = "deploy-pipe"\nversion = "0.1"\n')
+    (src / "deploy_pipe" / "__init__.py").write_text("def one():\n    return 1.0\n")
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    here = sysconfig.get_paths()["purelib"]
+    there = Path(subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                 "['purelib'])"], check=True, capture_output=True, text=True).stdout.strip())
+    (there / "zz_evolvekit.pth").write_text(f"import site; site.addsitedir({here!r})\n")  # this environment's packages
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index",
+                          "--prefix", str(env), "-e", str(src)], capture_output=True, text=True)
+    if pip.returncode != 0:
+        pytest.skip(f"pip install -e cannot build offline here: {pip.stderr.strip()[-300:]}")
+    d = tmp_path / "task"
+    d.mkdir()
+    (d / "deploy_agent.py").write_text(AGENT)
+    (d / "deploy_reward.py").write_text("import deploy_pipe\n\n\ndef reward(task, output):\n"
+                                        "    return deploy_pipe.one() if output == 'right' else 0.0\n")
+    rows = [{"id": f"n{i}", "x": i} for i in range(60)]
+    (d / "task.yaml").write_text(json.dumps({
+        "name": "pipe", "seed": 0, "agent": "deploy_agent:agent", "reward": "deploy_reward:reward",
+        "models": {"policy": {"backend": "scripted", "name": "s"}}, "prompts": {"skill": "5"},
+        "dataset": {"train": _jsonl(d / "train.jsonl", rows[:20]), "val": _jsonl(d / "val.jsonl", rows[20:])},
+        "budget": {"generations": 0}, "deploy": {"regression": {"tasks": "val", "min_tasks": 30}}}))
+    init = (src / "deploy_pipe" / "__init__.py").resolve()
+    r = subprocess.run([str(env / "bin" / "python"), "-c", PIP_E, str(d), str(init)], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "deploy_pipe" in got["modules"] and "deploy-pipe" not in got["packages"]
+    assert got["promote"].startswith(f"the evaluation changed since it was pinned: {init} changed (module deploy_pipe, "
+                                     "run by the reward)"), got["promote"]
