@@ -55,13 +55,34 @@ def _modules(pins: dict[str, Any]) -> list[str]:
     return sorted({m for m in mods if m and not m.startswith("evolve.")})
 
 
+def memory_items(system: System) -> tuple[dict[str, Any], str | None]:
+    """What the system's memory holds for it: each item it reads (active at its version) by id, with
+    its text and metadata; and why they cannot be read (None: they were, or it has no memory). The
+    store is opened read-only and left as it was (:func:`evolve.memory.view.memory_view`)."""
+    spec = dict(system.memory or {})
+    if not spec.get("store") or spec.get("version") is None:
+        return {}, None
+    from evolve.registry import views
+
+    try:
+        got = views.get("memory")(spec, None, limit=10**9)
+    except Exception as e:  # noqa: BLE001 - a store that cannot be read cannot be checked
+        return {}, f"its memory store {spec['store']} cannot be read ({type(e).__name__}: {e})"
+    if got.get("missing"):
+        return {}, f"{got['missing']}, so its memory cannot be checked"
+    return {i["id"]: {"text": i.get("text"), "metadata": i.get("metadata")} for i in got["items"]
+            if i.get("status") == "active"}, None
+
+
 def reaches_evaluation(system: System, pins: dict[str, Any], base_dir: Path, split_files: Sequence[str] = ()
                        ) -> list[str]:
     """Where the system's tools, workflow, prompts or memory name the evaluation's files or import
     its modules (empty: nowhere). ``split_files``: the dataset files a suite on a split scores
     (:func:`evolve.deploy.gates.split_files`)."""
-    parts = {"prompts": system.prompts, "tools": system.tools, "workflow": system.workflow, "memory": system.memory}
-    found = []
+    items, unread = memory_items(system)
+    parts = {"prompts": system.prompts, "tools": system.tools, "workflow": system.workflow,
+             "memory": {"spec": system.memory, "items": items} if items else system.memory}
+    found = [unread] if unread else []
     needles: list[tuple[str, re.Pattern[str]]] = []
     own = Path(__file__).resolve().parents[1]  # the toolkit's own files: named by their full path only
     for f in sorted(set(_files(pins)) | set(split_files)):
@@ -146,13 +167,15 @@ def answer_fields(task: dict[str, Any], fields: list[str] | None = None) -> list
 
 def carries_answers(system: System, suites: dict[str, list[dict]], fields: list[str] | None = None,
                     limit: int = 5) -> list[str]:
-    """Where the system's text components (prompts, memory, tools, workflow) hold the expected answer
+    """Where the system's text components (prompts, memory items, tools, workflow) hold the expected answer
     of a task a gate scores on, compared after case folding and collapsing whitespace; answers
     shorter than :data:`MIN_ANSWER_CHARS` are skipped. At most ``limit`` findings, then a count."""
     texts = [(f"{label} {name!r}", _norm("\n".join(_leaves(value))))
              for part, label in (("prompts", "prompt"), ("memory", "memory"), ("tools", "tool"),
                                  ("workflow", "workflow"))
              for name, value in sorted(getattr(system, part).items())]
+    texts += [(f"memory item {iid!r}", _norm("\n".join(_leaves(item))))
+              for iid, item in sorted(memory_items(system)[0].items())]  # what it reads, not the store's path
     found = []
     for suite, tasks in suites.items():
         for t in tasks:
@@ -168,5 +191,5 @@ def carries_answers(system: System, suites: dict[str, list[dict]], fields: list[
     return found[:limit] + ([f"and {len(found) - limit} more expected answers of gate tasks"]
                             if len(found) > limit else [])
 
-__all__ = ["addresses_evaluator", "answer_fields", "carries_answers", "make_pins", "module_file", "pin_changes",
-           "pin_id", "reaches_evaluation"]
+__all__ = ["addresses_evaluator", "answer_fields", "carries_answers", "make_pins", "memory_items", "module_file",
+           "pin_changes", "pin_id", "reaches_evaluation"]
