@@ -6,7 +6,9 @@ served it". Configured by the task file's ``deploy:`` section; driven by ``evolv
 * :mod:`~evolve.deploy.lifecycle` — proposed → gated → canary → pending → active → retired /
   rejected / rolled back, each move an audit event, moved atomically with the current pointer;
 * :mod:`~evolve.deploy.pins` — the evaluation pinned: the code the reward and agent run and the files
-  they read, by content (installed packages by version), run from source during a gate;
+  they read, by content (installed copies of packages by version), run from source during a gate;
+* :mod:`~evolve.deploy.reads` — files a gate read that the pins did not hold, refused until a person
+  accepts each (``evolve promote --accept-read``);
 * :mod:`~evolve.deploy.integrity` — candidates that reach the reward's code or files, address the
   evaluator or carry a gate's answers, refused;
 * :mod:`~evolve.deploy.gates` — the gate split held out from selection, the paired no-worse-than-active
@@ -26,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from evolve.deploy import manage
 
         return getattr(manage, name)
+    if name == "accept_reads":
+        from evolve.deploy import reads
+
+        return reads.accept_reads
     if name in ("Deployment", "Move", "DeployError"):
         from evolve.deploy import lifecycle
 
@@ -33,4 +39,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["DeployError", "Deployment", "Move", "approve", "promote", "rollback", "status"]
+__all__ = ["DeployError", "Deployment", "Move", "accept_reads", "approve", "promote", "rollback", "status"]

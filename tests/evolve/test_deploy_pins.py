@@ -200,7 +200,7 @@ def test_a_file_a_gate_reads_refuses_until_a_person_accepts_it_by_a_command_that
 
 
 def test_accepting_a_file_is_refused_when_anything_else_changed_and_a_missing_file_is_named(project):
-    from evolve.deploy.reads import accept_reads
+    from evolve.deploy import accept_reads
 
     d, _ = project
     (d / "deploy_rules.json").write_text('{"scale": 1.0}')
