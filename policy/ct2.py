@@ -23,6 +23,13 @@ int8 sampled 210 tokens/s at batch 8 with one thread and 104 with two on the sam
 the batch split in two (bench/ct2_speed.py). On CUDA ``params.threads`` is the intra-op threads.
 Training stays torch + peft.
 
+``params.heap`` (CPU): ``keep`` (the default) has glibc's malloc serve every block from the heap and
+keep up to :data:`HEAP_KEEP` of freed memory (:func:`keep_heap`, once, process-wide, when the first
+server on the CPU starts); ``system`` leaves malloc as it is. CTranslate2 4.8 grows each layer's cached keys
+and values by one position a step into a new tensor; once one passes 32 MiB (glibc's largest mmap
+threshold) every step's tensors were fresh mmaps, each page a fault when written, and long replies
+slowed far more than their attention does (bench/ct2_long.py).
+
 What is converted is one system's weights: the base with its LoRA adapter merged (peft's
 ``merge_and_unload`` on a fresh float32 copy; the archived files are never written), once per
 (base sha256, adapter sha256, weight type, CTranslate2 version), into
@@ -41,8 +48,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import ctypes
 import shutil
 import sys
+import threading
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +66,11 @@ INSTALL = "pip install 'evolvekit[ctranslate2]'"
 CONVERT_VERSION = "1"  # bump when the conversion changes what it writes
 MANIFEST = "evolvekit.json"
 CACHE_KEEP = 16
+
+
+HEAPS = ("keep", "system")
+# freed memory glibc keeps at the top of the heap under params.heap: keep before it gives any back (M_TRIM_THRESHOLD)
+HEAP_KEEP = (1 << 31) - 1
 
 
 class NotConvertible(Exception):
@@ -94,6 +108,7 @@ class Plan:
     quantization: str  # the weight type stored in the cache (the compute type's weights)
     threads: int  # intra-op threads of each batch; 0: CTranslate2's default
     parallel: int = 1  # batches run at once (inter_threads): a batch is split into this many
+    keep_heap: bool = False  # params.heap: keep (the CPU's default): see keep_heap
 
     @property
     def key(self) -> str:
@@ -124,9 +139,40 @@ def plan(params: dict[str, Any], *, tiny: bool) -> Plan:
                              f"use one of {', '.join(supported)} (or auto)")
     weights = "int8" if compute.startswith("int8") else compute
     threads = int(params.get("threads") or 0)
+    heap = str(params.get("heap", "keep"))
+    if heap not in HEAPS:
+        raise ConfigError(f"params.heap {heap!r}: use one of {', '.join(HEAPS)}")
     if device == "cpu":  # one thread per batch, ``threads`` (the cores) batches at once: see the module docstring
-        return Plan(device, index, compute, weights, 1, max(1, threads or os.cpu_count() or 1))
+        return Plan(device, index, compute, weights, 1, max(1, threads or os.cpu_count() or 1), heap == "keep")
     return Plan(device, index, compute, weights, threads)
+
+
+_HEAP = threading.Lock()
+_heap_kept: bool | None = None  # None: not tried yet
+
+
+def keep_heap() -> bool:
+    """Have glibc's malloc serve every block from the heap, never by mmap (``M_MMAP_MAX`` 0), and keep
+    up to :data:`HEAP_KEEP` bytes of freed memory at the heap's top (``M_TRIM_THRESHOLD``), for the
+    whole process, once. CTranslate2 4.8 copies each layer's cached keys and values into a tensor
+    one position longer at every decoding step and frees the old one; a block over 32 MiB (glibc's
+    largest mmap threshold) is a fresh mmap, so past that size every step's cache arrived as
+    untouched pages, each a page fault when written. From the heap the freed blocks are reused.
+    The cost: memory freed stays with the process (up to :data:`HEAP_KEEP` at the top), for other
+    allocations of its own to reuse. False where the C library is not glibc (nothing is changed)."""
+    global _heap_kept
+    with _HEAP:
+        if _heap_kept is None:
+            _heap_kept = False
+            try:
+                libc = ctypes.CDLL(None)
+                libc.gnu_get_libc_version  # glibc's: another C library's mallopt numbers mean other things
+            except (OSError, AttributeError):
+                return False
+            libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+            _heap_kept = libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP) == 1 and libc.mallopt(M_MMAP_MAX, 0) == 1
+        return _heap_kept
 
 
 # ----------------------------------------------------------------------------- what the base is
@@ -343,5 +389,5 @@ def say(msg: str) -> None:
     print(f"evolvekit: {msg}", file=sys.stderr, flush=True)
 
 
-__all__ = ["CACHE_KEEP", "ENGINES", "INSTALL", "BaseInfo", "NotConvertible", "Plan", "cache_root",
-           "convert", "converted", "describe", "engine_of", "entry_key", "plan", "problem", "require", "say", "vocabulary"]
+__all__ = ["CACHE_KEEP", "ENGINES", "HEAPS", "HEAP_KEEP", "INSTALL", "BaseInfo", "NotConvertible", "Plan", "cache_root",
+           "convert", "converted", "describe", "engine_of", "entry_key", "keep_heap", "plan", "problem", "require", "say", "vocabulary"]

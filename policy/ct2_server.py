@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evolve.errors import ConfigError, LLMError, MissingDependency
-from evolve.policy.ct2 import INSTALL, BaseInfo, NotConvertible, Plan, converted, describe, engine_of
+from evolve.policy.ct2 import INSTALL, BaseInfo, NotConvertible, Plan, converted, describe, engine_of, keep_heap
 from evolve.policy.ct2 import plan as make_plan, require, say
 from evolve.policy.local_server import LocalServer
 from evolve.policy.sampling import Sample
@@ -84,6 +84,8 @@ class CT2Server(LocalServer):
         self._entries: dict[str | None, Path] = {}  # adapter name -> its converted model
         self._loaded: OrderedDict[str | None, Any] = OrderedDict()
         self.vocab = 0  # the model's vocabulary size, read from the first system loaded
+        if plan.keep_heap:
+            keep_heap()
         self._start(info.tokenizer, info.max_len, name=name, max_batch=max_batch, batch_wait=batch_wait,
                     max_wait=max_wait)
         with _AT_EXIT:
