@@ -7,7 +7,7 @@ never to train) as an evaluation asks: its chat template with the user message o
 ``--max-new`` new tokens, every request submitted at once to a ``CT2Server`` that takes ``--batch``
 at a time (an evaluation's 32 rollouts at once by default: ``runner.workers``). ``--n`` prompts,
 evenly spaced over the 541. The runs alternate (the revision, this checkout, the revision, ...), each
-in a fresh process: ``params.heap`` changes the process's malloc for good. Every run's replies (token
+in a fresh process: a CPU server changes the process's malloc for good (``keep_heap``). Every run's replies (token
 ids) must equal the first run's. Per run: wall seconds, the process's CPU seconds (user + system) and
 minor page faults, tokens, and the replies that stopped at the cap. The 541 prompts' time is the median
 scaled by 541 / n: an extrapolation, not a measurement, unless ``--n 541``.
@@ -57,7 +57,7 @@ def one_run(args: argparse.Namespace) -> None:
                               max_batch=args.batch)
     server.add_base()
     server.generator(None)  # loaded before the clock starts
-    heap = {None: "not asked (the revision's server)", True: "kept (params.heap: keep)", False: "not glibc's"}[ct2._heap_kept]
+    heap = {None: "not asked (the revision's server)", True: "kept (keep_heap)", False: "not glibc's"}[ct2._heap_kept]
     r0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     futures = [server.submit(p, temperature=0.0, max_tokens=args.max_new, logprobs=True) for p in prompts]
     out = [f.result() for f in futures]

@@ -23,12 +23,11 @@ int8 sampled 210 tokens/s at batch 8 with one thread and 104 with two on the sam
 the batch split in two (bench/ct2_speed.py). On CUDA ``params.threads`` is the intra-op threads.
 Training stays torch + peft.
 
-``params.heap`` (CPU): ``keep`` (the default) has glibc's malloc serve every block from the heap and
-keep up to :data:`HEAP_KEEP` of freed memory (:func:`keep_heap`, once, process-wide, when the first
-server on the CPU starts); ``system`` leaves malloc as it is. CTranslate2 4.8 grows each layer's cached keys
-and values by one position a step into a new tensor; once one passes 32 MiB (glibc's largest mmap
-threshold) every step's tensors were fresh mmaps, each page a fault when written, and long replies
-slowed far more than their attention does (bench/ct2_long.py).
+On the CPU the first server makes glibc's malloc serve every block from the heap and keep up to
+:data:`HEAP_KEEP` of freed memory, for the whole process (:func:`keep_heap`): CTranslate2 4.8 grows
+each layer's cached keys and values by one position a step into a new tensor, and once one passed
+32 MiB (glibc's largest mmap threshold) every step's tensors were fresh mmaps, each page a fault when
+written, so long replies slowed far more than their attention does (bench/ct2_long.py).
 
 What is converted is one system's weights: the base with its LoRA adapter merged (peft's
 ``merge_and_unload`` on a fresh float32 copy; the archived files are never written), once per
@@ -68,8 +67,7 @@ MANIFEST = "evolvekit.json"
 CACHE_KEEP = 16
 
 
-HEAPS = ("keep", "system")
-# freed memory glibc keeps at the top of the heap under params.heap: keep before it gives any back (M_TRIM_THRESHOLD)
+# freed memory glibc keeps at the top of the heap, once keep_heap ran, before it gives any back (M_TRIM_THRESHOLD)
 HEAP_KEEP = (1 << 31) - 1
 
 
@@ -108,7 +106,7 @@ class Plan:
     quantization: str  # the weight type stored in the cache (the compute type's weights)
     threads: int  # intra-op threads of each batch; 0: CTranslate2's default
     parallel: int = 1  # batches run at once (inter_threads): a batch is split into this many
-    keep_heap: bool = False  # params.heap: keep (the CPU's default): see keep_heap
+    keep_heap: bool = False  # the server calls keep_heap (on the CPU)
 
     @property
     def key(self) -> str:
@@ -139,11 +137,8 @@ def plan(params: dict[str, Any], *, tiny: bool) -> Plan:
                              f"use one of {', '.join(supported)} (or auto)")
     weights = "int8" if compute.startswith("int8") else compute
     threads = int(params.get("threads") or 0)
-    heap = str(params.get("heap", "keep"))
-    if heap not in HEAPS:
-        raise ConfigError(f"params.heap {heap!r}: use one of {', '.join(HEAPS)}")
     if device == "cpu":  # one thread per batch, ``threads`` (the cores) batches at once: see the module docstring
-        return Plan(device, index, compute, weights, 1, max(1, threads or os.cpu_count() or 1), heap == "keep")
+        return Plan(device, index, compute, weights, 1, max(1, threads or os.cpu_count() or 1), True)
     return Plan(device, index, compute, weights, threads)
 
 
@@ -389,5 +384,5 @@ def say(msg: str) -> None:
     print(f"evolvekit: {msg}", file=sys.stderr, flush=True)
 
 
-__all__ = ["CACHE_KEEP", "ENGINES", "HEAPS", "HEAP_KEEP", "INSTALL", "BaseInfo", "NotConvertible", "Plan", "cache_root",
+__all__ = ["CACHE_KEEP", "ENGINES", "HEAP_KEEP", "INSTALL", "BaseInfo", "NotConvertible", "Plan", "cache_root",
            "convert", "converted", "describe", "engine_of", "entry_key", "keep_heap", "plan", "problem", "require", "say", "vocabulary"]

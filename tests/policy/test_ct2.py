@@ -622,3 +622,70 @@ def test_smollm2_greedy_in_float32_is_the_torch_samplers_output(smollm2, tmp_pat
     for q, lps in zip(questions, got):
         ids = ref.tokenizer.render_chat([Message(role="user", content=q)])
         assert max(abs(a - b) for a, b in zip(recomputed(model, ids[:1], ids[1:], 1.0), lps)) < 1e-4
+
+
+# ----------------------------------------------------------------------------- long replies on the CPU
+
+# Five 64 MiB blocks (over glibc's largest mmap threshold, 32 MiB), each written in full and freed, after
+# a warm-up: how many minor page faults the process takes. A fresh mmap faults every page it writes; a
+# block the heap kept does not.
+_FAULTS = """
+import ctypes, resource, sys
+from evolve.policy.ct2 import keep_heap
+if sys.argv[1] == "keep":
+    assert keep_heap() and keep_heap()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+n = 64 << 20
+def written():
+    p = libc.malloc(n)
+    ctypes.memset(p, 1, n)
+    return p
+libc.free(written())
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    libc.free(written())
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="glibc on Linux")
+def test_a_kept_heap_reuses_freed_blocks_over_the_mmap_threshold_without_page_faults():
+    import os
+    import subprocess
+    import sys
+
+    def faults(way: str) -> int:
+        r = subprocess.run([sys.executable, "-c", _FAULTS, way], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        assert r.returncode == 0, r.stderr[-2000:]
+        return int(r.stdout.split()[-1])
+
+    pages = 5 * (64 << 20) // 4096
+    assert faults("system") > pages // 2  # each block a fresh mmap: its pages fault again
+    assert faults("keep") < pages // 50  # the heap's block, reused
+
+
+def test_a_cpu_server_keeps_the_heap_and_greedy_rows_ask_no_logits(tiny, monkeypatch):
+    from evolve.policy import ct2_server
+
+    kept = []
+    monkeypatch.setattr(ct2_server, "keep_heap", lambda: kept.append(1) or True)
+    store, base, _ = tiny
+    llm = build(spec(base, engine="ctranslate2", compute_type="int8", max_tokens=16), store)
+    assert llm.server.plan.keep_heap and kept == [1]
+    calls = []
+    real = llm.server.generator(None)
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def generate_batch(self, *a, **kw):
+            calls.append(kw)
+            return real.generate_batch(*a, **kw)
+
+    monkeypatch.setattr(llm.server, "generator", lambda name: Recording())
+    out = llm.complete(chat("hello"), temperature=0.0)
+    # greedy: CTranslate2's own step log-probs (scores), never the vocabulary's logits of every step
+    assert calls and not any(kw["return_logits_vocab"] for kw in calls) and out.logprobs is not None
