@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.types import System
 from evolve.deploy.pins import make_pins, module_file, pin_changes, pin_id, pinned_files  # noqa: F401 (re-exported)

@@ -5,8 +5,9 @@ saw, and pins it (run state ``deploy.unaccepted``: the files waiting, with the h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.deploy.closure import file_sha
 from evolve.deploy.lifecycle import DeployError, who
@@ -71,7 +72,7 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
     from evolve.errors import UserError
     from evolve.task.taskfile import load_task
 
-    cfg, base = load_task(task_file, overrides)
+    cfg, base = load_task(task_file, list(overrides))
     if cfg.deploy is None:
         raise UserError(f"{task_file} has no deploy: section, so nothing is pinned to accept a file into")
     by = by or who()
@@ -80,7 +81,7 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
         if saved is None:
             raise DeployError("this run's evaluation is not pinned yet; run evolve promote TASK RUN first")
         waiting = dict(archive.get_state(UNACCEPTED_KEY) or {})
-        shown = []
+        shown: list[dict[str, Any]] = []
         for given in files:
             f = Path(given).expanduser().resolve()
             if not f.is_file():
