@@ -33,6 +33,12 @@ def test_teardown_removes_what_this_session_made_and_nothing_of_a_users(docker_e
     from evolve.worlds.harbor.docker_env import DockerEnvironment
 
     c = docker_engine.client
+    # a session of its own, so that its teardown here leaves the other tests' images alone
+    name = getattr(de, "SESSION_ENV", "EVOLVE_HARBOR_SESSION")
+    monkeypatch.setenv(name, "tests-teardown-" + os.urandom(4).hex())
+    session = dataclasses.replace(docker_engine, started=None)
+    if hasattr(session, "session"):
+        session = dataclasses.replace(session, session=os.environ[name])
     # a user's own harbor run on the same engine, made while the tests run: labelled as the world labels it
     users_ct = c.containers.run(de.DEBIAN, ["sleep", "300"], detach=True, labels={"evolvekit": "harbor"},
                                 network_mode="none")
@@ -47,9 +53,7 @@ def test_teardown_removes_what_this_session_made_and_nothing_of_a_users(docker_e
     env = DockerEnvironment(docker_engine.task(d), c)
     ours_ct, ours_img = env.container.id, env.image
     try:
-        name = getattr(de, "SESSION_ENV", "EVOLVE_HARBOR_SESSION")
-        monkeypatch.setenv(name, os.environ.get(name, ""))  # restored after tear_down
-        de.tear_down(dataclasses.replace(docker_engine, started=None))  # the session's teardown, engine kept
+        de.tear_down(session)  # the session's teardown, the engine kept (the variable is restored after the test)
         left = {x.id for x in c.containers.list(all=True)}
         assert users_ct.id in left, "the teardown removed a user's harbor container"
         assert users_img in {i.id for i in c.images.list()}, "the teardown removed a user's image"
