@@ -106,6 +106,9 @@ def status_command(
         trail.add_row(_when(e["created_at"]), e["system"][:12], f"{e['from'] or '-'} -> {e['to']}", str(e["by"]),
                       Text(str(e["why"])[:200]))
     out.print(trail)
+    for f, sha in st["unaccepted"].items():
+        out.print(Text(f"waiting for a person: the evaluation read {f} (sha256 {sha}), which the pins do not hold; "
+                       f"look at it, then evolve promote TASK RUN --accept-read {f}", style="yellow"))
     for p in st["problems"]:
         out.print(Text(f"inconsistent: {p}", style="red"))
     if st["problems"]:

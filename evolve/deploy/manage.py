@@ -231,6 +231,10 @@ def status(run_dir: str | Path, *, traces: str | Path | None = None) -> dict[str
         out: dict[str, Any] = {"active": dep.active(), "states": dep.states(), "canary": dep.canary(),
                                "blocked": dep.blocked(), "trail": dep.events(), "problems": dep.check(),
                                "pins": (archive.get_state(PINS_KEY) or {}).get("id")}
+        from evolve.deploy.reads import unaccepted
+
+        # files a gate read that wait for a person (evolve promote --accept-read), with the sha256 it read
+        out["unaccepted"] = unaccepted(archive, (archive.get_state(PINS_KEY) or {}).get("pins"))
     # status only reads: an expired canary is ended by the gateway's next call (it serves no new session)
     out["canary_expired"] = out["canary"] is not None and expired(out["canary"])
     if out["canary"] is not None and traces is not None:

@@ -37,13 +37,18 @@ def hold(archive: Any, reads: Sequence[str]) -> DeployError:
     return DeployError(_say({f: waiting[f] for f in reads}, new=True))
 
 
-def refuse_unaccepted(archive: Any, pins: dict[str, Any]) -> None:
-    """Refuse while a file a gate read waits for a person's acceptance (and is not pinned since)."""
+def unaccepted(archive: Any, pins: dict[str, Any] | None) -> dict[str, str | None]:
+    """The files a gate read that wait for a person's acceptance (and were not pinned since), with
+    the sha256 the gate read."""
     from evolve.deploy.pins import pinned_files
 
-    waiting = dict(archive.get_state(UNACCEPTED_KEY) or {})
-    held = set(pinned_files(pins))
-    left = {f: h for f, h in waiting.items() if f not in held}
+    held = set(pinned_files(pins or {}))
+    return {f: h for f, h in dict(archive.get_state(UNACCEPTED_KEY) or {}).items() if f not in held}
+
+
+def refuse_unaccepted(archive: Any, pins: dict[str, Any]) -> None:
+    """Refuse while a file a gate read waits for a person's acceptance (and is not pinned since)."""
+    left = unaccepted(archive, pins)
     if left:
         raise DeployError(_say(left, new=False))
 
@@ -80,15 +85,15 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
         saved = archive.get_state(PINS_KEY)
         if saved is None:
             raise DeployError("this run's evaluation is not pinned yet; run evolve promote TASK RUN first")
-        waiting = dict(archive.get_state(UNACCEPTED_KEY) or {})
+        held_back = dict(archive.get_state(UNACCEPTED_KEY) or {})
         shown: list[dict[str, Any]] = []
         for given in files:
             f = Path(given).expanduser().resolve()
             if not f.is_file():
                 raise UserError(f"--accept-read {given}: {f} is not a file; name a file the refusal listed"
-                                + (f" ({', '.join(sorted(waiting))})" if waiting else ""))
+                                + (f" ({', '.join(sorted(held_back))})" if held_back else ""))
             shown.append({"path": str(f), "sha256": file_sha(f), "bytes": f.stat().st_size,
-                          "seen": waiting.get(str(f)), "text": _shown(f)})
+                          "seen": held_back.get(str(f)), "text": _shown(f)})
         splits = run_splits(cfg, base, archive)
         observed = list(((saved["pins"].get("code") or {}).get("observed")) or [])
         changed = pin_changes(saved["pins"], make_pins(cfg, base, splits, observed))
@@ -99,13 +104,13 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
         pins = make_pins(cfg, base, splits, sorted(set(observed) | {s["path"] for s in shown}))
         _, pid = _save_pins(archive, pins, by, saved)
         for s in shown:
-            waiting.pop(s["path"], None)
+            held_back.pop(s["path"], None)
         with archive.transaction():
-            archive.put_state(UNACCEPTED_KEY, waiting)
+            archive.put_state(UNACCEPTED_KEY, held_back)
             archive.log_event("deploy_accept_read", {"by": by, "pins": pid,
                                                      "files": {s["path"]: s["sha256"] for s in shown}})
     names = ", ".join(f"{s['path']} (sha256 {s['sha256']})" for s in shown)
     return {"files": shown, "pins": pid, "message": f"accepted by {by} and pinned as they are now ({pid}): {names}"}
 
 
-__all__ = ["UNACCEPTED_KEY", "accept_reads", "hold", "refuse_unaccepted"]
+__all__ = ["UNACCEPTED_KEY", "accept_reads", "hold", "refuse_unaccepted", "unaccepted"]

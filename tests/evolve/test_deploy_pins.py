@@ -16,7 +16,7 @@ import pytest
 import evolve
 from evolve.archive import Archive
 from evolve.deploy import DeployError
-from evolve.deploy.manage import promote
+from evolve.deploy.manage import promote, status
 from tests.evolve.test_deploy import _candidate, _jsonl
 
 AGENT = '''
@@ -186,6 +186,9 @@ def test_a_file_a_gate_reads_refuses_until_a_person_accepts_it_by_a_command_that
                                               rf"\(sha256 {sha}\)"):
             promote(d / "task.yaml", run, system=good)
     assert _gate_rollouts(run) == scored
+    assert status(run)["unaccepted"] == {str(rules): sha}  # evolve status says what waits for a person
+    shown = CliRunner().invoke(app, ["status", str(run)], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert f"waiting for a person: the evaluation read {rules} (sha256 {sha})" in shown.output, shown.output
     with pytest.raises(DeployError, match="no one has accepted"):  # a re-pin does not accept it either
         promote(d / "task.yaml", run, system=good, repin=True)
     res = CliRunner().invoke(app, ["promote", str(d / "task.yaml"), str(run), "--accept-read", str(rules),
@@ -193,6 +196,7 @@ def test_a_file_a_gate_reads_refuses_until_a_person_accepts_it_by_a_command_that
     assert res.exit_code == 0, res.output
     assert f"{rules}\n  sha256 {sha}, 14 bytes" in res.output and '{"scale": 1.0}' in res.output
     assert "accepted by ana and pinned as they are now" in res.output
+    assert status(run)["unaccepted"] == {}
     assert promote(d / "task.yaml", run, system=good)["state"] == "active"
     rules.write_text('{"scale": 0.0}')
     with pytest.raises(DeployError, match=rf"{rules} changed \(read by the evaluation\)"):
@@ -255,7 +259,7 @@ from pathlib import Path
 import evolve
 from evolve.archive import Archive
 from evolve.deploy import DeployError
-from evolve.deploy.manage import promote
+from evolve.deploy.manage import promote, status
 
 d = Path(sys.argv[1])
 evolve.run(str(d / "task.yaml"), out=d / "run")
