@@ -204,7 +204,7 @@ class GRPO:
         init = str(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
         kw = dict(device=spec.params.get("device"), dtype=spec.params.get("dtype"),
                   gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
-                  cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha, lr=p.lr,
+                  precision=str(spec.params.get("precision", "auto")), cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha, lr=p.lr,
                   weight_decay=p.weight_decay, grad_clip=p.grad_clip, num_iterations=p.num_iterations,
                   minibatches=p.minibatches, micro_batch=p.micro_batch,
                   micro_batch_tokens=p.micro_batch_tokens, seed=ctx.rng.randrange(2**31),

@@ -194,10 +194,11 @@ def fit_tiny(tiny: dict, tok: Any, examples: list, *, demos: int, seed: int, epo
 
 def fit_lora_cold_start(checkpoint: str, demos: list, *, device: Any, dtype: Any, gradient_checkpointing: bool,
                         seed: int, epochs: float, lr: float, batch_size: int, eval_every: int | None, val: ValEval,
-                        progress: Any = None, say: Callable[[str], None] | None = None
+                        progress: Any = None, say: Callable[[str], None] | None = None, precision: str = "auto"
                         ) -> tuple[bytes, list, dict, list[str]]:
     """LoRA SFT of the pretrained ``checkpoint`` on the demo chats: (the adapter file's bytes, the
-    examples' token ids, the info, the messages). Pure, like :func:`fit_tiny`."""
+    examples' token ids, the info, the messages). Pure, like :func:`fit_tiny`. ``precision``:
+    :mod:`evolve.policy.precision` (the validation samples in float32 either way)."""
     import tempfile
 
     from evolve.policy.hf import load_pretrained
@@ -212,12 +213,12 @@ def fit_lora_cold_start(checkpoint: str, demos: list, *, device: Any, dtype: Any
     said(f"cold start: LoRA SFT of {Path(checkpoint).name} on {len(demos)} demos ({len(examples)} turns)")
     adapter = train_lora(model, examples, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
                          eval_fn=lambda m: val(m, tok, said), eval_every=eval_every, pad_id=tok.pad_id,
-                         log=progress(len(examples), epochs, batch_size) if progress else None)
+                         log=progress(len(examples), epochs, batch_size) if progress else None, precision=precision)
     st = adapter.stats
     info = {"demos": len(demos), "examples": len(examples), "best_val": st.get("best_score"),
             "best_step": st.get("best_step"), "steps": st.get("steps"), "seconds": st.get("seconds"),
-            "trained_in": _here()}
-    said(f"cold start: kept step {info['best_step']} (val {info['best_val']})")
+            "trained_in": _here(), "precision": st.get("precision")}
+    said(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {st.get('precision')}")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "adapter.safetensors"
         adapter.save(path)
@@ -262,16 +263,22 @@ def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpo
     demos' token ids, for STaR's replay and GRPO's PPO-ptx) lies beside it. With the ray runner's
     ``runner.params.train`` the training runs in a Ray task with those resources (the checkpoint on
     storage that node sees)."""
+    from evolve.policy.hf import resolve_device
+    from evolve.policy.precision import resolve_precision
+
     cs = mc.cold_start
     assert cs is not None
     task = session.task
     _, demos, val_tasks, tools, memory = _demos(session, role, mc)
     params = {k: v for k, v in mc.params.items() if k != "weights"}
+    # what precision: auto resolves to is part of what was trained (float32 keeps the keys made before it)
+    precision = resolve_precision(mc.params.get("precision", "auto"), resolve_device(mc.params.get("device")))
     key = content_hash({
         "v": SFT_VERSION + "/lora", "base": base_manifest.decode(), "seed": task.seed,
         "cs": cs.model_dump(mode="json", exclude_none=True), "demos": demos, "val": [t["id"] for t in val_tasks],
         "prompts": task.prompts, "workflow": task.workflow, "agent": task.agent, "params": params,
         **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}),
+        **({"precision": precision} if precision != "fp32" else {}),
     })
     out = cache_dir() / "sft" / key / "adapter.safetensors"
     if out.exists():
@@ -282,7 +289,8 @@ def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpo
         session, fit_lora_cold_start, str(checkpoint), demos, device=mc.params.get("device"),
         dtype=mc.params.get("dtype"), gradient_checkpointing=bool(mc.params.get("gradient_checkpointing")),
         seed=task.seed, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, eval_every=cs.eval_every,
-        val=_val_eval(session, role, mc, val_tasks, tools, memory, remote))
+        val=_val_eval(session, role, mc, val_tasks, tools, memory, remote),
+        precision=str(mc.params.get("precision", "auto")))
     out.parent.mkdir(parents=True, exist_ok=True)
     (out.parent / "sft_examples.json").write_text(json.dumps(examples))
     tmp = out.with_name(out.name + f".{os.getpid()}.tmp")

@@ -84,19 +84,23 @@ class STaR:
 
 def fit_adapter(base: str, init: str | None, examples: list, *, r: int, alpha: float, lr: float, epochs: float,
                 batch_size: int, seed: int, device: Any = None, dtype: Any = None,
-                gradient_checkpointing: bool = False) -> tuple[bytes, dict]:
+                gradient_checkpointing: bool = False, precision: str = "auto") -> tuple[bytes, dict]:
     """Train a LoRA adapter on the base weights in the file ``base`` (continued from the adapter in
     ``init``): (the adapter file's bytes, the training stats). Pure: paths in, bytes out, so it runs
-    in this process or in a Ray task where the GPUs are (``runner.params.train``)."""
+    in this process or in a Ray task where the GPUs are (``runner.params.train``). ``precision``:
+    :mod:`evolve.policy.precision` (``auto`` keeps a tiny base in float32)."""
     import tempfile
     from pathlib import Path
 
     from evolve.policy.train import train_lora
     from evolve.policy.weights import load_base
 
-    model, tok, _ = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+    from evolve.policy.precision import resolve_precision
+
+    model, tok, cfg = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+    precision = resolve_precision(precision, next(model.parameters()).device, tiny=cfg is not None)
     adapter = train_lora(model, examples, r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
-                         seed=seed, init=init, pad_id=tok.pad_id)
+                         seed=seed, init=init, pad_id=tok.pad_id, precision=precision)
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "adapter.safetensors"
         adapter.save(path)
@@ -121,7 +125,8 @@ def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ct
     init = str(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
     kw = dict(r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size, seed=ctx.rng.randrange(2**31),
               device=spec.params.get("device"), dtype=spec.params.get("dtype"),
-              gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")))
+              gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
+              precision=str(spec.params.get("precision", "auto")))
     remote = ctx.extra.get("remote")
     base = str(ctx.artifacts.path(spec.base))
     data, stats = (remote(fit_adapter, base, init, examples, **kw) if remote is not None

@@ -199,6 +199,7 @@ def train(
     log: Callable[[dict], None] | None = None,
     log_every: int = 10,
     pad_id: int = 0,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Train the parameters of ``model`` that require grad on ``examples`` (completion tokens only).
 
@@ -209,11 +210,18 @@ def train(
     parameters are restored at the end. Deterministic given ``seed``. The model is left in
     eval mode. Returns statistics: steps, epochs, loss (mean of the last 10 steps), first_loss,
     tokens (real, unpadded), seconds, eval_seconds, tokens_per_sec (training only), best_score,
-    best_step, evals ([(step, score)]). ``log`` gets ``{step, loss, lr, tokens_per_sec}`` every
+    best_step, evals ([(step, score)]), precision. ``log`` gets ``{step, loss, lr, tokens_per_sec}`` every
     ``log_every`` steps and ``{step, eval, best}`` after each evaluation.
+
+    ``precision``: ``fp32`` (exact, the default), ``bf16`` or ``auto``
+    (:mod:`evolve.policy.precision`): in bf16 the frozen parameters are bfloat16 and the forward
+    runs under autocast while training, the trained parameters and the loss stay float32;
+    ``eval_fn`` sees the float32 model, and the model is float32 again when this returns.
     """
     import torch
     import torch.nn.functional as F
+
+    from evolve.policy.precision import BF16Base, resolve_precision
 
     exs = [as_example(e) for e in examples if len(as_example(e).completion_ids) > 0]
     if not exs:
@@ -249,10 +257,13 @@ def train(
 
     eval_time = [0.0]
 
+    mixed = BF16Base(model, enabled=resolve_precision(precision, device) == "bf16")
+
     def evaluate(step: int) -> None:
         t = time.perf_counter()
         model.eval()
-        score = float(eval_fn(model))  # type: ignore[misc]
+        with mixed.full_precision():
+            score = float(eval_fn(model))  # type: ignore[misc]
         model.train()
         eval_time[0] += time.perf_counter() - t
         for p in params:  # whatever eval_fn did (e.g. peft adapter switching), keep training these
@@ -266,7 +277,7 @@ def train(
     t0, tokens, losses, step = time.perf_counter(), 0, [], 0
     curve: list[dict[str, Any]] = []  # the mean loss of each log_every steps: the training curve the dashboard draws
     model.train()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), mixed:
         torch.manual_seed(seed)
         queue: list[list[int]] = []
         while step < total:
@@ -275,7 +286,8 @@ def train(
             batch = queue.pop()
             x, y = collate([seqs[i] for i in batch], pad_id)
             x, y = x.to(device), y.to(device)
-            logits, targets = target_logits(model, x, y)
+            with mixed.autocast():
+                logits, targets = target_logits(model, x, y)
             loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(len(targets), 1)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -307,7 +319,8 @@ def train(
     return {"steps": step, "epochs": step / per_epoch, "loss": sum(tail) / len(tail), "first_loss": losses[0],
             "tokens": tokens, "seconds": dt, "eval_seconds": eval_time[0],
             "tokens_per_sec": tokens / max(dt - eval_time[0], 1e-9),
-            "best_score": best["score"], "best_step": best["step"], "evals": evals, "curve": curve}
+            "best_score": best["score"], "best_step": best["step"], "evals": evals, "curve": curve,
+            "precision": "bf16" if mixed.enabled else "fp32"}
 
 
 def bare_copy(model: Any) -> Any:

@@ -20,6 +20,7 @@ GENERIC = frozenset({"temperature", "max_tokens"})
 LOCAL = GENERIC | {
     "weights",  # a Hugging Face checkpoint (directory or cached Hub id) or a tiny base file
     "device", "dtype", "max_batch", "batch_wait_ms", "max_wait_ms", "threads", "gradient_checkpointing",
+    "precision",  # training: auto | bf16 | fp32 (evolve.policy.precision)
     "engine", "compute_type",  # who samples: torch | ctranslate2 | auto (evolve.policy.ct2)
     "sft_examples",  # set by the cold start (an artifact), not by hand
 }
@@ -77,6 +78,10 @@ def check_keys(role: str, backend: str, params: dict[str, Any], source: str = "t
     if backend == "local" and str(params.get("engine", "torch")) not in LOCAL_ENGINES:
         raise ConfigError(f"{params['engine']!r} is not an engine; use one of {', '.join(LOCAL_ENGINES)}",
                           path=f"models.{role}.params.engine", source=source)
+    if backend == "local" and "precision" in params:
+        from evolve.policy.precision import check_precision
+
+        check_precision(params["precision"], path=f"models.{role}.params.precision", source=source)
     if backend == "litellm" and "extra" in params and not isinstance(params["extra"], dict):
         raise ConfigError("params.extra must be a mapping of keyword arguments for litellm.completion",
                           path=f"models.{role}.params.extra", source=source)
