@@ -143,6 +143,14 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (not gone, not a zombie waiting for its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _cmdline(pid: int) -> list[str]:
     try:
         return [a for a in Path(f"/proc/{pid}/cmdline").read_text().split("\0") if a]
@@ -152,7 +160,13 @@ def _cmdline(pid: int) -> list[str]:
 
 def record(pid: int) -> None:
     """Write :data:`PIDFILE` for the dockerd ``pid`` these tests started: its pid, start time and command line."""
-    PIDFILE.write_text(json.dumps({"pid": pid, "start": _start_time(pid), "cmdline": _cmdline(pid)}))
+    cmdline: list[str] = []
+    for _ in range(250):  # a process just started shows its command line only once its exec is done
+        cmdline = _cmdline(pid)
+        if cmdline:
+            break
+        time.sleep(0.02)
+    PIDFILE.write_text(json.dumps({"pid": pid, "start": _start_time(pid), "cmdline": cmdline}))
 
 
 def orphan() -> int | None:
@@ -180,7 +194,7 @@ def stop_orphan() -> int | None:
         return None
     os.kill(pid, signal.SIGTERM)
     for _ in range(120):
-        if _start_time(pid) is None:
+        if not _alive(pid):
             break
         time.sleep(0.5)
     else:

@@ -70,7 +70,7 @@ def test_a_dockerd_a_killed_session_left_is_found_and_stopped_and_nothing_else_i
     left = subprocess.Popen(["sleep", "300"], start_new_session=True)  # stands for the dockerd a killed session left
     try:
         de.record(left.pid)
-        assert de.orphan() == left.pid
+        assert de.orphan() == left.pid, de.PIDFILE.read_text()
         assert de.stop_orphan() == left.pid
         assert left.wait(timeout=30) is not None and not de.PIDFILE.exists()
     finally:
