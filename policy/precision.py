@@ -40,12 +40,11 @@ import functools
 from pathlib import Path
 from typing import Any, Iterator
 
-from evolve.errors import ConfigError
+from evolve.llm.params import LOCAL_PRECISIONS as PRECISIONS
+from evolve.llm.params import check_precision
 
-PRECISIONS = ("auto", "bf16", "fp32")
 ATTENTION = "evolvekit_bf16"  # the attention function's name in transformers' registry while mixed
 MATMUL_ATTENTION_MAX = 256  # longer sequences take torch's fused attention (faster there in bfloat16)
-_ALIASES = {"bfloat16": "bf16", "float32": "fp32"}
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
@@ -78,15 +77,6 @@ def cpu_has_bf16() -> bool:
         except Exception:  # noqa: BLE001 - a probe missing from this torch build: not detected
             pass
     return False
-
-
-def check_precision(value: Any, path: str = "params.precision", source: str | None = None) -> str:
-    """The canonical name of a precision setting (``auto``, ``bf16``, ``fp32``), or a ConfigError."""
-    v = _ALIASES.get(str(value), str(value)) if value is not None else "auto"
-    if v not in PRECISIONS:
-        raise ConfigError(f"{value!r} is not a training precision; use one of {', '.join(PRECISIONS)} "
-                          "(auto: bf16 where the hardware has it)", path=path, source=source)
-    return v
 
 
 def resolve_precision(value: Any, device: Any = "cpu", *, tiny: bool = False) -> str:

@@ -25,6 +25,17 @@ LOCAL = GENERIC | {
     "sft_examples",  # set by the cold start (an artifact), not by hand
 }
 LOCAL_ENGINES = ("torch", "ctranslate2", "auto")
+LOCAL_PRECISIONS = ("auto", "bf16", "fp32")  # training precision (evolve.policy.precision)
+PRECISION_ALIASES = {"bfloat16": "bf16", "float32": "fp32"}
+
+
+def check_precision(value: Any, path: str = "params.precision", source: str | None = None) -> str:
+    """The canonical name of a training precision setting (``auto``, ``bf16``, ``fp32``), or a ConfigError."""
+    v = PRECISION_ALIASES.get(str(value), str(value)) if value is not None else "auto"
+    if v not in LOCAL_PRECISIONS:
+        raise ConfigError(f"{value!r} is not a training precision; use one of {', '.join(LOCAL_PRECISIONS)} "
+                          "(auto: bf16 where the hardware has it)", path=path, source=source)
+    return v
 
 # evolvekit's own litellm keys, then the keyword arguments of litellm.completion that a task file
 # may sensibly fix (model, messages, stream and tools are the agent's); `extra` passes anything else
@@ -79,8 +90,6 @@ def check_keys(role: str, backend: str, params: dict[str, Any], source: str = "t
         raise ConfigError(f"{params['engine']!r} is not an engine; use one of {', '.join(LOCAL_ENGINES)}",
                           path=f"models.{role}.params.engine", source=source)
     if backend == "local" and "precision" in params:
-        from evolve.policy.precision import check_precision
-
         check_precision(params["precision"], path=f"models.{role}.params.precision", source=source)
     if backend == "litellm" and "extra" in params and not isinstance(params["extra"], dict):
         raise ConfigError("params.extra must be a mapping of keyword arguments for litellm.completion",
@@ -122,4 +131,4 @@ def check_ready(role: str, backend: str, params: dict[str, Any], base_dir: Path,
             raise ConfigError(f"{params['reply']!r} is not callable", path=f"models.{role}.params.reply", source=source)
 
 
-__all__ = ["GENERIC", "LITELLM", "LOCAL", "accepted", "check_keys", "check_ready"]
+__all__ = ["GENERIC", "LITELLM", "LOCAL", "LOCAL_PRECISIONS", "accepted", "check_keys", "check_precision", "check_ready"]
