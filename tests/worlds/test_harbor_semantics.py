@@ -177,8 +177,7 @@ def test_what_the_sandbox_cannot_carry_out_is_refused_by_name(tmp_path, toml, st
 
 def test_features_not_run_yet_are_refused_by_name(tmp_path):
     cases = {
-        '[[steps]]\nname = "a"\n[steps.healthcheck]\ncommand = "true"\n': "healthcheck, which the harbor world does "
-                                                                         "not run yet",
+        '[environment.healthcheck]\ncommand = "true"\n': "[environment] healthcheck: a readiness healthcheck",
         '[environment]\nmcp_servers = [{ name = "x", command = "y", transport = "stdio" }]\n': "MCP servers",
         '[verifier]\nenvironment_mode = "separate"\n[[steps]]\nname = "a"\n': "a multi-step task with a separate "
                                                                               "verifier environment",

@@ -298,10 +298,10 @@ class DockerEnvironment:
 
         return phases.solve(self, step)
 
-    def start_step(self, step: dict, first: bool) -> None:
+    def start_step(self, step: dict, first: bool) -> dict | None:
         from evolve.worlds.harbor import phases
 
-        phases.start_step(self, step, first)
+        return phases.start_step(self, step, first)
 
     def _to_verifier_container(self) -> None:
         """Harbor's separate verifier: the artifacts (and /logs/artifacts) out of the agent's

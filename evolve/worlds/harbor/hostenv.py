@@ -193,8 +193,8 @@ class MaskedEnvironment:
     def verify(self, *args: Any, **kwargs: Any) -> dict:
         return mask(self._call("verify", *args, **kwargs), self._hidden)
 
-    def start_step(self, *args: Any, **kwargs: Any) -> None:
-        self._call("start_step", *args, **kwargs)
+    def start_step(self, *args: Any, **kwargs: Any) -> dict | None:
+        return mask(self._call("start_step", *args, **kwargs), self._hidden)
 
 
 __all__ = ["MASK", "MaskedEnvironment", "admit", "check_names", "mask", "reads", "resolve", "secrets", "tables"]

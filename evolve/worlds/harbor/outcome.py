@@ -128,18 +128,28 @@ def verdict(task: dict, r: Any, reward_json: bytes | None, reward_txt: bytes | N
 
 def aggregate(task: dict, steps: list[dict]) -> dict:
     """A multi-step episode's verdict from its steps' (Harbor's ``multi_step_reward_strategy``):
-    ``mean`` (the default) each key's mean over the steps that ran (a key a step lacks counts 0),
-    ``final`` the last step's."""
-    if task.get("multi_step_reward_strategy") == "final":
-        comps = dict(steps[-1]["components"])
+    ``mean`` (the default) each key's mean over the steps the verifier ran (a key a step lacks
+    counts 0; a step that failed before its agent, with no rewards, is left out), ``final`` the
+    last step's: none when that step failed before its agent, which Harbor's trial records as no
+    reward and its metrics count 0 (here: score 0.0, no components)."""
+    strategy = task.get("multi_step_reward_strategy") or "mean"
+    verified = [s for s in steps if "components" in s]
+    if strategy == "final" and "components" not in steps[-1]:
+        score, comps, how = 0.0, {}, f" (step {steps[-1]['step']!r} has no rewards: Harbor's reward is none, counted 0)"
     else:
-        keys = sorted({k for s in steps for k in s["components"]})
-        comps = {k: sum(s["components"].get(k, 0.0) for s in steps) / len(steps) for k in keys}
-    score, how = primary(comps)
-    return {"score": score, "components": comps, "source": f"{len(steps)} step(s), "
-            f"{task.get('multi_step_reward_strategy') or 'mean'}{how}", "exit_code": steps[-1]["exit_code"],
-            "output": tail("\n".join(f"[{s['step']}] {s['output']}" for s in steps)),
-            "seconds": round(sum(s["seconds"] for s in steps), 3), "steps": steps}
+        if strategy == "final":
+            comps = dict(steps[-1]["components"])
+        else:
+            keys = sorted({k for s in verified for k in s["components"]})
+            comps = {k: sum(s["components"].get(k, 0.0) for s in verified) / len(verified) for k in keys}
+        score, how = primary(comps)
+    left = len(steps) - len(verified)
+    return {"score": score, "components": comps, "source": f"{len(verified)} step(s) verified"
+            f"{f', {left} failed before its agent' if left else ''}, {strategy}{how}",
+            "exit_code": verified[-1]["exit_code"] if verified else None,
+            "output": tail("\n".join(f"[{s['step']}] {s['output'] if 'output' in s else s['failed'] + ' failed: ' + s['reason']}"
+                                     for s in steps)),
+            "seconds": round(sum(s.get("seconds", 0.0) for s in steps), 3), "steps": steps}
 
 
 __all__ = ["FEEDBACK_CHARS", "TEXT_LIMIT", "EnvironmentError_", "aggregate", "parse_reward", "primary", "rewards_of",

@@ -13,7 +13,13 @@ backend (each gives ``sh``, ``reset``, ``upload``, ``executable`` and ``fetch``;
   ``/logs/agent/oracle.txt``;
 * **a step's start** (``trial/multi_step.py``): after a step's verifier ran, ``/logs/verifier``
   and ``/tests`` are emptied; ``steps/<name>/workdir/`` is copied into the working directory and
-  its ``setup.sh`` run there as the agent's user.
+  its ``setup.sh`` run there as the agent's user; then the step's healthcheck
+  (``environments/base.py``'s ``run_healthcheck``, Docker's HEALTHCHECK rules): its command is run
+  as the agent's user until it exits 0; a failure within ``start_period_sec`` does not count (the
+  next try after ``start_interval_sec``), after it ``retries`` consecutive failures fail the step
+  (the next try after ``interval_sec``). A setup.sh or healthcheck that fails is the step failing
+  before its agent (Harbor's step ``exception_info``): :func:`start_step` returns why. One try past
+  its ``timeout_sec`` is the world failing, as in Harbor, whose ``exec`` raises then.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def single(task: dict) -> dict:
             "verifier_timeout": task["verifier_timeout"], "agent_user": task.get("agent_user"),
             "verifier_user": task.get("verifier_user"), "verifier_env": {}, "min_reward": None,
             "test_dirs": ["tests"], "test": "tests/test.sh",
-            "solution": "solution" if task.get("has_solution") else None, "workdir": None}
+            "solution": "solution" if task.get("has_solution") else None, "workdir": None, "healthcheck": None}
 
 
 def steps_of(task: dict) -> list[dict]:
@@ -103,9 +109,11 @@ class _Solved:
         self.stdout, self.stderr = output, ""
 
 
-def start_step(env: Any, step: dict, first: bool) -> None:
+def start_step(env: Any, step: dict, first: bool) -> dict | None:
     """Before a step's agent: clear what the previous step's verifier left, copy the step's
-    ``workdir/`` in and run its ``setup.sh`` (a failure is the world failing, naming the step)."""
+    ``workdir/`` in, run its ``setup.sh``, then its healthcheck. None when the step may start;
+    else ``{"step", "failed": "setup" | "healthcheck", "kind", "reason"}``: the step failed before
+    its agent (Harbor records it on the step and runs neither its agent nor its verifier)."""
     if not first:
         env.reset(["/tests", "/logs/verifier", "/solution"])
     if step.get("workdir"):
@@ -116,9 +124,40 @@ def start_step(env: Any, step: dict, first: bool) -> None:
             script = env.workdir.rstrip("/") + "/setup.sh"
             r = env.sh(f"bash {script}", timeout=600.0, user=step.get("agent_user"))
             if r.timed_out or r.exit_code != 0:
-                raise EnvironmentError_(env.task, f"step {step['name']!r}: {step['workdir']}/setup.sh "
-                                        f"{'timed out' if r.timed_out else f'exited {r.exit_code}'}: "
-                                        f"{tail((r.stderr or r.stdout).strip(), 600)!r}")
+                return {"step": step["name"], "failed": "setup", "kind": "RuntimeError",
+                        "reason": f"{step['workdir']}/setup.sh {'timed out' if r.timed_out else f'exited {r.exit_code}'}"
+                                  f": {tail((r.stderr or r.stdout).strip(), 600)!r}"}
+    if step.get("healthcheck"):
+        why = healthcheck(env, step)
+        if why:
+            return {"step": step["name"], "failed": "healthcheck", "kind": "HealthcheckError", "reason": why}
+    return None
+
+
+def healthcheck(env: Any, step: dict, *, sleep: Any = time.sleep, clock: Any = time.monotonic) -> str | None:
+    """Run ``step``'s healthcheck as Harbor's ``run_healthcheck`` does: None once its command
+    exits 0, else why it failed (``retries`` consecutive failures after the start period). One try
+    past its ``timeout_sec`` raises :class:`EnvironmentError_` (Harbor's ``exec`` raises there)."""
+    hc = step["healthcheck"]
+    start_period_end = clock() + hc["start_period_sec"]
+    failures = 0
+    while True:
+        in_start_period = clock() < start_period_end
+        r = env.sh(hc["command"], timeout=hc["timeout_sec"], user=step.get("agent_user"))
+        if r.timed_out:
+            raise EnvironmentError_(env.task, f"step {step['name']!r}: its healthcheck {hc['command']!r} did not finish "
+                                    f"within its timeout_sec ({hc['timeout_sec']:g} s)", kind="RuntimeError")
+        if r.exit_code == 0:
+            return None
+        if in_start_period:
+            sleep(hc["start_interval_sec"])
+            continue
+        failures += 1
+        if failures >= hc["retries"]:
+            out = tail(((r.stdout or "") + (r.stderr or "")).strip(), 600)
+            return (f"its healthcheck failed after {hc['retries']} consecutive retries: {hc['command']}"
+                    f" (exit {r.exit_code}{', output: ' + repr(out) if out else ''})")
+        sleep(hc["interval_sec"])
 
 
 def below(rewards: dict[str, float], minimum: dict[str, float] | None) -> str | None:
@@ -131,4 +170,4 @@ def below(rewards: dict[str, float], minimum: dict[str, float] | None) -> str | 
     return None
 
 
-__all__ = ["below", "single", "solve", "start_step", "steps_of", "verify"]
+__all__ = ["below", "healthcheck", "single", "solve", "start_step", "steps_of", "verify"]

@@ -315,10 +315,10 @@ class SandboxEnvironment:
 
         return phases.solve(self, step)
 
-    def start_step(self, step: dict, first: bool) -> None:
+    def start_step(self, step: dict, first: bool) -> dict | None:
         from evolve.worlds.harbor import phases
 
-        phases.start_step(self, step, first)
+        return phases.start_step(self, step, first)
 
     def close(self) -> None:
         self.ws.close()

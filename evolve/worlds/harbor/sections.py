@@ -12,10 +12,14 @@ run yet (refused by name, never ignored) or runs without enforcing (a note on th
   the environment's. ``allowlist`` is refused (no egress filter here).
 * **timeouts**: ``[agent] timeout_sec`` unset is no limit (Harbor's default), ``[verifier]`` 600 s,
   the build 600 s; a step's verifier 600 s unless its own says otherwise (Harbor's StepConfig).
+* **a step's healthcheck** (``[steps.healthcheck]``, Harbor's HealthcheckConfig): ``command``
+  (required), ``interval_sec`` 5, ``timeout_sec`` 30, ``start_period_sec`` 0, ``start_interval_sec``
+  5, ``retries`` 3 (Harbor's defaults); run by :func:`.phases.healthcheck`.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -167,5 +171,43 @@ def min_reward(value: Any, where: str, folder: Path, errors: Any) -> dict[str, f
     raise errors.invalid(folder, f"task.toml: {where} min_reward must be a number or a table of numbers, got {value!r}")
 
 
-__all__ = ["NETWORK_MODES", "STEP_KEYS", "artifacts", "cpus", "env_table", "min_reward", "network", "refusals",
-           "resolve_env", "user", "verifier_mode"]
+HEALTHCHECK_DEFAULTS = {"interval_sec": 5.0, "timeout_sec": 30.0, "start_period_sec": 0.0,
+                        "start_interval_sec": 5.0, "retries": 3}
+
+
+def healthcheck(value: Any, where: str, folder: Path, errors: Any) -> dict[str, Any] | None:
+    """A step's ``[steps.healthcheck]`` as ``{"command", "interval_sec", "timeout_sec",
+    "start_period_sec", "start_interval_sec", "retries"}`` (Harbor's defaults filled in), or None;
+    ``errors.invalid`` naming the field when it is malformed."""
+    if value is None:
+        return None
+    at = f"task.toml: {where} healthcheck"
+    if not isinstance(value, dict):
+        raise errors.invalid(folder, f"{at} must be a table ([steps.healthcheck] with command = \"...\"), "
+                             f"got {value!r}")
+    unknown = sorted(set(value) - {"command", *HEALTHCHECK_DEFAULTS})
+    if unknown:
+        raise errors.invalid(folder, f"{at}: unknown key {unknown[0]!r}; Harbor's healthcheck has "
+                             f"{sorted(['command', *HEALTHCHECK_DEFAULTS])}")
+    command = value.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise errors.invalid(folder, f"{at}: command must be a shell command (exit 0 means healthy), got {command!r}")
+    out: dict[str, Any] = {"command": command}
+    for key, default in HEALTHCHECK_DEFAULTS.items():
+        v = value.get(key, default)
+        if key == "retries":
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1000:
+                raise errors.invalid(folder, f"{at}: retries must be a whole number from 0 to 1000, got {v!r}")
+            out[key] = v
+            continue
+        positive = key == "timeout_sec"
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                or v < 0 or (positive and v == 0) or v > 3600):
+            raise errors.invalid(folder, f"{at}: {key} must be a {'positive' if positive else 'non-negative'} "
+                                 f"number of seconds up to 3600, got {v!r}")
+        out[key] = float(v)
+    return out
+
+
+__all__ = ["HEALTHCHECK_DEFAULTS", "NETWORK_MODES", "STEP_KEYS", "artifacts", "cpus", "env_table", "healthcheck",
+           "min_reward", "network", "refusals", "resolve_env", "user", "verifier_mode"]

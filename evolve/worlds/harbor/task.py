@@ -12,7 +12,7 @@ A Harbor task (https://harborframework.com/docs/tasks; the format Terminal-Bench
 
 Keys are checked against Harbor's schema (``[metadata]`` is free-form, as in Harbor); an unknown
 key or a timeout that is not a positive number of seconds is a :class:`TaskError` (the task is
-*invalid*), a feature evolvekit does not run yet (Windows or GPU images, a healthcheck, an egress
+*invalid*), a feature evolvekit does not run yet (Windows or GPU images, the environment's healthcheck, an egress
 allowlist; :mod:`.sections` names them) or a ``${VAR}`` whose host variable the user did not allow
 or is not set (:mod:`.hostenv`) an :class:`UnsupportedTask`; both name the task folder, and the dataset leaves that task out with the
 reason while the others run. What runs but is not enforced (``storage_mb``) is a note on the task.
@@ -20,7 +20,8 @@ reason while the others run. What runs but is not enforced (``storage_mb``) is a
 A multi-step task (``[[steps]]``) has ``steps/<name>/instruction.md`` for each step, and its tests
 in ``steps/<name>/tests/`` (merged over ``tests/``, whose ``test.sh`` stands in for a step without
 one); its solution in ``steps/<name>/solution/`` or ``solution/``; ``steps/<name>/workdir/`` is
-copied into the working directory before the step, and its ``setup.sh`` run there then.
+copied into the working directory before the step, and its ``setup.sh`` run there then; its
+``[steps.healthcheck]`` (:func:`.sections.healthcheck`) runs after that, before the step's agent.
 
 A task folder is someone else's: its files are read without following links
 (:mod:`evolve.sandbox.beneath`), so an ``instruction.md`` or a ``task.toml`` that is a link to a
@@ -259,8 +260,6 @@ def _steps(data: dict, folder: Path) -> list[dict] | None:
         agent, ver = st.get("agent") or {}, st.get("verifier") or {}
         if not isinstance(agent, dict) or not isinstance(ver, dict):
             raise TaskError(folder, f"task.toml: {where}: agent and verifier must be tables")
-        if st.get("healthcheck"):
-            raise UnsupportedTask(folder, f"task.toml: {where} healthcheck, which the harbor world does not run yet")
         for key in ("environment", "environment_mode", "collect", "network_mode", "allowed_hosts"):
             if ver.get(key) or (key in ("network_mode", "allowed_hosts") and agent.get(key)):
                 raise UnsupportedTask(folder, f"task.toml: {where} {key} (a step's own verifier environment or network "
@@ -290,6 +289,7 @@ def _steps(data: dict, folder: Path) -> list[dict] | None:
             "solution": f"{base}/solution" if own_solution else
             ("solution" if _kind(folder, "solution/solve.sh") == "file" else None),
             "workdir": f"{base}/workdir" if _kind(folder, f"{base}/workdir") == "dir" else None,
+            "healthcheck": S.healthcheck(st.get("healthcheck"), where, folder, _Errors),
         })
     return out
 

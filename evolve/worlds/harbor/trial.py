@@ -1,12 +1,16 @@
 """One episode of a Harbor task as Harbor's trial runs it (``trial/single_step.py``,
 ``trial/multi_step.py``), whatever acts in it: the LLM agent, the oracle or nop.
 
-Every step in turn, in one environment: the step's start (:func:`.phases.start_step`), the agent
-phase, then the step's verifier. A step whose rewards fall short of its ``min_reward`` stops the
-remaining ones (Harbor's early stop). A multi-step episode's verdict is its steps' by the task's
-``multi_step_reward_strategy`` (:func:`.outcome.aggregate`). One difference from Harbor, on
-purpose: a step whose verifier fails (no reward file, a timeout) fails the whole episode (the world
-failing, never a score), where Harbor would average the other steps.
+Every step in turn, in one environment: the step's start (:func:`.phases.start_step`: its
+workdir, setup.sh and healthcheck), the agent phase, then the step's verifier. A step whose rewards
+fall short of its ``min_reward`` stops the remaining ones (Harbor's early stop); so does a step
+whose setup.sh or healthcheck fails: neither its agent nor its verifier runs, and it has no
+rewards. A multi-step episode's verdict is its steps' by the task's ``multi_step_reward_strategy``
+(:func:`.outcome.aggregate`: a step without rewards is left out of the mean, and is a final
+step's nothing, which Harbor's metrics count 0). Two differences from Harbor, on purpose: a step
+whose verifier fails (no reward file, a timeout) fails the whole episode (the world failing, never
+a score), where Harbor would average the other steps; and so does a first step that cannot start
+(nothing an agent did could cause it), which Harbor would count 0.
 
 The world agents a task file selects (``agent: oracle`` | ``nop``, as Harbor names them):
 :func:`oracle` runs the task's ``solution/solve.sh`` (each step's, in a multi-step task) and
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evolve.worlds.harbor import phases
-from evolve.worlds.harbor.outcome import aggregate
+from evolve.worlds.harbor.outcome import EnvironmentError_, aggregate
 
 
 def run_episode(task: dict, env: Any, act: Callable[[dict], None], verify: Callable | None = None) -> dict:
@@ -31,7 +35,15 @@ def run_episode(task: dict, env: Any, act: Callable[[dict], None], verify: Calla
     results, stopped = [], None
     for i, step in enumerate(phases.steps_of(task)):
         if multi:
-            env.start_step(step, i == 0)
+            failed = env.start_step(step, i == 0)
+            if failed and i == 0:
+                raise EnvironmentError_(task, f"step {step['name']!r}: {failed['reason']}; the first step cannot start, "
+                                        "whatever an agent does", kind=failed["kind"])
+            if failed:
+                results.append(failed)
+                stopped = (f"step {step['name']!r}: its {failed['failed']} failed before its agent ({failed['reason']}); "
+                           "it and the remaining steps did not run")
+                break
         act(step)
         v = verify(step if multi else None)
         results.append(v)
