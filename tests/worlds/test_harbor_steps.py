@@ -221,8 +221,10 @@ def test_retries_count_consecutive_failures_after_the_start_period():
     ('[steps.healthcheck]\ncommand = "true"\nretries = -1', "retries must be a whole number from 0 to 1000, got -1"),
     ('[steps.healthcheck]\ncommand = "true"\nretries = 1.5', "retries must be a whole number from 0 to 1000, got 1.5"),
     ('[steps.healthcheck]\ncommand = "true"\ninterval_sec = "5"', "interval_sec must be a non-negative number of "
-                                                                   "seconds up to 3600, got '5'"),
+                                                                   "seconds up to a day (86400), got '5'"),
     ('[steps.healthcheck]\ncommand = "true"\ntimeout_sec = 0', "timeout_sec must be a positive number"),
+    ('[steps.healthcheck]\ncommand = "true"\nstart_period_sec = 1e6', "start_period_sec must be a non-negative "
+                                                                        "number of seconds up to a day"),
     ('[steps.healthcheck]\ncommand = "true"\nintervall_sec = 1', "unknown key 'intervall_sec'"),
 ])
 def test_a_malformed_healthcheck_is_an_invalid_task_naming_the_field(tmp_path, table, needle):

@@ -202,9 +202,9 @@ def healthcheck(value: Any, where: str, folder: Path, errors: Any) -> dict[str, 
             continue
         positive = key == "timeout_sec"
         if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                or v < 0 or (positive and v == 0) or v > 3600):
+                or v < 0 or (positive and v == 0) or v > 86400):
             raise errors.invalid(folder, f"{at}: {key} must be a {'positive' if positive else 'non-negative'} "
-                                 f"number of seconds up to 3600, got {v!r}")
+                                 f"number of seconds up to a day (86400), got {v!r}")
         out[key] = float(v)
     return out
 
