@@ -233,3 +233,18 @@ def test_a_malformed_healthcheck_is_an_invalid_task_naming_the_field(tmp_path, t
     with pytest.raises(TaskError) as e:
         load_task(d)
     assert e.value.status == "invalid" and needle in str(e.value), str(e.value)
+
+
+def test_the_mean_is_each_keys_over_the_verified_steps_only():
+    """Harbor's ``_aggregate_step_rewards``: a key a verified step lacks counts 0, a step that
+    failed before its agent is out of the denominator; no verified step is no reward (0 here)."""
+    from evolve.worlds.harbor.outcome import aggregate
+
+    a = {"step": "a", "components": {"reward": 1.0, "style": 1.0}, "exit_code": 0, "output": "ok", "seconds": 1.0}
+    b = {"step": "b", "components": {"reward": 0.0}, "exit_code": 1, "output": "no", "seconds": 2.0}
+    c = {"step": "c", "failed": "setup", "kind": "RuntimeError", "reason": "setup.sh exited 1"}
+    v = aggregate({}, [a, b, c])
+    assert (v["score"], v["components"], v["exit_code"]) == (0.5, {"reward": 0.5, "style": 0.5}, 1)
+    assert v["output"].endswith("[c] setup failed: setup.sh exited 1") and v["seconds"] == 3.0
+    assert aggregate({"multi_step_reward_strategy": "final"}, [a, b])["components"] == {"reward": 0.0}
+    assert (aggregate({}, [c])["score"], aggregate({}, [c])["components"]) == (0.0, {})

@@ -134,7 +134,7 @@ def aggregate(task: dict, steps: list[dict]) -> dict:
     reward and its metrics count 0 (here: score 0.0, no components)."""
     strategy = task.get("multi_step_reward_strategy") or "mean"
     verified = [s for s in steps if "components" in s]
-    if strategy == "final" and "components" not in steps[-1]:
+    if not verified or (strategy == "final" and "components" not in steps[-1]):
         score, comps, how = 0.0, {}, f" (step {steps[-1]['step']!r} has no rewards: Harbor's reward is none, counted 0)"
     else:
         if strategy == "final":
