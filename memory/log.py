@@ -60,7 +60,7 @@ class EventLog:
                  leave_no_files: bool = False) -> None:
         """``readonly``: SQLite ``mode=ro``. ``leave_no_files`` (with ``readonly``, for a reader that
         closes the log soon, the dashboard): opened ``immutable`` while no writer has it open, so no
-        ``-wal`` or ``-shm`` is created beside it (:mod:`evolve.archive._readonly`)."""
+        ``-wal`` or ``-shm`` is created beside it (:mod:`evolve.archive.readonly`)."""
         self.path = Path(path)
         self.durable = durable
         self.timeout = timeout
@@ -83,7 +83,7 @@ class EventLog:
         c = getattr(self._local, "c", None)
         if c is None or self._local.pid != os.getpid():
             if self.leave_no_files:
-                from evolve.archive._readonly import connect_read_only
+                from evolve.archive.readonly import connect_read_only
 
                 c = connect_read_only(self.path, timeout=self.timeout)[0]
             elif self.readonly:

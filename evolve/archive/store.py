@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from evolve.archive._checkpoint import BACKSTOP_PAGES, Checkpointer
-from evolve.archive._readonly import ReadOnly
+from evolve.archive.readonly import ReadOnly
 from evolve.archive._schema import SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, migrate, split_sql
 from evolve.archive.export import ExportMixin
 from evolve.archive.systems import SystemsMixin
@@ -38,7 +38,7 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
     about 2x slower. Either setting reads blobs written with the other.
     With ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): every read works,
     every write raises, and nothing is created or migrated, not even SQLite's ``-wal`` and ``-shm``
-    files beside it (:mod:`evolve.archive._readonly`; ``evolve ui`` reads live and finished runs this way).
+    files beside it (:mod:`evolve.archive.readonly`; ``evolve ui`` reads live and finished runs this way).
     Usable as a context manager (closes on exit). Thread-safe.
     """
 
@@ -180,7 +180,7 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                 "open a new Archive in the child process"
             )
         if self._ro is not None:
-            conn = self._ro.connection()  # opened again when the files changed (evolve.archive._readonly)
+            conn = self._ro.connection()  # opened again when the files changed (evolve.archive.readonly)
             if conn is not self._conn:
                 self._conn, self._usage = conn, None
         return self._conn

@@ -16,6 +16,7 @@ import getpass
 import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
@@ -218,5 +219,14 @@ class Deployment:
                             f"{states.get(can['system'])}")
         return problems
 
+def open_run(run_dir: str | Path) -> Any:
+    """The archive of the run folder ``run_dir``; a folder without one is a :class:`~evolve.errors.RunDirError`."""
+    from evolve.archive import Archive
+    from evolve.errors import RunDirError
 
-__all__ = ["ALLOWED", "DeployError", "Deployment", "Move", "STATES", "who"]
+    if not (Path(run_dir) / "archive.sqlite").exists():
+        raise RunDirError(f"{run_dir} is not an evolvekit run directory (no archive.sqlite)")
+    return Archive(run_dir, create=False)
+
+
+__all__ = ["ALLOWED", "STATES", "DeployError", "Deployment", "Move", "open_run", "who"]

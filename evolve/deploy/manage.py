@@ -6,19 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from evolve.deploy.lifecycle import DeployError, Deployment, Move, who
-
-PINS_KEY = "deploy.pins"
-
-
-def _open(run_dir: str | Path) -> Any:
-    from evolve.archive import Archive
-    from evolve.errors import RunDirError
-
-    if not (Path(run_dir) / "archive.sqlite").exists():
-        raise RunDirError(f"{run_dir} is not an evolvekit run directory (no archive.sqlite)")
-    return Archive(run_dir, create=False)
-
+from evolve.deploy.lifecycle import DeployError, Deployment, Move, open_run, who
+from evolve.deploy.pins import PINS_KEY, save_pins
 
 def _proposed(dep: Deployment) -> list[str]:
     states = dep.states()
@@ -53,22 +42,12 @@ def pins_for(cfg: Any, base: Path, archive: Any, *, repin: bool, by: str,
                 "it with evolve promote TASK RUN --repin")
         pins, pid = saved["pins"], saved["id"]
     else:
-        pins, pid = _save_pins(archive, now, by, saved)
+        pins, pid = save_pins(archive, now, by, saved)
     forged = forged_caches(pins)
     if forged:
         raise DeployError("a bytecode cache of the evaluation's code would run instead of its source: "
                           + "; ".join(forged) + ". It is stale or forged: delete it (it is only a cache), then run "
                           "evolve promote again")
-    return pins, pid
-
-
-def _save_pins(archive: Any, pins: dict[str, Any], by: str, saved: Any) -> tuple[dict[str, Any], str]:
-    from evolve.deploy.pins import pin_id
-
-    pid = pin_id(pins)
-    with archive.transaction():
-        archive.put_state(PINS_KEY, {"pins": pins, "id": pid, "by": by})
-        archive.log_event("deploy_pin", {"id": pid, "by": by, "pins": pins, "replaced": (saved or {}).get("id")})
     return pins, pid
 
 
@@ -110,7 +89,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
         raise UserError(f"{task_file} has no deploy: section; add one (docs/deploy.md) to gate promotions, or make a "
                         "system current with evolve rollback RUN SYSTEM")
     by = by or who()
-    with _open(run_dir) as archive:
+    with open_run(run_dir) as archive:
         dep = Deployment(archive)
         if repin and system is None and not _proposed(dep):
             _, pid = pins_for(cfg, base, archive, repin=True, by=by)
@@ -146,12 +125,12 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
             return {"system": sid, "state": "rejected", "gates": [], "message": why}
     results, reads = run_gates(cfg, base, Path(run_dir), cand, active, pins, pid, observer=observer)
     if reads:  # never pinned on their own: a person looks at each (evolve.deploy.reads)
-        with _open(run_dir) as archive:
+        with open_run(run_dir) as archive:
             raise hold(archive, reads)
     gates = [r.to_json() for r in results]
     evidence = {"gates": gates, "pins": pid, "active": active_id}
     failed = [r for r in results if not r.passed]
-    with _open(run_dir) as archive:
+    with open_run(run_dir) as archive:
         dep = Deployment(archive)
         # what the gates were decided on must still hold when the decision is written
         guard = {"expect": {sid: state}, "expect_canary": None, "expect_active": active_id}
@@ -183,7 +162,7 @@ def approve(run_dir: str | Path, *, system: str | None = None, by: str | None = 
     the active system (and the pins) the system was gated on; otherwise it is refused, saying so, and
     ``promote`` gates it again."""
     by = by or who()
-    with _open(run_dir) as archive:
+    with open_run(run_dir) as archive:
         dep = Deployment(archive)
         states = dep.states()
         if system is not None:
@@ -213,7 +192,7 @@ def rollback(run_dir: str | Path, system: str | None = None, *, by: str | None =
              why: str | None = None) -> dict[str, Any]:
     """Make the previous active system (or ``system``) serve new sessions now; ends a canary."""
     by = by or who()
-    with _open(run_dir) as archive:
+    with open_run(run_dir) as archive:
         dep = Deployment(archive)
         target = archive.resolve(system) if system is not None else None
         now, old = dep.rollback(target, by=by, why=why or f"rolled back by {by}")
@@ -226,7 +205,7 @@ def status(run_dir: str | Path, *, traces: str | Path | None = None) -> dict[str
     on ``traces``, if given), the audit trail and any inconsistency."""
     from evolve.deploy.canary import arm_scores, decide, expired
 
-    with _open(run_dir) as archive:
+    with open_run(run_dir) as archive:
         dep = Deployment(archive)
         out: dict[str, Any] = {"active": dep.active(), "states": dep.states(), "canary": dep.canary(),
                                "blocked": dep.blocked(), "trail": dep.events(), "problems": dep.check(),

@@ -318,6 +318,17 @@ def forged_caches(pins: dict[str, Any]) -> list[str]:
                 out.append(f"{cache} (module {name}) is not what {file} compiles to")
     return out
 
+PINS_KEY = "deploy.pins"  # the archive state holding the pins in force: {pins, id, by}
 
-__all__ = ["forged_caches", "from_source", "make_pins", "module_file", "pin_changes", "pin_id", "pinned_files",
-           "unpinned_reads", "watching"]
+
+def save_pins(archive: Any, pins: dict[str, Any], by: str, saved: Any) -> tuple[dict[str, Any], str]:
+    """Record ``pins`` as the ones in force (replacing ``saved``), with the event that says who pinned them."""
+    pid = pin_id(pins)
+    with archive.transaction():
+        archive.put_state(PINS_KEY, {"pins": pins, "id": pid, "by": by})
+        archive.log_event("deploy_pin", {"id": pid, "by": by, "pins": pins, "replaced": (saved or {}).get("id")})
+    return pins, pid
+
+
+__all__ = ["PINS_KEY", "forged_caches", "from_source", "make_pins", "module_file", "pin_changes", "pin_id", "pinned_files",
+           "save_pins", "unpinned_reads", "watching"]

@@ -72,8 +72,8 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
     gate read, ``text``: the file's first lines). Refused when anything else in the evaluation
     changed since it was pinned: that needs its own review (``--repin``)."""
     from evolve.deploy.gates import run_splits
-    from evolve.deploy.manage import PINS_KEY, _open, _save_pins
-    from evolve.deploy.pins import make_pins, pin_changes
+    from evolve.deploy.lifecycle import open_run
+    from evolve.deploy.pins import PINS_KEY, make_pins, pin_changes, save_pins
     from evolve.errors import UserError
     from evolve.task.taskfile import load_task
 
@@ -81,7 +81,7 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
     if cfg.deploy is None:
         raise UserError(f"{task_file} has no deploy: section, so nothing is pinned to accept a file into")
     by = by or who()
-    with _open(run_dir) as archive:
+    with open_run(run_dir) as archive:
         saved = archive.get_state(PINS_KEY)
         if saved is None:
             raise DeployError("this run's evaluation is not pinned yet; run evolve promote TASK RUN first")
@@ -102,7 +102,7 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
                               + "; ".join(changed[:6]) + ". Review that change and re-pin it with evolve promote "
                               "TASK RUN --repin, then accept the files")
         pins = make_pins(cfg, base, splits, sorted(set(observed) | {s["path"] for s in shown}))
-        _, pid = _save_pins(archive, pins, by, saved)
+        _, pid = save_pins(archive, pins, by, saved)
         for s in shown:
             held_back.pop(s["path"], None)
         with archive.transaction():

@@ -127,7 +127,7 @@ def _dumps(value: Any) -> str | None:
 class TraceStore:
     """The gateway's trace store in folder ``path`` (created unless ``create=False``). With
     ``read_only=True`` the file is opened read-only (SQLite ``mode=ro``): reads work, writes raise, and
-    no file is created beside it (:mod:`evolve.archive._readonly`: ``immutable`` while no gateway has
+    no file is created beside it (:mod:`evolve.archive.readonly`: ``immutable`` while no gateway has
     it open; through the gateway's ``-wal`` while one has, let go by :meth:`release` after each read)."""
 
     def __init__(self, path: str | Path, *, create: bool = True, read_only: bool = False) -> None:
@@ -197,7 +197,7 @@ class TraceStore:
                 raise
 
     def _read_only(self) -> sqlite3.Connection:
-        from evolve.archive._readonly import ReadOnly
+        from evolve.archive.readonly import ReadOnly
 
         ro = getattr(self._local, "ro", None)
         if ro is None:
