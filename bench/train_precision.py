@@ -9,6 +9,10 @@ each adapter then judged in float32 (how every system samples):
   at 16 tokens or a blank line), with the paired difference and how many tasks each side alone solved.
 
     .venv/bin/python bench/train_precision.py --threads 1 --seeds 0 --out bench/train_precision.json
+    # or the two precisions at once, one core each, then their pairing:
+    .venv/bin/python bench/train_precision.py --threads 1 --precisions fp32 --out /tmp/fp32.json &
+    .venv/bin/python bench/train_precision.py --threads 1 --precisions bf16 --out /tmp/bf16.json; wait
+    .venv/bin/python bench/train_precision.py --merge /tmp/fp32.json /tmp/bf16.json --out bench/train_precision.json
 
 The fp32 seeds differ from each other as much as training differs run to run; a second seed
 (``--seeds 0,1``) gives that scale.
@@ -42,13 +46,35 @@ def greedy(model, tok, prompts: list[list[int]], max_new: int = 16) -> list[str]
     return out
 
 
+def pair(rows: dict, seed: int) -> None:
+    """The paired difference of bf16's and fp32's test accuracy at ``seed``, and the tasks each alone solved."""
+    f, b = rows[f"fp32_seed{seed}"]["solved"], rows[f"bf16_seed{seed}"]["solved"]
+    rows[f"paired_seed{seed}"] = {"bf16_minus_fp32": round((sum(b) - sum(f)) / len(f), 4),
+                                  "only_fp32": sum(x and not y for x, y in zip(f, b)),
+                                  "only_bf16": sum(y and not x for x, y in zip(f, b))}
+    print(rows[f"paired_seed{seed}"], flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--n-test", type=int, default=200)
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--merge", type=Path, nargs=2, default=None, help="pair two runs' JSON files (fp32's, bf16's)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
+    if a.merge:
+        runs = [json.loads(f.read_text()) for f in a.merge]
+        rows = {k: v for r in runs for k, v in r["rows"].items()}
+        for seed in sorted({k.split("seed")[1] for k in rows}):
+            pair(rows, int(seed))
+        out = {**runs[0], "runs": [{k: r[k] for k in ("date", "command", "threads")} for r in runs], "rows": rows,
+               "command": " ".join([Path(sys.executable).name, *sys.argv])}
+        print(json.dumps({k: v for k, v in rows.items() if k.startswith("paired")}))
+        if a.out:
+            a.out.write_text(json.dumps(out, indent=1))
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import yaml
@@ -89,7 +115,7 @@ def main() -> None:
 
     rows = {}
     for seed in [int(s) for s in a.seeds.split(",")]:
-        for prec in ("fp32", "bf16"):
+        for prec in a.precisions.split(","):
             t0 = time.perf_counter()
             ad = train_lora(base, train_ex, r=16, alpha=32, lr=1e-3, epochs=2, batch_size=8, seed=seed,
                             precision=prec)
@@ -107,11 +133,8 @@ def main() -> None:
             r = rows[f"{prec}_seed{seed}"]
             print(f"seed {seed} {prec}: loss {r['train_loss']} held-out NLL {r['heldout_nll']} accuracy "
                   f"{r['accuracy']:.3f} ({sum(hits)}/{len(hits)}), {r['tokens_per_sec']} tok/s", flush=True)
-        f, b = rows[f"fp32_seed{seed}"]["solved"], rows[f"bf16_seed{seed}"]["solved"]
-        rows[f"paired_seed{seed}"] = {"bf16_minus_fp32": round((sum(b) - sum(f)) / len(f), 4),
-                                      "only_fp32": sum(x and not y for x, y in zip(f, b)),
-                                      "only_bf16": sum(y and not x for x, y in zip(f, b))}
-        print(rows[f"paired_seed{seed}"], flush=True)
+        if f"fp32_seed{seed}" in rows and f"bf16_seed{seed}" in rows:
+            pair(rows, seed)
     out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, bf16 in hardware: {cpu_has_bf16()}",
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

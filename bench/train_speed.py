@@ -194,6 +194,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--rows", default="sft_rg,sft_long,grpo_rg,grpo_long")
     ap.add_argument("--arms", default="before,fp32,bf16,trl,trl_bf16")
+    ap.add_argument("--trl-rows", default="sft_rg", help="the SFT rows TRL's arms run on (it is the slowest arm)")
+    ap.add_argument("--fp32-rows", default="grpo_rg,grpo_long",
+                    help="the rows with the fp32 arm (SFT's fp32 is before's code path; GRPO's drops the padding mask)")
+    ap.add_argument("--long", type=int, default=8, help="examples in sft_long (batch 4)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
 
@@ -210,7 +214,7 @@ def main() -> None:
     base, tok = load_pretrained(resolve_checkpoint(GGUF), device="cpu", dtype="float32")
     base.eval()
     arms = a.arms.split(",")
-    data = {"sft_rg": (rg_examples(tok, 64), 8), "sft_long": (long_examples(12), 4)}
+    data = {"sft_rg": (rg_examples(tok, 64), 8), "sft_long": (long_examples(a.long), 4)}
     grpo = {"grpo_rg": grpo_batch(tok, 32, (20, 48)), "grpo_long": grpo_batch(tok, 8, (400, 400))}
     rows = a.rows.split(",")
     results: dict[str, dict[str, list[dict]]] = {r: {} for r in rows}
@@ -220,6 +224,9 @@ def main() -> None:
         peaks["bf16"].append(matmul_peak(torch.bfloat16))
         for row in rows:
             for arm in arms:
+                if (arm.startswith("trl") and row not in a.trl_rows.split(",")) or (
+                        arm == "fp32" and row not in a.fp32_rows.split(",")):
+                    continue
                 if row.startswith("sft"):
                     exs, batch = data[row]
                     if arm == "before":

@@ -158,9 +158,10 @@ def test_grpo_log_probs_of_right_padded_rows_are_each_rows_own():
 
 
 # bf16 against float32 on the same weights and batch (a random Llama, 4 layers): the per-token
-# log-probs within 0.05 nats on average, GRPO's loss within 2% and its gradient pointing the same
-# way (cosine > 0.99). Measured here: about 0.006 nats, 0.1% and 0.9999.
-LOGP_TOL, LOSS_RTOL, GRAD_COS = 0.05, 0.02, 0.99
+# log-probs within 0.01 nats on average, GRPO's loss within 0.1% and its gradient pointing the same
+# way (cosine > 0.999). Measured on the development machine (AMX): 0.0012 nats (max 0.0032),
+# 7.6e-5 and 0.99996.
+LOGP_TOL, LOSS_RTOL, GRAD_COS = 0.01, 1e-3, 0.999
 
 
 def test_bf16_log_probs_and_grpo_loss_stay_within_the_stated_tolerance_of_float32():
@@ -178,7 +179,9 @@ def test_bf16_log_probs_and_grpo_loss_stay_within_the_stated_tolerance_of_float3
         b = collate(seqs, 0)
         lp = learner._logprobs(b)
         assert lp.dtype == torch.float32
-        old = (lp.detach() - 0.05 * b["mask"]).detach()  # an off-policy batch, so that the ratio is not 1
+        if prec == "fp32":  # one off-policy batch of old log-probs for both, so that the ratios differ by their log-probs
+            noise = torch.randn(lp.shape, generator=torch.Generator().manual_seed(5)) * 0.2
+            old = (lp.detach() + noise) * b["mask"]
         loss, _ = policy_loss(lp, old, b["advantages"], b["mask"], LossConfig(loss_type="dapo"))
         loss.backward()
         grad = torch.cat([p.grad.flatten() for p in learner.params])
