@@ -42,8 +42,7 @@ THIS = "this checkout"
 def one_run(args: argparse.Namespace) -> None:
     """One way, in this process: the replies and the costs, as JSON into ``--result``."""
     from evolve.artifacts import file_sha256
-    from evolve.policy import ct2_server
-    from evolve.policy import ct2
+    from evolve.policy import ct2, ct2_server
     from evolve.policy.ct2 import describe, plan
 
     module = ct2_server if args.one == THIS else ct2_logprobs.server_at(args.one)

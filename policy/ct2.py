@@ -44,14 +44,14 @@ character tables, a Hugging Face tokenizer's padded rows).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
-import ctypes
 import shutil
 import sys
-import threading
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -161,8 +161,9 @@ def keep_heap() -> bool:
             _heap_kept = False
             try:
                 libc = ctypes.CDLL(None)
-                libc.gnu_get_libc_version  # glibc's: another C library's mallopt numbers mean other things
-            except (OSError, AttributeError):
+            except OSError:
+                return False
+            if not hasattr(libc, "gnu_get_libc_version"):  # another C library's mallopt numbers mean other things
                 return False
             libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
             M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
