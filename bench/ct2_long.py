@@ -12,7 +12,7 @@ ids) must equal the first run's. Per run: wall seconds, the process's CPU second
 minor page faults, tokens, and the replies that stopped at the cap. The 541 prompts' time is the median
 scaled by 541 / n: an extrapolation, not a measurement, unless ``--n 541``.
 
-    python bench/ct2_long.py --against 6f8a1c2 --n 32 --max-new 1280 --repeats 2 --out bench/ct2_long.json
+    python bench/ct2_long.py --against 01a1e0d --n 32 --max-new 1280 --repeats 2 --out bench/ct2_long.json
     python bench/ct2_long.py --against none --n 541 --max-new 1280 --repeats 1   # the whole evaluation, once
 """
 
