@@ -164,6 +164,8 @@ class BF16Base:
         self.restore()
 
     def cast(self) -> None:
+        if not self.enabled:  # float32 training: nothing to cast
+            return
         import torch
 
         for name, p in self.model.named_parameters():
