@@ -132,6 +132,14 @@ def respond(messages: list[dict]) -> str:
     return "DONE"
 
 
+def write(root: Path, files: dict[str, str]) -> Path:
+    """Write ``files`` (relative path -> text) under ``root``: a task folder for a test."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
 def use_sandbox(monkeypatch) -> None:
     """The harbor world on its sandbox backend (``auto`` included); skip where bubblewrap cannot run."""
     from evolve.sandbox.shell import available

@@ -19,7 +19,7 @@ from evolve.worlds.harbor import load_task, nop, oracle, reward
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.environment import open_environment
 from evolve.worlds.harbor.task import TaskError, UnsupportedTask
-from tests.helpers.harbor import play, shells, use_sandbox
+from tests.helpers.harbor import play, shells, use_sandbox, write
 
 REPO = Path(__file__).parents[2]
 REWARD = "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > " \
@@ -29,13 +29,6 @@ REWARD = "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/rewar
 @pytest.fixture(autouse=True)
 def sandbox_backend(monkeypatch):
     use_sandbox(monkeypatch)
-
-
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
 
 
 def single(root: Path, name: str = "t", toml: str = "", test: str | None = None, solve: str = "echo ok > /app/out.txt",

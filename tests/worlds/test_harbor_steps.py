@@ -22,7 +22,7 @@ from evolve.worlds.harbor.check import check_task, trial
 from evolve.worlds.harbor.outcome import EnvironmentError_
 from evolve.worlds.harbor.phases import healthcheck
 from evolve.worlds.harbor.task import TaskError
-from tests.helpers.harbor import play, shells, use_sandbox
+from tests.helpers.harbor import play, shells, use_sandbox, write
 
 REPO = Path(__file__).parents[2]
 TALLY = REPO / "examples" / "harbor_shapes" / "tally-in-steps"
@@ -36,13 +36,6 @@ GOOD_TOOL = ("```bash\ncat > /app/tally.py <<'PY'\nimport sys, collections\nt = 
 @pytest.fixture(autouse=True)
 def sandbox_backend(monkeypatch):
     use_sandbox(monkeypatch)
-
-
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
 
 
 def two_steps(root: Path, check: str = "", top: str = "", first: str = "", setup: str | None = None) -> Path:
