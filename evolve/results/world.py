@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from evolve.types import System
 
 
-def summary_hook(session: "Session") -> Any:
+def summary_hook(session: Session) -> Any:
     """The run's world's ``eval.summary`` function, or None (no world, or a world without one)."""
     name = session.task.world
     if not name:
@@ -22,7 +22,7 @@ def summary_hook(session: "Session") -> Any:
     return import_path(path, what="eval.summary hook") if path else None
 
 
-def world_summary(session: "Session", system: "System", split: str) -> dict[str, Any] | None:
+def world_summary(session: Session, system: System, split: str) -> dict[str, Any] | None:
     """The world's summary of ``system``'s evaluation rollouts on ``split`` (memoised: scored
     here if they are not stored yet), one per task; None where the world has no such hook."""
     hook = summary_hook(session)
@@ -38,7 +38,7 @@ class WorldSection:
     """``report.json``'s ``world_summary`` ({baseline, best}: {split: summary}) and its lines in
     ``report.md``; nothing for ``evolve archive show``."""
 
-    def build(self, session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any]:
+    def build(self, session: Session, best_id: str | None, baseline_id: str | None) -> dict[str, Any]:
         if baseline_id is None or summary_hook(session) is None:
             return {}
         out: dict[str, Any] = {}

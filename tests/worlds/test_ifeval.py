@@ -219,9 +219,10 @@ def lowercase_on_revision(messages, seed=None, temperature=None) -> str:
 
 
 def test_the_revise_agent_and_its_graph_measure_the_draft_and_rewrite_it(prompts: list[dict], tmp_path: Path) -> None:
+    from evolve.topology.palette import Palette
+
     import evolve
     from evolve.archive import Archive
-    from evolve.topology.palette import Palette
     from evolve.registry import node_types
     from evolve.worlds.ifeval.workflow import PALETTE, draft_measure_revise, single_step
 
@@ -245,7 +246,10 @@ def test_the_revise_agent_and_its_graph_measure_the_draft_and_rewrite_it(prompts
 def _satisfying(iid: str, kw: dict, request: str) -> str:
     """A reply that follows one generated instruction, written from its kwargs alone."""
     body = "The garden is calm today. Birds sing near the gate. We rest in the shade"
-    rel_n = lambda rel, n: n if rel == "at least" else max(n - 1, 0)  # noqa: E731 - a count that satisfies
+
+    def rel_n(rel: str, n: int) -> int:  # a count that satisfies the relation
+        return n if rel == "at least" else max(n - 1, 0)
+
     if iid == "keywords:existence":
         return body + ". " + " ".join(kw["keywords"]) + "."
     if iid == "keywords:frequency":

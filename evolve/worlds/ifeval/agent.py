@@ -18,7 +18,8 @@ sees a checker's verdict.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.types import Message
 
@@ -27,7 +28,12 @@ MAX_TOKENS = 1280
 
 def messages_for(task: dict, prompts: Any = None, recalled: Sequence[dict] = ()) -> list[Message]:
     """The messages of the model call (see the module docstring)."""
-    from evolve.prompts.components import get_demos, get_template, get_text, render_demos
+    from evolve.prompts.components import (
+        get_demos,
+        get_template,
+        get_text,
+        render_demos,
+    )
 
     prompts = prompts or {}
     system = [t for t in [get_text(prompts, "instruction")] if t]

@@ -26,7 +26,8 @@ import collections
 import functools
 import json
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 Check = Callable[[str, Mapping[str, Any]], bool]
 
@@ -292,5 +293,18 @@ def verdicts(reply: str, instruction_ids: Sequence[str], kwargs: Sequence[Mappin
     return out
 
 
-__all__ = ["CHECKS", "CONSTRAINED_RESPONSES", "Check", "LANGUAGES", "MissingArgument", "RELATIONS", "check_args",
-           "count_words", "language_of", "loose_variants", "sentences", "verdicts", "word_tokens"]
+__all__ = [
+    "CHECKS",
+    "CONSTRAINED_RESPONSES",
+    "LANGUAGES",
+    "RELATIONS",
+    "Check",
+    "MissingArgument",
+    "check_args",
+    "count_words",
+    "language_of",
+    "loose_variants",
+    "sentences",
+    "verdicts",
+    "word_tokens",
+]

@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import random
 import zlib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from evolve.worlds.ifeval.checks import CHECKS, CONSTRAINED_RESPONSES, LANGUAGES, RELATIONS
+from evolve.worlds.ifeval.checks import (
+    CHECKS,
+    CONSTRAINED_RESPONSES,
+    LANGUAGES,
+    RELATIONS,
+)
 from evolve.worlds.ifeval.requests import request
 
 WORDS = ("harbor", "lantern", "velvet", "compass", "meadow", "orbit", "pepper", "quartz", "ribbon", "saddle",
@@ -303,4 +309,4 @@ def generated_prompt(rng: random.Random, *, unseen: bool = False) -> dict[str, A
     return {"prompt": " ".join([req, *parts]), "instruction_id_list": ids, "kwargs": kwargs}
 
 
-__all__ = ["BUILDERS", "END_PHRASES", "Picker", "SIZES", "WORDS", "conflicts", "generated_prompt", "held_out"]
+__all__ = ["BUILDERS", "END_PHRASES", "SIZES", "WORDS", "Picker", "conflicts", "generated_prompt", "held_out"]

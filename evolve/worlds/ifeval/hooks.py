@@ -3,7 +3,8 @@ prompts a reply followed every instruction of, with that reply) and the run's IF
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.worlds.ifeval.scoring import summary
 

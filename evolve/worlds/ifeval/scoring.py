@@ -19,7 +19,8 @@ report adds them for the baseline and the best system.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # "IFEval (average prompt/inst)" on the SmolLM2 model cards (lighteval: chat template, greedy, 1,280 new
 # tokens, bf16 weights; the cards do not say strict or loose)

@@ -39,7 +39,7 @@ class Revise:
         measure: bool = Field(False, description="show the draft's measurements (a recorded tool call) first")
         max_tokens: int | None = Field(None, ge=1)
 
-    def run(self, p: "Revise.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Revise.Params, state: dict, rt: Any) -> dict:
         messages = list(state.get("messages") or [])
         if not messages or messages[-1].role != "assistant":
             raise ValueError("ifeval.revise needs a conversation: put an llm step with history: true before it")
