@@ -3,8 +3,8 @@
 Written here from the definitions in Google's reference implementation
 (``google-research/instruction_following_eval``: ``instructions.py``, ``instructions_registry.py``,
 ``evaluation_lib.py``; Apache-2.0), not imported from it: the reference is not a package, and the
-PyPI copies of it import ``datasets`` at import time or load NLTK's Punkt pickle, which cannot be
-downloaded here. Each check keeps the reference's exact rule, including its quirks (a keyword is a
+PyPI copy read for this (``if-verifiable`` 0.1.2) imports ``datasets`` at import time and loads
+NLTK's Punkt pickle, which cannot be downloaded here. Each check keeps the reference's exact rule, including its quirks (a keyword is a
 regular expression matched without escaping, ``"at least"`` is ``>=``, an undetectable language
 passes), so that a reply gets the reference's verdict; ``tests/worlds/test_ifeval_checks.py``
 holds our verdicts to the reference's own on Google's GPT-4 responses to all 541 prompts.
