@@ -195,7 +195,7 @@ def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(prom
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## The world's figures" in md and "SmolLM2-135M-Instruct 29.9" in md
     r = subprocess.run([sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"),
-                        "--system", "baseline"], capture_output=True, text=True, timeout=120)
+                        "--system", "baseline"], check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"average {100 * want['figures']['strict']:.1f}" in r.stdout
     assert f"prompt-level loose  {100 * want['figures']['prompt_loose']:.1f}" in r.stdout
