@@ -2,11 +2,11 @@
 
 One prepared script for a session that is lent a GPU (the device tool gives minutes, not hours):
 
-0. **CTranslate2 on CUDA** (``--ct2 SHAPE_DIR``, run first; issue 51 item 4): ``bench/ct2_speed.py`` on
+0. **CTranslate2 on CUDA** (``--ct2 SHAPE_DIR``, run first; issue 51 item 4): ``bench/sampling/ct2_speed.py`` on
    this device, tokens/s at batch 1, 8 and 64 for our sampler, transformers' ``generate`` and
    CTranslate2 in int8_float16, float16 and float32, and what a new system costs; then batch 8 at
    T 0.7 with and without log-probs (the sampling call's logits, read off the device)
-   (:func:`ctranslate2_bench`). ``bash bench/gpu_ct2.sh`` prepares and runs it with the rest.
+   (:func:`ctranslate2_bench`). ``bash bench/gpu/gpu_ct2.sh`` prepares and runs it with the rest.
 1. **CUDA = CPU.** The same random-init tiny Llama with the same fresh LoRA adapter on both devices,
    the same packed sequences (masked prompts, ragged completions), old and reference log-probs
    perturbed so that ratios leave the clip range and the KL term is not zero. For every loss type
@@ -24,14 +24,14 @@ One prepared script for a session that is lent a GPU (the device tool gives minu
    update: sampler tokens/s, trainer tokens/s, the sampler-vs-trainer log-prob gap in bfloat16,
    peak memory.
 
-    bash bench/gpu_wheels.sh     # here, once: pydantic & co. as Python 3.12 wheels in .whl (the GPU image lacks them)
+    bash bench/gpu/gpu_wheels.sh     # here, once: pydantic & co. as Python 3.12 wheels in .whl (the GPU image lacks them)
     # on the GPU machine (device tool, carry [".whl"]), torch/transformers/peft from its image:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out $OUT/gpu_check.json
     .venv/bin/python bench/gpu_check.py --device cpu --no-big      # a smoke run of the same code here
     .venv/bin/python bench/gpu_check.py --device cpu --no-big --ct2 .gpuct2/shape --ct2-batches 1 --ct2-timeout 900
 
-``bench/gpu_smollm.sh`` runs this script, then ``examples/sql_agent/task_smollm.yaml`` with SmolLM2 on the
+``bench/gpu/gpu_smollm.sh`` runs this script, then ``examples/sql_agent/task_smollm.yaml`` with SmolLM2 on the
 GPU (its GGUF travels in two parts: two calls to one warm machine).
 
 Writes one JSON document (after each part, so a call cut short keeps what ran; printed at the end).
@@ -230,9 +230,9 @@ def pretrained(device: str, big: bool) -> dict:
 
 
 def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> dict:
-    """Issue 51, item 4: ``bench/ct2_speed.py`` on this device (tokens/s at each batch for our sampler,
+    """Issue 51, item 4: ``bench/sampling/ct2_speed.py`` on this device (tokens/s at each batch for our sampler,
     transformers' ``generate`` and CTranslate2's compute types; what a new system costs), SmolLM2 as
-    random weights in its shape (the folder ``shape``, made by ``bench/gpu_ct2.sh prepare``) and the
+    random weights in its shape (the folder ``shape``, made by ``bench/gpu/gpu_ct2.sh prepare``) and the
     tiny model, greedy; then SmolLM2 at batch 8 and T 0.7 in int8_float16 and float16, with and
     without log-probs (the sampling call's own logits, read off the device in float16).
     Each in a child process, so that a CUDA library CTranslate2's build cannot load ends that part
@@ -240,7 +240,7 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
     import subprocess
     import tempfile
 
-    common = [sys.executable, str(ROOT / "bench" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
+    common = [sys.executable, str(ROOT / "bench" / "sampling" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
               "--smollm2-shape", shape, "--max-new", "64", "--threads", str(min(8, os.cpu_count() or 1))]
     tempered = ["--models", "smollm2", "--batches", "8", "--repeats", "1", "--temperature", "0.7"]
     if device.startswith("cuda"):
@@ -270,8 +270,8 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--big", action=argparse.BooleanOptionalAction, default=True, help="the ~0.5B throughput figure")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--ct2", default=None, metavar="SHAPE_DIR", help="first, bench/ct2_speed.py on this device "
-                    "(issue 51 item 4), SmolLM2 as random weights in the shape of SHAPE_DIR (bash bench/gpu_ct2.sh prepare)")
+    ap.add_argument("--ct2", default=None, metavar="SHAPE_DIR", help="first, bench/sampling/ct2_speed.py on this device "
+                    "(issue 51 item 4), SmolLM2 as random weights in the shape of SHAPE_DIR (bash bench/gpu/gpu_ct2.sh prepare)")
     ap.add_argument("--ct2-batches", default="1,8,64")
     ap.add_argument("--ct2-timeout", type=float, default=300)
     a = ap.parse_args()

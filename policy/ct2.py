@@ -20,14 +20,14 @@ lists for the device (``float32`` is the exact one). ``params.device``: as for t
 runs on ``cpu`` or ``cuda``. On the CPU a batch of requests is split into ``params.threads`` parts
 (default: the cores) that run at once, one thread each (``inter_threads``): on 2 cores, SmolLM2 in
 int8 sampled 210 tokens/s at batch 8 with one thread and 104 with two on the same batch, and 349 with
-the batch split in two (bench/ct2_speed.py). On CUDA ``params.threads`` is the intra-op threads.
+the batch split in two (bench/sampling/ct2_speed.py). On CUDA ``params.threads`` is the intra-op threads.
 Training stays torch + peft.
 
 On the CPU the first server makes glibc's malloc serve every block from the heap and keep up to
 :data:`HEAP_KEEP` of freed memory, for the whole process (:func:`keep_heap`): CTranslate2 4.8 grows
 each layer's cached keys and values by one position a step into a new tensor, and once one passed
 32 MiB (glibc's largest mmap threshold) every step's tensors were fresh mmaps, each page a fault when
-written, so long replies slowed far more than their attention does (bench/ct2_long.py).
+written, so long replies slowed far more than their attention does (bench/sampling/ct2_long.py).
 
 What is converted is one system's weights: the base with its LoRA adapter merged (peft's
 ``merge_and_unload`` on a fresh float32 copy; the archived files are never written), once per

@@ -21,7 +21,7 @@ no one asked for:
   sampling with them ran at 83% and 94% of the speed without (batch 8 and 64), where a forward
   pass over prompt and reply that recomputed them left 58% and 66%; and in int8 that pass's logits
   are another computation (0.18 to 0.21 nats from the drawn ones a token on average), not the ones
-  sampled from (bench/ct2_logprobs.py). A request that does not want them
+  sampled from (bench/sampling/ct2_logprobs.py). A request that does not want them
   (``logprobs=False``, e.g. STaR's samples) gets None there, and a call none of whose rows want
   them returns no logits. A request asking ``top_logprobs=k`` gets each step's k likeliest ids from
   the same logits, at any temperature. A call holds its logits until it ends, so a call returning them takes at

@@ -183,7 +183,7 @@ class Learner:
         self.opt = torch.optim.AdamW(self.params, lr=lr, betas=betas, weight_decay=weight_decay)
         # linear warmup over the first ``warmup`` optimiser steps (of all updates together): Adam's
         # first step moves every parameter by about lr whatever the gradient's size, which on a
-        # noisy policy gradient is a jump, not a step (bench/grpo_kl_probe.py on the SQL world, lr
+        # noisy policy gradient is a jump, not a step (bench/training/grpo_kl_probe.py on the SQL world, lr
         # 3e-3, no PPO-ptx: per-token KL to the base 0.03 after one step, 4.8 after two)
         self.warmup = int(warmup)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
@@ -352,7 +352,7 @@ def auto_micro_tokens(model: Any, gib: float = ACTIVATION_GIB) -> int:
     """Padded tokens per forward pass that keep about ``gib`` of activations for the backward,
     estimated from the model's shape: layers x (16 x hidden + 10 x intermediate) values a token in
     the parameters' dtype. The constants are fitted to SmolLM2-135M in float32, which
-    ``bench/grpo_memory.py`` measured at about 2.9 MB a token (peak 4.5 / 7.2 / 10.1 GiB at 1024 /
+    ``bench/training/grpo_memory.py`` measured at about 2.9 MB a token (peak 4.5 / 7.2 / 10.1 GiB at 1024 /
     2048 / 4096 tokens a pass); on the tiny models it allows far more tokens than a micro-batch holds."""
     c = model.config
     per_token = c.num_hidden_layers * (16 * c.hidden_size + 10 * getattr(c, "intermediate_size", 4 * c.hidden_size))

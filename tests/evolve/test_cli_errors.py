@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import script, stored_rollouts
+from tests.helpers import stored_rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parents[1] / "data"
@@ -24,7 +24,7 @@ def cli(*args, cwd, timeout=300, **kw):
 
 
 def test_every_entry_point_given_bad_input_answers_without_a_traceback():
-    cli_bad_input = script("bench/cli_bad_input.py")
+    from tests.helpers import cli_bad_input
 
     rows = cli_bad_input.check(inproc=True, verbose=False)
     tracebacks = [" ".join(c.args) + "\n" + text for c, _, tb, text in rows if tb]

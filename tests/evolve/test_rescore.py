@@ -1,15 +1,12 @@
-"""bench/rescore.py: systems of finished runs scored on a larger test split, paired."""
+"""evolve.results.rescore: systems of finished runs scored on a larger test split, paired."""
 
 import json
 
 from evolve.api import run_task
-from tests.helpers import script
-
+from evolve.results import rescore
 
 
 def test_rescore_scores_archived_systems_on_more_test_tasks_paired_with_the_first(toy_task, tmp_path):
-    rescore = script("bench/rescore.py")
-
     run = tmp_path / "run"
     report = run_task(toy_task, out=run)
     out = tmp_path / "rescore"

@@ -192,7 +192,7 @@ def _ours(case: dict, t: dict, eps_low: float, eps_high: float, max_len: int):
 
 
 def test_matches_trl_grpo_loss_and_gradients_on_identical_tensors():
-    """Recorded by bench/trl_reference.py from TRL's own GRPOTrainer._compute_loss."""
+    """Recorded by tests/helpers/trl_reference.py from TRL's own GRPOTrainer._compute_loss."""
     ref = json.loads((DATA / "trl_grpo_reference.json").read_text())
     t = {k: torch.tensor(v, dtype=torch.float64) for k, v in ref["tensors"].items()}
     assert len(ref["cases"]) == 32
@@ -204,7 +204,7 @@ def test_matches_trl_grpo_loss_and_gradients_on_identical_tensors():
 
 def test_matches_live_trl_when_installed():
     pytest.importorskip("trl", reason="TRL is not installed here; the recorded reference is checked instead")
-    mod = runpy.run_path(str(Path(__file__).parents[2] / "bench" / "trl_reference.py"))
+    mod = runpy.run_path(str(Path(__file__).parents[1] / "helpers" / "trl_reference.py"))
     t = mod["tensors"](seed=7)
     for case in mod["CASES"]:
         loss, grad = mod["trl_loss"](case, t)

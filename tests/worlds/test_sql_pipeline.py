@@ -67,11 +67,9 @@ def test_cold_start_star_adapter_archive_and_cache(tmp_path, monkeypatch):
 
 
 def _rescored_on_more_tasks(tmp_path, child):
-    """bench/rescore.py on systems with artifacts (base weights, an adapter): they are copied into
+    """evolve.results.rescore on systems with artifacts (base weights, an adapter): they are copied into
     the scoring's own store, and the run's test tasks, the first of the larger split, score as in the run."""
-    from tests.helpers import script
-
-    rescore = script("bench/rescore.py")
+    from evolve.results import rescore
 
     task = tmp_path / "small.yaml"
     task.write_text(yaml.safe_dump(small_task()))

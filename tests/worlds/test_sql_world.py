@@ -331,14 +331,14 @@ def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]
 
 
 def test_every_smollm_layers_row_is_a_valid_task() -> None:
-    # bench/smollm_layers.py runs hour-long rows: an override that does not load would only show there
+    # bench/layers/smollm_layers.py runs hour-long rows: an override that does not load would only show there
     import importlib.util
 
     from evolve.task.taskfile import load_task
     from evolve.worlds.sql.workflow import PALETTE
 
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("smollm_layers", root / "bench" / "smollm_layers.py")
+    spec = importlib.util.spec_from_file_location("smollm_layers", root / "bench" / "layers" / "smollm_layers.py")
     layers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers)
     cfgs = {row: load_task(layers.TASK, sets)[0] for row, (_, sets) in layers.ROWS.items()}

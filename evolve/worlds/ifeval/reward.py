@@ -7,7 +7,7 @@ made of, so that any set of scored prompts can be summed into them
 ``loose`` (how many followed), ``prompt_strict`` and ``prompt_loose`` (1 when all were), and
 ``strict:<id>`` / ``n:<id>`` per instruction type; ``echo`` is 1 when the reply contains the whole
 prompt (repeating the prompt back scores 30.4 on IFEval's strict average, above SmolLM2-135M's
-card: ``bench/ifeval_floors.py``; a system that learns to echo is reward hacking, and the summary
+card: ``bench/worlds/ifeval_floors.py``; a system that learns to echo is reward hacking, and the summary
 shows how often it happens).
 
 Feedback, for training and validation prompts only, names the instructions not followed (the

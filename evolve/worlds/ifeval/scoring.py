@@ -25,7 +25,7 @@ from typing import Any
 # "IFEval (average prompt/inst)" on the SmolLM2 model cards (lighteval: chat template, greedy, 1,280 new
 # tokens, bf16 weights; the cards do not say strict or loose)
 CARDS = {"SmolLM2-135M-Instruct": 29.9, "SmolLM2-360M-Instruct": 41.0, "SmolLM2-1.7B-Instruct": 56.7}
-ECHO_FLOOR = 30.4  # IFEval's strict average when every reply is the prompt itself (bench/ifeval_floors.py)
+ECHO_FLOOR = 30.4  # IFEval's strict average when every reply is the prompt itself (bench/worlds/ifeval_floors.py)
 FIGURES = ("prompt_strict", "inst_strict", "prompt_loose", "inst_loose", "strict", "loose")
 RESAMPLES = 2000
 
@@ -83,7 +83,7 @@ def summary(tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Any]) -> dict[
     echo = sum(r.get("echo", 0.0) for r in rows) / len(rows)
     return {"n": len(rows), "figures": fig, "intervals": ci, "by_type": types, "echo": echo,
             "lines": [*lines(fig, ci, len(rows)), f"  replies that repeat the whole prompt: {100 * echo:.1f}% (the prompt "
-                      f"alone scores {ECHO_FLOOR} strict on IFEval: bench/ifeval_floors.py)"]}
+                      f"alone scores {ECHO_FLOOR} strict on IFEval: bench/worlds/ifeval_floors.py)"]}
 
 
 def lines(fig: Mapping[str, float], ci: Mapping[str, tuple[float, float]], n: int) -> list[str]:

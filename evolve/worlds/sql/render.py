@@ -12,7 +12,7 @@ with these fields, so the layout of the prompt is a searchable choice like any o
   table that joins two kept ones not linked directly; all of them when it names none;
 * ``{schema_sql}`` — the same tables as SQL DDL, one ``CREATE TABLE pet (id, name, age, owner_id);``
   a line: the layout a pretrained model has read most (SmolLM2-135M-Instruct answered 5 of 100
-  validation tasks with it, 1 with ``{schema}``: ``bench/smollm_layouts.py``);
+  validation tasks with it, 1 with ``{schema}``: ``bench/worlds/smollm_layouts.py``);
 * ``{schema_sql_pruned}`` — ``{schema_pruned}``'s tables as that DDL (8 of 100 in the same probe);
 * ``{question}`` — the question.
 
