@@ -34,9 +34,9 @@ process runner kills the workers still busy).
   actor pool of :class:`Worker`\ s on a Ray cluster: one job in flight per actor, ``ray.wait``
   yields them as they complete; a job past ``timeout + grace`` gets its actor killed and replaced;
   a dead actor or node fails its job as the world failing (retried). Local models can be served by
-  one shared actor per base (:mod:`~evolve.runners.ray_models`), and the SFT cold start and the
+  one shared actor per base (:mod:`~evolve.cluster.model_server`), and the SFT cold start and the
   weight operators can train in a Ray task or actor (``runner.params.train``,
-  :mod:`~evolve.runners.ray_train`). Imported only when named.
+  :mod:`~evolve.cluster.training`). Imported only when named.
 """
 
 from __future__ import annotations

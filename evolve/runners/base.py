@@ -130,7 +130,7 @@ class Worker:
             raise UserError(str(e)) from None
         self.artifacts = ArtifactStore(spec.artifacts_root)
         self._cache = LLMCache(self.artifacts)
-        if llms is not None:  # e.g. the ray runner's model servers (evolve.runners.ray_models.RemoteCache)
+        if llms is not None:  # e.g. the ray runner's model servers (evolve.cluster.model_server.RemoteCache)
             self._cache = llms(self._cache)
         self._by_id: dict[int, tuple[ModelSpec, Any]] = {}
         self._build_lock = threading.Lock()  # sys.path is changed while a backend builds: one at a time

@@ -13,8 +13,8 @@ In a task file::
         resources: {}             # custom resources per actor, e.g. {sql_db: 1}
         artifacts: shared         # or ship
         runtime_env: {}           # passed to ray.init (working_dir, pip, env_vars)
-        model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.runners.ray_models)
-        train: {num_gpus: 1}      # weight operators and the SFT cold start train with these (ray_train.py)
+        model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.cluster.model_server)
+        train: {num_gpus: 1}      # weight operators and the SFT cold start train with these (evolve.cluster.training)
 
 Each actor builds a :class:`~evolve.runners.base.Worker` from the run's
 :class:`~evolve.runners.base.WorkerSpec` (import paths: every node must be able to import the agent
@@ -52,7 +52,7 @@ from typing import Any, Iterator, Sequence
 from evolve.errors import ConfigError, EvolveError, InfraError, UserError
 from evolve.scoring.failures import infra
 from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
-from evolve.runners.ray_base import cause, ray_module, resources_text
+from evolve.cluster.ray_base import cause, ray_module, resources_text
 from evolve.types import Trajectory
 
 ARTIFACTS = ("shared", "ship")
@@ -76,7 +76,7 @@ class RayWorker:
                             "the same path, or set runner.params.artifacts: ship")
         llms = None
         if model_server is not None:
-            from evolve.runners.ray_models import RemoteCache
+            from evolve.cluster.model_server import RemoteCache
 
             root = spec.artifacts_root
 
@@ -154,7 +154,7 @@ class RayRunner:
         self.grace, self.start_timeout = float(grace), float(start_timeout)
         self.train = dict(train) if train else None
         if self.train is not None:
-            from evolve.runners.ray_train import check_train
+            from evolve.cluster.training import check_train
 
             check_train(self.train)
         if self.train is not None and self.ship:
@@ -218,7 +218,7 @@ class RayRunner:
             self._kill(a)
         self._actors = []
         if self.model_server is not None:
-            from evolve.runners.ray_models import kill_servers
+            from evolve.cluster.model_server import kill_servers
 
             with contextlib.suppress(Exception):
                 if self._spec is not None:
@@ -265,12 +265,12 @@ class RayRunner:
 
     @property
     def trainer(self) -> Any:
-        """Where the weight operators train: a :class:`~evolve.runners.ray_train.RayTrainer` with the
+        """Where the weight operators train: a :class:`~evolve.cluster.training.RayTrainer` with the
         ``train`` resources when they are set, else None (on the driver)."""
         if self.train is None:
             return None
         if self._trainer is None:
-            from evolve.runners.ray_train import RayTrainer
+            from evolve.cluster.training import RayTrainer
 
             self._trainer = RayTrainer(self.train, self._connect, self.start_timeout)
         return self._trainer

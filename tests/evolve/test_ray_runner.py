@@ -187,7 +187,7 @@ def _vowel_task(tmp_path: Path, **parts) -> dict:
 
 def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_does(cluster, tmp_path):
     from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
-    from evolve.runners.ray_models import PREFIX
+    from evolve.cluster.model_server import PREFIX
     from evolve.runners.ray_runner import RayRunner
 
     evolve.run(_vowel_task(tmp_path, budget={"generations": 0}), out=tmp_path / "run")
