@@ -20,6 +20,14 @@ tasks that are never trained on (the engine's validation split stays the engine'
 acceptance); the child proposed is the adapter with the best dev score. The per-step curve
 (train reward, dev score, KL, clip fractions, tokens/s) goes into the candidate's ``info`` and,
 when matplotlib is installed, into ``grpo_curve.png`` in the operator's work folder.
+
+With ``roles`` (:mod:`evolve.policy.roles`) a team learns role by role from the same group
+rollouts: each trained role has its own learner (its adapter, its optimiser) and learns its own
+turns. A role with ``outcome`` credit takes the trajectory's advantage; a judging role
+(``verdict``) is a group of its own calls per task, each rewarded 1 when its verdict matched the
+truth of the answer it judged, and gets that group's advantages. ``schedule: alternate`` trains
+one role per generation; ``joint`` updates every listed role at each step, and the step's system
+carries all their new adapters.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import random
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from evolve.policy.roles import RoleParams, trained_roles, verdict_counts, verdict_turns
+from pydantic import ConfigDict, Field, model_validator
 
 from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, System, Trajectory
@@ -39,9 +48,8 @@ from evolve.types import Candidate, System, Trajectory
 class GRPO:
     name = "grpo"
 
-    class Params(BaseModel):
+    class Params(RoleParams):
         model_config = ConfigDict(extra="forbid", frozen=True)
-        role: str = "policy"
         steps: int = Field(20, ge=1, description="generation batches (policy updates) per proposal")
         tasks_per_step: int = Field(32, ge=1)
         group_size: int = Field(8, ge=2, description="rollouts per task (G)")
@@ -66,7 +74,7 @@ class GRPO:
         micro_batch: int = Field(64, ge=1, description="sequences per forward pass (memory only)")
         micro_batch_tokens: int | None = Field(None, ge=0, description=(
             "padded tokens per forward pass (memory only): a pass keeps every layer's activations for the "
-            "backward, about 2.9 MB a token on SmolLM2-135M in float32 (bench/grpo_memory.py); null: what "
+            "backward, about 2.9 MB a token on SmolLM2-135M in float32 (bench/training/grpo_memory.py); null: what "
             "keeps about 4 GiB, estimated from the model's shape (about 1,450 on SmolLM2); 0: no cap"))
         negative_weight: float = Field(1.0, ge=0, description=(
             "scale on negative advantages: 1 is the estimator as is; 0 learns only from each group's "
@@ -86,6 +94,8 @@ class GRPO:
             "add each batch's successful final turns to the PPO-ptx pool, so the SFT term also replays the "
             "policy's own successes (self-imitation learning, Oh et al. 2018; RLEP); needs ptx_coef > 0"))
         imitation_threshold: float = Field(1.0, description="a trajectory scoring this or more is a success to replay")
+        truth_threshold: float = Field(1.0, description=(
+            "verdict credit: a judged answer is right when a rollout that submitted it scored this or more"))
         lr: float = Field(1e-3, gt=0)
         warmup: int = Field(0, ge=0, description="optimiser steps of linear learning-rate warmup (over the whole run)")
         weight_decay: float = Field(0.0, ge=0)
@@ -96,7 +106,7 @@ class GRPO:
         eval_every: int = Field(5, ge=1)
 
         @model_validator(mode="after")
-        def _needs_ptx(self) -> "GRPO.Params":
+        def _needs_ptx(self) -> GRPO.Params:
             if self.self_imitation and self.ptx_coef <= 0:
                 raise ValueError("self_imitation replays successes through the PPO-ptx term: set ptx_coef > 0 "
                                  "(e.g. 1.0), or self_imitation: false")
@@ -105,6 +115,13 @@ class GRPO:
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
         self._judge: Any = None
+
+    @classmethod
+    def check_models(cls, params: dict, models: Any) -> None:
+        """Load-time check of ``roles`` against the task file's models (a ConfigError naming them)."""
+        from evolve.policy.roles import check_roles
+
+        check_roles(cls.Params(**params), models)
 
     def estimate(self, plan: Any) -> dict[str, int]:
         """Per proposal (for ``evolve run --dry-run``): ``steps`` batches of ``tasks_per_step`` x
@@ -144,13 +161,16 @@ class GRPO:
         return out
 
     def _batch(self, trajs: list[Trajectory], max_len: int,
-               judged: list[float] | None = None) -> tuple[list, dict[str, float]]:
+               judged: list[float] | None = None, role: str | None = None) -> tuple[list, dict[str, float]]:
         import torch
         from evolve.policy.grpo_train import pack
         from evolve.policy.rl import group_advantages
         from evolve.policy.star import rejected_turns
 
         p = self.p
+        role = role or p.role
+        if p.credit_of(role) == "verdict":
+            return self._verdict_batch(trajs, max_len, role)
         rewards = torch.tensor([train_reward(t, p.reward_weights, None if judged is None else judged[k])
                                 for k, t in enumerate(trajs)], dtype=torch.float32)
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
@@ -162,7 +182,7 @@ class GRPO:
                 continue
             rejected = () if p.reinforce_rejected or a <= 0 else rejected_turns(t.steps)
             unreinforced += len(rejected)
-            packed = pack(t, p.role, max_len, context_only=rejected)
+            packed = pack(t, role, max_len, context_only=rejected)
             if p.mask_truncated and any(s.truncated for s in packed):
                 truncated += 1
                 continue
@@ -177,11 +197,51 @@ class GRPO:
                       "groups_kept": kept, "truncated_dropped": truncated, "rejected_turns_unreinforced": unreinforced,
                       "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
 
-    def _child(self, parent: System, spec: Any, adapter: bytes, ctx: OperatorContext, step: int) -> System:
-        path = ctx.workdir / f"adapter-{step:04d}.safetensors"
-        path.write_bytes(adapter)
-        ref = ctx.artifacts.put_file(path, "adapter")
-        return parent.replace(models={**parent.models, self.p.role: spec.model_copy(update={"adapter": ref})})
+    def _verdict_batch(self, trajs: list[Trajectory], max_len: int, role: str) -> tuple[list, dict[str, float]]:
+        """A judging role's sequences: each of its calls one sample, rewarded 1 when its verdict matched
+        the truth of the answer it judged; its calls on one task are a group. Calls that judged an
+        answer with no score are left out."""
+        import torch
+        from evolve.policy.grpo_train import pack
+        from evolve.policy.rl import group_advantages
+
+        p = self.p
+        turns = [v for v in verdict_turns(trajs, role, p.truth_threshold) if v.truth is not None]
+        rewards = torch.tensor([v.reward for v in turns], dtype=torch.float32)
+        adv, zero = (group_advantages(rewards, [trajs[v.traj].task_id for v in turns], p.estimator) if turns
+                     else (rewards, torch.zeros(0, dtype=torch.bool)))
+        if p.negative_weight != 1.0:
+            adv = torch.where(adv < 0, adv * p.negative_weight, adv)
+        seqs, truncated = [], 0
+        for k, (v, a, z) in enumerate(zip(turns, adv.tolist(), zero.tolist())):
+            if p.dynamic_sampling and z:
+                continue
+            t = trajs[v.traj]
+            packed = pack(t.model_copy(update={"steps": (t.steps[v.step],)}), role, max_len)
+            if p.mask_truncated and any(s.truncated for s in packed):
+                truncated += 1
+                continue
+            for s in packed:
+                s.advantage, s.group, s.reward, s.traj = a, t.task_id, v.reward, k
+            seqs += packed
+        groups = {trajs[v.traj].task_id for v in turns}
+        counts = verdict_counts(verdict_turns(trajs, role, p.truth_threshold))
+        return seqs, {"reward": float(rewards.mean()) if turns else 0.0, "groups": len(groups),
+                      "groups_kept": len({s.group for s in seqs}), "truncated_dropped": truncated,
+                      "verdicts_right": counts["right"], "verdicts_wrong": counts["wrong"],
+                      "unjudged": counts["unjudged"]}
+
+    def _child(self, parent: System, specs: dict[str, Any], adapters: dict[str, bytes], ctx: OperatorContext,
+               step: int) -> System:
+        """``parent`` with each trained role's new adapter (the other roles' models as they were)."""
+        models = dict(parent.models)
+        for role, adapter in adapters.items():
+            path = ctx.workdir / (f"adapter-{step:04d}.safetensors" if len(adapters) == 1 and self.p.roles is None
+                                  else f"adapter-{role}-{step:04d}.safetensors")
+            path.write_bytes(adapter)
+            ref = ctx.artifacts.put_file(path, "adapter")
+            models[role] = specs[role].model_copy(update={"adapter": ref})
+        return parent.replace(models=models)
 
     # ---------------------------------------------------------------- propose
 
@@ -220,8 +280,10 @@ class GRPO:
         from evolve.policy.sft import trainable_spec
 
         p = self.p
-        spec = trainable_spec(parent, p.role, ctx.log, self.name)
-        if spec is None:
+        specs = {r: trainable_spec(parent, r, ctx.log, self.name)
+                 for r in trained_roles(p, parent.models, getattr(ctx, "generation", 0))}
+        specs = {r: s for r, s in specs.items() if s is not None}
+        if not specs:
             return []
         pool = list(ctx.train)
         random.Random(f"grpo-dev/{ctx.seed}").shuffle(pool)  # the same dev tasks in every generation
@@ -229,18 +291,23 @@ class GRPO:
         if not pool:
             ctx.log("grpo: no training tasks left after holding out dev_tasks")
             return []
-        learner = self._learner(spec, ctx)
+        learners: dict[str, Any] = {}
         try:
-            return self._steps(parent, spec, ctx, learner, dev, pool)
+            for role, spec in specs.items():
+                learners[role] = self._learner(spec, ctx)
+            return self._steps(parent, specs, ctx, learners, dev, pool)
         finally:
-            learner.close()
+            for learner in learners.values():
+                learner.close()
 
-    def _steps(self, parent: System, spec: Any, ctx: OperatorContext, learner: Any, dev: list[dict],
-               pool: list[dict]) -> list[Candidate]:
+    def _steps(self, parent: System, specs: dict[str, Any], ctx: OperatorContext, learners: dict[str, Any],
+               dev: list[dict], pool: list[dict]) -> list[Candidate]:
+        from evolve.policy.roles import verdict_examples
         from evolve.policy.star import success_turns
 
         p = self.p
-        max_len = learner.max_len()
+        single = len(learners) == 1 and p.roles is None  # the curve's single-role shape, as before roles existed
+        max_len = {role: learner.max_len() for role, learner in learners.items()}
         current, curve, best = parent, [], (-math.inf, -1, None)
         t_start = time.perf_counter()
 
@@ -274,21 +341,33 @@ class GRPO:
             except (ValueError, TypeError) as e:  # the judge's answer is unusable: nothing is scored from it
                 ctx.log(f"grpo: the group judge failed at step {step + 1} ({e}); nothing proposed")
                 return []
-            seqs, info = self._batch(trajs, max_len, judged)
-            if p.self_imitation:
-                wins = [t for t in trajs if t.error is None and t.score >= p.imitation_threshold]
-                wins = success_turns(wins, p.role, "final", dedupe=False)
-                info["replay_pool"] = learner.replay(wins)
-            st = learner.update(seqs)
-            current = self._child(parent, spec, learner.adapter_bytes(), ctx, step + 1)
-            row = {"step": step + 1, **info, "sequences": st.sequences, "trained_tokens": st.trained_tokens,
-                   "loss": st.loss, "kl": st.kl, "clip_low": st.clip_low, "clip_high": st.clip_high,
-                   "mismatch": st.mismatch, **st.extra, "rollout_s": round(t_roll, 2), "train_s": round(st.seconds, 2),
-                   "tokens_per_s": round(st.tokens / st.seconds) if st.seconds else 0}
+            rows: dict[str, dict] = {}
+            for role, learner in learners.items():
+                seqs, info = self._batch(trajs, max_len[role], judged, role)
+                if p.self_imitation:
+                    if p.credit_of(role) == "verdict":
+                        wins = verdict_examples(trajs, role, p.truth_threshold, dedupe=False)[0]
+                    else:
+                        wins = success_turns([t for t in trajs if t.error is None and t.score >= p.imitation_threshold],
+                                             role, "final", dedupe=False)
+                    info["replay_pool"] = learner.replay(wins)
+                st = learner.update(seqs)
+                rows[role] = {**info, "sequences": st.sequences, "trained_tokens": st.trained_tokens, "loss": st.loss,
+                              "kl": st.kl, "clip_low": st.clip_low, "clip_high": st.clip_high, "mismatch": st.mismatch,
+                              **st.extra, "train_s": round(st.seconds, 2),
+                              "tokens_per_s": round(st.tokens / st.seconds) if st.seconds else 0}
+                ctx.log(f"grpo step {step + 1}/{p.steps}{'' if single else ' ' + role}: reward {info['reward']:.3f}, "
+                        f"{info['groups_kept']}/{info['groups']} groups with signal, {st.trained_tokens} tokens "
+                        f"trained, kl {st.kl:.4f}, clip {st.clip_low + st.clip_high:.3f}, {st.seconds:.1f}s")
+            current = self._child(parent, specs, {r: lr.adapter_bytes() for r, lr in learners.items()}, ctx, step + 1)
+            if single:
+                row = {"step": step + 1, **next(iter(rows.values())), "rollout_s": round(t_roll, 2)}
+            else:
+                scores = [t.score for t in trajs]
+                row = {"step": step + 1, "reward": sum(scores) / len(scores) if scores else 0.0,
+                       "rollout_s": round(t_roll, 2), "train_s": round(sum(r["train_s"] for r in rows.values()), 2),
+                       "roles": rows}
             curve.append(row)
-            ctx.log(f"grpo step {step + 1}/{p.steps}: reward {info['reward']:.3f}, {info['groups_kept']}/"
-                    f"{info['groups']} groups with signal, {st.trained_tokens} tokens trained, kl {st.kl:.4f}, "
-                    f"clip {st.clip_low + st.clip_high:.3f}, {st.seconds:.1f}s")
         (ctx.workdir / "grpo_curve.json").write_text(json.dumps(curve, indent=1))
         _plot(curve, ctx.workdir / "grpo_curve.png")
         if best[2] is None:  # no dev set: the last step
@@ -297,10 +376,14 @@ class GRPO:
         if step == 0:
             ctx.log(f"grpo: no step beat the parent on {len(dev)} dev tasks ({score:.3f}); nothing proposed")
             return []
+        where = {r: lr.where for r, lr in learners.items() if getattr(lr, "where", None)}
         info = {"steps": p.steps, "best_step": step, "dev_score": score, "dev_parent": curve[0].get("dev"),
                 "seconds": round(time.perf_counter() - t_start, 1), "curve": curve,
-                **({"trained_in": learner.where} if getattr(learner, "where", None) else {})}
-        why = (f"GRPO ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
+                **({"trained_in": next(iter(where.values()))} if where and single else
+                   {"trained_in": where} if where else {}),
+                **({} if single else {"roles": list(learners)})}
+        who = "" if single else f" of {', '.join(learners)}"
+        why = (f"GRPO{who} ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
                f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
 

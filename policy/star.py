@@ -13,10 +13,10 @@ from the parent's adapter when it has one); the base weights never change.
 from __future__ import annotations
 
 import os
-
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from evolve.policy.roles import RoleParams, trained_roles, verdict_examples
+from pydantic import ConfigDict, Field
 
 from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
@@ -25,9 +25,8 @@ from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
 class STaR:
     name = "star"
 
-    class Params(BaseModel):
+    class Params(RoleParams):
         model_config = ConfigDict(extra="forbid", frozen=True)
-        role: str = "policy"
         tasks: int = Field(400, ge=1, description="training tasks sampled per proposal")
         samples: int = Field(4, ge=1, description="attempts per task (k)")
         temperature: float = Field(1.0, ge=0)
@@ -50,35 +49,65 @@ class STaR:
         """Per proposal (for ``evolve run --dry-run``): ``samples`` attempts at ``tasks`` training tasks, one child."""
         return {"rollouts": min(self.p.tasks, plan.train) * self.p.samples, "llm_calls": 0, "children": 1}
 
-    def _examples(self, trajs: list[Trajectory]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-        return success_turns(trajs, self.p.role, self.p.turns, self.p.dedupe)
+    @classmethod
+    def check_models(cls, params: dict, models: Any) -> None:
+        """Load-time check of ``roles`` against the task file's models (a ConfigError naming them)."""
+        from evolve.policy.roles import check_roles
+
+        check_roles(cls.Params(**params), models)
+
+    def _examples(self, trajs: list[Trajectory], role: str | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The turns of ``role`` (default: ``role``) to learn from ``trajs``, successful ones only."""
+        return success_turns(trajs, role or self.p.role, self.p.turns, self.p.dedupe)
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         from evolve.policy.sft import trainable_spec
 
         p = self.p
-        spec = trainable_spec(parent, p.role, ctx.log, self.name)
-        if spec is None:
+        specs = {r: trainable_spec(parent, r, ctx.log, self.name)
+                 for r in trained_roles(p, parent.models, getattr(ctx, "generation", 0))}
+        specs = {r: s for r, s in specs.items() if s is not None}
+        if not specs:
             return []
         tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
         # STaR learns from the token ids and reads no log-prob: CTranslate2 need not return its logits at T
         trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star", logprobs=False)
         wins = [t for t in trajs if t.error is None and t.score >= p.threshold]
         solved = len({t.task_id for t in wins})
-        examples = self._examples(wins)
-        ctx.log(f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
-                f"{len(examples)} distinct turns to learn")
-        if len(examples) < p.min_examples:
+        ctx.log(f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks")
+        per_role: dict[str, list] = {}
+        verdicts: dict[str, dict[str, int]] = {}
+        for role in specs:
+            if p.credit_of(role) == "verdict":
+                per_role[role], verdicts[role] = verdict_examples(trajs, role, p.threshold, p.dedupe)
+                ctx.log(f"star: {role}: {verdicts[role]['right']} verdicts matched the truth, "
+                        f"{verdicts[role]['wrong']} did not, {verdicts[role]['unjudged']} judged an answer "
+                        f"with no score; {len(per_role[role])} distinct turns to learn")
+            else:
+                per_role[role] = self._examples(wins, role)
+                ctx.log(f"star: {role}: {len(per_role[role])} distinct turns to learn")
+        per_role = {r: ex for r, ex in per_role.items() if len(ex) >= p.min_examples}
+        if not per_role:
             return []
-        n_own = len(examples)
-        child, stats, n_all = train_adapter_child(parent, spec, p.role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr,
-                                                  epochs=p.epochs, batch_size=p.batch_size, replay=p.replay)
-        info = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved,
-                "examples": n_own, "replayed": n_all - n_own, "train_loss": stats.get("loss"),
-                "train_seconds": stats.get("seconds"), "curve": stats.get("curve"),
-                "trained_remotely": stats.get("trained_in_pid", os.getpid()) != os.getpid()}
-        why = (f"LoRA r={p.r} trained on {n_own} successful turns + {n_all - n_own} replayed demos "
-               f"({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)")
+        child, stats, n_all = parent, {}, {}
+        for role, examples in per_role.items():
+            child, stats[role], n_all[role] = train_adapter_child(
+                child, specs[role], role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,
+                batch_size=p.batch_size, replay=p.replay)
+        n_own = {r: len(ex) for r, ex in per_role.items()}
+        info: dict[str, Any] = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved}
+        by_role = {r: {"examples": n_own[r], "replayed": n_all[r] - n_own[r], "train_loss": stats[r].get("loss"),
+                       "train_seconds": stats[r].get("seconds"), "curve": stats[r].get("curve"),
+                       "trained_remotely": stats[r].get("trained_in_pid", os.getpid()) != os.getpid(),
+                       **({"verdicts": verdicts[r]} if r in verdicts else {})} for r in per_role}
+        if len(by_role) == 1 and p.roles is None:  # the single-role shape, as before roles existed
+            info.update(next(iter(by_role.values())))
+        else:
+            info["roles"] = by_role
+        why = "; ".join(f"{'' if p.roles is None else role + ': '}LoRA r={p.r} trained on {n_own[role]} "
+                        f"{'right verdicts' if role in verdicts else 'successful turns'} + "
+                        f"{n_all[role] - n_own[role]} replayed demos" for role in per_role)
+        why += f" ({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)"
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
 
 
@@ -92,10 +121,9 @@ def fit_adapter(base: str, init: str | None, examples: list, *, r: int, alpha: f
     import tempfile
     from pathlib import Path
 
+    from evolve.policy.precision import resolve_precision
     from evolve.policy.train import train_lora
     from evolve.policy.weights import load_base
-
-    from evolve.policy.precision import resolve_precision
 
     model, tok, cfg = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
     precision = resolve_precision(precision, next(model.parameters()).device, tiny=cfg is not None)

@@ -256,6 +256,12 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                     msg += (f", or name a world that provides it (`world: sql` fills {', '.join(missing)} from its "
                             f"{', '.join(hooks[p] for p in missing)} hook)")
                 raise ConfigError(msg) from None
+        check_models = getattr(cls, "check_models", None)  # e.g. a weight operator's roles against models
+        if check_models is not None:
+            try:
+                check_models(op.params, task.models)
+            except UserError as e:
+                raise ConfigError(str(e), path=f"operators.{i}.params", source=source) from None
     from evolve.registry import acceptances, minibatch_samplers, stoppings
 
     e = task.engine
