@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from evolve.errors import RegistryError, UserError
 
@@ -25,46 +25,68 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return "known: " + ", ".join(sorted(choices))
 
 
-_policies: dict[str, Any] = {}  # $EVOLVE_MCP_ROOTS -> its ImportPolicy
+class ImportGuard(Protocol):
+    """What every path :func:`import_path` imports is checked against in a process that runs code
+    someone else wrote (``evolve mcp``'s children install one). Each method raises a
+    :class:`~evolve.errors.UserError` to refuse the path."""
+
+    def check(self, path: str, *, what: str, search: Path | None = None) -> None:
+        """Before anything is imported: may ``path`` be imported at all?"""
+
+    def check_object(self, obj: Any, path: str, *, what: str) -> None:
+        """Once ``path`` is resolved: may what it names (``obj``) be used?"""
 
 
-def import_policy() -> Any:
-    """The import policy of a process that ``evolve mcp`` started (its ``--root`` folders are in
-    ``$EVOLVE_MCP_ROOTS``; :class:`evolve.mcp.policy.ImportPolicy`), else None."""
-    roots = os.environ.get("EVOLVE_MCP_ROOTS")
-    if not roots:
+# A process hands its guard to the processes it starts (a runner's workers, a run's children) in the
+# environment: the import path of a function of no arguments that builds it from that environment.
+GUARD_ENV = "EVOLVE_IMPORT_GUARD"
+_guard: ImportGuard | None = None
+
+
+def set_import_guard(guard: ImportGuard | None) -> None:
+    """Check every later :func:`import_path` of this process against ``guard`` (None: the one
+    ``$EVOLVE_IMPORT_GUARD`` names, if any)."""
+    global _guard
+    _guard = guard
+
+
+def import_guard() -> ImportGuard | None:
+    """The guard of this process: the one :func:`set_import_guard` installed, else the one that the
+    function ``$EVOLVE_IMPORT_GUARD`` names builds (the process that started this one set it), else None."""
+    if _guard is not None:
+        return _guard
+    factory = os.environ.get(GUARD_ENV)
+    if not factory:
         return None
-    if roots not in _policies:  # (by name: the policy reads these registries)
-        _policies[roots] = importlib.import_module("evolve.mcp.policy").ImportPolicy.from_env(roots)
-    return _policies[roots]
+    return _import(factory, what=f"${GUARD_ENV}", search=None, guard=None)()
 
 
 def import_path(path: str, *, what: str = "object", search: Path | None = None) -> Any:
     """Import ``"package.module:attr"`` (or ``"package.module.attr"``).
 
     ``search`` is a folder put first on ``sys.path`` while importing (the task file's folder),
-    so a task can name a module that sits beside it. In a process ``evolve mcp`` started, the
-    path is checked against its import policy before anything is imported, and what it names once
-    resolved.
+    so a task can name a module that sits beside it. In a process with an import guard
+    (:func:`import_guard`), the path is checked against it before anything is imported, and what it
+    names once resolved.
     """
-    return _import(path, what=what, search=search, policy=import_policy())
+    return _import(path, what=what, search=search, guard=import_guard())
 
 
 def resolve_trusted(path: str) -> Any:
-    """What ``path`` names, imported without the MCP import policy: for paths evolvekit itself
+    """What ``path`` names, imported without the import guard: for paths evolvekit itself
     holds (a registry's entries), never for one a task gives."""
-    return _import(path, what="object", search=None, policy=None)
+    return _import(path, what="object", search=None, guard=None)
 
 
-def _import(path: str, *, what: str, search: Path | None, policy: Any) -> Any:
+def _import(path: str, *, what: str, search: Path | None, guard: ImportGuard | None) -> Any:
     if ":" in path:
         mod_name, _, attr = path.partition(":")
     else:
         mod_name, _, attr = path.rpartition(".")
     if not mod_name or not attr:
         raise UserError(f"{what} {path!r} is not an import path; write it as 'package.module:name'")
-    if policy is not None:
-        policy.check(path, what=what, search=search)
+    if guard is not None:
+        guard.check(path, what=what, search=search)
     added = False
     if search is not None and str(search) not in sys.path:
         sys.path.insert(0, str(search))
@@ -85,8 +107,8 @@ def _import(path: str, *, what: str, search: Path | None, policy: Any) -> Any:
     except AttributeError:
         names = [n for n in dir(module) if not n.startswith("_")]
         raise UserError(f"{what} {path!r}: module {mod_name!r} has no {attr!r}; {did_you_mean(attr, names)}") from None
-    if policy is not None:
-        policy.check_object(obj, path, what=what)
+    if guard is not None:
+        guard.check_object(obj, path, what=what)
     return obj
 
 
@@ -144,8 +166,8 @@ class Registry:
             return obj
         if name not in self._paths:
             raise RegistryError(f"unknown {self.kind} {name!r}; {did_you_mean(name, self.names())}")
-        # a registered entry (evolvekit's or an installed plugin's), not a task's: no import policy
-        obj = _import(self._paths[name], what=f"{self.kind} {name!r}", search=None, policy=None)
+        # a registered entry (evolvekit's or an installed plugin's), not a task's: no import guard
+        obj = _import(self._paths[name], what=f"{self.kind} {name!r}", search=None, guard=None)
         self._objects[name] = obj
         return obj
 

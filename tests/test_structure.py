@@ -34,13 +34,30 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+IMPORT_CALLS = ("import_module", "__import__")  # importlib.import_module("m"), import_module("m"), __import__("m")
+
+
 def _imports(path: Path):
-    """Every import of the module, at any depth: at the top, inside functions, and under ``if
-    TYPE_CHECKING:`` (an import only a type checker reads is still a dependency of the design)."""
+    """Every import of the module, at any depth: at the top, inside functions, under ``if
+    TYPE_CHECKING:`` (an import only a type checker reads is still a dependency of the design), and
+    by a string naming the module (``importlib.import_module("evolve.x")``, ``__import__("evolve.x")``),
+    each given as an ``ast.Import``."""
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
+        elif isinstance(node, ast.Call) and _called(node.func) in IMPORT_CALLS and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value:
+                yield ast.Import(names=[ast.alias(name=arg.value)])
+
+
+def _called(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
 
 
 def _resolve(name: str, node: ast.ImportFrom, is_pkg: bool) -> str:

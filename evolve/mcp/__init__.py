@@ -6,7 +6,7 @@ and stop runs, read reports honestly, compare systems, and (when allowed) promot
   streamable HTTP (loopback by default; a bearer token beyond it);
 * :mod:`~evolve.mcp.tools` — the tools, each with the docstring a model reads;
 * :mod:`~evolve.mcp.roots` — the folders the server may touch (``--root``), and path checks;
-* :mod:`~evolve.mcp.policy` — what a client's task may import (its own code, evolvekit's registered parts);
+* :mod:`~evolve.mcp.guard` — what a client's task may import (its own code, evolvekit's registered parts);
 * :mod:`~evolve.mcp.taskcheck` — a client's task file checked field by field before anything is imported;
 * :mod:`~evolve.mcp.jobs` — background runs that outlive the server;
 * :mod:`~evolve.mcp.views` — what the tools answer about runs, read-only;

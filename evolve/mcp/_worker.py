@@ -13,8 +13,9 @@ crashes or hangs takes only its child with it. The ops:
   its exit code written to ``JOB_DIR/exit.json`` when it ends.
 
 Before any op loads the task file, :func:`evolve.mcp.taskcheck.check_task` reads it field by field
-against the server's import policy (``$EVOLVE_MCP_ROOTS``, :mod:`evolve.mcp.policy`), which
-:func:`evolve.registry.import_path` applies again wherever the work imports a path.
+against the server's import guard (``$EVOLVE_MCP_ROOTS``, :mod:`evolve.mcp.guard`), which this
+process installs in the registry (and its children from their environment), so that
+:func:`evolve.registry.import_path` applies it again wherever the work imports a path.
 
 Each op but ``run`` prints one JSON line on stdout, ``{"ok": true, "result": ...}`` or
 ``{"ok": false, "kind": "user" | "infra" | "failed" | "bug", "error": message}``; whatever else
@@ -35,15 +36,13 @@ from typing import Any
 
 def checked(task: str, sets: list[str]) -> None:
     """Refuse a task that names code or paths a client may not, before anything in it is imported."""
-    from evolve.errors import UserError
-    from evolve.mcp.policy import ENV
+    from evolve.mcp.guard import from_env
     from evolve.mcp.taskcheck import check_task
-    from evolve.registry import import_policy
+    from evolve.registry import set_import_guard
 
-    policy = import_policy()
-    if policy is None:
-        raise UserError(f"python -m evolve.mcp._worker runs for evolve mcp, which names its --root folders in ${ENV}")
-    check_task(task, sets, policy)
+    guard = from_env()  # refuses when the server named no --root folders
+    set_import_guard(guard)
+    check_task(task, sets, guard)
 
 
 def _run_args(argv: list[str]) -> tuple[str, list[str]]:

@@ -1,6 +1,6 @@
 """A client's task file read field by field before anything in it is imported: :func:`check_task`.
 
-Every import path (a name the task's registries do not hold) goes to :class:`~evolve.mcp.policy.ImportPolicy`,
+Every import path (a name the task's registries do not hold) goes to :class:`~evolve.mcp.guard.RootsGuard`,
 and every path it names (a file, a folder, a tracker's ``sqlite:///`` or ``file:`` URI) must lie in
 the server's ``--root`` folders once symlinks are followed (:meth:`~evolve.mcp.roots.Roots.resolve`).
 The keys and hosts it names must be those the server was started with (:mod:`evolve.mcp.grants`).
@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from evolve.errors import ConfigError, UserError
-from evolve.mcp.policy import ImportPolicy, canonical
+from evolve.mcp.guard import RootsGuard, canonical
 from evolve.mcp.roots import Roots
 
 SPLITS = ("train", "val", "test")
@@ -31,7 +31,7 @@ RUNNER_REFUSED = {"runtime_env": "installs packages and sets environment variabl
                   "address": "connects the run to a Ray cluster elsewhere, which is handed the task's code"}
 
 
-def check_task(task: str | Path, sets: Sequence[str], policy: ImportPolicy) -> None:
+def check_task(task: str | Path, sets: Sequence[str], guard: RootsGuard) -> None:
     """Refuse ``task`` (with its ``--set`` overrides) if it names code or paths a client may not."""
     from evolve.task.taskfile import apply_override, parse_override, read_task_file
 
@@ -40,7 +40,7 @@ def check_task(task: str | Path, sets: Sequence[str], policy: ImportPolicy) -> N
     for item in sets:
         keys, value = parse_override(item)
         apply_override(data, keys, value, item)
-    _Fields(data, p, policy).check()
+    _Fields(data, p, guard).check()
     from evolve.mcp.grants import Grants, check
 
     check(data, Grants.from_env(), str(p))
@@ -65,10 +65,10 @@ def _strings(value: Any) -> Iterable[tuple[str, str]]:
 
 
 class _Fields:
-    def __init__(self, data: dict, task: Path, policy: ImportPolicy) -> None:
-        self.data, self.source, self.policy = data, str(task), policy
+    def __init__(self, data: dict, task: Path, guard: RootsGuard) -> None:
+        self.data, self.source, self.guard = data, str(task), guard
         self.base = task.parent.resolve()
-        self.roots = Roots(policy.roots)
+        self.roots = Roots(guard.roots)
 
     def fail(self, field: str, message: str) -> None:
         raise ConfigError(message, path=field, source=self.source)
@@ -76,9 +76,9 @@ class _Fields:
     # ------------------------------------------------------------------ kinds of field
 
     def code(self, field: str, value: Any, evolve: Iterable[str] | None = None) -> None:
-        evolve = self.policy.parts() if evolve is None else evolve
+        evolve = self.guard.parts() if evolve is None else evolve
         for suffix, text in _strings(value):
-            self.policy.check(text, what=field + suffix, search=self.base, evolve=evolve, source=self.source)
+            self.guard.check(text, what=field + suffix, search=self.base, evolve=evolve, source=self.source)
 
     def named(self, field: str, value: Any, kind: str) -> None:
         """A registry's name (or what one stands for), else an import path of the task's own."""
@@ -182,7 +182,7 @@ class _Fields:
         if is_data_location(source, self.source):
             self.path("dataset.source", source)
         else:
-            self.code("dataset.source", source, evolve=self.policy.datasets())
+            self.code("dataset.source", source, evolve=self.guard.datasets())
         for split in SPLITS:
             self.path(f"dataset.{split}", ds.get(split))
         params = _dict(ds.get("params"))

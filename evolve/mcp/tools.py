@@ -5,7 +5,7 @@ model reads and its type hints as the input schema.
 Each tool checks its arguments (paths through :class:`~evolve.mcp.roots.Roots`) and raises a
 :class:`~evolve.errors.UserError` with what to do instead; the server turns that into a tool
 error. Whatever imports the task's own code runs in a child process (:mod:`evolve.mcp._worker`), which
-carries the server's import policy (:mod:`evolve.mcp.policy`) in its environment.
+carries the server's import guard (:mod:`evolve.mcp.guard`) in its environment.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from evolve.mcp import views
 from evolve.mcp.draft import DatasetSpec, ModelSpec, OperatorSpec, task_yaml
 from evolve.mcp.grants import Grants
 from evolve.mcp.jobs import JOB_FOLDER, Jobs
-from evolve.mcp.policy import env_for
+from evolve.mcp.guard import env_for
 from evolve.mcp.roots import PathRefused, Roots
 
 PathArg = Annotated[str, Field(min_length=1, max_length=1024, description="a path inside the server's --root "
@@ -54,7 +54,7 @@ class Toolkit:
     def __init__(self, roots: Roots, *, allow_deploy: bool = False, grants: Grants | None = None) -> None:
         self.roots, self.allow_deploy, self.jobs = roots, allow_deploy, Jobs()
         self.grants = grants or Grants()
-        self.child_env = {**env_for(roots.folders), **self.grants.env()}  # the children's import policy and grants
+        self.child_env = {**env_for(roots.folders), **self.grants.env()}  # the children's import guard and grants
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,4 +1,4 @@
-"""What an MCP client's task may import: :class:`ImportPolicy`.
+"""What an MCP client's task may import: :class:`RootsGuard`.
 
 A task file reached through ``evolve mcp`` may be written by the client (``init_task``), so every
 import path in it is checked before anything is imported. It may name only
@@ -14,8 +14,10 @@ import path in it is checked before anything is imported. It may name only
   ``runner.name``, ...) the names of that field's registry and what they stand for.
 
 The server's child processes (:mod:`evolve.mcp._worker`, the runs they start and their workers)
-carry the roots in ``$EVOLVE_MCP_ROOTS``; :func:`evolve.registry.import_path` then asks this policy
-before it imports a path and once it has resolved it, wherever in a run the path was found.
+carry the roots in ``$EVOLVE_MCP_ROOTS`` and this module's :func:`from_env` in
+``$EVOLVE_IMPORT_GUARD`` (:func:`env_for`), so each of them checks every path
+:func:`evolve.registry.import_path` imports against this guard, before it imports the path and once
+it has resolved it, wherever in a run the path was found (:func:`evolve.registry.import_guard`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
 import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Iterable
 
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, UserError
+from evolve.registry import GUARD_ENV
 
 ENV = "EVOLVE_MCP_ROOTS"
 # evolvekit's task-file building blocks beyond the worlds' own: the workflow agent the topology
@@ -113,11 +117,24 @@ def _top_spec(name: str, search: Path | None) -> Any:
 
 
 def env_for(roots: Iterable[Path]) -> dict[str, str]:
-    """What a child process needs in its environment to apply the policy of ``roots``."""
-    return {ENV: json.dumps([str(r) for r in roots])}
+    """What a child process needs in its environment to apply the guard of ``roots``."""
+    return {ENV: json.dumps([str(r) for r in roots]), GUARD_ENV: f"{__name__}:from_env"}
 
 
-class ImportPolicy:
+_guards: dict[str, "RootsGuard"] = {}  # $EVOLVE_MCP_ROOTS -> its guard
+
+
+def from_env() -> "RootsGuard":
+    """The guard of this process's ``$EVOLVE_MCP_ROOTS`` (as :func:`env_for` wrote it), built once."""
+    roots = os.environ.get(ENV)
+    if not roots:
+        raise UserError(f"this process runs for evolve mcp, which names its --root folders in ${ENV}; it is unset")
+    if roots not in _guards:
+        _guards[roots] = RootsGuard.from_env(roots)
+    return _guards[roots]
+
+
+class RootsGuard:
     """The import paths a task may name when its server's roots are ``roots`` (see the module docstring)."""
 
     def __init__(self, roots: Iterable[str | Path]) -> None:
@@ -130,8 +147,8 @@ class ImportPolicy:
         self._objects: set[int] | None = None
 
     @classmethod
-    def from_env(cls, value: str) -> "ImportPolicy":
-        """The policy of ``$EVOLVE_MCP_ROOTS`` (as :func:`env_for` wrote it)."""
+    def from_env(cls, value: str) -> "RootsGuard":
+        """The guard of ``$EVOLVE_MCP_ROOTS`` (as :func:`env_for` wrote it)."""
         return cls(json.loads(value))
 
     def describe(self) -> str:
@@ -271,4 +288,4 @@ def _exports(module: Any) -> list[str]:
             if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__]
 
 
-__all__ = ["ENV", "HELPERS", "ImportPolicy", "canonical", "env_for", "locate", "split"]
+__all__ = ["ENV", "HELPERS", "RootsGuard", "canonical", "env_for", "from_env", "locate", "split"]

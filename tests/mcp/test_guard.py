@@ -1,4 +1,4 @@
-"""What an MCP client's task may make the server's user run or touch (docs/mcp.md, evolve/mcp/policy.py):
+"""What an MCP client's task may make the server's user run or touch (docs/mcp.md, evolve/mcp/guard.py):
 over the SDK's client, an import path in every kind of task-file field that names code outside the
 --root folders (os:system, subprocess, evolvekit code no registry holds, a stdlib function reached
 through the task's own module) is refused before it runs, naming the field; a path-bearing field
