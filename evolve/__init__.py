@@ -19,14 +19,14 @@ The core (this folder; the layers are ``evolve.policy``, ``.memory``, ``.prompts
   world failing is retried, never scored), ``session`` (splits, runner, memoised rollouts),
   ``budget``, ``estimate`` (the dry run), ``recorder``, ``state``, ``rundir``, ``bootstrap``;
 * ``results/`` — ``report`` (report.json/.md), ``stats`` (paired tests);
-* ``loop/`` — ``engine`` (generations), ``policies`` (acceptance, minibatch, stopping), ``judge``,
+* ``loop/`` — ``engine`` (generations), ``strategies`` (acceptance, minibatch, stopping), ``acceptance``,
   ``selectors``, ``pool``, ``pareto``, ``operators`` (the protocol);
 * surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli/``, ``gateway/`` (an unmodified
   agent's traffic recorded, the evolved system served), ``deploy/``, ``ui/``, ``mcp/``,
   ``trackers/``, ``reflexion/`` (Reflexion mode).
 
 ``task/``, ``scoring/``, ``results/``, ``loop/`` and ``cli/`` each import only the ones before them
-(``tests/test_structure.py`` holds it); ``serve/`` keeps the serving names' old import path.
+(``tests/test_structure.py`` holds it); ``serve/`` is a deprecated alias of serving names now in ``gateway/``.
 """
 
 from __future__ import annotations
@@ -72,12 +72,12 @@ _LAZY = {
     "LLM": ("evolve.llm.base", "LLM"),
     "Completion": ("evolve.llm.base", "Completion"),
     "World": ("evolve.worlds.base", "World"),
-    "Acceptance": ("evolve.loop.policies", "Acceptance"),
-    "MinibatchSampler": ("evolve.loop.policies", "MinibatchSampler"),
-    "Stopping": ("evolve.loop.policies", "Stopping"),
-    "Verdict": ("evolve.loop.judge", "Verdict"),
+    "Acceptance": ("evolve.loop.strategies", "Acceptance"),
+    "MinibatchSampler": ("evolve.loop.strategies", "MinibatchSampler"),
+    "Stopping": ("evolve.loop.strategies", "Stopping"),
+    "Verdict": ("evolve.loop.acceptance", "Verdict"),
     "NodeType": ("evolve.topology.base", "NodeType"),
-    "MemoryPolicy": ("evolve.memory.base", "Policy"),
+    "MemoryCurator": ("evolve.memory.base", "Curator"),
     "Sandbox": ("evolve.sandbox.base", "Sandbox"),
     # errors
     "EvolveError": ("evolve.errors", "EvolveError"),
@@ -87,10 +87,18 @@ _LAZY = {
     "ScriptedLM": ("evolve.llm.fake", "ScriptedLM"),
 }
 
+# names renamed since (still resolved, with a DeprecationWarning; not in __all__)
+_DEPRECATED = {"MemoryPolicy": "MemoryCurator"}
+
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        import warnings
+
+        warnings.warn(f"evolve.{name} is deprecated: it is evolve.{_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
+        return __getattr__(_DEPRECATED[name])
     if name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(module), attr)

@@ -1,9 +1,11 @@
-"""What a memory update policy is: the :class:`Policy` protocol and the types it speaks — an
-:class:`Op` (one decision about the store) and :class:`Evidence` (what a task taught).
+"""What a memory curator is: the :class:`Curator` protocol (what to add, merge, strengthen, weaken,
+supersede or delete, given new evidence) and the types it speaks — an :class:`Op` (one decision about
+the store) and :class:`Evidence` (what a task taught).
 
-The policies beside it implement it: :class:`~evolve.memory.policy.HeuristicPolicy` (no model) and
-:class:`~evolve.memory.llm_policy.LLMPolicy` (asks an LLM, checks its answer);
-:func:`~evolve.memory.policy.apply` writes a policy's ops to a store in one transaction.
+The curators beside it implement it: :class:`~evolve.memory.curator.HeuristicCurator` (no model) and
+:class:`~evolve.memory.llm_curator.LLMCurator` (asks an LLM, checks its answer);
+:func:`~evolve.memory.curator.apply` writes a curator's ops to a store in one transaction.
+(``Policy``, this protocol's old name, still resolves here, with a DeprecationWarning.)
 """
 
 from __future__ import annotations
@@ -90,5 +92,15 @@ def as_evidence(x: Any) -> Evidence:
                     about=get("about", None), helpful=get("helpful", None), reason=get("reason", None))
 
 
-class Policy(Protocol):
+class Curator(Protocol):
     def decide(self, store: Any, evidence: Sequence[Any]) -> list[Op]: ...
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Policy":  # the protocol's name until the curators were named for what they do
+        import warnings
+
+        warnings.warn("evolve.memory.base.Policy is deprecated: it is evolve.memory.base.Curator",
+                      DeprecationWarning, stacklevel=2)
+        return Curator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

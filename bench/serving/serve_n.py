@@ -40,7 +40,7 @@ def main() -> None:
 
     from evolve.gateway.local import LLMUpstream
     from evolve.policy.local import LocalLM
-    from evolve.serve import serve_llm
+    from evolve.gateway.local import serve_llm
 
     torch.set_num_threads(args.threads)
     _, model, tok = ct2_speed.smollm2(SimpleNamespace(smollm2_shape=None, device="cpu", torch_dtype="float32"))

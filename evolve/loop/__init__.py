@@ -1,8 +1,8 @@
 """The evolution loop: f(Π, τ, r) → Π′, one generation at a time, on top of a scoring session.
 
 * ``engine`` — generations: select parents, let operators propose, score, accept, archive;
-* ``policies`` — the loop's small protocols: acceptance, minibatch sampling, stopping;
-* ``judge`` — two-stage acceptance and re-evaluation; ``selectors``, ``pool`` and ``pareto`` — parents;
+* ``strategies`` — the loop's small protocols: acceptance, minibatch sampling, stopping;
+* ``acceptance`` — two-stage acceptance and re-evaluation; ``selectors``, ``pool`` and ``pareto`` — parents;
 * ``operators`` — the Operator protocol every layer implements;
 * ``curriculum`` — ``engine.curriculum``: training difficulty and mix that follow the agent's success.
 

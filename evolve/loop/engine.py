@@ -5,11 +5,11 @@ Each generation: select parents from the pool of accepted systems (:mod:`evolve.
 :mod:`evolve.loop.pool`; selectors that ask get per-task val scores and cost/latency metrics); roll
 each parent out on a minibatch of training tasks (the minibatch sampler); let every operator
 propose children from those trajectories (``ctx.extra["pool"]`` holds the accepted systems);
-judge each child (the acceptance policy; by default two stages: better than its parent on the
+judge each child (the acceptance strategy; by default two stages: better than its parent on the
 same minibatch, then not worse on validation, re-evaluated on more samples when close:
-:mod:`evolve.loop.judge`); archive everything; promote the best. Stop on any budget (generations,
+:mod:`evolve.loop.acceptance`); archive everything; promote the best. Stop on any budget (generations,
 rollouts, LLM calls, tokens, money, wall time: :mod:`evolve.scoring.budget`) or the stopping rule. The
-three policies are in :mod:`evolve.loop.policies`. With ``engine.curriculum`` the generation's training
+three strategies are in :mod:`evolve.loop.strategies`. With ``engine.curriculum`` the generation's training
 tasks (the operators' ``ctx.train``) and its minibatch follow the agent's success instead
 (:mod:`evolve.loop.curriculum`). At the end the baseline and the promoted system are
 scored on the held-out test split and a report is written.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from evolve.task.config import TaskConfig
 from evolve.errors import BudgetExhausted, InfraError, LLMError, RunFailed
-from evolve.loop.policies import build_policies
+from evolve.loop.strategies import build_strategies
 from evolve.loop.operators import OperatorContext
 from evolve.loop.pool import OperatorPool, scored_pool
 from evolve.registry import operators as operator_registry
@@ -61,7 +61,7 @@ class Engine:
     ) -> None:
         # the loop's parts first: a mistake in them must not leave a run directory behind
         self.selector = selector_registry.get(task.engine.selector)(**task.engine.selector_params)
-        self.acceptance, self.sampler, self.stopping = build_policies(task.engine)
+        self.acceptance, self.sampler, self.stopping = build_strategies(task.engine)
         self.operators = [operator_registry.get(op.name)(**op.params) for op in task.operators]
         self.tracking = None
         if task.track:  # each destination must answer before the run directory is written

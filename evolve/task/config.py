@@ -182,7 +182,7 @@ class CurriculumConfig(Strict):
 
 
 class EngineConfig(Strict):
-    """How each generation picks parents, compares children and decides (:mod:`evolve.loop.policies`)."""
+    """How each generation picks parents, compares children and decides (:mod:`evolve.loop.strategies`)."""
 
     minibatch: int = Field(64, ge=1, description="training tasks per generation for stage-1 acceptance")
     parents: int = Field(1, ge=1, description="parents selected per generation")
@@ -196,7 +196,7 @@ class EngineConfig(Strict):
     reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
     acceptance: str = Field("two_stage", description="two_stage (minibatch, then val) | val_only | paired (minibatch, "
                             "then val and promotion on the paired interval) | an import path "
-                            "(evolve.loop.policies.Acceptance)")
+                            "(evolve.loop.strategies.Acceptance)")
     acceptance_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {z: 2.58} for paired (a 99% "
                                               "interval; 1.96 by default)")
     minibatch_sampler: str = Field("random", description="random (anew each generation) | fixed | an import path")
@@ -256,7 +256,7 @@ class TaskConfig(Strict):
     operators: list[OperatorConfig] = Field(default_factory=list, description="each proposes children every generation")
     runner: RunnerConfig = Field(RunnerConfig(), description="where rollouts run")
     budget: BudgetConfig = Field(BudgetConfig(), description="when the run stops")
-    engine: EngineConfig = Field(EngineConfig(), description="the loop's settings and policies")
+    engine: EngineConfig = Field(EngineConfig(), description="the loop's settings and strategies")
     failures: FailuresConfig = Field(FailuresConfig(), description="retries of the world failing, when a run has failed")
     reward_range: tuple[float, float] = Field((0.0, 1.0), description="the scores the reward is meant to give: "
                                               "rollouts scored outside are counted in the report")

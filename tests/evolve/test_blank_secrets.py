@@ -14,7 +14,7 @@ import pytest
 
 import evolve
 from evolve.errors import ConfigError
-from evolve.serve import check_bind
+from evolve.gateway.asgi import check_bind
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTED = {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.worlds.toy:reply"}}

@@ -58,7 +58,7 @@ def test_sessions_become_tasks_split_by_session_and_filtered(tmp_path):
 
 def test_from_traces_learns_only_successful_sessions_answered_by_the_parents_base(tmp_path):
     from evolve.gateway.dataset import sessions
-    from evolve.policy.traces import FromTraces
+    from evolve.policy.from_traces import FromTraces
 
     _store(tmp_path)
     tasks = sessions("traces", base_dir=tmp_path, val=0.0)["train"]

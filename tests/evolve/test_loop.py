@@ -1,4 +1,4 @@
-"""The loop's policies (evolve.loop.policies): acceptance, the minibatch, stopping; each named in the task file."""
+"""The loop's strategies (evolve.loop.strategies): acceptance, the minibatch, stopping; each named in the task file."""
 
 from __future__ import annotations
 
@@ -63,10 +63,10 @@ def test_a_plateau_stops_the_run_and_says_why(tmp_path):
 
 
 class AcceptAll:
-    """A policy of one's own, by import path: every child joins, none is promoted."""
+    """A strategy of one's own, by import path: every child joins, none is promoted."""
 
     def judge(self, session, generation, candidate, minibatch, parent, parent_minibatch_score, parent_val_score):
-        from evolve.loop.judge import Verdict
+        from evolve.loop.acceptance import Verdict
 
         score, _ = session.evaluate(candidate.system, "val", generation)
         return Verdict(True, score, f"accepted unconditionally (val {score:.3f})")
@@ -100,3 +100,17 @@ def test_paired_acceptance_keeps_only_a_gain_whose_val_interval_is_above_zero(tm
         validate_task(toy(acceptance="paired", acceptance_params={"z": 0}))
     with pytest.raises(ConfigError, match="engine.acceptance_params"):
         validate_task(toy(acceptance="two_stage", acceptance_params={"z": 2}))
+
+
+def test_the_old_loop_module_paths_still_resolve_with_a_deprecation_warning():
+    import importlib
+    import sys
+
+    from evolve.loop import acceptance, strategies
+
+    for old, name, new in [("evolve.loop.policies", "build_policies", strategies.build_strategies),
+                           ("evolve.loop.policies", "TwoStage", strategies.TwoStage),
+                           ("evolve.loop.judge", "judge", acceptance.judge)]:
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=old):
+            assert getattr(importlib.import_module(old), name) is new

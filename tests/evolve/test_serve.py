@@ -18,8 +18,10 @@ import pytest
 from tests.helpers import greedy_answers, make_tiny_llm, two_system_run
 
 from evolve.errors import ConfigError, LLMError, UserError
+from evolve.gateway.asgi import check_bind
+from evolve.gateway.local import serve_llm
+from evolve.gateway.run_route import ServeApp
 from evolve.llm.fake import ScriptedLM
-from evolve.serve import ServeApp, check_bind, serve_llm
 from evolve.types import LLMCall, Message, ModelSpec, System
 
 openai = pytest.importorskip("openai")

@@ -387,7 +387,7 @@ def test_the_gateway_serves_it_to_the_openai_client(tiny, loopback_env):
     """``evolve serve`` and the gateway's local routes serve what build() makes: the same answer; and
     samples at a temperature with their log-probs at it, as transformers computes them."""
     openai = pytest.importorskip("openai")
-    from evolve.serve import serve_llm
+    from evolve.gateway.local import serve_llm
 
     store, base, adapter = tiny
     want = build(spec(base, adapter), store).complete(chat("hello"))

@@ -226,7 +226,7 @@ def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_contin
 def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
     openai = pytest.importorskip("openai")
     from evolve.policy.local import LocalLM
-    from evolve.serve import serve_llm
+    from evolve.gateway.local import serve_llm
 
     model, tok = load_pretrained(ckpt, device="cpu")
     llm = LocalLM.from_model(model, tok, name="qwen-tiny", temperature=0.0, max_tokens=12)

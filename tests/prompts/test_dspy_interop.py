@@ -20,7 +20,7 @@ from evolve.prompts.dspy_interop import DSPyAgent, apply_components, components_
 from evolve.prompts.dspy_interop import agent as generic_agent
 from evolve.scoring.rollout import run_agent
 from evolve.gateway import rollout_route as gateway
-from evolve.serve import serve_llm
+from evolve.gateway.local import serve_llm
 from evolve.types import LLMCall, ModelSpec, System
 
 os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="dspy-cache-"))  # never the user's cache
