@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/infra/orchestration.py [--rollouts 20000] [--systems 10000]
 
-Prints one JSON object; results go to bench/RESULTS.md by hand with the machine and date.
+Prints one JSON object; results go to bench/infra/RESULTS.md by hand with the machine and date.
 """
 
 from __future__ import annotations

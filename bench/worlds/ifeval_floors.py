@@ -1,5 +1,5 @@
 """What replies that do not try score on IFEval: the floors a reader needs to place a system's
-figures. Each "policy" here is a fixed rule, no model: an empty reply, one fixed sentence, and the
+figures. Each arm here is a fixed rule, no model: an empty reply, one fixed sentence, and the
 prompt repeated back. Scored with world: ifeval's checkers on all prompts of the file.
 
     python bench/worlds/ifeval_floors.py [--path ../shared/data/ifeval/input_data.jsonl]
