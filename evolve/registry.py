@@ -184,7 +184,7 @@ operators = Registry(
     "operator",
     {
         "star": "evolve.policy.star:STaR",
-        "from_traces": "evolve.policy.traces:FromTraces",
+        "from_traces": "evolve.policy.from_traces:FromTraces",
         "grpo": "evolve.policy.grpo:GRPO",
         "toolforge": "evolve.toolforge.operator:ToolForge",
         "memory": "evolve.memory.operator:MemoryOperator",
@@ -218,12 +218,14 @@ node_types = Registry(
         "answer": "evolve.topology.nodes:AnswerStep",
     },
 )
-# The loop's policies (evolve.loop.policies): acceptance of a child, the generation's minibatch, early stopping.
-acceptances = Registry("acceptance", {"two_stage": "evolve.loop.policies:TwoStage", "val_only": "evolve.loop.policies:ValOnly",
-                                      "paired": "evolve.loop.policies:Paired"})
-minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop.policies:RandomMinibatch",
-                                                    "fixed": "evolve.loop.policies:FixedMinibatch"})
-stoppings = Registry("stopping rule", {"budget": "evolve.loop.policies:BudgetOnly", "plateau": "evolve.loop.policies:Plateau"})
+# The loop's strategies (evolve.loop.strategies): acceptance of a child, the generation's minibatch, early stopping.
+acceptances = Registry("acceptance", {"two_stage": "evolve.loop.strategies:TwoStage",
+                                      "val_only": "evolve.loop.strategies:ValOnly",
+                                      "paired": "evolve.loop.strategies:Paired"})
+minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop.strategies:RandomMinibatch",
+                                                    "fixed": "evolve.loop.strategies:FixedMinibatch"})
+stoppings = Registry("stopping rule", {"budget": "evolve.loop.strategies:BudgetOnly",
+                                       "plateau": "evolve.loop.strategies:Plateau"})
 # The CLI's command groups beside run/eval/init/serve (evolve.cli.commands): name -> a typer app.
 commands = Registry("command", {"archive": "evolve.cli.archive:app", "baseline": "evolve.prompts.cli:baseline_app",
                                  "traces": "evolve.gateway.cli:traces_app", "harbor": "evolve.worlds.harbor.cli:app"})
