@@ -101,7 +101,7 @@ class InfraError(EvolveError):
     retried: a bad key, a missing model): the run stops without storing what it could not score.
 
     Raised inside a rollout (a world's own environment could not be built or reached), it marks
-    the rollout's ``infra`` with ``category`` and ``retryable`` (:func:`evolve.scoring.failures.classify`)."""
+    the rollout's ``infra`` with ``category`` and ``retryable`` (:func:`evolve.failures.classify`)."""
 
     def __init__(self, message: str = "", *, category: str = "backend", retryable: bool = False) -> None:
         super().__init__(message)

@@ -11,7 +11,7 @@ VERDICTS = ("ok", "error", "timeout", "memory", "denied", "killed")
 
 class SandboxUnavailable(RuntimeError):
     """A backend cannot run here; the message says which, why, and what would work. (The sandbox
-    imports nothing of evolvekit, so that it loads on its own; :mod:`evolve.scoring.failures` tells it by name.)"""
+    imports nothing of evolvekit, so that it loads on its own; :mod:`evolve.failures` tells it by name.)"""
 
 
 @dataclass(frozen=True)

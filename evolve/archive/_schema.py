@@ -5,7 +5,7 @@ v2 added ``trajectories.calls`` (the trajectory's LLM calls) and ``trajectories.
 (its wall time in seconds), so call budgets and per-rollout cost/latency are SQL sums.
 
 v3 moves rollouts that an older evolvekit stored as scores although the world failed under them
-(the model unreachable, a rate limit, a dead worker: :func:`evolve.scoring.failures.legacy_category`) out
+(the model unreachable, a rate limit, a dead worker: :func:`evolve.failures.legacy_category`) out
 of the trajectories into ``world_failure`` events, with their whole JSON (nothing is lost), so a
 resumed run or ``evolve eval`` runs them again instead of serving a connection error as a 0."""
 
@@ -126,7 +126,7 @@ def _set_aside_world_failures(conn: sqlite3.Connection) -> None:
     import time
 
     from evolve.archive._codec import unpack
-    from evolve.scoring.failures import legacy_category
+    from evolve.failures import legacy_category
 
     rows = conn.execute("SELECT t.seq, t.key, t.split, t.phase, t.generation, t.system_id, t.task_id, d.enc, d.data "
                         "FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq WHERE t.error = 1").fetchall()

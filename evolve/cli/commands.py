@@ -171,7 +171,7 @@ def eval_(
         e = evaluation(task_file, run_dir, system=system, split=split, overrides=set_, observer=obs)
     score, n, sid = e["score"], e["n"], e["system_id"]
     from evolve.archive import Archive
-    from evolve.scoring.failures import describe_common
+    from evolve.failures import describe_common
 
     with Archive(run_dir, create=False) as archive:
         _, failed = archive.failure_stats(system_id=sid, split=split)

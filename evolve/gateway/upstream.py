@@ -104,7 +104,7 @@ class StreamAnswer:
 
 
 def upstream_error(e: BaseException, where: str, secret: str | None = None) -> GatewayError:
-    from evolve.scoring.failures import category_of
+    from evolve.failures import category_of
 
     category = category_of(e, client=True) or "server"
     status = _STATUS.get(category, 502)

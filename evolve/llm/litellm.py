@@ -18,7 +18,7 @@ Behaviour of :meth:`LiteLLM.complete`:
   not found (404), missing credentials — fail at once;
 * either way the failure is an :class:`~evolve.errors.LLMError` that names the model, the
   api_base, the number of attempts and the underlying error's class and message (the API
-  key is redacted from it), with its ``category`` (:func:`evolve.scoring.failures.category_of`):
+  key is redacted from it), with its ``category`` (:func:`evolve.failures.category_of`):
   every category but ``request`` (a bad request: the agent's own failure) is the world
   failing, which the engine retries or stops on and never scores;
 * a response with no ``choices`` is an ``LLMError`` (not retried); a choice whose content
@@ -62,7 +62,7 @@ import warnings
 from typing import Any, Sequence
 
 from evolve.errors import TRANSIENT, ConfigError, LLMError, MissingDependency
-from evolve.scoring.failures import category_of
+from evolve.failures import category_of
 from evolve.llm.base import Completion, as_messages
 from evolve.types import Message
 
@@ -106,7 +106,7 @@ def import_litellm() -> Any:
 
 def is_retryable(e: BaseException) -> bool:
     """Transient (rate limit, timeout, 5xx, connection) → True; auth/bad request/not found → False
-    (:func:`evolve.scoring.failures.category_of` on an exception of the model client)."""
+    (:func:`evolve.failures.category_of` on an exception of the model client)."""
     return category_of(e, client=True) in TRANSIENT
 
 

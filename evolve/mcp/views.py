@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from evolve.scoring.failures import most_common
+from evolve.failures import most_common
 from evolve.results.stats import bounds, describe, interval_text
 
 MAX_TEXT = 2000  # characters of one string in an answer

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.scoring.failures import describe_common, most_common
+from evolve.failures import describe_common, most_common
 from evolve.results.stats import describe, paired
 
 if TYPE_CHECKING:

@@ -82,7 +82,7 @@ def _never_called(task: Any, output: Any) -> float:  # the reward of a failed ro
 def failed_trajectory(job: RolloutJob, error: str, duration: float = 0.0, *,
                       infra: InfraFailure | None = None) -> Trajectory:
     """A scored failed trajectory for ``job`` (score 0, ``error`` set) built outside the agent;
-    with ``infra``, one the world failed under (see :mod:`evolve.scoring.failures`)."""
+    with ``infra``, one the world failed under (see :mod:`evolve.failures`)."""
     task_id = job.task.get("id", job.key) if isinstance(job.task, dict) else job.key
     t = Trajectory(task_id=str(task_id), system_id=job.system.id, error=error, duration=duration,
                    sample=job.sample, temperature=job.temperature, infra=infra)

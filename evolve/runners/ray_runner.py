@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from evolve.errors import ConfigError, EvolveError, InfraError, UserError
-from evolve.scoring.failures import infra
+from evolve.failures import infra
 from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
 from evolve.cluster.ray_base import cause, ray_module, resources_text
 from evolve.types import Trajectory

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from evolve.scoring.failures import describe_common, failure_of, signature
+from evolve.failures import describe_common, failure_of, signature
 from evolve.scoring.retry import by_category
 from evolve.types import LLMCall, Trajectory
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generator
 
 from evolve.errors import InfraError
-from evolve.scoring.failures import describe_common
+from evolve.failures import describe_common
 from evolve.runners import RolloutJob, WorkerSpec
 from evolve.types import Trajectory
 

@@ -11,7 +11,7 @@ trajectory (``error`` set, score 0) or a failed reward (``reward.error`` set, sc
 must be a finite real number (numpy scalars and bools are converted); NaN, inf, a string or
 ``None`` is a failed reward, never a crash.
 
-The world failing under a rollout is another matter (:mod:`evolve.scoring.failures`): a model call that
+The world failing under a rollout is another matter (:mod:`evolve.failures`): a model call that
 fails because the model is unreachable, rate-limited, misconfigured or gone marks the
 trajectory's ``infra`` (even when the agent caught the error and went on), and so does such an
 exception raised by the agent's own model client or by the reward. Such a trajectory is not a
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from evolve.errors import LLMError, RolloutTimeout
-from evolve.scoring.failures import classify, infra
+from evolve.failures import classify, infra
 from evolve.llm.base import LLM, Completion, as_messages, takes
 from evolve.types import InfraFailure, LLMCall, Message, Reward, System, ToolCall, Trajectory
 
@@ -139,7 +139,7 @@ class RolloutContext:
 
     def note_failure(self, e: BaseException, building: str | None = None) -> None:
         """Record ``e`` as the world failing under this rollout when it is one (see
-        :func:`evolve.scoring.failures.classify`); while ``building`` a model, every failure is."""
+        :func:`evolve.failures.classify`); while ``building`` a model, every failure is."""
         if self.infra is not None:
             return
         found = classify(e)

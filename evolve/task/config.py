@@ -215,7 +215,7 @@ class EngineConfig(Strict):
 
 
 class FailuresConfig(Strict):
-    """What a run does when rollouts fail (:mod:`evolve.scoring.failures`). The world failing under a
+    """What a run does when rollouts fail (:mod:`evolve.failures`). The world failing under a
     rollout (the model unreachable, a rate limit, a server error, a dead worker process) is never
     a score: such a rollout is run again after ``backoff`` seconds, doubled on each retry up to
     ``max_backoff``, at most ``retries`` times (while the time budget allows), and if it still

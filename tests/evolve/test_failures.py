@@ -1,5 +1,5 @@
 """Failing loudly and scoring honestly: the world failing under a rollout is never a score, a
-failed run never exits 0, and rewards are checked at the boundary (evolve.scoring.failures, evolve.scoring.retry)."""
+failed run never exits 0, and rewards are checked at the boundary (evolve.failures, evolve.scoring.retry)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.helpers.servers import FakeOpenAI, free_port, toy_reply
 import evolve
 from evolve.archive import Archive
 from evolve.errors import InfraError, LLMError, RunFailed
-from evolve.scoring.failures import classify, signature
+from evolve.failures import classify, signature
 from evolve.scoring.rollout import run_agent, score
 from evolve.types import Message, ModelSpec, System
 
@@ -235,7 +235,7 @@ class _DownRunner:
         self.consumed: list[int] = []  # jobs the caller took results of
 
     def run(self, spec, jobs):
-        from evolve.scoring.failures import infra
+        from evolve.failures import infra
         from evolve.runners.base import failed_trajectory
 
         self.batches.append(len(jobs))

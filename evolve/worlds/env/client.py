@@ -13,7 +13,7 @@ sends and accepts:
   A stock OpenEnv server builds a fresh environment for each HTTP request, so over HTTP only
   one-step episodes work there: ``auto`` takes the WebSocket whenever the server has one.
 
-What goes wrong is told apart (:mod:`evolve.scoring.failures`): the server down, a timeout, a 5xx, an
+What goes wrong is told apart (:mod:`evolve.failures`): the server down, a timeout, a 5xx, an
 answer that is not the protocol (not JSON, no ``observation``, a reward that is not a number)
 raise :class:`~evolve.errors.InfraError` naming the URL and what was wrong (the world failing:
 never a score); the server refusing the *action* (HTTP 422, an OpenEnv ``VALIDATION_ERROR`` on
@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from evolve.errors import ConfigError, InfraError, MissingDependency
-from evolve.scoring.failures import http_category
+from evolve.failures import http_category
 
 TRANSPORTS = ("auto", "ws", "http")
 _SNIPPET = 200
