@@ -4,7 +4,7 @@ Each proposal, for one parent:
 
 1. solved trajectories become experiences (``extract``: an import path of
    ``fn(trajectories, tasks_by_id) -> [{"kind", "text", "metadata"}]``; default: the SQL world's
-   :func:`~evolve.worlds.sql.mining.experiences`), added to the store in one transaction (an
+   :func:`~evolve.worlds.sql.hooks.experiences`), added to the store in one transaction (an
    exact duplicate is a no-op, never a delete);
 2. with ``feedback``, the items each trajectory recalled (its ``recall_memory`` tool step) are
    judged by the outcome, ExpeL-style, through :class:`~evolve.memory.HeuristicPolicy`: a solved

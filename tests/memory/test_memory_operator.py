@@ -14,8 +14,8 @@ from evolve.scoring.rollout import run_agent, score
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql
 from evolve.worlds.sql.coldstart import memory_demos
+from evolve.worlds.sql.hooks import experiences
 from evolve.worlds.sql.memory import recall
-from evolve.worlds.sql.mining import experiences
 
 EXTRACT = "evolve.worlds.sql:experiences"  # what `world: sql` would fill in
 

@@ -14,16 +14,17 @@ The folder, each module depending only on those above it:
 * ``client`` — the two transports, the protocol's answers checked, failures told apart;
 * ``launch`` — an ASGI app given as an import path, served on loopback once per process;
 * ``dataset`` — the episodes' seeds per split, the server asked once before the run;
-* ``agent`` — the episode loop; ``reward`` — the environment's rewards, the feedback, and memory
-  entries from rewarded episodes.
+* ``agent`` — the episode loop; ``reward`` — the environment's rewards and the feedback;
+  ``hooks`` — memory entries from rewarded episodes.
 """
 
 from __future__ import annotations
 
-from evolve.worlds.base import World
+from evolve.world import World
 from evolve.worlds.env.agent import DEFAULT_INSTRUCTION, agent, reflexion_agent, render, to_action
 from evolve.worlds.env.dataset import dataset
-from evolve.worlds.env.reward import experiences, reward
+from evolve.worlds.env.hooks import experiences
+from evolve.worlds.env.reward import reward
 
 WORLD = World(
     name="env",

@@ -1,4 +1,4 @@
-"""The env world's reward and what the layers learn from its episodes.
+"""The env world's reward.
 
 The score is what the environment paid (``score``: the episode's return, its last reward, or its
 largest); the feedback the reflective operators and Reflexion read is how the episode went: its
@@ -6,7 +6,7 @@ steps, return, whether it ended, refused actions, and the last observation."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.types import Reward
 
@@ -31,24 +31,4 @@ def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
                                            "invalid": float(output.get("invalid") or 0)}, feedback=feedback)
 
 
-def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict]:
-    """Memory entries (``kind, text, metadata``) for episodes that scored ``threshold`` or more: the
-    first observation as text, the actions and the return in the metadata; one per episode and
-    action list."""
-    out, seen = [], set()
-    for t in trajectories:
-        o = t.output if isinstance(t.output, dict) else {}
-        actions = o.get("actions")
-        if t.task_id not in tasks or t.error is not None or t.score < threshold or not actions:
-            continue
-        key = (t.task_id, tuple(actions))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append({"kind": "experience", "text": str(o.get("first_observation") or ""),
-                    "metadata": {"actions": list(actions)[:12], "return": float(o.get("return") or 0.0),
-                                 "task_id": t.task_id}})
-    return out
-
-
-__all__ = ["experiences", "reward"]
+__all__ = ["reward"]

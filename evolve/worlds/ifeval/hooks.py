@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from evolve.worlds.experiences import solved_entries
 from evolve.worlds.ifeval.scoring import summary
 
 
@@ -13,17 +14,10 @@ def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshol
     """Memory entries (``kind, text, metadata``): the prompt as the text, the reply that followed
     every instruction in the metadata; one per task. Only training tasks are given here (the
     memory operator reads the training split), so no test prompt becomes a memory."""
-    out, seen = [], set()
-    for t in trajectories:
-        task = tasks.get(t.task_id)
-        reply = t.output.get("reply") if isinstance(t.output, dict) else None
-        if task is None or t.error is not None or t.score < threshold or not reply or t.task_id in seen:
-            continue
-        seen.add(t.task_id)
-        out.append({"kind": "experience", "text": task["prompt"],
-                    "metadata": {"reply": reply, "task_id": t.task_id,
-                                 "instructions": ",".join(task["instruction_id_list"])}})
-    return out
+    return solved_entries(trajectories, tasks, threshold=threshold, answer="reply", per_task=True,
+                          entry=lambda t, task, reply: (task["prompt"], {
+                              "reply": reply, "task_id": t.task_id,
+                              "instructions": ",".join(task["instruction_id_list"])}))
 
 
 __all__ = ["experiences", "summary"]

@@ -4,8 +4,10 @@ answers, in the agent's message format) and the memory operator's experiences.""
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from evolve.worlds.experiences import solved_entries
 from evolve.worlds.reasoning_gym.agent import messages_for, recall
 from evolve.worlds.reasoning_gym.answer import written
 from evolve.worlds.reasoning_gym.generators import score
@@ -36,17 +38,10 @@ def demos(tasks: list[dict], *, instruction: str = "", template: str = "", seed:
 def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict]:
     """Memory entries (``kind, text, metadata``) for the solved trajectories: the question as the
     text, the answer that scored in the metadata; one per task and answer."""
-    out, seen = [], set()
-    for t in trajectories:
-        task = tasks.get(t.task_id)
-        answer = t.output.get("answer") if isinstance(t.output, dict) else None
-        if task is None or t.error is not None or t.score < threshold or not answer or (t.task_id, answer) in seen:
-            continue
-        seen.add((t.task_id, answer))
-        out.append({"kind": "experience", "text": task["question"],
-                    "metadata": {"answer": answer, "task_id": t.task_id, "generator": task.get("generator"),
-                                 "level": task.get("level")}})
-    return out
+    return solved_entries(trajectories, tasks, threshold=threshold, answer="answer",
+                          entry=lambda t, task, answer: (task["question"], {
+                              "answer": answer, "task_id": t.task_id, "generator": task.get("generator"),
+                              "level": task.get("level")}))
 
 
 __all__ = ["demos", "experiences"]

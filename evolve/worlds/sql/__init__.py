@@ -25,22 +25,22 @@ The folder, each module depending only on those above it:
   experiences), ``tools`` (query tools run in the sandbox) — what a system can put in the prompt;
 * ``prompt`` — the messages an episode opens with; ``agent`` — the multi-turn agent;
   ``reward`` — execution match; ``workflow`` — the agent's steps as workflow-graph nodes;
-* ``coldstart`` — SFT demos for a local model and the pointer tokenizer's words; ``mining`` —
+* ``coldstart`` — SFT demos for a local model and the pointer tokenizer's words; ``hooks`` —
   memory entries from solved trajectories; ``abstract`` — repeated SQL shapes mined into
   parametrised query tools.
 
-``WORLD`` is the :class:`~evolve.worlds.base.World` a task file names with ``world: sql``.
+``WORLD`` is the :class:`~evolve.world.World` a task file names with ``world: sql``.
 """
 
 from __future__ import annotations
 
-from evolve.worlds.base import World
+from evolve.world import World
 from evolve.worlds.sql.abstract import mine_sql as mine_tools
 from evolve.worlds.sql.agent import agent, reflexion_agent
 from evolve.worlds.sql.coldstart import corrupt, demos, fewshot_demos, memory_demos, name_words, tool_demos
 from evolve.worlds.sql.dataset import build, dataset
 from evolve.worlds.sql.db import SQLError, execute
-from evolve.worlds.sql.mining import experiences
+from evolve.worlds.sql.hooks import experiences
 from evolve.worlds.sql.prompt import messages_for
 from evolve.worlds.sql.questions import MAX_PROMPT, MAX_SQL, TEMPLATES, prompt_text
 from evolve.worlds.sql.reward import reward
