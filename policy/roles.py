@@ -12,7 +12,8 @@ STaR and GRPO take the same settings (:class:`RoleParams`):
   unset: ``role`` (default ``policy``), the single-role setting;
 * ``schedule``: ``joint`` trains every listed role in each proposal, each on its own turns of the
   same team rollouts; ``alternate`` trains one role per generation, in the listed order (MARTI's
-  alternating schedule: generation g trains ``roles[g % len(roles)]``, the others stay frozen);
+  alternating schedule: the first generation trains ``roles[0]``, the next ``roles[1]``, ..., the
+  others stay frozen meanwhile);
 * ``credit``: role -> ``outcome`` or ``verdict``. ``outcome`` (a solver, writer, planner) learns
   from the team's reward. ``verdict`` (a judge, verifier, critic) learns whether its verdict matched
   the truth of the answer it judged, as MARTI rewards a verifier: accepting a right answer or
@@ -126,15 +127,15 @@ def _local(models: Mapping[str, Any]) -> list[str]:
 
 def trained_roles(params: RoleParams, models: Mapping[str, Any], generation: int) -> list[str]:
     """The roles one proposal trains: every asked role (``joint``), or in generation ``generation``
-    the one whose turn it is (``alternate``). ``all`` is the local roles with base weights, in the
-    order the system lists them."""
+    (the engine counts from 1) the one whose turn it is (``alternate``). ``all`` is the local roles
+    with base weights, in the order the system lists them."""
     if params.roles is not None or params.credit:  # the single-role default keeps its old leniency
         check_roles(params, models)
     asked = params.names()
     roles = ([r for r, m in models.items() if getattr(m, "backend", None) == "local" and getattr(m, "base", None)]
              if asked == "all" else asked)
     if params.schedule == "alternate" and roles:
-        return [roles[generation % len(roles)]]
+        return [roles[(max(generation, 1) - 1) % len(roles)]]  # the engine's first generation is 1
     return list(roles)
 
 

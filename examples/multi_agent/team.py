@@ -1,0 +1,85 @@
+"""The solver–verifier team's workflow and cold-start demos on reasoning-gym (task.yaml, tiny.yaml).
+
+:func:`workflow` is the graph: the ``solver`` answers (the world's one call: the question under
+the ``instruction`` component), the ``verifier`` reads the question and the reply and says
+``yes`` or ``no`` (:data:`VERIFY`), a ``check`` (:func:`evolve.policy.roles.accepted`)
+passes on an accepting verdict, and on a rejection the solver answers once more, shown its
+rejected reply (:data:`RETRY`), and the verifier judges that one; then the answer is read as the
+world's agent reads it, so the world's reward scores the team as it scores one agent.
+
+:func:`verifier_demos` are the verifier's cold-start chats: each training task's question with
+its gold answer (``yes``) or another task's (``no``), half and half, in the exact
+message the workflow's verify step sends. :func:`team_demos` is the solver's demos and the
+verifier's together, for one tiny base that has seen both jobs (tiny.yaml).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+VERIFY = "Question: {question}\nReply: {reply}\nIs the reply right? Say yes or no."
+RETRY = "{question}\n\nYour reply was judged wrong: {reply}\nAnswer again."
+READ = "evolve.worlds.reasoning_gym:read_answer"
+
+
+def workflow(max_tokens: int | None = None, verdict_tokens: int = 4, retries: int = 1,
+             stop: list[str] | None = None) -> dict[str, Any]:
+    """The team's graph (JSON for ``System.workflow["graph"]``): the solver's replies cut at
+    ``max_tokens`` and ``stop``, the verdict at ``verdict_tokens``, ``retries`` tries after a rejection."""
+    cut: dict[str, Any] = {**({"max_tokens": max_tokens} if max_tokens else {}), **({"stop": stop} if stop else {})}
+    return {
+        "entry": "solve",
+        "nodes": [
+            {"id": "solve", "type": "llm",
+             "params": {"role": "solver", "prompt": "{question}", "system": "instruction", "out": "reply", **cut}},
+            {"id": "verify", "type": "llm",
+             "params": {"role": "verifier", "prompt": VERIFY, "out": "verdict", "max_tokens": verdict_tokens}},
+            {"id": "check", "type": "check", "params": {"fn": "evolve.policy.roles:accepted"}},
+            {"id": "retry", "type": "llm", "max_visits": retries,
+             "params": {"role": "solver", "prompt": RETRY, "system": "instruction", "out": "reply", **cut}},
+            {"id": "read", "type": "tool",
+             "params": {"fn": READ, "args": {"reply": "reply", "answer_format": "answer_format"}, "out": "answer",
+                        "name": "read_answer", "error_key": "extract_error"}},
+            {"id": "answer", "type": "answer", "params": {"fields": ["reply", "answer", "extract_error"]}},
+        ],
+        "edges": [
+            {"src": "solve", "dst": "verify"},
+            {"src": "verify", "dst": "check"},
+            {"src": "check", "dst": "retry", "when": "not ok"},  # once retry has no visits left: read
+            {"src": "check", "dst": "read"},
+            {"src": "retry", "dst": "verify"},
+            {"src": "read", "dst": "answer"},
+        ],
+    }
+
+
+def verifier_demos(tasks: list[dict], *, seed: int = 0) -> list[list[dict[str, str]]]:
+    """The verifier's cold-start chats (see the module docstring); tasks without a gold answer give none."""
+    from evolve.worlds.reasoning_gym.answer import written
+
+    rng = random.Random(f"verifier-demos:{seed}")
+    golds = [t for t in tasks if t.get("answer") is not None]
+    out = []
+    for i, task in enumerate(golds):
+        fmt = task.get("answer_format", "answer_line")
+        others = [t["answer"] for t in golds if t["answer"] != task["answer"]]
+        right = i % 2 == 0 or not others
+        reply = written(task["answer"] if right else rng.choice(others), fmt)
+        out.append([{"role": "user", "content": VERIFY.format(question=task["question"], reply=reply)},
+                    {"role": "assistant", "content": "yes" if right else "no"}])
+    rng.shuffle(out)
+    return out
+
+
+def team_demos(tasks: list[dict], *, instruction: str = "", template: str = "",
+               seed: int = 0) -> list[list[dict[str, str]]]:
+    """The solver's demos (the world's) and the verifier's, shuffled together."""
+    from evolve.worlds.reasoning_gym import demos
+
+    both = demos(tasks, instruction=instruction, template=template, seed=seed) + verifier_demos(tasks, seed=seed)
+    random.Random(f"team-demos:{seed}").shuffle(both)
+    return both
+
+
+__all__ = ["READ", "RETRY", "VERIFY", "team_demos", "verifier_demos", "workflow"]

@@ -1,0 +1,99 @@
+"""examples/multi_agent: the solver–verifier team on reasoning-gym (team.py, task.yaml, tiny.yaml).
+Scripted solver and verifiers run the team's graph fast; the slow test runs the tiny variant."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("reasoning_gym")
+
+from evolve.policy.roles import verdict, verdict_turns  # noqa: E402
+
+import evolve  # noqa: E402
+from evolve.archive import Archive  # noqa: E402
+from evolve.task.taskfile import load_task  # noqa: E402
+from evolve.types import LLMCall  # noqa: E402
+
+HERE = Path(__file__).parents[2] / "examples" / "multi_agent"
+sys.path.insert(0, str(HERE))
+import team  # noqa: E402
+
+SOLVER = {"backend": "scripted", "name": "rg-scripted",
+          "params": {"reply": "evolve.worlds.reasoning_gym.scripted:reply"}}
+WORDS = {"name": "spell_backward",
+         "levels": [{"min_word_len": 3, "max_word_len": 4}, {"min_word_len": 8, "max_word_len": 9}]}
+
+
+def test_the_task_files_graphs_are_the_teams_and_they_load_with_every_role_trained():
+    for name, graph in [("task.yaml", team.workflow(max_tokens=48, stop=["\n\n"])),
+                        ("tiny.yaml", team.workflow(verdict_tokens=6))]:
+        data = yaml.safe_load((HERE / name).read_text())
+        assert data["workflow"]["graph"] == graph, name
+        task, _ = load_task(HERE / name)
+        assert list(task.models) == ["solver", "verifier"]
+        assert task.operators[0].params["roles"] == "all"
+    smollm = yaml.safe_load((HERE / "task.yaml").read_text())["models"]
+    assert smollm["solver"]["params"] == smollm["verifier"]["params"]  # one base: the same weights
+
+
+def test_the_verifiers_demos_are_the_verify_steps_message_with_yes_on_gold_answers_and_no_on_others():
+    tasks = [{"question": f"Spell this word backward (example: sun -> nus): {w}", "answer": w[::-1],
+              "answer_format": "answer_line"} for w in ("cat", "dog", "owl", "bee")]
+    demos = team.verifier_demos(tasks, seed=0)
+    assert sorted(d[1]["content"] for d in demos) == ["no", "no", "yes", "yes"]
+    for user, said in demos:
+        q = next(t for t in tasks if t["question"] in user["content"])
+        right = user["content"] == team.VERIFY.format(question=q["question"], reply=f"Answer: {q['answer']}")
+        assert right == (said["content"] == "yes") and verdict(said["content"]) is right
+
+
+def run_team(tmp_path, verifier_reply: str):
+    data = {"name": "team", "seed": 0, "world": "reasoning_gym", "agent": "evolve.topology:agent",
+            "models": {"solver": SOLVER, "verifier": {"backend": "scripted", "name": "always",
+                                                      "params": {"responses": {"Reply:": verifier_reply}}}},
+            "prompts": {"instruction": "Solve it. End with one line: Answer: <answer>"},
+            "workflow": {"graph": team.workflow()},
+            "dataset": {"params": {"generators": [WORDS], "n_train": 20, "n_val": 8, "n_test": 16}},
+            "operators": [], "budget": {"generations": 0}, "runner": {"name": "thread", "workers": 4}}
+    report = evolve.run(data, out=tmp_path / verifier_reply, base_dir=HERE)
+    archive = Archive(tmp_path / verifier_reply, create=False)
+    return report, archive.trajectories(report["baseline"]["system_id"], split="test")
+
+
+def test_each_model_call_is_recorded_under_its_role_and_an_always_yes_verifier_earns_only_right_answers(tmp_path):
+    report, trajs = run_team(tmp_path, "yes")
+    assert 0 < report["baseline"]["test"]["score"] < 1  # the scripted solver is wrong on long words
+    for t in trajs:
+        assert [s.role for s in t.steps if isinstance(s, LLMCall)] == ["solver", "verifier"]  # accepted: no retry
+    credit = {t.task_id: v.reward for v in verdict_turns(trajs, "verifier") for t in [trajs[v.traj]]}
+    assert credit == {t.task_id: float(t.score >= 1.0) for t in trajs}  # rewarded exactly where the answer was right
+
+
+def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says_no_earns_the_wrong_answers(tmp_path):
+    report, trajs = run_team(tmp_path, "no")
+    for t in trajs:
+        assert [s.role for s in t.steps if isinstance(s, LLMCall)] == ["solver", "verifier", "solver", "verifier"]
+        retry = [s for s in t.steps if isinstance(s, LLMCall)][2]
+        assert "judged wrong" in retry.messages[-1].content
+    final = [v for v in verdict_turns(trajs, "verifier") if v.step == max(
+        i for i, s in enumerate(trajs[v.traj].steps) if isinstance(s, LLMCall))]
+    assert [v.reward for v in final] == [float(trajs[v.traj].score < 1.0) for v in final]
+    assert any(v.reward == 1.0 for v in final) and any(v.reward == 0.0 for v in final)
+
+
+@pytest.mark.slow
+def test_the_tiny_team_starts_both_roles_from_one_base_and_star_trains_a_role(tmp_path, one_torch_thread):
+    report = evolve.run(str(HERE / "tiny.yaml"), out=tmp_path / "t", overrides=[
+        "models.solver.cold_start.n_demos=100", "models.verifier.cold_start.n_demos=100",
+        "models.solver.cold_start.epochs=2", "models.verifier.cold_start.epochs=2",
+        "operators.0.params.tasks=30", "operators.0.params.min_examples=1", "budget.generations=1"])
+    archive = Archive(tmp_path / "t", create=False)
+    base = archive.get_system(report["baseline"]["system_id"])
+    assert base.models["solver"].base == base.models["verifier"].base  # one cached cold start, one base
+    children = [archive.get_system(r.id) for r in archive.records() if r.operator == "star"]
+    for child in children:  # alternate: generation 1 trains the solver only
+        assert child.models["verifier"] == base.models["verifier"] and child.models["solver"].adapter is not None
