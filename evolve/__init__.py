@@ -71,7 +71,7 @@ _LAZY = {
     "WorkerSpec": ("evolve.runners", "WorkerSpec"),
     "LLM": ("evolve.llm.base", "LLM"),
     "Completion": ("evolve.llm.base", "Completion"),
-    "World": ("evolve.worlds.base", "World"),
+    "World": ("evolve.world", "World"),
     "Acceptance": ("evolve.loop.strategies", "Acceptance"),
     "MinibatchSampler": ("evolve.loop.strategies", "MinibatchSampler"),
     "Stopping": ("evolve.loop.strategies", "Stopping"),

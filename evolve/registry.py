@@ -253,7 +253,7 @@ report_sections = Registry("report section", {"workflow": "evolve.topology.repor
 # What bounds the LLM calls one rollout can make (evolve.scoring.budget.calls_bound): the layers that run a
 # system's workflow say, each a function(workflow dict) -> int | None.
 call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime:graph_calls_bound"})
-# Worlds (evolve.worlds.base.World): task environments a task file can name with `world:`.
+# Worlds (evolve.world.World): task environments a task file can name with `world:`.
 worlds = Registry(
     "world",
     {

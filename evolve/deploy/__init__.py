@@ -2,7 +2,8 @@
 served it". Configured by the task file's ``deploy:`` section; driven by ``evolve promote``,
 ``evolve rollback`` and ``evolve status`` (or the same functions here).
 
-* :mod:`~evolve.deploy.config` — the ``deploy:`` section (regression gate, guards, canary, approval);
+* :mod:`~evolve.task.deploy` — the ``deploy:`` section (regression gate, guards, canary, approval), with the
+  rest of the task file's schema;
 * :mod:`~evolve.deploy.lifecycle` — proposed → gated → canary → pending → active → retired /
   rejected / rolled back, each move an audit event, moved atomically with the current pointer;
 * :mod:`~evolve.deploy.pins` — the evaluation pinned: the code the reward and agent run and the files

@@ -183,7 +183,7 @@ class RootsGuard:
         """evolvekit's own import paths a task's agent, reward, dataset or hook may name, each with what it is."""
         if self._evolve is None:
             from evolve import registry
-            from evolve.worlds.base import World
+            from evolve.world import World
 
             found: dict[str, str] = {}
             for name in registry.worlds.names():

@@ -16,7 +16,7 @@ def summary_hook(session: Session) -> Any:
     if not name:
         return None
     from evolve.registry import import_path
-    from evolve.worlds.base import load_world
+    from evolve.world import load_world
 
     path = load_world(name).hook("eval.summary")
     return import_path(path, what="eval.summary hook") if path else None

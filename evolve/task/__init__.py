@@ -5,9 +5,9 @@
 * ``data`` — datasets: a generator callable or JSONL files, split into train / val / test;
 * ``reference`` — the task-file reference, generated from the schema;
 * ``fingerprint`` — which configuration a run directory was started with (what a resume must match);
-* ``content`` — each task's content hash, recorded in the run (which tasks two runs share).
+* ``content`` — each task's content hash, recorded in the run (which tasks two runs share);
+* ``deploy`` — the ``deploy:`` section (gates, canary, approval) that :mod:`evolve.deploy` carries out.
 
-Imports the foundations (``evolve.types``, ``errors``, ``registry``) and the schemas the task file
-embeds: model params (``evolve.llm.params``), the deploy section (``evolve.deploy.config``) and
-the World protocol (``evolve.worlds.base``).
+Imports only the foundations (``evolve.types``, ``errors``, ``registry``, the model params of
+``evolve.llm.params``, and the World protocol of ``evolve.world``).
 """

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evolve.deploy.config import DeployConfig
+from evolve.task.deploy import DeployConfig
 
 
 class Strict(BaseModel):

@@ -173,11 +173,11 @@ def check_tracker(name: str, params: dict, *, path: str = "track", source: str =
 
 
 def _apply_world(data: dict, source: str) -> None:
-    """Fill what the task file leaves out from its ``world`` (see :mod:`evolve.worlds.base`): agent,
+    """Fill what the task file leaves out from its ``world`` (see :mod:`evolve.world`): agent,
     reward, dataset.source, each local model's cold_start.demos, and the operator params a world
     hook provides (an operator class names them in ``world_params``: param -> hook)."""
     from evolve.registry import operators
-    from evolve.worlds.base import load_world
+    from evolve.world import load_world
 
     try:
         world = load_world(str(data["world"]))

@@ -1,7 +1,8 @@
 """Worlds: task environments, each its tasks, the agent that attempts them, the reward that scores
-the attempt, and the hooks the layers use (:mod:`evolve.worlds.base`, the World protocol).
+the attempt, and the hooks the layers use (the World protocol, :class:`~evolve.world.World` and
+:func:`~evolve.world.load_world`, which live in the foundations so that the core reads a task file's
+``world:`` without depending on the worlds; re-exported here).
 
-* ``base`` — :class:`~evolve.worlds.base.World` and :func:`~evolve.worlds.base.load_world`;
 * ``sql/`` — the offline default: procedurally generated SQLite databases and questions, a
   multi-turn SQL agent, execution-match reward (``world: sql``);
 * ``reasoning_gym/`` — reasoning-gym's seeded generators at the difficulty levels the task file
@@ -12,6 +13,6 @@ A task file names one with ``world: NAME`` (registered in :data:`evolve.registry
 the ``evolvekit.worlds`` entry-point group) or ``world: package.module:WORLD``.
 """
 
-from evolve.worlds.base import HOOKS, World, load_world
+from evolve.world import HOOKS, World, load_world
 
 __all__ = ["HOOKS", "World", "load_world"]

@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from evolve.types import Message
-from evolve.worlds.base import World
+from evolve.world import World
 
 
 def dataset(seed: int = 0, n_train: int = 40, n_val: int = 20, n_test: int = 20) -> dict[str, list[dict]]:

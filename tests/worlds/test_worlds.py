@@ -1,4 +1,4 @@
-"""Worlds (evolve.worlds.base): a task file that names a world gets its agent, reward, dataset and
+"""Worlds (evolve.world): a task file that names a world gets its agent, reward, dataset and
 the hooks the layers use; a world of one's own works the same way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import evolve
 from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
-from evolve.worlds.base import World, load_world
+from evolve.world import World, load_world
 
 SCRIPTED = {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.worlds.toy:reply"}}
 

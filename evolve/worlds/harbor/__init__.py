@@ -39,7 +39,7 @@ The folder, each module depending only on those above it:
 
 from __future__ import annotations
 
-from evolve.worlds.base import World
+from evolve.world import World
 from evolve.worlds.harbor.agent import (
     DEFAULT_INSTRUCTION,
     agent,

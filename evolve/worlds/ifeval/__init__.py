@@ -35,7 +35,7 @@ IFEval's prompts are evaluation data: no hook reads them for demos, memories or 
 
 from __future__ import annotations
 
-from evolve.worlds.base import World
+from evolve.world import World
 from evolve.worlds.ifeval.agent import agent, messages_for, revise_agent
 from evolve.worlds.ifeval.checks import CHECKS, verdicts
 from evolve.worlds.ifeval.dataset import dataset, read_prompts

@@ -28,12 +28,12 @@ The folder, each module depending only on those above it:
 * ``scripted`` — a scripted solver of fixed skill, for tests and the smoke run.
 
 Importing this package does not import ``reasoning_gym``: that happens when a dataset is built.
-``WORLD`` is the :class:`~evolve.worlds.base.World` a task file names with ``world: reasoning_gym``.
+``WORLD`` is the :class:`~evolve.world.World` a task file names with ``world: reasoning_gym``.
 """
 
 from __future__ import annotations
 
-from evolve.worlds.base import World
+from evolve.world import World
 from evolve.worlds.reasoning_gym.agent import agent, messages_for, reflexion_agent
 from evolve.worlds.reasoning_gym.answer import FORMATS, INSTRUCTIONS, extract, written
 from evolve.worlds.reasoning_gym.answer import read as read_answer
