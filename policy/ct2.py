@@ -52,9 +52,10 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from evolve.artifacts import file_sha256
 from evolve.errors import ConfigError, MissingDependency
@@ -352,6 +353,7 @@ def convert(base: Path, adapter: Path | None, dest: Path, quantization: str) -> 
     synthetic vocabulary. NotConvertible says why it cannot."""
     require()
     from ctranslate2.converters import TransformersConverter
+
     from evolve.policy.weights import attach_adapter, load_base, read_adapter
 
     class FromFiles(TransformersConverter):

@@ -43,16 +43,28 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from evolve.errors import ConfigError, LLMError, MissingDependency
-from evolve.policy.ct2 import INSTALL, BaseInfo, NotConvertible, Plan, converted, describe, engine_of, keep_heap
-from evolve.policy.ct2 import plan as make_plan, require, say
+from evolve.policy.ct2 import (
+    INSTALL,
+    BaseInfo,
+    NotConvertible,
+    Plan,
+    converted,
+    describe,
+    engine_of,
+    keep_heap,
+    require,
+    say,
+)
+from evolve.policy.ct2 import plan as make_plan
 from evolve.policy.local_server import LocalServer
 from evolve.policy.sampling import Sample
 
-_LIVE: "weakref.WeakSet[CT2Server]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[CT2Server] = weakref.WeakSet()
 _AT_EXIT = threading.Lock()
 _hooked = False
 
@@ -313,7 +325,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
                     results[i] = Sample(ids[j], lps[j], "stop", stop=hit)
             if results[i] is None and len(ids[j]) >= r.max_tokens:
                 results[i] = Sample(ids[j], lps[j], "length")
-        except BaseException as e:  # an exception must not cross into CTranslate2's thread
+        except BaseException as e:  # noqa: BLE001 - an exception must not cross into CTranslate2's thread
             errors.append(e)
             results[i] = Sample(ids[j], lps[j], "length")
         return results[i] is not None

@@ -28,7 +28,6 @@ from typing import Any
 
 from evolve.policy.rl import LossConfig, policy_loss
 from evolve.policy.train import head_logits
-
 from evolve.types import LLMCall, Trajectory
 
 
@@ -164,9 +163,10 @@ class Learner:
                  seed: int = 0, ptx: Sequence[Any] = (), ptx_coef: float = 0.0, ptx_batch: int = 16,
                  warmup: int = 0, precision: str = "fp32") -> None:
         import torch
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
         from evolve.policy.precision import BF16Base, resolve_precision
         from evolve.policy.train import lora_targets
-        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
         config = init.lora_config() if init is not None else LoraConfig(
             r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(target_modules or lora_targets(model)),
@@ -240,7 +240,7 @@ class Learner:
         """Add ``ptx_coef`` × the mean NLL of a random batch of demo completions to the gradient."""
         import torch.nn.functional as F
 
-        from evolve.policy.train import collate, truncated_sequence, as_example, target_logits
+        from evolve.policy.train import as_example, collate, target_logits, truncated_sequence
 
         batch = self._rng.sample(self.ptx, min(self.ptx_batch, len(self.ptx)))
         x, y = collate([truncated_sequence(as_example(e), self.max_len) for e in batch], self.pad_id)

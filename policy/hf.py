@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evolve.errors import ConfigError
 from evolve.types import Message, canonical_json
@@ -219,7 +220,7 @@ def resolve_device(device: str | None) -> str:
     return "mps" if mps is not None and mps.is_available() else "cpu"
 
 
-def resolve_dtype(dtype: str | None, device: str) -> "torch.dtype":
+def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     """``auto`` (or None): bfloat16 on a GPU that has it, else float32; or float32/bfloat16/float16."""
     import torch
 
@@ -253,7 +254,6 @@ def load_tokenizer(path: Path | str) -> HFTokenizer:
 def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto") -> tuple[Any, HFTokenizer]:
     """``(model, tokenizer)`` from a checkpoint directory; the model in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per load would break into the run's own progress display

@@ -29,8 +29,9 @@ from __future__ import annotations
 import concurrent.futures as cf
 import random
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evolve.errors import ConfigError, LLMError
 from evolve.llm.base import Completion, as_messages
@@ -80,8 +81,8 @@ class LocalLM:
         self._closed = False
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: "CharTokenizer", *, name: str = "local", adapter: Any = ...,
-                   temperature: float = 1.0, max_tokens: int = 256, **server_kw: Any) -> "LocalLM":
+    def from_model(cls, model: Any, tokenizer: CharTokenizer, *, name: str = "local", adapter: Any = ...,
+                   temperature: float = 1.0, max_tokens: int = 256, **server_kw: Any) -> LocalLM:
         """Serve an in-memory model with its own server (closed with this LLM). By default the
         model runs as given: a PeftModel with its active adapter; ``adapter=None`` for the bare
         base, or an adapter name. Handy for ``eval_fn`` during training."""
@@ -92,12 +93,12 @@ class LocalLM:
                    on_close=server.close)
 
     @property
-    def tokenizer(self) -> "CharTokenizer":
+    def tokenizer(self) -> CharTokenizer:
         return self.server.tok
 
     def submit(self, messages: Sequence[Message | dict], *, temperature: float | None = None, max_tokens: int | None = None,
                stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True,
-               top_logprobs: int = 0) -> "cf.Future[Completion]":
+               top_logprobs: int = 0) -> cf.Future[Completion]:
         """Non-blocking :meth:`complete`: a future of the Completion."""
         msgs = as_messages(messages)
         prompt = self.server.tok.render_chat(msgs, add_generation_prompt=True)
@@ -108,10 +109,10 @@ class LocalLM:
                                  logprobs=logprobs, top_logprobs=top_logprobs)
         out: cf.Future[Completion] = cf.Future()
 
-        def done(f: "cf.Future[Sample]") -> None:
+        def done(f: cf.Future[Sample]) -> None:
             try:
                 out.set_result(self._completion(prompt, f.result(), temp, seed, msgs))
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - the caller's future raises it
                 out.set_exception(e)
 
         fut.add_done_callback(done)

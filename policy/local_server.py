@@ -12,9 +12,10 @@ import contextlib
 import random
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evolve.errors import LLMError
 from evolve.policy.tiny import Sample, sample
@@ -34,7 +35,7 @@ class _Request:
     seed: int
     logprobs: bool = True  # False: an engine that pays extra for them may leave them out (None)
     top_logprobs: int = 0  # k > 0: each token's k likeliest ids with their log-probs (Sample.top_logprobs)
-    future: "cf.Future[Sample]" = field(default_factory=cf.Future)
+    future: cf.Future[Sample] = field(default_factory=cf.Future)
     t0: float = field(default_factory=time.monotonic)
 
 
@@ -54,7 +55,7 @@ class LocalServer:
     def __init__(
         self,
         model: Any,
-        tokenizer: "CharTokenizer",
+        tokenizer: CharTokenizer,
         *,
         max_batch: int = 64,
         batch_wait: float = 0.003,
@@ -94,7 +95,7 @@ class LocalServer:
     def adapters(self) -> list[str]:
         return list(self.peft.peft_config) if self.peft is not None else []
 
-    def add_adapter(self, name: str, adapter: "Adapter | str | Path") -> None:
+    def add_adapter(self, name: str, adapter: Adapter | str | Path) -> None:
         """Attach an adapter (an :class:`~evolve.policy.weights.Adapter` or its file) as ``name``;
         a no-op when one with that name is loaded already."""
         from evolve.policy.weights import Adapter, attach_adapter, read_adapter
@@ -115,7 +116,7 @@ class LocalServer:
 
     def submit(self, prompt_ids: Sequence[int], *, adapter: str | None = None, temperature: float = 1.0,
                max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None,
-               logprobs: bool = True, top_logprobs: int = 0) -> "cf.Future[Sample]":
+               logprobs: bool = True, top_logprobs: int = 0) -> cf.Future[Sample]:
         """Queue one generation; the future resolves to a :class:`Sample`. The completion is
         cut to fit the context (``max_len`` of the model): ``finish_reason="length"``. With
         ``logprobs=False`` an engine for which they cost extra work leaves them out (None); with
@@ -179,7 +180,7 @@ class LocalServer:
         try:
             with self._model_lock:
                 results = self._generate(batch)
-        except BaseException as e:  # the worker must survive: fail this batch, keep serving
+        except BaseException as e:  # noqa: BLE001 - the worker must survive: fail this batch, keep serving
             err = e if isinstance(e, LLMError) else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
             if err is not e:
                 err.__cause__ = e

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from evolve.policy.tiny import DEFAULT_CHARS, SPECIALS, CharTokenizer
 from evolve.types import Message
@@ -43,7 +44,7 @@ class PointerTokenizer(CharTokenizer):
 
     @classmethod
     def fit(cls, texts: Sequence[str], *, min_share: float = 0.03, n_pointers: int = 48,
-            extra: Iterable[str] = (), pointers: Iterable[str] = ()) -> "PointerTokenizer":
+            extra: Iterable[str] = (), pointers: Iterable[str] = ()) -> PointerTokenizer:
         """Keep the words that occur in at least ``min_share`` of ``texts`` (one count per text),
         and the words of ``extra`` (e.g. the names of the system's tools), but never a word of
         ``pointers`` (e.g. the schema names of the demos: a name frequent in training would be
@@ -123,7 +124,7 @@ class PointerTokenizer(CharTokenizer):
                 "keep": sorted(self.keep), "n_pointers": self.n_pointers}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PointerTokenizer":
+    def from_dict(cls, data: dict[str, Any]) -> PointerTokenizer:
         if data.get("type") != "pointer" or tuple(data.get("specials", SPECIALS)) != SPECIALS:
             raise ValueError(f"not a PointerTokenizer: {data.get('type')!r}")
         return cls(data["keep"], n_pointers=data["n_pointers"], chars=data["chars"])

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from evolve.llm.params import LOCAL_PRECISIONS as PRECISIONS
 from evolve.llm.params import check_precision
@@ -155,7 +156,7 @@ class BF16Base:
         self._casting: list[tuple[Any, bool]] = []
         self._attention: list[tuple[Any, str]] = []  # (config, its attention implementation)
 
-    def __enter__(self) -> "BF16Base":
+    def __enter__(self) -> BF16Base:
         if self.enabled:
             self.cast()
         return self

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import inspect
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+
 
 @dataclass
 class Sample:
@@ -86,7 +88,7 @@ def _new_cache(model: Any, capacity: int = 0) -> Any:
     if capacity > 0 and isinstance(getattr(cache, "layers", None), list) and len(cache.layers) == model.config.num_hidden_layers:
         try:
             cache.layers = [_prealloc_layer_class()(capacity) for _ in cache.layers]
-        except Exception:  # an unexpected transformers layout: keep the plain cache
+        except Exception:  # noqa: BLE001 - an unexpected transformers layout: keep the plain cache
             pass
     return cache
 
@@ -99,7 +101,7 @@ NOISE_AT_ONCE = 1 << 24  # a batch's Gumbel noise is drawn at once up to this ma
 INVERSE_CDF_VOCAB = 4096
 
 
-def _inverse_cdf(logp: "Any", u: "Any", greedy: "Any") -> "Any":
+def _inverse_cdf(logp: Any, u: Any, greedy: Any) -> Any:
     """Tokens drawn from ``exp(logp)`` (rows ``[B, V]``) by the uniforms ``u`` ``[B]``; argmax where ``greedy``."""
     import torch
 
@@ -110,20 +112,20 @@ def _inverse_cdf(logp: "Any", u: "Any", greedy: "Any") -> "Any":
     return torch.where(greedy, logp.argmax(-1), pick)
 
 
-def _to_gumbel(u: "Any") -> "Any":
+def _to_gumbel(u: Any) -> Any:
     import torch
 
     return (-torch.log(-torch.log(u.clamp_(1e-12, 1.0 - 1e-12)))).float()
 
 
-def _gumbel(seed: int, steps: int, vocab: int) -> "Any":
+def _gumbel(seed: int, steps: int, vocab: int) -> Any:
     import torch
 
     g = torch.Generator().manual_seed(seed)
     return _to_gumbel(torch.rand((steps, vocab), generator=g, dtype=torch.float64))
 
 
-def _step_gumbel(gens: list, rows: list[int], alive: list[bool], vocab: int) -> "Any":
+def _step_gumbel(gens: list, rows: list[int], alive: list[bool], vocab: int) -> Any:
     """One step's noise for the batch rows ``rows``: the next ``vocab`` draws of each live row's generator."""
     import torch
 
@@ -238,11 +240,11 @@ def sample(
             if k_top > 0:
                 top = logp.topk(min(k_top, V), dim=-1)
                 top_v, top_i = top.values.tolist(), top.indices.tolist()
-            for j, (orig, tk, l) in enumerate(zip(r.tolist(), tok.tolist(), lp.tolist())):
+            for j, (orig, tk, tk_lp) in enumerate(zip(r.tolist(), tok.tolist(), lp.tolist())):
                 if not alive[orig]:
                     continue
                 out_ids[orig].append(tk)
-                out_lp[orig].append(l)
+                out_lp[orig].append(tk_lp)
                 if tops[orig] > 0:
                     out_top[orig].append(list(zip(top_i[j][: tops[orig]], top_v[j][: tops[orig]])))
                 if tk in eos:

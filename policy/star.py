@@ -13,12 +13,13 @@ from the parent's adapter when it has one); the base weights never change.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
-from evolve.policy.roles import RoleParams, trained_roles, verdict_examples
 from pydantic import ConfigDict, Field
 
 from evolve.loop.operators import OperatorContext
+from evolve.policy.roles import RoleParams, trained_roles, verdict_examples
 from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from evolve.scoring.session import Session
 
 
-def local_model(session: "Session", role: str, mc: Any) -> ModelSpec:
+def local_model(session: Session, role: str, mc: Any) -> ModelSpec:
     """The starting :class:`~evolve.types.ModelSpec` of the local model of ``role`` (task-file entry ``mc``)."""
     from evolve.policy.sft import cold_start_weights
 
@@ -57,7 +57,7 @@ def _checked(spec: ModelSpec, artifacts: Any) -> ModelSpec:
     return spec
 
 
-def _pretrained(session: "Session", role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
+def _pretrained(session: Session, role: str, mc: Any, ckpt: Path, params: dict[str, Any]) -> ModelSpec:
     """A checkpoint's manifest as the base (the archive keeps no copy of the weights); with a cold
     start, its LoRA SFT adapter on top and the demos beside for replay."""
     from evolve.policy.hf import manifest

@@ -12,7 +12,8 @@ Nothing is downloaded: the tokenizer is a fixed character table and the model is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -94,7 +95,7 @@ class CharTokenizer:
         return {"type": "char", "version": 1, "chars": self.chars, "specials": list(self.specials)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CharTokenizer":
+    def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
         if data.get("type") != "char" or tuple(data.get("specials", SPECIALS)) != SPECIALS:
             raise ValueError(f"CharTokenizer.from_dict: not a char tokenizer of this version: {data!r:.200}")
         return cls(chars=data["chars"])
@@ -125,7 +126,7 @@ class TinyConfig(BaseModel):
     vocab_size: int | None = None  # None: the tokenizer's size, filled in by build_model
 
     @model_validator(mode="after")
-    def _check(self) -> "TinyConfig":
+    def _check(self) -> TinyConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
         if (self.d_model // self.n_heads) % 2:
@@ -165,7 +166,7 @@ class TinyConfig(BaseModel):
         return cfg
 
 
-def build_model(cfg: TinyConfig | None = None, seed: int = 0, tokenizer: CharTokenizer | None = None) -> "LlamaForCausalLM":
+def build_model(cfg: TinyConfig | None = None, seed: int = 0, tokenizer: CharTokenizer | None = None) -> LlamaForCausalLM:
     """A freshly initialised ``LlamaForCausalLM`` (float32, eval mode) for ``cfg``.
 
     Deterministic given ``seed``; the global torch RNG is left as it was.

@@ -12,16 +12,17 @@ exact ids the sampler drew (:func:`examples_from_trajectory`), never re-tokenise
 from __future__ import annotations
 
 import copy
-import os
 import math
+import os
 import random
 import time
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
-from evolve.types import LLMCall, Message, Trajectory
 from evolve.policy.tiny import CharTokenizer
+from evolve.types import LLMCall, Message, Trajectory
 
 if TYPE_CHECKING:  # pragma: no cover
     from evolve.policy.weights import Adapter
@@ -54,7 +55,7 @@ class Example:
         object.__setattr__(self, "completion_ids", tuple(int(i) for i in self.completion_ids))
 
 
-ExampleLike = Union[Example, tuple]
+ExampleLike = Example | tuple
 
 
 def as_example(x: ExampleLike) -> Example:
@@ -349,12 +350,12 @@ def train_lora(
     alpha: float = 32,
     dropout: float = 0.0,
     target_modules: Sequence[str] | None = None,
-    init: "Adapter | str | os.PathLike | None" = None,
+    init: Adapter | str | os.PathLike | None = None,
     lr: float = 5e-3,
     seed: int = 0,
     eval_fn: Callable[[Any], float] | None = None,
     **train_kwargs: Any,
-) -> "Adapter":
+) -> Adapter:
     """Train a LoRA adapter on ``examples`` and return it (:meth:`Adapter.save` / ``save_adapter`` write it).
 
     Works on a private copy of ``base_model`` (adapters stripped, never merged), so the model

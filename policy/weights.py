@@ -18,18 +18,19 @@ import json
 import os
 import uuid
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 from evolve.artifacts import file_sha256
-from evolve.types import canonical_json
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+from evolve.types import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 META_KEY = "evolvekit"
 BASE_FORMAT = "evolvekit.base/1"
 ADAPTER_FORMAT = "evolvekit.lora/1"
@@ -46,7 +47,7 @@ class Adapter:
     without the adapter name, e.g. ``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``)."""
 
     config: dict[str, Any]
-    weights: dict[str, "torch.Tensor"]
+    weights: dict[str, torch.Tensor]
     info: dict[str, Any] = field(default_factory=dict)  # saved in the file's metadata
     stats: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # training stats, not saved
 
@@ -63,7 +64,7 @@ class Adapter:
         return sum(t.numel() for t in self.weights.values())
 
 
-def _write(tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], path: PathLike) -> str:
+def _write(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: PathLike) -> str:
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -75,7 +76,7 @@ def _write(tensors: dict[str, "torch.Tensor"], meta: dict[str, Any], path: PathL
     return file_sha256(path)
 
 
-def _read(path: PathLike, fmt: str) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+def _read(path: PathLike, fmt: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     from safetensors import safe_open
 
     tensors = {}
@@ -94,7 +95,7 @@ def _read(path: PathLike, fmt: str) -> tuple[dict[str, "torch.Tensor"], dict[str
 # ----------------------------------------------------------------------------- base weights
 
 
-def _base_state(model: Any) -> dict[str, "torch.Tensor"]:
+def _base_state(model: Any) -> dict[str, torch.Tensor]:
     """The base weights of a model, leaving out any LoRA layers peft injected (never merged)."""
     state = model.state_dict()
     if not any("lora_" in k or ".base_layer." in k for k in state):
