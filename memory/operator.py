@@ -66,7 +66,6 @@ class MemoryOperator:
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         from evolve.memory import Evidence, HeuristicPolicy, apply
-
         from evolve.registry import import_path
 
         p = self.p

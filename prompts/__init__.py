@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evolve.loop.pareto import best_counts, pareto_front, sample_from_front
 from evolve.prompts.components import (
     Component,
     ComponentError,
@@ -47,7 +48,6 @@ from evolve.prompts.components import (
     set_template,
     set_text,
 )
-from evolve.loop.pareto import best_counts, pareto_front, sample_from_front
 
 _LAZY = {
     "PromptMutation": "evolve.prompts.mutation",

@@ -30,11 +30,11 @@ import json
 import re
 from typing import Any, Literal
 
-from evolve.prompts._common import OperatorLog, first_llm_call, first_user
-from evolve.prompts.components import get_demos, is_io_demo, parse_name, set_demos
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evolve.loop.operators import OperatorContext
+from evolve.prompts._common import OperatorLog, first_llm_call, first_user
+from evolve.prompts.components import get_demos, is_io_demo, parse_name, set_demos
 from evolve.types import Candidate, System, Trajectory
 
 Strategy = Literal["random", "recent", "diverse"]

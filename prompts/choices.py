@@ -30,6 +30,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evolve.loop.operators import OperatorContext
 from evolve.prompts._common import OperatorLog, clip
 from evolve.prompts.components import (
     JSON_KINDS,
@@ -40,9 +43,6 @@ from evolve.prompts.components import (
     remove,
     set_text,
 )
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, System
 
 
@@ -95,7 +95,7 @@ class PromptChoice:
             return out
 
         @model_validator(mode="after")
-        def _checked(self) -> "PromptChoice.Params":
+        def _checked(self) -> PromptChoice.Params:
             from evolve.registry import import_path
 
             for name, path in self.checks.items():

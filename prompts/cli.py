@@ -6,7 +6,6 @@ Mounted by :mod:`evolve.cli.commands` as ``app.add_typer(baseline_app, name="bas
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -25,11 +24,11 @@ def _group() -> None:
 def dspy_baseline(
     task_file: Path = typer.Argument(..., help="The task YAML (its agent must be a DSPy program)."),
     optimizer: str = typer.Option("bootstrap", "--optimizer", help=f"One of {', '.join(OPTIMIZERS)}."),
-    budget: Optional[int] = typer.Option(None, "--budget", help="LLM calls the optimiser may spend (mapped onto its "
+    budget: int | None = typer.Option(None, "--budget", help="LLM calls the optimiser may spend (mapped onto its "
                                          "knobs; the calls spent are reported). Default: DSPy's own (auto=light)."),
-    threshold: Optional[float] = typer.Option(None, "--threshold", help="Reward a bootstrapped demo must reach "
+    threshold: float | None = typer.Option(None, "--threshold", help="Reward a bootstrapped demo must reach "
                                               "(default: DSPy's, any non-zero score)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/NAME-seedN-dspy-OPTIMIZER)."),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default runs/NAME-seedN-dspy-OPTIMIZER)."),
     set_: list[str] = typer.Option([], "--set", help="Override any task-file field, e.g. --set seed=1 (repeatable)."),
 ) -> None:
     """Compile the task's DSPy program with dspy.BootstrapFewShot, MIPROv2 or GEPA and score it on the

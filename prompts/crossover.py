@@ -27,11 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.prompts._common import OperatorLog
-from evolve.prompts.components import parse_name
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evolve.loop.operators import OperatorContext
+from evolve.prompts._common import OperatorLog
+from evolve.prompts.components import parse_name
 from evolve.types import Candidate, System
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.prompts._common import LLMSource, OperatorLog, check_new_text, loose_answer
-from evolve.prompts.components import get_mutators, get_task, get_text, parse_name, set_mutators, set_text
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evolve.loop.operators import OperatorContext
+from evolve.prompts._common import LLMSource, OperatorLog, check_new_text, loose_answer
+from evolve.prompts.components import get_mutators, get_task, get_text, parse_name, set_mutators, set_text
 from evolve.types import Candidate, Message, System
 
 THINKING_STYLES = (

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evolve.loop.operators import OperatorContext
 from evolve.prompts._common import (
     LLMSource,
     OperatorLog,
@@ -36,9 +39,6 @@ from evolve.prompts._common import (
     show,
 )
 from evolve.prompts.components import get_text, parse_name, set_text
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from evolve.loop.operators import OperatorContext
 from evolve.types import Candidate, Message, System, Trajectory
 
 TEXT_KINDS = ("instruction", "format", "template")

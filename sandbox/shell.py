@@ -279,7 +279,7 @@ class Workspace:
         self.closed = True
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "Workspace":
+    def __enter__(self) -> Workspace:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary, same
 from evolve.types import ToolCall, Trajectory

@@ -69,7 +69,7 @@ class ToolForge:
         limits: dict[str, Any] = Field(default_factory=dict, description="sandbox limits per tool call")
 
         @model_validator(mode="after")
-        def _abstraction_needs_a_miner(self) -> "ToolForge.Params":
+        def _abstraction_needs_a_miner(self) -> ToolForge.Params:
             if self.abstraction and self.miner is None:
                 raise ValueError("abstraction needs a miner: give params.miner (an import path), a world that "
                                  "provides tools.mine (world: sql), or set abstraction: false")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from evolve.toolforge.tool import Tool, ToolLibrary
+
 
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower().replace("_", " "))

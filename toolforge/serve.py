@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.toolforge.tool import Tool, ToolLibrary
 from evolve.toolforge.validate import default_sandbox, evolvekit_cache, make_limits, read_paths

@@ -16,8 +16,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.errors import BudgetExhausted
 from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary
@@ -173,7 +174,7 @@ def synthesize(llm: Any, trajectories: Sequence[Trajectory], library: ToolLibrar
     msgs = prompt(exs, library)
     prov = {**(provenance or {}), "examples": sorted({e.task_id for e in exs})}
     out = []
-    for i in range(n):
+    for _ in range(n):
         try:
             raw = llm.complete(msgs, temperature=temperature, max_tokens=max_tokens).text
         except BudgetExhausted:  # the run's budget has no room for the call: the run stops, as it should

@@ -17,8 +17,9 @@ import keyword
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -143,7 +144,7 @@ class ToolLibrary:
         self.tools: dict[str, Tool] = dict(tools or {})
 
     @classmethod
-    def from_system(cls, system: System) -> "ToolLibrary":
+    def from_system(cls, system: System) -> ToolLibrary:
         out = {}
         for name, data in (system.tools or {}).items():
             if isinstance(data, dict) and "code" in data:

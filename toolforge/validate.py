@@ -5,9 +5,10 @@ an agent call admitted tools, always in the sandbox, recorded in its trajectory.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary, same
 

@@ -8,8 +8,18 @@
 * ``report`` — the workflow section of a run's report and of ``evolve archive show``.
 """
 
-from evolve.topology.graph import (Edge, Node, Workflow, WorkflowError, compile_condition, condition_holds,
-                                   diff_workflows, graph_of, to_text, validate)
+from evolve.topology.graph import (
+                                   Edge,
+                                   Node,
+                                   Workflow,
+                                   WorkflowError,
+                                   compile_condition,
+                                   condition_holds,
+                                   diff_workflows,
+                                   graph_of,
+                                   to_text,
+                                   validate,
+)
 from evolve.topology.runtime import NodeError, Runtime, agent, calls_upper_bound
 
 __all__ = ["Edge", "Node", "NodeError", "Runtime", "Workflow", "WorkflowError", "agent", "calls_upper_bound",

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ast
 import operator as _op
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _CMP = {ast.Eq: _op.eq, ast.NotEq: _op.ne, ast.Lt: _op.lt, ast.LtE: _op.le, ast.Gt: _op.gt, ast.GtE: _op.ge,
         ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}

@@ -38,8 +38,9 @@ node ids, and results, the search's table and its evaluation cache are keyed by 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -85,7 +86,7 @@ class Edit:
                 "values": [list(x) for x in self.values]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Edit":
+    def from_json(cls, data: Mapping[str, Any]) -> Edit:
         return cls(str(data["kind"]), str(data["item"]), tuple(data["targets"]),
                    tuple((str(k), str(v)) for k, v in data.get("values", ())))
 

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Iterable, Mapping
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -93,7 +94,7 @@ class Workflow(Frozen):
     def id(self) -> str:  # computed once per (immutable) instance
         return content_hash(self.to_json())
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "Workflow":
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Workflow:
         """A copy with ``update`` applied, validated and with its own id (pydantic's copy would
         keep the original's cached ``id``, and would not validate the update)."""
         data = {k: getattr(self, k) for k in type(self).model_fields}
@@ -131,12 +132,12 @@ class Workflow(Frozen):
 
     # ------------------------------------------------------------------ edits (new graphs)
 
-    def with_nodes(self, nodes: Iterable[Node], edges: Iterable[Edge] | None = None, **changes: Any) -> "Workflow":
+    def with_nodes(self, nodes: Iterable[Node], edges: Iterable[Edge] | None = None, **changes: Any) -> Workflow:
         data = {"entry": self.entry, "output": self.output, "max_steps": self.max_steps, **changes,
                 "nodes": tuple(nodes), "edges": tuple(self.edges if edges is None else edges)}
         return Workflow(**data)
 
-    def replace_node(self, node: Node) -> "Workflow":
+    def replace_node(self, node: Node) -> Workflow:
         return self.with_nodes([node if n.id == node.id else n for n in self.nodes])
 
     # ------------------------------------------------------------------ serialisation
@@ -145,7 +146,7 @@ class Workflow(Frozen):
         return self.model_dump(mode="json", exclude_none=True)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Workflow":
+    def from_json(cls, data: Mapping[str, Any]) -> Workflow:
         from pydantic import ValidationError
 
         try:

@@ -67,9 +67,7 @@ class TopologySearch:
         @field_validator("palette")
         @classmethod
         def _palette(cls, v: Any) -> Any:
-            from evolve.registry import import_path
-
-            from evolve.registry import node_types
+            from evolve.registry import import_path, node_types
 
             try:  # a ValueError, so that a task file's error names operators.<i>.params.palette
                 palette = Palette.parse(import_path(v, what="topology palette") if isinstance(v, str) else v)

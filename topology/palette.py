@@ -18,7 +18,8 @@ the grid), a loop node the first ``max_visits`` and its edge the first ``when`` 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -59,7 +60,7 @@ class PaletteItem(BaseModel):
         return [v] if isinstance(v, str) else v
 
     @model_validator(mode="after")
-    def _shape(self) -> "PaletteItem":
+    def _shape(self) -> PaletteItem:
         for text in self.when:
             compile_condition(text)
         need = {"step": ["type"], "loop": ["type", "at"], "wrap": ["chain_types"]}[self.kind]
@@ -94,7 +95,7 @@ class Palette(BaseModel):
     items: tuple[PaletteItem, ...]
 
     @classmethod
-    def parse(cls, data: Any) -> "Palette":
+    def parse(cls, data: Any) -> Palette:
         """A palette from a list of items (or ``{items: [...]}``, or a Palette); PaletteError on a bad one."""
         if isinstance(data, Palette):
             return data
@@ -125,7 +126,7 @@ class Palette(BaseModel):
     def types(self) -> set[str]:
         return {it.type for it in self.items if it.type}
 
-    def check(self, types: Any) -> "Palette":
+    def check(self, types: Any) -> Palette:
         """Raise PaletteError unless every item's types exist in ``types`` and its params (with
         each grid value) pass the type's ``Params``."""
         problems = []

@@ -28,7 +28,7 @@ class WorkflowSection:
 
     # ------------------------------------------------------------------ report.json / report.md
 
-    def build(self, session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any]:
+    def build(self, session: Session, best_id: str | None, baseline_id: str | None) -> dict[str, Any]:
         """``{"workflow": ..., "workflows_tried": [...]}``, the keys that apply."""
         out: dict[str, Any] = {}
         workflow = _workflow(session, best_id, baseline_id)
@@ -59,7 +59,7 @@ class WorkflowSection:
 
     # ------------------------------------------------------------------ evolve archive show
 
-    def prepare(self, system: "System", png: Path | None) -> None:
+    def prepare(self, system: System, png: Path | None) -> None:
         """Read the system's workflow graph; raise UserError when ``png`` (``--graph``) asks to draw
         a graph the system does not have."""
         from evolve.topology.graph import WorkflowError, graph_of
@@ -73,7 +73,7 @@ class WorkflowSection:
             why = f": {self._problem}" if self._problem else ""
             raise UserError(f"system {system.id} has no workflow graph to draw (--graph){why}")
 
-    def show(self, out: "Console", err: "Console", sid: str) -> None:
+    def show(self, out: Console, err: Console, sid: str) -> None:
         from rich.text import Text
 
         if self._problem:
@@ -93,7 +93,7 @@ class WorkflowSection:
             out.print(Text(f"workflow graph drawn to {written}"))
 
 
-def _workflow(session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
+def _workflow(session: Session, best_id: str | None, baseline_id: str | None) -> dict[str, Any] | None:
     """The workflow graph of the best system (else the baseline) as text, drawn to
     ``best_workflow.png`` in the run dir; None when neither has a graph. Drawing is optional:
     a failure leaves the text and says why."""

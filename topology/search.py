@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from evolve.topology.edits import Edit, candidate_edits, normalize, realize, refs_of, shape_key
 from evolve.topology.graph import Workflow, validate
@@ -81,7 +82,7 @@ class Experience:
         return [{"edit": e.describe(), "delta": round(d, 6), "outcome": "helped" if d > 0 else "hurt"}
                 for e, d in self.by_parent.get(parent, {}).items()]
 
-    def merge(self, other: "Experience") -> "Experience":
+    def merge(self, other: Experience) -> Experience:
         for parent, edit, delta in other.events:
             self.record(parent, edit, delta)
         return self
@@ -92,7 +93,7 @@ class Experience:
                 for p, e, d in self.events[start:]]
 
     @classmethod
-    def from_json(cls, rows: list[dict[str, Any]] | None) -> "Experience":
+    def from_json(cls, rows: list[dict[str, Any]] | None) -> Experience:
         exp = cls()
         for row in rows or ():
             exp.record(str(row["parent"]), Edit.from_json(row["edit"]), float(row["delta"]))
