@@ -90,7 +90,7 @@ _LAZY = {
 # names renamed since (still resolved, with a DeprecationWarning; not in __all__)
 _DEPRECATED = {"MemoryPolicy": "MemoryCurator"}
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = sorted(_LAZY) + ["__version__"]  # noqa: PLE0605 - the lazy table above is the one list
 
 
 def __getattr__(name: str) -> Any:

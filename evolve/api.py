@@ -9,10 +9,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evolve.errors import RunDirError, UserError
 from evolve.types import System, Trajectory
@@ -32,7 +31,7 @@ def run_task(
     agent: Callable | None = None,
     reward: Callable | None = None,
     base_dir: str | Path | None = None,
-) -> "RunReport":
+) -> RunReport:
     """Run an evolution job from a task file, or from a dict with the same fields (whose
     ``agent`` and ``reward`` may be the functions themselves); return the report
     (:class:`~evolve.results.report.RunReport`: ``report.best.test.score``, ``report.gain("test")``, or
@@ -44,8 +43,8 @@ def run_task(
     kept failing under the rollouts (``resume`` continues once it is back) and
     :class:`~evolve.errors.RunFailed` when too many rollouts failed by the agent's own error."""
     from evolve._env import quiet_defaults
-    from evolve.task.taskfile import read_task_file, run_dir_for, validate_task
     from evolve.loop.engine import Engine
+    from evolve.task.taskfile import read_task_file, run_dir_for, validate_task
 
     quiet_defaults()
     if isinstance(task, dict):
@@ -89,8 +88,8 @@ def dry_run(task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir:
     """What a run of ``task`` would spend (rollouts, LLM calls, tokens, money per phase, and where
     a budget would stop it), without running anything; see :mod:`evolve.scoring.estimate`."""
     from evolve._env import quiet_defaults
-    from evolve.task.taskfile import load_task, validate_task
     from evolve.scoring.estimate import estimate_run
+    from evolve.task.taskfile import load_task, validate_task
 
     quiet_defaults()
     if isinstance(task, dict):

@@ -77,7 +77,7 @@ class ArtifactStore:
                     os.unlink(tmp)
         return ArtifactRef(sha256=sha, kind=kind, size=len(data))
 
-    def copy_to(self, ref: ArtifactRef, other: "ArtifactStore") -> None:
+    def copy_to(self, ref: ArtifactRef, other: ArtifactStore) -> None:
         if not other.has(ref.sha256):
             other.put_file(self.path(ref), ref.kind)
 

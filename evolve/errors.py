@@ -92,7 +92,7 @@ class LLMError(EvolveError):
         return (_llm_error, (str(self), self.category))
 
 
-def _llm_error(message: str, category: str) -> "LLMError":
+def _llm_error(message: str, category: str) -> LLMError:
     return LLMError(message, category=category)
 
 
@@ -111,7 +111,7 @@ class InfraError(EvolveError):
         return (_infra_error, (str(self), self.category, self.retryable))
 
 
-def _infra_error(message: str, category: str, retryable: bool) -> "InfraError":
+def _infra_error(message: str, category: str, retryable: bool) -> InfraError:
     return InfraError(message, category=category, retryable=retryable)
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from evolve.errors import TRANSIENT, InfraError, LLMError, MissingDependency
 from evolve.types import InfraFailure

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,7 +69,7 @@ class System(Frozen):
     def id(self) -> str:  # computed once per (immutable) instance
         return content_hash(self.model_dump(mode="json"))
 
-    def replace(self, **changes: Any) -> "System":
+    def replace(self, **changes: Any) -> System:
         """A new system with some top-level parts replaced (validated again)."""
         data = self.model_dump(mode="json")
         for key, value in changes.items():
@@ -117,7 +117,7 @@ class ToolCall(Frozen):
     duration: float = 0.0
 
 
-Step = Annotated[Union[LLMCall, ToolCall], Field(discriminator="kind")]
+Step = Annotated[LLMCall | ToolCall, Field(discriminator="kind")]
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]

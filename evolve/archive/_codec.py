@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from evolve.errors import ArchiveError
 

@@ -10,13 +10,14 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from evolve.archive._checkpoint import BACKSTOP_PAGES, Checkpointer
-from evolve.archive.readonly import ReadOnly
-from evolve.archive._schema import SCHEMA, ARTIFACTS_DIR, DB_NAME, SCHEMA_VERSION, migrate, split_sql
+from evolve.archive._schema import ARTIFACTS_DIR, DB_NAME, SCHEMA, SCHEMA_VERSION, migrate, split_sql
 from evolve.archive.export import ExportMixin
+from evolve.archive.readonly import ReadOnly
 from evolve.archive.systems import SystemsMixin
 from evolve.archive.trajectories import TrajectoriesMixin
 from evolve.artifacts import ArtifactStore
@@ -229,14 +230,14 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                         self._usage[1][part][k] += v
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Archive"]:
+    def transaction(self) -> Iterator[Archive]:
         """Group several writes into one atomic transaction (all or nothing, also under
         SIGKILL). Nested calls and the methods called inside use savepoints. Other threads
         wait until it ends."""
         with self._write():
             yield self
 
-    def _read(self) -> "contextlib.AbstractContextManager[sqlite3.Connection]":
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return _Locked(self._lock, self._c, self._ro)
 
     def close(self) -> None:
@@ -257,7 +258,7 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
             if self._ro is not None:
                 self._ro.close()
 
-    def __enter__(self) -> "Archive":
+    def __enter__(self) -> Archive:
         return self
 
     def __exit__(self, *exc: object) -> None:

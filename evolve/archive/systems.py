@@ -6,8 +6,9 @@ import contextlib
 import json
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from evolve.archive._codec import chunks, pack, unpack
 from evolve.archive.records import SystemRecord

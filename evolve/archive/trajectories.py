@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from evolve.archive._codec import chunks, finite, pack, unpack
 from evolve.archive.records import TrajectoryRow
@@ -141,7 +142,7 @@ class TrajectoriesMixin:
                 q = f"SELECT {cols} FROM trajectories WHERE key IN ({','.join('?' * len(chunk))})"
                 out.update({k: (t, float(s), bool(e)) for k, t, s, e in c.execute(q, tuple(chunk))})
             if explore and system_ids and generations:
-                ids, gens = list(dict.fromkeys(system_ids)), sorted(set(int(g) for g in generations))
+                ids, gens = list(dict.fromkeys(system_ids)), sorted({int(g) for g in generations})
                 q = (f"SELECT {cols} FROM trajectories WHERE phase != 'eval' AND split = ? AND "
                      f"system_id IN ({','.join('?' * len(ids))}) AND generation IN ({','.join('?' * len(gens))})")
                 out.update({k: (t, float(s), bool(e)) for k, t, s, e in c.execute(q, (split, *ids, *gens))})

@@ -12,8 +12,9 @@ import contextlib
 import datetime as _dt
 import difflib
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import typer
 from rich import box
@@ -21,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evolve.archive import Archive, diff as diff_systems
+from evolve.archive import Archive
+from evolve.archive import diff as diff_systems
 from evolve.errors import ArchiveError, UserError
 
 app = typer.Typer(
@@ -79,7 +81,7 @@ SystemArg = typer.Argument(..., help="A unique id prefix, or current / best / ba
 @app.command("list")
 def list_systems(
     run_dir: Path = RunDir,
-    last: Optional[int] = typer.Option(None, "--last", "-n", help="Show only the last N systems."),
+    last: int | None = typer.Option(None, "--last", "-n", help="Show only the last N systems."),
 ) -> None:
     """Every system: id, generation, operator, parents and val/test scores (* = current)."""
     with _archive(run_dir) as archive:
@@ -124,7 +126,7 @@ def show(
     run_dir: Path = RunDir,
     system: str = SystemArg,
     trajectories: int = typer.Option(3, "--trajectories", "-t", help="How many example trajectories to summarize."),
-    graph: Optional[Path] = typer.Option(None, "--graph", help="Also draw the system's workflow graph to this PNG.",
+    graph: Path | None = typer.Option(None, "--graph", help="Also draw the system's workflow graph to this PNG.",
                                          show_default=False),
 ) -> None:
     """One system: its record, lineage, scores per split, workflow graph, JSON and example trajectories."""

@@ -12,7 +12,7 @@ import importlib
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -121,7 +121,7 @@ def resume_command(task_file: Path, run_dir: Path | None, sets: list[str]) -> st
 @app.command()
 def run(
     task_file: Path = typer.Argument(..., help="The task YAML."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing all finished work."),
     fresh: bool = typer.Option(False, "--fresh", help="Start the run in --out over; the earlier run is moved aside "
                                "to OUT.replaced-TIME, never deleted."),
@@ -199,7 +199,10 @@ def init(path: Path = typer.Argument(Path("task.yaml"), help="Where to write the
 
 
 def _gateway_command() -> None:
-    from evolve.gateway.cli import gateway_command, serve_command  # typer and rich only; starlette and uvicorn load when they run
+    from evolve.gateway.cli import (  # typer and rich only; starlette and uvicorn load when they run
+        gateway_command,
+        serve_command,
+    )
 
     app.command("serve")(serve_command)
     app.command("gateway")(gateway_command)
@@ -266,8 +269,8 @@ def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
             mod = importlib.import_module(name)
         except ImportError:
             continue
-        usage += [getattr(mod, "ClickException")] if hasattr(mod, "ClickException") else []
-        abort += [getattr(mod, "Abort")] if hasattr(mod, "Abort") else []
+        usage += [mod.ClickException] if hasattr(mod, "ClickException") else []
+        abort += [mod.Abort] if hasattr(mod, "Abort") else []
     return tuple(usage), tuple(abort)
 
 

@@ -23,7 +23,7 @@ class RichObserver:
         self._header_shown = False
         self.run_dir: Path | None = None  # where the run writes (the Engine says, once it has opened it)
 
-    def __enter__(self) -> "RichObserver":
+    def __enter__(self) -> RichObserver:
         self.progress.start()
         return self
 

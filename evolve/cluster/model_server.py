@@ -17,7 +17,8 @@ found (or started) by the first rollout actor that needs one and killed when the
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 PREFIX = "evolvekit-model-"
 

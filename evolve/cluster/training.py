@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evolve.cluster.ray_base import cause, resources_text
 from evolve.errors import InfraError, UserError
@@ -151,7 +152,7 @@ class RayTrainer:
         finally:
             hosted.close()
 
-    def actor(self, cls: type, *args: Any, **kwargs: Any) -> "HostedActor":
+    def actor(self, cls: type, *args: Any, **kwargs: Any) -> HostedActor:
         """``cls(*args, **kwargs)`` built in a Ray actor with the ``train`` resources, kept there."""
         ray = self._connect()
         self._fits(ray)

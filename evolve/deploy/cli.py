@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -20,9 +19,9 @@ def _out() -> Console:
 def promote_command(
     task_file: Path = typer.Argument(..., help="The task YAML with the deploy: section (the run's task file)."),
     run_dir: Path = typer.Argument(..., help="The run directory."),
-    system: Optional[str] = typer.Option(None, "--system", help="System id (prefix); default: the latest proposed."),
+    system: str | None = typer.Option(None, "--system", help="System id (prefix); default: the latest proposed."),
     approve: bool = typer.Option(False, "--approve", help="Approve the system waiting for approval: it becomes active."),
-    by: Optional[str] = typer.Option(None, "--by", help="Who decides (recorded in the audit trail); default: $USER."),
+    by: str | None = typer.Option(None, "--by", help="Who decides (recorded in the audit trail); default: $USER."),
     repin: bool = typer.Option(False, "--repin", help="Accept the reward and suites as they are now (after a change "
                                "you reviewed) and pin them again."),
     set_: list[str] = typer.Option([], "--set", help="Override a task-file value: --set deploy.canary.share=0.2"),
@@ -30,7 +29,8 @@ def promote_command(
                                            "did not hold: show it and its sha256, and pin it as it is (repeatable)."),
 ) -> None:
     """Take a candidate through the deploy policy: integrity checks, gates, then canary, approval or activation."""
-    from evolve.deploy.manage import approve as approve_, promote
+    from evolve.deploy.manage import approve as approve_
+    from evolve.deploy.manage import promote
 
     if accept_read:
         from evolve.deploy.reads import accept_reads
@@ -62,9 +62,9 @@ def promote_command(
 
 def rollback_command(
     run_dir: Path = typer.Argument(..., help="The run directory."),
-    system: Optional[str] = typer.Argument(None, help="The system to serve (id prefix); default: the previous active."),
-    by: Optional[str] = typer.Option(None, "--by", help="Who decides (recorded in the audit trail)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Why (recorded in the audit trail)."),
+    system: str | None = typer.Argument(None, help="The system to serve (id prefix); default: the previous active."),
+    by: str | None = typer.Option(None, "--by", help="Who decides (recorded in the audit trail)."),
+    why: str | None = typer.Option(None, "--why", help="Why (recorded in the audit trail)."),
 ) -> None:
     """Serve the previous active system (or SYSTEM) to new sessions now; ends a canary. Deletes nothing."""
     from evolve.deploy.manage import rollback
@@ -75,7 +75,7 @@ def rollback_command(
 
 def status_command(
     run_dir: Path = typer.Argument(..., help="The run directory."),
-    traces: Optional[Path] = typer.Option(None, "--traces", help="A gateway trace store: show the canary's test."),
+    traces: Path | None = typer.Option(None, "--traces", help="A gateway trace store: show the canary's test."),
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
 ) -> None:
     """The active system, each system's lifecycle state, the canary under way and the audit trail."""

@@ -210,7 +210,7 @@ def code_pins(modules: list[str], base_dir: Path) -> tuple[dict[str, Any], list[
             version(name)
     roots = sorted({base} | {_root_of(n, Path(m["file"])) for n, m in mods.items()})
     files: set[Path] = set()
-    for name, m in mods.items():
+    for m in mods.values():
         if m["file"].endswith(".py"):
             files |= _literal_files(Path(m["file"]), roots, base)
     for p in res["opened"]:

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Callable
+from typing import Any
 
 from evolve.errors import ConfigError
 from evolve.scoring.holdout import GATE_KEY, carve, choose_gate, hold_out_gate

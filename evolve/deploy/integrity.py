@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.types import System
 from evolve.deploy.pins import make_pins, module_file, pin_changes, pin_id, pinned_files  # noqa: F401 (re-exported)
+from evolve.types import System
 
 
 def _agent_only(pins: dict[str, Any]) -> dict[str, Any]:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.deploy.lifecycle import DeployError, Deployment, Move, open_run, who
 from evolve.deploy.pins import PINS_KEY, save_pins
+
 
 def _proposed(dep: Deployment) -> list[str]:
     states = dep.states()

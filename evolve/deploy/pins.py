@@ -31,8 +31,9 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from evolve.deploy.closure import code_pins, file_sha, under
 from evolve.types import canonical_json
@@ -176,7 +177,7 @@ def pinned_files(pins: dict[str, Any], role: str | None = None) -> list[str]:
     """The files the pins hold by content (``role``: the reward's or the agent's code only, with the
     files the evaluation reads)."""
     code = pins.get("code") or {}
-    files = set((code.get("files") or {}))
+    files = set(code.get("files") or {})
     for r in ([role] if role else ["reward", "agent"]):
         part = code.get(r) or {}
         files |= {m["file"] for m in (part.get("modules") or {}).values()} | set(part.get("files") or {})

@@ -8,8 +8,9 @@ at once; backends must be thread-safe (the local backend batches concurrent call
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from evolve.types import Message
 

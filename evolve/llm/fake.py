@@ -47,7 +47,8 @@ import hashlib
 import inspect
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from evolve.errors import ConfigError, LLMError
 from evolve.llm.base import Completion, as_messages

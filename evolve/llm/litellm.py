@@ -59,7 +59,8 @@ import random
 import threading
 import time
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.errors import TRANSIENT, ConfigError, LLMError, MissingDependency
 from evolve.failures import category_of
@@ -98,7 +99,7 @@ def import_litellm() -> Any:
                             ("disable_hf_tokenizer_download", True)):
             try:
                 setattr(litellm, attr, value)
-            except Exception:  # pragma: no cover - attribute missing in some versions
+            except Exception:  # noqa: BLE001  # pragma: no cover - attribute missing in some versions
                 pass
         _litellm = litellm
         return litellm

@@ -49,7 +49,7 @@ LITELLM = GENERIC | LITELLM_OWN | {
 
 
 def _scripted() -> frozenset[str]:
-    from evolve.llm.fake import SAMPLING_PARAMS, OWN_PARAMS
+    from evolve.llm.fake import OWN_PARAMS, SAMPLING_PARAMS
 
     return frozenset(SAMPLING_PARAMS | OWN_PARAMS)
 

@@ -74,7 +74,7 @@ class Groups:
     where: dict[str, tuple[str, int]] = field(default_factory=dict)  # task id -> (group, level)
 
     @classmethod
-    def of(cls, train: list[dict], cfg: "CurriculumConfig") -> "Groups":
+    def of(cls, train: list[dict], cfg: CurriculumConfig) -> Groups:
         out = cls()
         for t in train:
             group, level = t.get(cfg.group_key), t.get(cfg.level_key)
@@ -103,7 +103,7 @@ class Groups:
         return {g: n[g] / sum(n.values()) for g in self.names}
 
 
-def decide(cfg: "CurriculumConfig", groups: Groups, previous: dict[str, Any] | None,
+def decide(cfg: CurriculumConfig, groups: Groups, previous: dict[str, Any] | None,
            measured: dict[str, tuple[int, int]], generation: int) -> dict[str, Any]:
     """The decision of ``generation`` from the one before (None: the start) and what was measured
     (``group -> (rollouts, solved)`` at its current level): levels, weight factors, mix, moves."""
@@ -133,10 +133,10 @@ class Curriculum:
     """Built once per run (``engine.curriculum`` and the training split); :meth:`step` gives each
     generation its training tasks and minibatch."""
 
-    def __init__(self, cfg: "CurriculumConfig", train: list[dict]) -> None:
+    def __init__(self, cfg: CurriculumConfig, train: list[dict]) -> None:
         self.cfg, self.groups = cfg, Groups.of(train, cfg)
 
-    def measure(self, session: "Session", generation: int, levels: dict[str, int]) -> dict[str, tuple[int, int]]:
+    def measure(self, session: Session, generation: int, levels: dict[str, int]) -> dict[str, tuple[int, int]]:
         """``group -> (rollouts, solved)``: the parents' stored minibatch rollouts of the last
         ``window`` generations (with ``evidence: all``, also the operators' samples from those parents
         on training tasks in those generations), on tasks at the group's current level."""
@@ -180,7 +180,7 @@ class Curriculum:
             pool += order[: max(k_pool, k_batch)]
         return pool, batch
 
-    def step(self, session: "Session", generation: int, parents: list[str], n: int) -> tuple[list[dict], list[dict]]:
+    def step(self, session: Session, generation: int, parents: list[str], n: int) -> tuple[list[dict], list[dict]]:
         """``(the generation's training tasks, its minibatch)``, deciding first unless this generation
         was decided before (a resumed run)."""
         earlier = [d for d in session.state.curricula() if int(d["generation"]) < generation]
@@ -218,7 +218,7 @@ class CurriculumSection:
     """What the curriculum adds to ``report.json`` (``curriculum``) and ``report.md``; nothing to
     ``evolve archive show`` (a run's curriculum is not a system's)."""
 
-    def build(self, session: "Session", best_id: str | None, baseline_id: str | None) -> dict[str, Any]:
+    def build(self, session: Session, best_id: str | None, baseline_id: str | None) -> dict[str, Any]:
         decisions = session.state.curricula()
         if not decisions:
             return {}

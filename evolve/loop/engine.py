@@ -28,15 +28,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.task.config import TaskConfig
 from evolve.errors import BudgetExhausted, InfraError, LLMError, RunFailed
-from evolve.loop.strategies import build_strategies
 from evolve.loop.operators import OperatorContext
 from evolve.loop.pool import OperatorPool, scored_pool
+from evolve.loop.strategies import build_strategies
 from evolve.registry import operators as operator_registry
 from evolve.registry import selectors as selector_registry
 from evolve.scoring.session import Observer, Session, job_seed, mean_score  # noqa: F401 - Observer, job_seed: re-exported
 from evolve.scoring.state import GenerationRow
+from evolve.task.config import TaskConfig
 from evolve.types import Candidate, System, Trajectory
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class Engine:
 
             self.tracking.attach(TrackedRun(self.archive, self.run_dir, live=True))
 
-    def run(self) -> "RunReport":
+    def run(self) -> RunReport:
         """Bootstrap, evolve, score on test, write the report; returns the report. Raises
         :class:`~evolve.errors.InfraError` when the world kept failing (what finished is kept:
         ``--resume`` continues) and :class:`~evolve.errors.RunFailed` when too many of the
@@ -118,7 +118,7 @@ class Engine:
             if self.tracking is not None:  # a last send (the report, the promoted system), then the end
                 self.tracking.close(status)
 
-    def _run(self) -> "RunReport":
+    def _run(self) -> RunReport:
         from evolve.results.report import failure_check, write_report
 
         s = self.session

@@ -28,9 +28,10 @@ must be deterministic given ``ctx.rng`` / ``ctx.seed`` so a seeded run has a fix
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -41,7 +42,7 @@ from evolve.types import Candidate, System, Trajectory
 class Operator(Protocol):
     name: str
 
-    def propose(self, parent: System, ctx: "OperatorContext") -> list[Candidate]: ...
+    def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]: ...
 
 
 @dataclass
@@ -71,7 +72,7 @@ class ChargedLLM:
     reports the completion to ``ctx.charge``, so it counts against the run's call, token and money
     budgets like a rollout's calls."""
 
-    def __init__(self, llm: Any, ctx: "OperatorContext") -> None:
+    def __init__(self, llm: Any, ctx: OperatorContext) -> None:
         self.llm, self._ctx = llm, ctx
         self.name = getattr(llm, "name", "operator-llm")
 

@@ -58,7 +58,7 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 def best_counts(per_task: PerTask) -> dict[str, int]:
     """How many tasks each system is best on (ties count for every tied system)."""
     systems, vectors = _vectors(per_task, None)
-    counts = {s: 0 for s in systems}
+    counts = dict.fromkeys(systems, 0)
     if not systems:
         return counts
     for d in range(len(next(iter(vectors.values())))):

@@ -9,7 +9,8 @@ uses only what earlier generations decided, so a resumed generation selects the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evolve.loop.selectors import Scored
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from evolve.scoring.session import Session
 
 
-def scored_pool(session: "Session", before: int | None = None, detail: bool = False) -> list[Scored]:
+def scored_pool(session: Session, before: int | None = None, detail: bool = False) -> list[Scored]:
     """The accepted systems (those accepted before generation ``before``, or all), each with
     its validation score; with ``detail``, also ``per_task`` and ``metrics`` (mean ``cost``,
     ``calls`` and ``latency`` per val rollout) from the stored val trajectories."""
@@ -47,7 +48,7 @@ class OperatorPool(Sequence[dict]):
     "metrics": {...}}`` for every system accepted so far, built on first access (an operator
     that never looks at it costs nothing)."""
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         self._session = session
         self._items: list[dict[str, Any]] | None = None
 

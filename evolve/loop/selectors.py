@@ -16,8 +16,9 @@ and its mean cost, LLM calls and latency per validation rollout (``Scored.metric
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 

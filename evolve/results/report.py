@@ -111,7 +111,7 @@ def environment() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
 
 
-def _scores(session: "Session", system_id: str, score_test: bool = True) -> dict[str, dict[str, float]]:
+def _scores(session: Session, system_id: str, score_test: bool = True) -> dict[str, dict[str, float]]:
     """``{split: {task_id: score}}`` on val and test (the memoised evaluation rollouts; without
     ``score_test``, test only as far as it is stored)."""
     system = session.archive.get_system(system_id)
@@ -131,7 +131,7 @@ def _entry(system_id: str, scores: dict[str, dict[str, float]]) -> dict[str, Any
     return out
 
 
-def failure_check(session: "Session", *, baseline: bool) -> str | None:
+def failure_check(session: Session, *, baseline: bool) -> str | None:
     """Why the run must be called failed, or None: more than ``failures.max_share`` of the
     baseline's evaluation rollouts (``baseline=True``), or of all candidates' taken together,
     failed by the agent's or the reward's own error."""
@@ -152,7 +152,7 @@ def failure_check(session: "Session", *, baseline: bool) -> str | None:
             f"evolve archive show {session.run_dir} {show}")
 
 
-def failures(session: "Session") -> dict[str, Any]:
+def failures(session: Session) -> dict[str, Any]:
     """Per split: stored rollouts, those that failed (the agent's error; the reward's), the world
     failures retried (never stored as scores) and the most common kinds of each."""
     arch = session.archive
@@ -186,7 +186,7 @@ def read_report(run_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def write_report(session: "Session", stop_reason: str, *, score_test: bool = True,
+def write_report(session: Session, stop_reason: str, *, score_test: bool = True,
                  used_by_run: dict[str, Any] | None = None) -> RunReport:
     """Write ``report.json`` and ``report.md``; with ``score_test=False`` (a run that failed) the
     test split is not scored and the report shows what is stored. ``used_by_run``: the budget used

@@ -50,7 +50,7 @@ class Tracker(Protocol):
     def open(self) -> None:
         """Check that the destination answers; raise :class:`TrackerError` when it does not."""
 
-    def sync(self, run: "TrackedRun") -> str:
+    def sync(self, run: TrackedRun) -> str:
         """Send what ``run`` holds that the destination lacks; return a line saying what was sent."""
 
     def close(self, status: str | None) -> None:
@@ -69,7 +69,7 @@ class TrackedRun:
 
     REPORT_FILES: ClassVar[tuple[str, ...]] = ("report.json", "report.md")
 
-    def __init__(self, archive: "Archive", run_dir: str | Path | None = None, *, live: bool = False) -> None:
+    def __init__(self, archive: Archive, run_dir: str | Path | None = None, *, live: bool = False) -> None:
         self.archive = archive
         self.run_dir = Path(run_dir if run_dir is not None else archive.run_dir)
         self.live = live
@@ -87,7 +87,7 @@ class TrackedRun:
     def task_name(self) -> str:
         return str(self.task().get("name") or "task")
 
-    def generations(self) -> list["GenerationRow"]:
+    def generations(self) -> list[GenerationRow]:
         from evolve.scoring.state import RunState
 
         return RunState(self.archive).generations()

@@ -9,14 +9,14 @@ file names, with their params; ``--param`` overrides or adds params.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 
 def track_command(
     run_dir: Path = typer.Argument(..., help="The run directory (holds archive.sqlite)."),
-    to: Optional[str] = typer.Option(None, "--to", help="mlflow, wandb, otel or an import path; default: the "
+    to: str | None = typer.Option(None, "--to", help="mlflow, wandb, otel or an import path; default: the "
                                      "trackers in the run's task file."),
     param: list[str] = typer.Option([], "--param", help="A tracker parameter, e.g. --param "
                                     "tracking_uri=http://127.0.0.1:5000 (repeatable)."),
@@ -52,7 +52,7 @@ def track_command(
                 t.close(status)
             except EvolveError:
                 raise
-            except Exception as e:  # the destination failed while sending: what it took is kept
+            except Exception as e:  # noqa: BLE001 - the destination failed while sending: what it took is kept
                 raise InfraError(f"the {t.name} tracker ({t.address}) failed while sending: {type(e).__name__}: "
                                  f"{e}\nWhat it took is kept; run the same command again to send the rest") from None
             out.print(Text(line))

@@ -30,8 +30,7 @@ def serve(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0
     folders of them, trace store folders); start it with ``with`` or ``.start()``, or ``.run()``
     in the calling thread. Beyond loopback a ``token`` is required."""
     from evolve.errors import ConfigError
-    from evolve.gateway.asgi import ASGIServer
-    from evolve.gateway.asgi import is_loopback
+    from evolve.gateway.asgi import ASGIServer, is_loopback
     from evolve.ui.app import Sources, build_app, plotly_js
 
     _check_installed()

@@ -15,9 +15,9 @@ import hmac
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from evolve.errors import UserError
 from evolve.ui.run import NotFound, RunView

@@ -6,7 +6,6 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -15,18 +14,17 @@ from evolve.errors import UserError
 
 
 def ui_command(
-    paths: Optional[List[Path]] = typer.Argument(None, help="Run directories, folders of runs, or a gateway's trace "
+    paths: list[Path] | None = typer.Argument(None, help="Run directories, folders of runs, or a gateway's trace "
                                                  "store folder (default: ./runs).", show_default=False),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback a token is required."),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port (0: any free port)."),
-    token_env: Optional[str] = typer.Option(None, "--token-env", help="The variable holding the token visitors "
+    token_env: str | None = typer.Option(None, "--token-env", help="The variable holding the token visitors "
                                             "must give; bound beyond loopback without one, a token is made and "
                                             "printed."),
 ) -> None:
     """A local web dashboard of runs (lineage, diffs, decisions, curves, per-task wins and losses,
     trajectories, memory, tools, workflows) and of a gateway's traffic; read-only, live while a run writes."""
-    from evolve.gateway.asgi import wait_until_interrupted
-    from evolve.gateway.asgi import is_loopback
+    from evolve.gateway.asgi import is_loopback, wait_until_interrupted
     from evolve.ui import serve
 
     if not paths:

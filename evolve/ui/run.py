@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from evolve.archive import Archive
 from evolve.results.report import read_report
-from evolve.scoring.state import RunState
 from evolve.results.stats import interval, with_bounds
+from evolve.scoring.state import RunState
 from evolve.ui import lineage
 
 ACTIVE_S = 120.0

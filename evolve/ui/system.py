@@ -158,7 +158,7 @@ def _matrix(run: RunView, split: str) -> dict[str, Any]:
     accepted = [a.system_id for a in run.runstate.accepted()]
     baseline = run.runstate.baseline
     ids = list(dict.fromkeys(([baseline] if baseline else []) + accepted))
-    parents = {c: p for c, p in run.sql("SELECT child, parent FROM lineage WHERE position = 0")}
+    parents = dict(run.sql("SELECT child, parent FROM lineage WHERE position = 0"))
     need = set(ids) | {parents[i] for i in ids if i in parents}
     per: dict[str, dict[str, float]] = {}
     for chunk_start in range(0, len(need), 500):

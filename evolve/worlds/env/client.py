@@ -216,9 +216,9 @@ def _detail(r: Any) -> str:
 
 def _websockets() -> Any:
     try:
-        import websockets.sync.client  # noqa: F401
-        import websockets.exceptions  # noqa: F401
         import websockets
+        import websockets.exceptions  # noqa: F401
+        import websockets.sync.client  # noqa: F401
     except ImportError:
         raise MissingDependency("world: env with transport 'ws' needs the Python package 'websockets', which is "
                                 "not installed; install it with: pip install 'evolvekit[env]' (or use transport: "

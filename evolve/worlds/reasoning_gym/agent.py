@@ -16,7 +16,8 @@ or None and why not.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.types import Message
 from evolve.worlds.reasoning_gym.answer import INSTRUCTIONS, AnswerFormatError, extract

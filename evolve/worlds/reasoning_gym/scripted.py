@@ -17,6 +17,7 @@ import ast
 import random
 import re
 from fractions import Fraction
+
 from evolve.types import Message
 
 MAX_TERMS = 3

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.toolforge.tool import Tool, ToolCase
 from evolve.types import ToolCall, Trajectory, content_hash

@@ -9,8 +9,8 @@ import random
 import re
 from collections.abc import Sequence
 
-from evolve.worlds.sql.abstract import call_text, shape_of
 from evolve.toolforge.tool import Tool, ToolLibrary
+from evolve.worlds.sql.abstract import call_text, shape_of
 from evolve.worlds.sql.augment import rename_chat, schema_names
 from evolve.worlds.sql.db import SQLError, error_text, execute
 from evolve.worlds.sql.fewshot import render as render_fewshot
@@ -98,7 +98,7 @@ def corrupt(rng: random.Random, task: dict) -> str:
         kw = rng.choice([k for k in (" from ", " where ", " by ", " on ") if k in sql])
         return sql.replace(kw, " ", 1)
     if x < 0.4 and " join " not in sql:
-        tables = [n for n in re.findall(r"(\w+)\(", task["schema"])]
+        tables = re.findall(r"(\w+)\(", task["schema"])
         m = re.search(r" from (\w+)", sql)
         others = [t for t in tables if m and t != m.group(1)]
         if m and others:

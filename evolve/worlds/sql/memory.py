@@ -21,7 +21,8 @@ database as the task are never recalled, so training looks like test (unseen sch
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _VIEWS: dict[tuple[str, int], Any] = {}
 _LOCK = threading.Lock()

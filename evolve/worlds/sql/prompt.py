@@ -3,7 +3,8 @@ the recalled experiences and the task's prompt, laid out by the system's templat
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.types import Message
 from evolve.worlds.sql.abstract import readable

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from typing import Callable
+from collections.abc import Callable
 
 from evolve.worlds.sql.schema import Schema, Table
 

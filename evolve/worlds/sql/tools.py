@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from evolve.worlds.sql.abstract import parse_call
 from evolve.toolforge.tool import Tool, ToolLibrary
 from evolve.toolforge.validate import ToolBox
+from evolve.worlds.sql.abstract import parse_call
 
 _BOXES: dict[str, ToolBox] = {}
 _LOCK = threading.Lock()

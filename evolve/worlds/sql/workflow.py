@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolve.types import Message
 from evolve.worlds.sql.agent import act
 from evolve.worlds.sql.db import SQLError, clean_sql, error_text
-from evolve.worlds.sql.prompt import messages_for, stop_strings, with_tool_docs
 from evolve.worlds.sql.fewshot import demos_of
 from evolve.worlds.sql.memory import recall
+from evolve.worlds.sql.prompt import messages_for, stop_strings, with_tool_docs
 from evolve.worlds.sql.tools import toolbox
 
 
@@ -56,7 +56,7 @@ class Write:
         max_tokens: int | None = Field(None, ge=1, description="default: workflow.max_tokens, else 160")
         instruction: str = Field("instruction", description="the prompt component used as the system message")
 
-    def run(self, p: "Write.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Write.Params, state: dict, rt: Any) -> dict:
         task, system = state["task"], rt.ctx.system
         instruction = (system.prompts or {}).get(p.instruction, "") or ""
         spec = system.memory or {}
@@ -84,7 +84,7 @@ class Execute:
     class Params(_Params):
         empty_is_error: bool = Field(False, description="also set error when the query returns no rows")
 
-    def run(self, p: "Execute.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Execute.Params, state: dict, rt: Any) -> dict:
         said = state.get("said", state.get("sql", ""))
         try:
             sql, rows = act(rt.ctx, toolbox(rt.ctx.system), said, state["task"]["db"])
@@ -104,7 +104,7 @@ class Rewrite:
         role: str = "policy"
         max_tokens: int | None = Field(None, ge=1)
 
-    def run(self, p: "Rewrite.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Rewrite.Params, state: dict, rt: Any) -> dict:
         messages = list(state.get("messages") or [])
         if not messages:
             raise ValueError("sql.rewrite needs a conversation: put a sql.write step before it")
