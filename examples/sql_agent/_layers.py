@@ -31,8 +31,8 @@ def plain(seed: int, out: str | Path, *, mine: int, samples: int) -> Plain:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.task.taskfile import load_task
     from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
 
     root = Path(out) / f"seed{seed}"
     # the layer tables (README) were measured on task.yaml's first 300 test tasks; its test split is 2,000 now

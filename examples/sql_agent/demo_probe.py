@@ -39,12 +39,12 @@ def main() -> None:
     quiet_defaults()
     import numpy as np
 
-    from evolve.task.taskfile import load_task
-    from evolve.scoring.session import Session
     from evolve.prompts.bootstrap import DemoBootstrap
     from evolve.prompts.components import set_demos
+    from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
     from evolve.worlds.sql.dataset import generate_split, with_db_paths
-    from evolve.worlds.sql.fewshot import sql_of, mask
+    from evolve.worlds.sql.fewshot import mask, sql_of
 
     root = Path(args.out) / f"seed{args.seed}"
     cfg, base = load_task(HERE / "prompts.yaml", [f"seed={args.seed}"])
@@ -69,7 +69,7 @@ def main() -> None:
     for i, demos in enumerate(sets):
         system = set_demos(start, demos) if demos else start
 
-        def acc(tasks, split):
+        def acc(tasks, split, system=system):
             return statistics.mean(t.score for t in eng.rollouts(system, tasks, split=split, tag="eval:test"))
 
         rows.append((acc(val, "val"), acc(ood, "test"), acc(test, "test")))

@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.task.taskfile import load_task
-    from evolve.scoring.session import Session
     from evolve.prompts.components import set_template
+    from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
 
     path = HERE / args.task if (HERE / args.task).exists() else Path(args.task)
     cfg, base = load_task(path, [f"seed={args.seed}"])

@@ -58,11 +58,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     from _layers import plain as plain_run
 
-    from evolve.task.taskfile import load_task
-    from evolve.scoring.session import Session
-    from evolve.memory.operator import MemoryOperator
     from evolve.loop.operators import OperatorContext
+    from evolve.memory.operator import MemoryOperator
     from evolve.reflexion import reflexion_agent
+    from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
     from evolve.types import content_hash
 
     wanted = set(args.arms.split(","))

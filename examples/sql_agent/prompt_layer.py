@@ -145,11 +145,10 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.prompts.components import get_template, set_demos, set_template
-
-    from evolve.task.taskfile import load_task
     from evolve.loop.engine import Engine
+    from evolve.prompts.components import get_template, set_demos, set_template
     from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
 
     wanted = set(args.arms.split(","))
     root = Path(args.out) / f"seed{args.seed}"

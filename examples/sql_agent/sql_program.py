@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 import dspy
-from evolve.prompts.dspy_interop import dspy_agent
 
+from evolve.prompts.dspy_interop import dspy_agent
 from evolve.worlds.sql.db import clean_sql
 from evolve.worlds.sql.prompt import fewshot_messages
 

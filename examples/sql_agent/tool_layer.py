@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     from _layers import plain as plain_run
 
-    from evolve.task.taskfile import load_task
-    from evolve.scoring.session import Session
     from evolve.loop.operators import OperatorContext
+    from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
     from evolve.toolforge.operator import ToolForge
     from evolve.toolforge.tool import ToolLibrary, save_library
     from evolve.types import content_hash

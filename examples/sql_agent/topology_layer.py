@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     from _layers import plain as plain_run
 
-    from evolve.task.taskfile import load_task
     from evolve.loop.engine import Engine
     from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
     from evolve.topology.graph import Workflow, graph_of
     from evolve.worlds.sql.workflow import repair_loop, vote
 

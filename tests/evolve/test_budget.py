@@ -10,13 +10,12 @@ import yaml
 
 import evolve
 from evolve.archive import SCHEMA_VERSION, Archive
-from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
 from evolve.registry import operators as operator_registry
+from evolve.task.taskfile import validate_task
 from evolve.types import LLMCall
-
-from tests.helpers.agents import LevelUp, vote_search_task
 from tests.evolve.test_archive import make_traj
+from tests.helpers.agents import LevelUp, vote_search_task
 
 operator_registry.register("level_up", LevelUp)
 

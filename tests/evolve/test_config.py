@@ -6,9 +6,8 @@ import sys
 import pytest
 import yaml
 
-from evolve.task.taskfile import load_task, validate_task
 from evolve.errors import ConfigError
-
+from evolve.task.taskfile import load_task, validate_task
 from tests.helpers import DATA
 
 BASE = yaml.safe_load((DATA / "toy.yaml").read_text())

@@ -60,7 +60,7 @@ def test_the_mix_shifts_toward_groups_in_the_band_and_a_move_restores_full_weigh
              for g in ("a", "b", "c") for lv in (0, 1) for i in range(5)]
     groups = Groups.of(train, cfg)
     start = decide(cfg, groups, None, {}, 1)
-    assert start["levels"] == {"a": 0, "b": 0, "c": 0} and start["mix"] == pytest.approx({g: 1 / 3 for g in "abc"})
+    assert start["levels"] == {"a": 0, "b": 0, "c": 0} and start["mix"] == pytest.approx(dict.fromkeys("abc", 1 / 3))
     prev = dict(start, levels={"a": 1, "b": 0, "c": 0})
     # a: mastered at its hardest level; b: in the band; c: too hard at its easiest; all on 10 rollouts
     d = decide(cfg, groups, prev, {"a": (10, 10), "b": (10, 5), "c": (10, 0)}, 2)

@@ -13,8 +13,8 @@ from evolve.archive import Archive
 from evolve.deploy import Deployment
 from evolve.deploy.canary import decide, in_canary, radius
 from evolve.deploy.manage import promote, status
-from tests.helpers.upstream import ScriptedUpstream
 from tests.evolve.test_deploy import POLICY, _candidate, _forget_module, _setup  # noqa: F401
+from tests.helpers.upstream import ScriptedUpstream
 
 pytest.importorskip("starlette")
 

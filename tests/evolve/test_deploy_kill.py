@@ -81,7 +81,7 @@ def test_kill_9_of_the_gateway_during_a_canary_keeps_one_decision_and_a_whole_tr
                 _wait_port(cfg["port"], proc)
                 stop = threading.Event()
 
-                def users(k: int) -> None:
+                def users(k: int, stop: threading.Event = stop) -> None:
                     nonlocal n
                     while not stop.is_set():
                         n += 1

@@ -87,7 +87,6 @@ def test_a_memory_that_holds_a_gates_answer_or_names_the_reward_is_refused_and_i
     """The memory a candidate reads is its items at its version, not the store's path: they are checked."""
     from evolve.memory.embed import HashingEmbedder
     from evolve.memory.store import MemoryStore
-
     from tests.evolve.test_deploy import POLICY, _setup
 
     try:

@@ -2,8 +2,8 @@
 failures recorded, kill -9 and resume."""
 
 import json
-import re
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -15,7 +15,6 @@ import pytest
 
 import evolve
 from evolve.archive import Archive
-
 from tests.helpers import DATA
 
 GOLDEN = DATA / "golden_toy_lineage.json"
@@ -224,9 +223,9 @@ def _finished(engine) -> None:
 
 def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
     """Fields added to the task file schema later (tools, memory) must not orphan older runs."""
-    from evolve.task.taskfile import load_task
-    from evolve.loop.engine import Engine
     from evolve.errors import RunDirError
+    from evolve.loop.engine import Engine
+    from evolve.task.taskfile import load_task
 
     cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0"])
     _finished(Engine(cfg, base_dir=base, run_dir=tmp_path / "r"))  # a run with work in it (an empty one is replaced)
@@ -243,9 +242,9 @@ def test_a_run_started_before_a_task_field_existed_still_resumes(tmp_path):
 
 def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes(tmp_path):
     """Fields added inside a section (budget.calls, engine.reeval, ...) must not orphan older runs either."""
-    from evolve.task.taskfile import load_task
-    from evolve.loop.engine import Engine
     from evolve.errors import RunDirError
+    from evolve.loop.engine import Engine
+    from evolve.task.taskfile import load_task
 
     cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0"])
     _finished(Engine(cfg, base_dir=base, run_dir=tmp_path / "r"))  # a run with work in it (an empty one is replaced)

@@ -116,8 +116,8 @@ def test_a_local_route_calls_an_offered_tool_in_the_documented_format(served_run
 
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import from_flags
-    from evolve.llm.base import Completion
     from evolve.gateway.run_route import ServeApp
+    from evolve.llm.base import Completion
 
     seen = []
 

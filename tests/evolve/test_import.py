@@ -9,14 +9,14 @@ HEAVY = ["torch", "transformers", "peft", "litellm", "chromadb", "sentence_trans
          "numpy", "typer", "rich", "safetensors", "httpx", "requests", "mlflow", "wandb", "opentelemetry", "grpc",
          "ray", "starlette", "uvicorn", "plotly", "playwright"]
 
-PROBE = """
+PROBE = f"""
 import sys, time, json
 t = time.perf_counter()
 import evolve
 dt = time.perf_counter() - t
 _ = evolve.__version__, evolve.__all__
-print(json.dumps({"seconds": dt, "loaded": [m for m in %r if m in sys.modules]}))
-""" % (HEAVY,)
+print(json.dumps({{"seconds": dt, "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}))
+"""
 
 
 def test_import_is_light_silent_and_writes_nothing(tmp_path):

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers.servers import FakeOpenAI
 
 from evolve.errors import ConfigError, LLMError, MissingDependency
 from evolve.llm.base import LLM, Completion
@@ -20,6 +19,7 @@ from evolve.llm.fake import ScriptedLM
 from evolve.llm.fake import build as build_scripted
 from evolve.registry import llm_backends
 from evolve.types import Message, ModelSpec
+from tests.helpers.servers import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
 # litellm's lazily imported modules warn about pydantic ReadOnly TypedDicts on first use
@@ -372,7 +372,7 @@ def test_litellm_rollouts_through_the_thread_runner(server, tmp_path):
     js = [RolloutJob(f"k{i}", system, {"id": f"t{i}", "q": f"q{i}", "answer": "hello from loopback"}, seed=i)
           for i in range(8)]
     with ThreadRunner(workers=4) as runner:
-        out = dict((j.key, t) for j, t in runner.run(spec, js))
+        out = {j.key: t for j, t in runner.run(spec, js)}
         assert len(out) == 8 and all(t.ok and t.score == 1.0 and t.tokens == 15 for t in out.values())
         assert sorted(r["seed"] for r in server.requests) == [i * 1000 for i in range(8)]
         server.script = ["401"]

@@ -11,8 +11,8 @@ import yaml
 
 import evolve
 from evolve.archive import Archive
-from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
+from evolve.task.taskfile import validate_task
 
 DATA = Path(__file__).parents[1] / "data"
 

@@ -56,7 +56,7 @@ class Cluster:
         self.port = free_port()
         self.address = f"127.0.0.2:{self.port}"
 
-    def start(self, env: dict[str, str] | None = None) -> "Cluster":
+    def start(self, env: dict[str, str] | None = None) -> Cluster:
         """``env``: more environment for the nodes (their workers inherit it)."""
         _ray("stop", "--force")
         _ray("start", "--head", f"--port={self.port}", "--node-ip-address=127.0.0.2", "--num-cpus=2",
@@ -186,8 +186,8 @@ def _vowel_task(tmp_path: Path, **parts) -> dict:
 
 
 def test_a_shared_model_server_answers_every_rollout_actor_as_the_thread_runner_does(cluster, tmp_path):
-    from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
     from evolve.cluster.model_server import PREFIX
+    from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
     from evolve.runners.ray_runner import RayRunner
 
     evolve.run(_vowel_task(tmp_path, budget={"generations": 0}), out=tmp_path / "run")

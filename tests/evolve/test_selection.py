@@ -9,15 +9,14 @@ import pytest
 
 import evolve
 from evolve.archive import Archive
-from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
+from evolve.loop.selectors import Best, Pareto, Scored
 from evolve.registry import operators as operator_registry
 from evolve.registry import selectors as selector_registry
-from evolve.loop.selectors import Best, Pareto, Scored
+from evolve.task.taskfile import validate_task
 from evolve.types import System
-
-from tests.helpers.agents import NOISY, LevelUp
 from tests.evolve.test_budget import level_task
+from tests.helpers.agents import NOISY, LevelUp
 
 operator_registry.register("level_up", LevelUp)
 
@@ -138,7 +137,7 @@ def test_reeval_rejects_a_lucky_child_on_the_means(tmp_path):
     assert note["other_mean"] == pytest.approx(steady[0])
     # two more samples of every val task for both, with other sample indices (so other seeds)
     for sid in (decision["child"], decision["parent"]):
-        rows = [r for r in a.trajectory_rows(system_id=sid, split="val")]
+        rows = list(a.trajectory_rows(system_id=sid, split="val"))
         assert Counter(r.trajectory.sample for r in rows) == {0: 6, 1: 6, 2: 6}
         assert len({r.key for r in rows}) == 18
     assert report["best"]["system_id"] == report["baseline"]["system_id"]

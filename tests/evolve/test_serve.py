@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import greedy_answers, make_tiny_llm, two_system_run
-
 from evolve.errors import ConfigError, LLMError, UserError
 from evolve.gateway.asgi import check_bind
 from evolve.gateway.local import serve_llm
 from evolve.gateway.run_route import ServeApp
 from evolve.llm.fake import ScriptedLM
 from evolve.types import LLMCall, Message, ModelSpec, System
+from tests.helpers import greedy_answers, make_tiny_llm, two_system_run
 
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]

@@ -47,7 +47,7 @@ def test_partial_scores_and_empty_overlap():
 
 
 def test_describe_names_the_interval_and_the_counts():
-    a = {k: 0.0 for k in range(300)}
+    a = dict.fromkeys(range(300), 0.0)
     b = {k: float(k < 24) for k in range(300)}
     line = describe(paired(a, b))
     assert line.startswith("+8.0 points (95% CI ±3.1; 24 tasks better with the best system, 0 with the baseline")
@@ -77,7 +77,7 @@ def test_scores_outside_0_1_keep_the_normal_interval():
 
 def test_a_paired_interval_never_leaves_the_possible_differences():
     # three tasks gained, one tied: the normal interval reaches +124 points, past what 0/1 scores can differ by
-    c = paired({k: 0.0 for k in range(4)}, {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.0})
+    c = paired(dict.fromkeys(range(4), 0.0), {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.0})
     assert c["diff"] + c["ci95"] > 1.0 and (c["low"], c["high"]) == (pytest.approx(c["diff"] - c["ci95"]), 1.0)
     assert describe(c).startswith("+75.0 points (95% CI [+23.3, +100.0]; 3 tasks better")
     two = paired({0: 0.0, 1: 1.0}, {0: 1.0, 1: 0.0})
@@ -86,7 +86,7 @@ def test_a_paired_interval_never_leaves_the_possible_differences():
     old = {k: v for k, v in c.items() if k not in ("low", "high")}
     assert bounds(old) == (c["low"], c["high"]) and "[+23.3, +100.0]" in describe(old)
     # scores beyond [0, 1]: nothing is known of the bounds, the interval stays as computed
-    wide = paired({k: 0.0 for k in range(4)}, {0: 3.0, 1: 3.0, 2: 3.0, 3: 0.0})
+    wide = paired(dict.fromkeys(range(4), 0.0), {0: 3.0, 1: 3.0, 2: 3.0, 3: 0.0})
     assert wide["high"] == pytest.approx(wide["diff"] + wide["ci95"]) and "±" in describe(wide)
 
 
@@ -94,8 +94,8 @@ def test_a_paired_interval_is_never_empty_when_every_difference_is_the_same():
     """20 wins in 20 tasks: a normal approximation reads +100.0 ±0.0; the pseudo-pairs give a real width."""
     from evolve.results.stats import describe, paired
 
-    c = paired({i: 0.0 for i in range(20)}, {i: 1.0 for i in range(20)})
+    c = paired(dict.fromkeys(range(20), 0.0), dict.fromkeys(range(20), 1.0))
     assert c["diff"] == 1.0 and 0.1 < c["ci95"] < 0.2 and c["high"] == 1.0 and 0.8 < c["low"] < 0.9
     assert "[+85.0, +100.0]" in describe(c)
-    same = paired({i: 0.5 for i in range(10)}, {i: 0.5 for i in range(10)})
+    same = paired(dict.fromkeys(range(10), 0.5), dict.fromkeys(range(10), 0.5))
     assert same["diff"] == 0.0 and same["ci95"] > 0.05  # no difference seen in 10 tasks is not "exactly 0"

@@ -3,8 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from evolve.types import (ArtifactRef, Candidate, LLMCall, Message, ModelSpec, Reward, System, ToolCall,
-                          Trajectory)
+from evolve.types import ArtifactRef, Candidate, LLMCall, Message, ModelSpec, Reward, System, ToolCall, Trajectory
 
 
 def _system(**kw):

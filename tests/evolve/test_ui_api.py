@@ -18,7 +18,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
-from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory  # noqa: E402
+from evolve.types import LLMCall, Message, Reward, System, Trajectory  # noqa: E402
 from evolve.ui.app import Sources, build_app  # noqa: E402
 from tests.helpers import sql_scripted  # noqa: E402
 from tests.helpers.ui_runs import big_archive, layered_run  # noqa: E402
@@ -175,7 +175,6 @@ def test_memory_tools_and_workflow_of_a_system(tmp_path):
 @pytest.mark.slow  # builds a tiny model and samples from it
 def test_a_local_models_sampled_tokens_come_with_their_text(tmp_path):
     from evolve.policy.local import build
-
     from tests.helpers import two_system_run
 
     run, a_sys, _ = two_system_run(tmp_path)
@@ -192,7 +191,7 @@ def test_a_local_models_sampled_tokens_come_with_their_text(tmp_path):
         archive.add_trajectories([("k", "val", "eval", 0, Trajectory(task_id="t", system_id=a_sys.id, steps=(step,),
                                                                        output=out.text, reward=Reward(score=0.0)))])
         seq = archive.trajectory_rows()[0]
-    t = client(run).get(f"/api/runs/run/rollouts/1").json()
+    t = client(run).get("/api/runs/run/rollouts/1").json()
     llm_step = t["trajectory"]["steps"][0]
     assert len(llm_step["token_texts"]) == len(out.token_ids) == len(llm_step["logprobs"])
     assert "".join(llm_step["token_texts"]) == out.text

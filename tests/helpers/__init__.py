@@ -67,11 +67,11 @@ def two_system_run(d):
     import copy
     import warnings
 
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-    from evolve.policy.weights import adapter_from_model, save_base
     from peft import LoraConfig, get_peft_model
 
     from evolve.archive import Archive
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+    from evolve.policy.weights import adapter_from_model, save_base
     from evolve.types import ModelSpec, System
 
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)

@@ -20,7 +20,7 @@ class Collector:
         self.refusing = False
         self.refused = 0
 
-    def start(self) -> "Collector":
+    def start(self) -> Collector:
         from concurrent import futures
 
         import grpc
@@ -51,7 +51,7 @@ class Collector:
             self.server.stop(0).wait()
             self.server = None
 
-    def __enter__(self) -> "Collector":
+    def __enter__(self) -> Collector:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -68,5 +68,5 @@ class Collector:
         for kv in span.attributes:
             v = kv.value
             kind = v.WhichOneof("value")
-            out[kv.key] = list(x.string_value for x in v.array_value.values) if kind == "array_value" else getattr(v, kind)
+            out[kv.key] = [x.string_value for x in v.array_value.values] if kind == "array_value" else getattr(v, kind)
         return out

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 
 class FakeOpenAI:
@@ -79,7 +79,7 @@ class FakeOpenAI:
         self.port = port
         self.start()
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         """Listen (again) on the same port: a server that was down is back."""
         self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
         self.httpd.daemon_threads = True

@@ -9,8 +9,9 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import yaml
 from mcp import ClientSession, StdioServerParameters

@@ -6,8 +6,8 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

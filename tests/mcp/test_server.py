@@ -293,7 +293,7 @@ def test_every_bad_call_is_an_error_result_and_the_server_keeps_answering(root, 
             try:  # an unknown tool: an error, whichever way the SDK reports it
                 err, msg = await call(s, "rm_rf", {"path": "/"})
                 assert err and "rm_rf" in msg
-            except Exception as e:  # an MCP error response
+            except Exception as e:  # noqa: BLE001 - an MCP error response
                 assert "rm_rf" in str(e)
             runs = {r["run_id"]: r for r in (await ok(s, "list_runs"))["runs"]}
             assert runs[rid]["state"] == "finished" and runs["broken_run"]["state"] == "unreadable"

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("chromadb")
 
+from evolve.llm.fake import ScriptedLM
 from evolve.memory import (
     Evidence,
     HashingEmbedder,
@@ -22,8 +23,6 @@ from evolve.memory import (
     Op,
     apply,
 )
-
-from evolve.llm.fake import ScriptedLM
 from evolve.types import Message
 
 

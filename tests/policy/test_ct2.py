@@ -24,7 +24,6 @@ from evolve.policy.local import build, shutdown_all  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model  # noqa: E402
 from evolve.policy.weights import adapter_from_model, attach_adapter, load_base, read_adapter, save_base  # noqa: E402
 from evolve.types import LLMCall, Message, ModelSpec, Reward, Trajectory  # noqa: E402
-
 from tests.helpers.hf_checkpoint import make_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -333,7 +332,7 @@ def test_top_logprobs_are_transformers_likeliest_tokens(tiny, temperature):
     for t in threads:
         t.join()
     assert len(got) == len(asks)
-    for n, (q, k, lp) in enumerate(asks):
+    for n, (_, k, _) in enumerate(asks):
         o = got[n]
         if k == 0:
             assert o.top_logprobs is None

@@ -16,7 +16,7 @@ from evolve.archive import Archive  # noqa: E402
 from evolve.policy.grpo_train import Learner, Packed, pack  # noqa: E402
 from evolve.policy.rl import LossConfig, group_advantages  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, sample  # noqa: E402
-from evolve.policy.weights import load_base, read_adapter, attach_adapter, save_base  # noqa: E402
+from evolve.policy.weights import attach_adapter, load_base, read_adapter, save_base  # noqa: E402
 from evolve.types import LLMCall, Message, Reward, ToolCall, Trajectory  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -7,9 +7,8 @@ import hashlib
 import json
 import shutil
 
-import yaml
-
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -17,15 +16,14 @@ pytest.importorskip("peft")
 
 import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
-from evolve.task.taskfile import load_task  # noqa: E402
 from evolve.errors import ConfigError  # noqa: E402
 from evolve.policy import sampling  # noqa: E402
 from evolve.policy.hf import check_manifest, load_pretrained, manifest, read_manifest, resolve_checkpoint  # noqa: E402
 from evolve.policy.rl import token_logprobs  # noqa: E402
 from evolve.policy.train import examples_from_chat  # noqa: E402
 from evolve.policy.weights import load_base  # noqa: E402
+from evolve.task.taskfile import load_task  # noqa: E402
 from evolve.types import Message  # noqa: E402
-
 from tests.helpers.hf_checkpoint import make_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -225,8 +223,8 @@ def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_contin
 
 def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
     openai = pytest.importorskip("openai")
-    from evolve.policy.local import LocalLM
     from evolve.gateway.local import serve_llm
+    from evolve.policy.local import LocalLM
 
     model, tok = load_pretrained(ckpt, device="cpu")
     llm = LocalLM.from_model(model, tok, name="qwen-tiny", temperature=0.0, max_tokens=12)
@@ -287,7 +285,7 @@ def test_gradient_checkpointing_recomputes_layers_in_the_backward_pass_and_keeps
         torch.manual_seed(0)
         lora = get_peft_model(model, LoraConfig(r=4, target_modules=lora_targets(model), init_lora_weights=False)).train()
         n, mlp = [0], lora.get_base_model().model.layers[0].mlp
-        mlp.forward = lambda *a, _f=mlp.forward, **k: (n.__setitem__(0, n[0] + 1), _f(*a, **k))[1]  # hooks skip recomputes
+        mlp.forward = lambda *a, _f=mlp.forward, _n=n, **k: (_n.__setitem__(0, _n[0] + 1), _f(*a, **k))[1]  # hooks skip recomputes
         logits, targets = target_logits(lora, x, y)
         loss = torch.nn.functional.cross_entropy(logits.float(), targets)
         grads.append(torch.autograd.grad(loss, [p for p in lora.parameters() if p.requires_grad]))

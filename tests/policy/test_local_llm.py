@@ -11,12 +11,19 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from evolve.errors import LLMError  # noqa: E402
+from evolve.errors import ConfigError, LLMError  # noqa: E402
 from evolve.llm.base import LLM  # noqa: E402
 from evolve.policy.local import LocalLM, LocalServer, build, shutdown_all  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params, sample  # noqa: E402
 from evolve.policy.weights import (  # noqa: E402
-    Adapter, adapter_from_model, file_sha256, load_adapter, load_base, read_adapter, save_adapter, save_base,
+    Adapter,
+    adapter_from_model,
+    file_sha256,
+    load_adapter,
+    load_base,
+    read_adapter,
+    save_adapter,
+    save_base,
 )
 from evolve.types import ArtifactRef, Message, ModelSpec  # noqa: E402
 
@@ -327,5 +334,5 @@ def test_build_shares_one_base_per_sha(model, tmp_path: Path):
             llm.close()
         assert a.server.closed
         shutdown_all()
-    with pytest.raises(Exception):
+    with pytest.raises(ConfigError, match="needs base weights"):
         build(ModelSpec(name="nobase"), store)

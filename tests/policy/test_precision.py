@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from evolve.errors import ConfigError
-from evolve.policy import precision as P
+from evolve.errors import ConfigError  # noqa: E402
+from evolve.policy import precision as P  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -135,7 +135,7 @@ def _packed(n: int, seed: int = 0, vocab: int = 96):
 
     rng = random.Random(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         p, c = rng.randint(3, 12), rng.randint(2, 9)
         ids = [rng.randrange(3, vocab) for _ in range(p + c)]
         out.append(Packed(ids=ids, mask=[0] * p + [1] * c, sampler_logp=[float("nan")] * (p + c), temperature=0.7,

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from evolve.policy.rl import (
+from evolve.policy.rl import (  # noqa: E402
     LossConfig,
     group_advantages,
     k3,

@@ -14,6 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from evolve.archive import Archive  # noqa: E402
+from evolve.archive.roles import role_history, rollback_role  # noqa: E402
+from evolve.artifacts import ArtifactStore  # noqa: E402
+from evolve.errors import ArchiveError, ConfigError  # noqa: E402
 from evolve.policy.grpo import GRPO  # noqa: E402
 from evolve.policy.local import build, shutdown_all  # noqa: E402
 from evolve.policy.roles import (  # noqa: E402
@@ -28,11 +32,6 @@ from evolve.policy.roles import (  # noqa: E402
 from evolve.policy.star import STaR  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model  # noqa: E402
 from evolve.policy.weights import save_base  # noqa: E402
-
-from evolve.archive import Archive  # noqa: E402
-from evolve.archive.roles import role_history, rollback_role  # noqa: E402
-from evolve.artifacts import ArtifactStore  # noqa: E402
-from evolve.errors import ArchiveError, ConfigError  # noqa: E402
 from evolve.types import ArtifactRef, LLMCall, Message, ModelSpec, Reward, System, Trajectory  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -65,9 +64,10 @@ def fake_fit(tmp_path, monkeypatch):
     import copy
     import warnings
 
+    from peft import LoraConfig, get_peft_model
+
     from evolve.policy import star
     from evolve.policy.weights import adapter_from_model
-    from peft import LoraConfig, get_peft_model
 
     made: list[tuple[str | None, int]] = []
 

@@ -13,7 +13,14 @@ pytest.importorskip("peft")
 from evolve.policy.local import LocalLM  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, sample  # noqa: E402
 from evolve.policy.train import (  # noqa: E402
-    Example, collate, truncated_sequence, completion_loss, examples_from_chat, examples_from_trajectory, train, train_lora,
+    Example,
+    collate,
+    completion_loss,
+    examples_from_chat,
+    examples_from_trajectory,
+    train,
+    train_lora,
+    truncated_sequence,
 )
 from evolve.policy.weights import attach_adapter, read_adapter  # noqa: E402
 from evolve.types import LLMCall, Message, ToolCall, Trajectory  # noqa: E402
@@ -226,7 +233,7 @@ def test_the_lm_head_runs_only_where_there_is_a_target_and_the_loss_is_the_full_
     for model in (build_model(SMALL, seed=1).train(), lora.train()):
         rows = []
         head = model.get_base_model().lm_head if hasattr(model, "get_base_model") else model.lm_head
-        hook = head.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+        hook = head.register_forward_hook(lambda m, i, o, rows=rows: rows.append(i[0].shape[0]))
         logits, targets = target_logits(model, x, y)
         hook.remove()
         assert rows == [n] and logits.shape == (n, TOK.vocab_size) and torch.equal(targets, y[y != -100])

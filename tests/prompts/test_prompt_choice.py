@@ -6,10 +6,8 @@ import json
 
 import pytest
 import yaml
-from tests.helpers import DATA
-from evolve.prompts.choices import PromptChoice
-from tests.prompts.test_prompts import make_ctx, oplog
 
+from evolve.prompts.choices import PromptChoice
 from evolve.types import System
 from evolve.worlds.sql import messages_for
 from evolve.worlds.sql.render import (
@@ -20,6 +18,8 @@ from evolve.worlds.sql.render import (
     linked,
     pruned,
 )
+from tests.helpers import DATA
+from tests.prompts.test_prompts import make_ctx, oplog
 
 SCHEMA = "schema: owner(id,name,city) pet(id,name,age,owner_id) toy(id,color,pet_id)"
 

@@ -12,15 +12,14 @@ from evolve.artifacts import ArtifactStore
 from evolve.errors import ConfigError
 from evolve.llm.fake import ScriptedLM
 from evolve.loop.operators import OperatorContext
+from evolve.loop.pareto import best_counts, pareto_front, sample_from_front
 from evolve.prompts import components as C
 from evolve.prompts.bootstrap import DemoBootstrap, select
 from evolve.prompts.crossover import Crossover
 from evolve.prompts.mutation import MUTATION_PROMPTS, PromptMutation
-from evolve.loop.pareto import best_counts, pareto_front, sample_from_front
 from evolve.prompts.reflective import ReflectiveMutation
 from evolve.registry import llm_backends
 from evolve.types import LLMCall, Message, ModelSpec, Reward, System, Trajectory
-
 from tests.helpers import DATA
 
 # ----------------------------------------------------------------------------- helpers

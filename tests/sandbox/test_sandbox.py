@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+
 from evolve.sandbox import (
     Limits,
     Sandbox,

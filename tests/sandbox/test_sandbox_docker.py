@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 import pytest
+
 from evolve.sandbox import Limits
 from evolve.sandbox.docker_backend import DockerSandbox
 

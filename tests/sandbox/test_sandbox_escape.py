@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from evolve.sandbox import Limits, SandboxUnavailable, get_sandbox
 from tests.helpers.sandbox_leftovers import assert_no_leftovers
 

@@ -16,11 +16,11 @@ import pytest
 from evolve.llm.fake import ScriptedLM
 from evolve.loop.operators import OperatorContext
 from evolve.toolforge import Tool, ToolBox, ToolCase, ToolLibrary, check, same
-from evolve.worlds.sql.abstract import call_text, mine_sql, parse_call, shape_of
 from evolve.toolforge.curate import duplicate_of, lexical_embed, retire_names, retrieve, with_usage
 from evolve.toolforge.operator import ToolForge
 from evolve.toolforge.synth import collect_examples, parse, synthesize
 from evolve.types import LLMCall, Message, Reward, System, ToolCall, Trajectory
+from evolve.worlds.sql.abstract import call_text, mine_sql, parse_call, shape_of
 
 
 @pytest.fixture(scope="module")

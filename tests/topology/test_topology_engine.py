@@ -2,7 +2,6 @@
 the run report showing every workflow it tried with its accuracy and model calls per task."""
 
 import evolve
-
 from tests.helpers.agents import vote_search_task
 
 

@@ -21,8 +21,8 @@ import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
 from evolve.errors import ConfigError, InfraError  # noqa: E402
 from evolve.types import ToolCall  # noqa: E402
-from evolve.worlds.env import dataset, render, reward, to_action  # noqa: E402
-from evolve.worlds.env.client import ActionRejected, HTTPEnv, WSEnv, check_url, connect  # noqa: E402
+from evolve.worlds.env import dataset, render, to_action  # noqa: E402
+from evolve.worlds.env.client import ActionRejected, HTTPEnv, WSEnv, connect  # noqa: E402
 
 REPO = Path(__file__).parents[2]
 EXAMPLE = REPO / "examples" / "env_wordgame"

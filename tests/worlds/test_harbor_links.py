@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.worlds.test_harbor import mk, play
 
 from evolve.errors import InfraError
 from evolve.worlds.harbor import load_task
@@ -22,6 +21,7 @@ from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.environment import open_environment
 from evolve.worlds.harbor.task import TaskError
 from tests.helpers.harbor import use_sandbox
+from tests.worlds.test_harbor import mk, play
 
 SECRET = "CANARY-SECRET-3f9a"
 # copies the agent's result file as it is (cp -P keeps a link a link), as a test that collects an

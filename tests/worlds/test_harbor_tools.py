@@ -10,12 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.helpers.harbor import make_tasks, respond, use_sandbox
 
 import evolve
 from evolve.archive import Archive
 from evolve.types import Reward, ToolCall, Trajectory
 from evolve.worlds.harbor.tools import canonical, expand, menu, mine_commands, shortcuts, words
+from tests.helpers.harbor import make_tasks, respond, use_sandbox
 
 REPO = Path(__file__).parents[2]
 

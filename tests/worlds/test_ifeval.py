@@ -219,11 +219,10 @@ def lowercase_on_revision(messages, seed=None, temperature=None) -> str:
 
 
 def test_the_revise_agent_and_its_graph_measure_the_draft_and_rewrite_it(prompts: list[dict], tmp_path: Path) -> None:
-    from evolve.topology.palette import Palette
-
     import evolve
     from evolve.archive import Archive
     from evolve.registry import node_types
+    from evolve.topology.palette import Palette
     from evolve.worlds.ifeval.workflow import PALETTE, draft_measure_revise, single_step
 
     Palette.parse(PALETTE).check(node_types)

@@ -11,10 +11,9 @@ import yaml
 
 pytest.importorskip("reasoning_gym")
 
-from evolve.policy.roles import verdict, verdict_turns  # noqa: E402
-
 import evolve  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
+from evolve.policy.roles import verdict, verdict_turns  # noqa: E402
 from evolve.task.taskfile import load_task  # noqa: E402
 from evolve.types import LLMCall  # noqa: E402
 

@@ -10,7 +10,6 @@ import yaml
 import evolve
 from evolve.archive import Archive
 from evolve.policy.weights import BASE_FORMAT, _read, _write, read_base_meta
-
 from tests.helpers import TESTS
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import evolve
-from evolve.task.taskfile import validate_task
 from evolve.errors import ConfigError
+from evolve.task.taskfile import validate_task
 from evolve.world import World, load_world
 
 SCRIPTED = {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.worlds.toy:reply"}}

@@ -14,7 +14,8 @@ for name in ("range_sum", "range_len"):
     if not callable(getattr(rangeutils, name, None)):
         fails.append(f"rangeutils.{name} is missing")
 if fails:
-    print("FAIL:", "; ".join(fails)); sys.exit(1)
+    print("FAIL:", "; ".join(fails))
+    sys.exit(1)
 
 cases = [(1, 3), (5, 5), (1, 10), (0, 0), (-3, 3), (-5, -2), (4, 2), (10, 1), (0, 100)]
 rng = random.Random(7)
