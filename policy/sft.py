@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evolve.registry import import_path
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.types import ModelSpec, System, Trajectory, content_hash
 
 if TYPE_CHECKING:

@@ -90,7 +90,7 @@ class TaskMetric:
         self._lock = threading.Lock()
 
     def reward(self, example: Any, pred: Any) -> Reward:
-        from evolve.scoring.rollout import jsonable, score
+        from evolve.rollout import jsonable, score
         from evolve.types import Trajectory
 
         task = example.toDict()  # the task itself: an example holds every task key (see to_examples)

@@ -20,7 +20,7 @@ A DSPy program becomes an agent in a module beside the task file::
 Each rollout runs a deep copy of the program with the system's prompt components applied, under
 ``dspy.context(lm=..., adapter=...)`` (thread-local, so concurrent rollouts stay apart), with a
 ``dspy.LM`` that reaches the rollout's loopback OpenAI URL (:meth:`RolloutContext.openai_base_url
-<evolve.scoring.rollout.RolloutContext.openai_base_url>`) through litellm, caching off: every LM call of
+<evolve.rollout.RolloutContext.openai_base_url>`) through litellm, caching off: every LM call of
 the program is an :class:`~evolve.types.LLMCall` step of the trajectory, with token ids.
 
 Components (``System.prompts``), two per predictor (``program.named_predictors()``):

@@ -215,7 +215,7 @@ class CheckStep:
 
 
 def _vote_key(value: Any) -> str:
-    from evolve.scoring.rollout import jsonable
+    from evolve.rollout import jsonable
 
     return canonical_json(jsonable(value))
 

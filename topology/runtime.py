@@ -35,7 +35,7 @@ runtime (``_temperature``, ``_cut``); ``state[wf.output]`` is the result.
 Recording: each node run adds a ToolCall step ``node:<id>`` (after the steps the node made
 itself) with ``args {"type", "visit"}``, a short summary of the updates as ``result`` and the
 duration. A node that raises gets ``error`` on its step, and the execution ends with
-:class:`NodeError` naming the node, which :func:`evolve.scoring.rollout.run_agent` records as the
+:class:`NodeError` naming the node, which :func:`evolve.rollout.run_agent` records as the
 trajectory's error (the steps before it are kept).
 """
 

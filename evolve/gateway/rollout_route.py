@@ -1,6 +1,6 @@
 """The rollouts' endpoint: an OpenAI endpoint per rollout, so an unmodified agent gets trained.
 
-:meth:`RolloutContext.openai_base_url <evolve.scoring.rollout.RolloutContext.openai_base_url>` starts
+:meth:`RolloutContext.openai_base_url <evolve.rollout.RolloutContext.openai_base_url>` starts
 (once per process, lazily, thread-safe) one loopback gateway (:class:`~evolve.gateway.app.Gateway`,
 no trace store) on a free port and registers the rollout under a random, unguessable token; the
 agent points any OpenAI (or Anthropic) client at ``http://127.0.0.1:<port>/r/<token>/v1``. Each
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Rollout(Protocol):
-    """What a route needs of a rollout (:class:`evolve.scoring.rollout.RolloutContext`, which registers
+    """What a route needs of a rollout (:class:`evolve.rollout.RolloutContext`, which registers
     itself here; named by its shape, so this module does not depend back on it)."""
 
     system: Any

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from evolve.scoring.rollout import RolloutContext
+from evolve.rollout import RolloutContext
 
 from .core import Reflexion
 

@@ -1,6 +1,6 @@
 """How lessons reach an unmodified agent: a rollout context whose models see them.
 
-:class:`LessonContext` is a :class:`~evolve.scoring.rollout.RolloutContext` that shares its parent's steps,
+:class:`LessonContext` is a :class:`~evolve.rollout.RolloutContext` that shares its parent's steps,
 lock and deadline; its ``llm(role)`` returns a :class:`LessonLLM`, a recording LLM handle that puts
 the lessons into every message list *before* recording it. So the trajectory's LLM calls show
 exactly the messages the model saw, lessons included. (Wrapping the LLM provider instead would
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from evolve.llm.base import Completion, as_messages
-from evolve.scoring.rollout import RecordedLLM, RolloutContext
+from evolve.rollout import RecordedLLM, RolloutContext
 from evolve.types import Message
 
 HEADER = "Lessons from earlier attempts:"

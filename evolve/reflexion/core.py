@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evolve.scoring.rollout import RolloutContext, RolloutTimeout, jsonable, run_agent, score
+from evolve.rollout import RolloutContext, RolloutTimeout, jsonable, run_agent, score
 from evolve.types import (
     LLMCall,
     System,

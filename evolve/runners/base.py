@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 from evolve.artifacts import ArtifactStore
 from evolve.errors import UserError
 from evolve.llm.cache import LLMCache
-from evolve.scoring.rollout import check_reward_signature, run_agent, score
+from evolve.rollout import check_reward_signature, run_agent, score
 from evolve.types import InfraFailure, ModelSpec, System, Trajectory
 
 # ----------------------------------------------------------------------------- data

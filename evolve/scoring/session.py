@@ -149,7 +149,7 @@ class Session:
         """Import the agent and reward now, so a typo fails before any work is done."""
         from evolve.errors import ConfigError
         from evolve.registry import import_path
-        from evolve.scoring.rollout import check_reward_signature
+        from evolve.rollout import check_reward_signature
 
         resolved: list[Callable] = []
         for field in ("agent", "reward"):

@@ -18,7 +18,7 @@ import evolve
 from evolve.archive import Archive
 from evolve.errors import InfraError, LLMError, RunFailed
 from evolve.failures import classify, signature
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.types import Message, ModelSpec, System
 
 TESTS = Path(__file__).parents[1]

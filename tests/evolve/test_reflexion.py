@@ -18,7 +18,7 @@ from evolve.reflexion import (
     inject,
     reflexion_agent,
 )
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.types import LLMCall, Message, ModelSpec, Reward, System, ToolCall
 
 LESSON = "Answer with digits, not words."

@@ -293,7 +293,7 @@ def test_a_job_that_reads_no_log_probs_says_so_to_the_rollout_and_its_model(runn
     thread or process; a model call then passes ``logprobs=False`` to a backend that takes it, none
     to one that does not, and an agent's OpenAI request that asks for them still gets them."""
     from evolve.llm.base import Completion
-    from evolve.scoring.rollout import run_agent
+    from evolve.rollout import run_agent
 
     js = [RolloutJob(key=f"k/{t['id']}", system=SYSTEM, task=t, logprobs=i % 2 == 0) for i, t in enumerate(tasks(4))]
     out = collect(runner, spec(tmp_path, agent="tests.helpers.agents:logprobs_wanted"), js)

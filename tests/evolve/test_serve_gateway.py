@@ -16,7 +16,7 @@ from tests.helpers import make_tiny_llm
 from tests.helpers import DATA
 
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import RolloutContext, run_agent
+from evolve.rollout import RolloutContext, run_agent
 from evolve.gateway import rollout_route as gateway
 from evolve.types import LLMCall, ModelSpec, System
 

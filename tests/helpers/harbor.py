@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.types import ModelSpec, System
 
 WORDS = ["apple", "banana", "cherry", "delta", "echo", "falcon", "garnet", "harbor", "indigo", "jasper", "kiwi",

@@ -10,7 +10,7 @@ import pytest
 
 from evolve.llm.fake import ScriptedLM
 from evolve.loop.operators import OperatorContext
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql
 from evolve.worlds.sql.coldstart import memory_demos

@@ -13,7 +13,7 @@ from evolve.archive import Archive
 from evolve.cli.archive import app
 from evolve.llm.fake import ScriptedLM
 from evolve.results.report import to_markdown
-from evolve.scoring.rollout import run_agent
+from evolve.rollout import run_agent
 from evolve.registry import node_types
 from evolve.topology import (Edge, Node, Workflow, WorkflowError, agent, calls_upper_bound, condition_holds, graph_of,
                              validate)

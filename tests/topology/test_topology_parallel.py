@@ -72,7 +72,7 @@ def test_a_failing_parallel_sample_fails_the_trajectory_and_keeps_every_samples_
 
 def test_parallel_samples_keep_the_contexts_additions_and_sequential_visit_numbers():
     from evolve.reflexion.context import LessonContext
-    from evolve.scoring.rollout import RolloutContext
+    from evolve.rollout import RolloutContext
     from evolve.topology import agent
     from evolve.topology.runtime import Runtime
     from evolve.types import ToolCall
@@ -94,7 +94,7 @@ def test_parallel_samples_keep_the_contexts_additions_and_sequential_visit_numbe
 
 
 def test_each_fork_gets_its_own_gateway_url_and_join_drops_them():
-    from evolve.scoring.rollout import RolloutContext
+    from evolve.rollout import RolloutContext
     from evolve.gateway import rollout_route as gateway
     from evolve.types import ModelSpec, System
 

@@ -371,7 +371,7 @@ def test_operator_end_to_end_through_the_runtime(tmp_path):
     """Real node types and runtime, scripted LM: the model answers right only when sampled (a
     vote samples at its temperature), so the search must wrap the step in the cheapest vote."""
     from evolve.llm.fake import ScriptedLM
-    from evolve.scoring.rollout import run_agent
+    from evolve.rollout import run_agent
     from evolve.topology import agent
     from evolve.types import ModelSpec
 

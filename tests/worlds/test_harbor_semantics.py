@@ -13,7 +13,7 @@ import pytest
 
 from evolve.errors import InfraError
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.types import ModelSpec, System
 from evolve.worlds.harbor import load_task, nop, oracle, reward
 from evolve.worlds.harbor.check import check_task

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent
+from evolve.rollout import run_agent
 from evolve.types import ModelSpec, System
 from evolve.worlds.harbor import load_task, nop, oracle
 from evolve.worlds.harbor.check import check_task, trial

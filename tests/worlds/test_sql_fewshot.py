@@ -11,7 +11,7 @@ import pytest
 from evolve.prompts.components import set_demos
 
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent
+from evolve.rollout import run_agent
 from evolve.types import LLMCall, Message, ModelSpec, System
 from evolve.worlds.sql import agent, messages_for, prompt_text
 from evolve.worlds.sql.coldstart import fewshot_demos

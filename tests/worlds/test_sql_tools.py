@@ -10,7 +10,7 @@ import pytest
 
 from evolve.errors import ConfigError
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent, score
+from evolve.rollout import run_agent, score
 from evolve.toolforge import ToolLibrary, check
 from evolve.worlds.sql.abstract import call_text, mine_sql, shape_of
 from evolve.toolforge.tool import load_library, save_library

@@ -306,7 +306,7 @@ def test_name_words_are_the_schema_names_so_training_names_become_pointers(data)
 
 def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]) -> None:
     from evolve.llm.fake import ScriptedLM
-    from evolve.scoring.rollout import run_agent, score
+    from evolve.rollout import run_agent, score
 
     t = data["test"][0]
     said = t["gold_sql"] + "; This query returns the rows you asked for.\n\nIt works because..."
