@@ -1,10 +1,10 @@
 """The ``evolve`` command line: ``commands`` (run, eval, init, serve, mcp, and the subcommands of the
-surfaces' own packages), ``archive`` (``evolve archive``) and ``progress`` (the terminal's progress)."""
+surfaces' own packages) and ``archive`` (``evolve archive``)."""
 
 
 def __getattr__(name: str):
     # `evolve = "evolve.cli:main"`: the command's entry point, imported on first use so that
-    # `evolve.cli.archive` or `.progress` load without typer's whole app
+    # `evolve.cli.archive` loads without typer's whole app
     if name in ("app", "main"):
         import importlib
 

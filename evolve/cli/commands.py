@@ -37,7 +37,7 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print
                                        help="Print evolvekit's version and exit.")) -> None:
     """Evolve agent systems from their own experience."""
 
-from evolve.cli.progress import RichObserver, console  # noqa: E402  (the CLI's progress display and stderr)
+from evolve.scoring.progress import RichObserver, console  # noqa: E402  (the CLI's progress display and stderr)
 
 SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repeatable)."
 

@@ -47,7 +47,7 @@ def promote_command(
         res = approve_(run_dir, system=system, by=by)
         _out().print(Text(res["message"]))
         return
-    from evolve.cli.progress import RichObserver
+    from evolve.scoring.progress import RichObserver
 
     with RichObserver() as obs:
         res = promote(task_file, run_dir, system=system, by=by, repin=repin, overrides=set_, observer=obs)

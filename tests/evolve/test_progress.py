@@ -6,12 +6,12 @@ import io
 
 from rich.console import Console
 
-from evolve.cli.progress import GENERATION_COLUMNS, RichObserver, compact
+from evolve.scoring.progress import GENERATION_COLUMNS, RichObserver, compact
 
 
 def rendered(rows: list[dict], monkeypatch, width: int = 80) -> list[str]:
     buf = io.StringIO()
-    monkeypatch.setattr("evolve.cli.progress.console", Console(file=buf, width=width, force_terminal=False,
+    monkeypatch.setattr("evolve.scoring.progress.console", Console(file=buf, width=width, force_terminal=False,
                                                            color_system=None))
     obs = RichObserver()
     for row in rows:

@@ -1,5 +1,6 @@
 """The terminal's progress display for long jobs (``evolve run``, ``evolve promote``): progress bars
-while rollouts run, a table row per generation; on stderr."""
+while rollouts run, a table row per generation; on stderr. An :class:`~evolve.scoring.session.Observer`,
+here so that each command that scores (the CLI's run, deploy's promote) shows the same display."""
 
 from __future__ import annotations
 
