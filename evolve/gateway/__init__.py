@@ -6,7 +6,10 @@ real model, so an unmodified agent's traffic is recorded, and can be learnt from
 * ``upstream`` — what answers a route: a model through litellm (hosted, or the user's own
   OpenAI-compatible server); routes by model name;
 * ``traces`` — the trace store: calls in sessions, feedback, in one append-only SQLite file;
-* ``app`` — the HTTP endpoints (starlette), sessions, recording;
+* ``app`` — the HTTP endpoints (starlette), with ``surface`` (who may call, the body read, JSON
+  answers); a chat call's session is found by ``sessions``, the system that answers it chosen by
+  ``assign`` (a session's first system, a canary's share) and applied by ``apply``; ``exchange``
+  answers and records it;
 * ``config`` — ``gateway.yaml``; ``server`` — running it under uvicorn.
 
 Needs the ``gateway`` extra (starlette, uvicorn, litellm); ``import evolve`` loads none of it.

@@ -33,11 +33,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evolve.gateway.wire import text_of
+from evolve.gateway.wire import Request, text_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from evolve.gateway.upstream import Route
 
 HOW = ("block", "prepend", "append", "replace", "demos")
 WHERE = ("system", "last_user")
@@ -272,4 +276,45 @@ class SystemSource:
             self._archive = None
 
 
-__all__ = ["HOW", "WHERE", "Rule", "SystemSource", "apply_rules"]
+@dataclass
+class Applied:
+    """What the answering system made of a request: its id, the prompt rules that applied, the
+    memory items recalled, the system's own tools served (by name)."""
+
+    system_id: str | None
+    rules: list[str] = field(default_factory=list)
+    recalled: list[str] = field(default_factory=list)
+    tools: dict[str, Any] = field(default_factory=dict)
+
+
+async def apply_system(route: Route, req: Request, pinned: str | None, sent: list[dict],
+                       log: Callable[[str], None] | None = None) -> Applied:
+    """Make ``req`` the request of system ``pinned`` (None: the route's current system), in place:
+    the route's prompt rules and memory recall applied to its messages (the recall's query from
+    ``sent``, the messages as the agent sent them), the system's served tools added to those on
+    offer, and the system named to an upstream that answers with the system it is told."""
+    import anyio
+
+    applied = Applied(pinned or route.current_system())
+    if route.source is not None:
+        applied.system_id, prompts, memory = await anyio.to_thread.run_sync(route.source.resolve, pinned)
+        req.messages, applied.rules = apply_rules(req.messages, route.rules, prompts)
+        if route.recall is not None:
+            try:
+                req.messages, applied.recalled = await anyio.to_thread.run_sync(
+                    lambda: apply_recall(req.messages, memory, route.recall, sent))
+            except Exception as e:  # noqa: BLE001 - memory that cannot be read never fails the call
+                if log:
+                    log(f"recall failed on route {route.name} ({type(e).__name__}: {e}); answered without")
+    if route.tools is not None and route.source is not None:  # the system's own tools, run by the gateway
+        system = await anyio.to_thread.run_sync(route.source.get, applied.system_id)
+        applied.tools = route.tools.offered(system, req.tools)
+        if applied.tools:
+            req.params["tools"] = [*(req.tools or []), *(route.tools.schema(t) for t in applied.tools.values())]
+    if route.upstream.serves_systems:  # e.g. a local route: it answers with the session's own system
+        req.system = pinned
+    return applied
+
+
+__all__ = ["HOW", "WHERE", "Applied", "RecallRule", "Rule", "SystemSource", "apply_recall", "apply_rules",
+           "apply_system"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
-from evolve.gateway.upstream import Result, Route
+from evolve.gateway.upstream import Result, Route, Upstream
 from evolve.gateway.wire import GatewayError, Request, text_of
 from evolve.llm.base import takes
 from evolve.types import LLMCall, Message
@@ -212,7 +212,7 @@ def _checked(req: Request) -> tuple[int, int | None, list[str] | None]:
     return int(n), seed, stop
 
 
-class ModelUpstream:
+class ModelUpstream(Upstream):
     """What answers a route with a model in this process: :meth:`generate` (one completion, in a
     worker thread) is each kind's own; the rest (``n`` choices, tools in the prompt, token ids and
     log-probs in the answer, a stream sent once the answer is whole) is shared."""

@@ -61,6 +61,7 @@ class RolloutUpstream(ModelUpstream):
 
     # a rollout's calls are its steps, in order, each seeded by the steps before it: n choices run one by one
     concurrent_choices = False
+    serves_systems = True  # the rollout's own system (its id is the one recorded)
 
     def __init__(self, ctx: Rollout, role: str) -> None:
         self.ctx, self.role = ctx, role

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from evolve.errors import UserError
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
@@ -52,6 +52,7 @@ class LocalUpstream(ModelUpstream):
     _app: Any = field(default=None, init=False, repr=False)
     _owned: bool = field(default=True, init=False, repr=False)  # closed with the route (not when given one)
     _cap: Any = field(default=None, init=False, repr=False)
+    serves_systems: ClassVar[bool] = True  # a session's own system, while the app keeps its model
 
     @classmethod
     def of(cls, app: ServeApp, *, record: bool = True) -> LocalUpstream:

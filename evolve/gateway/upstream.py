@@ -27,7 +27,7 @@ import fnmatch
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from evolve.gateway.wire import GatewayError, Request
 
@@ -119,8 +119,51 @@ def upstream_error(e: BaseException, where: str, secret: str | None = None) -> G
     return GatewayError(status, message, code=f"upstream_{category}")
 
 
+class Upstream:
+    """What answers a route; the gateway calls, per request, :meth:`complete` (a whole answer) or
+    :meth:`stream` (the answer as it comes), and :meth:`target` / :meth:`describe` to record and
+    name it; :meth:`close` when the route closes.
+
+    What a kind of upstream can do beyond answering is declared here, with the default for the kinds
+    that cannot: :attr:`serves_systems` (it answers a request with the system the request names) and
+    :attr:`system_id` (the system answering now)."""
+
+    #: It serves a run's systems and answers a request with the one :attr:`Request.system` names
+    #: (a session's own, the system of its first call); with it a route keeps each session on its
+    #: system (when ``sticky``), and the gateway tells it which.
+    serves_systems: ClassVar[bool] = False
+
+    @property
+    def system_id(self) -> str | None:
+        """The id of the system answering now, where the upstream knows it (a local model)."""
+        return None
+
+    def target(self, asked: str) -> str:
+        """The model recorded as the one that answers a request for ``asked``."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The upstream in words, for the messages of errors that name it."""
+        raise NotImplementedError
+
+    def model_names(self) -> list[str]:
+        """The model names it answers to, for a route that matches none of its own."""
+        raise NotImplementedError(f"{type(self).__name__} names no models: give its route a match")
+
+    async def complete(self, req: Request) -> Result:
+        raise NotImplementedError
+
+    def stream(self, req: Request) -> AsyncIterator[Any]:
+        """OpenAI ``chat.completion.chunk`` dicts; a local model may end with its whole :class:`Result`
+        (for the record, not sent)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of what it holds (nothing, unless the kind holds something)."""
+
+
 @dataclass
-class LiteLLMUpstream:
+class LiteLLMUpstream(Upstream):
     """``model`` is a litellm model name (``openai/gpt-4o-mini``, ``anthropic/claude-...``,
     ``hosted_vllm/...``); a ``*`` in it stands for the model name the agent asked for."""
 
@@ -215,7 +258,7 @@ class Route:
 
     name: str
     match: list[str]
-    upstream: Any  # LiteLLMUpstream, or a model in this process (evolve.gateway.local.ModelUpstream)
+    upstream: Upstream  # LiteLLMUpstream, or a model in this process (evolve.gateway.local.ModelUpstream)
     system_id: str | None = None
     source: Any = None  # evolve.gateway.apply.SystemSource: the run whose prompts apply
     rules: list[Any] = field(default_factory=list)  # evolve.gateway.apply.Rule
@@ -228,7 +271,7 @@ class Route:
         """The system answering now: the followed run's, the local route's, or the route's label."""
         if self.source is not None:
             return self.source.system_id
-        return getattr(self.upstream, "system_id", None) or self.system_id
+        return self.upstream.system_id or self.system_id
 
     def close(self) -> None:
         for part in (self.upstream, self.source, self.tools, self.canary):
@@ -254,4 +297,4 @@ def pick(routes: list[Route], model: str) -> Route:
                        param="model", code="model_not_found")
 
 
-__all__ = ["LiteLLMUpstream", "Result", "Route", "StreamAnswer", "pick", "upstream_error"]
+__all__ = ["LiteLLMUpstream", "Result", "Route", "StreamAnswer", "Upstream", "pick", "upstream_error"]
