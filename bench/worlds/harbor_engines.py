@@ -39,8 +39,8 @@ for k, v in {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "ANO
 from harbor_speed import bare_episode  # noqa: E402
 
 from evolve.worlds.harbor import find_tasks, load_task, solution_commands  # noqa: E402
-from evolve.worlds.harbor.docker_env import DockerEnvironment  # noqa: E402
-from evolve.worlds.harbor.sandbox_env import SandboxEnvironment  # noqa: E402
+from evolve.worlds.harbor.environment.docker import DockerEnvironment  # noqa: E402
+from evolve.worlds.harbor.environment.sandbox import SandboxEnvironment  # noqa: E402
 
 TASKS = ROOT / "examples" / "harbor_tasks"
 

@@ -72,7 +72,7 @@ def _rewrite(text: str, root: Path) -> str:
 def bare_episode(task: dict) -> tuple[float, float]:
     """The same work with no isolation: the Dockerfile's COPY/RUN, the commands and the tests in
     bare subprocesses over a temporary folder standing in for /app, /logs and /tests."""
-    from evolve.worlds.harbor.dockerfile import parse
+    from evolve.worlds.harbor.environment.dockerfile import parse
 
     t0 = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="harbor-bare-"))

@@ -32,6 +32,32 @@ def sandbox_backend(monkeypatch):
     use_sandbox(monkeypatch)
 
 
+def test_the_worlds_rooms_depend_downwards_only():
+    """task/ (the format) imports nothing else of the world, environment/ (where a task runs) only
+    task/, and both backends share one phase delegation and one backend switch."""
+    import ast
+
+    from evolve.worlds.harbor.environment import SandboxEnvironment
+    from evolve.worlds.harbor.environment.base import PhasedEnvironment
+
+    root = REPO / "evolve" / "worlds" / "harbor"
+    may = {"task": ("evolve.worlds.harbor.task",),
+           "environment": ("evolve.worlds.harbor.task", "evolve.worlds.harbor.environment")}
+    for room, prefixes in may.items():
+        for f in sorted((root / room).glob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                for name in names:
+                    if name.startswith("evolve.worlds.harbor"):
+                        assert name.startswith(prefixes), f"{room}/{f.name} imports {name}"
+    for backend in (DockerEnvironment, SandboxEnvironment):
+        assert issubclass(backend, PhasedEnvironment)
+        assert "solve" not in vars(backend) and "start_step" not in vars(backend)
+    switches = [f for f in root.rglob("*.py") if "EVOLVE_HARBOR_BACKEND" in f.read_text()]
+    assert switches == [root / "environment" / "__init__.py"]
+
+
 def mk(root: Path, name: str = "t", *, instruction: str = "Create /app/out.txt holding ok.", toml: str | None = None,
        test: str | None = None, solve: str | None = "echo ok > /app/out.txt", dockerfile: str | None = None,
        files: dict | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Building Harbor tasks' images on a real engine (evolve/worlds/harbor/build.py): the image map for
+"""Building Harbor tasks' images on a real engine (evolve/worlds/harbor/environment/build.py): the image map for
 bases no registry gives here, BuildKit heredocs on an engine without BuildKit, builds that reach the
 package mirror through the host network only when the user opts in, and failed builds that leave
 nothing behind."""
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from evolve.worlds.harbor.build import BuildfileError, rewrite
+from evolve.worlds.harbor.environment.build import BuildfileError, rewrite
 
 HEREDOCS = """# syntax=docker/dockerfile:1
 FROM ubuntu:24.04
@@ -85,7 +85,7 @@ def _task(tmp_path, name: str, dockerfile: str, test: str, solve: str, files: di
 
 
 def _episode(engine, folder, *, solve: bool = True, **more) -> dict:
-    from evolve.worlds.harbor.docker_env import DockerEnvironment
+    from evolve.worlds.harbor.environment.docker import DockerEnvironment
 
     env = DockerEnvironment(engine.task(folder, **more), engine.client)
     try:
@@ -118,7 +118,7 @@ def test_public_shapes_build_on_the_engine_here(docker_engine, tmp_path):
 
 def test_a_build_reaches_the_package_mirror_through_the_host_network_only_when_the_user_opts_in(docker_engine,
                                                                                                 tmp_path):
-    from evolve.worlds.harbor.outcome import EnvironmentError_
+    from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 
     d = _task(tmp_path, "apt", dockerfile="FROM debian:bookworm\nRUN apt-get update -q && apt-get install -y -q "
               "--no-install-recommends jq && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n",
@@ -131,7 +131,7 @@ def test_a_build_reaches_the_package_mirror_through_the_host_network_only_when_t
 
 
 def test_a_failed_build_is_the_tasks_environment_failing_and_leaves_no_container(docker_engine, tmp_path):
-    from evolve.worlds.harbor.outcome import EnvironmentError_
+    from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 
     before = {c.id for c in docker_engine.client.containers.list(all=True)}
     d = _task(tmp_path, "fails", dockerfile="FROM debian:bookworm\nRUN echo building && exit 3\nWORKDIR /app\n",

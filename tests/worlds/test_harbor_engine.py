@@ -30,7 +30,7 @@ def _image(client, tag: str, labels: dict) -> str:
 
 
 def test_teardown_removes_what_this_session_made_and_nothing_of_a_users(docker_engine, tmp_path, monkeypatch):
-    from evolve.worlds.harbor.docker_env import DockerEnvironment
+    from evolve.worlds.harbor.environment.docker import DockerEnvironment
 
     c = docker_engine.client
     # a session of its own, so that its teardown here leaves the other tests' images alone

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.worlds.harbor.outcome import EnvironmentError_
+from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 from evolve.worlds.harbor.task import UnsupportedTask, load_task
 from tests.helpers.docker_engine import ours
 from tests.helpers.harbor import play, shells
@@ -42,7 +42,7 @@ def mk(root: Path, name: str, *, dockerfile: str = "FROM python:3.11-slim\nWORKD
 
 
 def _episode(task: dict, client) -> dict:
-    from evolve.worlds.harbor.docker_env import DockerEnvironment
+    from evolve.worlds.harbor.environment.docker import DockerEnvironment
 
     env = DockerEnvironment(task, client)
     try:
@@ -103,7 +103,7 @@ def test_a_task_folder_cannot_ask_for_the_host_network_and_a_bad_setting_is_name
 
 
 def test_containers_have_no_raw_sockets_unless_docker_defaults_are_asked_for(engine, tmp_path):
-    from evolve.worlds.harbor.docker_env import DockerEnvironment
+    from evolve.worlds.harbor.environment.docker import DockerEnvironment
 
     raw = "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)'"
     task = engine.task(mk(tmp_path, "raw"))

@@ -19,8 +19,8 @@ from evolve.rollout import run_agent
 from evolve.types import ModelSpec, System
 from evolve.worlds.harbor import load_task, nop, oracle
 from evolve.worlds.harbor.check import check_task, trial
-from evolve.worlds.harbor.outcome import EnvironmentError_
-from evolve.worlds.harbor.phases import healthcheck
+from evolve.worlds.harbor.environment.outcome import EnvironmentError_
+from evolve.worlds.harbor.environment.phases import healthcheck
 from evolve.worlds.harbor.task import TaskError
 from tests.helpers.harbor import play, shells, use_sandbox, write
 
@@ -231,7 +231,7 @@ def test_a_malformed_healthcheck_is_an_invalid_task_naming_the_field(tmp_path, t
 def test_the_mean_is_each_keys_over_the_verified_steps_only():
     """Harbor's ``_aggregate_step_rewards``: a key a verified step lacks counts 0, a step that
     failed before its agent is out of the denominator; no verified step is no reward (0 here)."""
-    from evolve.worlds.harbor.outcome import aggregate
+    from evolve.worlds.harbor.environment.outcome import aggregate
 
     a = {"step": "a", "components": {"reward": 1.0, "style": 1.0}, "exit_code": 0, "output": "ok", "seconds": 1.0}
     b = {"step": "b", "components": {"reward": 0.0}, "exit_code": 1, "output": "no", "seconds": 2.0}

@@ -14,23 +14,19 @@ environment. One bad task never stops a run: an invalid, unsupported or broken o
 left out with its reason. Nothing a task or an agent writes reaches the host: a task's files and
 its environment's are never touched through a link (:mod:`evolve.sandbox.beneath`).
 
-The folder, each module depending only on those above it:
+The folder, each part depending only on those above it:
 
-* ``task`` — reading one task folder strictly (``task.toml`` keys, timeouts, named errors, steps),
-  never through a link; ``sections`` — task.toml's sections by Harbor's rules (users, ``${VAR}``
-  env, network policies, the verifier's environment; what is refused by name);
-* ``dockerfile`` — the Dockerfile subset the sandbox backend carries out;
-* ``outcome`` — the environment failing (``EnvironmentError_``) and the tests' verdict (Harbor's
-  reward files, a multi-step task's aggregate); ``phases`` — the verifier, the oracle and a step's
-  start as Harbor runs them, on either backend; ``docker_shell`` — the episode's persistent shell in
-  a container; ``sandbox_env`` and ``docker_env`` — the two backends; ``environment`` — one
-  interface over them and ``open_environment``; ``trial`` — an episode's steps in sequence, and
-  the ``oracle`` and ``nop`` agents;
-* ``check`` — is a task sound (tests fail untouched, its solution passes), cached; ``cli`` —
-  ``evolve harbor check``;
+* ``task/`` — the task format: reading one task folder strictly (``task.toml`` keys, timeouts,
+  named errors, steps, Harbor's sections, which host variables it may read), never through a link;
+* ``environment/`` — where a task runs: the docker and sandbox backends behind one interface
+  (``open_environment``), the verifier, the oracle and a step's start as Harbor runs them, the tests'
+  verdict and the environment failing (``EnvironmentError_``);
+* ``trial`` — an episode's steps in sequence, and the ``oracle`` and ``nop`` agents; ``check`` — is
+  a task sound (tests fail untouched, its solution passes), cached; ``cli`` — ``evolve harbor
+  check``;
 * ``dataset`` — the splits, stable by folder name, bad tasks left out and reported;
 * ``agent`` — the shell agent (text protocol: one fenced command per reply, ``DONE``);
-  ``reward`` — the tests' verdict; ``mining`` — memory entries and cold-start demos;
+  ``reward`` — the tests' verdict; ``hooks`` — memory entries and cold-start demos;
   ``tools`` — recurring commands mined into parametrised shell tools (``tools.mine``), and the
   agent's expansion of a call of one; ``workflow`` — the agent's turn as workflow-graph steps
   (``harbor.act``, ``harbor.think``, ``harbor.review``), its loop as a graph and the topology
@@ -47,7 +43,7 @@ from evolve.worlds.harbor.agent import (
     reflexion_agent,
 )
 from evolve.worlds.harbor.dataset import dataset, split_of
-from evolve.worlds.harbor.mining import demos, experiences, solution_commands
+from evolve.worlds.harbor.hooks import demos, experiences, solution_commands
 from evolve.worlds.harbor.reward import reward
 from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 from evolve.worlds.harbor.tools import mine_commands

@@ -3,7 +3,7 @@ its output, stop with ``DONE``; then the task's tests run in the same environmen
 
 The commands of an episode run in one persistent shell (a ``cd``, an export, a background service
 carry over to the next command; on the sandbox backend the directory and exports do, see
-:mod:`.sandbox_env`). A multi-step task runs step by step in the same environment, each step a
+:mod:`.environment.sandbox`). A multi-step task runs step by step in the same environment, each step a
 fresh conversation opened with the step's instruction, scored as Harbor scores steps
 (:mod:`.trial`).
 

@@ -107,10 +107,9 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
     "backend", "host_env" (:func:`host_env`)}``. ``unverified``: the task has no ``solution/solve.sh`` (kept, but nothing shows it
     can be solved). An environment that cannot even be built is ``broken`` too, with its error, or
     ``unsupported`` when this backend cannot carry it out (the reason names what can)."""
-    from evolve.worlds.harbor.environment import docker_client
+    from evolve.worlds.harbor.environment import resolve_backend
 
-    resolved = backend if backend != "auto" else ("docker" if os.environ.get("EVOLVE_HARBOR_BACKEND") != "sandbox"
-                                                  and docker_client(timeout=2) else "sandbox")
+    resolved = resolve_backend(backend)
     # another image map, build network, capability set or allowed variable: checked again
     setting = {k: task.get(k) for k in ("build_network", "capabilities", "allow_env") if task.get(k) not in
                (None, "auto", "reduced", [])}

@@ -3,7 +3,7 @@ sound (tests fail untouched, its solution passes); each task's status is ``ok``,
 (no solution), ``broken``, ``unsupported`` or ``invalid``, with the reason, and what Harbor's trial
 result would say of its ``nop`` and ``oracle`` trials (the reward, every component, the exception
 type when the trial failed), and the host variables its ``${VAR}`` values read (each ``allowed``
-with ``--allow-env NAME`` or not: :mod:`.hostenv`); exit 1 when one would be left out of a run.
+with ``--allow-env NAME`` or not: :mod:`.task.hostenv`); exit 1 when one would be left out of a run.
 
 Mounted by :mod:`evolve.cli.commands` through :data:`evolve.registry.commands`."""
 
@@ -51,9 +51,9 @@ def check_command(
     from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 
     check_backend(environment)
-    from evolve.worlds.harbor.build import check_build_network
-    from evolve.worlds.harbor.docker_env import CAPABILITIES
-    from evolve.worlds.harbor.hostenv import check_names
+    from evolve.worlds.harbor.environment.build import check_build_network
+    from evolve.worlds.harbor.environment.docker import CAPABILITIES
+    from evolve.worlds.harbor.task.hostenv import check_names
 
     check_build_network(build_network, "--build-network")
     allowed = check_names(allow_env, "--allow-env")

@@ -51,10 +51,10 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     ``val``/``test``: shares of the hash line; ``environment``: ``auto`` | ``sandbox`` | ``docker``;
     ``check``: run each task's solution first and leave out broken ones; ``splits``: ``{split:
     [task ids]}`` pinning tasks; ``images``: the image map for the docker backend (``{"ubuntu:24.04":
-    "a-local-image"}``: a base the engine cannot pull, built on a local stand-in, :mod:`.build`);
+    "a-local-image"}``: a base the engine cannot pull, built on a local stand-in, :mod:`.environment.build`);
     ``build_network``: the network builds use (``auto``: the engine's bridge network, none where it has
-    none; ``host`` only as this explicit choice, :mod:`.build`); ``allow_env``: the host's environment
-    variables a task's ``${VAR}`` may read (none by default, :mod:`.hostenv`); ``capabilities``:
+    none; ``host`` only as this explicit choice, :mod:`.environment.build`); ``allow_env``: the host's environment
+    variables a task's ``${VAR}`` may read (none by default, :mod:`.task.hostenv`); ``capabilities``:
     ``reduced`` (the default) or ``docker`` (the engine's default capabilities in the containers).
     ``seed`` does not move tasks between splits."""
     from evolve.worlds.harbor.environment import check_backend
@@ -64,9 +64,9 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
         raise ConfigError("the harbor world needs its tasks: dataset: {source: path/to/tasks} (a Harbor task "
                           "folder, a folder of them, or a list)", path="dataset.source")
     check_backend(environment)
-    from evolve.worlds.harbor.build import check_build_network
-    from evolve.worlds.harbor.docker_env import CAPABILITIES
-    from evolve.worlds.harbor.hostenv import check_names
+    from evolve.worlds.harbor.environment.build import check_build_network
+    from evolve.worlds.harbor.environment.docker import CAPABILITIES
+    from evolve.worlds.harbor.task.hostenv import check_names
 
     check_build_network(build_network)
     _report_host(build_network, [])  # before anything is built
@@ -155,11 +155,9 @@ def _report_host(build_network: str, notes: list[str]) -> None:
 
 
 def _need_sandbox(environment: str) -> None:
-    import os
+    from evolve.worlds.harbor.environment import resolve_backend
 
-    from evolve.worlds.harbor.environment import docker_client
-
-    if environment == "auto" and os.environ.get("EVOLVE_HARBOR_BACKEND") != "sandbox" and docker_client(timeout=2):
+    if resolve_backend(environment) == "docker":
         return
     from evolve.sandbox.shell import available
 

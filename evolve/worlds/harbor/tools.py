@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections import defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.types import ToolCall
 

@@ -1,12 +1,12 @@
 """One episode of a Harbor task as Harbor's trial runs it (``trial/single_step.py``,
 ``trial/multi_step.py``), whatever acts in it: the LLM agent, the oracle or nop.
 
-Every step in turn, in one environment: the step's start (:func:`.phases.start_step`: its
+Every step in turn, in one environment: the step's start (:func:`.environment.phases.start_step`: its
 workdir, setup.sh and healthcheck), the agent phase, then the step's verifier. A step whose rewards
 fall short of its ``min_reward`` stops the remaining ones (Harbor's early stop); so does a step
 whose setup.sh or healthcheck fails: neither its agent nor its verifier runs, and it has no
 rewards. A multi-step episode's verdict is its steps' by the task's ``multi_step_reward_strategy``
-(:func:`.outcome.aggregate`: a step without rewards is left out of the mean, and is a final
+(:func:`.environment.outcome.aggregate`: a step without rewards is left out of the mean, and is a final
 step's nothing, which Harbor's metrics count 0). Two differences from Harbor, on purpose: a step
 whose verifier fails (no reward file, a timeout) fails the whole episode (the world failing, never
 a score), where Harbor would average the other steps; and so does a first step that cannot start
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from evolve.worlds.harbor import phases
-from evolve.worlds.harbor.outcome import EnvironmentError_, aggregate
+from evolve.worlds.harbor.environment import phases
+from evolve.worlds.harbor.environment.outcome import EnvironmentError_, aggregate
 
 
 def run_episode(task: dict, env: Any, act: Callable[[dict], None], verify: Callable | None = None) -> dict:

@@ -1,6 +1,6 @@
 """What runs in a task's environment besides the agent's commands, as Harbor runs it, on either
 backend (each gives ``sh``, ``reset``, ``upload``, ``executable`` and ``fetch``; see
-:mod:`.environment`):
+:mod:`.base`):
 
 * **the verifier** (Harbor's ``verifier/verifier.py``): the stale reward files go, the tests are
   copied to ``/tests`` (a step's ``steps/<name>/tests/`` over ``tests/``), ``test.sh`` is made
@@ -27,14 +27,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from evolve.worlds.harbor.outcome import TEXT_LIMIT, EnvironmentError_, tail, verdict
-from evolve.worlds.harbor.sections import resolve_env
+from evolve.worlds.harbor.environment.hostenv import resolve
+from evolve.worlds.harbor.environment.outcome import TEXT_LIMIT, EnvironmentError_, tail, verdict
 
 OUTPUT_TAIL = 64 * 1024  # bytes of a script's output read back
 
 
 def single(task: dict) -> dict:
-    """A single-step task as its one step (the shape of :func:`.task.load_task`'s ``steps``)."""
+    """A single-step task as its one step (the shape of :func:`evolve.worlds.harbor.task.load_task`'s ``steps``)."""
     return {"name": None, "instruction": task["instruction"], "agent_timeout": task.get("agent_timeout"),
             "verifier_timeout": task["verifier_timeout"], "agent_user": task.get("agent_user"),
             "verifier_user": task.get("verifier_user"), "verifier_env": {}, "min_reward": None,
@@ -66,7 +66,7 @@ def verify(env: Any, step: dict | None = None) -> dict:
     step = step or single(task)
     t0 = time.monotonic()
     merged = {**task.get("verifier_env", {}), **(step.get("verifier_env") or {})}
-    variables = resolve_env(task, merged)
+    variables = resolve(task, merged)
     env.reset(["/tests", "/logs/verifier/reward.txt", "/logs/verifier/reward.json"]
               + (["/logs/verifier"] if step["name"] is not None else []))
     for i, folder in enumerate(step["test_dirs"]):
@@ -92,7 +92,7 @@ def solve(env: Any, step: dict | None = None) -> Any:
     if not step.get("solution"):
         raise EnvironmentError_(task, f"no solution/solve.sh{' for step ' + repr(step['name']) if step['name'] else ''}: "
                                 "the oracle has nothing to run", kind="FileNotFoundError")
-    variables = {**resolve_env(task, task.get("solution_env")), "DEBIAN_FRONTEND": "noninteractive"}
+    variables = {**resolve(task, task.get("solution_env")), "DEBIAN_FRONTEND": "noninteractive"}
     env.reset(["/solution"])
     env.upload(step["solution"], "/solution")
     env.executable("/solution/solve.sh")

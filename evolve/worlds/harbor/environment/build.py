@@ -211,7 +211,7 @@ def labels() -> dict[str, str]:
 def task_image(task: dict, client: Any) -> str:
     """The task's image: ``[environment] docker_image`` (through the image map), else its
     Dockerfile built as :func:`rewrite` makes it, once per task content and rewrite."""
-    from evolve.worlds.harbor.outcome import EnvironmentError_
+    from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 
     images = dict(task.get("images") or {})
     if task.get("docker_image"):
@@ -240,7 +240,7 @@ def task_image(task: dict, client: Any) -> str:
 def _build(task: dict, client: Any, dockerfile: str, tag: str) -> None:
     """``docker build`` of environment/ with ``dockerfile`` (sent inside the context, never written
     into the task folder), on the build network; a failed build leaves no container behind."""
-    from evolve.worlds.harbor.outcome import EnvironmentError_, tail
+    from evolve.worlds.harbor.environment.outcome import EnvironmentError_, tail
 
     network = build_network(client, task.get("build_network") or "auto", task.get("id", ""))
     with tempfile.TemporaryDirectory() as d:
@@ -258,7 +258,7 @@ def _build(task: dict, client: Any, dockerfile: str, tag: str) -> None:
 def _check_context(task: dict) -> None:
     """The SDK tars environment/ without following links, but reads .dockerignore by its path."""
     from evolve.sandbox.beneath import Refused, kind
-    from evolve.worlds.harbor.outcome import EnvironmentError_
+    from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 
     try:
         k = kind(task["path"], "environment/.dockerignore")

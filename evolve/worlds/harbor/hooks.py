@@ -5,7 +5,8 @@ start)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from evolve.worlds.harbor.agent import DEFAULT_INSTRUCTION, messages_for
 

@@ -14,7 +14,7 @@ run yet (refused by name, never ignored) or runs without enforcing (a note on th
   the build 600 s; a step's verifier 600 s unless its own says otherwise (Harbor's StepConfig).
 * **a step's healthcheck** (``[steps.healthcheck]``, Harbor's HealthcheckConfig): ``command``
   (required), ``interval_sec`` 5, ``timeout_sec`` 30, ``start_period_sec`` 0, ``start_interval_sec``
-  5, ``retries`` 3 (Harbor's defaults); run by :func:`.phases.healthcheck`.
+  5, ``retries`` 3 (Harbor's defaults); run by :func:`evolve.worlds.harbor.environment.phases.healthcheck`.
 """
 
 from __future__ import annotations
@@ -35,14 +35,6 @@ def env_table(data: dict, section: str, folder: Path, errors: Any) -> dict[str, 
                                               for k, v in table.items()):
         raise errors.invalid(folder, f"task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = \"1\" }}")
     return {k: str(v) for k, v in table.items()}
-
-
-def resolve_env(task: dict, table: dict[str, str] | None) -> dict[str, str]:
-    """``table`` with its ``${VAR}`` values read now, only from the host variables the user allowed
-    (:func:`.hostenv.resolve`)."""
-    from evolve.worlds.harbor.hostenv import resolve
-
-    return resolve(task, table)
 
 
 def user(data: dict, section: str, folder: Path, errors: Any) -> str | None:
@@ -210,4 +202,4 @@ def healthcheck(value: Any, where: str, folder: Path, errors: Any) -> dict[str, 
 
 
 __all__ = ["HEALTHCHECK_DEFAULTS", "NETWORK_MODES", "STEP_KEYS", "artifacts", "cpus", "env_table", "healthcheck",
-           "min_reward", "network", "refusals", "resolve_env", "user", "verifier_mode"]
+           "min_reward", "network", "refusals", "user", "verifier_mode"]

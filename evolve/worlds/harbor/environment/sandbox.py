@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evolve.worlds.harbor.dockerfile import DockerfileError, parse, top_dirs
-from evolve.worlds.harbor.outcome import (
+from evolve.worlds.harbor.environment.base import PhasedEnvironment
+from evolve.worlds.harbor.environment.dockerfile import DockerfileError, parse, top_dirs
+from evolve.worlds.harbor.environment.outcome import (
     TEXT_LIMIT,
     EnvironmentError_,
     tail,
@@ -60,7 +61,7 @@ def _plan_of(task: dict):
         raise unsupported(task, f"{e} (the sandbox backend reads a task's files without following links)") from None
     if text is None:
         raise EnvironmentError_(task, "environment/Dockerfile is missing; the sandbox backend builds from it")
-    from evolve.worlds.harbor.build import BuildfileError, rewrite
+    from evolve.worlds.harbor.environment.build import BuildfileError, rewrite
 
     try:  # heredocs made plain RUN lines first, as for an engine without BuildKit
         return parse(rewrite(text.decode("utf-8", "replace")))
@@ -126,14 +127,15 @@ def _refuse(task: dict) -> list[str]:
     return wanted
 
 
-class SandboxEnvironment:
+class SandboxEnvironment(PhasedEnvironment):
     """The task's environment as a bubblewrap workspace (see the module docstring)."""
 
     backend = "sandbox"
+    offline = "none: the task leaves network_mode at Harbor's default (public), and the sandbox backend has no network"
 
     def __init__(self, task: dict) -> None:
         from evolve.sandbox.shell import Workspace
-        from evolve.worlds.harbor.sections import resolve_env
+        from evolve.worlds.harbor.environment.hostenv import resolve
 
         self.task = task
         self.denied = _refuse(task)
@@ -144,7 +146,7 @@ class SandboxEnvironment:
         if bad:
             raise unsupported(task, f"environment/Dockerfile writes into {bad[0]}, which the sandbox backend keeps "
                               "read-only (it is the host's)")
-        self.env = {**plan.env, **resolve_env(task, task.get("environment_env"))}
+        self.env = {**plan.env, **resolve(task, task.get("environment_env"))}
         mem = int(task.get("memory_mb") or 1024)
         self.ws = Workspace({t: None for t in tops}, workdir=self.workdir, env=self.env, memory_mb=max(256, mem))
         try:
@@ -298,27 +300,6 @@ class SandboxEnvironment:
             raise EnvironmentError_(self.task, f"{inside}: {e}; the host reads it without following links, so "
                                     "tests/test.sh must write it as a regular file",
                                     kind="DownloadVerifierDirError") from None
-
-    # -- the task's phases --------------------------------------------------------------------------
-
-    def verify(self, step: dict | None = None) -> dict:
-        from evolve.worlds.harbor import phases
-
-        out = phases.verify(self, step)
-        if "verifier" in self.denied:
-            out["network"] = ("none: the task leaves network_mode at Harbor's default (public), and the sandbox "
-                              "backend has no network")
-        return out
-
-    def solve(self, step: dict | None = None) -> Any:
-        from evolve.worlds.harbor import phases
-
-        return phases.solve(self, step)
-
-    def start_step(self, step: dict, first: bool) -> dict | None:
-        from evolve.worlds.harbor import phases
-
-        return phases.start_step(self, step, first)
 
     def close(self) -> None:
         self.ws.close()

@@ -1,6 +1,6 @@
 """What a Harbor task's environment reports back, whichever backend ran it: the error that is
 the world failing (:class:`EnvironmentError_`) and the verdict of the task's tests (its reward file
-by Harbor's rules, see :mod:`.environment`)."""
+by Harbor's rules, see :mod:`evolve.worlds.harbor.environment`)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from evolve.sandbox.shell import ShellResult
+
 GRACE_S = 3.0  # after the kill, how long the shell has to print its sentinel
 RESTARTED = ("the shell did not come back after the command was killed, so a new shell was started in {wd}: "
              "earlier cd and exported variables are gone (files and background processes stay)")
@@ -46,18 +48,11 @@ exit 0
 
 
 @dataclass(frozen=True)
-class ShellOutcome:
-    """One command in the shell: ``exit_code`` (None when killed at its timeout), the tails of its
-    output, and ``note`` when the shell had to be started again."""
+class ShellOutcome(ShellResult):
+    """One command in the shell: the sandbox's command result (``exit_code`` None when killed at
+    its timeout, the tails of its output), and ``note`` when the shell had to be started again."""
 
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    duration_s: float
-    truncated: bool = False
     note: str = ""
-    error: str | None = None
 
 
 class _Session:
@@ -222,12 +217,12 @@ class DockerShell:
                 self._kill_shell()
                 self._restart()
                 note = RESTARTED.format(wd=self.workdir)
-            return ShellOutcome(None, out, err, True, time.monotonic() - t0, cut, note)
+            return ShellOutcome(None, out, err, True, time.monotonic() - t0, cut, note=note)
         out, err, cut = self._take(got)
         if got is None:  # the shell went away under the command
             self._restart()
-            return ShellOutcome(None, out, err, False, time.monotonic() - t0, cut, EXITED.format(wd=self.workdir))
-        return ShellOutcome(got[0], out, err, False, time.monotonic() - t0, cut, note)
+            return ShellOutcome(None, out, err, False, time.monotonic() - t0, cut, note=EXITED.format(wd=self.workdir))
+        return ShellOutcome(got[0], out, err, False, time.monotonic() - t0, cut, note=note)
 
     def _kill(self) -> None:
         try:

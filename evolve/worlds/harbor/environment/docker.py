@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import io
 import tarfile
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from evolve.worlds.harbor.build import labels
-from evolve.worlds.harbor.outcome import TEXT_LIMIT, EnvironmentError_, tail
+from evolve.worlds.harbor.environment.base import PhasedEnvironment
+from evolve.worlds.harbor.environment.build import labels
+from evolve.worlds.harbor.environment.outcome import TEXT_LIMIT, EnvironmentError_, tail
 
 # The capabilities an episode's and a verifier's container keep (Docker's defaults less NET_RAW,
 # MKNOD, AUDIT_WRITE, SETFCAP, SETPCAP, SYS_CHROOT and NET_BIND_SERVICE, which no published task
@@ -107,13 +107,15 @@ def _tar_of(folder: Path, prefix: str) -> bytes:
     return buf.getvalue()
 
 
-class DockerEnvironment:
+class DockerEnvironment(PhasedEnvironment):
     """The task's environment as a container built from its Dockerfile (see the module docstring)."""
 
     backend = "docker"
+    offline = ("none: the task leaves network_mode at Harbor's default (public), and this engine has no network "
+               "for containers")
 
     def __init__(self, task: dict, client: Any = None) -> None:
-        from evolve.worlds.harbor.sections import resolve_env
+        from evolve.worlds.harbor.environment.hostenv import resolve
 
         self.task = task
         self.shell = None
@@ -131,7 +133,7 @@ class DockerEnvironment:
             raise EnvironmentError_(task, f"the image {self.image!r} is not available to the engine: "
                                     f"{type(e).__name__}: {tail(str(e), 300)}") from None
         self.workdir = task.get("workdir") or config.get("WorkingDir") or "/app"
-        self.variables = resolve_env(task, task.get("environment_env"))
+        self.variables = resolve(task, task.get("environment_env"))
         self.container = self._start(self.image, self.networks["agent"])
 
     def _start(self, image: str, network: str) -> Any:
@@ -156,7 +158,7 @@ class DockerEnvironment:
         return ct
 
     def _image(self) -> str:
-        from evolve.worlds.harbor.build import task_image
+        from evolve.worlds.harbor.environment.build import task_image
 
         return task_image(self.task, self.client)
 
@@ -206,7 +208,7 @@ class DockerEnvironment:
     def run(self, command: str, *, timeout: float | None, user: str | None = None) -> Any:
         """``command`` in the episode's persistent shell (started on the first one, as ``user``)."""
         from evolve.sandbox.shell import OUTPUT_CAP
-        from evolve.worlds.harbor.docker_shell import DockerShell
+        from evolve.worlds.harbor.environment.docker_shell import DockerShell
 
         user = user or self.task.get("agent_user")
         if self.shell is not None and self.shell.user != user:  # a step with its own agent user
@@ -283,25 +285,9 @@ class DockerEnvironment:
     # -- the task's phases --------------------------------------------------------------------------
 
     def verify(self, step: dict | None = None) -> dict:
-        from evolve.worlds.harbor import phases
-
         if self.task.get("verifier_mode") == "separate":
             self._to_verifier_container()
-        out = phases.verify(self, step)
-        if "verifier" in self.denied:
-            out["network"] = ("none: the task leaves network_mode at Harbor's default (public), and this engine has "
-                              "no network for containers")
-        return out
-
-    def solve(self, step: dict | None = None) -> Any:
-        from evolve.worlds.harbor import phases
-
-        return phases.solve(self, step)
-
-    def start_step(self, step: dict, first: bool) -> dict | None:
-        from evolve.worlds.harbor import phases
-
-        return phases.start_step(self, step, first)
+        return super().verify(step)
 
     def _to_verifier_container(self) -> None:
         """Harbor's separate verifier: the artifacts (and /logs/artifacts) out of the agent's

@@ -34,8 +34,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from evolve.errors import ConfigError, MissingDependency
@@ -216,7 +216,7 @@ def load_task(folder: str | Path, allow_env: Iterable[str] = ()) -> dict[str, An
         task = _load(folder)
     except OSError as e:  # unreadable files: the task is left out with the reason
         raise TaskError(folder, f"cannot read the task: {type(e).__name__}: {e}") from None
-    from evolve.worlds.harbor.hostenv import admit
+    from evolve.worlds.harbor.task.hostenv import admit
 
     got = admit(task, folder, allow_env, _Errors)
     return {**task, "allow_env": got["allow_env"], "host_env": got["host_env"], "notes": task["notes"] + got["notes"]}
@@ -235,7 +235,7 @@ def _instruction(folder: Path, rel: str) -> str:
 
 def _steps(data: dict, folder: Path) -> list[dict] | None:
     """Each ``[[steps]]`` entry as the world runs it (see the module docstring)."""
-    from evolve.worlds.harbor import sections as S
+    from evolve.worlds.harbor.task import sections as S
 
     raw = data.get("steps")
     if not raw:
@@ -295,7 +295,7 @@ def _steps(data: dict, folder: Path) -> list[dict] | None:
 
 
 def _load(folder: Path) -> dict[str, Any]:
-    from evolve.worlds.harbor import sections as S
+    from evolve.worlds.harbor.task import sections as S
 
     toml = _read(folder, "task.toml")
     data = _toml(toml, folder) if toml is not None else {}
