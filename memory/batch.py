@@ -29,7 +29,9 @@ class Batch:
 
     def __init__(self, commit: Callable[[list[Intent]], list[str | None]]) -> None:
         """``commit``: the store's own, carrying out the intents in one transaction."""
-        self._commit, self.intents, self.results = commit, [], []
+        self._commit = commit
+        self.intents: list[Intent] = []
+        self.results: list[str | None] = []
 
     def _push(self, intent: Intent) -> int:
         self.intents.append(intent)

@@ -17,7 +17,7 @@ import re
 import threading
 import zlib
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class MiniLMEmbedder:
         self.device = device
         self.batch_size = int(batch_size)
         self.threads = threads
-        self._model = None
+        self._model: Any = None
 
     @property
     def model(self):

@@ -38,7 +38,8 @@ class ChromaIndex:
         quiet_defaults()
         self.directory = Path(directory)
         self.collection_name = collection
-        self._client = self._col = None
+        self._client: Any = None
+        self._col: Any = None
         self.open()
 
     def open(self) -> None:

@@ -164,7 +164,7 @@ class LLMCurator:
         allowed = max(1, math.floor(self.max_delete_fraction * n))
         if deleted and ((n >= 2 and len(deleted) >= n) or len(deleted) > allowed):
             raise Rejected(f"would delete {len(deleted)} of the {n} memories shown (at most {allowed} allowed)")
-        live = {o.id for o in out if o.op in (M.STRENGTHEN, M.WEAKEN)}
+        live = {o.id for o in out if o.op in (M.STRENGTHEN, M.WEAKEN) and o.id is not None}
         if live & retired:
             raise Rejected(f"counts a memory it also retires: {sorted(live & retired)}")
         return out

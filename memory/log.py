@@ -261,6 +261,7 @@ class EventLog:
             cur = c.execute("INSERT INTO rejections (version, ts, source, reason, raw, context) VALUES (?,?,?,?,?,?)",
                             (self.version(c), time.time(), source, reason, raw,
                              None if context is None else _dumps(context)))
+            assert cur.lastrowid is not None  # an INSERT sets it
             return cur.lastrowid
 
     def rejections(self) -> list[dict[str, Any]]:

@@ -112,8 +112,8 @@ class Event:
         return ids
 
 
-def _need(items: Mapping[str, Item], iid: str, ev: Event, statuses: Iterable[str] | None = (ACTIVE,)) -> Item:
-    it = items.get(iid)
+def _need(items: Mapping[str, Item], iid: str | None, ev: Event, statuses: Iterable[str] | None = (ACTIVE,)) -> Item:
+    it = items.get(iid) if iid is not None else None
     if it is None:
         raise LogError(f"{ev.op} at {ev.seq}: unknown item {iid!r}")
     if statuses is not None and it.status not in statuses:
@@ -127,6 +127,7 @@ def _new(ev: Event, **extra: Any) -> Item:
         raise LogError(f"{ev.op} at {ev.seq}: kind must be one of {KINDS}, got {d.get('kind')!r}")
     if not str(d.get("text", "")).strip():
         raise LogError(f"{ev.op} at {ev.seq}: empty text")
+    assert ev.item, "apply_event checks that a creating event names its new item"
     return Item(id=ev.item, kind=d["kind"], text=d["text"], hash=d["hash"], metadata=dict(d.get("metadata") or {}),
                 created=ev.seq, updated=ev.seq, **extra)
 
@@ -138,19 +139,20 @@ def apply_event(items: dict[str, Item], ev: Event) -> list[str]:
     upd: dict[str, Item] = {}
     if ev.op in CREATING and (not ev.item or ev.item in items):
         raise LogError(f"{ev.op} at {s}: item id {ev.item!r} is missing or already exists")
+    new = ev.item or ""  # the id a creating op gives its item (checked just above)
     if ev.op == ADD:
-        upd[ev.item] = _new(ev, strength=float(d.get("strength", 1.0)))
+        upd[new] = _new(ev, strength=float(d.get("strength", 1.0)))
     elif ev.op == MERGE:
         srcs = [_need(items, i, ev) for i in d["sources"]]
         if not srcs or len(set(d["sources"])) != len(srcs):
             raise LogError(f"MERGE at {s}: needs one or more distinct sources")
-        upd[ev.item] = _new(ev, strength=max(1.0, sum(x.strength for x in srcs)), uses=sum(x.uses for x in srcs),
+        upd[new] = _new(ev, strength=max(1.0, sum(x.strength for x in srcs)), uses=sum(x.uses for x in srcs),
                             links={"merged_from": list(d["sources"])})
         for x in srcs:
             upd[x.id] = dataclasses.replace(x, status=MERGED, updated=s, links={**x.links, "merged_into": ev.item})
     elif ev.op == SUPERSEDE:
         old = _need(items, d["old"], ev)
-        upd[ev.item] = _new(ev, links={"supersedes": old.id})
+        upd[new] = _new(ev, links={"supersedes": old.id})
         upd[old.id] = dataclasses.replace(old, status=SUPERSEDED, updated=s, reason=d.get("reason"),
                                           links={**old.links, "superseded_by": ev.item})
     elif ev.op == DELETE:

@@ -112,7 +112,8 @@ class MemoryOperator:
         info = {"entries": len(entries), "new": new, "judged": judged, "version": spec["version"], "items": n_items}
         why = f"memory v{spec['version']}: +{new} experiences, {judged} recalls judged"
         out, seen = [], [parent.memory or {}]
-        for extra in [{}] + [dict(v) for v in p.variants]:  # the recall settings are part of the system too
+        variants: list[dict[str, Any]] = [{}] + [dict(v) for v in p.variants]
+        for extra in variants:  # the recall settings are part of the system too
             child_spec = {**spec, **extra}
             if child_spec in seen:
                 continue

@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
+
+def _made(results: Sequence[str | None]) -> list[str]:
+    """The ids a batch of creating writes gave back: every one of them has one."""
+    ids = [r for r in results if r is not None]
+    assert len(ids) == len(results), "a creating write gave no id"
+    return ids
+
 class MemoryStore:
     """A memory store in directory ``path`` (created if missing): ``memory.db`` (the log),
     ``chroma/`` (the vector index), ``index.lock``."""
@@ -84,7 +91,7 @@ class MemoryStore:
         and returns the existing id (``on_duplicate='strengthen'`` also strengthens it)."""
         with self.batch() as b:
             b.add(text, kind, metadata, strength=strength, on_duplicate=on_duplicate)
-        return b.results[0]
+        return _made(b.results)[0]
 
     def add_many(self, entries: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any]] | Mapping[str, Any]]
                  ) -> list[str]:
@@ -96,19 +103,19 @@ class MemoryStore:
                 b.add(e["text"], e.get("kind", "lesson"), e.get("metadata"))
             else:
                 b.add(e[1], e[0], e[2] if len(e) > 2 else None)
-        return b.commit()
+        return _made(b.commit())
 
     def merge(self, ids: Sequence[str], text: str, kind: str | None = None,
               metadata: Mapping[str, Any] | None = None) -> str:
         with self.batch() as b:
             b.merge(ids, text, kind, metadata)
-        return b.results[0]
+        return _made(b.results)[0]
 
     def supersede(self, old: str, text: str, kind: str | None = None, metadata: Mapping[str, Any] | None = None,
                   reason: str | None = None) -> str:
         with self.batch() as b:
             b.supersede(old, text, kind, metadata, reason)
-        return b.results[0]
+        return _made(b.results)[0]
 
     def _single(self, method: str, *args: Any, **kw: Any) -> int:
         with self.batch() as b:
@@ -164,7 +171,7 @@ class MemoryStore:
                 raise ValueError(f"{it.op}: empty text")
         # 1. embed what may be new, outside any lock (duplicates of active items are skipped)
         vecs: dict[str, np.ndarray] = {}  # text -> vector
-        todo = [it.text for it in intents if it.op in M.CREATING and not (
+        todo = [it.text for it in intents if it.text is not None and it.op in M.CREATING and not (
             it.op == M.ADD and self.log.find_active(it.kind or "lesson", text_hash(it.kind or "lesson", it.text)))]
         todo = list(dict.fromkeys(todo))
         if todo:
@@ -176,13 +183,15 @@ class MemoryStore:
             for it in intents:
                 op, data = it.op, dict(it.data)
                 if op in M.CREATING:
+                    text = it.text
+                    assert text is not None  # a creating intent carries its text (Batch.add, merge, supersede)
                     kind, meta = it.kind, it.metadata
                     if op != M.ADD:
                         kind, meta = self._inherit(op, data, kind, meta, c)
                     kind = kind or "lesson"
                     if kind not in M.KINDS:
                         raise LogError(f"{op}: kind must be one of {M.KINDS}, got {kind!r}")
-                    h = text_hash(kind, it.text)
+                    h = text_hash(kind, text)
                     if op == M.ADD:
                         on_dup = data.pop("on_duplicate", "noop")
                         dup = self.log.find_active(kind, h, c)
@@ -192,11 +201,11 @@ class MemoryStore:
                                 self.log.append(c, seq, M.STRENGTHEN, dup, {"by": 1.0, "reason": "duplicate add"})
                             results.append(dup)
                             continue
-                    if it.text not in vecs:  # it was a duplicate a moment ago, is not any more
-                        vecs[it.text] = self.embedder.embed([it.text])[0]
+                    if text not in vecs:  # it was a duplicate a moment ago, is not any more
+                        vecs[text] = self.embedder.embed([text])[0]
                     seq += 1
-                    data.update(kind=kind, text=it.text, hash=h, metadata=dict(meta or {}))
-                    self.log.append(c, seq, op, item_id(seq), data, vec=vecs[it.text])
+                    data.update(kind=kind, text=text, hash=h, metadata=dict(meta or {}))
+                    self.log.append(c, seq, op, item_id(seq), data, vec=vecs[text])
                     results.append(item_id(seq))
                 else:
                     seq += 1

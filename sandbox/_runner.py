@@ -51,10 +51,12 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
     its own deadline of wall_s + GRACE_S; the load phase must finish by first_call_deadline.
     """
     t0 = time.monotonic() if t0 is None else t0
-    out = Collected(stdout=Capped(limits.output_bytes), stderr=Capped(limits.output_bytes))
+    stdout, stderr = Capped(limits.output_bytes), Capped(limits.output_bytes)
+    out = Collected(stdout=stdout, stderr=stderr)
     line_cap = 14 * limits.output_bytes + 65536
     reader = LineReader(line_cap)
     sel = selectors.DefaultSelector()
+    assert proc.stdin and proc.stdout and proc.stderr  # started with three pipes
     stdin_fd, stdout_fd, stderr_fd = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
     for fd in (stdin_fd, stdout_fd, stderr_fd, result_fd):
         os.set_blocking(fd, False)
@@ -113,7 +115,7 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
                         proc.stdin.close()
                     continue
                 if tag == "exit":
-                    sel.unregister(pidfd)
+                    sel.unregister(key.fd)  # the pidfd
                     exited_at = time.monotonic()
                     continue
                 try:
@@ -127,7 +129,7 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
                     open_reads -= 1
                     continue
                 if tag in ("stdout", "stderr"):
-                    buf = out.stdout if tag == "stdout" else out.stderr
+                    buf = stdout if tag == "stdout" else stderr
                     if buf.add(chunk) and out.ending.kill_reason is None:
                         kill("output", f"{tag} exceeded the output cap of {limits.output_bytes} bytes "
                                        "(Limits.output_bytes); the sandbox was killed")
@@ -151,7 +153,7 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
         sel.close()
         _kill_tree(proc)  # nothing may outlive the call; the group is still ours until it is reaped
         out.ending.status, out.ending.cpu_s = _reap(proc)
-        out.ending.stderr_tail = bytes(out.stderr.data[-4096:]).decode("utf-8", "replace")
+        out.ending.stderr_tail = bytes(stderr.data[-4096:]).decode("utf-8", "replace")
         for f in (proc.stdin, proc.stdout, proc.stderr):
             try:
                 f.close()

@@ -42,7 +42,7 @@ class Refused(OSError):
         self.rel, self.why = rel, why
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or ""  # set by __init__
 
 
 def parts(rel: str) -> list[str]:
@@ -166,7 +166,7 @@ def read(root: str | Path, rel: str, *, limit: int) -> bytes | None:
 def _remove_at(parent: int, name: str) -> None:
     st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=parent)
+        shutil.rmtree(name, dir_fd=parent)  # type: ignore[call-arg]  # dir_fd is Python 3.11+: 3.10 raises TypeError
     else:
         os.unlink(name, dir_fd=parent)
 

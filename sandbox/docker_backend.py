@@ -62,7 +62,7 @@ class DockerSandbox(SandboxBase):
         self.image, self.python, self.cpus, self.slack_s = image, python, cpus, slack_s
         if client is None:
             try:
-                import docker  # type: ignore[import-untyped]
+                import docker
             except ImportError as exc:
                 raise SandboxUnavailable(
                     f"docker: the docker SDK is not installed ({exc}); pip install 'evolvekit[sandbox]'; "
@@ -85,7 +85,7 @@ class DockerSandbox(SandboxBase):
 
     def container_config(self, limits: Limits, binds: Sequence[tuple[str, str]] = ()) -> tuple[dict, dict]:
         """(create_container kwargs less host_config, create_host_config kwargs) for one run."""
-        from docker.types import LogConfig, Ulimit  # type: ignore[import-untyped]
+        from docker.types import LogConfig, Ulimit
 
         mb = 1024 * 1024
         host = {

@@ -173,7 +173,7 @@ class Workspace:
         try:
             yield
         except beneath.Refused as e:
-            raise beneath.Refused(e.errno, posixpath.join(mount, e.rel), e.why) from None
+            raise beneath.Refused(e.errno or 0, posixpath.join(mount, e.rel), e.why) from None  # Refused always sets errno
 
     def mount(self, inside: str, source: str | Path | None = None, *, writable: bool = True,
               within: str | Path | None = None) -> None:

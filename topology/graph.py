@@ -157,7 +157,7 @@ class Workflow(Frozen):
     def to_nx(self):  # -> networkx.MultiDiGraph
         import networkx as nx
 
-        g = nx.MultiDiGraph(entry=self.entry, output=self.output)
+        g: nx.MultiDiGraph[str] = nx.MultiDiGraph(entry=self.entry, output=self.output)
         for n in self.nodes:
             g.add_node(n.id, type=n.type, params=dict(n.params), max_visits=n.max_visits)
         for i, e in enumerate(self.edges):
@@ -292,7 +292,7 @@ def _check_refs(refs: dict[str, list[str]], problems: list[str]) -> None:
 def _check_reachable(wf: Workflow, refs: dict[str, list[str]], problems: list[str]) -> None:
     import networkx as nx
 
-    g = nx.DiGraph()
+    g: nx.DiGraph[str] = nx.DiGraph()
     g.add_nodes_from(n.id for n in wf.nodes)
     g.add_edges_from((e.src, e.dst) for e in wf.edges)
     for src, targets in refs.items():

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import string
 from collections import Counter
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -118,7 +119,7 @@ class LLMStep:
         temperature: float | None = Field(None, ge=0.0, le=5.0)
         stop: list[str] | None = None
 
-    def run(self, p: "LLMStep.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: LLMStep.Params, state: dict, rt: Any) -> dict:
         user = Message(role="user", content=fill(p.prompt, state, rt))
         past = list(state.get("messages") or []) if p.history else []
         messages = _system_message(rt, p.system) + past + [user]
@@ -157,7 +158,7 @@ class ToolStep:
                     raise ValueError(f"arg {k!r}: give a state key or {{'const': value}}, not {sorted(spec)}")
             return v
 
-    def run(self, p: "ToolStep.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: ToolStep.Params, state: dict, rt: Any) -> dict:
         fn = _resolve(p.fn, "tool function")
         args = {k: (spec["const"] if isinstance(spec, dict) else _lookup(state, spec)) for k, spec in p.args.items()}
         name = p.name or getattr(fn, "__name__", p.fn)
@@ -192,22 +193,23 @@ class CheckStep:
             return _condition(v)
 
         @model_validator(mode="after")
-        def _one(self) -> "CheckStep.Params":
+        def _one(self) -> CheckStep.Params:
             if (self.expr is None) == (self.fn is None):
                 raise ValueError("give exactly one of expr (a condition) or fn (an import path)")
             return self
 
-    def run(self, p: "CheckStep.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: CheckStep.Params, state: dict, rt: Any) -> dict:
         if p.expr is not None:
             return {p.out: condition_holds(p.expr, state)}
-        verdict = _resolve(p.fn, "check function")(state)
+        assert p.fn is not None  # the params give exactly one of expr and fn
+        got = _resolve(p.fn, "check function")(state)
         note: str | None = None
-        if isinstance(verdict, tuple) and len(verdict) == 2:
-            verdict, note = bool(verdict[0]), (str(verdict[1]) if verdict[1] else None)
-        elif isinstance(verdict, str):
-            verdict, note = not verdict.strip(), verdict or None
+        if isinstance(got, tuple) and len(got) == 2:
+            verdict, note = bool(got[0]), (str(got[1]) if got[1] else None)
+        elif isinstance(got, str):
+            verdict, note = not got.strip(), got or None
         else:
-            verdict = bool(verdict)
+            verdict = bool(got)
         return {p.out: verdict, p.feedback: None if verdict and not note else note}
 
 
@@ -256,7 +258,7 @@ class VoteStep:
     def ref_runs(params: dict) -> int:
         return int((params or {}).get("n", 5))
 
-    def run(self, p: "VoteStep.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: VoteStep.Params, state: dict, rt: Any) -> dict:
         starts = [{**state, "_temperature": p.temperature} for _ in range(p.n)]
         samples = rt.run_chains(p.chain, starts, p.parallel)
         voters = [i for i, s in enumerate(samples) if not (p.exclude_when and condition_holds(p.exclude_when, s))]
@@ -299,7 +301,7 @@ class ReflectStep:
         max_tokens: int | None = Field(None, ge=1)
         temperature: float | None = Field(None, ge=0.0, le=5.0)
 
-    def run(self, p: "ReflectStep.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: ReflectStep.Params, state: dict, rt: Any) -> dict:
         task = state.get("task") or {}
         task_text = (task.get("question") or task.get("q") or canonical_json({k: v for k, v in task.items() if k != "id"})
                      if isinstance(task, Mapping) else str(task))
@@ -326,12 +328,12 @@ class AnswerStep:
         out: str = "answer"
 
         @model_validator(mode="after")
-        def _one(self) -> "AnswerStep.Params":
+        def _one(self) -> AnswerStep.Params:
             if (self.key is None) == (self.fields is None):
                 raise ValueError("give exactly one of key (a state key) or fields (a list of state keys)")
             return self
 
-    def run(self, p: "AnswerStep.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: AnswerStep.Params, state: dict, rt: Any) -> dict:
         if p.key is not None:
             return {p.out: state.get(p.key)}
         return {p.out: {k: state.get(k) for k in p.fields or []}}

@@ -305,9 +305,11 @@ def plot_frontier(rows: list[dict[str, Any]], path: Path) -> Path:
     root = [(x, y) for x, y, r in pts if r.get("parent") is None]
     chosen = [(x, y) for x, y, r in pts if r.get("chosen")]
     if root:
-        ax.scatter(*zip(*root), s=70, marker="s", facecolors="none", edgecolors="black", label="root", zorder=3)
+        xs, ys = zip(*root)
+        ax.scatter(xs, ys, s=70, marker="s", facecolors="none", edgecolors="black", label="root", zorder=3)
     if chosen:
-        ax.scatter(*zip(*chosen), s=110, marker="*", c="#d1495b", label="chosen", zorder=4)
+        xs, ys = zip(*chosen)
+        ax.scatter(xs, ys, s=110, marker="*", c="#d1495b", label="chosen", zorder=4)
     ax.set_xlabel("model calls per task")
     ax.set_ylabel("accuracy (mean reward)")
     ax.set_title(f"topology search: {len(rows)} workflows")

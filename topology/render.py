@@ -9,6 +9,7 @@ grey; the entry has a thick border. Edge labels are the ``when`` conditions; edg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def _chains(wf: Workflow, kinds: dict[str, Any]) -> list[tuple[str, str, int]]:
     return out
 
 
-def back_edges(wf: Workflow, chains: list[tuple[str, str, int]] = ()) -> set[tuple[str, str]]:
+def back_edges(wf: Workflow, chains: Sequence[tuple[str, str, int]] = ()) -> set[tuple[str, str]]:
     """Edges that close a loop: (src, dst) pairs found going back up a depth-first search."""
     succ = _successors(wf, chains)
     back: set[tuple[str, str]] = set()
@@ -66,7 +67,7 @@ def back_edges(wf: Workflow, chains: list[tuple[str, str, int]] = ()) -> set[tup
     return back
 
 
-def _successors(wf: Workflow, chains: list[tuple[str, str, int]]) -> dict[str, list[str]]:
+def _successors(wf: Workflow, chains: Sequence[tuple[str, str, int]]) -> dict[str, list[str]]:
     succ: dict[str, list[str]] = {n.id: [] for n in wf.nodes}
     for e in wf.edges:
         if e.src in succ and e.dst in succ:
@@ -78,7 +79,7 @@ def _successors(wf: Workflow, chains: list[tuple[str, str, int]]) -> dict[str, l
     return succ
 
 
-def layers(wf: Workflow, chains: list[tuple[str, str, int]] = ()) -> dict[str, int]:
+def layers(wf: Workflow, chains: Sequence[tuple[str, str, int]] = ()) -> dict[str, int]:
     """Column of each node: the longest path from the entry once loop-closing edges are left
     out (so the flow reads left to right); nodes never reached go in a last column."""
     succ = _successors(wf, chains)
@@ -158,10 +159,10 @@ def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = Non
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
         from matplotlib.patches import Arc, FancyArrowPatch
-    except ImportError as e:  # pragma: no cover - matplotlib comes with the local extra
+    except ImportError as exc:  # pragma: no cover - matplotlib comes with the local extra
         from evolve.errors import MissingDependency
 
-        raise MissingDependency(f"drawing a workflow needs matplotlib ({e}); pip install 'evolvekit[local]'") from None
+        raise MissingDependency(f"drawing a workflow needs matplotlib ({exc}); pip install 'evolvekit[local]'") from None
 
     path = Path(path)
     kinds, chains, depth, back, pos = _geometry(wf, types)

@@ -45,7 +45,8 @@ import copy
 import threading
 import time
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from evolve.topology.graph import Workflow, WorkflowError, condition_holds, graph_of, validate
 from evolve.types import ToolCall
@@ -215,7 +216,7 @@ class Runtime:
 
         # branch i counts node runs from where sample i would start in a sequential vote (a plain
         # chain runs each node once per sample), so recorded visit numbers are the same
-        starts_at = [self.runs + Counter({n: i for n in ids}) for i in range(len(starts))]
+        starts_at = [self.runs + Counter(dict.fromkeys(ids, i)) for i in range(len(starts))]
         branches = [self._branch(fork(i), starts_at[i]) for i in range(len(starts))]
         with ThreadPoolExecutor(max_workers=min(parallel, len(starts)), thread_name_prefix="vote") as pool:
             futures = [pool.submit(b.run_chain, ids, s) for b, s in zip(branches, starts)]
@@ -226,9 +227,9 @@ class Runtime:
         for error, _ in outcomes:
             if error is not None:
                 raise error
-        return [state for _, state in outcomes]
+        return [state for _, state in outcomes if state is not None]  # each is one: no chain failed
 
-    def _branch(self, ctx: Any, runs: Counter) -> "Runtime":
+    def _branch(self, ctx: Any, runs: Counter) -> Runtime:
         b = copy.copy(self)
         b.ctx, b.runs, b._stack = ctx, Counter(runs), list(self._stack)
         return b
@@ -329,7 +330,7 @@ def calls_upper_bound(wf: Workflow, types: Any = None) -> int | None:
     # a node with max_visits caps its main-loop runs, so edges into it add nothing and every cycle
     # of a valid graph is cut.
     bounded = {n.id: n.max_visits for n in wf.nodes if n.max_visits}
-    g = nx.DiGraph()
+    g: nx.DiGraph[str] = nx.DiGraph()
     g.add_nodes_from(ids)
     for e in wf.edges:
         if e.src in ids and e.dst in ids and e.dst not in bounded:
