@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from evolve.gateway.apply import Applied
+from evolve.gateway.records import CallRecord, answer_message, chain_key
 from evolve.gateway.sessions import new_call_id
 from evolve.gateway.surface import json_response
-from evolve.gateway.traces import CallRecord, TraceStore, answer_message, chain_key
+from evolve.gateway.traces import TraceStore
 from evolve.gateway.upstream import Result, Route, StreamAnswer, upstream_error
 from evolve.gateway.wire import AnthropicStream, GatewayError, Request, anthropic_message
 
