@@ -19,7 +19,8 @@ In a task file::
 Each actor builds a :class:`~evolve.runners.base.Worker` from the run's
 :class:`~evolve.runners.base.WorkerSpec` (import paths: every node must be able to import the agent
 and the reward, installed or through ``runtime_env``) and holds one job at a time. The driver
-keeps one ``execute`` call in flight per actor and yields ``(job, trajectory)`` as they complete.
+keeps one ``execute`` call in flight per actor and yields ``(job, trajectory)`` as they complete
+(:func:`~evolve.runners.schedule.schedule`, the loop every runner shares).
 
 * **Timeouts**: a job past ``timeout + grace`` (plus ``start_timeout`` while an actor builds a
   system's models for the first time) gets its actor killed (``ray.kill``) and a fresh one
@@ -44,15 +45,14 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from evolve.errors import ConfigError, EvolveError, InfraError, UserError
-from evolve.failures import infra
-from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
 from evolve.cluster.ray_base import cause, ray_module, resources_text
+from evolve.errors import ConfigError, EvolveError, InfraError, UserError
+from evolve.runners.base import RolloutJob, Worker, WorkerSpec, as_import_path, failed_trajectory
+from evolve.runners.schedule import Finished, Slot, schedule
 from evolve.types import Trajectory
 
 ARTIFACTS = ("shared", "ship")
@@ -64,9 +64,9 @@ class RayWorker:
     def __init__(self, spec: WorkerSpec, ship: bool, model_server: dict[str, Any] | None = None,
                  namespace: str = "evolvekit") -> None:
         if ship:
-            root = Path(tempfile.gettempdir()) / "evolvekit-ray-artifacts"
-            root.mkdir(parents=True, exist_ok=True)
-            spec = WorkerSpec(agent=spec.agent, reward=spec.reward, artifacts_root=str(root),
+            cache = Path(tempfile.gettempdir()) / "evolvekit-ray-artifacts"
+            cache.mkdir(parents=True, exist_ok=True)
+            spec = WorkerSpec(agent=spec.agent, reward=spec.reward, artifacts_root=str(cache),
                               search_path=spec.search_path)
         elif not Path(spec.artifacts_root).is_dir():
             import socket
@@ -111,17 +111,147 @@ class RayWorker:
         self.worker.close()
 
 
-@dataclass
-class _Actor:
-    handle: Any
-    born: float
-    ready_ref: Any
-    ready: bool = False
-    job: int | None = None
-    ref: Any = None
-    sent_at: float = 0.0
-    systems: set[str] = field(default_factory=set)  # systems whose models this actor has built
-    shas: set[str] = field(default_factory=set)  # artifacts shipped to it
+class _Actor(Slot):
+    def __init__(self, handle: Any) -> None:
+        super().__init__()
+        self.handle = handle
+        self.ready_ref = handle.ready.remote()
+        self.ref: Any = None  # the execute call in flight
+        self.systems: set[str] = set()  # systems whose models this actor has built
+        self.shas: set[str] = set()  # artifacts shipped to it
+
+
+class _Actors:
+    """The ray runner's pool (:class:`~evolve.runners.schedule.Pool`): :class:`RayWorker` actors,
+    one ``execute`` call in flight each, ``ray.wait`` on them. They live across runs."""
+
+    noun, verb, aftermath = "ray worker", "killed", "the ray worker was replaced"
+    reports_start = False  # an actor does not say when a rollout starts: its first of a system may build models
+
+    def __init__(self, options: dict[str, Any], ship: bool, model_server: dict[str, Any] | None, namespace: str,
+                 start_timeout: float) -> None:
+        self.options, self.ship, self.model_server, self.namespace = options, ship, model_server, namespace
+        self.start_timeout = start_timeout
+        self.cls: Any = None  # ray.remote(RayWorker), once connected
+        self.spec: WorkerSpec | None = None
+        self.slots: list[_Actor] = []
+        self.replaced = 0
+        self.lost = 0  # actors lost before they were ready, in a row
+        self.puts: dict[str, Any] = {}  # sha -> ObjectRef of a shipped artifact
+
+    def start(self) -> _Actor:
+        a = _Actor(self.cls.options(**self.options).remote(self.spec, self.ship, self.model_server, self.namespace))
+        self.slots.append(a)
+        return a
+
+    def submit(self, a: _Actor, job: RolloutJob) -> bool:
+        a.ref = a.handle.execute.remote(job, self._shipped(a, job))
+        if job.system.id in a.systems:  # its models are built: the rollout's clock starts now
+            a.started_at = a.sent_at
+        return True
+
+    def wait(self, timeout: float) -> list[Finished[_Actor]]:
+        ray = ray_module()
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+
+        refs = [a.ref for a in self.slots if a.job is not None] + [a.ready_ref for a in self.slots if not a.ready]
+        if not refs:
+            return []
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        done = set(ready)
+        if ready:  # take whatever else is finished too
+            more, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done |= set(more)
+        out: list[Finished[_Actor]] = []
+        for a in list(self.slots):
+            if not a.ready and a.ready_ref in done:
+                try:
+                    ray.get(a.ready_ref)
+                    a.ready = True
+                    self.lost = 0
+                except (RayActorError, RayTaskError) as e:
+                    self.kill(a)
+                    if "creation task" in str(e) or isinstance(e, RayTaskError) or self.lost >= 3:
+                        raise _start_failure(e) from None  # its constructor raised: the user's to fix
+                    self.lost += 1  # its node went away before it was ready: another one starts
+            if a.job is not None and a.ref in done:
+                try:
+                    data = ray.get(a.ref, timeout=30)
+                except (RayActorError, RayTaskError, GetTimeoutError, RayError) as e:
+                    self.kill(a)
+                    out.append(Finished(a, None, f"ray worker died ({cause(e)})"))
+                    continue
+                a.ref = None
+                a.systems.add(a.job.system.id)
+                out.append(Finished(a, Trajectory.model_validate_json(data)))
+        return out
+
+    def kill(self, a: _Actor) -> None:
+        with contextlib.suppress(Exception):
+            ray_module().kill(a.handle, no_restart=True)
+        if a in self.slots:
+            self.slots.remove(a)
+
+    def not_ready(self, a: _Actor) -> EvolveError:
+        err = self._placement_error()
+        self.shutdown()
+        return err
+
+    def shutdown(self) -> None:
+        """Close idle actors, kill the rest, and kill this run's model servers."""
+        if self.cls is None:
+            return
+        ray = ray_module()
+        idle = [a for a in self.slots if a.ready and a.job is None]
+        closing = [a.handle.close.remote() for a in idle]
+        if closing:
+            with contextlib.suppress(Exception):
+                ray.wait(closing, num_returns=len(closing), timeout=5)
+        for a in list(self.slots):
+            self.kill(a)
+        self.slots = []
+        if self.model_server is not None:
+            from evolve.cluster.model_server import kill_servers
+
+            with contextlib.suppress(Exception):
+                if self.spec is not None:
+                    kill_servers(self.namespace, self.spec.artifacts_root)
+
+    def _shipped(self, a: _Actor, job: RolloutJob) -> dict[str, Any]:
+        if not self.ship or self.spec is None:
+            return {}
+        from evolve.archive.export import find_artifact_refs
+        from evolve.artifacts import ArtifactStore
+
+        store = ArtifactStore(self.spec.artifacts_root)
+        out = {}
+        for ref in find_artifact_refs(job.system):
+            if ref.sha256 in a.shas or not store.has(ref.sha256):
+                continue
+            if ref.sha256 not in self.puts:
+                self.puts[ref.sha256] = ray_module().put(store.path(ref).read_bytes())
+            out[ref.sha256] = self.puts[ref.sha256]
+            a.shas.add(ref.sha256)
+        return out
+
+    def _placement_error(self) -> UserError:
+        ray = ray_module()
+        o = self.options
+        asks = {"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]}
+        wanted = resources_text(asks)
+        with contextlib.suppress(Exception):
+            free = ray.available_resources()
+            have, total = resources_text(free), resources_text(ray.cluster_resources())
+            if all(free.get(k, 0) >= v for k, v in asks.items() if v):  # room, but it did not come up in time
+                n = sum(not x.ready for x in self.slots)
+                return UserError(f"a ray worker asking for {wanted} did not start within {self.start_timeout:g}s "
+                                 f"although the cluster has room for it ({have} free of {total}); {n} workers were "
+                                 "still starting: the nodes start processes too slowly for this many workers. Raise "
+                                 "runner.params.start_timeout, or lower runner.workers")
+            return UserError(f"no Ray node could start a worker asking for {wanted} within "
+                             f"{self.start_timeout:g}s; the cluster has {total} ({have} free). "
+                             "Lower runner.params (num_cpus, num_gpus, resources), or add nodes")
+        return UserError(f"no Ray node could start a worker asking for {wanted} within {self.start_timeout:g}s")
 
 
 class RayRunner:
@@ -160,16 +290,15 @@ class RayRunner:
         if self.train is not None and self.ship:
             raise ConfigError("training reads the base weights from the run's artifact folder: it needs artifacts: "
                               "shared (storage every node mounts)", path="runner.params.train")
-        self._actors: list[_Actor] = []
-        self._spec: WorkerSpec | None = None
-        self._cls: Any = None
-        self._puts: dict[str, Any] = {}  # sha -> ObjectRef of a shipped artifact
+        self._pool = _Actors(self.options, self.ship, self.model_server, namespace, self.start_timeout)
         self._token = 0
-        self.restarts = 0
         self._connected_here = False
         self._trainer: Any = None
 
-    # ------------------------------------------------------------------ cluster
+    @property
+    def restarts(self) -> int:
+        """Actors replaced after a kill or a death mid-job, over the runner's life."""
+        return self._pool.replaced
 
     def _connect(self) -> Any:
         ray = ray_module()
@@ -188,80 +317,9 @@ class RayRunner:
                                  "token authentication, this machine needs RAY_AUTH_MODE=token and the same token; "
                                  "see docs/cluster.md)") from None
             self._connected_here = True
-        if self._cls is None:
-            self._cls = ray.remote(RayWorker)
+        if self._pool.cls is None:
+            self._pool.cls = ray.remote(RayWorker)
         return ray
-
-    def _start(self) -> _Actor:
-        handle = self._cls.options(**self.options).remote(self._spec, self.ship, self.model_server, self.namespace)
-        a = _Actor(handle=handle, born=time.monotonic(), ready_ref=handle.ready.remote())
-        self._actors.append(a)
-        return a
-
-    def _kill(self, a: _Actor) -> None:
-        with contextlib.suppress(Exception):
-            ray_module().kill(a.handle, no_restart=True)
-        if a in self._actors:
-            self._actors.remove(a)
-
-    def _shutdown(self) -> None:
-        """Close idle actors, kill the rest, and kill this run's model servers."""
-        if self._cls is None:
-            return
-        ray = ray_module()
-        idle = [a for a in self._actors if a.ready and a.job is None]
-        closing = [a.handle.close.remote() for a in idle]
-        if closing:
-            with contextlib.suppress(Exception):
-                ray.wait(closing, num_returns=len(closing), timeout=5)
-        for a in list(self._actors):
-            self._kill(a)
-        self._actors = []
-        if self.model_server is not None:
-            from evolve.cluster.model_server import kill_servers
-
-            with contextlib.suppress(Exception):
-                if self._spec is not None:
-                    kill_servers(self.namespace, self._spec.artifacts_root)
-
-    def _shipped(self, a: _Actor, job: RolloutJob) -> dict[str, Any]:
-        if not self.ship:
-            return {}
-        from evolve.archive.export import find_artifact_refs
-        from evolve.artifacts import ArtifactStore
-
-        store = ArtifactStore(self._spec.artifacts_root)
-        out = {}
-        for ref in find_artifact_refs(job.system):
-            if ref.sha256 in a.shas or not store.has(ref.sha256):
-                continue
-            if ref.sha256 not in self._puts:
-                self._puts[ref.sha256] = ray_module().put(store.path(ref).read_bytes())
-            out[ref.sha256] = self._puts[ref.sha256]
-            a.shas.add(ref.sha256)
-        return out
-
-    def _placement_error(self, a: _Actor) -> UserError:
-        ray = ray_module()
-        with contextlib.suppress(Exception):
-            free = ray.available_resources()
-            have, total = resources_text(free), resources_text(ray.cluster_resources())
-            o = self.options
-            asks = {"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]}
-            if all(free.get(k, 0) >= v for k, v in asks.items() if v):  # room, but it did not come up in time
-                n = sum(not x.ready for x in self._actors)
-                return UserError(f"a ray worker asking for {self._asks()} did not start within {self.start_timeout:g}s "
-                                 f"although the cluster has room for it ({have} free of {total}); {n} workers were "
-                                 "still starting: the nodes start processes too slowly for this many workers. Raise "
-                                 "runner.params.start_timeout, or lower runner.workers")
-            return UserError(f"no Ray node could start a worker asking for {self._asks()} within "
-                             f"{self.start_timeout:g}s; the cluster has {total} ({have} free). "
-                             "Lower runner.params (num_cpus, num_gpus, resources), or add nodes")
-        return UserError(f"no Ray node could start a worker asking for {self._asks()} within {self.start_timeout:g}s")
-
-    def _asks(self) -> str:
-        o = self.options
-        return resources_text({"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]})
 
     @property
     def trainer(self) -> Any:
@@ -275,146 +333,32 @@ class RayRunner:
             self._trainer = RayTrainer(self.train, self._connect, self.start_timeout)
         return self._trainer
 
-    # ------------------------------------------------------------------ run
-
     def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
         spec = WorkerSpec(agent=as_import_path(spec.agent, "agent"), reward=as_import_path(spec.reward, "reward"),
                           artifacts_root=str(Path(spec.artifacts_root).resolve()), search_path=spec.search_path)
         self._connect()
-        if spec != self._spec:
-            self._shutdown()
-            self._spec = spec
-            self._puts.clear()
+        pool = self._pool
+        if spec != pool.spec:
+            pool.shutdown()
+            pool.spec = spec
+            pool.puts.clear()
         self._token += 1
-        return self._iter(list(jobs))
-
-    def _iter(self, jobs: list[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
-        ray = ray_module()
-        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
-
-        n = len(jobs)
-        if n == 0:
-            return
-        lost = 0  # actors lost before they were ready, in a row
-        todo = list(range(n))[::-1]  # popped from the end: in order
-        emitted = [False] * n
-        left = n
-        out: list[tuple[RolloutJob, Trajectory]] = []
-
-        def emit(idx: int, traj: Trajectory) -> None:
-            nonlocal left
-            if not emitted[idx]:
-                emitted[idx] = True
-                left -= 1
-                out.append((jobs[idx], traj))
-
-        def died(a: _Actor, reason: str) -> None:
-            self._kill(a)
-            if a.job is not None:
-                self.restarts += 1
-                why = f"ray worker died ({reason}) while running this rollout"
-                emit(a.job, failed_trajectory(jobs[a.job], why, time.monotonic() - a.sent_at,
-                                              infra=infra("worker", why, "runner")))
-
-        try:
-            while True:
-                busy = sum(a.job is not None for a in self._actors)
-                while len(self._actors) < min(self.workers, len(todo) + busy):
-                    self._start()
-                for a in self._actors:
-                    if todo and a.ready and a.job is None:
-                        idx = todo.pop()
-                        job = jobs[idx]
-                        try:
-                            a.ref = a.handle.execute.remote(job, self._shipped(a, job))
-                        except Exception as e:  # noqa: BLE001 - the job cannot be serialised
-                            emit(idx, failed_trajectory(job, f"runner: cannot send the job to a ray worker: "
-                                                        f"{type(e).__name__}: {e}"))
-                            continue
-                        a.job, a.sent_at = idx, time.monotonic()
-                yield from out
-                out.clear()
-                if not left:
-                    break
-
-                now = time.monotonic()
-                wake = 1.0
-                for a in self._actors:
-                    d = self._deadline(a, jobs)
-                    if d is not None:
-                        wake = min(wake, d - now)
-                refs = [a.ref for a in self._actors if a.job is not None] + [
-                    a.ready_ref for a in self._actors if not a.ready]
-                done = set()
-                if refs:
-                    ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, wake))
-                    done = set(ready)
-                    if ready:  # take whatever else is finished too
-                        more, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                        done |= set(more)
-                for a in list(self._actors):
-                    if not a.ready and a.ready_ref in done:
-                        try:
-                            ray.get(a.ready_ref)
-                            a.ready = True
-                            lost = 0
-                        except (RayActorError, RayTaskError) as e:
-                            self._kill(a)
-                            if "creation task" in str(e) or isinstance(e, RayTaskError) or lost >= 3:
-                                raise _start_failure(e) from None  # its constructor raised: the user's to fix
-                            lost += 1  # its node went away before it was ready: another one starts
-                    if a.job is not None and a.ref in done:
-                        idx = a.job
-                        try:
-                            data = ray.get(a.ref, timeout=30)
-                        except RayActorError as e:
-                            died(a, cause(e))
-                            continue
-                        except (RayTaskError, GetTimeoutError, RayError) as e:
-                            died(a, cause(e))
-                            continue
-                        a.job, a.ref = None, None
-                        a.systems.add(jobs[idx].system.id)
-                        emit(idx, Trajectory.model_validate_json(data))
-
-                now = time.monotonic()
-                for a in list(self._actors):
-                    if not a.ready and now - a.born > self.start_timeout:
-                        err = self._placement_error(a)
-                        self._shutdown()
-                        raise err
-                    d = self._deadline(a, jobs)
-                    if a.job is not None and d is not None and now > d:
-                        idx, limit = a.job, jobs[a.job].timeout or 0.0
-                        elapsed = now - a.sent_at
-                        self._kill(a)
-                        self.restarts += 1
-                        emit(idx, failed_trajectory(
-                            jobs[idx], f"timeout: killed after {elapsed:.1f}s (limit {limit:g}s + {self.grace:g}s "
-                            "grace); the ray worker was replaced", elapsed))
-        finally:
-            for a in list(self._actors):  # abandoned early or failed: actors still busy are killed
-                if a.job is not None:
-                    self._kill(a)
-
-    def _deadline(self, a: _Actor, jobs: list[RolloutJob]) -> float | None:
-        if a.job is None or not jobs[a.job].timeout:
-            return None
-        build = 0.0 if jobs[a.job].system.id in a.systems else self.start_timeout
-        return a.sent_at + (jobs[a.job].timeout or 0.0) + self.grace + build
+        pool.lost = 0
+        return schedule(pool, list(jobs), run=self._token, workers=self.workers, grace=self.grace,
+                        start_timeout=self.start_timeout)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._shutdown()
-        self._spec = None
-        self._puts.clear()
+            self._pool.shutdown()
+        self._pool.spec = None
+        self._pool.puts.clear()
         if self._connected_here:
             with contextlib.suppress(Exception):
                 ray_module().shutdown()
             self._connected_here = False
-            self._cls = None
+            self._pool.cls = None
 
-    def __enter__(self) -> "RayRunner":
+    def __enter__(self) -> RayRunner:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -2,22 +2,99 @@
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import queue
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from evolve.errors import UserError
+from evolve.errors import EvolveError, UserError
 from evolve.runners.base import RolloutJob, Worker, WorkerSpec, failed_trajectory
+from evolve.runners.schedule import Finished, Slot, schedule
 from evolve.types import Trajectory
 
 
-class _Slot:
-    __slots__ = ("abandoned",)
-
+class _Thread(Slot):
     def __init__(self) -> None:
+        super().__init__()
+        self.ready = True
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # its next job; None: end
         self.abandoned = False
+
+
+class _Threads:
+    """The thread runner's pool (:class:`~evolve.runners.schedule.Pool`) for one run: threads of one
+    in-process worker. A thread past its deadline cannot be killed: it is abandoned (its result
+    dropped) and ends when its agent returns."""
+
+    noun, verb = "thread", "abandoned"
+    aftermath = "its thread was abandoned (threads cannot be killed; use the process runner for agents that hang)"
+    reports_start = True
+
+    def __init__(self, worker: Worker, runner: ThreadRunner) -> None:
+        self.worker, self._runner = worker, runner
+        self.slots: list[_Thread] = []
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+
+    @property
+    def replaced(self) -> int:  # the runner's count, over its life
+        return self._runner.abandoned
+
+    @replaced.setter
+    def replaced(self, n: int) -> None:
+        self._runner.abandoned = n
+
+    def _loop(self, slot: _Thread) -> None:
+        def on_start() -> None:
+            slot.started_at = time.monotonic()
+
+        get, put, execute = slot.inbox.get, self._done.put, self.worker.execute
+        while True:
+            job = get()
+            if job is None:
+                return
+            try:
+                traj = execute(job, on_start)
+            except BaseException as e:  # noqa: BLE001 - SystemExit/KeyboardInterrupt inside an agent
+                traj = failed_trajectory(job, f"agent raised {type(e).__name__}: {e}")
+            if slot.abandoned:
+                return
+            put((slot, traj))
+
+    def start(self) -> _Thread:
+        slot = _Thread()
+        threading.Thread(target=self._loop, args=(slot,), name="evolve-rollout", daemon=True).start()
+        self.slots.append(slot)
+        return slot
+
+    def submit(self, slot: _Thread, job: RolloutJob) -> bool:
+        slot.inbox.put(job)
+        return True
+
+    def wait(self, timeout: float) -> list[Finished[_Thread]]:
+        try:
+            got = [self._done.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                got.append(self._done.get_nowait())
+        return [Finished(slot, traj) for slot, traj in got if not slot.abandoned]
+
+    def kill(self, slot: _Thread) -> None:
+        slot.abandoned = True
+        slot.inbox.put(None)
+        if slot in self.slots:
+            self.slots.remove(slot)
+
+    def not_ready(self, slot: _Thread) -> EvolveError:  # threads are ready when started
+        return EvolveError("a rollout thread did not start")
+
+    def close(self) -> None:
+        """End the idle threads (a busy one ends when its job returns; its result is dropped)."""
+        for slot in list(self.slots):
+            self.kill(slot)
 
 
 class ThreadRunner:
@@ -28,8 +105,6 @@ class ThreadRunner:
     starts (the rollout's own clock starts once they are built).
     ``workers=1`` runs the jobs on a single helper thread (the watchdog still works).
     """
-
-    _POLL = 0.05  # watchdog scan period (s)
 
     def __init__(self, workers: int = 32, *, grace: float = 5.0, start_timeout: float = 120.0) -> None:
         if workers < 1:
@@ -62,85 +137,12 @@ class ThreadRunner:
         return self._iter(worker, list(jobs))
 
     def _iter(self, worker: Worker, jobs: list[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
-        n = len(jobs)
-        if n == 0:
-            return
-        todo = collections.deque(range(n))
-        results: queue.SimpleQueue = queue.SimpleQueue()
-        running: dict[int, float] = {}  # job index -> time its rollout started (only jobs with a timeout)
-        slots: dict[int, _Slot] = {}  # job index -> the thread running it
-        cancelled = threading.Event()
-
-        def loop(slot: _Slot) -> None:
-            pop, put = todo.popleft, results.put
-            while not slot.abandoned and not cancelled.is_set():
-                try:
-                    idx = pop()
-                except IndexError:
-                    return
-                job = jobs[idx]
-                try:
-                    if job.timeout:
-                        slots[idx] = slot
-                        # building the LLMs (before on_start) may take start_timeout more
-                        running[idx] = time.monotonic() + self.start_timeout
-
-                        def on_start(idx: int = idx) -> None:
-                            running[idx] = time.monotonic()
-
-                        try:
-                            traj = worker.execute(job, on_start)
-                        finally:
-                            running.pop(idx, None)
-                            slots.pop(idx, None)
-                    else:
-                        traj = worker.execute(job)
-                except BaseException as e:  # noqa: BLE001 - SystemExit/KeyboardInterrupt inside an agent
-                    traj = failed_trajectory(job, f"agent raised {type(e).__name__}: {e}")
-                put((idx, traj))
-
-        def spawn() -> None:
-            threading.Thread(target=loop, args=(_Slot(),), name="evolve-rollout", daemon=True).start()
-
-        emitted = [False] * n
-        left = n
-        for _ in range(min(self.workers, n)):
-            spawn()
-        any_timeout = any(j.timeout for j in jobs)
-        next_scan = time.monotonic() + self._POLL
+        pool = _Threads(worker, self)  # threads of their own per run: two runs at once do not meet
         try:
-            while left:
-                try:
-                    idx, traj = results.get(timeout=self._POLL) if any_timeout else results.get()
-                except queue.Empty:
-                    idx = None
-                if idx is not None and not emitted[idx]:
-                    emitted[idx] = True
-                    left -= 1
-                    yield jobs[idx], traj
-                if any_timeout and time.monotonic() >= next_scan:
-                    now = time.monotonic()
-                    next_scan = now + self._POLL
-                    for i, started in running.copy().items():
-                        limit = jobs[i].timeout or 0.0
-                        if emitted[i] or now - started <= limit + self.grace:
-                            continue
-                        slot = slots.get(i)
-                        if slot is not None:  # else the job returned just now; its result is dropped
-                            slot.abandoned = True
-                            self.abandoned += 1
-                            spawn()  # keep the pool at full strength
-                        emitted[i] = True
-                        left -= 1
-                        yield jobs[i], failed_trajectory(
-                            jobs[i],
-                            f"timeout: the rollout did not return {now - started:.1f}s after it started "
-                            f"(limit {limit:g}s + {self.grace:g}s grace); its thread was abandoned "
-                            "(threads cannot be killed; use the process runner for agents that hang)",
-                            max(0.0, now - started),
-                        )
+            yield from schedule(pool, jobs, run=0, workers=self.workers, grace=self.grace,
+                                start_timeout=self.start_timeout)
         finally:
-            cancelled.set()
+            pool.close()
 
     def close(self) -> None:
         with self._lock:
@@ -148,7 +150,7 @@ class ThreadRunner:
                 self._worker.close()
             self._worker, self._spec = None, None
 
-    def __enter__(self) -> "ThreadRunner":
+    def __enter__(self) -> ThreadRunner:
         return self
 
     def __exit__(self, *exc: Any) -> None:

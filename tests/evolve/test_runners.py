@@ -240,7 +240,7 @@ def test_process_runner_survives_a_worker_crash(tmp_path):
     out = collect(runner, spec(tmp_path, "tests.helpers.agents:exit_agent"), jobs(tasks(2)))
     assert all("SystemExit" in t.error for t in out.values()) and runner.restarts == 2
     runner.close()
-    assert runner._procs == []
+    assert runner._pool.slots == []
 
 
 def test_process_runner_needs_import_paths(tmp_path):
