@@ -8,25 +8,35 @@ with its lineage and scores, and can roll back to any of them.
 and heavy parts (torch, transformers, peft, litellm, ...) only where they are used.
 
 The core (this folder; the layers are ``evolve.policy``, ``.memory``, ``.prompts``, ``.toolforge``,
-``.topology``, ``.sandbox``, and the worlds ``evolve.worlds``), lowest first:
+``.topology``, ``.sandbox``, and the worlds ``evolve.worlds``) stands in floors, lowest first; a module
+imports only its own floor and those below (``tests/test_structure.py`` holds it, from the same list):
 
 * foundations — ``types`` (System, Trajectory, Reward, Candidate), ``errors`` (the one tree),
-  ``registry`` (every name → import path), ``artifacts`` (content-addressed files), ``otel``;
-  ``archive/`` (SQLite, append-only), ``llm/`` (backends), ``runners/`` (thread, process, Ray);
-* ``task/`` — the task file: ``config`` (the schema), ``taskfile`` (reading, overrides, checks),
-  ``data`` (splits), ``reference``, ``fingerprint`` (what a resume must match);
-* ``scoring/`` — ``rollout`` (one rollout, recorded and scored), ``failures`` and ``retry`` (the
-  world failing is retried, never scored), ``session`` (splits, runner, memoised rollouts),
-  ``budget``, ``estimate`` (the dry run), ``recorder``, ``state``, ``rundir``, ``bootstrap``;
-* ``results/`` — ``report`` (report.json/.md), ``stats`` (paired tests);
+  ``failures`` (the world failing under a rollout, told from the agent failing), ``registry``
+  (every name → import path), ``artifacts`` (content-addressed files), ``otel``, ``world`` (the
+  World protocol a task file's ``world:`` names); ``archive/`` (SQLite, append-only), ``llm/`` (backends);
+* ``task/`` — the task file: ``config`` (the schema), ``deploy`` (its ``deploy:`` section),
+  ``taskfile`` (reading, overrides, checks), ``data`` (splits), ``reference``, ``fingerprint``
+  (what a resume must match), ``content``;
+* ``gateway/`` — the HTTP engine: an unmodified agent's traffic recorded, the evolved system
+  served, and each rollout's own OpenAI endpoint;
+* rollouts — ``rollout`` (the agent contract: ``RolloutContext``, ``run_agent``, ``score``),
+  ``runners/`` (thread, process, Ray), ``cluster/`` (Ray's model servers and training);
+* ``scoring/`` — ``session`` (splits, runner, memoised rollouts), ``retry`` (the world failing is
+  retried, never scored), ``budget``, ``estimate`` (the dry run), ``recorder``, ``state``,
+  ``rundir``, ``bootstrap``, ``holdout``, ``progress`` (the terminal's display);
+* ``results/`` — ``report`` (report.json/.md), ``stats`` (paired tests); ``reflexion/`` (Reflexion mode);
+* ``deploy/`` — promotion: gates, canary, approval, rollback;
+* ``trackers/`` — MLflow, W&B, OpenTelemetry;
 * ``loop/`` — ``engine`` (generations), ``strategies`` (acceptance, minibatch, stopping), ``acceptance``,
   ``selectors``, ``pool``, ``pareto``, ``operators`` (the protocol);
-* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``cli/``, ``gateway/`` (an unmodified
-  agent's traffic recorded, the evolved system served), ``deploy/``, ``ui/``, ``mcp/``,
-  ``trackers/``, ``reflexion/`` (Reflexion mode).
+* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``ui/``, ``mcp/``, the gateway's composition
+  root and command (``gateway.server``, ``gateway.cli``); ``serve/`` is a deprecated alias of serving
+  names now in ``gateway/``;
+* ``cli/`` — the command line.
 
-``task/``, ``scoring/``, ``results/``, ``loop/`` and ``cli/`` each import only the ones before them
-(``tests/test_structure.py`` holds it); ``serve/`` is a deprecated alias of serving names now in ``gateway/``.
+Each package's ``__init__`` says what it holds. ``scoring.rollout``, ``scoring.failures``,
+``deploy.config`` and ``worlds.base`` are deprecated aliases of the modules' new homes.
 """
 
 from __future__ import annotations

@@ -132,16 +132,57 @@ def test_no_module_imports_another_modules_private_names():
     assert not found, found
 
 
-# the core's packages, lowest first: each imports only those before it (and the foundations:
-# types, errors, registry, artifacts, otel, the archive, the runners and llm backends)
-CORE_ORDER = ("evolve.task", "evolve.scoring", "evolve.results", "evolve.loop", "evolve.cli")
+# The core's floors, lowest first (evolve/__init__.py draws the same): a module imports only modules on
+# its own floor or below (on one floor, no circle). Each entry is a package or module; a module belongs to
+# the entry that names it most closely. Every module of the core has a floor.
+FLOORS = (  # (name, how evolve/__init__.py's drawing marks it, its packages and modules)
+    ("foundations", "* foundations", ("evolve.errors", "evolve.types", "evolve._env", "evolve.failures",
+                                      "evolve.registry", "evolve.artifacts", "evolve.otel", "evolve.world",
+                                      "evolve.archive", "evolve.llm")),
+    ("the task file", "* ``task/``", ("evolve.task",)),
+    ("the HTTP engine", "* ``gateway/``", ("evolve.gateway",)),
+    ("rollouts", "* rollouts", ("evolve.rollout", "evolve.runners", "evolve.cluster")),
+    ("scoring", "* ``scoring/``", ("evolve.scoring",)),
+    ("results", "* ``results/``", ("evolve.results", "evolve.reflexion")),
+    ("deploy", "* ``deploy/``", ("evolve.deploy",)),
+    ("trackers", "* ``trackers/``", ("evolve.trackers",)),
+    ("the loop", "* ``loop/``", ("evolve.loop",)),
+    # the gateway's composition root and command (a config to a Gateway, with deploy's canary) are surfaces
+    ("surfaces", "* surfaces", ("evolve.api", "evolve.ui", "evolve.mcp", "evolve.serve", "evolve.gateway.server",
+                                "evolve.gateway.cli")),
+    ("the command line", "* ``cli/``", ("evolve.cli", "evolve.__main__")),
+)
+UNFLOORED = {"evolve"}  # the package itself: lazy names of every floor (evolve/__init__.py's _LAZY)
 
 
-def _core_package(module: str) -> int | None:
-    return next((i for i, p in enumerate(CORE_ORDER) if module == p or module.startswith(p + ".")), None)
+def _floor(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (length of the entry, floor)
+    for i, (_, _, entries) in enumerate(FLOORS):
+        for e in entries:
+            if (module == e or module.startswith(e + ".")) and (best is None or len(e) > best[0]):
+                best = (len(e), i)
+    return None if best is None else best[1]
 
 
-def test_the_cores_packages_import_only_downward():
-    up = sorted((a, b) for a, b in _graph().edges
-                if _core_package(a) is not None and _core_package(b) is not None and _core_package(b) > _core_package(a))
+def test_every_module_of_the_core_has_a_floor():
+    core = [m for m in MODULES if _layer(m) is None and m not in UNFLOORED]
+    assert len(core) > 100
+    assert not [m for m in core if _floor(m) is None]
+
+
+def test_the_cores_floors_import_only_downward():
+    up = sorted(f"{a} ({FLOORS[_floor(a)][0]}) -> {b} ({FLOORS[_floor(b)][0]})" for a, b in _graph().edges
+                if _floor(a) is not None and _floor(b) is not None and _floor(b) > _floor(a))
     assert not up, up
+
+
+def test_evolve_init_draws_the_same_floors_in_the_same_order():
+    doc = (ROOT / "evolve" / "__init__.py").read_text()
+    places = [doc.find("\n" + mark) for _, mark, _ in FLOORS]
+    assert -1 not in places, [mark for (_, mark, _), at in zip(FLOORS, places) if at == -1]
+    assert places == sorted(places)
+    for _, mark, entries in FLOORS:  # each floor's packages are named on its line(s)
+        start = doc.find("\n" + mark)
+        text = doc[start: doc.find("\n* ", start + 1)]
+        short = [e.removeprefix("evolve.") for e in entries if e.count(".") == 1 and not e.startswith("evolve._")]
+        assert all(f"``{n}``" in text or f"``{n}/``" in text for n in short), (mark, short)

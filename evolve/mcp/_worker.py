@@ -9,8 +9,8 @@ crashes or hangs takes only its child with it. The ops:
 * ``dry-run TASK [--set ...]`` — :func:`evolve.api.dry_run`;
 * ``promote TASK RUN [--system ID] [--approve] [--repin] [--by WHO] [--set ...]`` — the deploy
   policy (:mod:`evolve.deploy.manage`);
-* ``run JOB_DIR -- ARGS...`` — ``evolve ARGS...`` (a background run, :mod:`evolve.mcp.jobs`),
-  its exit code written to ``JOB_DIR/exit.json`` when it ends.
+* ``run JOB_DIR -- ARGS...`` — ``evolve ARGS...`` in a child process (a background run,
+  :mod:`evolve.mcp.jobs`), its exit code written to ``JOB_DIR/exit.json`` when it ends.
 
 Before any op loads the task file, :func:`evolve.mcp.taskcheck.check_task` reads it field by field
 against the server's import guard (``$EVOLVE_MCP_ROOTS``, :mod:`evolve.mcp.guard`), which this
@@ -95,18 +95,23 @@ def promote(task: str, run: str, *, system: str | None, approve: bool, repin: bo
 
 
 def run(job_dir: str, argv: list[str]) -> int:
-    """``evolve ARGV`` in this process; its exit code goes to ``JOB_DIR/exit.json`` as it ends (a
-    run killed with -9 leaves none: the server reads it as stopped)."""
+    """``evolve ARGV`` as a command, in a child process that carries this one's environment (the
+    import guard with it); its exit code goes to ``JOB_DIR/exit.json`` as it ends (a run killed with
+    -9 leaves none: the server reads it as stopped)."""
     import os
+    import signal
+    import subprocess
 
-    from evolve.cli.commands import main
     from evolve.errors import UserError
 
     rc = 1
     try:
         checked(*_run_args(argv))
-        main(argv)
-        rc = 0
+        # stop_run's SIGINT reaches the whole process group: the run stops itself gracefully while this
+        # process waits for its exit code (a handler, not SIG_IGN, so the run does not inherit it)
+        signal.signal(signal.SIGINT, lambda *_: None)
+        rc = subprocess.call([sys.executable, "-m", "evolve", *argv])
+        rc = 128 - rc if rc < 0 else rc  # ended by a signal: the shell's code for it
     except UserError as e:  # refused before the run began: said in its log, exit code 2 (refused)
         print(f"error: {e}", file=sys.stderr)
         rc = 2

@@ -1,7 +1,8 @@
 """Runs the MCP server starts in the background, and what it knows of them.
 
 A run is one child process, ``python -m evolve.mcp._worker run JOB_DIR -- run TASK --out RUN_DIR
-...`` (``evolve run`` itself), in a session of its own with stdin closed and its output in
+...`` (which checks the task file, then runs ``evolve run`` in a process of its own and waits for it),
+in a session of its own with stdin closed and its output in
 ``RUN_DIR/mcp/run.log``: it outlives the server (a client that kills its server kills no run) and
 the archive is its only state, so a run stopped in any way is continued with ``--resume``.
 

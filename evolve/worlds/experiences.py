@@ -1,5 +1,5 @@
 """The memory operator's entries from a world's solved trajectories (its ``memory.extract`` hook,
-:mod:`evolve.worlds.base`), written once for every world.
+:mod:`evolve.world`), written once for every world.
 
 A world's hook names what the agent's output holds that solved the task and how an entry shows it;
 :func:`solved_entries` does the rest, the same for each world: a trajectory counts when its task is
