@@ -26,8 +26,9 @@ import copy
 import json
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from evolve.errors import ConfigError, LLMError, MissingDependency, UserError
 from evolve.prompts.dspy_interop import (
@@ -99,7 +100,9 @@ class TaskMetric:
         except Exception as e:  # noqa: BLE001 - the program gave no such field
             return Reward(score=0.0, feedback=f"the program's prediction has no usable {self.output!r}: {e}")
         traj = Trajectory(task_id=str(task["id"]), system_id="dspy-baseline", output=jsonable(output))
-        return score(self.reward_fn, task, traj).reward
+        reward = score(self.reward_fn, task, traj).reward
+        assert reward is not None  # score() attaches one, whatever the reward function did
+        return reward
 
     def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: Any = None,
                  pred_trace: Any = None) -> Any:

@@ -195,13 +195,13 @@ def set_text(x: P, kind: str, value: str, step: str = DEFAULT_STEP) -> P:
     if kind in JSON_KINDS:
         _validate(Component(step, kind, key, value))
     prompts = {**_prompts(x), key: value}
-    return x.replace(prompts=prompts) if isinstance(x, System) else prompts  # type: ignore[return-value]
+    return x.replace(prompts=prompts) if isinstance(x, System) else prompts
 
 
 def remove(x: P, kind: str, step: str = DEFAULT_STEP) -> P:
     key = find(x, kind, step)
     prompts = {k: v for k, v in _prompts(x).items() if k != key}
-    return x.replace(prompts=prompts) if isinstance(x, System) else prompts  # type: ignore[return-value]
+    return x.replace(prompts=prompts) if isinstance(x, System) else prompts
 
 
 def get_instruction(x: Prompts, step: str = DEFAULT_STEP) -> str:

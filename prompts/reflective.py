@@ -134,7 +134,8 @@ class ReflectiveMutation:
         ctx.rng.shuffle(successes)
         seed = ctx.rng.randrange(2**31)
         role = p.call_role or step
-        examples, skipped = [], []
+        examples: list[tuple[Trajectory, Any]] = []
+        skipped: list[str] = []
         for t in failures + successes:
             if len(examples) >= p.minibatch:
                 break

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evolve.loop.operators import ChargedLLM, OperatorContext
 from evolve.toolforge.curate import duplicate_of, retirements, with_usage
 from evolve.toolforge.synth import synthesize
-from evolve.toolforge.tool import ToolLibrary
+from evolve.toolforge.tool import Tool, ToolLibrary
 from evolve.toolforge.validate import check, default_sandbox, make_limits
 from evolve.types import Candidate, ModelSpec, System
 
@@ -121,7 +121,7 @@ class ToolForge:
                 report["retired"].append({"tool": r.name, "reason": r.reason})
                 lib = ToolLibrary({n: t for n, t in lib.tools.items() if n != r.name})
         prov = {"operator": self.name, "generation": ctx.generation, "parent_system": parent.id}
-        proposals = []  # (tool, claimed recorded cases)
+        proposals: list[tuple[Tool, list[Any]]] = []  # (tool, claimed recorded cases)
         if p.abstraction:
             from evolve.registry import import_path
 

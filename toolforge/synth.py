@@ -80,7 +80,8 @@ class Proposal:
 def collect_examples(trajectories: Sequence[Trajectory], *, threshold: float = 1.0, limit: int = 8,
                      rng: Any = None, failed_share: float = 0.25) -> list[Example]:
     """Numbered tool calls from ``trajectories``: mostly from successes, some from failures."""
-    good, bad = [], []
+    good: list[tuple[str, ToolCall, bool]] = []
+    bad: list[tuple[str, ToolCall, bool]] = []
     for t in trajectories:
         ok = t.error is None and t.score >= threshold
         for s in t.steps:
