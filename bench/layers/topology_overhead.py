@@ -13,7 +13,7 @@ and distinct valid results as ``enumerate_edits`` gives them, which the search n
 whole: it builds an edit only when it tries it). Times are medians over --repeats runs.
 
 Part 2 — a real evaluation for scale: one workflow scored on --tasks tasks through
-``evolve.scoring.rollout.run_agent`` with the runtime's generic agent and the scripted LM (no model cost
+``evolve.rollout.run_agent`` with the runtime's generic agent and the scripted LM (no model cost
 at all), for a one-step graph and a 5-sample vote.
 """
 
@@ -99,7 +99,7 @@ def bench_search(size: int, evals: int, seed: int) -> dict:
 
 def bench_real(tasks: int) -> list[dict]:
     from evolve.llm.fake import ScriptedLM
-    from evolve.scoring.rollout import run_agent
+    from evolve.rollout import run_agent
     from evolve.topology import agent
     from evolve.types import ModelSpec, System
 

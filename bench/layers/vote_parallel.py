@@ -5,7 +5,7 @@ round trip, simulated by a scripted LM that sleeps; no network).
     .venv/bin/python bench/layers/vote_parallel.py [--latency 0.2] [--n 8] [--parallel 1 4 8] [--rollouts 5]
 
 Each rollout is ``vote{n} -> answer`` over one ``llm`` node (``evolve.topology:agent`` through
-``evolve.scoring.rollout.run_agent``). Reports the median seconds per rollout and the speed-up over
+``evolve.rollout.run_agent``). Reports the median seconds per rollout and the speed-up over
 ``parallel`` 1.
 """
 
@@ -17,7 +17,7 @@ import statistics
 import time
 
 from evolve.llm.fake import ScriptedLM
-from evolve.scoring.rollout import run_agent
+from evolve.rollout import run_agent
 from evolve.topology import Workflow, agent
 from evolve.types import ModelSpec, System
 
