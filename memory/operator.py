@@ -7,7 +7,7 @@ Each proposal, for one parent:
    :func:`~evolve.worlds.sql.hooks.experiences`), added to the store in one transaction (an
    exact duplicate is a no-op, never a delete);
 2. with ``feedback``, the items each trajectory recalled (its ``recall_memory`` tool step) are
-   judged by the outcome, ExpeL-style, through :class:`~evolve.memory.HeuristicPolicy`: a solved
+   judged by the outcome, ExpeL-style, through :class:`~evolve.memory.HeuristicCurator`: a solved
    task strengthens what it recalled, a failed one weakens it, and an item is deleted (a
    tombstone, undoable) only after repeated weakening — never on one decision;
 3. the child is the parent with ``System.memory`` pointing at the new store version, and the
@@ -65,7 +65,7 @@ class MemoryOperator:
         return MemoryStore(path, embedder=embedder)
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
-        from evolve.memory import Evidence, HeuristicPolicy, apply
+        from evolve.memory import Evidence, HeuristicCurator, apply
         from evolve.registry import import_path
 
         p = self.p
@@ -93,7 +93,7 @@ class MemoryOperator:
                             evidence += [Evidence(about=str(r["id"]), helpful=ok) for r in s.result if isinstance(r, dict)]
                 judged = len(evidence)
                 if evidence:
-                    apply(store, HeuristicPolicy().decide(store, evidence), source="memory operator")
+                    apply(store, HeuristicCurator().decide(store, evidence), source="memory operator")
             spec = {**(parent.memory or {}), "store": str(store.path.resolve()), "version": store.version}
             spec.setdefault("k", 1)
             spec.setdefault("kinds", ["experience"])
