@@ -12,11 +12,9 @@ no trace store, every call recorded as an :class:`~evolve.types.LLMCall` in
 from __future__ import annotations
 
 import collections
-import json
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from evolve.errors import UserError
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
+from evolve.gateway.call_log import CallLog
 from evolve.gateway.local import ModelUpstream, tokenizer_of, top_logprobs_kw, top_logprobs_of
 from evolve.gateway.upstream import Route
 from evolve.gateway.wire import GatewayError, Request
@@ -149,11 +148,8 @@ class ServeApp:
         self.pinned = system not in (None, "current")
         self.log = log or (lambda msg: print(f"evolve serve: {msg}", file=sys.stderr, flush=True))
         self.server: HTTPGateway | None = None
-        self._keep = max(1, int(keep))
-        self._calls: dict[str, collections.deque[LLMCall]] = {}
+        self._log = CallLog(self.run_dir / CALLS_FILE, keep)
         self._lock = threading.Lock()
-        self._file_lock = threading.Lock()
-        self._file: Any = None
         self._stop = threading.Event()
         self.keep_earlier = max(0, int(keep_earlier))  # earlier systems' models kept for sessions that began on them
         self._others: collections.OrderedDict[str, _Handle] = collections.OrderedDict()
@@ -318,29 +314,14 @@ class ServeApp:
 
     def record(self, session: str, system_id: str, call: LLMCall) -> None:
         """Keep ``call`` (answered by ``system_id`` in ``session``) and append it to ``serve/calls.jsonl``."""
-        line = json.dumps({"session": session, "system_id": system_id, "time": time.time(),
-                           "call": call.model_dump(mode="json")}, ensure_ascii=False)
-        with self._lock:
-            calls = self._calls.get(session)
-            if calls is None:
-                calls = self._calls[session] = collections.deque(maxlen=self._keep)
-            calls.append(call)
-        with self._file_lock:
-            if self._file is None:
-                path = self.run_dir / CALLS_FILE
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-            self._file.write(line + "\n")
-            self._file.flush()
+        self._log.record(session, system_id, call)
 
     def calls(self, session: str = "default") -> list[LLMCall]:
         """The calls recorded in this process for ``session`` (the last ``keep``), oldest first."""
-        with self._lock:
-            return list(self._calls.get(session, ()))
+        return self._log.calls(session)
 
     def sessions(self) -> list[str]:
-        with self._lock:
-            return sorted(self._calls)
+        return self._log.sessions()
 
     def model_names(self) -> list[str]:
         """The model names the served system answers to: the role, its model's name, its id."""
@@ -389,10 +370,7 @@ class ServeApp:
         for h in idle:
             self._close_handle(h)
         self.archive.close()
-        with self._file_lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+        self._log.close()
 
     def _acquire_for_close(self) -> _Handle:
         with self._lock:
