@@ -342,11 +342,13 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         if results[i] is None:
             results[i] = Sample(ids[j], lps[j], "length")
     for j, i in enumerate(rows):
+        done = results[i]
+        assert done is not None  # filled just above
         if j in read:  # its logits are here: log-probs and top ones from the same float32 softmax
-            results[i].logprobs, results[i].top_logprobs = drawn_log_probs(
+            done.logprobs, done.top_logprobs = drawn_log_probs(
                 out[j].logits[0], ids[j], temperature, getattr(batch[i], "top_logprobs", 0))
         elif tempered:
-            results[i].logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
+            done.logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
 
 
 # ----------------------------------------------------------------------------- the choice of engine

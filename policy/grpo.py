@@ -38,10 +38,10 @@ import random
 import time
 from typing import Any, Literal
 
-from evolve.policy.roles import RoleParams, trained_roles, verdict_counts, verdict_turns
 from pydantic import ConfigDict, Field, model_validator
 
 from evolve.loop.operators import OperatorContext
+from evolve.policy.roles import RoleParams, trained_roles, verdict_counts, verdict_turns
 from evolve.types import Candidate, System, Trajectory
 
 
@@ -163,6 +163,7 @@ class GRPO:
     def _batch(self, trajs: list[Trajectory], max_len: int,
                judged: list[float] | None = None, role: str | None = None) -> tuple[list, dict[str, float]]:
         import torch
+
         from evolve.policy.grpo_train import pack
         from evolve.policy.rl import group_advantages
         from evolve.policy.star import rejected_turns
@@ -202,6 +203,7 @@ class GRPO:
         the truth of the answer it judged; its calls on one task are a group. Calls that judged an
         answer with no score are left out."""
         import torch
+
         from evolve.policy.grpo_train import pack
         from evolve.policy.rl import group_advantages
 
@@ -308,7 +310,9 @@ class GRPO:
         p = self.p
         single = len(learners) == 1 and p.roles is None  # the curve's single-role shape, as before roles existed
         max_len = {role: learner.max_len() for role, learner in learners.items()}
-        current, curve, best = parent, [], (-math.inf, -1, None)
+        curve: list[dict[str, Any]] = []
+        best: tuple[float, int, System | None] = (-math.inf, -1, None)
+        current = parent
         t_start = time.perf_counter()
 
         def dev_eval(system: System, step: int) -> float | None:
@@ -373,11 +377,12 @@ class GRPO:
         if best[2] is None:  # no dev set: the last step
             best = (math.nan, p.steps, current)
         score, step, child = best
+        assert child is not None  # set above when there is no dev set
         if step == 0:
             ctx.log(f"grpo: no step beat the parent on {len(dev)} dev tasks ({score:.3f}); nothing proposed")
             return []
         where = {r: lr.where for r, lr in learners.items() if getattr(lr, "where", None)}
-        info = {"steps": p.steps, "best_step": step, "dev_score": score, "dev_parent": curve[0].get("dev"),
+        summary: dict[str, Any] = {"steps": p.steps, "best_step": step, "dev_score": score, "dev_parent": curve[0].get("dev"),
                 "seconds": round(time.perf_counter() - t_start, 1), "curve": curve,
                 **({"trained_in": next(iter(where.values()))} if where and single else
                    {"trained_in": where} if where else {}),
@@ -385,7 +390,7 @@ class GRPO:
         who = "" if single else f" of {', '.join(learners)}"
         why = (f"GRPO{who} ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
                f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
-        return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
+        return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=summary)]
 
 
 def train_reward(traj: Trajectory, weights: dict[str, float], base: float | None = None) -> float:

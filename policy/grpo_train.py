@@ -169,7 +169,8 @@ class Learner:
         from evolve.policy.train import lora_targets
 
         config = init.lora_config() if init is not None else LoraConfig(
-            r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(target_modules or lora_targets(model)),
+            r=r, lora_alpha=alpha, lora_dropout=0.0,  # type: ignore[arg-type]  # peft says int; a float alpha scales as well
+            target_modules=list(target_modules or lora_targets(model)),
             bias="none")
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -225,7 +226,8 @@ class Learner:
         """Length-sorted micro-batches of at most ``micro_batch`` sequences and ``micro_batch_tokens``
         padded tokens (a longer sequence alone). Memory only: the loss is normalised over the whole
         optimiser step, so the gradient is the same however the sequences are split."""
-        out, cur = [], []
+        out: list[list[Packed]] = []
+        cur: list[Packed] = []
         for i in sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids)):
             if cur and (len(cur) == self.micro_batch or (
                     self.micro_batch_tokens and (len(cur) + 1) * len(seqs[i].ids) > self.micro_batch_tokens)):

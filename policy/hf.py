@@ -261,7 +261,7 @@ def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str
     dev = resolve_device(device)
     tok = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype, dev))
-    return model.to(dev).eval(), tok
+    return model.to(dev).eval(), tok  # type: ignore[arg-type]  # transformers' wrapped .to() hides its device argument
 
 
 __all__ = ["HF_FORMAT", "HFTokenizer", "check_manifest", "load_pretrained", "load_tokenizer", "manifest", "read_manifest",

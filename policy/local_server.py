@@ -144,7 +144,8 @@ class LocalServer:
 
     def _take(self) -> list[_Request]:
         adapter = self._pending[0].adapter
-        batch, rest = [], []
+        batch: list[_Request] = []
+        rest: list[_Request] = []
         for r in self._pending:
             (batch if r.adapter == adapter and len(batch) < self.max_batch else rest).append(r)
         self._pending = rest

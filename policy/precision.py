@@ -177,7 +177,7 @@ class BF16Base:
             if hasattr(mod, "cast_input_dtype_enabled"):
                 self._casting.append((mod, mod.cast_input_dtype_enabled))
                 mod.cast_input_dtype_enabled = False
-        config = getattr(self.model, "config", None)
+        config: Any = getattr(self.model, "config", None)
         if getattr(config, "_attn_implementation", None) == "sdpa" and not self._attention:
             self._attention.append((config, "sdpa"))
             config._attn_implementation = _register_attention()
@@ -189,8 +189,8 @@ class BF16Base:
         for mod, was in self._casting:
             mod.cast_input_dtype_enabled = was
         self._casting.clear()
-        for config, was in self._attention:
-            config._attn_implementation = was
+        for config, impl in self._attention:
+            config._attn_implementation = impl
         self._attention.clear()
 
     def autocast(self) -> Any:

@@ -192,10 +192,10 @@ def verdict_turns(trajs: Sequence[Trajectory], role: str, threshold: float = 1.0
     known: dict[tuple[str, str], bool] = {}
     for t in trajs:
         if t.error is None and t.reward is not None:
-            for s in _texts(t.output):
-                if s:
-                    known.setdefault((t.task_id, s), t.score >= threshold)
-    out = []
+            for text in _texts(t.output):
+                if text:
+                    known.setdefault((t.task_id, text), t.score >= threshold)
+    out: list[VerdictTurn] = []
     for k, t in enumerate(trajs):
         if t.error is not None:
             continue

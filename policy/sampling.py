@@ -46,10 +46,12 @@ def _prealloc_layer_class() -> Any:
     if _PREALLOC is None:
         from transformers.cache_utils import DynamicLayer
 
-        class PreallocLayer(DynamicLayer):  # type: ignore[misc, valid-type]
+        class PreallocLayer(DynamicLayer):
             def __init__(self, capacity: int) -> None:
                 super().__init__()
-                self.capacity, self.n, self.kbuf, self.vbuf = capacity, 0, None, None
+                self.capacity, self.n = capacity, 0
+                self.kbuf: Any = None
+                self.vbuf: Any = None
 
             def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
                 if not self.is_initialized:
@@ -195,8 +197,7 @@ def sample(
         inv_t = torch.where(temp_t > 0, 1.0 / temp_t.clamp(min=1e-6), torch.ones_like(temp_t))[:, None]
         eos = {int(eos_id)} if isinstance(eos_id, int) else {int(e) for e in eos_id}
         sampled = [temps[i] > 0 and max_new[i] > 0 for i in range(B)]
-        row_seeds = [(seeds[i] if seeds[i] is not None else random.getrandbits(63)) if sampled[i] else 0
-                     for i in range(B)]
+        row_seeds = [(s if s is not None else random.getrandbits(63)) if ok else 0 for s, ok in zip(seeds, sampled)]
         gens: list = [None] * B
         noise, by_cdf = None, V > INVERSE_CDF_VOCAB
         if by_cdf or B * T * V > NOISE_AT_ONCE:  # drawn a step at a time below

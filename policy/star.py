@@ -187,7 +187,7 @@ def success_turns(trajs: list[Trajectory], role: str = "policy", turns: str = "f
         rejected = rejected_turns(steps) if turns == "final" else set()
         for i in calls:
             s = steps[i]
-            if s.prompt_token_ids is None or not s.token_ids:
+            if not isinstance(s, LLMCall) or s.prompt_token_ids is None or not s.token_ids:
                 continue
             if turns == "final" and (i != calls[-1] or i in rejected):
                 continue

@@ -160,7 +160,7 @@ class TinyConfig(BaseModel):
         try:  # transformers >= 4.5x: rope settings live in rope_parameters
             cfg = LlamaConfig(**kwargs, rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
         except TypeError:
-            cfg = LlamaConfig(**kwargs, rope_theta=self.rope_theta)
+            cfg = LlamaConfig(**kwargs, rope_theta=self.rope_theta)  # type: ignore[call-arg]  # transformers < 4.5x
         # sdpa is the fastest path on CPU; eager is the fallback for old versions
         cfg._attn_implementation = "sdpa"
         return cfg

@@ -373,7 +373,8 @@ def train_lora(
 
     start = None if init is None else (init if isinstance(init, Adapter) else read_adapter(init))
     config = start.lora_config() if start is not None else LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules or lora_targets(base_model)),
+        r=r, lora_alpha=alpha, lora_dropout=dropout,  # type: ignore[arg-type]  # peft says int; a float alpha scales as well
+        target_modules=list(target_modules or lora_targets(base_model)),
         bias="none")
     base = bare_copy(base_model)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
