@@ -6,5 +6,6 @@
 * ``operators`` — the Operator protocol every layer implements;
 * ``curriculum`` — ``engine.curriculum``: training difficulty and mix that follow the agent's success.
 
-Imports ``evolve.scoring``, ``evolve.results`` and ``evolve.task``; the layers only through registries.
+Imports the floors below it (``evolve.deploy`` and ``evolve.trackers`` too, to promote and report what a run
+found; ``evolve/__init__.py`` draws them); the layers only through registries.
 """
