@@ -19,18 +19,19 @@ import inspect
 import json
 import os
 import random
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evolve.registry import import_path
 from evolve.rollout import run_agent, score
 from evolve.types import ModelSpec, System, Trajectory, content_hash
 
 if TYPE_CHECKING:
-    from evolve.task.config import ModelConfig
     from evolve.scoring.session import Session
+    from evolve.task.config import ModelConfig
 
 # part of every cache key: bump when training changes numerically, so a cache never holds weights
 # that a fresh machine would not reproduce (sft-2: the LM head runs on target positions alone)
@@ -68,7 +69,7 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
-def _demos(session: "Session", role: str, mc: "ModelConfig") -> tuple[list, list, list, dict, dict]:
+def _demos(session: Session, role: str, mc: ModelConfig) -> tuple[list, list, list, dict, dict]:
     """(picked training tasks, their demo chats, validation tasks, tools, memory) of a cold start."""
     cs, task = mc.cold_start, session.task
     assert cs is not None
@@ -114,7 +115,7 @@ class ValEval:
         return acc
 
 
-def _val_eval(session: "Session", role: str, mc: "ModelConfig", val_tasks: list, tools: dict, memory: dict,
+def _val_eval(session: Session, role: str, mc: ModelConfig, val_tasks: list, tools: dict, memory: dict,
               remote: bool) -> ValEval:
     from evolve.runners.base import as_import_path
 
@@ -226,7 +227,7 @@ def fit_lora_cold_start(checkpoint: str, demos: list, *, device: Any, dtype: Any
     return data, [[list(e.prompt_ids), list(e.completion_ids)] for e in examples], info, list(said)
 
 
-def _fit(session: "Session", fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _fit(session: Session, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn`` here (with the progress bar and live messages), or in a Ray task with the ray runner's
     ``runner.params.train`` resources (its messages shown when it is back)."""
     trainer = getattr(session.runner, "trainer", None)
@@ -240,7 +241,7 @@ def _fit(session: "Session", fn: Callable[..., Any], *args: Any, **kwargs: Any) 
     return out
 
 
-def _progress(session: "Session", n_examples: int, epochs: float, batch_size: int) -> Callable[[dict], None]:
+def _progress(session: Session, n_examples: int, epochs: float, batch_size: int) -> Callable[[dict], None]:
     session.obs.phase("cold start SFT", int(epochs * max(1, -(-n_examples // batch_size))))
     last = [0]
 
@@ -256,7 +257,7 @@ def _fmt_train(trainer: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in o.items() if v and k != "runtime_env") or "runner.params.train"
 
 
-def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpoint: Path, base_manifest: bytes) -> Path:
+def cold_start_adapter(session: Session, role: str, mc: ModelConfig, checkpoint: Path, base_manifest: bytes) -> Path:
     """SFT of a pretrained checkpoint on the demos, as a LoRA adapter (the checkpoint is not
     written); cached like the tiny cold start, keyed by the checkpoint's manifest
     (:func:`evolve.policy.hf.manifest`). Returns the adapter file; ``sft_examples.json`` (the
@@ -300,7 +301,7 @@ def cold_start_adapter(session: "Session", role: str, mc: "ModelConfig", checkpo
     return out
 
 
-def cold_start_weights(session: "Session", role: str, mc: "ModelConfig") -> Path:
+def cold_start_weights(session: Session, role: str, mc: ModelConfig) -> Path:
     """Build + SFT the tiny model for ``role`` (or reuse the cached result); return the weights file.
     With the ray runner's ``runner.params.train`` the training (and its validation checkpoints) runs
     in a Ray task with those resources and the weights come back as bytes."""

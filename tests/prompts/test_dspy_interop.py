@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from evolve.gateway import rollout_route as gateway
+from evolve.gateway.local import serve_llm
 from evolve.llm.fake import ScriptedLM
-from tests.helpers.dspy_fake import chat_reply, input_values
 from evolve.prompts.dspy_interop import DSPyAgent, apply_components, components_from_program, dspy_agent, write_back
 from evolve.prompts.dspy_interop import agent as generic_agent
 from evolve.rollout import run_agent
-from evolve.gateway import rollout_route as gateway
-from evolve.gateway.local import serve_llm
 from evolve.types import LLMCall, ModelSpec, System
+from tests.helpers.dspy_fake import chat_reply, input_values
 
 os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="dspy-cache-"))  # never the user's cache
 dspy = pytest.importorskip("dspy")

@@ -12,11 +12,20 @@ from typer.testing import CliRunner
 from evolve.archive import Archive
 from evolve.cli.archive import app
 from evolve.llm.fake import ScriptedLM
+from evolve.registry import node_types
 from evolve.results.report import to_markdown
 from evolve.rollout import run_agent
-from evolve.registry import node_types
-from evolve.topology import (Edge, Node, Workflow, WorkflowError, agent, calls_upper_bound, condition_holds, graph_of,
-                             validate)
+from evolve.topology import (
+    Edge,
+    Node,
+    Workflow,
+    WorkflowError,
+    agent,
+    calls_upper_bound,
+    condition_holds,
+    graph_of,
+    validate,
+)
 from evolve.topology.edits import refs_of, shape_key
 from evolve.topology.render import render_png, render_text
 from evolve.types import LLMCall, ModelSpec, System, ToolCall

@@ -11,7 +11,6 @@ import time
 from evolve.llm.fake import ScriptedLM
 from evolve.topology import Workflow
 from evolve.types import LLMCall
-
 from tests.topology.test_topology import node_order, run, vote_graph
 
 
@@ -76,7 +75,6 @@ def test_parallel_samples_keep_the_contexts_additions_and_sequential_visit_numbe
     from evolve.topology import agent
     from evolve.topology.runtime import Runtime
     from evolve.types import ToolCall
-
     from tests.topology.test_topology import make_system
 
     wf = parallel(vote_graph(n=4), 4)
@@ -94,8 +92,8 @@ def test_parallel_samples_keep_the_contexts_additions_and_sequential_visit_numbe
 
 
 def test_each_fork_gets_its_own_gateway_url_and_join_drops_them():
-    from evolve.rollout import RolloutContext
     from evolve.gateway import rollout_route as gateway
+    from evolve.rollout import RolloutContext
     from evolve.types import ModelSpec, System
 
     lm = ScriptedLM("p", ["a"])

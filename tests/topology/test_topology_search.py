@@ -20,6 +20,7 @@ from evolve.topology.operator import TopologySearch
 from evolve.topology.search import MCTS, Experience, search, utility
 from evolve.types import LLMCall, Message, Reward, System, Trajectory
 
+
 class _P(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from evolve.prompts.components import set_demos
 
 from evolve.llm.fake import ScriptedLM
+from evolve.prompts.components import set_demos
 from evolve.rollout import run_agent
 from evolve.types import LLMCall, Message, ModelSpec, System
 from evolve.worlds.sql import agent, messages_for, prompt_text

@@ -12,10 +12,10 @@ from evolve.errors import ConfigError
 from evolve.llm.fake import ScriptedLM
 from evolve.rollout import run_agent, score
 from evolve.toolforge import ToolLibrary, check
-from evolve.worlds.sql.abstract import call_text, mine_sql, shape_of
 from evolve.toolforge.tool import load_library, save_library
 from evolve.types import Reward, System, ToolCall, Trajectory
 from evolve.worlds import sql
+from evolve.worlds.sql.abstract import call_text, mine_sql, shape_of
 from evolve.worlds.sql.coldstart import tool_demos
 from evolve.worlds.sql.tools import expand_sql
 
@@ -141,8 +141,8 @@ def test_a_task_files_tool_library_is_checked_and_given_to_the_starting_system(d
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ConfigError, match=f"tool '{name}'.*name"):
         load_library(tmp_path / "broken.json")
-    from evolve.task.taskfile import validate_task
     from evolve.scoring.session import Session
+    from evolve.task.taskfile import validate_task
 
     cfg = validate_task({"agent": "evolve.worlds.sql:agent", "reward": "evolve.worlds.sql:reward", "tools": str(path),
                          "models": {"policy": {"backend": "scripted", "name": "x"}},
