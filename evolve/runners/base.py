@@ -7,9 +7,10 @@ import contextlib
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from evolve.artifacts import ArtifactStore
 from evolve.errors import UserError
@@ -187,7 +188,7 @@ class Worker:
         self._by_id.clear()
         self._cache.close()
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: Any) -> None:

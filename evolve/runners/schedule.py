@@ -28,7 +28,8 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterator, Sequence
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from evolve.errors import EvolveError
 from evolve.failures import infra
@@ -54,7 +55,8 @@ class Slot:
 S = TypeVar("S", bound=Slot)
 
 
-class Finished(NamedTuple, Generic[S]):
+@dataclass(frozen=True)
+class Finished(Generic[S]):
     """What :meth:`Pool.wait` hands back: a slot's job done, or its worker gone (``trajectory``
     None, ``why`` says how: "worker process died (killed by SIGSEGV)")."""
 
@@ -164,15 +166,16 @@ def schedule(pool: Pool[S], jobs: Sequence[RolloutJob], *, run: int, workers: in
                 d = deadline(slot, grace, start_timeout)
                 if d is not None:
                     wake = min(wake, d - now)
-            for slot, traj, why in pool.wait(max(0.0, wake)):
+            for f in pool.wait(max(0.0, wake)):
+                slot = f.slot
                 held = slot.index if slot.run == run else None  # this run's job, if it held one
-                if traj is not None:
+                if f.trajectory is not None:
                     free(slot)
                     if held is not None:
-                        emit(held, traj)
+                        emit(held, f.trajectory)
                 elif held is not None:  # its worker is gone (the pool removed it)
                     pool.replaced += 1
-                    why = f"{why} while running this rollout"
+                    why = f"{f.why} while running this rollout"
                     emit(held, failed_trajectory(jobs[held], why, time.monotonic() - (slot.started_at or slot.sent_at),
                                                  infra=infra("worker", why, "runner")))
 

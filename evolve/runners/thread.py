@@ -29,7 +29,8 @@ class _Threads:
     dropped) and ends when its agent returns."""
 
     noun, verb = "thread", "abandoned"
-    aftermath = "its thread was abandoned (threads cannot be killed; use the process runner for agents that hang)"
+    aftermath = ("threads cannot be killed: it goes on in the background and its result is dropped (use the "
+                 "process runner for agents that hang)")
     reports_start = True
 
     def __init__(self, worker: Worker, runner: ThreadRunner) -> None:
