@@ -83,7 +83,7 @@ def warm_up(threads: int) -> None:
     first local server a process starts sampled about 30x slower than any later one (seen with and
     without build(), whichever came first; not explained yet), so every arm pays that here, not in
     the figures."""
-    from evolve.policy.local import LocalLM, LocalServer
+    from evolve.policy.local import LocalLM
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
     from evolve.types import Message
 
