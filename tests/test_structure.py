@@ -1,7 +1,8 @@
 """The import structure of the library, scanned from the source (imports at any depth: lazy ones
-inside functions and those under ``if TYPE_CHECKING:`` included): no circle between modules, the
-core reaches a layer or a world only through registries (names resolved at run time), and no module
-imports another module's private names."""
+inside functions, those under ``if TYPE_CHECKING:`` and those by a string, ``import_module("evolve.x")``,
+included): no circle between modules, the core reaches a layer or a world only through registries
+(names resolved at run time), the core's floors import only downward, and no module imports another
+module's private names."""
 
 from __future__ import annotations
 

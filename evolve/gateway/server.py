@@ -1,5 +1,8 @@
 """Running the gateway from its config: :func:`build` (a config to a :class:`~evolve.gateway.app.Gateway`)
-and :class:`GatewayServer` (uvicorn, in the calling thread or on a background thread)."""
+and :class:`GatewayServer` (uvicorn, in the calling thread or on a background thread).
+
+The composition root of ``evolve gateway``: it wires deploy's canary and the run's systems into the
+engine's routes, so it stands on the surfaces' floor (above ``evolve.deploy``), not the engine's."""
 
 from __future__ import annotations
 
