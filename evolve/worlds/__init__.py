@@ -8,6 +8,8 @@ the attempt, and the hooks the layers use (the World protocol, :class:`~evolve.w
 * ``reasoning_gym/`` — reasoning-gym's seeded generators at the difficulty levels the task file
   names, scored by the package's own scorers (``world: reasoning_gym``);
 * ``toy`` — a + b with a scripted model, for plumbing tests and examples (``world: toy``).
+* ``experiences`` — the ``memory.extract`` hook written once (:func:`~evolve.worlds.experiences.solved_entries`);
+  each world's hooks live in its ``hooks.py``.
 
 A task file names one with ``world: NAME`` (registered in :data:`evolve.registry.worlds` or through
 the ``evolvekit.worlds`` entry-point group) or ``world: package.module:WORLD``.
