@@ -96,9 +96,9 @@ def category_of(e: BaseException, *, client: bool = False) -> str | None:
     text = str(e).lower()
     if any(t in text for t in _AUTH_TEXT):
         return "auth"
-    for cls, cat in _BUILTIN.items():
+    for cls, kind in _BUILTIN.items():
         if isinstance(e, cls):
-            return cat
+            return kind
     mro = type(e).__mro__
     if client:
         if isinstance(e, TimeoutError):

@@ -18,7 +18,7 @@ class TrajectoriesMixin:
     connection plumbing: ``_read``, ``_write``)."""
 
     compress: int
-    _usage_delta: list[Any]
+    _usage_delta: dict[str, dict[str, Any]]
     _read: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
     _write: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 
@@ -40,7 +40,7 @@ class TrajectoriesMixin:
         # Serialize only rows not stored yet (a replayed batch costs a lookup, not a re-encode);
         # the transaction below checks again, so this is only an optimization.
         stored = self.has_keys([r[0] for r in rows])
-        prepared = []
+        prepared: list[tuple[tuple[Any, ...], Any, bytes]] = []  # (the row's columns, encoding, data)
         for key, split, phase, generation, traj in rows:
             if key in stored:
                 continue
@@ -76,7 +76,7 @@ class TrajectoriesMixin:
             # Skip keys already stored (or repeated in this batch), then insert the rest with
             # explicit row ids: two executemany calls instead of two statements per row.
             seen = self._has_keys(c, [m[0] for m, _, _ in prepared])
-            fresh = []
+            fresh: list[tuple[tuple[Any, ...], Any, bytes]] = []
             for item in prepared:
                 if item[0][0] not in seen:
                     seen.add(item[0][0])

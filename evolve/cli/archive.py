@@ -104,7 +104,7 @@ def list_systems(
     if show_test:
         table.add_column("test (n)", justify="right", no_wrap=True, min_width=10)
     for r in records:
-        row = [
+        row: list[str | Text] = [
             Text("*", style="bold green") if r.id == current else Text(""),
             Text(_short(r.id), style="bold" if r.id == current else ""),
             str(r.generation),

@@ -259,11 +259,11 @@ def _mount_commands() -> None:
             app.add_typer(commands.get(name), name=name)
 
 
-def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+def _click_errors() -> tuple[tuple[type[Any], ...], tuple[type[Any], ...]]:
     """click's usage-error and abort classes: typer vendors its own click (typer._click) since
     0.24, and older typers use the click package; both are caught."""
-    usage: list[type] = []
-    abort: list[type] = []
+    usage: list[type[Any]] = []  # click's classes, found at run time
+    abort: list[type[Any]] = []
     for name in ("click.exceptions", "typer._click.exceptions", "typer.exceptions"):
         try:
             mod = importlib.import_module(name)

@@ -114,7 +114,7 @@ class RayTrainer:
         self.train, self._connect, self.start_timeout = dict(train), connect, float(start_timeout)
         self.timeout = float(self.train.get("timeout", DAY))
         self.threads = int(self.train["threads"]) if self.train.get("threads") else driver_threads()
-        self.options = {"num_cpus": float(self.train.get("num_cpus", 1)),
+        self.options: dict[str, Any] = {"num_cpus": float(self.train.get("num_cpus", 1)),
                         "num_gpus": float(self.train.get("num_gpus", 0)),
                         "resources": dict(self.train.get("resources") or {})}
         if self.threads:  # set when the actor's process starts (merged with the job's runtime_env)

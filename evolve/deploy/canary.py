@@ -67,11 +67,13 @@ def decide(cand: list[float], active: list[float], cfg: dict[str, Any], *, start
     mc = sum(c) / len(c) if c else None
     ma = sum(a) / len(a) if a else None
     rc, ra = radius(len(c), alpha / 2, rho_n), radius(len(a), alpha / 2, rho_n)
-    lower = (mc - rc) - (ma + ra) if c and a else -math.inf
-    upper = (mc + rc) - (ma - ra) if c and a else math.inf
+    diff: float | None = None
+    lower, upper = -math.inf, math.inf
+    if mc is not None and ma is not None:
+        lower, upper, diff = (mc - rc) - (ma + ra), (mc + rc) - (ma - ra), mc - ma
     hours = (now - started) / 3600
     ev = {"candidate_sessions": len(c), "active_sessions": len(a), "candidate_mean": mc, "active_mean": ma,
-          "diff": (mc - ma) if c and a else None, "lower": lower if math.isfinite(lower) else None,
+          "diff": diff, "lower": lower if math.isfinite(lower) else None,
           "upper": upper if math.isfinite(upper) else None, "alpha": alpha, "margin": margin,
           "hours": round(hours, 3)}
     if c and a and upper < 0:
@@ -86,7 +88,8 @@ def decide(cand: list[float], active: list[float], cfg: dict[str, Any], *, start
 def arm_scores(store: Any, canary: dict[str, Any], route: str | None = None) -> tuple[list[float], list[float]]:
     """The scored sessions of each arm since the canary started (on ``route``, the one whose new
     sessions were split): (candidate's, active's)."""
-    cand, act = [], []
+    cand: list[float] = []
+    act: list[float] = []
     for _, system, score in store.session_scores(since=canary["started"], route=route):
         if score is None or system not in (canary["system"], canary["active"]):
             continue
@@ -135,7 +138,7 @@ def end_expired(archive: Any, store: Any = None, *, now: float | None = None, by
 
 def _act(dep: Deployment, decision: str, ev: dict[str, Any], sid: str, can: dict[str, Any], by: str) -> None:
     # the decision holds only for the canary it was taken on: checked again inside the transaction
-    guard = {"expect": {sid: "canary"}, "expect_canary": can.get("salt"), "expect_active": can.get("active")}
+    guard: dict[str, Any] = {"expect": {sid: "canary"}, "expect_canary": can.get("salt"), "expect_active": can.get("active")}
     if decision == "promote":
         to = "pending" if can.get("approval") else "active"
         why = (f"canary: {ev['candidate_sessions']} candidate sessions score {100 * ev['candidate_mean']:.1f}% against "
@@ -231,7 +234,7 @@ class CanaryView:
             self.refresh()
             can, blocked = self.view()
             bound = bound and can is not None and can["system"] not in blocked and not expired(can)
-        return (can["system"] if bound else None), blocked
+        return (can["system"] if bound and can is not None else None), blocked
 
     def check(self, store: Any) -> dict[str, Any] | None:
         """The canary's test on the trace store, acted on; the decision, or None (no canary, or

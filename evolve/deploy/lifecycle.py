@@ -96,7 +96,7 @@ class Deployment:
     def previous_active(self) -> str | None:
         """The system that was active before the current one (what ``evolve rollback`` returns to)."""
         cur = self.archive.current()
-        seen = []
+        seen: list[str] = []
         for sid, _, _ in self.archive.pointer_history():
             if not seen or seen[-1] != sid:
                 seen.append(sid)

@@ -108,8 +108,8 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
         if state not in (None, "proposed", "rolled_back", "rejected", "pending"):
             raise DeployError(f"system {sid[:12]} is {state}; only a proposed, rejected or rolled-back system can be "
                               "promoted")
-        if dep.canary() is not None:
-            raise DeployError(f"a canary of {dep.canary()['system'][:12]} is under way; wait for its decision or end "
+        if (running := dep.canary()) is not None:
+            raise DeployError(f"a canary of {running['system'][:12]} is under way; wait for its decision or end "
                               "it with evolve rollback RUN (the active system stays)")
         splits = run_splits(cfg, base, archive)
         pins, pid = pins_for(cfg, base, archive, repin=repin, by=by, splits=splits)
@@ -135,7 +135,7 @@ def promote(task_file: str | Path, run_dir: str | Path, *, system: str | None = 
     with open_run(run_dir) as archive:
         dep = Deployment(archive)
         # what the gates were decided on must still hold when the decision is written
-        guard = {"expect": {sid: state}, "expect_canary": None, "expect_active": active_id}
+        guard: dict[str, Any] = {"expect": {sid: state}, "expect_canary": None, "expect_active": active_id}
         if failed:
             why = "; ".join(r.message for r in failed)
             dep.apply(moves + [Move(sid, "rejected", "gates", why, evidence)], **guard)

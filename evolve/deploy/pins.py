@@ -31,7 +31,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def _declared(task: Any, base_dir: Path) -> dict[str, str | None]:
     return out
 
 
-def make_pins(task: Any, base_dir: Path, splits: dict[str, list[dict]], observed: list[str] = ()) -> dict[str, Any]:
+def make_pins(task: Any, base_dir: Path, splits: dict[str, list[dict]], observed: Sequence[str] = ()) -> dict[str, Any]:
     """The pins of a task's evaluation: its reward, each deploy suite's reward and tasks, the policy,
     and the code and files the reward and agent run (``observed``: files seen read by a gate earlier)."""
     dep = task.deploy

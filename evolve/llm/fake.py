@@ -153,6 +153,7 @@ class ScriptedLM:
     # ------------------------------------------------------------------ internals
 
     def _maybe_fail(self, msgs: tuple[Message, ...], seed: int | None) -> None:
+        assert self._faults is not None  # called only when faults are set
         rate, kinds, fseed = self._faults
         call = hashlib.sha256(repr((seed, [(m.role, m.content) for m in msgs])).encode()).hexdigest()
         with self._lock:

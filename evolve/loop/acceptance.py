@@ -42,7 +42,9 @@ class Verdict:
 
 def refine(session: Session, system: System, gen: int) -> float:
     """The system's val mean over ``1 + reeval.samples`` samples per task (memoised)."""
-    n = 1 + session.task.engine.reeval.samples
+    reeval = session.task.engine.reeval
+    assert reeval is not None  # called only when the task re-evaluates close calls
+    n = 1 + reeval.samples
     trajs = session.rollouts(system, session.tasks("val"), split="val", tag="eval:val", generation=gen, samples=n,
                              description=f"gen {gen}: re-evaluate {system.id[:8]} on val x{n}")
     mean = mean_score(trajs)

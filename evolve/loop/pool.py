@@ -33,7 +33,7 @@ def scored_pool(session: Session, before: int | None = None, detail: bool = Fals
             continue
         r = refined.get(sid)
         use_refined = r is not None and (before is None or r[1] < before)
-        score = float(r[0]) if use_refined else float(a.score)
+        score = float(r[0]) if r is not None and use_refined else float(a.score)
         per_task, metrics = None, {}
         if detail:
             n = 1 + reeval.samples if use_refined and reeval is not None else 1

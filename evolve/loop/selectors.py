@@ -80,13 +80,14 @@ class Pareto:
         objectives: list[Literal["cost", "calls", "latency"]] = []
 
     def __init__(self, objectives: Sequence[str] = ()) -> None:
-        self.p = self.Params(objectives=list(objectives))
+        self.p = self.Params.model_validate({"objectives": list(objectives)})
 
     def _views(self, pool: Sequence[Scored]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
         per_task = {s.system_id: dict(s.per_task) for s in pool if s.per_task}
         if not per_task:  # no per-task scores at all: the mean is the only task
             per_task = {s.system_id: {"mean": s.score} for s in pool}
-        objectives = {s.system_id: {o: s.metrics[o] for o in self.p.objectives if o in s.metrics}
+        objectives: dict[str, dict[str, float]] = {
+            s.system_id: {o: s.metrics[o] for o in self.p.objectives if o in s.metrics}
                       for s in pool if s.system_id in per_task}
         return per_task, objectives
 
@@ -100,7 +101,8 @@ class Pareto:
         from evolve.loop.pareto import sample_from_front
 
         per_task, _ = self._views(pool)
-        front, out = self.front(pool), []
+        front = self.front(pool)
+        out: list[str] = []
         while front and len(out) < k:
             pick = sample_from_front(front, per_task, rng)
             out.append(pick)

@@ -25,7 +25,7 @@ class Lesson(str):
 
     answer: str | None = None
 
-    def __new__(cls, text: str, answer: str | None = None) -> "Lesson":
+    def __new__(cls, text: str, answer: str | None = None) -> Lesson:
         obj = super().__new__(cls, text)
         obj.answer = answer
         return obj

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evolve.rollout import RolloutContext, RolloutTimeout, jsonable, run_agent, score
+from evolve.rollout import LLMProvider, RolloutContext, RolloutTimeout, jsonable, run_agent, score
 from evolve.types import (
     LLMCall,
     System,
@@ -85,7 +85,6 @@ class _SystemLLMs:
 
     def __init__(self, artifacts: Any = None) -> None:
         from evolve.artifacts import ArtifactStore
-
         from evolve.llm.cache import LLMCache
 
         self.artifacts = ArtifactStore(artifacts) if isinstance(artifacts, (str, bytes)) or hasattr(
@@ -149,8 +148,10 @@ class Reflexion:
         self.timeout, self.seed, self.on_attempt, self.task_text = timeout, int(seed), on_attempt, task_text
         self.max_reflection_chars, self.reflection_max_tokens = int(max_reflection_chars), int(reflection_max_tokens)
         self.reflect_prompt, self.lesson_template = reflect_prompt, lesson_template
-        self._owned = None if llm_provider is not None else _SystemLLMs(artifacts)
-        self.llm_provider = llm_provider if llm_provider is not None else self._owned
+        self._owned: _SystemLLMs | None = None
+        if llm_provider is None:
+            llm_provider = self._owned = _SystemLLMs(artifacts)
+        self.llm_provider: LLMProvider = llm_provider
 
     # ------------------------------------------------------------------ entry points
 
@@ -161,15 +162,16 @@ class Reflexion:
             raise ValueError("solve() needs the system the agent runs under: Reflexion(agent, system, ...)")
         task = _with_id(task)
         base = self.seed if seed is None else int(seed)
+        system = self.system
 
         def attempt(i: int, lessons: tuple[str, ...]) -> Trajectory:
-            return run_agent(self._lesson_agent(lessons), self.system, task, self.llm_provider, seed=base + i,
+            return run_agent(self._lesson_agent(lessons), system, task, self.llm_provider, seed=base + i,
                              sample=i, temperature=self.temperature if i else None, timeout=self.timeout)
 
         def reflector(i: int, messages: list) -> tuple[str | None, LLMCall | None, str | None]:
             role = self.reflector_role
             traj = run_agent(lambda t, ctx: ctx.llm(role).complete(messages, max_tokens=self.reflection_max_tokens).text,
-                             self.system, task, self.llm_provider, seed=10_000 + base + i, timeout=self.timeout)
+                             system, task, self.llm_provider, seed=10_000 + base + i, timeout=self.timeout)
             calls = [s for s in traj.steps if isinstance(s, LLMCall)]
             error = traj.error.splitlines()[0].removeprefix("agent raised ") if traj.error else None
             return traj.output, (calls[0] if calls else None), error

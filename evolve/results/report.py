@@ -203,6 +203,7 @@ def write_report(session: Session, stop_reason: str, *, score_test: bool = True,
     if baseline_id is None:
         report.update({"baseline": None, "best": None, "generations": [], "stop_reason": stop_reason})
     else:
+        assert best_id is not None  # the baseline at least
         # Scoring on test is part of the run's final step; it is memoised like every rollout.
         base = _scores(session, baseline_id, score_test)
         best = _scores(session, best_id, score_test) if best_id != baseline_id else base

@@ -54,7 +54,7 @@ class WandbTracker:
     def __init__(self, **params: Any) -> None:
         self.p = self.Params.model_validate(params)
         mode = self.p.mode or os.environ.get("WANDB_MODE") or "online"
-        self.mode = "offline" if mode in ("offline", "dryrun") else "online"
+        self.mode: Literal["online", "offline"] = "offline" if mode in ("offline", "dryrun") else "online"
         self.base_url = self.p.base_url or os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
         self.address = self.base_url if self.mode == "online" else f"offline files under {self.p.dir or 'RUN_DIR'}/wandb"
         self._run: Any = None
@@ -99,6 +99,7 @@ class WandbTracker:
     def sync(self, run: TrackedRun) -> str:
         wb = self._run or self._start(run)
         key = self._key(run)
+        assert self._steps is not None  # read by _start
         sent: list[str] = []
         n = 0
         for index, values in run.metrics():

@@ -147,8 +147,10 @@ class Sources:
             v.store.release()
 
     def close(self) -> None:
-        for v in [*self.runs.values(), *self.traffic.values()]:
-            v.close()
+        for run in self.runs.values():
+            run.close()
+        for traffic in self.traffic.values():
+            traffic.close()
 
 
 def finite(value: Any) -> Any:
@@ -247,7 +249,7 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         Route("/api/runs/{rid}/version", api(version)),
         Route("/api/runs/{rid}/summary", api(summary)),
         Route("/api/runs/{rid}/lineage", api(lineage)),
-        Route("/api/runs/{rid}/matrix", api(lambda r, rid: system.matrix(sources.run(rid), qsplit(r, "val")))),
+        Route("/api/runs/{rid}/matrix", api(lambda r, rid: system.matrix(sources.run(rid), qsplit(r, "val") or "val"))),
         Route("/api/runs/{rid}/deploy", api(deploy)),
         Route("/api/runs/{rid}/systems/{ref}", api(lambda r, rid, ref: system.detail(sources.run(rid), ref))),
         Route("/api/runs/{rid}/systems/{ref}/rollouts", api(lambda r, rid, ref: system.rollouts(

@@ -18,7 +18,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -242,12 +242,12 @@ class RunView:
 
         return self.cached("nodes", build)
 
-    def lineage(self, expanded: list[str] = (), mode: str = "auto") -> dict[str, Any]:
+    def lineage(self, expanded: Sequence[str] = (), mode: str = "auto") -> dict[str, Any]:
         """The lineage picture (:func:`evolve.ui.lineage.picture`) with each node's operator, val
         score, acceptance and marks."""
         return self.cached(("lineage", tuple(sorted(expanded)), mode), lambda: self._lineage(expanded, mode))
 
-    def _lineage(self, expanded: list[str], mode: str) -> dict[str, Any]:
+    def _lineage(self, expanded: Sequence[str], mode: str) -> dict[str, Any]:
         nodes = self.nodes()
         ops = dict(self.sql("SELECT id, operator FROM systems"))
         val = self._val_scores()

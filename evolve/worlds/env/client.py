@@ -149,7 +149,8 @@ class HTTPEnv:
 
     def __init__(self, base: str, *, timeout: float = 30.0) -> None:
         httpx = _httpx()
-        self.base, self.session_id = base, None
+        self.base = base
+        self.session_id: str | int | None = None
         self._client = httpx.Client(base_url=base, timeout=timeout, trust_env=not _loopback(base))
 
     def _post(self, path: str, body: dict[str, Any], *, stepping: bool) -> StepResult:

@@ -120,7 +120,7 @@ def dataset(seed: int = 0, url: str | None = None, server: str | None = None, ba
         raise ConfigError(f"a run needs train and val episodes, got {({k: len(v) for k, v in splits.items()})}",
                           path="dataset.params.episodes")
     if check:
-        base = env.get("url") or serve(server, search)
+        base = env["url"] if url is not None else serve(env["server"], search)  # one of the two, checked above
         try:
             client = connect(base, transport, timeout=float(timeout))
             try:

@@ -17,6 +17,7 @@ verdict on a test prompt never reaches a system, not even inside a Reflexion att
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from evolve.types import Reward
@@ -31,7 +32,7 @@ def reply_of(output: Any) -> str:
     return output if isinstance(output, str) else ""
 
 
-def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
+def reward(task: Mapping[str, Any], output: Any, trajectory: Any = None) -> Reward:
     """Score ``output`` on ``task``'s instructions (see the module docstring); never raises on a
     malformed output (no reply follows nothing)."""
     reply = reply_of(output)

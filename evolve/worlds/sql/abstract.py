@@ -71,13 +71,15 @@ class Shape:
 
 def lex(sql: str) -> list[tuple[str, str]] | None:
     """(kind, text) tokens: kinds ``str``, ``num``, ``word``, ``qident``, ``op``; None if it does not lex."""
-    out, pos, sql = [], 0, sql.strip()
+    out: list[tuple[str, str]] = []
+    pos, sql = 0, sql.strip()
     while pos < len(sql):
         m = _TOKEN.match(sql, pos)
         if not m or m.end() == pos:
             return None
-        kind = ("str", "num", "word", "qident", "op")[m.lastindex - 1]
-        out.append((kind, m.group(m.lastindex)))
+        group = m.lastindex or 0  # one of the five alternatives matched
+        kind = ("str", "num", "word", "qident", "op")[group - 1]
+        out.append((kind, m.group(group)))
         pos = m.end()
     return out
 
@@ -95,7 +97,11 @@ def shape_of(sql: str) -> tuple[str, tuple[str, ...], tuple[str, ...], dict] | N
     toks = lex(sql)
     if not toks:
         return None
-    parts, idents, values, kwargs, seen = [], [], [], {}, {}
+    parts: list[str] = []
+    idents: list[str] = []
+    values: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    seen: dict[Any, str] = {}
     last_kw, n_t, n_c = "", 0, 0
     aliases = {toks[i + 2][1].lower() for i in range(len(toks) - 2)  # ``from pet a``: structure, not a parameter
                if toks[i][1].lower() in ("from", "join") and toks[i + 1][0] == "word"
@@ -193,7 +199,7 @@ def mine_sql(trajectories: Sequence[Trajectory], *, tool: str = "execute_sql", s
     out, names = [], set(taken)
     for sh in by_support[:max_tools]:
         seen_tasks: dict[str, Any] = defaultdict(int)
-        kept = []
+        kept: list[Any] = []
         for tid, kw, rows in sh.support:  # one case per task, the first max_cases tasks
             if seen_tasks[tid] == 0 and len(kept) < max_cases:
                 kept.append((tid, kw, rows))

@@ -205,7 +205,7 @@ def argmax(rng: random.Random, s: Schema) -> Draft | None:
 
 
 def _join_parts(rng: random.Random, s: Schema) -> tuple[Table, Table, tuple[str, str, str]] | None:
-    pairs = [(t, s.table(fk.ref)) for t in s.tables for fk in t.fks()]
+    pairs = [(t, s.table(fk.ref)) for t in s.tables for fk in t.fks() if fk.ref is not None]
     if not pairs:
         return None
     t1, t2 = rng.choice(pairs)

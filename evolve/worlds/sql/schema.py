@@ -13,6 +13,7 @@ import random
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from evolve.worlds.sql import vocab
 
@@ -116,7 +117,8 @@ class _Namer:
     """Draws distinct names for one schema from one side and one domain."""
 
     def __init__(self, rng: random.Random, side: str, domain: str) -> None:
-        self.rng, self.side, self.used = rng, side, set()
+        self.rng, self.side = rng, side
+        self.used: set[str] = set()
         self.nouns = vocab.NOUNS[domain]
 
     def _fresh(self, pick) -> str:
@@ -195,6 +197,7 @@ def make_schema(rng: random.Random, side: str, domain: str | None = None) -> Sch
         n = n_rows[i]
         columns_values = []
         for c in t.columns:
+            vals: list[Any]
             if c.kind == "key":
                 vals = _value_words(rng, side, n)
             elif c.kind == "cat":
@@ -204,6 +207,7 @@ def make_schema(rng: random.Random, side: str, domain: str | None = None) -> Sch
                 lo, hi = rng.choice(INT_RANGES)
                 vals = [rng.randint(lo, hi) for _ in range(n)]
             else:
+                assert c.ref is not None  # a foreign key names its parent table
                 parent = names.index(c.ref)
                 vals = [rng.randint(1, n_rows[parent]) for _ in range(n)]
             columns_values.append(vals)
