@@ -363,7 +363,7 @@ def auto_micro_tokens(model: Any, gib: float = ACTIVATION_GIB) -> int:
 
 class HostedLearner:
     """A :class:`Learner` built from files, with data in and out: what GRPO holds in the driver, or
-    in a Ray actor where the GPUs are (``runner.params.train``, :mod:`evolve.runners.ray_train`),
+    in a Ray actor where the GPUs are (``runner.params.train``, :mod:`evolve.cluster.training`),
     its model loaded there once and each :meth:`update` a call.
 
     ``base``: the base weights file (or a checkpoint's manifest); ``init``: the parent's adapter
