@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from evolve.errors import UserError
 from evolve.llm.fake import ScriptedLM
 from evolve.runners import ProcessRunner, RolloutJob, Runner, ThreadRunner, Worker, WorkerSpec
-from evolve.types import LLMCall, ModelSpec, System
+from evolve.types import LLMCall, ModelSpec, System, Trajectory
 
 TESTS = str(Path(__file__).parents[1])
 
@@ -163,6 +164,87 @@ def test_thread_runner_throughput(tmp_path):
     runner.close()
     print(f"thread runner: {rate:.0f} rollouts/s")
     assert n == 2000 and rate > 500  # ~4,000-8,000/s on an idle 2-core machine
+
+
+# ----------------------------------------------------------------------------- the shared loop
+
+
+class _ScriptedPool:
+    """A pool for the scheduling loop whose workers are scripted by the task: "ok" finishes, "die"
+    kills its worker, "unsendable" cannot be sent, "hang" never returns."""
+
+    noun, verb, aftermath, reports_start = "scripted worker", "killed", "it was replaced", True
+
+    def __init__(self) -> None:
+        self.slots, self.replaced, self.started, self.killed = [], 0, 0, 0
+        self._busy = []
+
+    def start(self):
+        from evolve.runners.schedule import Slot
+
+        slot = Slot()
+        slot.ready = True
+        self.slots.append(slot)
+        self.started += 1
+        return slot
+
+    def submit(self, slot, job):
+        if job.task["do"] == "unsendable":
+            raise TypeError("cannot pickle")
+        slot.started_at = time.monotonic()
+        self._busy.append(slot)
+        return True
+
+    def wait(self, timeout):
+        from evolve.runners.schedule import Finished
+
+        out = []
+        for slot in list(self._busy):
+            do = slot.job.task["do"]
+            if do == "hang":
+                continue
+            self._busy.remove(slot)
+            if do == "die":
+                self.slots.remove(slot)
+                out.append(Finished(slot, None, "scripted worker died (exit code 9)"))
+            else:
+                out.append(Finished(slot, Trajectory(task_id=slot.job.task["id"], system_id=slot.job.system.id)))
+        if not out:
+            time.sleep(timeout)
+        return out
+
+    def kill(self, slot):
+        self.killed += 1
+        if slot in self._busy:
+            self._busy.remove(slot)
+        self.slots.remove(slot)
+
+    def not_ready(self, slot):
+        raise AssertionError("scripted workers are ready at once")
+
+
+def test_the_shared_loop_fails_what_goes_wrong_and_yields_every_job_once():
+    from evolve.runners.schedule import schedule
+
+    pool = _ScriptedPool()
+    dos = ["ok", "die", "ok", "unsendable", "hang", "ok"]
+    js = [RolloutJob(key=f"k/{i}", system=SYSTEM, task={"id": str(i), "do": d}, timeout=0.2) for i, d in enumerate(dos)]
+    out = {job.key: traj for job, traj in schedule(pool, js, run=1, workers=2, grace=0.1, start_timeout=5)}
+    assert sorted(out) == sorted(j.key for j in js)
+    assert all(out[f"k/{i}"].error is None for i in (0, 2, 5))
+    died = out["k/1"]
+    assert died.error == "scripted worker died (exit code 9) while running this rollout" and died.infra is not None
+    assert died.infra.category == "worker" and died.infra.retryable
+    assert out["k/3"].error == "runner: cannot send the job to a scripted worker: TypeError: cannot pickle"
+    assert re.fullmatch(r"timeout: killed after [\d.]+s \(limit 0.2s \+ 0.1s grace\); it was replaced", out["k/4"].error)
+    assert out["k/4"].infra is None  # a hung agent is the agent's fault, not the world's
+    assert pool.replaced == 2 and pool.killed == 1 and len(pool.slots) <= 2
+    # an iterator left early kills the workers still busy with its jobs
+    it = schedule(pool, [RolloutJob("h", SYSTEM, {"id": "h", "do": "hang"}), RolloutJob("o", SYSTEM, {"id": "o", "do": "ok"})],
+                  run=2, workers=2, grace=0.1, start_timeout=5)
+    assert next(it)[0].key == "o"
+    it.close()
+    assert pool.killed == 2 and not pool._busy
 
 
 # ----------------------------------------------------------------------------- worker
