@@ -338,7 +338,7 @@ class Learner:
         st.loss = sum(losses) / max(len(losses), 1)
         st.clip_low, st.clip_high, st.kl = (agg[k] / max(n_stats, 1) for k in ("clip_low", "clip_high", "kl"))
         st.mismatch = mismatch / max(n_mismatch, 1)
-        st.extra["lr"] = self.sched.get_last_lr()[0]
+        st.extra["lr"] = float(self.sched.get_last_lr()[0])
         # mean gradient norms before clipping: when PPO-ptx is on, how much of the step each term drives
         st.extra["grad_norm"] = norms["total"] / max(st.optimizer_steps, 1)
         if self.ptx:

@@ -159,10 +159,10 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
                 f.close()
             except OSError:
                 pass
-        for fd in (pidfd, result_fd):
-            if fd is not None:
+        for end_fd in (pidfd, result_fd):
+            if end_fd is not None:
                 try:
-                    os.close(fd)
+                    os.close(end_fd)
                 except OSError:
                     pass
         out.duration = time.monotonic() - t0

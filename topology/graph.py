@@ -292,7 +292,7 @@ def _check_refs(refs: dict[str, list[str]], problems: list[str]) -> None:
 def _check_reachable(wf: Workflow, refs: dict[str, list[str]], problems: list[str]) -> None:
     import networkx as nx
 
-    g: nx.DiGraph[str] = nx.DiGraph()
+    g: nx.DiGraph = nx.DiGraph()
     g.add_nodes_from(n.id for n in wf.nodes)
     g.add_edges_from((e.src, e.dst) for e in wf.edges)
     for src, targets in refs.items():

@@ -95,12 +95,12 @@ class TrajectoriesMixin:
                 [(start + i, enc, blob) for i, (_, enc, blob) in enumerate(fresh)],
             )
             for part in ("all", "test"):
-                rows = [m for m, _, _ in fresh if part == "all" or m[1] == "test"]
+                counted = [m for m, _, _ in fresh if part == "all" or m[1] == "test"]
                 delta = self._usage_delta[part]
-                delta["rollouts"] += len(rows)
-                delta["tokens"] += sum(m[10] for m in rows)
-                delta["cost"] += sum(m[11] for m in rows)
-                delta["calls"] += sum(m[13] for m in rows)
+                delta["rollouts"] += len(counted)
+                delta["tokens"] += sum(m[10] for m in counted)
+                delta["cost"] += sum(m[11] for m in counted)
+                delta["calls"] += sum(m[13] for m in counted)
         return len(fresh)
 
     @staticmethod
