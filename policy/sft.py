@@ -121,8 +121,11 @@ def _val_eval(session: Session, role: str, mc: ModelConfig, val_tasks: list, too
 
     task = session.task
     params = {k: v for k, v in mc.params.items() if k != "weights"}
+    # the model being trained serves every role of the workflow (rollout_many's provider), so a team
+    # whose roles share this base is validated as the team; the probe names them all
+    spec = ModelSpec(backend="local", name=mc.name, params=params)
     probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
-                   models={role: ModelSpec(backend="local", name=mc.name, params=params)})
+                   models={**dict.fromkeys(task.models, spec), role: spec})
     agent, reward = ((as_import_path(session.spec.agent, "agent"), as_import_path(session.spec.reward, "reward"))
                      if remote else (session.agent, session.reward))
     return ValEval(agent=agent, reward=reward, search=str(session.base_dir), probe=probe, tasks=list(val_tasks),

@@ -314,3 +314,12 @@ def test_a_task_file_naming_an_unknown_role_is_refused_at_load_with_the_path_and
         validate_task(data)
     data["operators"][0]["params"]["roles"] = "all"
     assert validate_task(data).operators[0].params["roles"] == "all"
+
+
+def test_a_cold_starts_validation_probe_names_every_role_so_a_teams_graph_runs_on_the_model_in_training():
+    from evolve.policy.sft import _val_eval
+
+    task = SimpleNamespace(workflow={}, prompts={}, seed=0, models={"solver": None, "verifier": None})
+    session = SimpleNamespace(task=task, agent=print, reward=print, base_dir=Path("."))
+    val = _val_eval(session, "verifier", SimpleNamespace(name="tiny", params={"max_tokens": 8}), [], {}, {}, False)
+    assert sorted(val.probe.models) == ["solver", "verifier"] and val.role == "verifier"
