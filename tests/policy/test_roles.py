@@ -323,3 +323,42 @@ def test_a_cold_starts_validation_probe_names_every_role_so_a_teams_graph_runs_o
     session = SimpleNamespace(task=task, agent=print, reward=print, base_dir=Path("."))
     val = _val_eval(session, "verifier", SimpleNamespace(name="tiny", params={"max_tokens": 8}), [], {}, {}, False)
     assert sorted(val.probe.models) == ["solver", "verifier"] and val.role == "verifier"
+
+
+def test_grpo_joint_updates_a_learner_per_role_on_its_own_turns_and_the_child_carries_both_adapters(team, tmp_path,
+                                                                                                   monkeypatch):
+    store, parent = team
+    parent = parent.replace(models={r: s.model_copy(update={"name": r}) for r, s in parent.models.items()})
+    learners: dict[str, SimpleNamespace] = {}
+
+    def learner(self, spec, ctx):
+        role = spec.name
+        got = SimpleNamespace(seen=[], max_len=lambda: 128, close=lambda: None, replay=lambda wins: len(wins),
+                              adapter_bytes=lambda: f"{role}-{len(got.seen)}".encode())
+        got.update = lambda seqs: got.seen.append(seqs) or SimpleNamespace(
+            sequences=len(seqs), trained_tokens=1, loss=0.0, kl=0.0, clip_low=0.0, clip_high=0.0, mismatch=0.0,
+            extra={}, seconds=1.0, tokens=1)
+        learners[role] = got
+        return got
+
+    monkeypatch.setattr(GRPO, "_learner", learner)
+    batch = [rollout("t1", "Answer: tac", "yes", 1.0), rollout("t1", "Answer: cat", "yes", 0.0, 1)]
+
+    def rollouts(system, tasks, samples=1, temperature=None, tag="", **kw):
+        if tag == "grpo-dev":  # the trained system scores better on the held-out task
+            return [Trajectory(task_id="t0", system_id=system.id, reward=Reward(score=float(system != parent)))]
+        return batch
+
+    ctx = SimpleNamespace(**{**vars(ctx_for(store, tmp_path, batch)), "rollouts": rollouts})
+    cand = GRPO(roles="all", steps=1, tasks_per_step=1, group_size=2, dev_tasks=1, eval_every=1).propose(parent, ctx)[0]
+    assert sorted(learners) == ["solver", "verifier"] and cand.info["roles"] == ["solver", "verifier"]
+    solver_seqs, verifier_seqs = learners["solver"].seen[0], learners["verifier"].seen[0]
+    assert [s.reward for s in solver_seqs] == [1.0, 0.0]  # the team's outcome
+    assert [s.reward for s in verifier_seqs] == [1.0, 0.0]  # yes on the right answer: 1; yes on the wrong one: 0
+    assert solver_seqs[0].ids[-1] == verifier_seqs[0].ids[-1] == TOK.eos_id and solver_seqs[0].ids != verifier_seqs[0].ids
+    for role in ("solver", "verifier"):
+        assert store.path(cand.system.models[role].adapter).read_bytes() == f"{role}-1".encode()
+    learners.clear()
+    GRPO(roles="all", schedule="alternate", steps=1, tasks_per_step=1, group_size=2, dev_tasks=1,
+         eval_every=1).propose(parent, SimpleNamespace(**{**vars(ctx), "generation": 2}))
+    assert list(learners) == ["verifier"]
