@@ -40,7 +40,7 @@ class ColdStart(Strict):
         "(e.g. evolve.worlds.sql:name_words), so names seen in training are copied the way unseen ones are"))
 
     @model_validator(mode="after")
-    def _pointer_options_need_the_pointer_tokenizer(self) -> "ColdStart":
+    def _pointer_options_need_the_pointer_tokenizer(self) -> ColdStart:
         # The char tokenizer has no pointers: these options would be ignored without a word.
         given = sorted({"pointer_words", "keep_share"} & self.model_fields_set)
         if self.tokenizer == "char" and given:
@@ -63,7 +63,7 @@ class ModelConfig(Strict):
                                          "params.weights) on demos before the run")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelConfig":
+    def _check(self) -> ModelConfig:
         if self.backend == "local" and self.cold_start is None and "weights" not in self.params:
             raise ValueError(
                 "a local model needs either 'cold_start' (build and SFT a tiny model) or params.weights "
@@ -90,7 +90,7 @@ class DatasetConfig(Strict):
     test: str | None = Field(None, description="JSONL file of held-out tasks (the report's final scoring)")
 
     @model_validator(mode="after")
-    def _check(self) -> "DatasetConfig":
+    def _check(self) -> DatasetConfig:
         files = [self.train, self.val, self.test]
         if self.source is None and (self.train is None or self.val is None):
             raise ValueError("give either 'source' (a generator) or at least 'train' and 'val' JSONL files")
@@ -174,7 +174,7 @@ class CurriculumConfig(Strict):
                             "easy at its hardest level, too hard at its easiest)")
 
     @model_validator(mode="after")
-    def _band(self) -> "CurriculumConfig":
+    def _band(self) -> CurriculumConfig:
         lo, hi = self.band
         if not 0.0 <= lo < hi <= 1.0:
             raise ValueError(f"band must be [low, high] with 0 <= low < high <= 1; got [{lo}, {hi}]")
@@ -206,7 +206,7 @@ class EngineConfig(Strict):
                                                 "agent's success (off: a fixed mix, the training split as it is)")
 
     @model_validator(mode="after")
-    def _curriculum_draws_the_minibatch(self) -> "EngineConfig":
+    def _curriculum_draws_the_minibatch(self) -> EngineConfig:
         if self.curriculum is not None and self.minibatch_sampler != "random":
             raise ValueError(f"engine.curriculum draws each generation's minibatch itself (fresh tasks at the "
                              f"levels it chose); remove engine.minibatch_sampler ({self.minibatch_sampler!r}) or "
@@ -268,7 +268,7 @@ class TaskConfig(Strict):
                                        "may change them")
 
     @model_validator(mode="after")
-    def _check(self) -> "TaskConfig":
+    def _check(self) -> TaskConfig:
         if not self.models:
             raise ValueError("'models' is empty; add at least one role, e.g. models: {policy: {backend: litellm, name: gpt-4o-mini}}")
         lo, hi = self.reward_range

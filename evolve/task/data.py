@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evolve.task.config import DatasetConfig
 from evolve.errors import ConfigError
 from evolve.registry import import_path
+from evolve.task.config import DatasetConfig
 
 Splits = dict[str, list[dict[str, Any]]]
 

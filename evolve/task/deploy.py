@@ -41,7 +41,7 @@ class Guard(Suite):
     max_tokens: float | None = Field(None, ge=0, description="ceiling on the mean tokens of a rollout")
 
     @model_validator(mode="after")
-    def _something(self) -> "Guard":
+    def _something(self) -> Guard:
         if self.floor is None and self.max_p95_seconds is None and self.max_cost is None and self.max_tokens is None:
             raise ValueError(f"guard {self.name!r} sets no floor and no ceiling; give floor, max_p95_seconds, "
                              "max_cost or max_tokens")
@@ -83,7 +83,7 @@ class DeployConfig(_Strict):
                                                                "pinned is refused until re-pinned")
 
     @model_validator(mode="after")
-    def _names(self) -> "DeployConfig":
+    def _names(self) -> DeployConfig:
         names = [g.name for g in self.guards] + ([self.regression.name] if self.regression else [])
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

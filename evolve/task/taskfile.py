@@ -8,15 +8,17 @@ the fix, e.g. ``task.yaml: operators.0.params.temprature: unknown field; did you
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from evolve.task.config import TaskConfig
 from evolve.errors import ConfigError, UserError
 from evolve.registry import did_you_mean
+from evolve.task.config import TaskConfig
+
 
 def parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
@@ -49,7 +51,7 @@ def apply_override(data: dict, path: list[str], value: Any, item: str) -> None:
             raise ConfigError(f"--set {item!r}: {'.'.join(path[:i])} is a value, not a mapping")
 
 
-def _model_at(loc: tuple, root: type[BaseModel] = None) -> type[BaseModel] | None:
+def _model_at(loc: tuple, root: type[BaseModel] | None = None) -> type[BaseModel] | None:
     """The pydantic model class that owns the field at ``loc`` (for did-you-mean)."""
     model: Any = root or TaskConfig
     for part in loc[:-1]:
@@ -78,7 +80,7 @@ def inner_model(ann: Any) -> Any:
     return None
 
 
-def format_validation_error(e: ValidationError, source: str, root: type[BaseModel] = None, prefix: str = "") -> str:
+def format_validation_error(e: ValidationError, source: str, root: type[BaseModel] | None = None, prefix: str = "") -> str:
     lines = []
     for err in e.errors():
         loc = tuple(err["loc"])
@@ -119,13 +121,13 @@ def read_task_file(path: str | Path) -> dict:
     return data
 
 
-def load_task(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[TaskConfig, Path]:
+def load_task(path: str | Path, overrides: Sequence[str] = ()) -> tuple[TaskConfig, Path]:
     """Read, override and validate a task file. Returns the config and the file's folder."""
     p = Path(path)
     return validate_task(read_task_file(p), overrides, source=str(p)), p.parent.resolve()
 
 
-def validate_task(data: dict, overrides: list[str] | tuple[str, ...] = (), source: str = "task") -> TaskConfig:
+def validate_task(data: dict, overrides: Sequence[str] = (), source: str = "task") -> TaskConfig:
     data = copy.deepcopy(data)
     for item in overrides:
         keys, value = parse_override(item)
@@ -191,7 +193,8 @@ def _apply_world(data: dict, source: str) -> None:
     if isinstance(ds, dict) and is_data_location(ds.get("source"), source) and _takes_source(world.dataset):
         # ``dataset.source: tasks/`` (a folder or a list of them, not an import path): the world's own
         # dataset reads it, as its ``source`` parameter (resolved against the task file's folder)
-        params = ds.get("params") if isinstance(ds.get("params"), dict) else {}
+        given = ds.get("params")
+        params = given if isinstance(given, dict) else {}
         if "source" in params:
             raise ConfigError("dataset.source names a folder and dataset.params.source is set too; keep one",
                               path="dataset.source", source=source)
@@ -205,7 +208,7 @@ def _apply_world(data: dict, source: str) -> None:
         if isinstance(cs, dict) and "demos" not in cs and demos:
             cs["demos"] = demos
     for op in data.get("operators") or []:
-        if not isinstance(op, dict) or op.get("name") not in operators:
+        if not isinstance(op, dict) or op.get("name", "") not in operators:
             continue
         params = op.setdefault("params", {})
         for param, hook in getattr(operators.get(op["name"]), "world_params", {}).items():
@@ -264,16 +267,16 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                 raise ConfigError(str(e), path=f"operators.{i}.params", source=source) from None
     from evolve.registry import acceptances, minibatch_samplers, stoppings
 
-    e = task.engine
-    for field, reg, name in (("engine.selector", selectors, e.selector), ("runner.name", runners, task.runner.name),
-                             ("engine.acceptance", acceptances, e.acceptance),
-                             ("engine.minibatch_sampler", minibatch_samplers, e.minibatch_sampler),
-                             ("engine.stopping", stoppings, e.stopping)):
+    eng = task.engine
+    for field, reg, name in (("engine.selector", selectors, eng.selector), ("runner.name", runners, task.runner.name),
+                             ("engine.acceptance", acceptances, eng.acceptance),
+                             ("engine.minibatch_sampler", minibatch_samplers, eng.minibatch_sampler),
+                             ("engine.stopping", stoppings, eng.stopping)):
         if name not in reg and ":" not in name:
             raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
-    for field, reg, name, params in (("engine.acceptance", acceptances, e.acceptance, e.acceptance_params),
-                                     ("engine.minibatch_sampler", minibatch_samplers, e.minibatch_sampler, {}),
-                                     ("engine.stopping", stoppings, e.stopping, e.stopping_params)):
+    for field, reg, name, params in (("engine.acceptance", acceptances, eng.acceptance, eng.acceptance_params),
+                                     ("engine.minibatch_sampler", minibatch_samplers, eng.minibatch_sampler, {}),
+                                     ("engine.stopping", stoppings, eng.stopping, eng.stopping_params)):
         try:
             reg.get(name)(**params)  # built once per run with these: check they build
         except UserError as e2:
@@ -282,9 +285,8 @@ def _check_operators(task: TaskConfig, source: str) -> None:
             where = f"{field}_params" if params else field
             raise ConfigError(f"{name}: {e2}", path=where, source=source) from None
     _check_selector_params(task, source)
-    from evolve.registry import llm_backends
-
     from evolve.llm.params import check_keys
+    from evolve.registry import llm_backends
 
     for role, m in task.models.items():
         if m.backend not in llm_backends:
