@@ -7,10 +7,11 @@ passes on an accepting verdict, and on a rejection the solver answers once more,
 rejected reply (:data:`RETRY`), and the verifier judges that one; then the answer is read as the
 world's agent reads it, so the world's reward scores the team as it scores one agent.
 
-:func:`verifier_demos` are the verifier's cold-start chats: each training task's question with
-its gold answer (``yes``) or another task's (``no``), half and half, in the exact
-message the workflow's verify step sends. :func:`team_demos` is the solver's demos and the
-verifier's together, for one tiny base that has seen both jobs (tiny.yaml).
+:func:`solver_demos` are the solver's cold-start chats: the world's (question, gold answer) and,
+for half the tasks, the retry step's message with a wrong reply and the gold answer.
+:func:`verifier_demos` are the verifier's: each training task's question with its gold answer
+(``yes``) or another task's (``no``), half and half, in the exact message the verify step sends.
+:func:`team_demos` is both together, for one tiny base that has seen every step (tiny.yaml).
 """
 
 from __future__ import annotations
@@ -72,14 +73,35 @@ def verifier_demos(tasks: list[dict], *, seed: int = 0) -> list[list[dict[str, s
     return out
 
 
-def team_demos(tasks: list[dict], *, instruction: str = "", template: str = "",
-               seed: int = 0) -> list[list[dict[str, str]]]:
-    """The solver's demos (the world's) and the verifier's, shuffled together."""
+def solver_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> list[list[dict[str, str]]]:
+    """The solver's cold-start chats: the world's (the question, the gold answer), and for every other
+    task the retry step's message (the question and a wrong reply judged wrong) with the gold answer,
+    so the solver has seen both of its steps."""
     from evolve.worlds.reasoning_gym import demos
+    from evolve.worlds.reasoning_gym.agent import instruction_of
+    from evolve.worlds.reasoning_gym.answer import written
 
-    both = demos(tasks, instruction=instruction, template=template, seed=seed) + verifier_demos(tasks, seed=seed)
+    rng = random.Random(f"retry-demos:{seed}")
+    out = demos(tasks, instruction=instruction, seed=seed)
+    golds = [t for t in tasks if t.get("answer") is not None]
+    for task in golds[::2]:
+        fmt = task.get("answer_format", "answer_line")
+        others = [t["answer"] for t in golds if t["answer"] != task["answer"]]
+        if not others:
+            continue
+        system = instruction_of({"instruction": instruction}, fmt)
+        user = RETRY.format(question=task["question"], reply=written(rng.choice(others), fmt))
+        out.append([{"role": "system", "content": system}, {"role": "user", "content": user},
+                    {"role": "assistant", "content": written(task["answer"], fmt)}])
+    rng.shuffle(out)
+    return out
+
+
+def team_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> list[list[dict[str, str]]]:
+    """The solver's demos and the verifier's, shuffled together (one base that has seen both jobs)."""
+    both = solver_demos(tasks, instruction=instruction, seed=seed) + verifier_demos(tasks, seed=seed)
     random.Random(f"team-demos:{seed}").shuffle(both)
     return both
 
 
-__all__ = ["READ", "RETRY", "VERIFY", "team_demos", "verifier_demos", "workflow"]
+__all__ = ["READ", "RETRY", "VERIFY", "solver_demos", "team_demos", "verifier_demos", "workflow"]

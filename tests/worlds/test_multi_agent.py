@@ -96,3 +96,16 @@ def test_the_tiny_team_starts_both_roles_from_one_base_and_star_trains_a_role(tm
     children = [archive.get_system(r.id) for r in archive.records() if r.operator == "star"]
     for child in children:  # alternate: generation 1 trains the solver only
         assert child.models["verifier"] == base.models["verifier"] and child.models["solver"].adapter is not None
+
+
+def test_the_solvers_demos_teach_the_retry_step_the_gold_answer_after_a_wrong_reply():
+    from evolve.worlds import reasoning_gym as rg
+
+    tasks = rg.dataset(seed=0, generators=[WORDS], n_train=6, n_val=2, n_test=2)["train"]
+    demos = team.solver_demos(tasks, instruction="Answer:", seed=0)
+    retries = [d for d in demos if "judged wrong" in d[1]["content"]]
+    assert len(demos) == 9 and len(retries) == 3
+    for system, user, said in retries:
+        q = next(t for t in tasks if t["question"] in user["content"])
+        assert system["content"] == "Answer:" and said["content"] == f"Answer: {q['answer']}"
+        assert f"Answer: {q['answer']}\n" not in user["content"]  # the reply shown is a wrong one
