@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.helpers.harbor import LESSON, make_tasks, respond
 
 import evolve
 from evolve.errors import ConfigError, InfraError
@@ -21,7 +20,7 @@ from evolve.worlds.harbor.agent import parse_reply
 from evolve.worlds.harbor.check import check_task
 from evolve.worlds.harbor.environment import DockerEnvironment, open_environment, parse_reward
 from evolve.worlds.harbor.task import TaskError, find_tasks
-from tests.helpers.harbor import play, use_sandbox
+from tests.helpers.harbor import LESSON, make_tasks, play, respond, use_sandbox
 
 REPO = Path(__file__).parents[2]
 EXAMPLES = REPO / "examples" / "harbor_tasks"
@@ -413,7 +412,7 @@ def test_every_example_task_is_sound():
     tasks = [load_task(p) for p in find_tasks(EXAMPLES)]
     assert len(tasks) >= 12
     verdicts = {t["id"]: check_task(t, "sandbox", cache=False) for t in tasks}
-    assert {k: v["status"] for k, v in verdicts.items()} == {k: "ok" for k in verdicts}, \
+    assert {k: v["status"] for k, v in verdicts.items()} == dict.fromkeys(verdicts, "ok"), \
         {k: v["why"] for k, v in verdicts.items() if v["status"] != "ok"}
 
 

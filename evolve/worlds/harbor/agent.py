@@ -110,7 +110,7 @@ class Episode:
     reply of the model and the command it asked for (the hand-written loop and the workflow
     graph's ``harbor.act`` step, :mod:`.workflow`, both take turns through it)."""
 
-    _current: "contextvars.ContextVar[Episode | None]" = contextvars.ContextVar("harbor_episode", default=None)
+    _current: contextvars.ContextVar[Episode | None] = contextvars.ContextVar("harbor_episode", default=None)
 
     def __init__(self, task: dict, ctx: Any, env: Any, tools: dict[str, dict], wf: dict,
                  user: str | None = None) -> None:
@@ -126,7 +126,7 @@ class Episode:
         self.said_done = self.timed_out = False
 
     @classmethod
-    def current(cls) -> "Episode":
+    def current(cls) -> Episode:
         ep = cls._current.get()
         if ep is None:
             raise RuntimeError("harbor workflow steps run only inside the harbor agent (agent: "

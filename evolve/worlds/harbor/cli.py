@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -70,7 +71,7 @@ def check_command(
 
             raise UserError(f"--image {item!r}: write NAME=LOCAL, e.g. --image ubuntu:24.04=my-ubuntu:24.04")
         images[name.strip()] = local.strip()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for folder in find_tasks([str(f) for f in folders]):
         try:
             task = load_task(folder, allow_env=allowed)

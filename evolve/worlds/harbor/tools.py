@@ -134,11 +134,12 @@ def mine_commands(trajectories: Sequence[Any], *, tool: str = SOURCE_TOOL, min_s
     for task_id, cmd in successful_commands(trajectories, tool=tool, threshold=threshold):
         ws = words(cmd)
         sk = _skeleton(ws) if ws else None
-        if sk is not None:
+        if ws and sk is not None:
             groups[sk[0]].append((task_id, ws, sk[1]))
     ranked = sorted(groups.items(), key=lambda kv: (-len({t for t, _, _ in kv[1]}), kv[0]))
-    out, names = [], set(taken)
-    for key, cases in ranked:
+    out: list[Tool] = []
+    names = set(taken)
+    for _key, cases in ranked:
         if len({t for t, _, _ in cases}) < min_support or len(out) >= max_tools:
             continue
         slots = cases[0][2]
@@ -166,7 +167,7 @@ def mine_commands(trajectories: Sequence[Any], *, tool: str = SOURCE_TOOL, min_s
                                 doc=doc.replace('"""', "'''").replace("\\", "\\\\"),
                                 values=", ".join(f"{p!r}: {p}" for p in params))
         seen: set[str] = set()
-        tests = []
+        tests: list[ToolCase] = []
         for tid, ws, idx in cases:
             if tid in seen or len(tests) >= max_cases:
                 continue

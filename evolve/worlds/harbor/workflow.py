@@ -51,7 +51,7 @@ class Act:
     class Params(_Params):
         pass
 
-    def run(self, p: "Act.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Act.Params, state: dict, rt: Any) -> dict:
         messages = list(state.get("messages") or [])
         over = _episode().turn(messages)
         return {"messages": messages, "done": over, "turns": int(state.get("turns", 0)) + 1}
@@ -66,7 +66,7 @@ class Think:
         prompt: str = THINK_PROMPT
         max_tokens: int | None = Field(None, ge=1, description="default: workflow.max_tokens")
 
-    def run(self, p: "Think.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Think.Params, state: dict, rt: Any) -> dict:
         ep = _episode()
         messages = [*list(state.get("messages") or []), Message(role="user", content=p.prompt)]
         if ep.left() <= 0:
@@ -85,7 +85,7 @@ class Review:
     class Params(_Params):
         prompt: str = REVIEW_PROMPT
 
-    def run(self, p: "Review.Params", state: dict, rt: Any) -> dict:
+    def run(self, p: Review.Params, state: dict, rt: Any) -> dict:
         if _episode().left() <= 0:
             return {}
         return {"messages": [*list(state.get("messages") or []), Message(role="user", content=p.prompt)],

@@ -114,7 +114,9 @@ def rewrite(text: str, images: dict[str, str] | None = None) -> str:
         if word == "RUN":
             if rest.startswith("["):
                 raise BuildfileError(f"Dockerfile line {i + 1}: a heredoc in RUN's exec form is not built here")
-            flags = re.match(r"((?:--\S+\s+)*)", rest).group(1)  # e.g. --mount=...: kept as they are
+            m = re.match(r"((?:--\S+\s+)*)", rest)
+            assert m is not None  # the pattern matches the empty string too
+            flags = m.group(1)  # e.g. --mount=...: kept as they are
             cmd = rest[len(flags):]
             bare = _HEREDOC.sub("", cmd).strip() == ""
             if bare and len(bodies) == 1:  # the body is the script, as BuildKit runs it
@@ -136,17 +138,17 @@ def rewrite(text: str, images: dict[str, str] | None = None) -> str:
                 raise BuildfileError(f"Dockerfile line {i + 1}: {word} with a heredoc "
                                      f"{'and ' + ' '.join(bad) if bad else 'needs one destination'} is not built here")
             dest = dests[0]
-            script = []
+            steps: list[str] = []
             for body, (_d, quote, w) in zip(bodies, marks):
                 target = dest if len(marks) == 1 and not dest.endswith("/") else f"{dest.rstrip('/')}/{w}"
                 q = "'" if quote else ""
-                script.append(f'mkdir -p "$(dirname {shlex.quote(target)})"')
-                script.append(f"cat > {shlex.quote(target)} <<{q}{w}{q}\n{body}{w}")
+                steps.append(f'mkdir -p "$(dirname {shlex.quote(target)})"')
+                steps.append(f"cat > {shlex.quote(target)} <<{q}{w}{q}\n{body}{w}")
                 for o in opts:
                     name, _, value = o.partition("=")
-                    script.append(f"{'chmod' if name == '--chmod' else 'chown'} {shlex.quote(value)} "
+                    steps.append(f"{'chmod' if name == '--chmod' else 'chown'} {shlex.quote(value)} "
                                   f"{shlex.quote(target)}")
-            out.append(_script_line("\n".join(script) + "\n", shell))
+            out.append(_script_line("\n".join(steps) + "\n", shell))
         i = nxt
     return "\n".join(out) + "\n"
 

@@ -13,11 +13,14 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evolve.worlds.harbor.environment.base import PhasedEnvironment
 from evolve.worlds.harbor.environment.build import labels
 from evolve.worlds.harbor.environment.outcome import TEXT_LIMIT, EnvironmentError_, tail
+
+if TYPE_CHECKING:
+    from evolve.worlds.harbor.environment.docker_shell import DockerShell
 
 # The capabilities an episode's and a verifier's container keep (Docker's defaults less NET_RAW,
 # MKNOD, AUDIT_WRITE, SETFCAP, SETPCAP, SYS_CHROOT and NET_BIND_SERVICE, which no published task
@@ -78,7 +81,8 @@ def networks(task: dict, client: Any) -> tuple[dict[str, str], list[str]]:
     except Exception:  # noqa: BLE001 - an engine that will not say: none assumed
         names = set()
     net = task.get("network") or {"agent": "no-network", "verifier": "no-network", "declared": []}
-    out, denied = {}, []
+    out: dict[str, str] = {}
+    denied: list[str] = []
     for phase in ("agent", "verifier"):
         if net[phase] == "no-network":
             out[phase] = "none"
@@ -118,8 +122,8 @@ class DockerEnvironment(PhasedEnvironment):
         from evolve.worlds.harbor.environment.hostenv import resolve
 
         self.task = task
-        self.shell = None
-        self.container = None
+        self.shell: DockerShell | None = None
+        self.container: Any = None  # docker's Container, once started
         self.restarts = 0  # times the episode's shell had to be started again
         self.client = client or docker_client()
         if self.client is None:
@@ -188,7 +192,7 @@ class DockerEnvironment(PhasedEnvironment):
         th.join(None if timeout is None else timeout + 15.0)
         if th.is_alive():
             self.close()
-            raise EnvironmentError_(self.task, f"docker exec did not return {timeout + 15:.0f} s after its timeout")
+            raise EnvironmentError_(self.task, f"docker exec did not return {(timeout or 0) + 15:.0f} s after its timeout")
         if "e" in box:
             raise EnvironmentError_(self.task, f"docker exec failed: {type(box['e']).__name__}: {box['e']}")
         res = box["r"]

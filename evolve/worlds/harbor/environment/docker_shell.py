@@ -133,6 +133,11 @@ class DockerShell:
 
     # -- commands -----------------------------------------------------------------------------------
 
+    @property
+    def _live(self) -> _Session:
+        assert self.s is not None, "the shell is started in __init__"
+        return self.s
+
     def _marks(self) -> tuple[bytes, bytes]:
         return f"\n__EVK_{self.nonce}_{self.n}_".encode(), f"\n__EVK_{self.nonce}_{self.n}__\n".encode()
 
@@ -142,13 +147,13 @@ class DockerShell:
                   "</dev/null\n"
                   f"__evk_rc=$?; printf '\\n__EVK_%s_%d_%d__\\n' {self.nonce} {self.n} $__evk_rc; "
                   f"printf '\\n__EVK_%s_%d__\\n' {self.nonce} {self.n} >&2\n")
-        self.s.sock.sendall(script.encode())
+        self._live.sock.sendall(script.encode())
 
     def _done(self) -> tuple[int, int, int, int] | None:
         """(exit code, end of the output on stdout, on stderr, end of the stdout sentinel) once both
         sentinels came, else None."""
         out_mark, err_mark = self._marks()
-        bufs = self.s.bufs
+        bufs = self._live.bufs
         i = bufs[1].find(out_mark)
         if i < 0:
             return None
@@ -159,7 +164,7 @@ class DockerShell:
         return int(bufs[1][i + len(out_mark):j]), i, k, j + 3
 
     def _wait(self, deadline: float) -> tuple[int, int, int, int] | None:
-        s = self.s
+        s = self._live
         with s.cond:
             while True:
                 got = self._done()
@@ -171,7 +176,7 @@ class DockerShell:
                 s.cond.wait(min(left, 1.0))
 
     def _take(self, got: tuple[int, int, int, int] | None) -> tuple[str, str, bool]:
-        s = self.s
+        s = self._live
         with s.cond:
             if got is None:
                 out, err = bytes(s.bufs[1]), bytes(s.bufs[2])
@@ -196,7 +201,7 @@ class DockerShell:
     def run(self, command: str, timeout: float | None) -> ShellOutcome:
         """``command`` in the shell; at ``timeout`` seconds (None: no limit) it is killed."""
         note = ""
-        if self.s.closed:
+        if self._live.closed:
             self._restart()
             note = EXITED.format(wd=self.workdir)
         t0 = time.monotonic()
@@ -207,9 +212,9 @@ class DockerShell:
             t0, note = time.monotonic(), EXITED.format(wd=self.workdir)
             self._send(command)
         got = self._wait(t0 + (timeout if timeout is not None else 10 ** 9))
-        if got is None and not self.s.closed:  # its time is up: kill what it started, keep the shell
+        if got is None and not self._live.closed:  # its time is up: kill what it started, keep the shell
             until = time.monotonic() + GRACE_S
-            while got is None and not self.s.closed and time.monotonic() < until:
+            while got is None and not self._live.closed and time.monotonic() < until:
                 self._kill()  # again and again: the rest of the command may start more
                 got = self._wait(min(until, time.monotonic() + 0.5))
             out, err, cut = self._take(got)

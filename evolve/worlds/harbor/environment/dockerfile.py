@@ -86,7 +86,9 @@ def _args(rest: str) -> list[str]:
 
 def parse(text: str) -> Plan:
     """The plan a Dockerfile stands for (see the module docstring)."""
-    base, workdir, env, args = None, "/", {}, {}
+    base, workdir = None, "/"
+    env: dict[str, str] = {}
+    args: dict[str, str] = {}
     steps: list[Step] = []
     dirs: list[str] = []
     for no, line in _lines(text):
@@ -126,10 +128,10 @@ def parse(text: str) -> Plan:
                 dest_abs += "/"
             steps.append(Step("copy", workdir, dict(env), sources=sources, dest=dest_abs, line=no))
         elif op == "RUN":
-            words = rest.strip()
-            if words.startswith("["):
-                words = " ".join(shlex.quote(w) for w in _args(words))
-            steps.append(Step("run", workdir, dict(env), command=words, line=no))
+            command = rest.strip()
+            if command.startswith("["):
+                command = " ".join(shlex.quote(w) for w in _args(command))
+            steps.append(Step("run", workdir, dict(env), command=command, line=no))
         elif op in SKIPPED:
             continue
         else:

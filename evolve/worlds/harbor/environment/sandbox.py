@@ -148,7 +148,7 @@ class SandboxEnvironment(PhasedEnvironment):
                               "read-only (it is the host's)")
         self.env = {**plan.env, **resolve(task, task.get("environment_env"))}
         mem = int(task.get("memory_mb") or 1024)
-        self.ws = Workspace({t: None for t in tops}, workdir=self.workdir, env=self.env, memory_mb=max(256, mem))
+        self.ws = Workspace(dict.fromkeys(tops), workdir=self.workdir, env=self.env, memory_mb=max(256, mem))
         try:
             self._build(plan, tops)
             self.reset([])

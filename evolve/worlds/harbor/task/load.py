@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,11 @@ def _kind(folder: Path, rel: str) -> str | None:
 
 
 def _toml(text: str, where: Path) -> dict:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ModuleNotFoundError:
             raise MissingDependency("reading task.toml on Python 3.10 needs tomli: pip install tomli") from None
     try:
@@ -331,8 +332,9 @@ def _load(folder: Path) -> dict[str, Any]:
     arts = S.artifacts(data, folder, _Errors)
     if arts and mode == "shared":
         notes.append("artifacts are not collected: the verifier shares the agent's environment")
+    names = [s["name"] for s in steps or []]
     for st in steps or []:
-        if data["steps"][[s["name"] for s in steps].index(st["name"])].get("artifacts"):
+        if data["steps"][names.index(st["name"])].get("artifacts"):
             notes.append(f"step {st['name']!r} artifacts are not collected")
     task_info = data.get("task") or {}
     has_solution = (_kind(folder, "solution/solve.sh") == "file" if steps is None
