@@ -95,7 +95,7 @@ def _import(path: str, *, what: str, search: Path | None, guard: ImportGuard | N
         module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise UserError(f"{what} {path!r}: cannot import module {mod_name!r} ({e})") from None
-    except Exception as e:  # the user's module raised while importing
+    except Exception as e:  # noqa: BLE001 - the user's module raised while importing
         raise UserError(f"{what} {path!r}: importing {mod_name!r} raised {type(e).__name__}: {e}") from None
     finally:
         if added:

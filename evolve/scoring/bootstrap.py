@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from evolve.task.config import TaskConfig
 from evolve.errors import ConfigError
 from evolve.registry import model_starts, part_loaders
+from evolve.task.config import TaskConfig
 from evolve.types import ModelSpec, System
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from evolve.task.config import BudgetConfig
 from evolve.errors import BudgetExhausted
+from evolve.task.config import BudgetConfig
 
 
 def calls_bound(workflow: dict[str, Any]) -> int | None:

@@ -20,7 +20,7 @@ class RichObserver:
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=True)
-        self._task = None
+        self._task: Any = None  # rich's TaskID of the current phase
         self._header_shown = False
         self.run_dir: Path | None = None  # where the run writes (the Engine says, once it has opened it)
 

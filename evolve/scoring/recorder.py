@@ -36,7 +36,7 @@ class RolloutRecorder:
         self.world: list[Trajectory] = []  # this batch's world failures (retried)
         self.out_of_range = 0
 
-    def add(self, job: "RolloutJob", traj: Trajectory) -> None:
+    def add(self, job: RolloutJob, traj: Trajectory) -> None:
         self._rows.append((job.key, self.split, self.phase, self.generation, traj))
         if self._on_result is not None:
             self._on_result(traj)
@@ -54,7 +54,7 @@ class RolloutRecorder:
         if len(self._rows) >= 256 or time.monotonic() - self._last > 0.5:
             self.flush()
 
-    def world_failed(self, job: "RolloutJob", traj: Trajectory, attempt: int) -> None:
+    def world_failed(self, job: RolloutJob, traj: Trajectory, attempt: int) -> None:
         f = traj.infra
         assert f is not None
         self.world.append(traj)

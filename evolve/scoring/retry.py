@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 from evolve.errors import InfraError
 from evolve.failures import describe_common

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.archive import Archive
-from evolve.task.config import TaskConfig
 from evolve.errors import RunDirError
+from evolve.task.config import TaskConfig
 from evolve.task.fingerprint import changes, fingerprint, same_run
 
 WAYS_ON = ("start it over with --fresh (the earlier run is moved aside, not deleted), or choose another --out")

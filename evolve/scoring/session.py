@@ -26,22 +26,22 @@ import contextlib
 import hashlib
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.scoring.budget import allowed_rollouts, calls_bound, spent
-from evolve.task.config import TaskConfig
-from evolve.task.data import Splits, load_splits
 from evolve.errors import BudgetExhausted
-from evolve.scoring.recorder import RolloutRecorder
 from evolve.registry import runners as runner_registry
-from evolve.scoring.retry import RetryPolicy, Retrying
-from evolve.scoring.rundir import open_run
 from evolve.runners import RolloutJob, WorkerSpec
+from evolve.scoring.budget import allowed_rollouts, calls_bound, spent
 from evolve.scoring.holdout import hold_out_gate
+from evolve.scoring.recorder import RolloutRecorder
+from evolve.scoring.retry import Retrying, RetryPolicy
+from evolve.scoring.rundir import open_run
 from evolve.scoring.state import RunState
+from evolve.task.config import TaskConfig
 from evolve.task.content import record
+from evolve.task.data import Splits, load_splits
 from evolve.types import LLMCall, System, Trajectory
 
 
@@ -63,6 +63,7 @@ def make_runner(cfg: Any) -> Any:
     from evolve.errors import ConfigError
 
     cls = runner_registry.get(cfg.name)
+    takes: Mapping[str, inspect.Parameter]
     try:
         takes = inspect.signature(cls).parameters
     except (TypeError, ValueError):
@@ -137,8 +138,8 @@ class Session:
     def _preflight(self) -> None:
         """What the run needs before it starts (a key in the environment, a scripted reply that
         imports, the tool library and memory store it names), checked before anything is written."""
-        from evolve.scoring.bootstrap import initial_memory, initial_tools
         from evolve.llm.params import check_ready
+        from evolve.scoring.bootstrap import initial_memory, initial_tools
 
         for role, m in self.task.models.items():
             check_ready(role, m.backend, m.params, self.base_dir)
@@ -212,7 +213,7 @@ class Session:
         return self._budgeted
 
     @contextlib.contextmanager
-    def outside_budget(self) -> Iterator["Session"]:
+    def outside_budget(self) -> Iterator[Session]:
         """Score without the run's budgets (the final scoring of a report, ``evolve eval``): rollouts
         still count in the archive's totals, but no budget stops them."""
         was, self._budgeted = self._budgeted, False

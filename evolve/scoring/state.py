@@ -51,7 +51,7 @@ class GenerationRow(BaseModel):
 class RunState:
     """Typed reads and writes of one run's shared state (see the module docstring)."""
 
-    def __init__(self, archive: "Archive") -> None:
+    def __init__(self, archive: Archive) -> None:
         self.archive = archive
 
     # the starting system
