@@ -75,7 +75,11 @@ class STaR:
         trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star", logprobs=False)
         wins = [t for t in trajs if t.error is None and t.score >= p.threshold]
         solved = len({t.task_id for t in wins})
-        ctx.log(f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks")
+        said: str | None = f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks"
+        if p.roles is None and p.credit_of(p.role) == "outcome":  # one role: the one line it always was
+            said = None
+        else:
+            ctx.log(str(said))
         per_role: dict[str, list] = {}
         verdicts: dict[str, dict[str, int]] = {}
         for role in specs:
@@ -86,7 +90,9 @@ class STaR:
                         f"with no score; {len(per_role[role])} distinct turns to learn")
             else:
                 per_role[role] = self._examples(wins, role)
-                ctx.log(f"star: {role}: {len(per_role[role])} distinct turns to learn")
+                ctx.log(f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
+                        f"{len(per_role[role])} distinct turns to learn" if said is None else
+                        f"star: {role}: {len(per_role[role])} distinct turns to learn")
         per_role = {r: ex for r, ex in per_role.items() if len(ex) >= p.min_examples}
         if not per_role:
             return []
