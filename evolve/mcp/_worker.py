@@ -54,8 +54,8 @@ def _run_args(argv: list[str]) -> tuple[str, list[str]]:
 
 
 def validate(task: str, sets: list[str]) -> dict[str, Any]:
-    from evolve.task.data import load_splits
     from evolve.registry import import_path
+    from evolve.task.data import load_splits
     from evolve.task.taskfile import load_task
 
     cfg, base = load_task(task, sets)
@@ -87,7 +87,8 @@ def dry_run(task: str, sets: list[str]) -> dict[str, Any]:
 
 def promote(task: str, run: str, *, system: str | None, approve: bool, repin: bool, by: str | None,
             sets: list[str]) -> dict[str, Any]:
-    from evolve.deploy.manage import approve as approve_, promote as promote_
+    from evolve.deploy.manage import approve as approve_
+    from evolve.deploy.manage import promote as promote_
 
     if approve:
         return approve_(run, system=system, by=by)
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = promote(a.task, a.run_dir, system=a.system, approve=a.approve, repin=a.repin, by=a.by,
                                  sets=a.sets)
         answer: dict[str, Any] = {"ok": True, "result": result}
-    except Exception as e:  # every failure becomes the answer; a bug keeps its traceback on stderr
+    except Exception as e:  # noqa: BLE001 - every failure becomes the answer; a bug keeps its traceback on stderr
         kind = _kind(e)
         if kind == "bug":
             traceback.print_exc()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -13,21 +12,21 @@ from evolve.errors import ConfigError, MissingDependency
 
 
 def mcp_command(
-    root: Optional[List[Path]] = typer.Option(None, "--root", metavar="DIR", help="A folder the server may read and write (task "
+    root: list[Path] | None = typer.Option(None, "--root", metavar="DIR", help="A folder the server may read and write (task "
                                               "files, runs, trace stores); repeatable. Default: the current folder."),
     http: bool = typer.Option(False, "--http", help="Serve streamable HTTP at /mcp instead of stdio."),
     host: str = typer.Option("127.0.0.1", "--host", help="With --http: the address; beyond loopback --token is "
                              "required."),
     port: int = typer.Option(8770, "--port", min=0, max=65535, help="With --http: the port (0: any free port)."),
-    token: Optional[str] = typer.Option(None, "--token", metavar="TOKEN", envvar="EVOLVE_MCP_TOKEN", show_envvar=True,
+    token: str | None = typer.Option(None, "--token", metavar="TOKEN", envvar="EVOLVE_MCP_TOKEN", show_envvar=True,
                                         help="With --http: clients must send 'Authorization: Bearer TOKEN'."),
     allow_deploy: bool = typer.Option(False, "--allow-deploy", help="Let the promote and rollback tools change "
                                       "which system serves users (refused without it)."),
-    allow_key: Optional[List[str]] = typer.Option(None, "--allow-key", metavar="NAME", help="A variable of this "
+    allow_key: list[str] | None = typer.Option(None, "--allow-key", metavar="NAME", help="A variable of this "
                                                   "server's environment a client's task may name as a model's "
                                                   "api_key_env (or a Harbor task's allow_env); repeatable. Default: "
                                                   "none."),
-    allow_host: Optional[List[str]] = typer.Option(None, "--allow-host", metavar="HOST[:PORT]", help="A host a "
+    allow_host: list[str] | None = typer.Option(None, "--allow-host", metavar="HOST[:PORT]", help="A host a "
                                                    "client's task may send model requests to (params.api_base); "
                                                    "repeatable. Default: none."),
 ) -> None:

@@ -49,7 +49,7 @@ class Grants:
     hosts: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, keys: Iterable[str] = (), hosts: Iterable[str] = ()) -> "Grants":
+    def of(cls, keys: Iterable[str] = (), hosts: Iterable[str] = ()) -> Grants:
         """Grants from the command line's values; a ConfigError naming a malformed one."""
         keys, hosts = list(keys), [h.strip().lower() for h in hosts]
         for k in keys:
@@ -62,7 +62,7 @@ class Grants:
         return cls(frozenset(keys), frozenset(hosts))
 
     @classmethod
-    def from_env(cls) -> "Grants":
+    def from_env(cls) -> Grants:
         """The grants in ``$EVOLVE_MCP_GRANTS`` (none when it is unset)."""
         data = json.loads(os.environ.get(ENV) or "{}")
         return cls(frozenset(data.get("keys", ())), frozenset(data.get("hosts", ())))
@@ -125,15 +125,19 @@ def check(data: dict, grants: Grants, source: str | None = None) -> None:
                      f"server was started with: ask the user to restart it with --allow-host {host} if the task may "
                      "send its requests (and any key) there")
         if mapping.get("backend") == "litellm":
-            params = mapping.get("params") if isinstance(mapping.get("params"), dict) else {}
-            extra = params.get("extra") if isinstance(params.get("extra"), dict) else {}
+            given = mapping.get("params")
+            params = given if isinstance(given, dict) else {}
+            given = params.get("extra")
+            extra = given if isinstance(given, dict) else {}
             if not any(params.get(k) or extra.get(k) for k in ("api_key_env", *HOST_KEYS)):
                 fail(f"{where}params.api_key_env", f"the litellm model {mapping.get('name')!r} names neither its key "
                      "(api_key_env) nor its server (api_base), so litellm would take the provider's key from the "
                      "server's environment by itself; name the key with params.api_key_env (the server must be "
                      "started with --allow-key NAME)")
-    for i, t in enumerate(data.get("track") if isinstance(data.get("track"), list) else []):
-        tp = t.get("params") if isinstance(t, dict) and isinstance(t.get("params"), dict) else {}
+    tracks = data.get("track")
+    for i, t in enumerate(tracks if isinstance(tracks, list) else []):
+        given = t.get("params") if isinstance(t, dict) else None
+        tp = given if isinstance(given, dict) else {}
         for key in TRACKER_HOSTS:
             url = tp.get(key)
             if not isinstance(url, str):

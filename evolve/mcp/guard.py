@@ -27,9 +27,10 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Iterable
 from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from evolve.errors import ConfigError, UserError
 from evolve.registry import GUARD_ENV
@@ -121,10 +122,10 @@ def env_for(roots: Iterable[Path]) -> dict[str, str]:
     return {ENV: json.dumps([str(r) for r in roots]), GUARD_ENV: f"{__name__}:from_env"}
 
 
-_guards: dict[str, "RootsGuard"] = {}  # $EVOLVE_MCP_ROOTS -> its guard
+_guards: dict[str, RootsGuard] = {}  # $EVOLVE_MCP_ROOTS -> its guard
 
 
-def from_env() -> "RootsGuard":
+def from_env() -> RootsGuard:
     """The guard of this process's ``$EVOLVE_MCP_ROOTS`` (as :func:`env_for` wrote it), built once."""
     roots = os.environ.get(ENV)
     if not roots:
@@ -147,7 +148,7 @@ class RootsGuard:
         self._objects: set[int] | None = None
 
     @classmethod
-    def from_env(cls, value: str) -> "RootsGuard":
+    def from_env(cls, value: str) -> RootsGuard:
         """The guard of ``$EVOLVE_MCP_ROOTS`` (as :func:`env_for` wrote it)."""
         return cls(json.loads(value))
 
@@ -169,7 +170,7 @@ class RootsGuard:
         """Whether the imported module ``name`` is the task's own code."""
         mod = sys.modules.get(name)
         file = getattr(mod, "__file__", None)
-        return bool(file) and not is_evolve(name) and self.holds(file)
+        return isinstance(file, str) and bool(file) and not is_evolve(name) and self.holds(file)
 
     def targets(self) -> set[str]:
         """What the names of the registries a task file names things from stand for."""
@@ -189,7 +190,7 @@ class RootsGuard:
             for name in registry.worlds.names():
                 try:
                     world = registry.worlds.get(name)
-                except Exception:  # a plugin world that does not import here is nothing a task can name
+                except Exception:  # noqa: BLE001 - a plugin world that does not import here is nothing a task can name
                     continue
                 if not isinstance(world, World):
                     continue
@@ -216,7 +217,7 @@ class RootsGuard:
             for path in [*self.parts(), *self.targets()]:
                 try:
                     ids.add(id(resolve_trusted(path)))
-                except Exception:  # a part whose extra is not installed
+                except Exception:  # noqa: BLE001 - a part whose extra is not installed
                     continue
             self._objects = ids
         return self._objects

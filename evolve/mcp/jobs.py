@@ -143,7 +143,7 @@ class Jobs:
         evolvekit archive), never a folder that merely has a file of that name."""
         with self._lock:
             job = self.job(run_dir)
-            if self.alive(job):
+            if job is not None and self.alive(job):
                 raise RunDirError(f"{run_dir} is running already (pid {job['pid']}); follow it with run_status or "
                                   "wait_run, or stop it with stop_run")
             holds = (run_dir / "archive.sqlite").exists()

@@ -10,8 +10,9 @@ root that holds its folder, else the first root.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Iterable, Literal
+from typing import Literal
 
 from evolve.errors import UserError
 

@@ -19,14 +19,15 @@ import inspect
 import json
 import socket
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict
 
 from evolve.errors import ConfigError, EvolveError
 from evolve.mcp.grants import Grants
@@ -89,6 +90,8 @@ class EvolveServer(MCPServer):
     """The SDK's server, except that a call naming an argument its tool does not take is refused
     (the SDK's argument models drop unknown keys: a misnamed ``sets`` would run the full budget)."""
 
+    toolkit: Toolkit  # set by build_server
+
     def __init__(self, *args: Any, tools: list[Tool], **kwargs: Any) -> None:
         super().__init__(*args, tools=tools, **kwargs)
         self.arguments = {t.name: [f.alias or n for n, f in t.fn_metadata.arg_model.model_fields.items()]
@@ -97,7 +100,7 @@ class EvolveServer(MCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         known = self.arguments.get(name)
         unknown = sorted(set(arguments) - set(known)) if known is not None else []
-        if unknown:
+        if unknown and known is not None:
             hints = "".join(f"{h} " for h in (_closest(u, known) for u in unknown) if h)
             raise ToolError(f"{name} has no argument {', '.join(repr(u) for u in unknown)}; {hints}"
                             f"{name} takes {', '.join(known)}")
@@ -123,7 +126,8 @@ def _tool(name: str, method: Callable[..., Any]) -> Tool:
                                                           destructive_hint=name in CHANGES_WHAT_SERVES
                                                           or name == "stop_run", open_world_hint=False))
     loose = tool.fn_metadata.arg_model
-    strict = type(loose.__name__, (loose,), {"model_config": ConfigDict(extra="forbid"), "__module__": __name__})
+    strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": ConfigDict(extra="forbid"),
+                                                               "__module__": __name__})
     return tool.model_copy(update={"fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": strict}),
                                    "parameters": strict.model_json_schema(by_alias=True)})
 
@@ -138,7 +142,7 @@ def build_server(roots: Roots, *, allow_deploy: bool = False, grants: Grants | N
     server = EvolveServer("evolvekit", title="evolvekit", version=__version__, instructions=INSTRUCTIONS,
                           log_level="WARNING", tools=tools)
     _add_resources(server)
-    server.toolkit = kit  # type: ignore[attr-defined]  (tests and serve() reach the jobs through it)
+    server.toolkit = kit  # tests and serve() reach the jobs through it
     return server
 
 

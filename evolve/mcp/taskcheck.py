@@ -11,8 +11,9 @@ path anywhere else is still checked where it is imported (:func:`evolve.registry
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from evolve.errors import ConfigError, UserError

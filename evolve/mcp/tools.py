@@ -16,8 +16,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Awaitable, Callable
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -27,8 +28,8 @@ from evolve.errors import UserError
 from evolve.mcp import views
 from evolve.mcp.draft import DatasetSpec, ModelSpec, OperatorSpec, task_yaml
 from evolve.mcp.grants import Grants
-from evolve.mcp.jobs import JOB_FOLDER, Jobs
 from evolve.mcp.guard import env_for
+from evolve.mcp.jobs import JOB_FOLDER, Jobs
 from evolve.mcp.roots import PathRefused, Roots
 
 PathArg = Annotated[str, Field(min_length=1, max_length=1024, description="a path inside the server's --root "
@@ -161,15 +162,15 @@ class Toolkit:
                                            "reward and dataset")] = None,
         prompts: Annotated[dict[str, Annotated[str, Field(max_length=20000)]], Field(
             max_length=50, description="the starting prompt components the agent reads "
-            "(ctx.system.prompts[NAME]); prompt operators evolve these")] = {},
+            "(ctx.system.prompts[NAME]); prompt operators evolve these")] = {},  # noqa: B006 - the tool schema's default; never mutated
         dataset: Annotated[DatasetSpec | None, Field(description="the tasks: a generator or train/val/test "
                                                      "JSONL files")] = None,
         operators: Annotated[list[OperatorSpec], Field(max_length=20, description="what proposes better "
-                                                       "systems each generation")] = [],
+                                                       "systems each generation")] = [],  # noqa: B006 - the tool schema's default; never mutated
         budget: Annotated[dict[str, Any], Field(max_length=10, description="when to stop: generations, rollouts, "
-                                                "calls, tokens, usd, seconds")] = {},
+                                                "calls, tokens, usd, seconds")] = {},  # noqa: B006 - the tool schema's default; never mutated
         extra: Annotated[dict[str, Any], Field(max_length=30, description="any other task-file field: seed, "
-                                               "runner, engine, failures, workflow, tools, memory, deploy, track")] = {},
+                                               "runner, engine, failures, workflow, tools, memory, deploy, track")] = {},  # noqa: B006 - the tool schema's default; never mutated
         overwrite: Annotated[bool, Field(description="replace the file at path if it exists")] = False,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
@@ -203,7 +204,7 @@ class Toolkit:
         return {"task_file": self.roots.name(target), "yaml": text, "summary": summary,
                 "next": "dry_run to see what a run would spend, then start_run"}
 
-    async def validate_task(self, path: PathArg, sets: Sets = [], ctx: Context | None = None) -> dict[str, Any]:
+    async def validate_task(self, path: PathArg, sets: Sets = [], ctx: Context | None = None) -> dict[str, Any]:  # noqa: B006 - the tool schema's default; never mutated
         """Check a task file as `evolve run` would before it spends anything: the YAML, every field (with
         'did you mean' on typos), the operators and their params, the agent and reward imported, the dataset
         read. Returns what the run would be (models, operators, budget, split sizes); an invalid file is an
@@ -211,7 +212,7 @@ class Toolkit:
         task = self.roots.resolve(path, want="file", what="path")
         return await self._validated(task, sets, _reporter(ctx))
 
-    async def dry_run(self, path: PathArg, sets: Sets = [], ctx: Context | None = None) -> dict[str, Any]:
+    async def dry_run(self, path: PathArg, sets: Sets = [], ctx: Context | None = None) -> dict[str, Any]:  # noqa: B006 - the tool schema's default; never mutated
         """What a run of the task file would spend, before it spends anything: per phase (baseline, each
         generation, the final test scoring) the rollouts, LLM calls, tokens and money at most, and where a
         budget would stop it. Read it before start_run; tighten budget (sets=['budget.usd=2']) if it is too
@@ -233,7 +234,7 @@ class Toolkit:
         path: PathArg,
         out: Annotated[str | None, Field(max_length=1024, description="the run directory (default: the task's "
                                          "out, else runs/NAME-seedN in the first root)")] = None,
-        sets: Sets = [],
+        sets: Sets = [],  # noqa: B006 - the tool schema's default; never mutated
         fresh: Annotated[bool, Field(description="start over in a run directory that holds a run; the earlier "
                                      "run is moved aside to OUT.replaced-TIME, never deleted")] = False,
     ) -> dict[str, Any]:
@@ -377,12 +378,12 @@ class Toolkit:
         tops = [self.roots.resolve(folder, want="dir", what="folder")] if folder else self.roots.folders
 
         def scan() -> dict[str, Any]:
-            rows = []
+            rows: list[dict[str, Any]] = []
             for d in views.find_runs(tops):
                 rid = self.roots.name(d)
                 try:
                     st = self._status(d, rid)
-                except Exception as e:  # a broken archive is listed, not fatal to the listing
+                except Exception as e:  # noqa: BLE001 - a broken archive is listed, not fatal to the listing
                     rows.append({"run_id": rid, "state": "unreadable", "error": str(e)[:300]})
                     continue
                 best = st.get("best") or {}

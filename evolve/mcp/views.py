@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from evolve.failures import most_common
 from evolve.results.stats import bounds, describe, interval_text
