@@ -28,8 +28,9 @@ import numbers
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from evolve.errors import LLMError, RolloutTimeout
 from evolve.failures import classify, infra
@@ -46,7 +47,7 @@ class LLMProvider(Protocol):
 class RecordedLLM:
     """An LLM handle bound to one rollout: applies the role's defaults and records each call."""
 
-    def __init__(self, ctx: "RolloutContext", role: str, llm: LLM) -> None:
+    def __init__(self, ctx: RolloutContext, role: str, llm: LLM) -> None:
         self._ctx, self.role, self._llm = ctx, role, llm
         spec = ctx.system.models.get(role)
         self._defaults = dict(spec.params) if spec is not None else {}
@@ -184,7 +185,7 @@ class RolloutContext:
         with self._lock:
             self.steps.append(step)
 
-    def fork(self, branch: int) -> "RolloutContext":
+    def fork(self, branch: int) -> RolloutContext:
         """A sub-context for one of several branches run at the same time (a vote's samples): a
         copy of this context (a subclass keeps what it adds, e.g. Reflexion's lessons) with its
         own steps, no OpenAI gateway URLs, and a seed that depends only on where the fork
@@ -195,7 +196,7 @@ class RolloutContext:
         fork.steps, fork._lock, fork._gateway = [], threading.Lock(), {}
         return fork
 
-    def join(self, forks: Sequence["RolloutContext"]) -> None:
+    def join(self, forks: Sequence[RolloutContext]) -> None:
         """Append the forks' steps, branch after branch, in the order given, and drop any gateway
         URL a fork registered (its calls are recorded; the URL must not outlive the branch). The
         world failing under a fork failed it under this rollout too."""
@@ -248,7 +249,7 @@ def run_agent(
             error = f"timeout: the agent took {time.monotonic() - t0:.1f}s, over the {timeout:g}s limit"
     except RolloutTimeout:
         error = f"timeout: the agent ran past its {timeout:g}s limit"
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever the agent raised is the trajectory's error
         error = f"agent raised {type(e).__name__}: {e}\n" + _short_tb(e)
         ctx.note_failure(e)  # its own model client's errors (openai, httpx, ...) speak for the world
     finally:
@@ -315,7 +316,7 @@ def score(reward_fn: Callable, task: Task, trajectory: Trajectory) -> Trajectory
             value = reward_fn(task, trajectory.output, trajectory)
         else:
             value = reward_fn(task, trajectory.output)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a raising reward is recorded as a reward error (score 0)
         found = classify(e, source="reward")
         if found is not None:
             return trajectory.model_copy(update={"infra": found, "error": f"the reward failed: {found.message}",

@@ -37,4 +37,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'evolve.gateway' has no attribute {name!r}")
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table above is the one list

@@ -9,9 +9,12 @@ import ipaddress
 import socket
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from evolve.errors import ConfigError
+
+_Server = TypeVar("_Server", bound="ASGIServer")  # start() and ``with`` give back the subclass they are called on
 
 
 def is_loopback(host: str) -> bool:
@@ -99,7 +102,7 @@ class ASGIServer:
         if not self._server.started:
             raise ConfigError(f"{self.what} could not listen on {self.host}:{self.port}; choose another --port")
 
-    def start(self) -> "ASGIServer":
+    def start(self: _Server) -> _Server:
         """Serve on a background thread (once: a started server is returned as it is)."""
         if self._thread is not None:
             return self
@@ -123,7 +126,7 @@ class ASGIServer:
             self._thread.join(timeout=15)
         self.on_close()
 
-    def __enter__(self) -> "ASGIServer":
+    def __enter__(self: _Server) -> _Server:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -7,7 +7,6 @@ import datetime as _dt
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -24,21 +23,21 @@ def _out() -> Console:
 
 
 def gateway_command(
-    config: Optional[Path] = typer.Argument(None, help="A gateway.yaml (routes, store, host, port); or give --upstream."),
-    upstream: Optional[str] = typer.Option(None, "--upstream", help="One route for every model: a litellm model "
+    config: Path | None = typer.Argument(None, help="A gateway.yaml (routes, store, host, port); or give --upstream."),
+    upstream: str | None = typer.Option(None, "--upstream", help="One route for every model: a litellm model "
                                            "name, '*' standing for the model the agent asks for (openai/*)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="The upstream's base URL (vLLM, Ollama, any "
+    api_base: str | None = typer.Option(None, "--api-base", help="The upstream's base URL (vLLM, Ollama, any "
                                            "OpenAI-compatible server)."),
-    upstream_key_env: Optional[str] = typer.Option(None, "--upstream-key-env", help="The variable holding the "
+    upstream_key_env: str | None = typer.Option(None, "--upstream-key-env", help="The variable holding the "
                                                    "upstream's key."),
-    local: Optional[Path] = typer.Option(None, "--local", help="One route for every model: the local model of this "
+    local: Path | None = typer.Option(None, "--local", help="One route for every model: the local model of this "
                                          "run directory's current system (followed as the archive promotes)."),
     role: str = typer.Option("policy", "--role", help="With --local: the system's model role."),
-    store: Optional[Path] = typer.Option(None, "--store", help="The trace store's folder (default: traces)."),
-    host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1); beyond loopback "
+    store: Path | None = typer.Option(None, "--store", help="The trace store's folder (default: traces)."),
+    host: str | None = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1); beyond loopback "
                                        "--api-key-env is required."),
-    port: Optional[int] = typer.Option(None, "--port", min=0, max=65535, help="Port (default 4000)."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="The variable holding the key agents "
+    port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port (default 4000)."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="The variable holding the key agents "
                                               "must send."),
 ) -> None:
     """Stand an OpenAI- and Anthropic-compatible gateway in front of your agent's model: point the
@@ -66,8 +65,11 @@ def gateway_command(
     out = _out()
     out.print(f"gateway at {server.url} (OpenAI) and {server.base} (Anthropic); traces in {cfg.store}", markup=False)
     for r in cfg.routes:
-        what = (f"{r.upstream.model}" + (f" at {r.upstream.api_base}" if r.upstream.api_base else "")
-                if r.upstream is not None else f"the local model of {r.local.run} ({r.local.role})")
+        if r.upstream is not None:
+            what = f"{r.upstream.model}" + (f" at {r.upstream.api_base}" if r.upstream.api_base else "")
+        else:
+            assert r.local is not None  # a route has an upstream or a local model
+            what = f"the local model of {r.local.run} ({r.local.role})"
         out.print(f"  route {r.name}: {', '.join(r.match)} -> {what}", markup=False)
     sys.stdout.flush()
     server.run()
@@ -76,11 +78,11 @@ def gateway_command(
 def serve_command(
     run_dir: Path = typer.Argument(..., help="The run directory (holds archive.sqlite)."),
     role: str = typer.Option("policy", "--role", help="The system's model role to serve."),
-    system: Optional[str] = typer.Option(None, "--system", help="Serve this system (id prefix, best, baseline) "
+    system: str | None = typer.Option(None, "--system", help="Serve this system (id prefix, best, baseline) "
                                          "instead of the current one; a pinned system is never swapped."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback an API key is required."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free port)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EVOLVE_SERVE_API_KEY",
+    api_key: str | None = typer.Option(None, "--api-key", envvar="EVOLVE_SERVE_API_KEY",
                                           help="Require 'Authorization: Bearer KEY' (env EVOLVE_SERVE_API_KEY)."),
     no_follow: bool = typer.Option(False, "--no-follow", help="Keep serving the starting system even when the "
                                    "archive promotes another."),
@@ -168,10 +170,10 @@ def show(store: Path = typer.Argument(..., help="The trace store's folder."),
 @traces_app.command("feedback")
 def feedback(store: Path = typer.Argument(..., help="The trace store's folder."),
              target: str = typer.Argument(..., help="A session id, or a call id (a response's id)."),
-             score: Optional[float] = typer.Option(None, "--score", help="The reward."),
-             text: Optional[str] = typer.Option(None, "--text", help="Feedback in words."),
+             score: float | None = typer.Option(None, "--score", help="The reward."),
+             text: str | None = typer.Option(None, "--text", help="Feedback in words."),
              component: list[str] = typer.Option([], "--component", help="NAME=VALUE, repeatable."),
-             id: Optional[str] = typer.Option(None, "--id", help="An id of your own (sent twice, recorded once).")) -> None:
+             id: str | None = typer.Option(None, "--id", help="An id of your own (sent twice, recorded once).")) -> None:
     """Attach a reward to a session or a call."""
     st = _store(store)
     comps = {}
@@ -191,7 +193,7 @@ def feedback(store: Path = typer.Argument(..., help="The trace store's folder.")
 @traces_app.command("score")
 def score(store: Path = typer.Argument(..., help="The trace store's folder."),
           reward: str = typer.Argument(..., help="A reward function, module:function (task, output) -> score."),
-          route: Optional[str] = typer.Option(None, "--route", help="Only this route's sessions."),
+          route: str | None = typer.Option(None, "--route", help="Only this route's sessions."),
           rescore: bool = typer.Option(False, "--rescore", help="Score sessions this reward scored already.")) -> None:
     """Run a reward function over the recorded sessions; its verdicts become their feedback."""
     from evolve.gateway.dataset import score_sessions
@@ -204,12 +206,11 @@ def score(store: Path = typer.Argument(..., help="The trace store's folder."),
 @traces_app.command("otel")
 def otel(store: Path = typer.Argument(..., help="The trace store's folder."),
          endpoint: str = typer.Option(..., "--endpoint", help="The OTLP/gRPC collector, e.g. http://127.0.0.1:4317."),
-         session: Optional[str] = typer.Option(None, "--session", help="Only this session's calls."),
+         session: str | None = typer.Option(None, "--session", help="Only this session's calls."),
          capture_content: bool = typer.Option(False, "--capture-content", help="Also send messages and answers.")) -> None:
     """Send the recorded calls to an OpenTelemetry collector as gen_ai spans."""
-    from evolve.gateway.otel import SpanExport
-
     from evolve.errors import InfraError
+    from evolve.gateway.otel import SpanExport
 
     calls = _store(store).calls(session)
     spans = SpanExport(endpoint, capture_content=capture_content)

@@ -203,7 +203,8 @@ def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: st
     from evolve.types import LLMCall, Message, Reward, Trajectory
 
     def msg(m: dict) -> Message:
-        role_ = {"developer": "system", "function": "tool"}.get(m.get("role"), m.get("role"))
+        said = m.get("role")
+        role_ = {"developer": "system", "function": "tool"}.get(said, said) if isinstance(said, str) else said
         text = text_of(m.get("content"))
         if m.get("tool_calls"):
             text = (text + "\n" if text else "") + _json.dumps(m["tool_calls"], ensure_ascii=False)
@@ -214,10 +215,10 @@ def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: st
     out = []
     for t in own if len(own) >= enough else scored:
         steps: list[Any] = []
+        asked = t.get("request_messages")
         for i, c in enumerate(t["calls"]):
             steps.append(LLMCall(role=role, model=str(c.get("system_id") or "served"),
-                                 messages=tuple(msg(m) for m in (t.get("request_messages") if i == 0 and
-                                                                 t.get("request_messages") else c["messages"])
+                                 messages=tuple(msg(m) for m in (asked if i == 0 and asked else c["messages"])
                                                 if isinstance(m, dict)),
                                  output=(c.get("output") or "") + (
                                      ("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False))

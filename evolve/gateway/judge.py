@@ -180,8 +180,11 @@ class LLMJudge:
         for r in rows:
             if not isinstance(r, dict) or not isinstance(r.get("score"), (int, float)) or isinstance(r["score"], bool):
                 continue
+            answer = r.get("answer")
+            if answer is None:
+                continue
             try:
-                k = int(float(r.get("answer")))
+                k = int(float(answer))
             except (TypeError, ValueError):
                 continue
             by[k] = r

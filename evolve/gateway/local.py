@@ -204,7 +204,8 @@ def _checked(req: Request) -> tuple[int, int | None, list[str] | None]:
         raise GatewayError(400, "logit_bias is not supported by a local model", param="logit_bias")
     top_logprobs_of(req)
     for i, m in enumerate(req.messages):
-        for j, part in enumerate(m.get("content") if isinstance(m.get("content"), list) else ()):
+        content = m.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else ()):
             if not (isinstance(part, str) or (isinstance(part, dict) and part.get("type") == "text")):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise GatewayError(400, f"messages[{i}].content[{j}]: only text content parts are supported by a "
@@ -298,7 +299,7 @@ class ModelUpstream(Upstream):
         except (TypeError, ValueError) as e:
             raise GatewayError(400, f"the local model cannot take this request: {e}") from None
         logprobs = bool(req.params.get("logprobs"))
-        choices = []
+        choices: list[dict[str, Any]] = []
         for i, out in enumerate(outs):
             content, calls = parse_tool_calls(out.text, req.tools)
             message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -314,9 +315,9 @@ class ModelUpstream(Upstream):
                "usage": {"prompt_tokens": first.prompt_tokens, "completion_tokens": done,
                          "total_tokens": first.prompt_tokens + done},
                "prompt_token_ids": _ids(first.prompt_token_ids)}
-        one = choices[0]
-        return Result(text=one["message"]["content"], tool_calls=one["message"].get("tool_calls"),
-                      finish_reason=one["finish_reason"], model=first.model, prompt_tokens=first.prompt_tokens,
+        answer = choices[0]
+        return Result(text=answer["message"]["content"], tool_calls=answer["message"].get("tool_calls"),
+                      finish_reason=answer["finish_reason"], model=first.model, prompt_tokens=first.prompt_tokens,
                       completion_tokens=done, cost=None, raw=raw, prompt_token_ids=_ids(first.prompt_token_ids),
                       token_ids=_ids(first.token_ids),
                       logprobs=[float(x) for x in first.logprobs] if first.logprobs is not None else None,

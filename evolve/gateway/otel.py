@@ -62,8 +62,9 @@ class SpanExport:
         self._counted = CountedExporter(exporter if exporter is not None else otlp_exporter(endpoint))
         self.capture_content = capture_content
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        self.provider.add_span_processor(BatchSpanProcessor(self._counted, schedule_delay_millis=1000) if batch
-                                         else SimpleSpanProcessor(self._counted))
+        exporter_: Any = self._counted  # a SpanExporter by its methods: the SDK is imported only here
+        self.provider.add_span_processor(BatchSpanProcessor(exporter_, schedule_delay_millis=1000) if batch
+                                         else SimpleSpanProcessor(exporter_))
         self.tracer = self.provider.get_tracer("evolve.gateway")
 
     @property

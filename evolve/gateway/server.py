@@ -33,6 +33,7 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
                 up: Any = LocalUpstream(r.local.run, r.local.role, r.local.system, poll=r.local.poll).open()
             else:
                 u = r.upstream
+                assert u is not None  # a route has a local model or an upstream
                 up = LiteLLMUpstream(u.model, u.api_base, u.api_key_env, u.timeout, u.max_retries, dict(u.params))
             route = Route(r.name, list(r.match), up, r.system, sticky=r.sticky)
             routes.append(route)

@@ -73,7 +73,8 @@ class ServedTools:
 
 def served_calls(tool_calls: list[dict] | None, served: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """(served, the agent's): the model's tool calls split by whose tool they call."""
-    ours, theirs = [], []
+    ours: list[dict] = []
+    theirs: list[dict] = []
     for c in tool_calls or []:
         (ours if (c.get("function") or {}).get("name") in served else theirs).append(c)
     return ours, theirs

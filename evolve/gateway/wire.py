@@ -351,7 +351,7 @@ class AnthropicStream:
         out = self._close()
         self.index += 1
         self.open = "tool"
-        block = {"type": "tool_use", "id": call.get("id") or "toolu_" + secrets.token_hex(12),
+        block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or "toolu_" + secrets.token_hex(12),
                  "name": fn.get("name") or "", "input": {}}
         out += self.event("content_block_start", {"type": "content_block_start", "index": self.index,
                                                   "content_block": block})
