@@ -193,9 +193,9 @@ def throughput(device: str, cfg: TinyConfig, n: int, prompt: int, completion: in
 def pretrained(device: str, big: bool) -> dict:
     import tempfile
 
-    from tests.helpers.hf_checkpoint import make_checkpoint  # ROOT is on sys.path
     from evolve.policy.hf import load_pretrained
     from evolve.types import Message
+    from tests.helpers.hf_checkpoint import make_checkpoint  # ROOT is on sys.path
 
     shape = (dict(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864, vocab=151936) if big
              else dict(hidden=64, layers=2, heads=4, kv_heads=2, vocab=151936))

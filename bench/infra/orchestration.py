@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from evolve.archive import Archive
-from evolve.task.taskfile import validate_task
 from evolve.scoring.session import Session
+from evolve.task.taskfile import validate_task
 from evolve.types import ModelSpec, System
 
 

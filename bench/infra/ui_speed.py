@@ -91,7 +91,7 @@ def build(run: Path, n_systems: int, n_traj: int, seed: int = 0) -> None:
         "tokens": 74, "duration": 0.06})
     ids = [s[0] for s in systems]
     gen_of = {s[0]: s[3] for s in systems}
-    quality = {sid: 0.3 for sid in ids} | {a[0]: a[1] for a in accepted}
+    quality = dict.fromkeys(ids, 0.3) | {a[0]: a[1] for a in accepted}
     rows, data = [], []
     for i in range(n_traj):
         sid = ids[i // max(1, n_traj // len(ids)) % len(ids)]

@@ -86,8 +86,9 @@ def corpus_vectors(texts: list[str], embedder, cache_file: Path) -> np.ndarray:
 
 
 def mem0_memory(folder: Path):
-    from evolve.memory.embed import minilm_path
     from mem0 import Memory
+
+    from evolve.memory.embed import minilm_path
 
     return Memory.from_config({
         "vector_store": {"provider": "chroma", "config": {"collection_name": "bench", "path": str(folder / "chroma")}},

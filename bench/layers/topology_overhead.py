@@ -60,7 +60,7 @@ class Timer:
         self.module, self.name, self.fn = module, name, getattr(module, name)
         self.seconds, self.calls = 0.0, 0
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         def timed(*a, **kw):
             t0 = time.perf_counter()
             try:

@@ -33,8 +33,8 @@ def main() -> None:
     from evolve._env import quiet_defaults
 
     quiet_defaults()
-    from evolve.task.taskfile import load_task
     from evolve.scoring.session import Session
+    from evolve.task.taskfile import load_task
     from evolve.worlds.sql.workflow import vote
 
     out = Path(args.out) / f"w{args.workers}"

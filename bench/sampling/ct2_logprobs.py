@@ -30,7 +30,7 @@ from types import SimpleNamespace
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-import ct2_speed  # maps policy/ as evolve.policy where the checkout is not installed
+import ct2_speed  # noqa: E402  # maps policy/ as evolve.policy where the checkout is not installed
 
 
 def server_at(rev: str):

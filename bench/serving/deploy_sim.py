@@ -205,8 +205,8 @@ def main() -> None:
         integrity = store.integrity()
 
     # the truth, afterwards: each candidate against the system active when it was proposed
-    from evolve.scoring.session import Session
     from evolve.results.stats import paired
+    from evolve.scoring.session import Session
     from evolve.task.taskfile import load_task
 
     cfg_t, base_dir = load_task(task_file)

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "sampling"))
-import ct2_speed  # maps policy/ as evolve.policy where the checkout is not installed
+import ct2_speed  # noqa: E402  # maps policy/ as evolve.policy where the checkout is not installed
 
 
 def main() -> None:
@@ -38,9 +38,8 @@ def main() -> None:
     import openai
     import torch
 
-    from evolve.gateway.local import LLMUpstream
+    from evolve.gateway.local import LLMUpstream, serve_llm
     from evolve.policy.local import LocalLM
-    from evolve.gateway.local import serve_llm
 
     torch.set_num_threads(args.threads)
     _, model, tok = ct2_speed.smollm2(SimpleNamespace(smollm2_shape=None, device="cpu", torch_dtype="float32"))

@@ -33,12 +33,12 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
+
+    from evolve.archive.store import Archive
     from evolve.policy.grpo import GRPO
     from evolve.policy.grpo_train import Learner
     from evolve.policy.rl import LossConfig
     from evolve.policy.weights import load_base
-
-    from evolve.archive.store import Archive
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     trajs = [r.trajectory for r in Archive(a.run, create=False).trajectory_rows(phase="grpo", limit=a.batch)]

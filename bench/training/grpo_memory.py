@@ -25,7 +25,6 @@ import time
 
 def one(budget: int | None, n: int, prompt: int, completion: int, micro: int) -> dict:
     import torch
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evolve.policy.gguf import SMOLLM2, checkpoint

@@ -83,10 +83,9 @@ def run_ours(args: argparse.Namespace) -> dict:
 
 
 def run_trl(args: argparse.Namespace) -> dict:
-    from trl import GRPOTrainer
-
     import contextlib
 
+    from trl import GRPOTrainer
     from trl.trainer.utils import add_fused_lm_head
 
     torch, model, prompts, comps, cmask, adv = make(args)
@@ -157,7 +156,7 @@ def main() -> None:
         return child(args.side, args)
     rows = {}
     for side in ("evolvekit", "trl"):
-        cmd = [sys.executable, __file__, "--side", side] + [a for a in sys.argv[1:]]
+        cmd = [sys.executable, __file__, "--side", side] + sys.argv[1:]
         res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if res.returncode:
             sys.exit(f"{side} failed:\n{res.stderr[-3000:]}")

@@ -91,16 +91,16 @@ def run_trl(out: Path, seed: int) -> dict:
     """In its own process (``--only trl``): TRL's trainer on the SFT system of ``out``'s run."""
     import torch
     from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from evolve.archive import Archive
+    from evolve.artifacts import ArtifactStore
     from evolve.policy.weights import (
         attach_adapter,
         load_base,
         read_adapter,
         save_adapter,
     )
-    from trl import GRPOConfig, GRPOTrainer
-
-    from evolve.archive import Archive
-    from evolve.artifacts import ArtifactStore
     from evolve.scoring.session import Session
     from evolve.task.taskfile import load_task
     from evolve.worlds.reasoning_gym.agent import messages_for

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 
-
 MODES = {"full": "LM head on every position", "targets": "LM head on targets only",
          "checkpointed": "targets only + gradient checkpointing"}
 

@@ -82,6 +82,8 @@ def main() -> None:
 
     if a.threads:
         torch.set_num_threads(a.threads)
+    from peft import get_peft_model
+
     from evolve.policy.hf import load_pretrained, resolve_checkpoint
     from evolve.policy.precision import cpu_has_bf16
     from evolve.policy.train import bare_copy, completion_loss, examples_from_chat, train_lora
@@ -89,7 +91,6 @@ def main() -> None:
     from evolve.worlds.reasoning_gym.dataset import dataset
     from evolve.worlds.reasoning_gym.generators import score
     from evolve.worlds.reasoning_gym.hooks import demos
-    from peft import get_peft_model
 
     t = yaml.safe_load((ROOT / "examples/reasoning_gym/task.yaml").read_text())
     gens, instr = t["dataset"]["params"]["generators"], t["prompts"]["instruction"]

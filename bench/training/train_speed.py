@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import glob
 import importlib.util
 import json
 import os
@@ -206,9 +205,9 @@ def main() -> None:
 
     if a.threads:
         torch.set_num_threads(a.threads)
+    from evolve.policy import grpo_train, train
     from evolve.policy.hf import load_pretrained, resolve_checkpoint
     from evolve.policy.precision import cpu_flags, cpu_has_bf16
-    from evolve.policy import grpo_train, train
 
     before = load_before(a.against)
     base, tok = load_pretrained(resolve_checkpoint(GGUF), device="cpu", dtype="float32")

@@ -90,7 +90,7 @@ def parallel(tasks: list[dict], episodes: int, ns: list[int], client) -> list[di
             jobs = [tasks[i % len(tasks)] for i in range(episodes)]
             t0 = time.perf_counter()
             with ThreadPoolExecutor(max_workers=n) as ex:
-                got = list(ex.map(lambda t: episode(t, backend, client), jobs))
+                got = list(ex.map(lambda t, backend=backend: episode(t, backend, client), jobs))
             dt = time.perf_counter() - t0
             rows.append({"backend": backend, "parallel": n, "episodes": episodes, "seconds": round(dt, 2),
                          "episodes_per_s": round(episodes / dt, 2), "solved": sum(g["score"] == 1.0 for g in got)})

@@ -102,8 +102,8 @@ def bare_episode(task: dict) -> tuple[float, float]:
             subprocess.run(["bash", "-c", _rewrite(c, root)], cwd=root / "app", capture_output=True, timeout=60, env=env)
         shutil.copytree(Path(task["path"]) / "tests", root / "tests")
         _rewrite_tree(root / "tests", root)
-        r = subprocess.run(["bash", str(root / "tests" / "test.sh")], cwd=root / "app", capture_output=True,
-                           timeout=60, env=env)
+        subprocess.run(["bash", str(root / "tests" / "test.sh")], cwd=root / "app", capture_output=True,
+                       timeout=60, env=env)
         rj, rt = root / "logs/verifier/reward.json", root / "logs/verifier/reward.txt"
         score = parse_reward(task, rj.read_bytes() if rj.exists() else None,
                              rt.read_bytes() if rt.exists() else None)[0]
@@ -141,11 +141,10 @@ def solver(tasks: list[dict]):
 
 
 def runners(tasks: list[dict], episodes: int, workers: int) -> dict:
-    from tests.helpers.servers import FakeOpenAI
-
     from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
     from evolve.runners.ray_runner import RayRunner
     from evolve.types import ModelSpec, System
+    from tests.helpers.servers import FakeOpenAI
 
     srv = FakeOpenAI(respond=solver(tasks))
     system = System(models={"policy": ModelSpec(backend="litellm", name="openai/solver", params={

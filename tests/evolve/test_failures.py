@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tests.helpers.servers import FakeOpenAI, free_port, toy_reply
 
 import evolve
 from evolve.archive import Archive
@@ -20,6 +19,7 @@ from evolve.errors import InfraError, LLMError, RunFailed
 from evolve.failures import classify, signature
 from evolve.rollout import run_agent, score
 from evolve.types import Message, ModelSpec, System
+from tests.helpers.servers import FakeOpenAI, free_port, toy_reply
 
 TESTS = Path(__file__).parents[1]
 DATA = TESTS / "data"
@@ -246,8 +246,8 @@ class _DownRunner:
 
 
 def test_a_server_that_is_down_is_probed_once_a_round_not_once_a_task():
-    from evolve.scoring.retry import RetryPolicy, Retrying
     from evolve.runners import RolloutJob
+    from evolve.scoring.retry import Retrying, RetryPolicy
 
     runner, waits, logs = _DownRunner(), [], []
     jobs = [RolloutJob(key=f"k{i}", system=System(), task={"id": f"t{i}"}) for i in range(20)]

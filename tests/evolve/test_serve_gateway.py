@@ -12,13 +12,11 @@ import threading
 
 import pytest
 
-from tests.helpers import make_tiny_llm
-from tests.helpers import DATA
-
+from evolve.gateway import rollout_route as gateway
 from evolve.llm.fake import ScriptedLM
 from evolve.rollout import RolloutContext, run_agent
-from evolve.gateway import rollout_route as gateway
 from evolve.types import LLMCall, ModelSpec, System
+from tests.helpers import DATA, make_tiny_llm
 
 openai = pytest.importorskip("openai")
 pytestmark = [pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning"),
