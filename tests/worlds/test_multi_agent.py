@@ -85,17 +85,17 @@ def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says
 
 
 @pytest.mark.slow
-def test_the_tiny_team_starts_both_roles_from_one_base_and_star_trains_a_role(tmp_path, one_torch_thread):
-    report = evolve.run(str(HERE / "tiny.yaml"), out=tmp_path / "t", overrides=[
-        "models.solver.cold_start.n_demos=100", "models.verifier.cold_start.n_demos=100",
-        "models.solver.cold_start.epochs=2", "models.verifier.cold_start.epochs=2",
-        "operators.0.params.tasks=30", "operators.0.params.min_examples=1", "budget.generations=1"])
+def test_the_tiny_team_starts_both_roles_from_one_base_and_each_generation_trains_one_role(tmp_path, one_torch_thread):
+    report = evolve.run(str(HERE / "tiny.yaml"), out=tmp_path / "t")
     archive = Archive(tmp_path / "t", create=False)
     base = archive.get_system(report["baseline"]["system_id"])
     assert base.models["solver"].base == base.models["verifier"].base  # one cached cold start, one base
-    children = [archive.get_system(r.id) for r in archive.records() if r.operator == "star"]
-    for child in children:  # alternate: generation 1 trains the solver only
-        assert child.models["verifier"] == base.models["verifier"] and child.models["solver"].adapter is not None
+    children = [r for r in archive.records() if r.operator == "star"]
+    assert [r.generation for r in children] == [1, 2]  # the solver's generation, then the verifier's
+    for rec, role in zip(children, ["solver", "verifier"]):
+        child, parent = archive.get_system(rec.id), archive.get_system(rec.parents[0])
+        assert [r for r in child.models if child.models[r] != parent.models[r]] == [role]
+    assert report["baseline"]["val"]["score"] > 0.3  # the cold start taught both steps some of the task
 
 
 def test_the_solvers_demos_teach_the_retry_step_the_gold_answer_after_a_wrong_reply():
