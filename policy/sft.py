@@ -40,6 +40,18 @@ WALL_CLOCK = ("seconds",)  # SFT stats kept in info.json beside the weights, nev
 NOT_IN_WEIGHTS = (*WALL_CLOCK, "trained_in")  # nor where it trained (the driver, or a Ray node)
 
 
+# How a model is served, not what is trained: the cold start validates with the model being trained,
+# in this process (torch), whatever engine samples the system afterwards. Left out of the cold start's
+# cache key, so switching ``engine`` (or its batching) reuses the cached weights instead of training again.
+SERVING_PARAMS = frozenset({"engine", "compute_type", "max_batch", "batch_wait_ms", "max_wait_ms"})
+
+
+def trained_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The model params that shape a cold start: ``params`` without :data:`SERVING_PARAMS` and the
+    ``weights`` path (the base is keyed by its content)."""
+    return {k: v for k, v in params.items() if k not in SERVING_PARAMS and k != "weights"}
+
+
 def cache_dir() -> Path:
     root = os.environ.get("EVOLVE_CACHE_DIR")
     return Path(root) if root else Path.home() / ".cache" / "evolvekit"
@@ -274,7 +286,7 @@ def cold_start_adapter(session: Session, role: str, mc: ModelConfig, checkpoint:
     assert cs is not None
     task = session.task
     _, demos, val_tasks, tools, memory = _demos(session, role, mc)
-    params = {k: v for k, v in mc.params.items() if k != "weights"}
+    params = trained_params(mc.params)
     # what precision: auto resolves to is part of what was trained (float32 keeps the keys made before it)
     precision = resolve_precision(mc.params.get("precision", "auto"), resolve_device(mc.params.get("device")))
     key = content_hash({
@@ -336,7 +348,8 @@ def cold_start_weights(session: Session, role: str, mc: ModelConfig) -> Path:
         "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json", exclude_none=True),
         "seed": seed,
         "demos": demos, "val": [t["id"] for t in val_tasks], "prompts": task.prompts, "workflow": task.workflow,
-        "agent": task.agent, "params": mc.params, "tokenizer": tok.to_dict(), **({"tools": tools} if tools else {}),
+        "agent": task.agent, "params": {k: v for k, v in mc.params.items() if k not in SERVING_PARAMS},
+        "tokenizer": tok.to_dict(), **({"tools": tools} if tools else {}),
         **({"memory": memory} if memory else {}),
     })
     out = cache_dir() / "sft" / key / "base.safetensors"

@@ -113,3 +113,18 @@ def test_pointer_words_make_every_schema_name_a_pointer_and_a_new_cache_entry(tm
     names = name_words(dataset(seed=0, n_train=120, n_val=16, n_test=16)["train"])
     keeps = [load_base(b)[1].keep & names for b in bases]
     assert sorted(bool(k) for k in keeps) == [False, True]  # without the option some names are spelled
+
+
+def test_how_the_model_is_served_does_not_retrain_the_cold_start(tmp_path, monkeypatch):
+    """The engine and its batching are not part of what a cold start trains: changing them reuses the
+    cached weights (issue 62: a new engine used to retrain the SFT)."""
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    task = small_task()
+    task["budget"] = {"generations": 0}
+    evolve.run(task, out=tmp_path / "a")
+    task["models"]["policy"].setdefault("params", {}).update(engine="torch", max_batch=4, batch_wait_ms=1)
+    evolve.run(task, out=tmp_path / "b")
+    assert len(list((tmp_path / "cache" / "sft").glob("*/base.safetensors"))) == 1
+    task["models"]["policy"]["params"]["max_tokens"] = 7  # what validation generates is part of it
+    evolve.run(task, out=tmp_path / "c")
+    assert len(list((tmp_path / "cache" / "sft").glob("*/base.safetensors"))) == 2
