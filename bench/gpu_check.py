@@ -75,8 +75,16 @@ def batch_of(n: int, prompt: int, completion: int, seed: int) -> list[Packed]:
         p = int(torch.randint(prompt // 2, prompt + 1, (1,), generator=g))
         c = int(torch.randint(completion // 4, completion + 1, (1,), generator=g))
         ids = torch.randint(4, TOK.vocab_size, (p + c,), generator=g).tolist()
-        out.append(Packed(ids=ids, mask=[0] * p + [1] * c, sampler_logp=[math.nan] * (p + c), temperature=0.8,
-                          advantage=float(torch.randn(1, generator=g)), traj=i))
+        out.append(
+            Packed(
+                ids=ids,
+                mask=[0] * p + [1] * c,
+                sampler_logp=[math.nan] * (p + c),
+                temperature=0.8,
+                advantage=float(torch.randn(1, generator=g)),
+                traj=i,
+            )
+        )
     return out
 
 
@@ -98,8 +106,17 @@ def loss_and_grads(device: str, seqs: list[Packed], cfg: LossConfig, seed: int =
     old = base + (0.3 * torch.randn(shape, generator=g)).to(device)  # ratios well outside [1-eps, 1+eps]
     ref = base + (0.2 * torch.randn(shape, generator=g)).to(device)
     lp = sequence_logprobs(learner.model, b)
-    loss, _ = policy_loss(lp, old, b["advantages"], b["mask"], cfg, ref_logp=ref if cfg.beta else None,
-                          num_seqs=len(seqs), num_tokens=float(b["mask"].sum()), seq_weights=b["seq_weights"])
+    loss, _ = policy_loss(
+        lp,
+        old,
+        b["advantages"],
+        b["mask"],
+        cfg,
+        ref_logp=ref if cfg.beta else None,
+        num_seqs=len(seqs),
+        num_tokens=float(b["mask"].sum()),
+        seq_weights=b["seq_weights"],
+    )
     loss.backward()
     grads = {n: p.grad.detach().cpu() for n, p in learner.model.named_parameters() if p.grad is not None}
     assert all(float(v.abs().max()) > 0 for v in grads.values()), "a LoRA gradient is all zeros: nothing compared"
@@ -118,15 +135,35 @@ def check_equal(device: str, tol: float) -> dict:
                 g_err = max(rel(g_cpu[n], g_dev[n]) for n in g_cpu)
                 l_err = abs(l_cpu - l_dev) / max(abs(l_cpu), 1e-12)
                 worst = max(worst, g_err, l_err)
-                rows.append({"loss_type": loss_type, "level": level, "beta": beta, "loss_cpu": l_cpu,
-                             "loss_dev": l_dev, "loss_rel_err": l_err, "grad_max_rel_err": g_err,
-                             "lora_tensors": len(g_cpu)})
+                rows.append(
+                    {
+                        "loss_type": loss_type,
+                        "level": level,
+                        "beta": beta,
+                        "loss_cpu": l_cpu,
+                        "loss_dev": l_dev,
+                        "loss_rel_err": l_err,
+                        "grad_max_rel_err": g_err,
+                        "lora_tensors": len(g_cpu),
+                    }
+                )
     # a full update: 2 iterations x 2 minibatches, PPO-ptx on demo pairs, on each device
-    demos = [(s.ids[: s.mask.index(1)], s.ids[s.mask.index(1):]) for s in batch_of(16, 48, 32, seed=7)]
+    demos = [(s.ids[: s.mask.index(1)], s.ids[s.mask.index(1) :]) for s in batch_of(16, 48, 32, seed=7)]
     deltas, losses = {}, {}
     for dev in ("cpu", device):
-        learner = Learner(build_model(SMALL, seed=3).to(dev), cfg=LossConfig(beta=0.04), r=8, alpha=16, lr=1e-3,
-                          seed=3, num_iterations=2, minibatches=2, ptx=demos, ptx_coef=0.5, ptx_batch=8)
+        learner = Learner(
+            build_model(SMALL, seed=3).to(dev),
+            cfg=LossConfig(beta=0.04),
+            r=8,
+            alpha=16,
+            lr=1e-3,
+            seed=3,
+            num_iterations=2,
+            minibatches=2,
+            ptx=demos,
+            ptx_coef=0.5,
+            ptx_batch=8,
+        )
         before = learner.adapter().weights
         losses[dev] = learner.update(seqs).loss
         deltas[dev] = {k: v - before[k] for k, v in learner.adapter().weights.items()}
@@ -134,8 +171,14 @@ def check_equal(device: str, tol: float) -> dict:
     # gated: Adam's first steps are ~lr*sign(g), so a near-zero gradient whose rounding differs between
     # devices moves one entry by a whole step, a device difference that is not a bug
     upd = max(rel(deltas["cpu"][k], deltas[device][k]) for k in deltas["cpu"])
-    return {"cases": rows, "update_delta_max_rel_err": upd, "update_loss": losses, "worst_rel_err": worst,
-            "tol": tol, "ok": worst <= tol}
+    return {
+        "cases": rows,
+        "update_delta_max_rel_err": upd,
+        "update_loss": losses,
+        "worst_rel_err": worst,
+        "tol": tol,
+        "ok": worst <= tol,
+    }
 
 
 def check_sampler(device: str) -> dict:
@@ -147,9 +190,17 @@ def check_sampler(device: str) -> dict:
     on_cpu = sample(model, prompts, **kw)
     on_dev = sample(model.to(device), prompts, **kw)
     same = sum(a.token_ids == b.token_ids for a, b in zip(on_cpu, on_dev))
-    seqs = [Packed(ids=list(p) + s.token_ids, mask=[0] * len(p) + [1] * len(s.token_ids),
-                   sampler_logp=[math.nan] * len(p) + s.logprobs, temperature=0.8, advantage=1.0, traj=i)
-            for i, (p, s) in enumerate(zip(prompts, on_dev))]
+    seqs = [
+        Packed(
+            ids=list(p) + s.token_ids,
+            mask=[0] * len(p) + [1] * len(s.token_ids),
+            sampler_logp=[math.nan] * len(p) + s.logprobs,
+            temperature=0.8,
+            advantage=1.0,
+            traj=i,
+        )
+        for i, (p, s) in enumerate(zip(prompts, on_dev))
+    ]
     learner = Learner(model, r=8, alpha=16, seed=0)  # a fresh adapter: the same function as the sampler's model
     st = learner.update(seqs)
     return {"same_ids_as_cpu": f"{same}/{len(prompts)}", "trainer_vs_sampler_logp_mean_abs": st.mismatch}
@@ -171,17 +222,30 @@ def throughput(device: str, cfg: TinyConfig, n: int, prompt: int, completion: in
         if cuda:
             torch.cuda.synchronize()
     secs = sum(s.seconds for s in stats)
-    out = {"params": params, "config": cfg.model_dump(), "sequences": n, "prompt_max": prompt,
-           "completion_max": completion, "micro_batch": micro,
-           "tokens_per_s": round(sum(s.tokens for s in stats) / secs),
-           "trained_tokens_per_s": round(sum(s.trained_tokens for s in stats) / secs),
-           "optimizer_steps_per_s": round(sum(s.optimizer_steps for s in stats) / secs, 3),
-           "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+    out = {
+        "params": params,
+        "config": cfg.model_dump(),
+        "sequences": n,
+        "prompt_max": prompt,
+        "completion_max": completion,
+        "micro_batch": micro,
+        "tokens_per_s": round(sum(s.tokens for s in stats) / secs),
+        "trained_tokens_per_s": round(sum(s.trained_tokens for s in stats) / secs),
+        "optimizer_steps_per_s": round(sum(s.optimizer_steps for s in stats) / secs, 3),
+        "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+    }
     prompts = [s.ids[: s.mask.index(1)] for s in seqs]
     learner.model.eval()
     t0 = time.perf_counter()
-    gen = sample(learner.model, prompts, eos_id=-1, pad_id=TOK.pad_id, temperatures=1.0, max_tokens=completion,
-                 seeds=list(range(len(prompts))))  # eos_id -1: every row runs to max_tokens
+    gen = sample(
+        learner.model,
+        prompts,
+        eos_id=-1,
+        pad_id=TOK.pad_id,
+        temperatures=1.0,
+        max_tokens=completion,
+        seeds=list(range(len(prompts))),
+    )  # eos_id -1: every row runs to max_tokens
     if cuda:
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
@@ -197,36 +261,58 @@ def pretrained(device: str, big: bool) -> dict:
     from evolve.types import Message
     from tests.helpers.hf_checkpoint import make_checkpoint  # ROOT is on sys.path
 
-    shape = (dict(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864, vocab=151936) if big
-             else dict(hidden=64, layers=2, heads=4, kv_heads=2, vocab=151936))
+    shape = (
+        dict(hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864, vocab=151936)
+        if big
+        else dict(hidden=64, layers=2, heads=4, kv_heads=2, vocab=151936)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         make_checkpoint(Path(tmp) / "ck", **shape)
         model, tok = load_pretrained(Path(tmp) / "ck", device=device, dtype="auto")
-    chats = [[Message(role="system", content="answer with one SQL query"),
-              Message(role="user", content=f"select name from users where age > {i} " * (1 + i % 4))] for i in range(64)]
+    chats = [
+        [
+            Message(role="system", content="answer with one SQL query"),
+            Message(role="user", content=f"select name from users where age > {i} " * (1 + i % 4)),
+        ]
+        for i in range(64)
+    ]
     prompts = [tok.render_chat(c) for c in chats]
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    gen = sample(model, prompts, eos_id=-1, pad_id=tok.pad_id, temperatures=1.0, max_tokens=128,
-                 seeds=list(range(len(prompts))))
+    gen = sample(
+        model, prompts, eos_id=-1, pad_id=tok.pad_id, temperatures=1.0, max_tokens=128, seeds=list(range(len(prompts)))
+    )
     if cuda:
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    seqs = [Packed(ids=list(p) + g.token_ids, mask=[0] * len(p) + [1] * len(g.token_ids),
-                   sampler_logp=[math.nan] * len(p) + g.logprobs, temperature=1.0, advantage=(-1.0) ** i, traj=i)
-            for i, (p, g) in enumerate(zip(prompts, gen))]
+    seqs = [
+        Packed(
+            ids=list(p) + g.token_ids,
+            mask=[0] * len(p) + [1] * len(g.token_ids),
+            sampler_logp=[math.nan] * len(p) + g.logprobs,
+            temperature=1.0,
+            advantage=(-1.0) ** i,
+            traj=i,
+        )
+        for i, (p, g) in enumerate(zip(prompts, gen))
+    ]
     learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=16, lr=1e-5)
     st = learner.update(seqs)
     if cuda:
         torch.cuda.synchronize()
-    return {"params": count_params(model), "dtype": str(next(model.parameters()).dtype), "vocab": model.config.vocab_size,
-            "sampler_tokens_per_s": round(sum(len(g.token_ids) for g in gen) / dt), "sampler_batch": len(prompts),
-            "trainer_tokens_per_s": round(st.tokens / st.seconds) if st.seconds else None,
-            "trainer_vs_sampler_logp_mean_abs": st.mismatch,
-            "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+    return {
+        "params": count_params(model),
+        "dtype": str(next(model.parameters()).dtype),
+        "vocab": model.config.vocab_size,
+        "sampler_tokens_per_s": round(sum(len(g.token_ids) for g in gen) / dt),
+        "sampler_batch": len(prompts),
+        "trainer_tokens_per_s": round(st.tokens / st.seconds) if st.seconds else None,
+        "trainer_vs_sampler_logp_mean_abs": st.mismatch,
+        "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+    }
 
 
 def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> dict:
@@ -240,13 +326,25 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
     import subprocess
     import tempfile
 
-    common = [sys.executable, str(ROOT / "bench" / "sampling" / "ct2_speed.py"), "--device", "cuda" if device.startswith("cuda") else "cpu",
-              "--smollm2-shape", shape, "--max-new", "64", "--threads", str(min(8, os.cpu_count() or 1))]
+    common = [
+        sys.executable,
+        str(ROOT / "bench" / "sampling" / "ct2_speed.py"),
+        "--device",
+        "cuda" if device.startswith("cuda") else "cpu",
+        "--smollm2-shape",
+        shape,
+        "--max-new",
+        "64",
+        "--threads",
+        str(min(8, os.cpu_count() or 1)),
+    ]
     tempered = ["--models", "smollm2", "--batches", "8", "--repeats", "1", "--temperature", "0.7"]
     if device.startswith("cuda"):
         tempered += ["--compute-types", "int8_float16,float16"]
-    runs = {"greedy": (["--batches", batches, "--repeats", "3"], timeout),
-            "T 0.7, batch 8": (tempered, max(60.0, timeout / 5))}
+    runs = {
+        "greedy": (["--batches", batches, "--repeats", "3"], timeout),
+        "T 0.7, batch 8": (tempered, max(60.0, timeout / 5)),
+    }
     res: dict = {}
     for name, (extra, limit) in runs.items():
         out = Path(tempfile.mkdtemp(prefix="gpu-ct2-")) / "ct2_speed.json"
@@ -260,7 +358,11 @@ def ctranslate2_bench(device: str, shape: str, batches: str, timeout: float) -> 
         if p.returncode == 0 and out.exists():
             res[name] = {**json.loads(out.read_text()), "seconds": round(time.perf_counter() - t0, 1)}
         else:
-            res[name] = {"error": f"exit {p.returncode}", "printed": p.stdout.splitlines()[-20:], "stderr": p.stderr[-3000:]}
+            res[name] = {
+                "error": f"exit {p.returncode}",
+                "printed": p.stdout.splitlines()[-20:],
+                "stderr": p.stderr[-3000:],
+            }
     return res
 
 
@@ -270,8 +372,13 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--big", action=argparse.BooleanOptionalAction, default=True, help="the ~0.5B throughput figure")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--ct2", default=None, metavar="SHAPE_DIR", help="first, bench/sampling/ct2_speed.py on this device "
-                    "(issue 51 item 4), SmolLM2 as random weights in the shape of SHAPE_DIR (bash bench/gpu/gpu_ct2.sh prepare)")
+    ap.add_argument(
+        "--ct2",
+        default=None,
+        metavar="SHAPE_DIR",
+        help="first, bench/sampling/ct2_speed.py on this device "
+        "(issue 51 item 4), SmolLM2 as random weights in the shape of SHAPE_DIR (bash bench/gpu/gpu_ct2.sh prepare)",
+    )
     ap.add_argument("--ct2-batches", default="1,8,64")
     ap.add_argument("--ct2-timeout", type=float, default=300)
     a = ap.parse_args()
@@ -284,9 +391,14 @@ def main() -> int:
     import peft
     import transformers
 
-    res: dict = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
-                 "python": platform.python_version(), "device": a.device,
-                 "gpu": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else None}
+    res: dict = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "python": platform.python_version(),
+        "device": a.device,
+        "gpu": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else None,
+    }
 
     def keep(part: str, value: dict) -> None:  # written after each part: a call cut short keeps what ran
         res[part] = value

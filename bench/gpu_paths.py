@@ -17,8 +17,9 @@ def map_policy_package() -> None:
     try:
         import evolve.policy  # noqa: F401
     except ModuleNotFoundError:
-        spec = importlib.util.spec_from_file_location("evolve.policy", ROOT / "policy" / "__init__.py",
-                                                      submodule_search_locations=[str(ROOT / "policy")])
+        spec = importlib.util.spec_from_file_location(
+            "evolve.policy", ROOT / "policy" / "__init__.py", submodule_search_locations=[str(ROOT / "policy")]
+        )
         mod = importlib.util.module_from_spec(spec)
         sys.modules["evolve.policy"] = mod
         spec.loader.exec_module(mod)

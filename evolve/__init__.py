@@ -107,7 +107,9 @@ def __getattr__(name: str) -> Any:
     if name in _DEPRECATED:
         import warnings
 
-        warnings.warn(f"evolve.{name} is deprecated: it is evolve.{_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"evolve.{name} is deprecated: it is evolve.{_DEPRECATED[name]}", DeprecationWarning, stacklevel=2
+        )
         return __getattr__(_DEPRECATED[name])
     if name in _LAZY:
         module, attr = _LAZY[name]

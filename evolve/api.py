@@ -1,9 +1,9 @@
 """The Python API: the same engine as the CLI, in a few lines.
 
-    import evolve
-    report = evolve.run("examples/sql_agent/task.yaml", overrides=["budget.generations=1"])
-    app = evolve.load(report["run_dir"])          # the promoted system, ready to run
-    out = app.run({"id": "q1", ...})              # one rollout of your agent under it
+import evolve
+report = evolve.run("examples/sql_agent/task.yaml", overrides=["budget.generations=1"])
+app = evolve.load(report["run_dir"])          # the promoted system, ready to run
+out = app.run({"id": "q1", ...})              # one rollout of your agent under it
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ def run_task(
     agent, reward = _callables(data, agent, reward)
     cfg = validate_task(data, overrides, source=source)
     run_dir = Path(out) if out is not None else run_dir_for(cfg, base)
-    engine = Engine(cfg, base_dir=base, run_dir=run_dir, resume=resume, fresh=fresh, observer=observer, agent=agent,
-                    reward=reward)
+    engine = Engine(
+        cfg, base_dir=base, run_dir=run_dir, resume=resume, fresh=fresh, observer=observer, agent=agent, reward=reward
+    )
     try:
         return engine.run()
     finally:  # the run's writer lets go: its -wal folds into the archive now, not when collected
@@ -84,7 +85,9 @@ def function_name(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', None) or '?'}:{getattr(fn, '__qualname__', None) or type(fn).__name__}"
 
 
-def dry_run(task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir: str | Path | None = None) -> dict[str, Any]:
+def dry_run(
+    task: str | Path | dict, *, overrides: Sequence[str] = (), base_dir: str | Path | None = None
+) -> dict[str, Any]:
     """What a run of ``task`` would spend (rollouts, LLM calls, tokens, money per phase, and where
     a budget would stop it), without running anything; see :mod:`evolve.scoring.estimate`."""
     from evolve._env import quiet_defaults
@@ -104,15 +107,29 @@ def _resolve_system(archive: Any, which: str) -> str:
     return archive.resolve(which)
 
 
-def evaluate(task_file: str | Path, run_dir: str | Path, *, system: str = "current", split: str = "test",
-             overrides: Sequence[str] = (), observer: Any = None) -> tuple[float, int, str]:
+def evaluate(
+    task_file: str | Path,
+    run_dir: str | Path,
+    *,
+    system: str = "current",
+    split: str = "test",
+    overrides: Sequence[str] = (),
+    observer: Any = None,
+) -> tuple[float, int, str]:
     """Score an archived system on a split of the task's dataset: ``(mean score, n, system id)``."""
     e = evaluation(task_file, run_dir, system=system, split=split, overrides=overrides, observer=observer)
     return e["score"], e["n"], e["system_id"]
 
 
-def evaluation(task_file: str | Path, run_dir: str | Path, *, system: str = "current", split: str = "test",
-               overrides: Sequence[str] = (), observer: Any = None) -> dict[str, Any]:
+def evaluation(
+    task_file: str | Path,
+    run_dir: str | Path,
+    *,
+    system: str = "current",
+    split: str = "test",
+    overrides: Sequence[str] = (),
+    observer: Any = None,
+) -> dict[str, Any]:
     """Score an archived system on a split: ``{"score", "n", "system_id", "summary"}``, the summary
     being the world's own figures (its ``eval.summary`` hook, e.g. IFEval's four accuracies) or None."""
     from evolve.results.world import world_summary
@@ -125,8 +142,9 @@ def evaluation(task_file: str | Path, run_dir: str | Path, *, system: str = "cur
     session = Session(cfg, base_dir=base, run_dir=Path(run_dir), resume=True, observer=observer, evaluating=True)
     try:
         if not session.tasks(split):
-            raise UserError(f"the dataset has no {split!r} split; choose one of "
-                            f"{sorted(k for k, v in session.splits.items() if v)}")
+            raise UserError(
+                f"the dataset has no {split!r} split; choose one of {sorted(k for k, v in session.splits.items() if v)}"
+            )
         sid = _resolve_system(session.archive, system)
         with session.outside_budget():  # scoring after the run, like the report's
             chosen = session.archive.get_system(sid)
@@ -140,14 +158,24 @@ def evaluation(task_file: str | Path, run_dir: str | Path, *, system: str = "cur
 class LoadedSystem:
     """An archived system ready to run inside an app: ``run(task)`` does one rollout."""
 
-    def __init__(self, system: System, artifacts_root: Path, agent: str | Callable | None,
-                 reward: str | Callable | None = None, search_path: str | None = None) -> None:
+    def __init__(
+        self,
+        system: System,
+        artifacts_root: Path,
+        agent: str | Callable | None,
+        reward: str | Callable | None = None,
+        search_path: str | None = None,
+    ) -> None:
         from evolve.runners import Worker, WorkerSpec
 
         self.system = system
         self._agent = agent
-        self._spec = WorkerSpec(agent=agent or _no_agent, reward=reward or _no_reward,
-                                artifacts_root=str(artifacts_root), search_path=search_path)
+        self._spec = WorkerSpec(
+            agent=agent or _no_agent,
+            reward=reward or _no_reward,
+            artifacts_root=str(artifacts_root),
+            search_path=search_path,
+        )
         self._worker = Worker(self._spec)
 
     @property
@@ -161,8 +189,9 @@ class LoadedSystem:
     def rollout(self, task: dict, *, temperature: float | None = None, timeout: float | None = None) -> Trajectory:
         from evolve.runners import RolloutJob
 
-        return self._worker.execute(RolloutJob(key="app", system=self.system, task=task,
-                                               temperature=temperature, timeout=timeout))
+        return self._worker.execute(
+            RolloutJob(key="app", system=self.system, task=task, temperature=temperature, timeout=timeout)
+        )
 
     def run(self, task: dict, **kw: Any) -> Any:
         """Run the agent on ``task`` and return its output. Raises RuntimeError with the agent's error
@@ -188,8 +217,13 @@ def _no_reward(task: dict, output: Any) -> float:
     return 0.0
 
 
-def load(path: str | Path, system: str = "current", *, agent: str | Callable | None = None,
-         reward: str | Callable | None = None) -> LoadedSystem:
+def load(
+    path: str | Path,
+    system: str = "current",
+    *,
+    agent: str | Callable | None = None,
+    reward: str | Callable | None = None,
+) -> LoadedSystem:
     """Load an evolved system from a run directory (``current``/``best``/``baseline``/an id prefix)
     or from a folder written by ``evolve archive export``. ``agent`` and ``reward`` (functions or
     import paths) default to those the run recorded; a run given functions records only their
@@ -206,8 +240,13 @@ def load(path: str | Path, system: str = "current", *, agent: str | Callable | N
             base_dir = archive.get_state("base_dir")
         finally:
             archive.close()
-        return LoadedSystem(sys_, p / "artifacts", agent or _importable(task.get("agent"), "agent", base_dir),
-                            reward or _importable(task.get("reward"), "reward", base_dir), search_path=base_dir)
+        return LoadedSystem(
+            sys_,
+            p / "artifacts",
+            agent or _importable(task.get("agent"), "agent", base_dir),
+            reward or _importable(task.get("reward"), "reward", base_dir),
+            search_path=base_dir,
+        )
     if (p / "system.json").exists():
         data = json.loads((p / "system.json").read_text())
         sys_ = System.model_validate(data.get("system", data))
@@ -226,8 +265,10 @@ def _importable(path: str | None, what: str, base_dir: str | None) -> str | None
     try:
         import_path(path, what=what, search=Path(base_dir) if base_dir else None)
     except UserError:
-        raise UserError(f"the run's {what} was {path!r}, which cannot be imported here (a function defined in a "
-                        f"script or notebook?); pass it: evolve.load(..., {what}=your_{what})") from None
+        raise UserError(
+            f"the run's {what} was {path!r}, which cannot be imported here (a function defined in a "
+            f"script or notebook?); pass it: evolve.load(..., {what}=your_{what})"
+        ) from None
     return path
 
 

@@ -67,8 +67,7 @@ class BudgetExhausted(EvolveError):
 # Why a model call failed. All but "request" are the world failing under the agent (never a score);
 # "request" is a call the agent got wrong (a prompt past the context window, a refused content), a
 # legitimate failure of the agent's own. The first four are transient: worth retrying.
-LLM_CATEGORIES = ("unreachable", "timeout", "rate_limit", "server", "auth", "not_found", "config", "backend",
-                  "request")
+LLM_CATEGORIES = ("unreachable", "timeout", "rate_limit", "server", "auth", "not_found", "config", "backend", "request")
 TRANSIENT = frozenset({"unreachable", "timeout", "rate_limit", "server"})
 
 

@@ -29,34 +29,83 @@ from evolve.errors import TRANSIENT, InfraError, LLMError, MissingDependency
 from evolve.types import InfraFailure
 
 # packages whose exceptions speak for a model server or the network (not for the agent's logic)
-_CLIENT_PACKAGES = frozenset({"openai", "anthropic", "litellm", "httpx", "httpcore", "requests", "urllib3", "aiohttp",
-                              "google", "groq", "mistralai", "cohere", "ollama"})
+_CLIENT_PACKAGES = frozenset(
+    {
+        "openai",
+        "anthropic",
+        "litellm",
+        "httpx",
+        "httpcore",
+        "requests",
+        "urllib3",
+        "aiohttp",
+        "google",
+        "groq",
+        "mistralai",
+        "cohere",
+        "ollama",
+    }
+)
 _BY_NAME = {  # exception class name (anywhere in the MRO) -> category, for the packages above
     "RateLimitError": "rate_limit",
-    "APITimeoutError": "timeout", "Timeout": "timeout", "TimeoutException": "timeout", "ReadTimeout": "timeout",
-    "ConnectTimeout": "timeout", "PoolTimeout": "timeout", "WriteTimeout": "timeout", "GatewayTimeoutError": "timeout",
-    "APIConnectionError": "unreachable", "ConnectError": "unreachable", "ConnectionError": "unreachable",
-    "RemoteProtocolError": "unreachable", "ReadError": "unreachable", "WriteError": "unreachable",
-    "NetworkError": "unreachable", "ProxyError": "unreachable", "ServerDisconnectedError": "unreachable",
+    "APITimeoutError": "timeout",
+    "Timeout": "timeout",
+    "TimeoutException": "timeout",
+    "ReadTimeout": "timeout",
+    "ConnectTimeout": "timeout",
+    "PoolTimeout": "timeout",
+    "WriteTimeout": "timeout",
+    "GatewayTimeoutError": "timeout",
+    "APIConnectionError": "unreachable",
+    "ConnectError": "unreachable",
+    "ConnectionError": "unreachable",
+    "RemoteProtocolError": "unreachable",
+    "ReadError": "unreachable",
+    "WriteError": "unreachable",
+    "NetworkError": "unreachable",
+    "ProxyError": "unreachable",
+    "ServerDisconnectedError": "unreachable",
     "ClientConnectorError": "unreachable",
-    "InternalServerError": "server", "ServiceUnavailableError": "server", "BadGatewayError": "server",
-    "APIResponseValidationError": "server", "OverloadedError": "server",
-    "AuthenticationError": "auth", "PermissionDeniedError": "auth",
+    "InternalServerError": "server",
+    "ServiceUnavailableError": "server",
+    "BadGatewayError": "server",
+    "APIResponseValidationError": "server",
+    "OverloadedError": "server",
+    "AuthenticationError": "auth",
+    "PermissionDeniedError": "auth",
     "NotFoundError": "not_found",
     "BudgetExceededError": "config",
     # the request itself was wrong: the agent's own failure
-    "BadRequestError": "request", "ContextWindowExceededError": "request", "ContentPolicyViolationError": "request",
-    "UnprocessableEntityError": "request", "UnsupportedParamsError": "request", "InvalidRequestError": "request",
+    "BadRequestError": "request",
+    "ContextWindowExceededError": "request",
+    "ContentPolicyViolationError": "request",
+    "UnprocessableEntityError": "request",
+    "UnsupportedParamsError": "request",
+    "InvalidRequestError": "request",
 }
 # the connection errors of the standard library (socket-level; not BrokenPipeError, which an agent's
 # own subprocess can cause)
-_BUILTIN = {ConnectionRefusedError: "unreachable", ConnectionResetError: "unreachable",
-            ConnectionAbortedError: "unreachable"}
-_UNREACHABLE_TEXT = ("connection error", "connection refused", "connecterror", "name or service not known",
-                     "failed to establish a new connection", "nodename nor servname")
+_BUILTIN = {
+    ConnectionRefusedError: "unreachable",
+    ConnectionResetError: "unreachable",
+    ConnectionAbortedError: "unreachable",
+}
+_UNREACHABLE_TEXT = (
+    "connection error",
+    "connection refused",
+    "connecterror",
+    "name or service not known",
+    "failed to establish a new connection",
+    "nodename nor servname",
+)
 # text that marks a missing or wrong credential whatever the class says
-_AUTH_TEXT = ("missing credentials", "api_key client option must be set", "no api key", "invalid api key",
-              "incorrect api key")
+_AUTH_TEXT = (
+    "missing credentials",
+    "api_key client option must be set",
+    "no api key",
+    "invalid api key",
+    "incorrect api key",
+)
 
 
 def status_of(e: BaseException) -> int | None:
@@ -129,8 +178,9 @@ def classify(e: BaseException, source: str = "agent") -> InfraFailure | None:
     if any(c.__name__ == "SandboxUnavailable" and c.__module__.startswith("evolve.sandbox") for c in type(e).__mro__):
         return InfraFailure(category="sandbox", retryable=False, message=f"{type(e).__name__}: {e}", source=source)
     if isinstance(e, InfraError):  # a world's own environment failed (evolve.worlds.harbor, evolve.worlds.env)
-        return InfraFailure(category=e.category, retryable=e.retryable, message=" ".join(str(e).split())[:2000],
-                            source=source)
+        return InfraFailure(
+            category=e.category, retryable=e.retryable, message=" ".join(str(e).split())[:2000], source=source
+        )
     if isinstance(e, MissingDependency):
         return InfraFailure(category="config", retryable=False, message=str(e), source=source)
     cat = category_of(e)
@@ -140,8 +190,12 @@ def classify(e: BaseException, source: str = "agent") -> InfraFailure | None:
 
 
 def infra(category: str, message: str, source: str = "agent") -> InfraFailure:
-    return InfraFailure(category=category, retryable=category in TRANSIENT or category == "worker",
-                        message=" ".join(message.split())[:2000], source=source)
+    return InfraFailure(
+        category=category,
+        retryable=category in TRANSIENT or category == "worker",
+        message=" ".join(message.split())[:2000],
+        source=source,
+    )
 
 
 def legacy_category(error: str) -> str | None:
@@ -211,5 +265,15 @@ def failure_of(traj: Any) -> str | None:
     return None
 
 
-__all__ = ["category_of", "classify", "describe_common", "failure_of", "http_category", "infra", "legacy_category",
-           "most_common", "signature", "status_of"]
+__all__ = [
+    "category_of",
+    "classify",
+    "describe_common",
+    "failure_of",
+    "http_category",
+    "infra",
+    "legacy_category",
+    "most_common",
+    "signature",
+    "status_of",
+]

@@ -23,15 +23,33 @@ from typing import Any
 INSTALL = "pip install 'evolvekit[otel]'"
 
 
-def chat_attributes(*, provider: str, request_model: str, response_model: str = "", response_id: str | None = None,
-                    conversation_id: str | None = None, finish_reason: str | None = None,
-                    temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
-                    input_tokens: int | None = None, output_tokens: int | None = None, error: str | None = None,
-                    capture_content: bool = False, messages: Any = None, output: str | None = None,
-                    tool_calls: Any = None, tools: Any = None) -> dict[str, Any]:
+def chat_attributes(
+    *,
+    provider: str,
+    request_model: str,
+    response_model: str = "",
+    response_id: str | None = None,
+    conversation_id: str | None = None,
+    finish_reason: str | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_tokens: int | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    error: str | None = None,
+    capture_content: bool = False,
+    messages: Any = None,
+    output: str | None = None,
+    tool_calls: Any = None,
+    tools: Any = None,
+) -> dict[str, Any]:
     """The ``gen_ai`` attributes of one chat call (see the module docstring)."""
-    attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
-                             "gen_ai.request.model": request_model or "", "gen_ai.response.model": response_model or ""}
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": request_model or "",
+        "gen_ai.response.model": response_model or "",
+    }
     if response_id:
         attrs["gen_ai.response.id"] = response_id
     if conversation_id:
@@ -60,11 +78,15 @@ def chat_attributes(*, provider: str, request_model: str, response_model: str = 
     return attrs
 
 
-def tool_attributes(*, name: str, error: str | None = None, capture_content: bool = False, arguments: Any = None,
-                    result: Any = None) -> dict[str, Any]:
+def tool_attributes(
+    *, name: str, error: str | None = None, capture_content: bool = False, arguments: Any = None, result: Any = None
+) -> dict[str, Any]:
     """The ``gen_ai`` attributes of one tool call (an ``execute_tool <name>`` span)."""
-    attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                             "gen_ai.tool.type": "function"}
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.type": "function",
+    }
     if error is not None:
         attrs["error.type"] = (error or "error").split(":", 1)[0][:200]
     if capture_content:
@@ -86,8 +108,9 @@ def require_sdk() -> None:
         except ModuleNotFoundError:
             found = False
         if not found:
-            raise MissingDependency("OpenTelemetry export needs opentelemetry-sdk and "
-                                    f"opentelemetry-exporter-otlp-proto-grpc; {INSTALL}")
+            raise MissingDependency(
+                f"OpenTelemetry export needs opentelemetry-sdk and opentelemetry-exporter-otlp-proto-grpc; {INSTALL}"
+            )
 
 
 def otlp_exporter(endpoint: str | None, *, headers: dict[str, str] | None = None, timeout: float = 10) -> Any:
@@ -96,8 +119,12 @@ def otlp_exporter(endpoint: str | None, *, headers: dict[str, str] | None = None
     require_sdk()
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=endpoint, insecure=bool(endpoint and endpoint.startswith("http://")),
-                            headers=dict(headers) if headers else None, timeout=timeout)
+    return OTLPSpanExporter(
+        endpoint=endpoint,
+        insecure=bool(endpoint and endpoint.startswith("http://")),
+        headers=dict(headers) if headers else None,
+        timeout=timeout,
+    )
 
 
 class CountedExporter:

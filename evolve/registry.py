@@ -219,16 +219,31 @@ node_types = Registry(
     },
 )
 # The loop's strategies (evolve.loop.strategies): acceptance of a child, the generation's minibatch, early stopping.
-acceptances = Registry("acceptance", {"two_stage": "evolve.loop.strategies:TwoStage",
-                                      "val_only": "evolve.loop.strategies:ValOnly",
-                                      "paired": "evolve.loop.strategies:Paired"})
-minibatch_samplers = Registry("minibatch sampler", {"random": "evolve.loop.strategies:RandomMinibatch",
-                                                    "fixed": "evolve.loop.strategies:FixedMinibatch"})
-stoppings = Registry("stopping rule", {"budget": "evolve.loop.strategies:BudgetOnly",
-                                       "plateau": "evolve.loop.strategies:Plateau"})
+acceptances = Registry(
+    "acceptance",
+    {
+        "two_stage": "evolve.loop.strategies:TwoStage",
+        "val_only": "evolve.loop.strategies:ValOnly",
+        "paired": "evolve.loop.strategies:Paired",
+    },
+)
+minibatch_samplers = Registry(
+    "minibatch sampler",
+    {"random": "evolve.loop.strategies:RandomMinibatch", "fixed": "evolve.loop.strategies:FixedMinibatch"},
+)
+stoppings = Registry(
+    "stopping rule", {"budget": "evolve.loop.strategies:BudgetOnly", "plateau": "evolve.loop.strategies:Plateau"}
+)
 # The CLI's command groups beside run/eval/init/serve (evolve.cli.commands): name -> a typer app.
-commands = Registry("command", {"archive": "evolve.cli.archive:app", "baseline": "evolve.prompts.cli:baseline_app",
-                                 "traces": "evolve.gateway.cli:traces_app", "harbor": "evolve.worlds.harbor.cli:app"})
+commands = Registry(
+    "command",
+    {
+        "archive": "evolve.cli.archive:app",
+        "baseline": "evolve.prompts.cli:baseline_app",
+        "traces": "evolve.gateway.cli:traces_app",
+        "harbor": "evolve.worlds.harbor.cli:app",
+    },
+)
 # What serves a system's memory outside the engine (the gateway): function(memory spec, query) -> items.
 recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
 # What serves a system's tools outside the engine (the gateway): a class(read_roots, sandbox, limits) with
@@ -236,8 +251,14 @@ recallers = Registry("recaller", {"memory": "evolve.memory.recall:recall"})
 tool_servers = Registry("tool server", {"toolforge": "evolve.toolforge.serve:ToolServer"})
 # What the dashboard (evolve.ui) asks the layers about a system: "memory" (memory spec, since version) -> items and
 # changes; "workflow" (workflow dict) -> a drawing or None; "tokens" (base weights file, token ids, messages) -> texts.
-views = Registry("view", {"memory": "evolve.memory.view:memory_view", "workflow": "evolve.topology.render:drawing_of",
-                          "tokens": "evolve.policy.weights:token_texts"})
+views = Registry(
+    "view",
+    {
+        "memory": "evolve.memory.view:memory_view",
+        "workflow": "evolve.topology.render:drawing_of",
+        "tokens": "evolve.policy.weights:token_texts",
+    },
+)
 # How a backend's model starts a run (evolve.scoring.bootstrap): function(session, role, model config) -> ModelSpec;
 # a backend without an entry starts from its spec as written.
 model_starts = Registry("model start", {"local": "evolve.policy.start:local_model"})
@@ -247,9 +268,14 @@ part_loaders = Registry("part loader", {"tools": "evolve.toolforge.tool:tools_fr
 workflow_checks = Registry("workflow check", {"graph": "evolve.topology.graph:check_task_workflow"})
 # What the layers add to a run's report and to `evolve archive show`: a class with build(session,
 # best_id, baseline_id) -> dict, markdown(report) -> lines, prepare(system, png), show(out, err, sid).
-report_sections = Registry("report section", {"workflow": "evolve.topology.report:WorkflowSection",
-                                                 "curriculum": "evolve.loop.curriculum:CurriculumSection",
-                                                 "world": "evolve.results.world:WorldSection"})
+report_sections = Registry(
+    "report section",
+    {
+        "workflow": "evolve.topology.report:WorkflowSection",
+        "curriculum": "evolve.loop.curriculum:CurriculumSection",
+        "world": "evolve.results.world:WorldSection",
+    },
+)
 # What bounds the LLM calls one rollout can make (evolve.scoring.budget.calls_bound): the layers that run a
 # system's workflow say, each a function(workflow dict) -> int | None.
 call_bounds = Registry("call bound", {"workflow graph": "evolve.topology.runtime:graph_calls_bound"})

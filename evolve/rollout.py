@@ -83,12 +83,17 @@ class RecordedLLM:
         extra: dict = {"logprobs": False} if not wanted and takes(self._llm, "logprobs") else {}
         if top_logprobs:
             if not takes(self._llm, "top_logprobs"):
-                raise LLMError(f"the model of role {self.role!r} ({self.name}) does not give top_logprobs: its "
-                               f"complete() takes no top_logprobs", category="request")
+                raise LLMError(
+                    f"the model of role {self.role!r} ({self.name}) does not give top_logprobs: its "
+                    f"complete() takes no top_logprobs",
+                    category="request",
+                )
             extra["top_logprobs"] = int(top_logprobs)
         t0 = time.perf_counter()
         try:
-            out = self._llm.complete(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, **extra)
+            out = self._llm.complete(
+                msgs, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, **extra
+            )
         except Exception as e:
             ctx.note_failure(e)  # the world failing is recorded even if the agent catches it
             raise
@@ -174,11 +179,15 @@ class RolloutContext:
         try:
             result = fn(**args)
         except Exception as e:
-            self.add_step(ToolCall(name=name, args=jsonable(args), error=f"{type(e).__name__}: {e}",
-                                   duration=time.perf_counter() - t0))
+            self.add_step(
+                ToolCall(
+                    name=name, args=jsonable(args), error=f"{type(e).__name__}: {e}", duration=time.perf_counter() - t0
+                )
+            )
             raise
-        self.add_step(ToolCall(name=name, args=jsonable(args), result=jsonable(result),
-                               duration=time.perf_counter() - t0))
+        self.add_step(
+            ToolCall(name=name, args=jsonable(args), result=jsonable(result), duration=time.perf_counter() - t0)
+        )
         return result
 
     def add_step(self, step: LLMCall | ToolCall) -> None:
@@ -240,8 +249,15 @@ def run_agent(
 ) -> Trajectory:
     """Run ``agent`` once; never raises for the agent's own failures."""
     t0 = time.monotonic()
-    ctx = RolloutContext(system, task, llm_provider, seed=seed, temperature=temperature, logprobs=logprobs,
-                         deadline=t0 + timeout if timeout else None)
+    ctx = RolloutContext(
+        system,
+        task,
+        llm_provider,
+        seed=seed,
+        temperature=temperature,
+        logprobs=logprobs,
+        deadline=t0 + timeout if timeout else None,
+    )
     output, error = None, None
     try:
         output = agent(task, ctx)
@@ -284,8 +300,11 @@ def _short_tb(e: BaseException, limit: int = 6) -> str:
 @functools.lru_cache(maxsize=256)
 def _reward_arity(fn: Callable) -> int:
     try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         has_var = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values())
         return 3 if has_var or len(params) >= 3 else len(params)
     except (TypeError, ValueError):
@@ -319,10 +338,18 @@ def score(reward_fn: Callable, task: Task, trajectory: Trajectory) -> Trajectory
     except Exception as e:  # noqa: BLE001 - a raising reward is recorded as a reward error (score 0)
         found = classify(e, source="reward")
         if found is not None:
-            return trajectory.model_copy(update={"infra": found, "error": f"the reward failed: {found.message}",
-                                                 "reward": Reward(score=0.0, error=found.message)})
-        r = Reward(score=0.0, error=f"reward raised {type(e).__name__}: {e}",
-                   feedback=f"the reward function failed: {type(e).__name__}: {e}")
+            return trajectory.model_copy(
+                update={
+                    "infra": found,
+                    "error": f"the reward failed: {found.message}",
+                    "reward": Reward(score=0.0, error=found.message),
+                }
+            )
+        r = Reward(
+            score=0.0,
+            error=f"reward raised {type(e).__name__}: {e}",
+            feedback=f"the reward function failed: {type(e).__name__}: {e}",
+        )
         return trajectory.model_copy(update={"reward": r})
     try:
         r = as_reward(value)
@@ -347,7 +374,9 @@ def as_real(value: Any, what: str = "a reward") -> float:
             except Exception:  # noqa: BLE001 - more than one element (numpy: ValueError, torch: RuntimeError)
                 pass
         if not isinstance(value, (bool, numbers.Real)):
-            kinds = _ACCEPTED if what == "a reward" else "a finite real number (a float, an int, a bool or a numpy scalar)"
+            kinds = (
+                _ACCEPTED if what == "a reward" else "a finite real number (a float, an int, a bool or a numpy scalar)"
+            )
             raise TypeError(f"{what} must be {kinds}; got {type(value).__name__}")
     x = float(value)
     if not math.isfinite(x):
@@ -371,5 +400,16 @@ def as_reward(value: Any) -> Reward:
     return Reward(score=as_real(value))
 
 
-__all__ = ["LLMProvider", "RecordedLLM", "RolloutContext", "RolloutTimeout", "Task", "as_real", "as_reward",
-           "check_reward_signature", "jsonable", "run_agent", "score"]
+__all__ = [
+    "LLMProvider",
+    "RecordedLLM",
+    "RolloutContext",
+    "RolloutTimeout",
+    "Task",
+    "as_real",
+    "as_reward",
+    "check_reward_signature",
+    "jsonable",
+    "run_agent",
+    "score",
+]

@@ -64,7 +64,9 @@ class World:
         if unknown:
             from evolve.registry import did_you_mean
 
-            raise ConfigError(f"world {self.name!r}: unknown hook(s) {unknown}; {did_you_mean(unknown[0], list(HOOKS))}")
+            raise ConfigError(
+                f"world {self.name!r}: unknown hook(s) {unknown}; {did_you_mean(unknown[0], list(HOOKS))}"
+            )
 
     def hook(self, name: str) -> str | None:
         """The import path of hook ``name``, or None when this world does not provide it."""

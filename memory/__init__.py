@@ -82,8 +82,11 @@ def __getattr__(name: str) -> Any:
     if name in _DEPRECATED:
         import warnings
 
-        warnings.warn(f"evolve.memory.{name} is deprecated: it is evolve.memory.{_DEPRECATED[name]}",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"evolve.memory.{name} is deprecated: it is evolve.memory.{_DEPRECATED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return __getattr__(_DEPRECATED[name])
     module = _EXPORTS.get(name)
     if module is None:

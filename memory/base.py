@@ -87,9 +87,15 @@ def as_evidence(x: Any) -> Evidence:
     if not isinstance(x, Mapping):
         x = getattr(x, "item", x)  # a search Hit: its item
     get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
-    return Evidence(text=get("text", "") or "", kind=get("kind", "lesson") or "lesson",
-                    metadata=dict(get("metadata", None) or {}), supersedes=get("supersedes", None),
-                    about=get("about", None), helpful=get("helpful", None), reason=get("reason", None))
+    return Evidence(
+        text=get("text", "") or "",
+        kind=get("kind", "lesson") or "lesson",
+        metadata=dict(get("metadata", None) or {}),
+        supersedes=get("supersedes", None),
+        about=get("about", None),
+        helpful=get("helpful", None),
+        reason=get("reason", None),
+    )
 
 
 class Curator(Protocol):
@@ -100,7 +106,10 @@ def __getattr__(name: str) -> Any:
     if name == "Policy":  # the protocol's name until the curators were named for what they do
         import warnings
 
-        warnings.warn("evolve.memory.base.Policy is deprecated: it is evolve.memory.base.Curator",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "evolve.memory.base.Policy is deprecated: it is evolve.memory.base.Curator",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return Curator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,21 +37,49 @@ class Batch:
         self.intents.append(intent)
         return len(self.intents) - 1
 
-    def add(self, text: str, kind: str = "lesson", metadata: Mapping[str, Any] | None = None, *,
-            strength: float = 1.0, on_duplicate: str = "noop") -> int:
+    def add(
+        self,
+        text: str,
+        kind: str = "lesson",
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        strength: float = 1.0,
+        on_duplicate: str = "noop",
+    ) -> int:
         if on_duplicate not in ("noop", "strengthen"):
             raise ValueError("on_duplicate is 'noop' or 'strengthen'")
-        return self._push(Intent(M.ADD, text=text, kind=kind, metadata=metadata,
-                                  data={"strength": float(strength), "on_duplicate": on_duplicate}))
+        return self._push(
+            Intent(
+                M.ADD,
+                text=text,
+                kind=kind,
+                metadata=metadata,
+                data={"strength": float(strength), "on_duplicate": on_duplicate},
+            )
+        )
 
-    def merge(self, ids: Sequence[str], text: str, kind: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> int:
+    def merge(
+        self, ids: Sequence[str], text: str, kind: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> int:
         return self._push(Intent(M.MERGE, text=text, kind=kind, metadata=metadata, data={"sources": list(ids)}))
 
-    def supersede(self, old: str, text: str, kind: str | None = None, metadata: Mapping[str, Any] | None = None,
-                  reason: str | None = None) -> int:
-        return self._push(Intent(M.SUPERSEDE, text=text, kind=kind, metadata=metadata,
-                                  data={"old": old, "reason": reason or "superseded"}))
+    def supersede(
+        self,
+        old: str,
+        text: str,
+        kind: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> int:
+        return self._push(
+            Intent(
+                M.SUPERSEDE,
+                text=text,
+                kind=kind,
+                metadata=metadata,
+                data={"old": old, "reason": reason or "superseded"},
+            )
+        )
 
     def delete(self, item: str, reason: str) -> int:
         if not reason:
@@ -81,4 +109,3 @@ class Batch:
     def __exit__(self, exc_type, *_: object) -> None:
         if exc_type is None:
             self.commit()
-

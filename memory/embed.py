@@ -55,7 +55,7 @@ class HashingEmbedder:
         feats = [(w, 1.0) for w in words]
         for w in words:
             p = f"#{w}#"
-            feats += [(p[i:i + 3], self.trigram_weight) for i in range(len(p) - 2)]
+            feats += [(p[i : i + 3], self.trigram_weight) for i in range(len(p) - 2)]
         return feats
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -85,8 +85,9 @@ class MiniLMEmbedder:
     name = "all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64, threads: int | None = None
+    ) -> None:
         self.model_path = model_path
         self.device = device
         self.batch_size = int(batch_size)
@@ -124,9 +125,10 @@ class MiniLMEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         with torch.inference_mode():
             for b in range(0, len(order), self.batch_size):
-                idx = order[b:b + self.batch_size]
-                enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
-                          return_tensors="pt").to(self.device)
+                idx = order[b : b + self.batch_size]
+                enc = tok(
+                    [texts[i] for i in idx], padding=True, truncation=True, max_length=max_len, return_tensors="pt"
+                ).to(self.device)
                 hidden = net(**enc).last_hidden_state
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)

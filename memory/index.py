@@ -48,10 +48,12 @@ class ChromaIndex:
 
         if not self.directory.exists():  # a system cached for this path would point at deleted files
             self._forget()
-        self._client = chromadb.PersistentClient(path=str(self.directory),
-                                                 settings=Settings(anonymized_telemetry=False))
+        self._client = chromadb.PersistentClient(
+            path=str(self.directory), settings=Settings(anonymized_telemetry=False)
+        )
         self._col = self._client.get_or_create_collection(
-            self.collection_name, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None)
+            self.collection_name, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+        )
 
     def reload(self) -> None:
         """A fresh client that reads the collection from disk again (sees other processes' writes)."""
@@ -79,8 +81,11 @@ class ChromaIndex:
         what re-applying the log needs: an item's vector never changes. (``add`` costs less than
         ``upsert``: 28 vs 36 ms per single call at 10k items on the dev machine.)"""
         for b in range(0, len(ids), 4096):
-            self._col.add(ids=list(ids[b:b + 4096]), embeddings=np.asarray(vectors[b:b + 4096], dtype=np.float32),
-                             metadatas=[{"kind": k} for k in kinds[b:b + 4096]])
+            self._col.add(
+                ids=list(ids[b : b + 4096]),
+                embeddings=np.asarray(vectors[b : b + 4096], dtype=np.float32),
+                metadatas=[{"kind": k} for k in kinds[b : b + 4096]],
+            )
 
     def query(self, vector: np.ndarray, n: int, ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
         """The ``n`` nearest (id, cosine similarity), optionally only among ``ids`` (all must exist)."""
@@ -90,8 +95,9 @@ class ChromaIndex:
 
         kw = {"ids": list(ids)} if ids is not None else {}
         try:
-            r = self._col.query(query_embeddings=[np.asarray(vector, dtype=np.float32)], n_results=int(n),
-                                include=["distances"], **kw)
+            r = self._col.query(
+                query_embeddings=[np.asarray(vector, dtype=np.float32)], n_results=int(n), include=["distances"], **kw
+            )
         except ChromaError as e:
             raise IndexMiss(str(e)) from e
         return [(i, 1.0 - float(d)) for i, d in zip(r["ids"][0], r["distances"][0])]
@@ -201,13 +207,20 @@ class LiveIndex:
             head = self.log.version()
             if head <= done:
                 return 0
-            rows = self.log.conn().execute(
-                "SELECT v.id, v.vec, i.kind FROM vectors v JOIN items i ON i.id = v.id "
-                "WHERE v.seq > ? AND v.seq <= ? ORDER BY v.seq", (done, head)).fetchall()
+            rows = (
+                self.log.conn()
+                .execute(
+                    "SELECT v.id, v.vec, i.kind FROM vectors v JOIN items i ON i.id = v.id "
+                    "WHERE v.seq > ? AND v.seq <= ? ORDER BY v.seq",
+                    (done, head),
+                )
+                .fetchall()
+            )
             if rows:
                 ids = [r[0] for r in rows]
-                self.chroma.add(ids, np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows]),
-                                [r[2] for r in rows])
+                self.chroma.add(
+                    ids, np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows]), [r[2] for r in rows]
+                )
             self._set_watermark(head)
         if ids:  # until this line they count as others' (searched from the log): slower, still right
             with self._tail_lock:

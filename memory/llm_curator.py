@@ -47,15 +47,23 @@ def _extract_json(raw: str) -> Any:
     if not starts:
         raise Rejected("no JSON in the answer")
     try:
-        value, _ = json.JSONDecoder().raw_decode(text[min(starts):])
+        value, _ = json.JSONDecoder().raw_decode(text[min(starts) :])
     except json.JSONDecodeError as e:
         raise Rejected(f"malformed JSON: {e}") from None
     return value
 
 
 class LLMCurator:
-    def __init__(self, llm: Any, *, k: int = 5, max_delete_fraction: float = 0.5, temperature: float | None = 0.0,
-                 max_tokens: int | None = 1024, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        k: int = 5,
+        max_delete_fraction: float = 0.5,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = 1024,
+        seed: int | None = None,
+    ) -> None:
         self.llm = llm
         self.k = int(k)
         self.max_delete_fraction = float(max_delete_fraction)
@@ -83,14 +91,17 @@ class LLMCurator:
 
     def messages(self, shown: Sequence[Item], evidence: Sequence[Evidence]) -> list[Message]:
         lines = ["Existing memories:"]
-        lines += [f"[{n}] ({it.kind}, strength {it.strength:g}, used {it.uses}x) {it.text}"
-                  for n, it in enumerate(shown, 1)] or ["(none)"]
+        lines += [
+            f"[{n}] ({it.kind}, strength {it.strength:g}, used {it.uses}x) {it.text}" for n, it in enumerate(shown, 1)
+        ] or ["(none)"]
         num = {it.id: n for n, it in enumerate(shown, 1)}
         lines.append("\nNew evidence:")
         for e in evidence:
             if e.about is not None and e.about in num:
-                lines.append(f"- memory [{num[e.about]}] was {'helpful' if e.helpful else 'not helpful'} in a task"
-                             + (f": {e.text}" if e.text else ""))
+                lines.append(
+                    f"- memory [{num[e.about]}] was {'helpful' if e.helpful else 'not helpful'} in a task"
+                    + (f": {e.text}" if e.text else "")
+                )
             else:
                 note = f" (replaces memory [{num[e.supersedes]}])" if e.supersedes in num else ""
                 lines.append(f"- ({e.kind}){note} {e.text}")
@@ -148,8 +159,9 @@ class LLMCurator:
             else:
                 targets = [ref(d.get("id"))]
                 if name == M.SUPERSEDE:
-                    op = Op.supersede(targets[0], text_of(d), str(d.get("reason") or "superseded by LLM decision"),
-                                      kind)
+                    op = Op.supersede(
+                        targets[0], text_of(d), str(d.get("reason") or "superseded by LLM decision"), kind
+                    )
                 elif name == M.DELETE:
                     op = Op.delete(targets[0], str(d.get("reason") or "deleted by LLM decision"))
                 else:
@@ -181,10 +193,17 @@ class LLMCurator:
             return self.parse(raw, shown, evidence)
         except Rejected as e:
             self.last_rejection = str(e)
-            store.record_rejection("LLMCurator", str(e), raw, {
-                "shown": {str(n): it.id for n, it in enumerate(shown, 1)},
-                "evidence": [{"text": x.text, "kind": x.kind, "about": x.about, "supersedes": x.supersedes}
-                             for x in evidence]})
+            store.record_rejection(
+                "LLMCurator",
+                str(e),
+                raw,
+                {
+                    "shown": {str(n): it.id for n, it in enumerate(shown, 1)},
+                    "evidence": [
+                        {"text": x.text, "kind": x.kind, "about": x.about, "supersedes": x.supersedes} for x in evidence
+                    ],
+                },
+            )
             return []
 
     def update(self, store: Any, evidence: Sequence[Any]) -> list[str | None]:

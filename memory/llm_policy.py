@@ -9,7 +9,10 @@ from .llm_curator import LLMCurator
 
 LLMPolicy = LLMCurator
 
-warnings.warn("evolve.memory.llm_policy is deprecated: import LLMCurator from evolve.memory "
-              "(or evolve.memory.llm_curator)", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.memory.llm_policy is deprecated: import LLMCurator from evolve.memory (or evolve.memory.llm_curator)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["LLMPolicy"]

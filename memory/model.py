@@ -128,8 +128,16 @@ def _new(ev: Event, **extra: Any) -> Item:
     if not str(d.get("text", "")).strip():
         raise LogError(f"{ev.op} at {ev.seq}: empty text")
     assert ev.item, "apply_event checks that a creating event names its new item"
-    return Item(id=ev.item, kind=d["kind"], text=d["text"], hash=d["hash"], metadata=dict(d.get("metadata") or {}),
-                created=ev.seq, updated=ev.seq, **extra)
+    return Item(
+        id=ev.item,
+        kind=d["kind"],
+        text=d["text"],
+        hash=d["hash"],
+        metadata=dict(d.get("metadata") or {}),
+        created=ev.seq,
+        updated=ev.seq,
+        **extra,
+    )
 
 
 def apply_event(items: dict[str, Item], ev: Event) -> list[str]:
@@ -146,15 +154,20 @@ def apply_event(items: dict[str, Item], ev: Event) -> list[str]:
         srcs = [_need(items, i, ev) for i in d["sources"]]
         if not srcs or len(set(d["sources"])) != len(srcs):
             raise LogError(f"MERGE at {s}: needs one or more distinct sources")
-        upd[new] = _new(ev, strength=max(1.0, sum(x.strength for x in srcs)), uses=sum(x.uses for x in srcs),
-                            links={"merged_from": list(d["sources"])})
+        upd[new] = _new(
+            ev,
+            strength=max(1.0, sum(x.strength for x in srcs)),
+            uses=sum(x.uses for x in srcs),
+            links={"merged_from": list(d["sources"])},
+        )
         for x in srcs:
             upd[x.id] = dataclasses.replace(x, status=MERGED, updated=s, links={**x.links, "merged_into": ev.item})
     elif ev.op == SUPERSEDE:
         old = _need(items, d["old"], ev)
         upd[new] = _new(ev, links={"supersedes": old.id})
-        upd[old.id] = dataclasses.replace(old, status=SUPERSEDED, updated=s, reason=d.get("reason"),
-                                          links={**old.links, "superseded_by": ev.item})
+        upd[old.id] = dataclasses.replace(
+            old, status=SUPERSEDED, updated=s, reason=d.get("reason"), links={**old.links, "superseded_by": ev.item}
+        )
     elif ev.op == DELETE:
         it = _need(items, ev.item, ev)
         upd[it.id] = dataclasses.replace(it, status=DELETED, updated=s, reason=d.get("reason") or "deleted")

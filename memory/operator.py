@@ -34,8 +34,10 @@ class MemoryOperator:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         store: str | None = Field(None, description="store folder; default: the parent's, else <run>/memory")
-        extract: str = Field(description="import path of extract(trajectories, tasks, *, threshold) -> memory entries "
-                             "(the world's memory.extract hook, e.g. evolve.worlds.sql:experiences)")
+        extract: str = Field(
+            description="import path of extract(trajectories, tasks, *, threshold) -> memory entries "
+            "(the world's memory.extract hook, e.g. evolve.worlds.sql:experiences)"
+        )
         tasks: int = Field(0, ge=0, description="extra training tasks rolled out to learn from (0: the minibatch)")
         samples: int = Field(1, ge=1)
         temperature: float | None = None
@@ -44,8 +46,10 @@ class MemoryOperator:
         k: int | None = Field(None, ge=0, description="experiences recalled per task, set on the child")
         kinds: list[str] | None = None
         embedder: str = Field("minilm", description="minilm (all-MiniLM-L6-v2, offline) or hashing (tests)")
-        variants: list[dict[str, Any]] = Field(default_factory=list, description="recall settings to try as "
-                                               "extra children, e.g. [{k: 2}, {render: skeleton}, {k: 0}]")
+        variants: list[dict[str, Any]] = Field(
+            default_factory=list,
+            description="recall settings to try as extra children, e.g. [{k: 2}, {render: skeleton}, {k: 0}]",
+        )
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
@@ -54,8 +58,11 @@ class MemoryOperator:
     def estimate(self, plan: Any) -> dict[str, int]:
         """Per proposal (for ``evolve run --dry-run``): ``tasks`` x ``samples`` extra rollouts to
         learn from; one child, plus one per ``variants`` entry."""
-        return {"rollouts": min(self.p.tasks, plan.train) * self.p.samples, "llm_calls": 0,
-                "children": 1 + len(self.p.variants)}
+        return {
+            "rollouts": min(self.p.tasks, plan.train) * self.p.samples,
+            "llm_calls": 0,
+            "children": 1 + len(self.p.variants),
+        }
 
     def _store(self, parent: System, ctx: OperatorContext) -> Any:
         from evolve.memory import HashingEmbedder, MemoryStore
@@ -74,8 +81,9 @@ class MemoryOperator:
         trajs = list(ctx.trajectories)
         if p.tasks:
             tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
-            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="memory",
-                                  logprobs=False)  # scores and text only
+            trajs += ctx.rollouts(
+                parent, tasks, samples=p.samples, temperature=p.temperature, tag="memory", logprobs=False
+            )  # scores and text only
         by_id = {str(t["id"]): t for t in ctx.train}
         store = self._store(parent, ctx)
         try:
@@ -90,7 +98,9 @@ class MemoryOperator:
                     ok = t.error is None and t.score >= p.threshold
                     for s in t.steps:
                         if isinstance(s, ToolCall) and s.name == "recall_memory" and isinstance(s.result, list):
-                            evidence += [Evidence(about=str(r["id"]), helpful=ok) for r in s.result if isinstance(r, dict)]
+                            evidence += [
+                                Evidence(about=str(r["id"]), helpful=ok) for r in s.result if isinstance(r, dict)
+                            ]
                 judged = len(evidence)
                 if evidence:
                     apply(store, HeuristicCurator().decide(store, evidence), source="memory operator")
@@ -107,8 +117,10 @@ class MemoryOperator:
         finally:
             store.close()
         new = n_items - n_before
-        ctx.log(f"memory: {len(entries)} experiences from {len(trajs)} trajectories, {new} new; {judged} recalls judged; "
-                f"version {before} -> {spec['version']}, {n_items} active items")
+        ctx.log(
+            f"memory: {len(entries)} experiences from {len(trajs)} trajectories, {new} new; {judged} recalls judged; "
+            f"version {before} -> {spec['version']}, {n_items} active items"
+        )
         info = {"entries": len(entries), "new": new, "judged": judged, "version": spec["version"], "items": n_items}
         why = f"memory v{spec['version']}: +{new} experiences, {judged} recalls judged"
         out, seen = [], [parent.memory or {}]
@@ -119,6 +131,13 @@ class MemoryOperator:
                 continue
             seen.append(child_spec)
             how = ", ".join(f"{k}={child_spec.get(k)}" for k in ("k", "kinds", "render") if k in child_spec)
-            out.append(Candidate(system=parent.replace(memory=child_spec), parents=(parent.id,), operator=self.name,
-                                 rationale=f"{why}; recall {how}", info={**info, "variant": extra}))
+            out.append(
+                Candidate(
+                    system=parent.replace(memory=child_spec),
+                    parents=(parent.id,),
+                    operator=self.name,
+                    rationale=f"{why}; recall {how}",
+                    info={**info, "variant": extra},
+                )
+            )
         return out

@@ -10,7 +10,11 @@ from .curator import HeuristicCurator, apply
 
 HeuristicPolicy = HeuristicCurator
 
-warnings.warn("evolve.memory.policy is deprecated: import HeuristicCurator and apply from evolve.memory "
-              "(or evolve.memory.curator)", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.memory.policy is deprecated: import HeuristicCurator and apply from evolve.memory "
+    "(or evolve.memory.curator)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["HeuristicPolicy", "apply"]

@@ -36,5 +36,12 @@ def recall(spec: dict | None, query: str) -> list[dict[str, Any]]:
     if k <= 0 or not query.strip():
         return []
     hits = view(spec).search(query, k, kinds=spec.get("kinds") or None, min_similarity=spec.get("min_similarity"))
-    return [{"id": h.item.id, "text": h.item.text, "metadata": dict(h.item.metadata),
-             "similarity": round(float(h.similarity), 4)} for h in hits]
+    return [
+        {
+            "id": h.item.id,
+            "text": h.item.text,
+            "metadata": dict(h.item.metadata),
+            "similarity": round(float(h.similarity), 4),
+        }
+        for h in hits
+    ]

@@ -49,10 +49,19 @@ def check_kinds(kinds: Iterable[str] | str | None) -> list[str] | None:
     return kinds
 
 
-def hybrid(query: str, qv: np.ndarray, k: int, *, catalog: Catalog, mask: np.ndarray, vector_hits: VectorHits,
-           vectors: Callable[[Sequence[str]], Mapping[str, np.ndarray]],
-           items: Callable[[Sequence[str]], Mapping[str, Item]], min_similarity: float | None,
-           alpha: float) -> list[Hit]:
+def hybrid(
+    query: str,
+    qv: np.ndarray,
+    k: int,
+    *,
+    catalog: Catalog,
+    mask: np.ndarray,
+    vector_hits: VectorHits,
+    vectors: Callable[[Sequence[str]], Mapping[str, np.ndarray]],
+    items: Callable[[Sequence[str]], Mapping[str, Item]],
+    min_similarity: float | None,
+    alpha: float,
+) -> list[Hit]:
     if k <= 0 or not mask.any():
         return []
     if not 0.0 <= alpha <= 1.0:
@@ -79,8 +88,11 @@ def hybrid(query: str, qv: np.ndarray, k: int, *, catalog: Catalog, mask: np.nda
     scored.sort(key=lambda t: (-t[0], -t[1], t[3]))
     top = scored[: 2 * k]
     got_items = items([t[3] for t in top])
-    out = [Hit(got_items[i], float(s), float(sim), float(key)) for s, sim, key, i in top
-           if i in got_items and got_items[i].active]
+    out = [
+        Hit(got_items[i], float(s), float(sim), float(key))
+        for s, sim, key, i in top
+        if i in got_items and got_items[i].active
+    ]
     return out[:k]
 
 
@@ -139,17 +151,34 @@ class MemoryView:
         top = np.argsort(-sims, kind="stable")[:n]
         return [(self.catalog.ids[idx[j]], float(sims[j])) for j in top]
 
-    def search(self, query: str, k: int = 5, *, kinds: Iterable[str] | str | None = None,
-               where: Mapping[str, Any] | None = None, min_similarity: float | None = None,
-               alpha: float = 0.7) -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        kinds: Iterable[str] | str | None = None,
+        where: Mapping[str, Any] | None = None,
+        min_similarity: float | None = None,
+        alpha: float = 0.7,
+    ) -> list[Hit]:
         kinds = check_kinds(kinds)
-        ids = [i for i, it in self._all.items() if it.active and metadata_matches(it.metadata, where)] if where else None
+        ids = (
+            [i for i, it in self._all.items() if it.active and metadata_matches(it.metadata, where)] if where else None
+        )
         mask = self.catalog.mask(kinds, ids)
         qv = self.embedder.embed([query])[0]
-        return hybrid(query, qv, k, catalog=self.catalog, mask=mask, vector_hits=self._vector_hits,
-                      vectors=lambda ids: {i: self._vectors()[self.catalog.pos[i]] for i in ids},
-                      items=lambda ids: {i: self._all[i] for i in ids if i in self._all},
-                      min_similarity=min_similarity, alpha=alpha)
+        return hybrid(
+            query,
+            qv,
+            k,
+            catalog=self.catalog,
+            mask=mask,
+            vector_hits=self._vector_hits,
+            vectors=lambda ids: {i: self._vectors()[self.catalog.pos[i]] for i in ids},
+            items=lambda ids: {i: self._all[i] for i in ids if i in self._all},
+            min_similarity=min_similarity,
+            alpha=alpha,
+        )
 
     def __len__(self) -> int:
         return sum(1 for it in self._all.values() if it.active)

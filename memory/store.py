@@ -31,19 +31,26 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-
 def _made(results: Sequence[str | None]) -> list[str]:
     """The ids a batch of creating writes gave back: every one of them has one."""
     ids = [r for r in results if r is not None]
     assert len(ids) == len(results), "a creating write gave no id"
     return ids
 
+
 class MemoryStore:
     """A memory store in directory ``path`` (created if missing): ``memory.db`` (the log),
     ``chroma/`` (the vector index), ``index.lock``."""
 
-    def __init__(self, path: str | Path, *, embedder: Embedder | None = None, durable: bool = True,
-                 tail_limit: int = 512, index_lag: int = 64) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        embedder: Embedder | None = None,
+        durable: bool = True,
+        tail_limit: int = 512,
+        index_lag: int = 64,
+    ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder if embedder is not None else MiniLMEmbedder()
@@ -85,16 +92,24 @@ class MemoryStore:
     def batch(self) -> Batch:
         return Batch(self._commit)
 
-    def add(self, text: str, kind: str = "lesson", metadata: Mapping[str, Any] | None = None, *,
-            strength: float = 1.0, on_duplicate: str = "noop") -> str:
+    def add(
+        self,
+        text: str,
+        kind: str = "lesson",
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        strength: float = 1.0,
+        on_duplicate: str = "noop",
+    ) -> str:
         """Add an item; an exact duplicate (same kind, same normalised text, active) adds nothing
         and returns the existing id (``on_duplicate='strengthen'`` also strengthens it)."""
         with self.batch() as b:
             b.add(text, kind, metadata, strength=strength, on_duplicate=on_duplicate)
         return _made(b.results)[0]
 
-    def add_many(self, entries: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any]] | Mapping[str, Any]]
-                 ) -> list[str]:
+    def add_many(
+        self, entries: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, Any]] | Mapping[str, Any]]
+    ) -> list[str]:
         """Add many items in one transaction and one embedding batch. Entries are ``(kind, text)``,
         ``(kind, text, metadata)`` or dicts with ``text``, ``kind``, ``metadata``."""
         b = self.batch()
@@ -105,14 +120,21 @@ class MemoryStore:
                 b.add(e[1], e[0], e[2] if len(e) > 2 else None)
         return _made(b.commit())
 
-    def merge(self, ids: Sequence[str], text: str, kind: str | None = None,
-              metadata: Mapping[str, Any] | None = None) -> str:
+    def merge(
+        self, ids: Sequence[str], text: str, kind: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> str:
         with self.batch() as b:
             b.merge(ids, text, kind, metadata)
         return _made(b.results)[0]
 
-    def supersede(self, old: str, text: str, kind: str | None = None, metadata: Mapping[str, Any] | None = None,
-                  reason: str | None = None) -> str:
+    def supersede(
+        self,
+        old: str,
+        text: str,
+        kind: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> str:
         with self.batch() as b:
             b.supersede(old, text, kind, metadata, reason)
         return _made(b.results)[0]
@@ -171,8 +193,15 @@ class MemoryStore:
                 raise ValueError(f"{it.op}: empty text")
         # 1. embed what may be new, outside any lock (duplicates of active items are skipped)
         vecs: dict[str, np.ndarray] = {}  # text -> vector
-        todo = [it.text for it in intents if it.text is not None and it.op in M.CREATING and not (
-            it.op == M.ADD and self.log.find_active(it.kind or "lesson", text_hash(it.kind or "lesson", it.text)))]
+        todo = [
+            it.text
+            for it in intents
+            if it.text is not None
+            and it.op in M.CREATING
+            and not (
+                it.op == M.ADD and self.log.find_active(it.kind or "lesson", text_hash(it.kind or "lesson", it.text))
+            )
+        ]
         todo = list(dict.fromkeys(todo))
         if todo:
             vecs = dict(zip(todo, self.embedder.embed(todo)))
@@ -245,9 +274,16 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ reads
 
-    def search(self, query: str, k: int = 5, *, kinds: Iterable[str] | str | None = None,
-               where: Mapping[str, Any] | None = None, min_similarity: float | None = None,
-               alpha: float = 0.7) -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        kinds: Iterable[str] | str | None = None,
+        where: Mapping[str, Any] | None = None,
+        min_similarity: float | None = None,
+        alpha: float = 0.7,
+    ) -> list[Hit]:
         """The ``k`` best active items for ``query`` by hybrid score (see ``evolve.memory.search``).
         ``kinds`` restricts the kinds, ``where`` requires metadata keys equal to the given scalars,
         ``min_similarity`` drops items whose embedding cosine similarity is below it, ``alpha``
@@ -258,9 +294,18 @@ class MemoryStore:
         allowed = self.log.ids_where(kinds, where) if where else None
         mask = self.live.catalog.mask(kinds, allowed)
         qv = self.embedder.embed([query])[0]
-        return hybrid(query, qv, k, catalog=self.live.catalog, mask=mask, vector_hits=self.live.vector_hits,
-                      vectors=self.log.vectors, items=self.log.items_by_id, min_similarity=min_similarity,
-                      alpha=alpha)
+        return hybrid(
+            query,
+            qv,
+            k,
+            catalog=self.live.catalog,
+            mask=mask,
+            vector_hits=self.live.vector_hits,
+            vectors=self.log.vectors,
+            items=self.log.items_by_id,
+            min_similarity=min_similarity,
+            alpha=alpha,
+        )
 
     @property
     def version(self) -> int:
@@ -304,10 +349,15 @@ class MemoryStore:
         table = self.log.all_items(active_only=False)
         view_ok = folded.keys() == table.keys() and all(folded[k].to_dict() == table[k].to_dict() for k in folded)
         in_index = self.live.chroma.ids()
-        return {"ok": view_ok and in_index == set(folded), "view_matches_log": view_ok,
-                "index_matches_log": in_index == set(folded), "missing_from_index": sorted(set(folded) - in_index),
-                "unknown_in_index": sorted(in_index - set(folded)), "version": self.version,
-                "watermark": self.live.watermark()}
+        return {
+            "ok": view_ok and in_index == set(folded),
+            "view_matches_log": view_ok,
+            "index_matches_log": in_index == set(folded),
+            "missing_from_index": sorted(set(folded) - in_index),
+            "unknown_in_index": sorted(in_index - set(folded)),
+            "version": self.version,
+            "watermark": self.live.watermark(),
+        }
 
     def __len__(self) -> int:
         return self.log.conn().execute("SELECT COUNT(*) FROM items WHERE status = 'active'").fetchone()[0]

@@ -29,10 +29,14 @@ def memory_view(spec: Mapping[str, Any], since: int | None = None, *, limit: int
         log.close()
     items = fold(events, active_only=False)
     out: dict[str, Any] = {
-        "items": sorted((it.to_dict() for it in items.values()),
-                        key=lambda d: (d["status"] != "active", -d["created"]))[:limit],
-        "active": sum(1 for it in items.values() if it.active), "changes": []}
+        "items": sorted(
+            (it.to_dict() for it in items.values()), key=lambda d: (d["status"] != "active", -d["created"])
+        )[:limit],
+        "active": sum(1 for it in items.values() if it.active),
+        "changes": [],
+    }
     if since is not None:
-        out["changes"] = [{"seq": e.seq, "op": e.op, "item": e.item, "data": dict(e.data)}
-                          for e in events if e.seq > int(since)][:limit]
+        out["changes"] = [
+            {"seq": e.seq, "op": e.op, "item": e.item, "data": dict(e.data)} for e in events if e.seq > int(since)
+        ][:limit]
     return out

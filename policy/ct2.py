@@ -89,8 +89,10 @@ def require() -> Any:
     try:
         import ctranslate2
     except ImportError:
-        raise MissingDependency(f"params.engine: ctranslate2 needs the package ctranslate2, which is not "
-                                f"installed; install it with: {INSTALL}") from None
+        raise MissingDependency(
+            f"params.engine: ctranslate2 needs the package ctranslate2, which is not "
+            f"installed; install it with: {INSTALL}"
+        ) from None
     return ctranslate2
 
 
@@ -127,15 +129,18 @@ def plan(params: dict[str, Any], *, tiny: bool) -> Plan:
     if device not in ("cpu", "cuda"):
         raise NotConvertible(f"CTranslate2 runs on cpu or cuda, not on device {device!r}")
     if device == "cuda" and ct2.get_cuda_device_count() <= index:
-        raise NotConvertible(f"CTranslate2 {ct2.__version__} sees {ct2.get_cuda_device_count()} CUDA device(s); "
-                             f"device {params.get('device')!r} is not one of them")
+        raise NotConvertible(
+            f"CTranslate2 {ct2.__version__} sees {ct2.get_cuda_device_count()} CUDA device(s); "
+            f"device {params.get('device')!r} is not one of them"
+        )
     compute = str(params.get("compute_type", "auto"))
     if compute == "auto":
         compute = "int8_float16" if device == "cuda" else "int8"
     supported = sorted(ct2.get_supported_compute_types(device))
     if compute not in supported:
-        raise NotConvertible(f"compute_type {compute!r} is not available on {device} here; "
-                             f"use one of {', '.join(supported)} (or auto)")
+        raise NotConvertible(
+            f"compute_type {compute!r} is not available on {device} here; use one of {', '.join(supported)} (or auto)"
+        )
     weights = "int8" if compute.startswith("int8") else compute
     threads = int(params.get("threads") or 0)
     if device == "cpu":  # one thread per batch, ``threads`` (the cores) batches at once: see the module docstring
@@ -200,8 +205,9 @@ def describe(base: Path) -> BaseInfo:
     from evolve.policy.weights import read_base_meta
 
     meta = read_base_meta(base)
-    return BaseInfo(tokenizer_from_dict(meta["tokenizer"]), TinyConfig.model_validate(meta["tiny_config"]).max_len,
-                    tiny=True)
+    return BaseInfo(
+        tokenizer_from_dict(meta["tokenizer"]), TinyConfig.model_validate(meta["tiny_config"]).max_len, tiny=True
+    )
 
 
 # ----------------------------------------------------------------------------- the converted weights
@@ -221,8 +227,13 @@ def cache_root() -> Path:
 
 def entry_key(base_sha: str, adapter_sha: str | None, quantization: str) -> str:
     ct2 = require()
-    ident = {"convert": CONVERT_VERSION, "ctranslate2": ct2.__version__, "base": base_sha, "adapter": adapter_sha,
-             "weights": quantization}
+    ident = {
+        "convert": CONVERT_VERSION,
+        "ctranslate2": ct2.__version__,
+        "base": base_sha,
+        "adapter": adapter_sha,
+        "weights": quantization,
+    }
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:32]
 
 
@@ -258,8 +269,14 @@ def problem(entry: Path, key: str) -> str | None:
     return None
 
 
-def converted(base: Path, base_sha: str, adapter: Path | None, adapter_sha: str | None, quantization: str,
-              log: Callable[[str], None] | None = None) -> Path:
+def converted(
+    base: Path,
+    base_sha: str,
+    adapter: Path | None,
+    adapter_sha: str | None,
+    quantization: str,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """The cache entry of (base + adapter) in ``quantization`` weights: checked, else converted now."""
     log = log or say
     key = entry_key(base_sha, adapter_sha, quantization)
@@ -276,7 +293,9 @@ def converted(base: Path, base_sha: str, adapter: Path | None, adapter_sha: str 
     tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=root))
     try:
         convert(base, adapter, tmp, quantization)
-        files = {f.name: {"size": f.stat().st_size, "sha256": file_sha256(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
+        files = {
+            f.name: {"size": f.stat().st_size, "sha256": file_sha256(f)} for f in sorted(tmp.iterdir()) if f.is_file()
+        }
         manifest = {"key": key, "base": base_sha, "adapter": adapter_sha, "weights": quantization, "files": files}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -292,6 +311,7 @@ def converted(base: Path, base_sha: str, adapter: Path | None, adapter_sha: str 
 
 def _prune(root: Path, keep: Path) -> None:
     """Delete the least recently used entries beyond :data:`CACHE_KEEP` (never ``keep``)."""
+
     def used(p: Path) -> float:
         try:
             return (p / MANIFEST).stat().st_mtime
@@ -387,5 +407,24 @@ def say(msg: str) -> None:
     print(f"evolvekit: {msg}", file=sys.stderr, flush=True)
 
 
-__all__ = ["CACHE_KEEP", "ENGINES", "HEAP_KEEP", "INSTALL", "BaseInfo", "NotConvertible", "Plan", "cache_root",
-           "convert", "converted", "describe", "engine_of", "entry_key", "keep_heap", "plan", "problem", "require", "say", "vocabulary"]
+__all__ = [
+    "CACHE_KEEP",
+    "ENGINES",
+    "HEAP_KEEP",
+    "INSTALL",
+    "BaseInfo",
+    "NotConvertible",
+    "Plan",
+    "cache_root",
+    "convert",
+    "converted",
+    "describe",
+    "engine_of",
+    "entry_key",
+    "keep_heap",
+    "plan",
+    "problem",
+    "require",
+    "say",
+    "vocabulary",
+]

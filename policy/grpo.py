@@ -55,15 +55,23 @@ class GRPO:
         group_size: int = Field(8, ge=2, description="rollouts per task (G)")
         temperature: float = Field(1.0, gt=0)
         estimator: Literal["grpo", "dr_grpo", "batch", "rloo", "reinforce_pp"] = "grpo"
-        reward_weights: dict[str, float] = Field(default_factory=dict, description=(
-            "extra training reward: weight x the named component of the task's reward (TRL's reward_weights "
-            "over several reward functions), added to the score for the advantages only; acceptance and "
-            "evaluation keep the task's score"))
-        group_reward: str | None = Field(None, description=(
-            "import path of a judge that scores each sampled group in one call, relative to each other (RULER): "
-            "an object with rank(task, outputs), or a function(task, outputs), returning a score or Reward per "
-            "output; its scores replace the task's score for the advantages only, e.g. an "
-            "evolve.gateway.judge.LLMJudge over recorded sessions"))
+        reward_weights: dict[str, float] = Field(
+            default_factory=dict,
+            description=(
+                "extra training reward: weight x the named component of the task's reward (TRL's reward_weights "
+                "over several reward functions), added to the score for the advantages only; acceptance and "
+                "evaluation keep the task's score"
+            ),
+        )
+        group_reward: str | None = Field(
+            None,
+            description=(
+                "import path of a judge that scores each sampled group in one call, relative to each other (RULER): "
+                "an object with rank(task, outputs), or a function(task, outputs), returning a score or Reward per "
+                "output; its scores replace the task's score for the advantages only, e.g. an "
+                "evolve.gateway.judge.LLMJudge over recorded sessions"
+            ),
+        )
         loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "dapo"
         eps_low: float = Field(0.2, ge=0)
         eps_high: float = Field(0.28, ge=0)
@@ -72,30 +80,56 @@ class GRPO:
         num_iterations: int = Field(1, ge=1, description="passes over each generation batch (μ)")
         minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
         micro_batch: int = Field(64, ge=1, description="sequences per forward pass (memory only)")
-        micro_batch_tokens: int | None = Field(None, ge=0, description=(
-            "padded tokens per forward pass (memory only): a pass keeps every layer's activations for the "
-            "backward, about 2.9 MB a token on SmolLM2-135M in float32 (bench/training/grpo_memory.py); null: what "
-            "keeps about 4 GiB, estimated from the model's shape (about 1,450 on SmolLM2); 0: no cap"))
-        negative_weight: float = Field(1.0, ge=0, description=(
-            "scale on negative advantages: 1 is the estimator as is; 0 learns only from each group's "
-            "better-than-average attempts (positive-sample reinforcement in Zhu et al. 2025, 'The surprising "
-            "effectiveness of negative reinforcement'); >1 leans on the failures, as their W-REINFORCE does by "
-            "down-weighting successes. Zeroed attempts stay in the loss's normaliser (and the KL term)"))
+        micro_batch_tokens: int | None = Field(
+            None,
+            ge=0,
+            description=(
+                "padded tokens per forward pass (memory only): a pass keeps every layer's activations for the "
+                "backward, about 2.9 MB a token on SmolLM2-135M in float32 (bench/training/grpo_memory.py); null: what "
+                "keeps about 4 GiB, estimated from the model's shape (about 1,450 on SmolLM2); 0: no cap"
+            ),
+        )
+        negative_weight: float = Field(
+            1.0,
+            ge=0,
+            description=(
+                "scale on negative advantages: 1 is the estimator as is; 0 learns only from each group's "
+                "better-than-average attempts (positive-sample reinforcement in Zhu et al. 2025, 'The surprising "
+                "effectiveness of negative reinforcement'); >1 leans on the failures, as their W-REINFORCE does by "
+                "down-weighting successes. Zeroed attempts stay in the loss's normaliser (and the KL term)"
+            ),
+        )
         dynamic_sampling: bool = Field(True, description="drop groups whose rewards are all equal")
-        reinforce_rejected: bool = Field(True, description=(
-            "false: in a trajectory with a positive advantage, a turn whose tool call failed (SQL the database "
-            "rejected) is context, not reinforced: STaR's rule for its final turns, here for the policy gradient"))
+        reinforce_rejected: bool = Field(
+            True,
+            description=(
+                "false: in a trajectory with a positive advantage, a turn whose tool call failed (SQL the database "
+                "rejected) is context, not reinforced: STaR's rule for its final turns, here for the policy gradient"
+            ),
+        )
         mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
         max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
-        ptx_coef: float = Field(0.0, ge=0, description="weight of an SFT loss on the cold-start demos per "
-                                "optimiser step (InstructGPT's PPO-ptx); 0: pure GRPO")
+        ptx_coef: float = Field(
+            0.0,
+            ge=0,
+            description="weight of an SFT loss on the cold-start demos per "
+            "optimiser step (InstructGPT's PPO-ptx); 0: pure GRPO",
+        )
         ptx_batch: int = Field(16, ge=1)
-        self_imitation: bool = Field(False, description=(
-            "add each batch's successful final turns to the PPO-ptx pool, so the SFT term also replays the "
-            "policy's own successes (self-imitation learning, Oh et al. 2018; RLEP); needs ptx_coef > 0"))
+        self_imitation: bool = Field(
+            False,
+            description=(
+                "add each batch's successful final turns to the PPO-ptx pool, so the SFT term also replays the "
+                "policy's own successes (self-imitation learning, Oh et al. 2018; RLEP); needs ptx_coef > 0"
+            ),
+        )
         imitation_threshold: float = Field(1.0, description="a trajectory scoring this or more is a success to replay")
-        truth_threshold: float = Field(1.0, description=(
-            "verdict credit: a judged answer is right when a rollout that submitted it scored this or more"))
+        truth_threshold: float = Field(
+            1.0,
+            description=(
+                "verdict credit: a judged answer is right when a rollout that submitted it scored this or more"
+            ),
+        )
         lr: float = Field(1e-3, gt=0)
         warmup: int = Field(0, ge=0, description="optimiser steps of linear learning-rate warmup (over the whole run)")
         weight_decay: float = Field(0.0, ge=0)
@@ -108,8 +142,10 @@ class GRPO:
         @model_validator(mode="after")
         def _needs_ptx(self) -> GRPO.Params:
             if self.self_imitation and self.ptx_coef <= 0:
-                raise ValueError("self_imitation replays successes through the PPO-ptx term: set ptx_coef > 0 "
-                                 "(e.g. 1.0), or self_imitation: false")
+                raise ValueError(
+                    "self_imitation replays successes through the PPO-ptx term: set ptx_coef > 0 "
+                    "(e.g. 1.0), or self_imitation: false"
+                )
             return self
 
     def __init__(self, **params: Any) -> None:
@@ -160,8 +196,9 @@ class GRPO:
                 out[k] = v
         return out
 
-    def _batch(self, trajs: list[Trajectory], max_len: int,
-               judged: list[float] | None = None, role: str | None = None) -> tuple[list, dict[str, float]]:
+    def _batch(
+        self, trajs: list[Trajectory], max_len: int, judged: list[float] | None = None, role: str | None = None
+    ) -> tuple[list, dict[str, float]]:
         import torch
 
         from evolve.policy.grpo_train import pack
@@ -172,8 +209,10 @@ class GRPO:
         role = role or p.role
         if p.credit_of(role) == "verdict":
             return self._verdict_batch(trajs, max_len, role)
-        rewards = torch.tensor([train_reward(t, p.reward_weights, None if judged is None else judged[k])
-                                for k, t in enumerate(trajs)], dtype=torch.float32)
+        rewards = torch.tensor(
+            [train_reward(t, p.reward_weights, None if judged is None else judged[k]) for k, t in enumerate(trajs)],
+            dtype=torch.float32,
+        )
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
         if p.negative_weight != 1.0:
             adv = torch.where(adv < 0, adv * p.negative_weight, adv)
@@ -194,9 +233,15 @@ class GRPO:
         kept = len({s.group for s in seqs})
         scores = [t.score for t in trajs]
         extra = {"train_reward": round(float(rewards.mean()), 4)} if (p.reward_weights or judged) and trajs else {}
-        return seqs, {"reward": sum(scores) / len(scores) if scores else 0.0, **extra, "groups": groups,
-                      "groups_kept": kept, "truncated_dropped": truncated, "rejected_turns_unreinforced": unreinforced,
-                      "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1)}
+        return seqs, {
+            "reward": sum(scores) / len(scores) if scores else 0.0,
+            **extra,
+            "groups": groups,
+            "groups_kept": kept,
+            "truncated_dropped": truncated,
+            "rejected_turns_unreinforced": unreinforced,
+            "solved_all": sum(1 for g in _by_group(trajs).values() if min(g) >= 1.0) / max(groups, 1),
+        }
 
     def _verdict_batch(self, trajs: list[Trajectory], max_len: int, role: str) -> tuple[list, dict[str, float]]:
         """A judging role's sequences: each of its calls one sample, rewarded 1 when its verdict matched
@@ -210,8 +255,11 @@ class GRPO:
         p = self.p
         turns = [v for v in verdict_turns(trajs, role, p.truth_threshold) if v.truth is not None]
         rewards = torch.tensor([v.reward for v in turns], dtype=torch.float32)
-        adv, zero = (group_advantages(rewards, [trajs[v.traj].task_id for v in turns], p.estimator) if turns
-                     else (rewards, torch.zeros(0, dtype=torch.bool)))
+        adv, zero = (
+            group_advantages(rewards, [trajs[v.traj].task_id for v in turns], p.estimator)
+            if turns
+            else (rewards, torch.zeros(0, dtype=torch.bool))
+        )
         if p.negative_weight != 1.0:
             adv = torch.where(adv < 0, adv * p.negative_weight, adv)
         seqs, truncated = [], 0
@@ -228,18 +276,27 @@ class GRPO:
             seqs += packed
         groups = {trajs[v.traj].task_id for v in turns}
         counts = verdict_counts(verdict_turns(trajs, role, p.truth_threshold))
-        return seqs, {"reward": float(rewards.mean()) if turns else 0.0, "groups": len(groups),
-                      "groups_kept": len({s.group for s in seqs}), "truncated_dropped": truncated,
-                      "verdicts_right": counts["right"], "verdicts_wrong": counts["wrong"],
-                      "unjudged": counts["unjudged"]}
+        return seqs, {
+            "reward": float(rewards.mean()) if turns else 0.0,
+            "groups": len(groups),
+            "groups_kept": len({s.group for s in seqs}),
+            "truncated_dropped": truncated,
+            "verdicts_right": counts["right"],
+            "verdicts_wrong": counts["wrong"],
+            "unjudged": counts["unjudged"],
+        }
 
-    def _child(self, parent: System, specs: dict[str, Any], adapters: dict[str, bytes], ctx: OperatorContext,
-               step: int) -> System:
+    def _child(
+        self, parent: System, specs: dict[str, Any], adapters: dict[str, bytes], ctx: OperatorContext, step: int
+    ) -> System:
         """``parent`` with each trained role's new adapter (the other roles' models as they were)."""
         models = dict(parent.models)
         for role, adapter in adapters.items():
-            path = ctx.workdir / (f"adapter-{step:04d}.safetensors" if len(adapters) == 1 and self.p.roles is None
-                                  else f"adapter-{role}-{step:04d}.safetensors")
+            path = ctx.workdir / (
+                f"adapter-{step:04d}.safetensors"
+                if len(adapters) == 1 and self.p.roles is None
+                else f"adapter-{role}-{step:04d}.safetensors"
+            )
             path.write_bytes(adapter)
             ref = ctx.artifacts.put_file(path, "adapter")
             models[role] = specs[role].model_copy(update={"adapter": ref})
@@ -256,21 +313,43 @@ class GRPO:
         from evolve.policy.sft import cold_start_examples
 
         p = self.p
-        cfg = LossConfig(loss_type=p.loss_type, eps_low=p.eps_low, eps_high=p.eps_high, beta=p.beta,
-                         level=p.importance_level, max_completion_length=p.max_completion_length)
+        cfg = LossConfig(
+            loss_type=p.loss_type,
+            eps_low=p.eps_low,
+            eps_high=p.eps_high,
+            beta=p.beta,
+            level=p.importance_level,
+            max_completion_length=p.max_completion_length,
+        )
         ptx = cold_start_examples(spec, ctx.artifacts) if p.ptx_coef > 0 else []
         if p.ptx_coef > 0 and not ptx:
-            ctx.log("grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); "
-                    + ("the ptx term replays the policy's own successes only" if p.self_imitation else "pure GRPO"))
+            ctx.log(
+                "grpo: ptx_coef > 0 but the model has no cold-start demos (sft_examples); "
+                + ("the ptx term replays the policy's own successes only" if p.self_imitation else "pure GRPO")
+            )
         base = str(ctx.artifacts.path(spec.base))
         init = str(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
-        kw = dict(device=spec.params.get("device"), dtype=spec.params.get("dtype"),
-                  gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
-                  precision=str(spec.params.get("precision", "auto")), cfg=cfg, ptx=ptx, ptx_coef=p.ptx_coef, ptx_batch=p.ptx_batch, r=p.r, alpha=p.alpha, lr=p.lr,
-                  weight_decay=p.weight_decay, grad_clip=p.grad_clip, num_iterations=p.num_iterations,
-                  minibatches=p.minibatches, micro_batch=p.micro_batch,
-                  micro_batch_tokens=p.micro_batch_tokens, seed=ctx.rng.randrange(2**31),
-                  warmup=p.warmup)
+        kw = dict(
+            device=spec.params.get("device"),
+            dtype=spec.params.get("dtype"),
+            gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
+            precision=str(spec.params.get("precision", "auto")),
+            cfg=cfg,
+            ptx=ptx,
+            ptx_coef=p.ptx_coef,
+            ptx_batch=p.ptx_batch,
+            r=p.r,
+            alpha=p.alpha,
+            lr=p.lr,
+            weight_decay=p.weight_decay,
+            grad_clip=p.grad_clip,
+            num_iterations=p.num_iterations,
+            minibatches=p.minibatches,
+            micro_batch=p.micro_batch,
+            micro_batch_tokens=p.micro_batch_tokens,
+            seed=ctx.rng.randrange(2**31),
+            warmup=p.warmup,
+        )
         remote = ctx.extra.get("remote")
         if remote is None:
             return HostedLearner(base, init, **kw)
@@ -282,14 +361,16 @@ class GRPO:
         from evolve.policy.sft import trainable_spec
 
         p = self.p
-        specs = {r: trainable_spec(parent, r, ctx.log, self.name)
-                 for r in trained_roles(p, parent.models, getattr(ctx, "generation", 0))}
+        specs = {
+            r: trainable_spec(parent, r, ctx.log, self.name)
+            for r in trained_roles(p, parent.models, getattr(ctx, "generation", 0))
+        }
         specs = {r: s for r, s in specs.items() if s is not None}
         if not specs:
             return []
         pool = list(ctx.train)
         random.Random(f"grpo-dev/{ctx.seed}").shuffle(pool)  # the same dev tasks in every generation
-        dev, pool = pool[: p.dev_tasks], pool[p.dev_tasks:]
+        dev, pool = pool[: p.dev_tasks], pool[p.dev_tasks :]
         if not pool:
             ctx.log("grpo: no training tasks left after holding out dev_tasks")
             return []
@@ -302,8 +383,15 @@ class GRPO:
             for learner in learners.values():
                 learner.close()
 
-    def _steps(self, parent: System, specs: dict[str, Any], ctx: OperatorContext, learners: dict[str, Any],
-               dev: list[dict], pool: list[dict]) -> list[Candidate]:
+    def _steps(
+        self,
+        parent: System,
+        specs: dict[str, Any],
+        ctx: OperatorContext,
+        learners: dict[str, Any],
+        dev: list[dict],
+        pool: list[dict],
+    ) -> list[Candidate]:
         from evolve.policy.roles import verdict_examples
         from evolve.policy.star import success_turns
 
@@ -352,25 +440,44 @@ class GRPO:
                     if p.credit_of(role) == "verdict":
                         wins = verdict_examples(trajs, role, p.truth_threshold, dedupe=False)[0]
                     else:
-                        wins = success_turns([t for t in trajs if t.error is None and t.score >= p.imitation_threshold],
-                                             role, "final", dedupe=False)
+                        wins = success_turns(
+                            [t for t in trajs if t.error is None and t.score >= p.imitation_threshold],
+                            role,
+                            "final",
+                            dedupe=False,
+                        )
                     info["replay_pool"] = learner.replay(wins)
                 st = learner.update(seqs)
-                rows[role] = {**info, "sequences": st.sequences, "trained_tokens": st.trained_tokens, "loss": st.loss,
-                              "kl": st.kl, "clip_low": st.clip_low, "clip_high": st.clip_high, "mismatch": st.mismatch,
-                              **st.extra, "train_s": round(st.seconds, 2),
-                              "tokens_per_s": round(st.tokens / st.seconds) if st.seconds else 0}
-                ctx.log(f"grpo step {step + 1}/{p.steps}{'' if single else ' ' + role}: reward {info['reward']:.3f}, "
-                        f"{info['groups_kept']}/{info['groups']} groups with signal, {st.trained_tokens} tokens "
-                        f"trained, kl {st.kl:.4f}, clip {st.clip_low + st.clip_high:.3f}, {st.seconds:.1f}s")
+                rows[role] = {
+                    **info,
+                    "sequences": st.sequences,
+                    "trained_tokens": st.trained_tokens,
+                    "loss": st.loss,
+                    "kl": st.kl,
+                    "clip_low": st.clip_low,
+                    "clip_high": st.clip_high,
+                    "mismatch": st.mismatch,
+                    **st.extra,
+                    "train_s": round(st.seconds, 2),
+                    "tokens_per_s": round(st.tokens / st.seconds) if st.seconds else 0,
+                }
+                ctx.log(
+                    f"grpo step {step + 1}/{p.steps}{'' if single else ' ' + role}: reward {info['reward']:.3f}, "
+                    f"{info['groups_kept']}/{info['groups']} groups with signal, {st.trained_tokens} tokens "
+                    f"trained, kl {st.kl:.4f}, clip {st.clip_low + st.clip_high:.3f}, {st.seconds:.1f}s"
+                )
             current = self._child(parent, specs, {r: lr.adapter_bytes() for r, lr in learners.items()}, ctx, step + 1)
             if single:
                 row = {"step": step + 1, **next(iter(rows.values())), "rollout_s": round(t_roll, 2)}
             else:
                 scores = [t.score for t in trajs]
-                row = {"step": step + 1, "reward": sum(scores) / len(scores) if scores else 0.0,
-                       "rollout_s": round(t_roll, 2), "train_s": round(sum(r["train_s"] for r in rows.values()), 2),
-                       "roles": rows}
+                row = {
+                    "step": step + 1,
+                    "reward": sum(scores) / len(scores) if scores else 0.0,
+                    "rollout_s": round(t_roll, 2),
+                    "train_s": round(sum(r["train_s"] for r in rows.values()), 2),
+                    "roles": rows,
+                }
             curve.append(row)
         (ctx.workdir / "grpo_curve.json").write_text(json.dumps(curve, indent=1))
         _plot(curve, ctx.workdir / "grpo_curve.png")
@@ -382,14 +489,27 @@ class GRPO:
             ctx.log(f"grpo: no step beat the parent on {len(dev)} dev tasks ({score:.3f}); nothing proposed")
             return []
         where = {r: lr.where for r, lr in learners.items() if getattr(lr, "where", None)}
-        summary: dict[str, Any] = {"steps": p.steps, "best_step": step, "dev_score": score, "dev_parent": curve[0].get("dev"),
-                "seconds": round(time.perf_counter() - t_start, 1), "curve": curve,
-                **({"trained_in": next(iter(where.values()))} if where and single else
-                   {"trained_in": where} if where else {}),
-                **({} if single else {"roles": list(learners)})}
+        summary: dict[str, Any] = {
+            "steps": p.steps,
+            "best_step": step,
+            "dev_score": score,
+            "dev_parent": curve[0].get("dev"),
+            "seconds": round(time.perf_counter() - t_start, 1),
+            "curve": curve,
+            **(
+                {"trained_in": next(iter(where.values()))}
+                if where and single
+                else {"trained_in": where}
+                if where
+                else {}
+            ),
+            **({} if single else {"roles": list(learners)}),
+        }
         who = "" if single else f" of {', '.join(learners)}"
-        why = (f"GRPO{who} ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
-               f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}")
+        why = (
+            f"GRPO{who} ({p.estimator} advantages, {p.loss_type} loss, G={p.group_size}, T={p.temperature:g}) "
+            f"for {step}/{p.steps} steps; dev {curve[0].get('dev', math.nan):.3f} -> {score:.3f}"
+        )
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=summary)]
 
 
@@ -410,8 +530,10 @@ def check_components(trajs: list[Trajectory], weights: dict[str, float]) -> None
     missing = sorted(set(weights) - seen)
     if missing and trajs:
         have = ", ".join(sorted(seen)) or "none (the reward returns a bare score)"
-        raise ValueError(f"grpo reward_weights names {', '.join(map(repr, missing))}, which no reward in the batch "
-                         f"has; the task's reward gives these components: {have}")
+        raise ValueError(
+            f"grpo reward_weights names {', '.join(map(repr, missing))}, which no reward in the batch "
+            f"has; the task's reward gives these components: {have}"
+        )
 
 
 def _by_group(trajs: list[Trajectory]) -> dict[str, list[float]]:

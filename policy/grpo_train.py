@@ -52,8 +52,9 @@ class Packed:
         return sum(self.mask)
 
 
-def pack(traj: Trajectory, role: str = "policy", max_len: int | None = None,
-         context_only: Collection[int] = ()) -> list[Packed]:
+def pack(
+    traj: Trajectory, role: str = "policy", max_len: int | None = None, context_only: Collection[int] = ()
+) -> list[Packed]:
     """Training sequences of the calls of ``role`` in ``traj`` (calls without token ids are skipped).
     The sampled tokens of the steps at the indices in ``context_only`` stay context (mask 0)."""
     out: list[Packed] = []
@@ -102,10 +103,16 @@ def collate(seqs: Sequence[Packed], pad_id: int) -> dict[str, Any]:
         m[i, :n] = torch.tensor(s.mask[1:], dtype=torch.float32)
         att[i, :n] = 1
         slp[i, :n] = torch.tensor(s.sampler_logp[1:], dtype=torch.float32)
-    return {"input_ids": x, "targets": y, "mask": m, "attention_mask": att, "sampler_logp": slp,
-            "temperature": torch.tensor([s.temperature for s in seqs], dtype=torch.float32),
-            "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32),
-            "seq_weights": torch.tensor([1.0 / max(s.traj_tokens or s.n_trained, 1) for s in seqs], dtype=torch.float32)}
+    return {
+        "input_ids": x,
+        "targets": y,
+        "mask": m,
+        "attention_mask": att,
+        "sampler_logp": slp,
+        "temperature": torch.tensor([s.temperature for s in seqs], dtype=torch.float32),
+        "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32),
+        "seq_weights": torch.tensor([1.0 / max(s.traj_tokens or s.n_trained, 1) for s in seqs], dtype=torch.float32),
+    }
 
 
 def sequence_logprobs(model: Any, batch: dict[str, Any]) -> Any:
@@ -155,23 +162,48 @@ class Learner:
     place for the learner's lifetime, so give it a base nothing else samples from.
     """
 
-    def __init__(self, model: Any, *, cfg: LossConfig | None = None, r: int = 16, alpha: float = 32,
-                 target_modules: Sequence[str] | None = None, init: Any = None, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 num_iterations: int = 1, minibatches: int = 1, micro_batch: int = 64,
-                 micro_batch_tokens: int | None = None, pad_id: int = 0,
-                 seed: int = 0, ptx: Sequence[Any] = (), ptx_coef: float = 0.0, ptx_batch: int = 16,
-                 warmup: int = 0, precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        cfg: LossConfig | None = None,
+        r: int = 16,
+        alpha: float = 32,
+        target_modules: Sequence[str] | None = None,
+        init: Any = None,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        grad_clip: float = 1.0,
+        num_iterations: int = 1,
+        minibatches: int = 1,
+        micro_batch: int = 64,
+        micro_batch_tokens: int | None = None,
+        pad_id: int = 0,
+        seed: int = 0,
+        ptx: Sequence[Any] = (),
+        ptx_coef: float = 0.0,
+        ptx_batch: int = 16,
+        warmup: int = 0,
+        precision: str = "fp32",
+    ) -> None:
         import torch
         from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
         from evolve.policy.precision import BF16Base, resolve_precision
         from evolve.policy.train import lora_targets
 
-        config = init.lora_config() if init is not None else LoraConfig(
-            r=r, lora_alpha=alpha, lora_dropout=0.0,  # type: ignore[arg-type]  # peft says int; a float alpha scales as well
-            target_modules=list(target_modules or lora_targets(model)),
-            bias="none")
+        config = (
+            init.lora_config()
+            if init is not None
+            else LoraConfig(
+                r=r,
+                lora_alpha=alpha,  # type: ignore[arg-type]  # peft says int; a float alpha scales as well
+                lora_dropout=0.0,
+                target_modules=list(target_modules or lora_targets(model)),
+                bias="none",
+            )
+        )
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             torch.manual_seed(seed)
@@ -188,15 +220,21 @@ class Learner:
         # 3e-3, no PPO-ptx: per-token KL to the base 0.03 after one step, 4.8 after two)
         self.warmup = int(warmup)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda k: min(1.0, (k + 1) / self.warmup) if self.warmup else 1.0)
+            self.opt, lambda k: min(1.0, (k + 1) / self.warmup) if self.warmup else 1.0
+        )
         self.cfg, self.grad_clip, self.pad_id = cfg or LossConfig(), grad_clip, pad_id
-        self.num_iterations, self.minibatches, self.micro_batch = int(num_iterations), int(minibatches), int(micro_batch)
+        self.num_iterations, self.minibatches, self.micro_batch = (
+            int(num_iterations),
+            int(minibatches),
+            int(micro_batch),
+        )
         # the backbone keeps every layer's activations of a forward pass for the backward: one pass of
         # ~40 SQL prompts on SmolLM2-135M (micro_batch alone) was killed for memory on 24 GiB. A
         # padded-token budget keeps long prompts in small passes and short ones in big ones; None:
         # estimated from the model's shape, 0: no cap
-        self.micro_batch_tokens = (auto_micro_tokens(model) if micro_batch_tokens is None
-                                   else int(micro_batch_tokens) or None)
+        self.micro_batch_tokens = (
+            auto_micro_tokens(model) if micro_batch_tokens is None else int(micro_batch_tokens) or None
+        )
         self.max_len = int(model.config.max_position_embeddings)
         # PPO-ptx (InstructGPT): an SFT term on the cold-start demos in every optimiser step keeps
         # the policy from drifting away from what it was taught while RL moves it
@@ -229,8 +267,10 @@ class Learner:
         out: list[list[Packed]] = []
         cur: list[Packed] = []
         for i in sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids)):
-            if cur and (len(cur) == self.micro_batch or (
-                    self.micro_batch_tokens and (len(cur) + 1) * len(seqs[i].ids) > self.micro_batch_tokens)):
+            if cur and (
+                len(cur) == self.micro_batch
+                or (self.micro_batch_tokens and (len(cur) + 1) * len(seqs[i].ids) > self.micro_batch_tokens)
+            ):
                 out.append(cur)
                 cur = []
             cur.append(seqs[i])
@@ -275,8 +315,10 @@ class Learner:
         for i, s in enumerate(seqs):
             samples.setdefault(s.traj if s.traj >= 0 else -1 - i, []).append(s)
         groups = list(samples.values())
-        chunks = [[s for g in groups[i::self.minibatches] for s in g] for i in range(min(self.minibatches, len(groups)))]
-        n_samples = [len(groups[i::self.minibatches]) for i in range(len(chunks))]
+        chunks = [
+            [s for g in groups[i :: self.minibatches] for s in g] for i in range(min(self.minibatches, len(groups)))
+        ]
+        n_samples = [len(groups[i :: self.minibatches]) for i in range(len(chunks))]
         batches = [self._micro(c) for c in chunks]
         stored = self.num_iterations > 1 or len(chunks) > 1
         n_mismatch, mismatch = 0, 0.0
@@ -313,8 +355,17 @@ class Learner:
                     else:  # fully on-policy: the first forward is the old policy
                         old = lp.detach()
                         measure(old, b)
-                    loss, s = policy_loss(lp, old, b["advantages"], b["mask"], cfg, ref_logp=b.get("ref_logp"),
-                                          num_seqs=n_seqs, num_tokens=n_tok, seq_weights=b["seq_weights"])
+                    loss, s = policy_loss(
+                        lp,
+                        old,
+                        b["advantages"],
+                        b["mask"],
+                        cfg,
+                        ref_logp=b.get("ref_logp"),
+                        num_seqs=n_seqs,
+                        num_tokens=n_tok,
+                        seq_weights=b["seq_weights"],
+                    )
                     if cfg.loss_type == "bnpo":
                         loss = loss * (float(b["mask"].sum()) / max(n_tok, 1.0))  # token-weighted over micro-batches
                     loss.backward()
@@ -328,8 +379,11 @@ class Learner:
                     norms["pg"] += _grad_norm(self.params)  # the policy-gradient term's share, before PPO-ptx
                     st.extra["ptx_nll"] = self._ptx_backward()
                 # clipping returns the norm it measured before clipping
-                norms["total"] += float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-                                        if self.grad_clip else _grad_norm(self.params))
+                norms["total"] += float(
+                    torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                    if self.grad_clip
+                    else _grad_norm(self.params)
+                )
                 self.opt.step()
                 self.sched.step()
                 st.optimizer_steps += 1
@@ -370,15 +424,29 @@ class HostedLearner:
     file or None; ``precision``: :mod:`evolve.policy.precision` (``auto`` keeps a tiny base in
     float32); ``learner``: :class:`Learner`'s keywords (``pad_id`` comes from the tokenizer)."""
 
-    def __init__(self, base: str, init: str | None, *, device: str | None = None, dtype: str | None = None,
-                 gradient_checkpointing: bool = False, precision: str = "auto", **learner: Any) -> None:
+    def __init__(
+        self,
+        base: str,
+        init: str | None,
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        gradient_checkpointing: bool = False,
+        precision: str = "auto",
+        **learner: Any,
+    ) -> None:
         from evolve.policy.precision import resolve_precision
         from evolve.policy.weights import load_base, read_adapter
 
         model, tok, cfg = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
         precision = resolve_precision(precision, next(model.parameters()).device, tiny=cfg is not None)
-        self.learner = Learner(model, init=read_adapter(init) if init is not None else None, pad_id=tok.pad_id,
-                               precision=precision, **learner)
+        self.learner = Learner(
+            model,
+            init=read_adapter(init) if init is not None else None,
+            pad_id=tok.pad_id,
+            precision=precision,
+            **learner,
+        )
 
     def max_len(self) -> int:
         return self.learner.max_len

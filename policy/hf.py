@@ -51,17 +51,21 @@ class HFTokenizer:
 
     def __init__(self, tokenizer: Any, *, eos_ids: Sequence[int] = (), source: str = "") -> None:
         if not getattr(tokenizer, "chat_template", None):
-            raise ConfigError(f"{source or 'tokenizer'}: the tokenizer has no chat template; use an instruct/chat "
-                              "checkpoint, or set tokenizer.chat_template (a Jinja string) and save it with "
-                              "tokenizer.save_pretrained")
+            raise ConfigError(
+                f"{source or 'tokenizer'}: the tokenizer has no chat template; use an instruct/chat "
+                "checkpoint, or set tokenizer.chat_template (a Jinja string) and save it with "
+                "tokenizer.save_pretrained"
+            )
         self.tok = tokenizer
         self.source = source
         ids = [int(i) for i in eos_ids if i is not None]
         if tokenizer.eos_token_id is not None and int(tokenizer.eos_token_id) not in ids:
             ids.append(int(tokenizer.eos_token_id))
         if not ids:
-            raise ConfigError(f"{source or 'tokenizer'}: no end-of-sequence token (tokenizer.eos_token_id and "
-                              "generation_config.eos_token_id are both unset), so generation could not stop")
+            raise ConfigError(
+                f"{source or 'tokenizer'}: no end-of-sequence token (tokenizer.eos_token_id and "
+                "generation_config.eos_token_id are both unset), so generation could not stop"
+            )
         self.eos_ids: tuple[int, ...] = tuple(ids)
         self.eos_id = self.eos_ids[0]
         self.pad_id = int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else self.eos_id
@@ -88,14 +92,19 @@ class HFTokenizer:
         return self.decode((token_id,))
 
     def _text(self, messages: Sequence[Message | dict], add_generation_prompt: bool) -> str:
-        conv = [{"role": m.role, "content": m.content} if isinstance(m, Message) else
-                {"role": m["role"], "content": m["content"]} for m in messages]
+        conv = [
+            {"role": m.role, "content": m.content}
+            if isinstance(m, Message)
+            else {"role": m["role"], "content": m["content"]}
+            for m in messages
+        ]
         try:
             return self.tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt)
         except Exception as e:  # a template that rejects a role or an order (e.g. no system role)
             roles = [c["role"] for c in conv]
-            raise ConfigError(f"{self.source or 'tokenizer'}: its chat template cannot render roles {roles}: "
-                              f"{type(e).__name__}: {e}") from e
+            raise ConfigError(
+                f"{self.source or 'tokenizer'}: its chat template cannot render roles {roles}: {type(e).__name__}: {e}"
+            ) from e
 
     def render_chat(self, messages: Sequence[Message | dict], add_generation_prompt: bool = True) -> list[int]:
         """The chat template's rendering, tokenised (special-token strings in it become their ids)."""
@@ -109,7 +118,7 @@ class HFTokenizer:
         prompt = self.render_chat(context, add_generation_prompt=True)
         full = self.render_chat([*context, Message(role="assistant", content=content)], add_generation_prompt=False)
         if full[: len(prompt)] == prompt and len(full) > len(prompt):
-            rest = full[len(prompt):]
+            rest = full[len(prompt) :]
             end = next((i for i, t in enumerate(rest) if t in self.eos_ids), None)
             if end is not None:
                 return rest[: end + 1]
@@ -140,8 +149,10 @@ def resolve_checkpoint(name: str, base_dir: Path | None = None) -> Path | None:
         p = base_dir / p
     if p.is_dir():
         if not (p / "config.json").is_file():
-            raise ConfigError(f"{p}: a directory without config.json; give a Hugging Face checkpoint directory "
-                              "(config.json, *.safetensors and the tokenizer files, as save_pretrained writes)")
+            raise ConfigError(
+                f"{p}: a directory without config.json; give a Hugging Face checkpoint directory "
+                "(config.json, *.safetensors and the tokenizer files, as save_pretrained writes)"
+            )
         return p.resolve()
     if p.exists() or name.count("/") != 1 or name.startswith((".", "/", "~")) or name.endswith(_FILE_SUFFIXES):
         return None  # a file (a tiny base), or a path that is not there: the caller says so
@@ -151,9 +162,11 @@ def resolve_checkpoint(name: str, base_dir: Path | None = None) -> Path | None:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
         return Path(snapshot_download(name, local_files_only=offline, allow_patterns=list(HUB_FILES)))
     except Exception as e:  # noqa: BLE001 - not cached (offline), no such repo, no network
-        raise ConfigError(f"{name!r}: not a directory here and not a Hugging Face model in the local cache "
-                          f"({type(e).__name__}: {e}); download it once (hf download {name}) "
-                          "or give the checkpoint's directory") from e
+        raise ConfigError(
+            f"{name!r}: not a directory here and not a Hugging Face model in the local cache "
+            f"({type(e).__name__}: {e}); download it once (hf download {name}) "
+            "or give the checkpoint's directory"
+        ) from e
 
 
 def _files(path: Path) -> list[Path]:
@@ -191,13 +204,17 @@ def check_manifest(m: dict[str, Any]) -> Path:
     """The checkpoint directory of a manifest, after checking it still holds the same files."""
     root = Path(m["path"])
     if not root.is_dir():
-        raise ConfigError(f"base checkpoint {root} is gone; the archived system was trained on it, so restore it "
-                          "there (or symlink it) to load the system")
+        raise ConfigError(
+            f"base checkpoint {root} is gone; the archived system was trained on it, so restore it "
+            "there (or symlink it) to load the system"
+        )
     for name, e in m["files"].items():
         f = root / name
         if not f.is_file() or f.stat().st_size != e["size"]:
-            raise ConfigError(f"base checkpoint {root}: {name} is missing or changed since the run archived it; "
-                              "a system's adapter only fits the exact base it was trained on")
+            raise ConfigError(
+                f"base checkpoint {root}: {name} is missing or changed since the run archived it; "
+                "a system's adapter only fits the exact base it was trained on"
+            )
     return root
 
 
@@ -211,8 +228,9 @@ def resolve_device(device: str | None) -> str:
     d = str(device or "auto")
     if d != "auto":
         if d.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"device {d!r}: torch sees no CUDA device here (torch {torch.__version__}); "
-                              "use device: auto or cpu")
+            raise ConfigError(
+                f"device {d!r}: torch sees no CUDA device here (torch {torch.__version__}); use device: auto or cpu"
+            )
         return d
     if torch.cuda.is_available():
         return "cuda"
@@ -229,8 +247,14 @@ def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
         if device.startswith("cuda") and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if d not in table:
         raise ConfigError(f"dtype {d!r}: use auto, float32, bfloat16 or float16")
     return table[d]
@@ -251,7 +275,9 @@ def load_tokenizer(path: Path | str) -> HFTokenizer:
     return HFTokenizer(tok, eos_ids=eos, source=str(path))
 
 
-def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto") -> tuple[Any, HFTokenizer]:
+def load_pretrained(
+    path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto"
+) -> tuple[Any, HFTokenizer]:
     """``(model, tokenizer)`` from a checkpoint directory; the model in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -264,5 +290,15 @@ def load_pretrained(path: Path | str, *, device: str | None = "auto", dtype: str
     return model.to(dev).eval(), tok  # type: ignore[arg-type]  # transformers' wrapped .to() hides its device argument
 
 
-__all__ = ["HF_FORMAT", "HFTokenizer", "check_manifest", "load_pretrained", "load_tokenizer", "manifest", "read_manifest",
-           "resolve_checkpoint", "resolve_device", "resolve_dtype"]
+__all__ = [
+    "HF_FORMAT",
+    "HFTokenizer",
+    "check_manifest",
+    "load_pretrained",
+    "load_tokenizer",
+    "manifest",
+    "read_manifest",
+    "resolve_checkpoint",
+    "resolve_device",
+    "resolve_dtype",
+]

@@ -81,32 +81,57 @@ class LocalLM:
         self._closed = False
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: CharTokenizer, *, name: str = "local", adapter: Any = ...,
-                   temperature: float = 1.0, max_tokens: int = 256, **server_kw: Any) -> LocalLM:
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: CharTokenizer,
+        *,
+        name: str = "local",
+        adapter: Any = ...,
+        temperature: float = 1.0,
+        max_tokens: int = 256,
+        **server_kw: Any,
+    ) -> LocalLM:
         """Serve an in-memory model with its own server (closed with this LLM). By default the
         model runs as given: a PeftModel with its active adapter; ``adapter=None`` for the bare
         base, or an adapter name. Handy for ``eval_fn`` during training."""
         server = LocalServer(model, tokenizer, name=name, **server_kw)
         if adapter is ...:
             adapter = server.peft.active_adapter if server.peft is not None else None
-        return cls(server, name=name, adapter=adapter, temperature=temperature, max_tokens=max_tokens,
-                   on_close=server.close)
+        return cls(
+            server, name=name, adapter=adapter, temperature=temperature, max_tokens=max_tokens, on_close=server.close
+        )
 
     @property
     def tokenizer(self) -> CharTokenizer:
         return self.server.tok
 
-    def submit(self, messages: Sequence[Message | dict], *, temperature: float | None = None, max_tokens: int | None = None,
-               stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True,
-               top_logprobs: int = 0) -> cf.Future[Completion]:
+    def submit(
+        self,
+        messages: Sequence[Message | dict],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+        logprobs: bool = True,
+        top_logprobs: int = 0,
+    ) -> cf.Future[Completion]:
         """Non-blocking :meth:`complete`: a future of the Completion."""
         msgs = as_messages(messages)
         prompt = self.server.tok.render_chat(msgs, add_generation_prompt=True)
         temp = self.temperature if temperature is None else float(temperature)
         seed = int(seed) if seed is not None else random.getrandbits(63)
-        fut = self.server.submit(prompt, adapter=self.adapter, temperature=temp,
-                                 max_tokens=self.max_tokens if max_tokens is None else max_tokens, stop=stop, seed=seed,
-                                 logprobs=logprobs, top_logprobs=top_logprobs)
+        fut = self.server.submit(
+            prompt,
+            adapter=self.adapter,
+            temperature=temp,
+            max_tokens=self.max_tokens if max_tokens is None else max_tokens,
+            stop=stop,
+            seed=seed,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+        )
         out: cf.Future[Completion] = cf.Future()
 
         def done(f: cf.Future[Sample]) -> None:
@@ -141,27 +166,49 @@ class LocalLM:
         ``adapter``, ``stop`` (the stop string that ended it, if any) and, when it is not torch,
         ``engine``.
         """
-        fut = self.submit(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, logprobs=logprobs,
-                          top_logprobs=top_logprobs)
+        fut = self.submit(
+            messages,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stop=stop,
+            seed=seed,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+        )
         try:
             return fut.result(timeout=self.timeout)
         except cf.TimeoutError:
-            raise LLMError(f"local model {self.name!r}: no answer within {self.timeout} s", category="timeout") from None
+            raise LLMError(
+                f"local model {self.name!r}: no answer within {self.timeout} s", category="timeout"
+            ) from None
 
-    def _completion(self, prompt: list[int], s: Sample, temperature: float, seed: int,
-                    context: Sequence[Message] = ()) -> Completion:
+    def _completion(
+        self, prompt: list[int], s: Sample, temperature: float, seed: int, context: Sequence[Message] = ()
+    ) -> Completion:
         text = self.server.tok.decode(s.token_ids, context=context)
         torch = self.server.engine == "torch"
         if s.stop is not None and s.stop in text:
             text = text[: text.index(s.stop)]
         return Completion(
-            text=text, model=self.name, token_ids=tuple(s.token_ids), prompt_token_ids=tuple(prompt),
-            logprobs=tuple(s.logprobs) if s.logprobs is not None else None, finish_reason=s.finish_reason,
-            prompt_tokens=len(prompt), completion_tokens=len(s.token_ids), cost=None,
-            top_logprobs=None if s.top_logprobs is None else tuple(tuple((int(t), float(v)) for t, v in step)
-                                                                   for step in s.top_logprobs),
-            extra={"seed": seed if torch else None, "adapter": self.adapter, "stop": s.stop, "temperature": temperature,
-                   **({} if torch else {"engine": self.server.engine})},
+            text=text,
+            model=self.name,
+            token_ids=tuple(s.token_ids),
+            prompt_token_ids=tuple(prompt),
+            logprobs=tuple(s.logprobs) if s.logprobs is not None else None,
+            finish_reason=s.finish_reason,
+            prompt_tokens=len(prompt),
+            completion_tokens=len(s.token_ids),
+            cost=None,
+            top_logprobs=None
+            if s.top_logprobs is None
+            else tuple(tuple((int(t), float(v)) for t, v in step) for step in s.top_logprobs),
+            extra={
+                "seed": seed if torch else None,
+                "adapter": self.adapter,
+                "stop": s.stop,
+                "temperature": temperature,
+                **({} if torch else {"engine": self.server.engine}),
+            },
         )
 
     def close(self) -> None:
@@ -228,8 +275,11 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
             server.adapter_refs[adapter] = server.adapter_refs.get(adapter, 0) + 1
         server.refs += 1
     return LocalLM(
-        server, name=spec.name, adapter=adapter,
-        temperature=float(params.get("temperature", 1.0)), max_tokens=int(params.get("max_tokens", 256)),
+        server,
+        name=spec.name,
+        adapter=adapter,
+        temperature=float(params.get("temperature", 1.0)),
+        max_tokens=int(params.get("max_tokens", 256)),
         on_close=lambda: _release(key, server, adapter),
     )
 
@@ -243,7 +293,10 @@ def _torch_server(spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPa
 
         model, tok, _cfg = load_base(artifacts.path(spec.base), device=params.get("device"), dtype=params.get("dtype"))  # type: ignore[arg-type]
         server = LocalServer(
-            model, tok, name=spec.name, max_batch=int(params.get("max_batch", 64)),
+            model,
+            tok,
+            name=spec.name,
+            max_batch=int(params.get("max_batch", 64)),
             batch_wait=float(params.get("batch_wait_ms", 3)) / 1000.0,
             max_wait=float(params.get("max_wait_ms", 50)) / 1000.0,
             threads=int(params["threads"]) if params.get("threads") else None,

@@ -68,11 +68,18 @@ class LocalServer:
         self.base = model.get_base_model() if self.peft is not None else model
         self.base.eval()
         self._threads = threads
-        self._start(tokenizer, int(self.base.config.max_position_embeddings), name=name, max_batch=max_batch,
-                    batch_wait=batch_wait, max_wait=max_wait)
+        self._start(
+            tokenizer,
+            int(self.base.config.max_position_embeddings),
+            name=name,
+            max_batch=max_batch,
+            batch_wait=batch_wait,
+            max_wait=max_wait,
+        )
 
-    def _start(self, tokenizer: Any, max_len: int, *, name: str, max_batch: int, batch_wait: float,
-               max_wait: float) -> None:
+    def _start(
+        self, tokenizer: Any, max_len: int, *, name: str, max_batch: int, batch_wait: float, max_wait: float
+    ) -> None:
         """The queue and the worker thread (shared with the engines' servers, e.g. :mod:`evolve.policy.ct2_server`)."""
         self.tok = tokenizer
         self.name = name
@@ -114,9 +121,18 @@ class LocalServer:
 
     # -- requests
 
-    def submit(self, prompt_ids: Sequence[int], *, adapter: str | None = None, temperature: float = 1.0,
-               max_tokens: int = 256, stop: Sequence[str] | None = None, seed: int | None = None,
-               logprobs: bool = True, top_logprobs: int = 0) -> cf.Future[Sample]:
+    def submit(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        adapter: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int = 256,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+        logprobs: bool = True,
+        top_logprobs: int = 0,
+    ) -> cf.Future[Sample]:
         """Queue one generation; the future resolves to a :class:`Sample`. The completion is
         cut to fit the context (``max_len`` of the model): ``finish_reason="length"``. With
         ``logprobs=False`` an engine for which they cost extra work leaves them out (None); with
@@ -127,14 +143,20 @@ class LocalServer:
         if len(prompt) >= self.max_len:
             raise LLMError(
                 f"local model {self.name!r}: the prompt has {len(prompt)} tokens; the context holds {self.max_len}",
-                category="request")
+                category="request",
+            )
         if adapter is not None and adapter not in self.adapters():
             raise LLMError(f"local model {self.name!r}: no adapter {adapter!r} is loaded")
-        req = _Request(prompt=prompt, adapter=adapter, temperature=max(0.0, float(temperature)),
-                       max_tokens=max(0, min(int(max_tokens), self.max_len - len(prompt))),
-                       stop=tuple(s for s in (stop or ()) if s),
-                       seed=int(seed) if seed is not None else random.getrandbits(63), logprobs=bool(logprobs),
-                       top_logprobs=max(0, int(top_logprobs)))
+        req = _Request(
+            prompt=prompt,
+            adapter=adapter,
+            temperature=max(0.0, float(temperature)),
+            max_tokens=max(0, min(int(max_tokens), self.max_len - len(prompt))),
+            stop=tuple(s for s in (stop or ()) if s),
+            seed=int(seed) if seed is not None else random.getrandbits(63),
+            logprobs=bool(logprobs),
+            top_logprobs=max(0, int(top_logprobs)),
+        )
         with self._cond:
             if self.closed:
                 raise LLMError(f"local model {self.name!r}: the server is closed")
@@ -182,7 +204,11 @@ class LocalServer:
             with self._model_lock:
                 results = self._generate(batch)
         except BaseException as e:  # noqa: BLE001 - the worker must survive: fail this batch, keep serving
-            err = e if isinstance(e, LLMError) else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
+            err = (
+                e
+                if isinstance(e, LLMError)
+                else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
+            )
             if err is not e:
                 err.__cause__ = e
             for r in batch:

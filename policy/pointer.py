@@ -43,8 +43,15 @@ class PointerTokenizer(CharTokenizer):
         self._p0 = self._offset + len(self.chars)
 
     @classmethod
-    def fit(cls, texts: Sequence[str], *, min_share: float = 0.03, n_pointers: int = 48,
-            extra: Iterable[str] = (), pointers: Iterable[str] = ()) -> PointerTokenizer:
+    def fit(
+        cls,
+        texts: Sequence[str],
+        *,
+        min_share: float = 0.03,
+        n_pointers: int = 48,
+        extra: Iterable[str] = (),
+        pointers: Iterable[str] = (),
+    ) -> PointerTokenizer:
         """Keep the words that occur in at least ``min_share`` of ``texts`` (one count per text),
         and the words of ``extra`` (e.g. the names of the system's tools), but never a word of
         ``pointers`` (e.g. the schema names of the demos: a name frequent in training would be
@@ -67,7 +74,7 @@ class PointerTokenizer(CharTokenizer):
         out: list[int] = []
         pos = 0
         for m in WORD.finditer(text):
-            out += super().encode(text[pos:m.start()])
+            out += super().encode(text[pos : m.start()])
             word = m.group()
             if word in self.keep:
                 out += super().encode(word)
@@ -120,8 +127,14 @@ class PointerTokenizer(CharTokenizer):
         return f"w{token_id - self._p0}" if token_id >= self._p0 else super().token_text(token_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "pointer", "version": 1, "chars": self.chars, "specials": list(SPECIALS),
-                "keep": sorted(self.keep), "n_pointers": self.n_pointers}
+        return {
+            "type": "pointer",
+            "version": 1,
+            "chars": self.chars,
+            "specials": list(SPECIALS),
+            "keep": sorted(self.keep),
+            "n_pointers": self.n_pointers,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PointerTokenizer:
@@ -131,7 +144,10 @@ class PointerTokenizer(CharTokenizer):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PointerTokenizer) and (other.chars, other.keep, other.n_pointers) == (
-            self.chars, self.keep, self.n_pointers)
+            self.chars,
+            self.keep,
+            self.n_pointers,
+        )
 
     def __repr__(self) -> str:
         return f"PointerTokenizer(keep={len(self.keep)} words, n_pointers={self.n_pointers})"

@@ -98,13 +98,24 @@ def resolve_precision(value: Any, device: Any = "cpu", *, tiny: bool = False) ->
     if v == "bf16" and kind == "cpu" and not cpu_has_bf16():
         import warnings
 
-        warnings.warn("precision: bf16 on a CPU without AMX or AVX512-BF16: torch emulates bfloat16 there, "
-                      "which is slower than float32; use precision: auto or fp32", stacklevel=2)
+        warnings.warn(
+            "precision: bf16 on a CPU without AMX or AVX512-BF16: torch emulates bfloat16 there, "
+            "which is slower than float32; use precision: auto or fp32",
+            stacklevel=2,
+        )
     return v
 
 
-def bf16_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float | None = None,
-                   dropout: float = 0.0, **kwargs: Any) -> tuple[Any, None]:
+def bf16_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Any, None]:
     """A transformers attention function: softmax(q kᵀ · scaling + mask) v as two matmuls in the
     inputs' dtype with the softmax in float32, for training forwards (no cache) up to
     :data:`MATMUL_ATTENTION_MAX` positions; anything else goes to transformers' SDPA function. No
@@ -114,10 +125,16 @@ def bf16_attention(module: Any, query: Any, key: Any, value: Any, attention_mask
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     T, S = query.shape[-2], key.shape[-2]
-    if (T != S or S > MATMUL_ATTENTION_MAX or dropout or kwargs.get("sliding_window") is not None
-            or kwargs.get("softcap") is not None):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+    if (
+        T != S
+        or S > MATMUL_ATTENTION_MAX
+        or dropout
+        or kwargs.get("sliding_window") is not None
+        or kwargs.get("softcap") is not None
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     rep = query.shape[1] // key.shape[1]
     if rep > 1:  # grouped-query attention: each key/value head serves `rep` query heads
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
@@ -215,5 +232,13 @@ class BF16Base:
             self.cast()
 
 
-__all__ = ["BF16Base", "CPU_BF16_FLAGS", "PRECISIONS", "bf16_attention", "check_precision", "cpu_has_bf16", "cpu_flags",
-           "resolve_precision"]
+__all__ = [
+    "BF16Base",
+    "CPU_BF16_FLAGS",
+    "PRECISIONS",
+    "bf16_attention",
+    "check_precision",
+    "cpu_has_bf16",
+    "cpu_flags",
+    "resolve_precision",
+]

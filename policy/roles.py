@@ -55,13 +55,23 @@ class RoleParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     role: str = Field("policy", description="the model role trained when roles is not given")
-    roles: str | list[str] | None = Field(None, description=(
-        "the roles trained: one name, a list, or 'all' (every local role with base weights); null: role"))
-    schedule: Schedule = Field("joint", description=(
-        "joint: every listed role in each proposal; alternate: one role per generation, in the listed order"))
-    credit: dict[str, Credit] = Field(default_factory=dict, description=(
-        "role -> outcome (the team's reward) or verdict (1 when the role's verdict matched the truth of the "
-        f"answer it judged); default: verdict for roles named {', '.join(VERDICT_ROLES)}, else outcome"))
+    roles: str | list[str] | None = Field(
+        None,
+        description=("the roles trained: one name, a list, or 'all' (every local role with base weights); null: role"),
+    )
+    schedule: Schedule = Field(
+        "joint",
+        description=(
+            "joint: every listed role in each proposal; alternate: one role per generation, in the listed order"
+        ),
+    )
+    credit: dict[str, Credit] = Field(
+        default_factory=dict,
+        description=(
+            "role -> outcome (the team's reward) or verdict (1 when the role's verdict matched the truth of the "
+            f"answer it judged); default: verdict for roles named {', '.join(VERDICT_ROLES)}, else outcome"
+        ),
+    )
 
     @field_validator("roles")
     @classmethod
@@ -112,8 +122,10 @@ def check_roles(params: RoleParams, models: Mapping[str, Any], *, what: str = "r
             raise ConfigError(f"{what}: unknown role {r!r}; the system's roles are {have}")
         backend = getattr(models[r], "backend", None)
         if backend is not None and backend != "local":
-            raise ConfigError(f"{what}: role {r!r} is a {backend} model; only local models (backend: local) "
-                              f"train adapters; the local roles are {', '.join(_local(models)) or 'none'}")
+            raise ConfigError(
+                f"{what}: role {r!r} is a {backend} model; only local models (backend: local) "
+                f"train adapters; the local roles are {', '.join(_local(models)) or 'none'}"
+            )
     for r in params.credit:
         if r not in models:
             raise ConfigError(f"credit: unknown role {r!r}; the system's roles are {have}")
@@ -132,8 +144,11 @@ def trained_roles(params: RoleParams, models: Mapping[str, Any], generation: int
     if params.roles is not None or params.credit:  # the single-role default keeps its old leniency
         check_roles(params, models)
     asked = params.names()
-    roles = ([r for r, m in models.items() if getattr(m, "backend", None) == "local" and getattr(m, "base", None)]
-             if asked == "all" else asked)
+    roles = (
+        [r for r, m in models.items() if getattr(m, "backend", None) == "local" and getattr(m, "base", None)]
+        if asked == "all"
+        else asked
+    )
     if params.schedule == "alternate" and roles:
         return [roles[(max(generation, 1) - 1) % len(roles)]]  # the engine's first generation is 1
     return list(roles)
@@ -211,8 +226,9 @@ def verdict_turns(trajs: Sequence[Trajectory], role: str, threshold: float = 1.0
     return out
 
 
-def verdict_examples(trajs: Sequence[Trajectory], role: str, threshold: float = 1.0,
-                     dedupe: bool = True) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], dict[str, int]]:
+def verdict_examples(
+    trajs: Sequence[Trajectory], role: str, threshold: float = 1.0, dedupe: bool = True
+) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], dict[str, int]]:
     """STaR's examples of a judging role: (prompt ids, sampled ids) of its calls whose verdict
     matched the truth, and counts (``right``, ``wrong``, ``unjudged`` calls)."""
     turns = verdict_turns(trajs, role, threshold)
@@ -233,10 +249,24 @@ def verdict_examples(trajs: Sequence[Trajectory], role: str, threshold: float = 
 
 def verdict_counts(turns: Iterable[VerdictTurn]) -> dict[str, int]:
     turns = list(turns)
-    return {"right": sum(1 for v in turns if v.reward > 0),
-            "wrong": sum(1 for v in turns if v.truth is not None and v.reward <= 0),
-            "unjudged": sum(1 for v in turns if v.truth is None)}
+    return {
+        "right": sum(1 for v in turns if v.reward > 0),
+        "wrong": sum(1 for v in turns if v.truth is not None and v.reward <= 0),
+        "unjudged": sum(1 for v in turns if v.truth is None),
+    }
 
 
-__all__ = ["VERDICT_ROLES", "Credit", "RoleParams", "Schedule", "VerdictTurn", "accepted", "check_roles",
-           "default_credit", "trained_roles", "verdict", "verdict_examples", "verdict_turns"]
+__all__ = [
+    "VERDICT_ROLES",
+    "Credit",
+    "RoleParams",
+    "Schedule",
+    "VerdictTurn",
+    "accepted",
+    "check_roles",
+    "default_credit",
+    "trained_roles",
+    "verdict",
+    "verdict_examples",
+    "verdict_turns",
+]

@@ -32,7 +32,11 @@ def _forward_kwargs(model: Any) -> tuple[str, str | None]:
     """Names of the cache and logits-to-keep arguments across transformers versions."""
     params = inspect.signature(type(model).forward).parameters
     cache = "cache" if "cache" in params else "past_key_values"
-    keep = "logits_to_keep" if "logits_to_keep" in params else ("num_logits_to_keep" if "num_logits_to_keep" in params else None)
+    keep = (
+        "logits_to_keep"
+        if "logits_to_keep" in params
+        else ("num_logits_to_keep" if "num_logits_to_keep" in params else None)
+    )
     return cache, keep
 
 
@@ -87,7 +91,11 @@ def _new_cache(model: Any, capacity: int = 0) -> Any:
         cache = DynamicCache(config=model.config)
     except TypeError:  # older transformers
         return DynamicCache()
-    if capacity > 0 and isinstance(getattr(cache, "layers", None), list) and len(cache.layers) == model.config.num_hidden_layers:
+    if (
+        capacity > 0
+        and isinstance(getattr(cache, "layers", None), list)
+        and len(cache.layers) == model.config.num_hidden_layers
+    ):
         try:
             cache.layers = [_prealloc_layer_class()(capacity) for _ in cache.layers]
         except Exception:  # noqa: BLE001 - an unexpected transformers layout: keep the plain cache
@@ -190,8 +198,8 @@ def sample(
         mask = torch.zeros((B, L), dtype=torch.long)
         for i, p in enumerate(prompts):
             if len(p):
-                ids[i, L - len(p):] = torch.tensor(list(p), dtype=torch.long)
-                mask[i, L - len(p):] = 1
+                ids[i, L - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+                mask[i, L - len(p) :] = 1
         pos = (mask.cumsum(1) - 1).clamp_(min=0)
         temp_t = torch.tensor(temps, dtype=torch.float32)
         inv_t = torch.where(temp_t > 0, 1.0 / temp_t.clamp(min=1e-6), torch.ones_like(temp_t))[:, None]
@@ -229,8 +237,15 @@ def sample(
             logp = torch.log_softmax(logits * inv_t[r], dim=-1)
             if by_cdf:
                 rl = r.tolist()
-                u = torch.tensor([float(torch.rand((), generator=gens[o], dtype=torch.float64))
-                                  if gens[o] is not None and alive[o] else 0.0 for o in rl], dtype=torch.float64)
+                u = torch.tensor(
+                    [
+                        float(torch.rand((), generator=gens[o], dtype=torch.float64))
+                        if gens[o] is not None and alive[o]
+                        else 0.0
+                        for o in rl
+                    ],
+                    dtype=torch.float64,
+                )
                 greedy = torch.tensor([gens[o] is None for o in rl], device=dev)
                 tok = _inverse_cdf(logp, u.to(dev), greedy)
             else:
@@ -253,7 +268,7 @@ def sample(
                 elif stops[orig]:
                     piece = decode(tk)  # type: ignore[misc]
                     texts[orig] += piece
-                    hit = next((s for s in stops[orig] if s in texts[orig][-(len(s) + len(piece)):]), None)
+                    hit = next((s for s in stops[orig] if s in texts[orig][-(len(s) + len(piece)) :]), None)
                     if hit is not None:
                         results[orig] = Sample(out_ids[orig], out_lp[orig], "stop", stop=hit)
                 if results[orig] is None and len(out_ids[orig]) >= max_new[orig]:
@@ -269,8 +284,14 @@ def sample(
                 mask, rows, tok, last_pos = mask[keep_t], rows[keep_t], tok[keep_t], last_pos[keep_t]
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
             last_pos = last_pos + 1
-            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                        use_cache=True, **{cache_kw: cache}, **extra)
+            out = model(
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                use_cache=True,
+                **{cache_kw: cache},
+                **extra,
+            )
             logits = out.logits[:, -1].float()
     done = [s if s is not None else Sample(out_ids[i], out_lp[i], "length") for i, s in enumerate(results)]
     for i, s in enumerate(done):

@@ -57,17 +57,34 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "evolvekit"
 
 
-def rollout_many(llm: Any, system: System, tasks: Sequence[dict], agent: Callable, reward: Callable, *,
-                 role: str = "policy", temperature: float | None = None, samples: int = 1, seed: int = 0,
-                 workers: int = 64) -> list[Trajectory]:
+def rollout_many(
+    llm: Any,
+    system: System,
+    tasks: Sequence[dict],
+    agent: Callable,
+    reward: Callable,
+    *,
+    role: str = "policy",
+    temperature: float | None = None,
+    samples: int = 1,
+    seed: int = 0,
+    workers: int = 64,
+) -> list[Trajectory]:
     """Run ``agent`` on each task with an in-memory LLM (threads feed its batcher); scored."""
     provider = lambda _system, _role: llm  # noqa: E731
     jobs = [(t, s) for t in tasks for s in range(samples)]
 
     def one(job: tuple[dict, int]) -> Trajectory:
         task, s = job
-        traj = run_agent(agent, system, task, provider, seed=seed + hash(task["id"]) % 100_000 * 10 + s,
-                         sample=s, temperature=temperature)
+        traj = run_agent(
+            agent,
+            system,
+            task,
+            provider,
+            seed=seed + hash(task["id"]) % 100_000 * 10 + s,
+            sample=s,
+            temperature=temperature,
+        )
         return score(reward, task, traj)
 
     with ThreadPoolExecutor(max_workers=workers) as ex:
@@ -89,9 +106,16 @@ def _demos(session: Session, role: str, mc: ModelConfig) -> tuple[list, list, li
     picked = random.Random(f"{task.seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
     demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=session.base_dir)
     tools, memory = session.initial_tools(), session.initial_memory()
-    demos = _call(demos_fn, picked, instruction=task.prompts.get("instruction", ""), seed=task.seed,
-                  template=task.prompts.get("template", ""),
-                  augment=cs.augment, **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}))
+    demos = _call(
+        demos_fn,
+        picked,
+        instruction=task.prompts.get("instruction", ""),
+        seed=task.seed,
+        template=task.prompts.get("template", ""),
+        augment=cs.augment,
+        **({"tools": tools} if tools else {}),
+        **({"memory": memory} if memory else {}),
+    )
     return picked, demos, val_tasks, tools, memory
 
 
@@ -118,8 +142,9 @@ class ValEval:
         reward = import_path(self.reward, what="reward", search=search) if isinstance(self.reward, str) else self.reward
         llm = LocalLM.from_model(model, tok, name=self.name, temperature=0.0, max_tokens=self.max_tokens)
         try:
-            trajs = rollout_many(llm, self.probe, self.tasks, agent, reward, role=self.role, temperature=0.0,
-                                 seed=self.seed)
+            trajs = rollout_many(
+                llm, self.probe, self.tasks, agent, reward, role=self.role, temperature=0.0, seed=self.seed
+            )
         finally:
             llm.close()
         acc = sum(t.score for t in trajs) / len(trajs)
@@ -127,8 +152,9 @@ class ValEval:
         return acc
 
 
-def _val_eval(session: Session, role: str, mc: ModelConfig, val_tasks: list, tools: dict, memory: dict,
-              remote: bool) -> ValEval:
+def _val_eval(
+    session: Session, role: str, mc: ModelConfig, val_tasks: list, tools: dict, memory: dict, remote: bool
+) -> ValEval:
     from evolve.runners.base import as_import_path
 
     task = session.task
@@ -136,12 +162,29 @@ def _val_eval(session: Session, role: str, mc: ModelConfig, val_tasks: list, too
     # the model being trained serves every role of the workflow (rollout_many's provider), so a team
     # whose roles share this base is validated as the team; the probe names them all
     spec = ModelSpec(backend="local", name=mc.name, params=params)
-    probe = System(workflow=dict(task.workflow), prompts=dict(task.prompts), tools=tools, memory=memory,
-                   models={**dict.fromkeys(task.models, spec), role: spec})
-    agent, reward = ((as_import_path(session.spec.agent, "agent"), as_import_path(session.spec.reward, "reward"))
-                     if remote else (session.agent, session.reward))
-    return ValEval(agent=agent, reward=reward, search=str(session.base_dir), probe=probe, tasks=list(val_tasks),
-                   name=mc.name, role=role, max_tokens=int(mc.params.get("max_tokens", 160)), seed=task.seed)
+    probe = System(
+        workflow=dict(task.workflow),
+        prompts=dict(task.prompts),
+        tools=tools,
+        memory=memory,
+        models={**dict.fromkeys(task.models, spec), role: spec},
+    )
+    agent, reward = (
+        (as_import_path(session.spec.agent, "agent"), as_import_path(session.spec.reward, "reward"))
+        if remote
+        else (session.agent, session.reward)
+    )
+    return ValEval(
+        agent=agent,
+        reward=reward,
+        search=str(session.base_dir),
+        probe=probe,
+        tasks=list(val_tasks),
+        name=mc.name,
+        role=role,
+        max_tokens=int(mc.params.get("max_tokens", 160)),
+        seed=task.seed,
+    )
 
 
 def _here() -> dict[str, Any]:
@@ -173,9 +216,21 @@ class _Said(list):
             self._say(text)
 
 
-def fit_tiny(tiny: dict, tok: Any, examples: list, *, demos: int, seed: int, epochs: float, lr: float,
-             batch_size: int, eval_every: int | None, val: ValEval, progress: Any = None,
-             say: Callable[[str], None] | None = None) -> tuple[bytes, dict, list[str]]:
+def fit_tiny(
+    tiny: dict,
+    tok: Any,
+    examples: list,
+    *,
+    demos: int,
+    seed: int,
+    epochs: float,
+    lr: float,
+    batch_size: int,
+    eval_every: int | None,
+    val: ValEval,
+    progress: Any = None,
+    say: Callable[[str], None] | None = None,
+) -> tuple[bytes, dict, list[str]]:
     """Build the tiny model and SFT it on ``examples``, keeping the best validation checkpoint:
     (the base weights file's bytes, the info, the messages). Pure: data in, bytes out, so it runs
     here or in a Ray task where the GPUs are (``runner.params.train``)."""
@@ -191,14 +246,31 @@ def fit_tiny(tiny: dict, tok: Any, examples: list, *, demos: int, seed: int, epo
     cfg = TinyConfig(**tiny)
     torch.manual_seed(seed)
     model = build_model(cfg, seed=seed, tokenizer=tok)
-    said(f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
-         f"SFT on {demos} demos ({len(examples)} assistant turns)")
-    stats = train(model, examples, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
-                  eval_fn=lambda m: val(m, tok, said), eval_every=eval_every, pad_id=tok.pad_id,
-                  log=progress(len(examples), epochs, batch_size) if progress else None)
-    info = {"demos": demos, "examples": len(examples), "best_val": stats.get("best_score"),
-            "best_step": stats.get("best_step"), "steps": stats.get("steps"), "seconds": stats.get("seconds"),
-            "trained_in": _here()}
+    said(
+        f"cold start: tiny model with {count_params(model) / 1e6:.2f}M parameters, "
+        f"SFT on {demos} demos ({len(examples)} assistant turns)"
+    )
+    stats = train(
+        model,
+        examples,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        eval_fn=lambda m: val(m, tok, said),
+        eval_every=eval_every,
+        pad_id=tok.pad_id,
+        log=progress(len(examples), epochs, batch_size) if progress else None,
+    )
+    info = {
+        "demos": demos,
+        "examples": len(examples),
+        "best_val": stats.get("best_score"),
+        "best_step": stats.get("best_step"),
+        "steps": stats.get("steps"),
+        "seconds": stats.get("seconds"),
+        "trained_in": _here(),
+    }
     said(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {info['seconds']:.0f}s")
     # the file's sha256 names the base, and so the systems built on it and the seeds of their rollouts:
     # the wall time (or where it trained) would give the same weights a new name, and new samples
@@ -208,10 +280,23 @@ def fit_tiny(tiny: dict, tok: Any, examples: list, *, demos: int, seed: int, epo
         return path.read_bytes(), info, list(said)
 
 
-def fit_lora_cold_start(checkpoint: str, demos: list, *, device: Any, dtype: Any, gradient_checkpointing: bool,
-                        seed: int, epochs: float, lr: float, batch_size: int, eval_every: int | None, val: ValEval,
-                        progress: Any = None, say: Callable[[str], None] | None = None, precision: str = "auto"
-                        ) -> tuple[bytes, list, dict, list[str]]:
+def fit_lora_cold_start(
+    checkpoint: str,
+    demos: list,
+    *,
+    device: Any,
+    dtype: Any,
+    gradient_checkpointing: bool,
+    seed: int,
+    epochs: float,
+    lr: float,
+    batch_size: int,
+    eval_every: int | None,
+    val: ValEval,
+    progress: Any = None,
+    say: Callable[[str], None] | None = None,
+    precision: str = "auto",
+) -> tuple[bytes, list, dict, list[str]]:
     """LoRA SFT of the pretrained ``checkpoint`` on the demo chats: (the adapter file's bytes, the
     examples' token ids, the info, the messages). Pure, like :func:`fit_tiny`. ``precision``:
     :mod:`evolve.policy.precision` (the validation samples in float32 either way)."""
@@ -227,13 +312,30 @@ def fit_lora_cold_start(checkpoint: str, demos: list, *, device: Any, dtype: Any
         checkpoint_activations(model)
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
     said(f"cold start: LoRA SFT of {Path(checkpoint).name} on {len(demos)} demos ({len(examples)} turns)")
-    adapter = train_lora(model, examples, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
-                         eval_fn=lambda m: val(m, tok, said), eval_every=eval_every, pad_id=tok.pad_id,
-                         log=progress(len(examples), epochs, batch_size) if progress else None, precision=precision)
+    adapter = train_lora(
+        model,
+        examples,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        eval_fn=lambda m: val(m, tok, said),
+        eval_every=eval_every,
+        pad_id=tok.pad_id,
+        log=progress(len(examples), epochs, batch_size) if progress else None,
+        precision=precision,
+    )
     st = adapter.stats
-    info = {"demos": len(demos), "examples": len(examples), "best_val": st.get("best_score"),
-            "best_step": st.get("best_step"), "steps": st.get("steps"), "seconds": st.get("seconds"),
-            "trained_in": _here(), "precision": st.get("precision")}
+    info = {
+        "demos": len(demos),
+        "examples": len(examples),
+        "best_val": st.get("best_score"),
+        "best_step": st.get("best_step"),
+        "steps": st.get("steps"),
+        "seconds": st.get("seconds"),
+        "trained_in": _here(),
+        "precision": st.get("precision"),
+    }
     said(f"cold start: kept step {info['best_step']} (val {info['best_val']}), {st.get('precision')}")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "adapter.safetensors"
@@ -247,8 +349,9 @@ def _fit(session: Session, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     ``runner.params.train`` resources (its messages shown when it is back)."""
     trainer = getattr(session.runner, "trainer", None)
     if trainer is None:
-        return fn(*args, progress=lambda n, epochs, bs: _progress(session, n, epochs, bs), say=session.obs.message,
-                  **kwargs)
+        return fn(
+            *args, progress=lambda n, epochs, bs: _progress(session, n, epochs, bs), say=session.obs.message, **kwargs
+        )
     session.obs.message(f"cold start: training in a Ray task ({_fmt_train(trainer)})")
     out = trainer(fn, *args, **kwargs)
     for text in out[-1]:
@@ -289,24 +392,44 @@ def cold_start_adapter(session: Session, role: str, mc: ModelConfig, checkpoint:
     params = trained_params(mc.params)
     # what precision: auto resolves to is part of what was trained (float32 keeps the keys made before it)
     precision = resolve_precision(mc.params.get("precision", "auto"), resolve_device(mc.params.get("device")))
-    key = content_hash({
-        "v": SFT_VERSION + "/lora", "base": base_manifest.decode(), "seed": task.seed,
-        "cs": cs.model_dump(mode="json", exclude_none=True), "demos": demos, "val": [t["id"] for t in val_tasks],
-        "prompts": task.prompts, "workflow": task.workflow, "agent": task.agent, "params": params,
-        **({"tools": tools} if tools else {}), **({"memory": memory} if memory else {}),
-        **({"precision": precision} if precision != "fp32" else {}),
-    })
+    key = content_hash(
+        {
+            "v": SFT_VERSION + "/lora",
+            "base": base_manifest.decode(),
+            "seed": task.seed,
+            "cs": cs.model_dump(mode="json", exclude_none=True),
+            "demos": demos,
+            "val": [t["id"] for t in val_tasks],
+            "prompts": task.prompts,
+            "workflow": task.workflow,
+            "agent": task.agent,
+            "params": params,
+            **({"tools": tools} if tools else {}),
+            **({"memory": memory} if memory else {}),
+            **({"precision": precision} if precision != "fp32" else {}),
+        }
+    )
     out = cache_dir() / "sft" / key / "adapter.safetensors"
     if out.exists():
         session.obs.message(f"cold start: reusing cached SFT adapter {out}")
         return out
     remote = getattr(session.runner, "trainer", None) is not None
     data, examples, info, _ = _fit(
-        session, fit_lora_cold_start, str(checkpoint), demos, device=mc.params.get("device"),
-        dtype=mc.params.get("dtype"), gradient_checkpointing=bool(mc.params.get("gradient_checkpointing")),
-        seed=task.seed, epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, eval_every=cs.eval_every,
+        session,
+        fit_lora_cold_start,
+        str(checkpoint),
+        demos,
+        device=mc.params.get("device"),
+        dtype=mc.params.get("dtype"),
+        gradient_checkpointing=bool(mc.params.get("gradient_checkpointing")),
+        seed=task.seed,
+        epochs=cs.epochs,
+        lr=cs.lr,
+        batch_size=cs.batch_size,
+        eval_every=cs.eval_every,
         val=_val_eval(session, role, mc, val_tasks, tools, memory, remote),
-        precision=str(mc.params.get("precision", "auto")))
+        precision=str(mc.params.get("precision", "auto")),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     (out.parent / "sft_examples.json").write_text(json.dumps(examples))
     tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
@@ -335,23 +458,37 @@ def cold_start_weights(session: Session, role: str, mc: ModelConfig) -> Path:
 
         pointers: set[str] = set()
         if cs.pointer_words:
-            words_fn = import_path(cs.pointer_words, what=f"models.{role}.cold_start.pointer_words",
-                                   search=session.base_dir)
+            words_fn = import_path(
+                cs.pointer_words, what=f"models.{role}.cold_start.pointer_words", search=session.base_dir
+            )
             pointers = set(words_fn(picked))
         # tool names are vocabulary: a pointer would hide which tool the model names
-        tok = PointerTokenizer.fit([" ".join(m["content"] for m in chat) for chat in demos], min_share=cs.keep_share,
-                                   extra=tools, pointers=pointers)
+        tok = PointerTokenizer.fit(
+            [" ".join(m["content"] for m in chat) for chat in demos],
+            min_share=cs.keep_share,
+            extra=tools,
+            pointers=pointers,
+        )
     else:
         tok = CharTokenizer()
-    key = content_hash({
-        # exclude_none: an option left unset (pointer_words) keeps the keys, and the caches, made before it existed
-        "v": SFT_VERSION, "tiny": tiny.model_dump(mode="json"), "cs": cs.model_dump(mode="json", exclude_none=True),
-        "seed": seed,
-        "demos": demos, "val": [t["id"] for t in val_tasks], "prompts": task.prompts, "workflow": task.workflow,
-        "agent": task.agent, "params": {k: v for k, v in mc.params.items() if k not in SERVING_PARAMS},
-        "tokenizer": tok.to_dict(), **({"tools": tools} if tools else {}),
-        **({"memory": memory} if memory else {}),
-    })
+    key = content_hash(
+        {
+            # exclude_none: an option left unset (pointer_words) keeps the keys, and the caches, made before it existed
+            "v": SFT_VERSION,
+            "tiny": tiny.model_dump(mode="json"),
+            "cs": cs.model_dump(mode="json", exclude_none=True),
+            "seed": seed,
+            "demos": demos,
+            "val": [t["id"] for t in val_tasks],
+            "prompts": task.prompts,
+            "workflow": task.workflow,
+            "agent": task.agent,
+            "params": {k: v for k, v in mc.params.items() if k not in SERVING_PARAMS},
+            "tokenizer": tok.to_dict(),
+            **({"tools": tools} if tools else {}),
+            **({"memory": memory} if memory else {}),
+        }
+    )
     out = cache_dir() / "sft" / key / "base.safetensors"
     if out.exists():
         session.obs.message(f"cold start: reusing cached SFT weights {out}")
@@ -361,12 +498,25 @@ def cold_start_weights(session: Session, role: str, mc: ModelConfig) -> Path:
 
     examples = [ex for chat in demos for ex in examples_from_chat(tok, chat)]
     remote = getattr(session.runner, "trainer", None) is not None
-    data, info, _ = _fit(session, fit_tiny, tiny.model_dump(mode="json"), tok, examples, demos=len(demos), seed=seed,
-                         epochs=cs.epochs, lr=cs.lr, batch_size=cs.batch_size, eval_every=cs.eval_every,
-                         val=_val_eval(session, role, mc, val_tasks, tools, memory, remote))
+    data, info, _ = _fit(
+        session,
+        fit_tiny,
+        tiny.model_dump(mode="json"),
+        tok,
+        examples,
+        demos=len(demos),
+        seed=seed,
+        epochs=cs.epochs,
+        lr=cs.lr,
+        batch_size=cs.batch_size,
+        eval_every=cs.eval_every,
+        val=_val_eval(session, role, mc, val_tasks, tools, memory, remote),
+    )
     # the demo examples go next to the weights: STaR replays them so self-training does not forget
     out.parent.mkdir(parents=True, exist_ok=True)
-    (out.parent / "sft_examples.json").write_text(json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples]))
+    (out.parent / "sft_examples.json").write_text(
+        json.dumps([[list(e.prompt_ids), list(e.completion_ids)] for e in examples])
+    )
     tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, out)

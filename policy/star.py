@@ -40,8 +40,12 @@ class STaR:
         epochs: float = Field(3, gt=0)
         batch_size: int = Field(32, ge=1)
         min_examples: int = Field(8, ge=1, description="propose nothing with fewer successes than this")
-        replay: float = Field(1.0, ge=0, description="share of the cold-start demo examples mixed back in "
-                              "(rejection-sampling fine-tuning keeps the original data so it does not forget)")
+        replay: float = Field(
+            1.0,
+            ge=0,
+            description="share of the cold-start demo examples mixed back in "
+            "(rejection-sampling fine-tuning keeps the original data so it does not forget)",
+        )
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params(**params)
@@ -57,7 +61,9 @@ class STaR:
 
         check_roles(cls.Params(**params), models)
 
-    def _examples(self, trajs: list[Trajectory], role: str | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    def _examples(
+        self, trajs: list[Trajectory], role: str | None = None
+    ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         """The turns of ``role`` (default: ``role``) to learn from ``trajs``, successful ones only."""
         return success_turns(trajs, role or self.p.role, self.p.turns, self.p.dedupe)
 
@@ -65,8 +71,10 @@ class STaR:
         from evolve.policy.sft import trainable_spec
 
         p = self.p
-        specs = {r: trainable_spec(parent, r, ctx.log, self.name)
-                 for r in trained_roles(p, parent.models, getattr(ctx, "generation", 0))}
+        specs = {
+            r: trainable_spec(parent, r, ctx.log, self.name)
+            for r in trained_roles(p, parent.models, getattr(ctx, "generation", 0))
+        }
         specs = {r: s for r, s in specs.items() if s is not None}
         if not specs:
             return []
@@ -85,42 +93,86 @@ class STaR:
         for role in specs:
             if p.credit_of(role) == "verdict":
                 per_role[role], verdicts[role] = verdict_examples(trajs, role, p.threshold, p.dedupe)
-                ctx.log(f"star: {role}: {verdicts[role]['right']} verdicts matched the truth, "
-                        f"{verdicts[role]['wrong']} did not, {verdicts[role]['unjudged']} judged an answer "
-                        f"with no score; {len(per_role[role])} distinct turns to learn")
+                ctx.log(
+                    f"star: {role}: {verdicts[role]['right']} verdicts matched the truth, "
+                    f"{verdicts[role]['wrong']} did not, {verdicts[role]['unjudged']} judged an answer "
+                    f"with no score; {len(per_role[role])} distinct turns to learn"
+                )
             else:
                 per_role[role] = self._examples(wins, role)
-                ctx.log(f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
-                        f"{len(per_role[role])} distinct turns to learn" if said is None else
-                        f"star: {role}: {len(per_role[role])} distinct turns to learn")
+                ctx.log(
+                    f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
+                    f"{len(per_role[role])} distinct turns to learn"
+                    if said is None
+                    else f"star: {role}: {len(per_role[role])} distinct turns to learn"
+                )
         per_role = {r: ex for r, ex in per_role.items() if len(ex) >= p.min_examples}
         if not per_role:
             return []
         child, stats, n_all = parent, {}, {}
         for role, examples in per_role.items():
             child, stats[role], n_all[role] = train_adapter_child(
-                child, specs[role], role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,
-                batch_size=p.batch_size, replay=p.replay)
+                child,
+                specs[role],
+                role,
+                examples,
+                ctx,
+                r=p.r,
+                alpha=p.alpha,
+                lr=p.lr,
+                epochs=p.epochs,
+                batch_size=p.batch_size,
+                replay=p.replay,
+            )
         n_own = {r: len(ex) for r, ex in per_role.items()}
-        info: dict[str, Any] = {"tasks": len(tasks), "samples": len(trajs), "successes": len(wins), "solved_tasks": solved}
-        by_role = {r: {"examples": n_own[r], "replayed": n_all[r] - n_own[r], "train_loss": stats[r].get("loss"),
-                       "train_seconds": stats[r].get("seconds"), "curve": stats[r].get("curve"),
-                       "trained_remotely": stats[r].get("trained_in_pid", os.getpid()) != os.getpid(),
-                       **({"verdicts": verdicts[r]} if r in verdicts else {})} for r in per_role}
+        info: dict[str, Any] = {
+            "tasks": len(tasks),
+            "samples": len(trajs),
+            "successes": len(wins),
+            "solved_tasks": solved,
+        }
+        by_role = {
+            r: {
+                "examples": n_own[r],
+                "replayed": n_all[r] - n_own[r],
+                "train_loss": stats[r].get("loss"),
+                "train_seconds": stats[r].get("seconds"),
+                "curve": stats[r].get("curve"),
+                "trained_remotely": stats[r].get("trained_in_pid", os.getpid()) != os.getpid(),
+                **({"verdicts": verdicts[r]} if r in verdicts else {}),
+            }
+            for r in per_role
+        }
         if len(by_role) == 1 and p.roles is None:  # the single-role shape, as before roles existed
             info.update(next(iter(by_role.values())))
         else:
             info["roles"] = by_role
-        why = "; ".join(f"{'' if p.roles is None else role + ': '}LoRA r={p.r} trained on {n_own[role]} "
-                        f"{'right verdicts' if role in verdicts else 'successful turns'} + "
-                        f"{n_all[role] - n_own[role]} replayed demos" for role in per_role)
+        why = "; ".join(
+            f"{'' if p.roles is None else role + ': '}LoRA r={p.r} trained on {n_own[role]} "
+            f"{'right verdicts' if role in verdicts else 'successful turns'} + "
+            f"{n_all[role] - n_own[role]} replayed demos"
+            for role in per_role
+        )
         why += f" ({len(wins)}/{len(trajs)} samples at T={p.temperature:g} on {len(tasks)} tasks)"
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]
 
 
-def fit_adapter(base: str, init: str | None, examples: list, *, r: int, alpha: float, lr: float, epochs: float,
-                batch_size: int, seed: int, device: Any = None, dtype: Any = None,
-                gradient_checkpointing: bool = False, precision: str = "auto") -> tuple[bytes, dict]:
+def fit_adapter(
+    base: str,
+    init: str | None,
+    examples: list,
+    *,
+    r: int,
+    alpha: float,
+    lr: float,
+    epochs: float,
+    batch_size: int,
+    seed: int,
+    device: Any = None,
+    dtype: Any = None,
+    gradient_checkpointing: bool = False,
+    precision: str = "auto",
+) -> tuple[bytes, dict]:
     """Train a LoRA adapter on the base weights in the file ``base`` (continued from the adapter in
     ``init``): (the adapter file's bytes, the training stats). Pure: paths in, bytes out, so it runs
     in this process or in a Ray task where the GPUs are (``runner.params.train``). ``precision``:
@@ -134,8 +186,19 @@ def fit_adapter(base: str, init: str | None, examples: list, *, r: int, alpha: f
 
     model, tok, cfg = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
     precision = resolve_precision(precision, next(model.parameters()).device, tiny=cfg is not None)
-    adapter = train_lora(model, examples, r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
-                         seed=seed, init=init, pad_id=tok.pad_id, precision=precision)
+    adapter = train_lora(
+        model,
+        examples,
+        r=r,
+        alpha=alpha,
+        lr=lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        init=init,
+        pad_id=tok.pad_id,
+        precision=precision,
+    )
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "adapter.safetensors"
         adapter.save(path)
@@ -144,9 +207,20 @@ def fit_adapter(base: str, init: str | None, examples: list, *, r: int, alpha: f
         return path.read_bytes(), {**dict(getattr(adapter, "stats", {}) or {}), "trained_in_pid": os.getpid()}
 
 
-def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ctx: OperatorContext, *, r: int,
-                        alpha: float, lr: float, epochs: float, batch_size: int, replay: float
-                        ) -> tuple[System, dict, int]:
+def train_adapter_child(
+    parent: System,
+    spec: Any,
+    role: str,
+    examples: list,
+    ctx: OperatorContext,
+    *,
+    r: int,
+    alpha: float,
+    lr: float,
+    epochs: float,
+    batch_size: int,
+    replay: float,
+) -> tuple[System, dict, int]:
     """Train a LoRA adapter on ``examples`` ((prompt ids, target ids) pairs), with ``replay`` of the
     cold-start demos mixed back in, continued from the parent's adapter; store it and return (the
     child "parent base + new adapter", the training stats, how many examples were trained on). The
@@ -158,14 +232,25 @@ def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ct
     if demos:
         examples = examples + ctx.rng.sample(demos, min(len(demos), round(replay * len(demos))))
     init = str(ctx.artifacts.path(spec.adapter)) if spec.adapter is not None else None
-    kw = dict(r=r, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size, seed=ctx.rng.randrange(2**31),
-              device=spec.params.get("device"), dtype=spec.params.get("dtype"),
-              gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
-              precision=str(spec.params.get("precision", "auto")))
+    kw = dict(
+        r=r,
+        alpha=alpha,
+        lr=lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=ctx.rng.randrange(2**31),
+        device=spec.params.get("device"),
+        dtype=spec.params.get("dtype"),
+        gradient_checkpointing=bool(spec.params.get("gradient_checkpointing")),
+        precision=str(spec.params.get("precision", "auto")),
+    )
     remote = ctx.extra.get("remote")
     base = str(ctx.artifacts.path(spec.base))
-    data, stats = (remote(fit_adapter, base, init, examples, **kw) if remote is not None
-                   else fit_adapter(base, init, examples, **kw))
+    data, stats = (
+        remote(fit_adapter, base, init, examples, **kw)
+        if remote is not None
+        else fit_adapter(base, init, examples, **kw)
+    )
     path = ctx.workdir / "adapter.safetensors"
     path.write_bytes(data)
     ref = ctx.artifacts.put_file(path, "adapter")
@@ -175,12 +260,16 @@ def train_adapter_child(parent: System, spec: Any, role: str, examples: list, ct
 
 def rejected_turns(steps: Sequence[Any]) -> set[int]:
     """Indices of the LLM calls in ``steps`` whose next step is a tool call that failed."""
-    return {i for i, s in enumerate(steps[:-1])
-            if isinstance(s, LLMCall) and isinstance(steps[i + 1], ToolCall) and steps[i + 1].error}
+    return {
+        i
+        for i, s in enumerate(steps[:-1])
+        if isinstance(s, LLMCall) and isinstance(steps[i + 1], ToolCall) and steps[i + 1].error
+    }
 
 
-def success_turns(trajs: list[Trajectory], role: str = "policy", turns: str = "final",
-                  dedupe: bool = True) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+def success_turns(
+    trajs: list[Trajectory], role: str = "policy", turns: str = "final", dedupe: bool = True
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(prompt ids, sampled ids) of the turns of ``role`` in ``trajs`` (pass successful ones) to learn.
 
     ``turns: final`` keeps only the last turn of the role, and only when the tool call right after

@@ -29,18 +29,22 @@ def local_model(session: Session, role: str, mc: Any) -> ModelSpec:
     if ckpt is not None:  # a pretrained checkpoint, with or without a cold start on it
         return _pretrained(session, role, mc, ckpt, params)
     if mc.cold_start is not None and "weights" in mc.params:
-        raise ConfigError(f"models.{role}: cold_start with params.weights trains a LoRA adapter on a "
-                          f"pretrained checkpoint, and {mc.params['weights']!r} is not a checkpoint directory "
-                          "or cached Hub id; drop params.weights to cold-start a tiny model")
+        raise ConfigError(
+            f"models.{role}: cold_start with params.weights trains a LoRA adapter on a "
+            f"pretrained checkpoint, and {mc.params['weights']!r} is not a checkpoint directory "
+            "or cached Hub id; drop params.weights to cold-start a tiny model"
+        )
     if mc.cold_start is not None:
         path = cold_start_weights(session, role, mc)
     else:  # ready-made tiny base weights (evolve.policy.weights.save_base), relative to the task file
         path = Path(str(mc.params["weights"])).expanduser()
         path = path if path.is_absolute() else session.base_dir / path
         if not path.is_file():
-            raise ConfigError(f"models.{role}.params.weights: no file or checkpoint directory {path}; give "
-                              "a Hugging Face checkpoint directory (or a Hub id in the local cache), a "
-                              "file written by evolve.policy.weights.save_base, or use cold_start")
+            raise ConfigError(
+                f"models.{role}.params.weights: no file or checkpoint directory {path}; give "
+                "a Hugging Face checkpoint directory (or a Hub id in the local cache), a "
+                "file written by evolve.policy.weights.save_base, or use cold_start"
+            )
     base = archive.artifacts.put_file(path, "base_weights")
     demos = path.parent / "sft_examples.json"
     if demos.exists():

@@ -70,9 +70,7 @@ class CharTokenizer:
         """The text of one token ('' for specials)."""
         return self.decode((token_id,))
 
-    def render_chat(
-        self, messages: Sequence[Message | dict], add_generation_prompt: bool = True
-    ) -> list[int]:
+    def render_chat(self, messages: Sequence[Message | dict], add_generation_prompt: bool = True) -> list[int]:
         """``BOS`` then, per message, ``[ROLE] content EOS``; finally ``[ASSISTANT]`` if asked.
 
         The rendering is prefix-stable: the rendering of the first ``k`` messages with the
@@ -166,7 +164,9 @@ class TinyConfig(BaseModel):
         return cfg
 
 
-def build_model(cfg: TinyConfig | None = None, seed: int = 0, tokenizer: CharTokenizer | None = None) -> LlamaForCausalLM:
+def build_model(
+    cfg: TinyConfig | None = None, seed: int = 0, tokenizer: CharTokenizer | None = None
+) -> LlamaForCausalLM:
     """A freshly initialised ``LlamaForCausalLM`` (float32, eval mode) for ``cfg``.
 
     Deterministic given ``seed``; the global torch RNG is left as it was.

@@ -8,7 +8,10 @@ import warnings
 
 from evolve.policy.from_traces import FromTraces
 
-warnings.warn("evolve.policy.traces is deprecated: import FromTraces from evolve.policy.from_traces",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.policy.traces is deprecated: import FromTraces from evolve.policy.from_traces",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["FromTraces"]

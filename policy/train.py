@@ -38,8 +38,10 @@ def lora_targets(model: Any) -> list[str]:
     tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
     out = [t for t in LORA_TARGETS if t in names and not (tied and t == "lm_head")]
     if not out:
-        raise ValueError(f"{type(model).__name__} has none of the LoRA target modules {list(LORA_TARGETS)}; "
-                         "pass target_modules with the names of its linear layers")
+        raise ValueError(
+            f"{type(model).__name__} has none of the LoRA target modules {list(LORA_TARGETS)}; "
+            "pass target_modules with the names of its linear layers"
+        )
     return out
 
 
@@ -94,7 +96,7 @@ def examples_from_trajectory(traj: Trajectory | Iterable[Any], role: str | None 
 def truncated_sequence(ex: Example, max_len: int) -> tuple[list[int], int]:
     """prompt + completion cut to ``max_len`` (prompt trimmed from the left) and the prompt length."""
     p, c = list(ex.prompt_ids), list(ex.completion_ids)
-    c = c[:max_len - 1] if len(c) >= max_len else c
+    c = c[: max_len - 1] if len(c) >= max_len else c
     room = max_len - len(c)
     p = p[-room:] if room > 0 else []
     if not p:  # nothing to predict the first token from: drop it from the targets
@@ -108,8 +110,8 @@ def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[li
     rng.shuffle(idx)
     chunk, out = batch_size * 16, []
     for c in range(0, len(idx), chunk):
-        part = sorted(idx[c:c + chunk], key=lambda i: lengths[i])
-        out += [part[j:j + batch_size] for j in range(0, len(part), batch_size)]
+        part = sorted(idx[c : c + chunk], key=lambda i: lengths[i])
+        out += [part[j : j + batch_size] for j in range(0, len(part), batch_size)]
     rng.shuffle(out)
     return out
 
@@ -170,7 +172,7 @@ def completion_loss(model: Any, examples: Sequence[ExampleLike], *, batch_size: 
     model.eval()
     with torch.inference_mode():
         for i in range(0, len(exs), batch_size):
-            x, y = collate([truncated_sequence(e, max_len) for e in exs[i:i + batch_size]], pad_id)
+            x, y = collate([truncated_sequence(e, max_len) for e in exs[i : i + batch_size]], pad_id)
             x, y = x.to(device), y.to(device)
             logits, targets = target_logits(model, x, y)
             total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
@@ -241,7 +243,9 @@ def train(
     no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=(0.9, 0.98), eps=1e-8,
+        lr=lr,
+        betas=(0.9, 0.98),
+        eps=1e-8,
     )
 
     def lr_at(step: int) -> float:
@@ -304,8 +308,14 @@ def train(
                 curve.append({"step": step, "loss": round(recent, 5)})
                 if log:
                     dt = time.perf_counter() - t0 - eval_time[0]
-                    log({"step": step, "loss": recent, "lr": sched.get_last_lr()[0],
-                         "tokens_per_sec": tokens / max(dt, 1e-9)})
+                    log(
+                        {
+                            "step": step,
+                            "loss": recent,
+                            "lr": sched.get_last_lr()[0],
+                            "tokens_per_sec": tokens / max(dt, 1e-9),
+                        }
+                    )
             if eval_fn is not None and eval_every and step % eval_every == 0 and step < total:
                 evaluate(step)
         if eval_fn is not None:
@@ -316,12 +326,22 @@ def train(
                 p.copy_(best["state"][n])
     model.eval()
     dt = time.perf_counter() - t0
-    tail = losses[-max(1, min(10, len(losses))):]
-    return {"steps": step, "epochs": step / per_epoch, "loss": sum(tail) / len(tail), "first_loss": losses[0],
-            "tokens": tokens, "seconds": dt, "eval_seconds": eval_time[0],
-            "tokens_per_sec": tokens / max(dt - eval_time[0], 1e-9),
-            "best_score": best["score"], "best_step": best["step"], "evals": evals, "curve": curve,
-            "precision": "bf16" if mixed.enabled else "fp32"}
+    tail = losses[-max(1, min(10, len(losses))) :]
+    return {
+        "steps": step,
+        "epochs": step / per_epoch,
+        "loss": sum(tail) / len(tail),
+        "first_loss": losses[0],
+        "tokens": tokens,
+        "seconds": dt,
+        "eval_seconds": eval_time[0],
+        "tokens_per_sec": tokens / max(dt - eval_time[0], 1e-9),
+        "best_score": best["score"],
+        "best_step": best["step"],
+        "evals": evals,
+        "curve": curve,
+        "precision": "bf16" if mixed.enabled else "fp32",
+    }
 
 
 def bare_copy(model: Any) -> Any:
@@ -372,10 +392,17 @@ def train_lora(
     from evolve.policy.weights import Adapter, adapter_from_model, read_adapter
 
     start = None if init is None else (init if isinstance(init, Adapter) else read_adapter(init))
-    config = start.lora_config() if start is not None else LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout,  # type: ignore[arg-type]  # peft says int; a float alpha scales as well
-        target_modules=list(target_modules or lora_targets(base_model)),
-        bias="none")
+    config = (
+        start.lora_config()
+        if start is not None
+        else LoraConfig(
+            r=r,
+            lora_alpha=alpha,  # type: ignore[arg-type]  # peft says int; a float alpha scales as well
+            lora_dropout=dropout,
+            target_modules=list(target_modules or lora_targets(base_model)),
+            bias="none",
+        )
+    )
     base = bare_copy(base_model)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation noise from inside peft
@@ -389,5 +416,17 @@ def train_lora(
     return adapter
 
 
-__all__ = ["Example", "LORA_TARGETS", "as_example", "bare_copy", "completion_loss", "examples_from_chat",
-           "examples_from_trajectory", "head_logits", "split_head", "target_logits", "train", "train_lora"]
+__all__ = [
+    "Example",
+    "LORA_TARGETS",
+    "as_example",
+    "bare_copy",
+    "completion_loss",
+    "examples_from_chat",
+    "examples_from_trajectory",
+    "head_logits",
+    "split_head",
+    "target_logits",
+    "train",
+    "train_lora",
+]

@@ -36,8 +36,17 @@ BASE_FORMAT = "evolvekit.base/1"
 ADAPTER_FORMAT = "evolvekit.lora/1"
 # LoRA settings kept in the artifact (the rest of peft's LoraConfig is left at its defaults)
 LORA_FIELDS = (
-    "r", "lora_alpha", "lora_dropout", "target_modules", "bias", "use_rslora",
-    "rank_pattern", "alpha_pattern", "use_dora", "fan_in_fan_out", "layers_to_transform",
+    "r",
+    "lora_alpha",
+    "lora_dropout",
+    "target_modules",
+    "bias",
+    "use_rslora",
+    "rank_pattern",
+    "alpha_pattern",
+    "use_dora",
+    "fan_in_fan_out",
+    "layers_to_transform",
 )
 
 
@@ -105,7 +114,7 @@ def _base_state(model: Any) -> dict[str, torch.Tensor]:
         if "lora_" in k:
             continue
         if k.startswith("base_model.model."):
-            k = k[len("base_model.model."):]
+            k = k[len("base_model.model.") :]
         out[k.replace(".base_layer.", ".")] = v
     return out
 
@@ -118,8 +127,13 @@ def save_base(model: Any, tok: CharTokenizer, cfg: TinyConfig, path: PathLike, *
     state = _base_state(model)
     if cfg.tie_embeddings:
         state.pop("lm_head.weight", None)
-    meta = {"format": BASE_FORMAT, "tiny_config": cfg.model_dump(mode="json"), "tokenizer": tok.to_dict(),
-            "vocab_size": int(model.config.vocab_size), "info": info or {}}
+    meta = {
+        "format": BASE_FORMAT,
+        "tiny_config": cfg.model_dump(mode="json"),
+        "tokenizer": tok.to_dict(),
+        "vocab_size": int(model.config.vocab_size),
+        "info": info or {},
+    }
     return _write(state, meta, path)
 
 
@@ -162,8 +176,9 @@ def _stored_tokenizer(path: str) -> Any:
         return None
 
 
-def load_base(path: PathLike, *, device: str | None = None, dtype: str | None = None,
-              gradient_checkpointing: bool = False) -> tuple[Any, Any, TinyConfig | None]:
+def load_base(
+    path: PathLike, *, device: str | None = None, dtype: str | None = None, gradient_checkpointing: bool = False
+) -> tuple[Any, Any, TinyConfig | None]:
     """Load ``(model, tokenizer, cfg)`` saved by :func:`save_base`; the model is in eval mode.
 
     ``path`` may also be the manifest of a pretrained checkpoint (:mod:`evolve.policy.hf`): then
@@ -194,8 +209,10 @@ def checkpoint_activations(model: Any) -> Any:
     with the number of layers. Sampling (eval mode) is unaffected, and so are the gradients.
     Non-reentrant checkpointing, so LoRA training needs no ``enable_input_require_grads``."""
     if not getattr(model, "supports_gradient_checkpointing", False):
-        raise ValueError(f"{type(model).__name__} does not support gradient checkpointing; "
-                         "remove gradient_checkpointing from the model's params")
+        raise ValueError(
+            f"{type(model).__name__} does not support gradient checkpointing; "
+            "remove gradient_checkpointing from the model's params"
+        )
     kwargs = {"use_reentrant": False}
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name for it
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
@@ -303,6 +320,16 @@ def load_adapter(model: Any, path: PathLike, adapter_name: str = "default", *, a
 
 
 __all__ = [
-    "Adapter", "adapter_from_model", "attach_adapter", "checkpoint_activations", "file_sha256", "load_adapter", "load_base",
-    "lora_config_dict", "read_adapter", "read_base_meta", "save_adapter", "save_base",
+    "Adapter",
+    "adapter_from_model",
+    "attach_adapter",
+    "checkpoint_activations",
+    "file_sha256",
+    "load_adapter",
+    "load_base",
+    "lora_config_dict",
+    "read_adapter",
+    "read_base_meta",
+    "save_adapter",
+    "save_base",
 ]

@@ -46,9 +46,11 @@ class LLMSource:
         if spec is None:
             spec = parent.models.get(self.role)
             if spec is None:
-                raise ConfigError(f"operator {self.op_name!r}: the parent system has no model role {self.role!r} "
-                                  f"(it has {sorted(parent.models)}); set the operator's 'role' to one of them, or "
-                                  f"give it a 'model': {{backend, name, params}}")
+                raise ConfigError(
+                    f"operator {self.op_name!r}: the parent system has no model role {self.role!r} "
+                    f"(it has {sorted(parent.models)}); set the operator's 'role' to one of them, or "
+                    f"give it a 'model': {{backend, name, params}}"
+                )
         if self._cache is None:
             self._cache = LLMCache(ctx.artifacts, max_size=2)
         return self._cache.get(spec), spec
@@ -59,8 +61,15 @@ class OperatorLog:
 
     def __init__(self, op_name: str, parent: System, ctx: OperatorContext) -> None:
         self.path = Path(ctx.workdir) / f"{op_name}.json"
-        self.data: dict[str, Any] = {"operator": op_name, "generation": ctx.generation, "parent": parent.id,
-                                     "notes": [], "calls": [], "rejected": [], "children": []}
+        self.data: dict[str, Any] = {
+            "operator": op_name,
+            "generation": ctx.generation,
+            "parent": parent.id,
+            "notes": [],
+            "calls": [],
+            "rejected": [],
+            "children": [],
+        }
         self.tokens = 0
         self._say = ctx.log
         self._ctx = ctx
@@ -79,15 +88,27 @@ class OperatorLog:
     def child(self, system: System, rationale: str, **extra: Any) -> None:
         self.data["children"].append({"system": system.id, "rationale": rationale, **extra})
 
-    def ask(self, llm: Any, purpose: str, messages: Sequence[Message], *, seed: int, temperature: float | None,
-            max_tokens: int | None) -> str | None:
+    def ask(
+        self,
+        llm: Any,
+        purpose: str,
+        messages: Sequence[Message],
+        *,
+        seed: int,
+        temperature: float | None,
+        max_tokens: int | None,
+    ) -> str | None:
         """Ask ``llm``; return its text, or ``None`` (recorded as a rejection) when the call fails."""
-        entry: dict[str, Any] = {"purpose": purpose, "seed": seed,
-                                 "messages": [{"role": m.role, "content": m.content} for m in messages]}
+        entry: dict[str, Any] = {
+            "purpose": purpose,
+            "seed": seed,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+        }
         self.data["calls"].append(entry)
         try:  # counted against the run's budget; a spent one stops the run here, before the call
-            out = ChargedLLM(llm, self._ctx).complete(list(messages), temperature=temperature, max_tokens=max_tokens,
-                                                      seed=seed)
+            out = ChargedLLM(llm, self._ctx).complete(
+                list(messages), temperature=temperature, max_tokens=max_tokens, seed=seed
+            )
         except BudgetExhausted:
             raise
         except Exception as e:  # noqa: BLE001 - a failing model is recorded, never fatal
@@ -104,8 +125,10 @@ class OperatorLog:
         self.path.write_text(json.dumps(self.data, indent=1, ensure_ascii=False, default=str))
 
     def summary(self) -> str:
-        return (f"{len(self.data['calls'])} model calls, {len(self.data['rejected'])} rejected, "
-                f"{len(self.data['children'])} children")
+        return (
+            f"{len(self.data['calls'])} model calls, {len(self.data['rejected'])} rejected, "
+            f"{len(self.data['children'])} children"
+        )
 
 
 _TAG = re.compile(r"[A-Za-z0-9_+-]*")
@@ -122,7 +145,7 @@ def fenced(text: str) -> tuple[str | None, str]:
     end = text.rfind("```")
     if end == start:
         return None, "the ``` fenced block is never closed"
-    body = text[start + 3:end]
+    body = text[start + 3 : end]
     first, nl, rest = body.partition("\n")
     if nl and _TAG.fullmatch(first.strip()):
         body = rest

@@ -77,8 +77,13 @@ class CountingLLM:
 
     def totals(self) -> dict[str, Any]:
         with self._lock:
-            return {"llm_calls": self.calls, "llm_errors": self.errors, "prompt_tokens": self.prompt_tokens,
-                    "completion_tokens": self.completion_tokens, "cost": round(self.cost, 6)}
+            return {
+                "llm_calls": self.calls,
+                "llm_errors": self.errors,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "cost": round(self.cost, 6),
+            }
 
 
 class TaskMetric:
@@ -104,8 +109,9 @@ class TaskMetric:
         assert reward is not None  # score() attaches one, whatever the reward function did
         return reward
 
-    def __call__(self, example: Any, pred: Any, trace: Any = None, pred_name: Any = None,
-                 pred_trace: Any = None) -> Any:
+    def __call__(
+        self, example: Any, pred: Any, trace: Any = None, pred_name: Any = None, pred_trace: Any = None
+    ) -> Any:
         with self._lock:
             self.calls += 1
         r = self.reward(example, pred)
@@ -121,10 +127,13 @@ def to_examples(tasks: Sequence[dict], inputs: Sequence[str] | dict[str, str]) -
     pairs = list(inputs.items()) if isinstance(inputs, dict) else [(k, k) for k in inputs]
     clash = sorted(arg for arg, key in pairs if arg != key and any(arg in t for t in tasks))
     if clash:
-        raise ConfigError(f"workflow.dspy.inputs: the program's input(s) {clash} are also task keys with other "
-                          "values; rename the program's inputs")
-    return [dspy.Example(**{**t, **{arg: t[key] for arg, key in pairs}}).with_inputs(*[a for a, _ in pairs])
-            for t in tasks]
+        raise ConfigError(
+            f"workflow.dspy.inputs: the program's input(s) {clash} are also task keys with other "
+            "values; rename the program's inputs"
+        )
+    return [
+        dspy.Example(**{**t, **{arg: t[key] for arg, key in pairs}}).with_inputs(*[a for a, _ in pairs]) for t in tasks
+    ]
 
 
 def _clamp(x: float, lo: int, hi: int) -> int:
@@ -144,14 +153,24 @@ def plan(optimizer: str, budget: int | None, *, n_predictors: int, n_train: int,
         raise UserError(f"--budget must be at least 1 LLM call; got {budget}")
     if optimizer == "bootstrap":  # one attempt per training example, stopping at 4 successful traces
         t = _clamp(budget // c, 1, n_train)
-        return {"train": t, "max_bootstrapped_demos": 4, "max_labeled_demos": 4, "max_rounds": 1,
-                "estimated_llm_calls": t * c}
+        return {
+            "train": t,
+            "max_bootstrapped_demos": 4,
+            "max_labeled_demos": 4,
+            "max_rounds": 1,
+            "estimated_llm_calls": t * c,
+        }
     if optimizer == "gepa":  # an iteration: 2 x 3 program runs on a minibatch, 1 reflection call
         runs = 6 * budget // (6 * c + 1)
         v = _clamp(runs // 3, 1, n_val)  # GEPA's first step scores the whole valset
         calls = max(runs, v + 1)
-        return {"max_metric_calls": calls, "reflection_minibatch_size": 3, "train": n_train, "val": v,
-                "estimated_llm_calls": calls * c + calls // 6}
+        return {
+            "max_metric_calls": calls,
+            "reflection_minibatch_size": 3,
+            "train": n_train,
+            "val": v,
+            "estimated_llm_calls": calls * c + calls // 6,
+        }
     # MIPROv2 with auto=None: n demo sets (n - 2 bootstrapped over the trainset), n instructions per
     # predictor (+ program/data description calls), an initial and a final full eval of the valset,
     # then trials on minibatches (a full eval every 5 trials).
@@ -163,36 +182,75 @@ def plan(optimizer: str, budget: int | None, *, n_predictors: int, n_train: int,
     fixed = c * (n - 2) * t + (n + 1) * c + t // 10 + 2 + 2 * c * v
     per_trial = c * m + (c * v / 5 if minibatch else 0)
     trials = max(1, int((budget - fixed) // per_trial))
-    return {"num_candidates": n, "num_trials": trials, "minibatch": minibatch, "minibatch_size": m,
-            "max_bootstrapped_demos": 4, "max_labeled_demos": 4, "train": t, "val": v,
-            "estimated_llm_calls": int(fixed + trials * per_trial)}
+    return {
+        "num_candidates": n,
+        "num_trials": trials,
+        "minibatch": minibatch,
+        "minibatch_size": m,
+        "max_bootstrapped_demos": 4,
+        "max_labeled_demos": 4,
+        "train": t,
+        "val": v,
+        "estimated_llm_calls": int(fixed + trials * per_trial),
+    }
 
 
-def compile_program(optimizer: str, student: Any, knobs: dict[str, Any], metric: TaskMetric, lm: Any,
-                    trainset: list, valset: list, *, seed: int = 0, threads: int = 4,
-                    threshold: float | None = None) -> Any:
+def compile_program(
+    optimizer: str,
+    student: Any,
+    knobs: dict[str, Any],
+    metric: TaskMetric,
+    lm: Any,
+    trainset: list,
+    valset: list,
+    *,
+    seed: int = 0,
+    threads: int = 4,
+    threshold: float | None = None,
+) -> Any:
     """Run one DSPy optimiser with ``knobs`` (from :func:`plan`) under the current ``dspy.context``."""
     dspy = import_dspy()
     train, val = trainset[: knobs["train"]], valset[: knobs.get("val", len(valset))]
     if optimizer == "bootstrap":
-        opt = dspy.BootstrapFewShot(metric=metric, metric_threshold=threshold,
-                                    max_bootstrapped_demos=knobs["max_bootstrapped_demos"],
-                                    max_labeled_demos=knobs["max_labeled_demos"], max_rounds=knobs["max_rounds"])
+        opt = dspy.BootstrapFewShot(
+            metric=metric,
+            metric_threshold=threshold,
+            max_bootstrapped_demos=knobs["max_bootstrapped_demos"],
+            max_labeled_demos=knobs["max_labeled_demos"],
+            max_rounds=knobs["max_rounds"],
+        )
         return opt.compile(student, trainset=train)
     if optimizer == "mipro":
         try:
             import optuna  # noqa: F401 - MIPROv2 searches with it
         except ImportError:
-            raise MissingDependency("dspy.MIPROv2 needs the Python package 'optuna'; install it with: "
-                                    "pip install 'evolvekit[prompts]'") from None
+            raise MissingDependency(
+                "dspy.MIPROv2 needs the Python package 'optuna'; install it with: pip install 'evolvekit[prompts]'"
+            ) from None
         auto = knobs.get("auto")
-        opt = dspy.MIPROv2(metric=metric, prompt_model=lm, task_model=lm, auto=auto,
-                           num_candidates=None if auto else knobs["num_candidates"], num_threads=threads, seed=seed,
-                           max_bootstrapped_demos=knobs.get("max_bootstrapped_demos", 4),
-                           max_labeled_demos=knobs.get("max_labeled_demos", 4), metric_threshold=threshold,
-                           verbose=False, track_stats=False)
-        extra = {} if auto else {"num_trials": knobs["num_trials"], "minibatch": knobs["minibatch"],
-                                 "minibatch_size": knobs["minibatch_size"]}
+        opt = dspy.MIPROv2(
+            metric=metric,
+            prompt_model=lm,
+            task_model=lm,
+            auto=auto,
+            num_candidates=None if auto else knobs["num_candidates"],
+            num_threads=threads,
+            seed=seed,
+            max_bootstrapped_demos=knobs.get("max_bootstrapped_demos", 4),
+            max_labeled_demos=knobs.get("max_labeled_demos", 4),
+            metric_threshold=threshold,
+            verbose=False,
+            track_stats=False,
+        )
+        extra = (
+            {}
+            if auto
+            else {
+                "num_trials": knobs["num_trials"],
+                "minibatch": knobs["minibatch"],
+                "minibatch_size": knobs["minibatch_size"],
+            }
+        )
         return opt.compile(student, trainset=train, valset=val, seed=seed, **extra)
     if optimizer == "gepa":
         from dspy.teleprompt.gepa import InstructionProposer
@@ -201,10 +259,16 @@ def compile_program(optimizer: str, student: Any, knobs: dict[str, Any], metric:
         # GEPA's own proposer, through the ChatAdapter: its default JSONAdapter asks for a response_format,
         # which the loopback server (evolve serve) refuses
         proposer = InstructionProposer(adapter=make_adapter("chat"))
-        opt = dspy.GEPA(metric=metric, reflection_lm=lm.copy(temperature=1.0), num_threads=threads, seed=seed,
-                        instruction_proposer=proposer,
-                        reflection_minibatch_size=knobs.get("reflection_minibatch_size", 3), track_stats=False,
-                        **budget)
+        opt = dspy.GEPA(
+            metric=metric,
+            reflection_lm=lm.copy(temperature=1.0),
+            num_threads=threads,
+            seed=seed,
+            instruction_proposer=proposer,
+            reflection_minibatch_size=knobs.get("reflection_minibatch_size", 3),
+            track_stats=False,
+            **budget,
+        )
         return opt.compile(student, trainset=train, valset=val)
     raise UserError(f"unknown optimizer {optimizer!r}; choose one of {sorted(OPTIMIZERS)}")
 
@@ -248,9 +312,16 @@ def _resume(run_dir: Path, optimizer: str) -> bool:
     return True
 
 
-def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, budget: int | None = None,
-                      overrides: Sequence[str] = (), out: str | Path | None = None, observer: Any = None,
-                      threshold: float | None = None) -> dict[str, Any]:
+def run_dspy_baseline(
+    task_file: str | Path,
+    optimizer: str = "bootstrap",
+    *,
+    budget: int | None = None,
+    overrides: Sequence[str] = (),
+    out: str | Path | None = None,
+    observer: Any = None,
+    threshold: float | None = None,
+) -> dict[str, Any]:
     """Compile the task's DSPy program with a DSPy optimiser and score it like an evolved system;
     returns (and writes to ``RUN_DIR/dspy_baseline.json``) what it cost and what it scored."""
     from evolve._env import quiet_defaults
@@ -283,37 +354,64 @@ def run_dspy_baseline(task_file: str | Path, optimizer: str = "bootstrap", *, bu
         try:
             counter = CountingLLM(worker.llm(baseline, s["role"]))
             server = _served(counter)
-            lm = openai_lm(server.url, model=f"openai/{s['role']}", temperature=params.get("temperature"),
-                           max_tokens=params.get("max_tokens"))
+            lm = openai_lm(
+                server.url,
+                model=f"openai/{s['role']}",
+                temperature=params.get("temperature"),
+                max_tokens=params.get("max_tokens"),
+            )
             with dspy.context(lm=lm, adapter=make_adapter(s["adapter"])):
-                compiled = compile_program(optimizer, student, knobs, metric, lm, to_examples(train, s["inputs"]),
-                                           to_examples(val, s["inputs"]), seed=cfg.seed,
-                                           threads=min(cfg.runner.workers, 16), threshold=threshold)
+                compiled = compile_program(
+                    optimizer,
+                    student,
+                    knobs,
+                    metric,
+                    lm,
+                    to_examples(train, s["inputs"]),
+                    to_examples(val, s["inputs"]),
+                    seed=cfg.seed,
+                    threads=min(cfg.runner.workers, 16),
+                    threshold=threshold,
+                )
         finally:
             if server is not None:
                 server.close()
             worker.close()
         seconds = round(time.monotonic() - t0, 2)
         if counter.errors == counter.calls:  # nothing to compare: say so rather than report a score
-            raise LLMError(f"dspy.{OPTIMIZERS[optimizer]} made {counter.calls} calls to the model and none succeeded"
-                           + (f"; the first failed with {counter.first_error}" if counter.first_error else ""))
+            raise LLMError(
+                f"dspy.{OPTIMIZERS[optimizer]} made {counter.calls} calls to the model and none succeeded"
+                + (f"; the first failed with {counter.first_error}" if counter.first_error else "")
+            )
         components = components_from_program(compiled)
         system = baseline.replace(prompts={**start, **components})
         spent = {**counter.totals(), "metric_calls": metric.calls}
-        session.archive.add_system(system, parents=(baseline.id,), operator=f"dspy.{optimizer}",
-                                  rationale=f"dspy.{OPTIMIZERS[optimizer]} on {knobs['train']} training tasks",
-                                  info={"knobs": knobs, "spent": spent})
+        session.archive.add_system(
+            system,
+            parents=(baseline.id,),
+            operator=f"dspy.{optimizer}",
+            rationale=f"dspy.{OPTIMIZERS[optimizer]} on {knobs['train']} training tasks",
+            info={"knobs": knobs, "spent": spent},
+        )
         session.archive.set_current(system.id, reason=f"dspy {optimizer}")
         split = "test" if session.splits.get("test") else "val"
         before = session.evaluate(baseline, split)
         after = session.evaluate(system, split)
         compiled.save(str(run_dir / "program.json"))
         result = {
-            "task": cfg.name, "seed": cfg.seed, "optimizer": optimizer, "dspy_class": f"dspy.{OPTIMIZERS[optimizer]}",
-            "dspy_version": dspy.__version__, "run_dir": str(run_dir), "role": s["role"],
+            "task": cfg.name,
+            "seed": cfg.seed,
+            "optimizer": optimizer,
+            "dspy_class": f"dspy.{OPTIMIZERS[optimizer]}",
+            "dspy_version": dspy.__version__,
+            "run_dir": str(run_dir),
+            "role": s["role"],
             "model": {"backend": baseline.models[s["role"]].backend, "name": baseline.models[s["role"]].name},
-            "budget": {"llm_calls": budget, "task_budget": budget_given}, "knobs": knobs,
-            "spent": spent, "compile_seconds": seconds, "split": split,
+            "budget": {"llm_calls": budget, "task_budget": budget_given},
+            "knobs": knobs,
+            "spent": spent,
+            "compile_seconds": seconds,
+            "split": split,
             "baseline": {"system_id": baseline.id, "score": before[0], "n": before[1]},
             "compiled": {"system_id": system.id, "score": after[0], "n": after[1], "prompts": components},
             "eval_usage": session.archive.usage(),

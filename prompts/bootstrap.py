@@ -86,8 +86,11 @@ class DemoBootstrap:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         component: str = Field("demos", description="the demos component: '<step>.demos' or 'demos'")
-        call_role: str | None = Field(None, description="role of the LLM call a demo is taken from; default: the "
-                                      "component's step, else the first call of any role")
+        call_role: str | None = Field(
+            None,
+            description="role of the LLM call a demo is taken from; default: the "
+            "component's step, else the first call of any role",
+        )
         threshold: float = Field(1.0, description="a trajectory scoring at least this is a success")
         k_choices: list[int] = Field([0, 2, 4], description="how many demos a child may carry")
         strategies: list[Strategy] = Field(["random", "recent", "diverse"])
@@ -167,8 +170,10 @@ class DemoBootstrap:
             if p.keep_parent_demos:
                 pool = [dict(d) for d in current if is_io_demo(d)]
                 if len(pool) < len(current):
-                    log.note(f"{len(current) - len(pool)} parent demos are not {{input, output}} objects; "
-                             "left out of the pool")
+                    log.note(
+                        f"{len(current) - len(pool)} parent demos are not {{input, output}} objects; "
+                        "left out of the pool"
+                    )
             trajs = list(ctx.trajectories)
             found = self._harvest(trajs, pool, log, "minibatch")
             want = max(p.k_choices)
@@ -181,8 +186,10 @@ class DemoBootstrap:
                     extra = ctx.rollouts(parent, tasks, temperature=p.temperature, tag="bootstrap", logprobs=False)
                     rolled = len(extra)
                     found += self._harvest(list(extra), pool, log, "extra rollout")
-            log.note(f"{found} demo candidates from {len(trajs)} minibatch trajectories and {rolled} extra rollouts; "
-                     f"pool of {len(pool)} (parent carries {len(current)})")
+            log.note(
+                f"{found} demo candidates from {len(trajs)} minibatch trajectories and {rolled} extra rollouts; "
+                f"pool of {len(pool)} (parent carries {len(current)})"
+            )
             combos = sorted({(k, s if k else "none") for k in p.k_choices for s in p.strategies})
             ctx.rng.shuffle(combos)
             taken = [_key(current)]
@@ -203,8 +210,9 @@ class DemoBootstrap:
                 rationale = f"{p.component}: {len(demos)} bootstrapped demos ({strategy}) from a pool of {len(pool)}"
                 info = {"k": k, "strategy": strategy, "demos": len(demos), "pool": len(pool), "rollouts": rolled}
                 log.child(system, rationale, **info)
-                out.append(Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale,
-                                     info=info))
+                out.append(
+                    Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale, info=info)
+                )
             return out
         finally:
             log.write()

@@ -70,23 +70,30 @@ class PromptChoice:
         model_config = ConfigDict(extra="forbid", frozen=True)
         choices: dict[str, list[Any]] = Field(description="prompt component name -> its alternative values")
         children: int = Field(2, ge=1, description="children per proposal")
-        checks: dict[str, str] = Field(default_factory=dict, description="component name -> import path of a "
-                                       "function that raises on an alternative the agent cannot use, run at load "
-                                       "(e.g. evolve.worlds.sql.render:check_template)")
+        checks: dict[str, str] = Field(
+            default_factory=dict,
+            description="component name -> import path of a "
+            "function that raises on an alternative the agent cannot use, run at load "
+            "(e.g. evolve.worlds.sql.render:check_template)",
+        )
 
         @field_validator("choices")
         @classmethod
         def _choices(cls, v: dict[str, list[Any]]) -> dict[str, list[str]]:
             if not v or not any(v.values()):
-                raise ValueError("give at least one component with alternatives, e.g. "
-                                 "{template: ['{schema}\\nq: {question}', '{schema_linked}\\nq: {question}']}")
+                raise ValueError(
+                    "give at least one component with alternatives, e.g. "
+                    "{template: ['{schema}\\nq: {question}', '{schema_linked}\\nq: {question}']}"
+                )
             out: dict[str, list[str]] = {}
             seen: dict[tuple[str, str], str] = {}
             for name, values in v.items():
                 key = parse_name(name)
                 if key in seen:
-                    raise ValueError(f"choices names one component twice: {seen[key]!r} and {name!r}; "
-                                     f"list all its alternatives under one of them")
+                    raise ValueError(
+                        f"choices names one component twice: {seen[key]!r} and {name!r}; "
+                        f"list all its alternatives under one of them"
+                    )
                 seen[key] = name
                 texts = [_text(name, x) for x in values]
                 if len(set(texts)) < len(texts):
@@ -100,8 +107,10 @@ class PromptChoice:
 
             for name, path in self.checks.items():
                 if name not in self.choices:
-                    raise ValueError(f"checks names {name!r}, which has no choices "
-                                     f"(components with choices: {', '.join(self.choices)})")
+                    raise ValueError(
+                        f"checks names {name!r}, which has no choices "
+                        f"(components with choices: {', '.join(self.choices)})"
+                    )
                 check = import_path(path, what=f"prompt_choice checks[{name!r}]")
                 for value in self.choices[name]:
                     if not value:
@@ -150,8 +159,9 @@ class PromptChoice:
                 rationale = f"{name}: alternative {i + 1} of {n}: {clip(value, 80)!r}"
                 info = {"component": name, "alternative": i}
                 log.child(system, rationale, **info)
-                out.append(Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale,
-                                     info=info))
+                out.append(
+                    Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale, info=info)
+                )
             if not out:
                 log.note("every alternative is the parent's value or was judged before")
             return out

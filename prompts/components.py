@@ -70,13 +70,17 @@ def parse_name(name: str) -> tuple[str, str]:
     if not dot:
         step = DEFAULT_STEP
     if not kind or (dot and not step):
-        raise ComponentError(f"prompt component {name!r}: a name is '<step>.<kind>' or '<kind>', "
-                             f"e.g. 'policy.instruction' or 'instruction'")
+        raise ComponentError(
+            f"prompt component {name!r}: a name is '<step>.<kind>' or '<kind>', "
+            f"e.g. 'policy.instruction' or 'instruction'"
+        )
     if kind not in KINDS:
         close = difflib.get_close_matches(kind, KINDS, n=1)
         hint = f"did you mean {step + '.' if dot else ''}{close[0]}? " if close else ""
-        raise ComponentError(f"prompt component {name!r}: unknown kind {kind!r}; {hint}kinds are "
-                             f"{', '.join(KINDS)} (rename the key to '<step>.<kind>', e.g. 'policy.instruction')")
+        raise ComponentError(
+            f"prompt component {name!r}: unknown kind {kind!r}; {hint}kinds are "
+            f"{', '.join(KINDS)} (rename the key to '<step>.<kind>', e.g. 'policy.instruction')"
+        )
     return step, kind
 
 
@@ -110,8 +114,10 @@ def components(x: Prompts) -> dict[str, Component]:
     for name, value in _prompts(x).items():
         step, kind = parse_name(name)
         if (step, kind) in seen:
-            raise ComponentError(f"prompt components {seen[(step, kind)]!r} and {name!r} name the same "
-                                 f"component ({step}.{kind}); keep one of them")
+            raise ComponentError(
+                f"prompt components {seen[(step, kind)]!r} and {name!r} name the same "
+                f"component ({step}.{kind}); keep one of them"
+            )
         seen[(step, kind)] = name
         if not isinstance(value, str):
             raise ComponentError(f"prompt component {name!r} must be text, not {type(value).__name__}")
@@ -137,9 +143,11 @@ def _parse_json(name: str, text: str, shape: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         setter = "set_demos" if name.rpartition(".")[2] == "demos" else "set_mutators"
-        raise ComponentError(f"prompt component {name!r} is not valid JSON ({e.msg} at line {e.lineno} column "
-                             f"{e.colno}); it must be a JSON list of {shape}: write it with {setter}() "
-                             f"or json.dumps") from None
+        raise ComponentError(
+            f"prompt component {name!r} is not valid JSON ({e.msg} at line {e.lineno} column "
+            f"{e.colno}); it must be a JSON list of {shape}: write it with {setter}() "
+            f"or json.dumps"
+        ) from None
 
 
 def _parse_demos(name: str, text: str) -> list[dict[str, Any]]:
@@ -173,8 +181,10 @@ def _parse_mutators(name: str, text: str) -> list[str]:
 def check_mutators(data: Any, name: str = "mutator") -> list[str]:
     """Validate mutation prompts: a list of non-empty strings."""
     if not isinstance(data, list) or not all(isinstance(s, str) and s.strip() for s in data):
-        raise ComponentError(f"prompt component {name!r} must be a JSON list of non-empty strings "
-                             f"(mutation prompts), e.g. [\"Rewrite the instruction more clearly:\"]")
+        raise ComponentError(
+            f"prompt component {name!r} must be a JSON list of non-empty strings "
+            f'(mutation prompts), e.g. ["Rewrite the instruction more clearly:"]'
+        )
     return list(data)
 
 
@@ -189,8 +199,9 @@ def get_text(x: Prompts, kind: str, step: str = DEFAULT_STEP, default: str = "")
 def set_text(x: P, kind: str, value: str, step: str = DEFAULT_STEP) -> P:
     """Set (step, kind) to ``value`` (kept under its existing key, else the canonical one)."""
     if not isinstance(value, str):
-        raise ComponentError(f"prompt component {component_name(kind, step)!r} must be text, "
-                             f"not {type(value).__name__}")
+        raise ComponentError(
+            f"prompt component {component_name(kind, step)!r} must be text, not {type(value).__name__}"
+        )
     key = find(x, kind, step) or component_name(kind, step)
     if kind in JSON_KINDS:
         _validate(Component(step, kind, key, value))
@@ -305,10 +316,14 @@ def diff_prompts(a: Prompts, b: Prompts, *, context: int = 3) -> list[str]:
         la, lb = _lines(name, va), _lines(name, vb)
         if la == lb:  # JSON that differs in spacing only: show the raw text
             la, lb = (va or "").splitlines(), (vb or "").splitlines()
-        diff = difflib.unified_diff(la, lb,
-                                    fromfile=f"a/{name}" if va is not None else "/dev/null",
-                                    tofile=f"b/{name}" if vb is not None else "/dev/null",
-                                    n=context, lineterm="")
+        diff = difflib.unified_diff(
+            la,
+            lb,
+            fromfile=f"a/{name}" if va is not None else "/dev/null",
+            tofile=f"b/{name}" if vb is not None else "/dev/null",
+            n=context,
+            lineterm="",
+        )
         out.append("\n".join(diff))
     return out
 

@@ -70,8 +70,9 @@ class Crossover:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         children: int = Field(1, ge=1)
-        components: list[str] | None = Field(None, description="component names merged (default: all); the others "
-                                             "stay the parent's")
+        components: list[str] | None = Field(
+            None, description="component names merged (default: all); the others stay the parent's"
+        )
 
         @field_validator("components")
         @classmethod
@@ -101,8 +102,9 @@ class Crossover:
     def _propose(self, parent: System, ctx: OperatorContext, log: OperatorLog) -> list[Candidate]:
         raw_pool = (ctx.extra or {}).get("pool")
         if not raw_pool:
-            log.note("no pool of accepted systems in ctx.extra['pool']; crossover needs a second lineage, "
-                     "nothing proposed")
+            log.note(
+                "no pool of accepted systems in ctx.extra['pool']; crossover needs a second lineage, nothing proposed"
+            )
             return []
         entries = []
         for i, raw in enumerate(raw_pool):
@@ -114,8 +116,9 @@ class Crossover:
         pa = self._mergeable(parent.prompts)
         mates = [e for e in entries if e.system.id != parent.id and self._mergeable(e.system.prompts) != pa]
         if not mates:
-            log.note(f"none of the {len(entries)} pool systems has prompts that differ from the parent's; "
-                     "nothing proposed")
+            log.note(
+                f"none of the {len(entries)} pool systems has prompts that differ from the parent's; nothing proposed"
+            )
             return []
         top = max(e.score for e in mates)
         mate = ctx.rng.choice(sorted((e for e in mates if e.score == top), key=lambda e: e.system.id))
@@ -123,12 +126,15 @@ class Crossover:
         differing = sorted(n for n in set(pa) | set(pb) if pa.get(n) != pb.get(n))
         verdict, tasks = better_on_differing(mine.per_task if mine else None, mate.per_task)
         if verdict:
-            basis = (f"per-task scores: the {'parent' if verdict > 0 else 'mate'} scored better on the "
-                     f"{len(tasks)} tasks where they differ")
+            basis = (
+                f"per-task scores: the {'parent' if verdict > 0 else 'mate'} scored better on the "
+                f"{len(tasks)} tasks where they differ"
+            )
         else:
             known = bool(mine and mine.per_task and mate.per_task)
-            basis = "coin flips: " + ("they tie on the tasks where they differ" if known
-                                      else "per-task scores are not known for both")
+            basis = "coin flips: " + (
+                "they tie on the tasks where they differ" if known else "per-task scores are not known for both"
+            )
         choice: dict[str, str] = {}
         for name in differing:
             if (name in pa) != (name in pb):
@@ -137,8 +143,13 @@ class Crossover:
                 choice[name] = "parent" if verdict > 0 else "mate"
             else:
                 choice[name] = "parent" if ctx.rng.random() < 0.5 else "mate"
-        log.note(f"mate {mate.system.id[:8]} (score {mate.score:g}); {len(differing)} components differ; {basis}",
-                 mate=mate.system.id, differing=differing, choice=dict(choice), tasks=tasks[:50])
+        log.note(
+            f"mate {mate.system.id[:8]} (score {mate.score:g}); {len(differing)} components differ; {basis}",
+            mate=mate.system.id,
+            differing=differing,
+            choice=dict(choice),
+            tasks=tasks[:50],
+        )
         flips = list(differing)
         ctx.rng.shuffle(flips)
         plans = [dict(choice)] + [{**choice, n: "mate" if choice[n] == "parent" else "parent"} for n in flips]
@@ -161,11 +172,20 @@ class Crossover:
             seen.append(prompts)
             system = parent.replace(prompts=prompts)
             from_mate = sorted(n for n, s in plan.items() if s == "mate")
-            rationale = (f"crossover with {mate.system.id[:8]}: {', '.join(from_mate)} from the mate, "
-                         f"{', '.join(sorted(n for n, s in plan.items() if s == 'parent')) or 'nothing else'} "
-                         f"from the parent ({basis})")
+            rationale = (
+                f"crossover with {mate.system.id[:8]}: {', '.join(from_mate)} from the mate, "
+                f"{', '.join(sorted(n for n, s in plan.items() if s == 'parent')) or 'nothing else'} "
+                f"from the parent ({basis})"
+            )
             info = {"mate": mate.system.id, "taken": plan, "basis": basis, "differing_tasks": len(tasks)}
             log.child(system, rationale, **info)
-            out.append(Candidate(system=system, parents=(parent.id, mate.system.id), operator=self.name,
-                                 rationale=rationale, info=info))
+            out.append(
+                Candidate(
+                    system=system,
+                    parents=(parent.id, mate.system.id),
+                    operator=self.name,
+                    rationale=rationale,
+                    info=info,
+                )
+            )
         return out

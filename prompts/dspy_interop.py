@@ -58,8 +58,9 @@ def import_dspy() -> Any:
         import_litellm()
         import dspy
     except (ImportError, MissingDependency):
-        raise MissingDependency("DSPy interop needs the Python package 'dspy'; install it with: "
-                                "pip install 'evolvekit[prompts]'") from None
+        raise MissingDependency(
+            "DSPy interop needs the Python package 'dspy'; install it with: pip install 'evolvekit[prompts]'"
+        ) from None
     return dspy
 
 
@@ -91,11 +92,14 @@ def demos_from_json(text: str, signature: Any, where: str = "demos") -> list[Any
     try:
         rows = json.loads(text) if text.strip() else []
     except json.JSONDecodeError as e:
-        raise ValueError(f"prompt component {where!r} is not valid JSON ({e.msg}); it must be a JSON list of "
-                         f"objects with the fields {list(signature.fields)}") from None
+        raise ValueError(
+            f"prompt component {where!r} is not valid JSON ({e.msg}); it must be a JSON list of "
+            f"objects with the fields {list(signature.fields)}"
+        ) from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"prompt component {where!r} must be a JSON list of objects with the fields "
-                         f"{list(signature.fields)}")
+        raise ValueError(
+            f"prompt component {where!r} must be a JSON list of objects with the fields {list(signature.fields)}"
+        )
     inputs = list(signature.input_fields)
     return [dspy.Example(**r).with_inputs(*[k for k in inputs if k in r]) for r in rows]
 
@@ -115,8 +119,10 @@ def apply_components(program: Any, prompts: Mapping[str, str]) -> Any:
             name = key[: -len(suffix)]
             pred = preds.get(name)
             if pred is None:
-                raise KeyError(f"prompt component {key!r} names no predictor of the program; its predictors are "
-                               f"{sorted(preds)} ({did_you_mean(name, sorted(preds))})")
+                raise KeyError(
+                    f"prompt component {key!r} names no predictor of the program; its predictors are "
+                    f"{sorted(preds)} ({did_you_mean(name, sorted(preds))})"
+                )
             if suffix == INSTRUCTION:
                 pred.signature = pred.signature.with_instructions(text)
             else:
@@ -148,8 +154,10 @@ def make_adapter(adapter: Any = "chat") -> Any:
         return dspy.ChatAdapter(use_json_adapter_fallback=False)
     if adapter == "xml":
         return dspy.XMLAdapter()
-    raise ConfigError(f"workflow.dspy.adapter: unknown adapter {adapter!r}; use 'chat' or 'xml' (JSON mode needs "
-                      "response_format, which the rollout gateway does not serve)")
+    raise ConfigError(
+        f"workflow.dspy.adapter: unknown adapter {adapter!r}; use 'chat' or 'xml' (JSON mode needs "
+        "response_format, which the rollout gateway does not serve)"
+    )
 
 
 def openai_lm(api_base: str, api_key: str = "unused", *, model: str = "openai/policy", **kwargs: Any) -> Any:
@@ -172,8 +180,9 @@ def program_inputs(task: Mapping[str, Any], inputs: Sequence[str] | Mapping[str,
     out = {}
     for arg, key in pairs:
         if key not in task:
-            raise KeyError(f"the task has no key {key!r} (the DSPy program's input {arg!r}); "
-                           f"its keys are {sorted(task)}")
+            raise KeyError(
+                f"the task has no key {key!r} (the DSPy program's input {arg!r}); its keys are {sorted(task)}"
+            )
         out[arg] = task[key]
     return out
 
@@ -194,8 +203,15 @@ class DSPyAgent:
     ``role``: the system's model role the program's LM calls go to. ``adapter``: see :func:`make_adapter`.
     """
 
-    def __init__(self, program: Any, *, inputs: Sequence[str] | Mapping[str, str], output: str | None = None,
-                 role: str = "policy", adapter: Any = "chat") -> None:
+    def __init__(
+        self,
+        program: Any,
+        *,
+        inputs: Sequence[str] | Mapping[str, str],
+        output: str | None = None,
+        role: str = "policy",
+        adapter: Any = "chat",
+    ) -> None:
         self._source = program
         self._program: Any = None
         self._lock = threading.Lock()
@@ -214,8 +230,9 @@ class DSPyAgent:
                     self._program = prog
         return self._program
 
-    def initial_prompts(self, workflow: Mapping[str, Any] | None = None,
-                        base_dir: str | Path | None = None) -> dict[str, str]:
+    def initial_prompts(
+        self, workflow: Mapping[str, Any] | None = None, base_dir: str | Path | None = None
+    ) -> dict[str, str]:
         """The starting system's prompt components: the program's own."""
         return components_from_program(self.program)
 
@@ -236,8 +253,14 @@ class DSPyAgent:
         return prediction_output(pred, s["output"])
 
 
-def dspy_agent(program: Any, *, inputs: Sequence[str] | Mapping[str, str], output: str | None = None,
-               role: str = "policy", adapter: Any = "chat") -> DSPyAgent:
+def dspy_agent(
+    program: Any,
+    *,
+    inputs: Sequence[str] | Mapping[str, str],
+    output: str | None = None,
+    role: str = "policy",
+    adapter: Any = "chat",
+) -> DSPyAgent:
     """Wrap a DSPy program (or a factory of one) as an evolvekit agent; see :class:`DSPyAgent`."""
     return DSPyAgent(program, inputs=inputs, output=output, role=role, adapter=adapter)
 
@@ -256,8 +279,10 @@ def agent_for(workflow: Mapping[str, Any], base_dir: str | Path | None = None) -
     spec = dict(workflow.get("dspy") or {})
     path = spec.get("program")
     if not path or "inputs" not in spec:
-        raise ConfigError("the agent evolve.prompts.dspy_interop:agent needs workflow.dspy.program (an import path "
-                          "'pkg.mod:make_program') and workflow.dspy.inputs (task keys passed to the program)")
+        raise ConfigError(
+            "the agent evolve.prompts.dspy_interop:agent needs workflow.dspy.program (an import path "
+            "'pkg.mod:make_program') and workflow.dspy.inputs (task keys passed to the program)"
+        )
     with _AGENTS_LOCK:
         hit = _AGENTS.get(path)
         if hit is None:
@@ -284,10 +309,27 @@ def as_dspy_agent(obj: Any, workflow: Mapping[str, Any], base_dir: str | Path | 
         return obj
     if obj is agent:
         return agent_for(workflow, base_dir)
-    raise ConfigError(f"the task's agent {obj!r} is not a DSPy program; name one made by "
-                      "evolve.prompts.dspy_interop.dspy_agent(...) or evolve.prompts.dspy_interop:agent", path="agent")
+    raise ConfigError(
+        f"the task's agent {obj!r} is not a DSPy program; name one made by "
+        "evolve.prompts.dspy_interop.dspy_agent(...) or evolve.prompts.dspy_interop:agent",
+        path="agent",
+    )
 
 
-__all__ = ["DSPyAgent", "agent", "agent_for", "apply_components", "as_dspy_agent", "components_from_program",
-           "demos_from_json", "dspy_agent", "import_dspy", "make_adapter", "openai_lm", "prediction_output",
-           "program_inputs", "rollout_lm", "write_back"]
+__all__ = [
+    "DSPyAgent",
+    "agent",
+    "agent_for",
+    "apply_components",
+    "as_dspy_agent",
+    "components_from_program",
+    "demos_from_json",
+    "dspy_agent",
+    "import_dspy",
+    "make_adapter",
+    "openai_lm",
+    "prediction_output",
+    "program_inputs",
+    "rollout_lm",
+    "write_back",
+]

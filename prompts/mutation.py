@@ -75,8 +75,10 @@ class PromptMutation:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         component: str = Field("instruction", description="the component rewritten: '<step>.<kind>' or '<kind>'")
-        model: dict[str, Any] | None = Field(None, description="model spec {backend, name, params} of the mutating "
-                                             "LLM; default: the parent's model `role`")
+        model: dict[str, Any] | None = Field(
+            None,
+            description="model spec {backend, name, params} of the mutating LLM; default: the parent's model `role`",
+        )
         role: str = "policy"
         children: int = Field(1, ge=1)
         hyper_rate: float = Field(0.2, ge=0, le=1, description="chance of improving the mutation prompt first")
@@ -94,8 +96,10 @@ class PromptMutation:
         def _text_component(cls, v: str) -> str:
             kind = parse_name(v)[1]
             if kind not in TEXT_KINDS:
-                raise ValueError(f"component {v!r} has kind {kind!r}; prompt_mutation rewrites text kinds only: "
-                                 f"{', '.join(TEXT_KINDS)}")
+                raise ValueError(
+                    f"component {v!r} has kind {kind!r}; prompt_mutation rewrites text kinds only: "
+                    f"{', '.join(TEXT_KINDS)}"
+                )
             return v
 
         @field_validator("mutation_prompts", "thinking_styles", "hyper_prompts")
@@ -139,8 +143,18 @@ class PromptMutation:
         finally:
             log.write()
 
-    def _child(self, i: int, parent: System, ctx: OperatorContext, log: OperatorLog, llm: Any, current: str,
-               mutators: list[str], description: str, seen: set[str]) -> Candidate | None:
+    def _child(
+        self,
+        i: int,
+        parent: System,
+        ctx: OperatorContext,
+        log: OperatorLog,
+        llm: Any,
+        current: str,
+        mutators: list[str],
+        description: str,
+        seen: set[str],
+    ) -> Candidate | None:
         p, step, kind = self.p, self.step, self.kind
         rng = ctx.rng
         # every draw is made up front, so the random stream does not depend on the model's answers
@@ -162,8 +176,13 @@ class PromptMutation:
         else:
             mode, mutation_prompt = "first_order", mutators[j]
             if r_hyper < p.hyper_rate:
-                raw = log.ask(llm, f"child {i}: hyper-mutation", [Message(role="user", content=self._hyper_prompt(
-                    hyper_prompt, mutators[j]))], seed=seed_hyper, **ask)
+                raw = log.ask(
+                    llm,
+                    f"child {i}: hyper-mutation",
+                    [Message(role="user", content=self._hyper_prompt(hyper_prompt, mutators[j]))],
+                    seed=seed_hyper,
+                    **ask,
+                )
                 if raw is not None:
                     new, why = loose_answer(raw)
                     why = why or check_new_text(new or "", mutators[j], p.max_chars)
@@ -188,8 +207,13 @@ class PromptMutation:
         system = set_mutators(set_text(parent, kind, new or "", step), child_mutators, step)
         what = "generated from the task description" if zero else f"mutated by {mutation_prompt!r}"
         rationale = f"{p.component} {what}" + (f"; mutation prompt improved from {hyper['old']!r}" if hyper else "")
-        info = {"mode": mode, "mutation_prompt": mutation_prompt, "thinking_style": None if zero else style,
-                "hyper": hyper, "llm_tokens": log.tokens}
+        info = {
+            "mode": mode,
+            "mutation_prompt": mutation_prompt,
+            "thinking_style": None if zero else style,
+            "hyper": hyper,
+            "llm_tokens": log.tokens,
+        }
         log.child(system, rationale, **info)
         return Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale, info=info)
 
@@ -197,15 +221,21 @@ class PromptMutation:
 
     def _zero_order_prompt(self, description: str) -> str:
         task = description.strip() or "(no task description was given)"
-        return (f"Task description:\n{task}\n\nWrite the {self.kind} an assistant should be given to perform this "
-                f"task well.\n" + _ANSWER.format(what=self.kind))
+        return (
+            f"Task description:\n{task}\n\nWrite the {self.kind} an assistant should be given to perform this "
+            f"task well.\n" + _ANSWER.format(what=self.kind)
+        )
 
     def _mutation_prompt(self, mutation_prompt: str, style: str, current: str, description: str) -> str:
         task = f"The task: {description.strip()}\n\n" if description.strip() else ""
-        return (f"{mutation_prompt}\nThinking style: {style}\n\n{task}Current {self.kind}:\n```\n{current}\n```\n\n"
-                + _ANSWER.format(what=self.kind))
+        return (
+            f"{mutation_prompt}\nThinking style: {style}\n\n{task}Current {self.kind}:\n```\n{current}\n```\n\n"
+            + _ANSWER.format(what=self.kind)
+        )
 
     def _hyper_prompt(self, hyper_prompt: str, mutation_prompt: str) -> str:
-        return (f"{hyper_prompt}\n\nA mutation prompt is given to a language model together with an assistant's "
-                f"{self.kind}, to rewrite that {self.kind} into a better one.\nMutation prompt:\n```\n"
-                f"{mutation_prompt}\n```\n\n" + _ANSWER.format(what="mutation prompt"))
+        return (
+            f"{hyper_prompt}\n\nA mutation prompt is given to a language model together with an assistant's "
+            f"{self.kind}, to rewrite that {self.kind} into a better one.\nMutation prompt:\n```\n"
+            f"{mutation_prompt}\n```\n\n" + _ANSWER.format(what="mutation prompt")
+        )

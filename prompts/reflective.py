@@ -49,19 +49,28 @@ class ReflectiveMutation:
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
-        component: str | list[str] = Field("instruction", description="component(s) rewritten; a list is taken "
-                                           "round-robin by generation")
-        model: dict[str, Any] | None = Field(None, description="model spec {backend, name, params} of the reflection "
-                                             "LLM; default: the parent's model `role`")
+        component: str | list[str] = Field(
+            "instruction", description="component(s) rewritten; a list is taken round-robin by generation"
+        )
+        model: dict[str, Any] | None = Field(
+            None,
+            description="model spec {backend, name, params} of the reflection LLM; default: the parent's model `role`",
+        )
         role: str = "policy"
-        call_role: str | None = Field(None, description="role of the LLM call shown per example; default: the "
-                                      "component's step, else the first call of any role")
+        call_role: str | None = Field(
+            None,
+            description="role of the LLM call shown per example; default: the "
+            "component's step, else the first call of any role",
+        )
         minibatch: int = Field(4, ge=1, description="examples shown to the reflection LLM")
         children: int = Field(1, ge=1)
         threshold: float = Field(1.0, description="a trajectory scoring below this is a failure")
-        traces: bool = Field(False, description="reflect on recorded gateway sessions (the training tasks of an "
-                             "evolve.gateway.dataset:sessions dataset: what was served, its score and its feedback "
-                             "text) instead of the parent's own trajectories")
+        traces: bool = Field(
+            False,
+            description="reflect on recorded gateway sessions (the training tasks of an "
+            "evolve.gateway.dataset:sessions dataset: what was served, its score and its feedback "
+            "text) instead of the parent's own trajectories",
+        )
         skip_perfect: bool = Field(True, description="propose nothing when the minibatch has no failure")
         example_chars: int = Field(1500, ge=50, description="characters shown per input / output / feedback")
         max_chars: int = Field(4000, ge=1, description="longest component text accepted")
@@ -77,8 +86,10 @@ class ReflectiveMutation:
             for name in names:
                 kind = parse_name(name)[1]
                 if kind not in TEXT_KINDS:
-                    raise ValueError(f"component {name!r} has kind {kind!r}; reflective rewrites text kinds only: "
-                                     f"{', '.join(TEXT_KINDS)}")
+                    raise ValueError(
+                        f"component {name!r} has kind {kind!r}; reflective rewrites text kinds only: "
+                        f"{', '.join(TEXT_KINDS)}"
+                    )
             return v
 
     def __init__(self, **params: Any) -> None:
@@ -123,8 +134,17 @@ class ReflectiveMutation:
         finally:
             log.write()
 
-    def _child(self, i: int, name: str, parent: System, trajs: list[Trajectory], ctx: OperatorContext,
-               log: OperatorLog, llm: Any, seen: dict[str, set[str]]) -> Candidate | None:
+    def _child(
+        self,
+        i: int,
+        name: str,
+        parent: System,
+        trajs: list[Trajectory],
+        ctx: OperatorContext,
+        log: OperatorLog,
+        llm: Any,
+        seen: dict[str, set[str]],
+    ) -> Candidate | None:
         p = self.p
         step, kind = parse_name(name)
         current = get_text(parent, kind, step)
@@ -145,14 +165,22 @@ class ReflectiveMutation:
                 continue
             examples.append((t, call))
         if skipped:
-            log.note(f"child {i}: {len(skipped)} trajectories without an LLM call and a user message skipped",
-                     tasks=skipped[:20])
+            log.note(
+                f"child {i}: {len(skipped)} trajectories without an LLM call and a user message skipped",
+                tasks=skipped[:20],
+            )
         if not examples:
             log.reject(f"child {i}: no trajectory has an LLM call with a user message to show")
             return None
         msg = self.reflection_prompt(kind, current, examples)
-        raw = log.ask(llm, f"child {i}: reflect on {name}", [Message(role="user", content=msg)], seed=seed,
-                      temperature=p.temperature, max_tokens=p.max_tokens)
+        raw = log.ask(
+            llm,
+            f"child {i}: reflect on {name}",
+            [Message(role="user", content=msg)],
+            seed=seed,
+            temperature=p.temperature,
+            max_tokens=p.max_tokens,
+        )
         if raw is None:
             return None
         new, why = fenced(raw)
@@ -166,7 +194,9 @@ class ReflectiveMutation:
         system = set_text(parent, kind, new or "", step)
         tasks = [t.task_id for t, _ in examples]
         n_failed = sum(self.failed(t) for t, _ in examples)
-        rationale = f"{name} rewritten after reflecting on {len(examples)} examples ({n_failed} failed) and their feedback"
+        rationale = (
+            f"{name} rewritten after reflecting on {len(examples)} examples ({n_failed} failed) and their feedback"
+        )
         info = {"component": name, "examples": tasks, "failed": n_failed, "llm_tokens": log.tokens}
         log.child(system, rationale, **info)
         return Candidate(system=system, parents=(parent.id,), operator=self.name, rationale=rationale, info=info)
@@ -174,13 +204,20 @@ class ReflectiveMutation:
     def reflection_prompt(self, kind: str, current: str, examples: list[tuple[Trajectory, Any]]) -> str:
         """GEPA's reflection prompt: the component, then inputs, outputs, scores and feedback."""
         n = self.p.example_chars
-        parts = [(f"I gave an assistant the following {kind} to perform a task:\n```\n{current}\n```\n\n"
-                  "Below are examples of task inputs given to the assistant, its responses, the score each "
-                  "response received (1 is best) and feedback on it.\n")]
+        parts = [
+            (
+                f"I gave an assistant the following {kind} to perform a task:\n```\n{current}\n```\n\n"
+                "Below are examples of task inputs given to the assistant, its responses, the score each "
+                "response received (1 is best) and feedback on it.\n"
+            )
+        ]
         for k, (t, call) in enumerate(examples, 1):
             final = show(t.output) if t.output is not None else ""
-            block = [f"### Example {k}", f"Input:\n{clip(first_user(call) or '', n)}",
-                     f"Model output:\n{clip(call.output, n)}"]
+            block = [
+                f"### Example {k}",
+                f"Input:\n{clip(first_user(call) or '', n)}",
+                f"Model output:\n{clip(call.output, n)}",
+            ]
             if final and final.strip() != call.output.strip():
                 block.append(f"Final output:\n{clip(final, n)}")
             if t.error:
@@ -189,9 +226,11 @@ class ReflectiveMutation:
             block.append(f"Score: {t.score:g}")
             block.append(f"Feedback:\n{clip(feedback, n) if feedback.strip() else '(none)'}")
             parts.append("\n".join(block) + "\n")
-        parts.append(f"Write a new {kind} for the assistant. Read the inputs carefully and infer the task and its "
-                     f"input format. Read every response and its feedback: work out what went wrong, and put in the "
-                     f"new {kind} the rules and the domain-specific facts the assistant needs, since it will not see "
-                     f"these examples again. Keep what already works.\n"
-                     f"Give the new {kind} inside a ``` fenced block.")
+        parts.append(
+            f"Write a new {kind} for the assistant. Read the inputs carefully and infer the task and its "
+            f"input format. Read every response and its feedback: work out what went wrong, and put in the "
+            f"new {kind} the rules and the domain-specific facts the assistant needs, since it will not see "
+            f"these examples again. Keep what already works.\n"
+            f"Give the new {kind} inside a ``` fenced block."
+        )
         return "\n".join(parts)

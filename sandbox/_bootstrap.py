@@ -44,6 +44,7 @@ class _ScanContext:
 def _loads(text):
     if _json is None:
         import json
+
         return json.loads(text)
     obj, end = _json.make_scanner(_ScanContext())(text, 0)  # type: ignore[arg-type]  # reads these attributes only
     if text[end:].strip():
@@ -55,6 +56,7 @@ def _dumps(value):
     """Strict JSON (ASCII, no NaN/Infinity, str keys like json.dumps makes them), without json/re."""
     if _json is None:
         import json
+
         return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     esc = _json.encode_basestring_ascii
     out, seen = [], set()
@@ -148,7 +150,7 @@ class Channel:
             data = b"\n" + self.marker + data
         view = memoryview(data)
         while view:
-            view = view[os.write(self.fd, view):]
+            view = view[os.write(self.fd, view) :]
 
 
 def set_limits(lim):
@@ -186,8 +188,10 @@ def encode(value, cap):
     try:
         text = _dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ResultError(f"the result is not JSON-serialisable ({type(exc).__name__}: {exc}); return only "
-                          "dict, list, str, int, float (finite), bool or None") from None
+        raise ResultError(
+            f"the result is not JSON-serialisable ({type(exc).__name__}: {exc}); return only "
+            "dict, list, str, int, float (finite), bool or None"
+        ) from None
     if len(text) > cap:
         raise ResultError(f"the result is {len(text)} bytes of JSON, over the cap of {cap} (Limits.output_bytes)")
     return text
@@ -330,6 +334,7 @@ def main():
             fields, text = outcome(run, wall, cap, exit_ok=lambda: g.get("RESULT"))
             channel.emit(line(0, fields, text, cap=cap))
         elif mode == "call":
+
             def call():
                 g = load(code, new_globals("__sandbox__", {}))
                 return _function(g, request["function"])(**(request.get("kwargs") or {}))
@@ -383,6 +388,7 @@ if __name__ == "__main__":
     except BaseException as exc:  # the bootstrap itself failed: say so on stderr, exit non-zero
         try:
             import traceback
+
             sys.stderr.write(f"sandbox bootstrap failed: {exc}\n{traceback.format_exc()}")
             sys.stderr.flush()
         finally:

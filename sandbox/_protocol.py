@@ -21,9 +21,14 @@ _MEMORY_SIGNS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out
 def request_bytes(mode: str, code: str, limits: Limits, *, nproc: bool, marker: str = "", **fields) -> bytes:
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
-    lim = {"wall_s": limits.wall_s, "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb,
-           "file_size_mb": limits.file_size_mb, "output_bytes": limits.output_bytes,
-           "nproc": limits.max_procs if nproc else None}
+    lim = {
+        "wall_s": limits.wall_s,
+        "cpu_s": limits.cpu_s,
+        "memory_mb": limits.memory_mb,
+        "file_size_mb": limits.file_size_mb,
+        "output_bytes": limits.output_bytes,
+        "nproc": limits.max_procs if nproc else None,
+    }
     body = {"mode": mode, "code": code, "limits": lim, "marker": marker, **fields}
     try:
         return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
@@ -100,8 +105,9 @@ class Ending:
     stderr_tail: str = ""
 
 
-def death_result(ending: Ending, limits: Limits, *, stdout: str, stderr: str, duration: float,
-                 truncated: bool, context: str = "") -> SandboxResult:
+def death_result(
+    ending: Ending, limits: Limits, *, stdout: str, stderr: str, duration: float, truncated: bool, context: str = ""
+) -> SandboxResult:
     verdict, reason = death_verdict(ending, limits)
     return SandboxResult(verdict, None, stdout, stderr, context + reason, duration, truncated)
 
@@ -109,7 +115,10 @@ def death_result(ending: Ending, limits: Limits, *, stdout: str, stderr: str, du
 def death_verdict(ending: Ending, limits: Limits) -> tuple[str, str]:
     """(verdict, reason) for a process that ended without sending a result."""
     if ending.kill_reason in ("wall", "call_wall"):
-        return "timeout", f"wall-clock limit of {limits.wall_s:g}s exceeded ({ending.kill_detail}); the sandbox was killed"
+        return (
+            "timeout",
+            f"wall-clock limit of {limits.wall_s:g}s exceeded ({ending.kill_detail}); the sandbox was killed",
+        )
     if ending.kill_reason in ("output", "result"):
         return "killed", ending.kill_detail
     status = ending.status
@@ -118,7 +127,8 @@ def death_verdict(ending: Ending, limits: Limits) -> tuple[str, str]:
         return "timeout", f"CPU-time limit of {limits.cpu_s}s exceeded (RLIMIT_CPU); the process was killed"
     if any(sign in ending.stderr_tail for sign in _MEMORY_SIGNS):
         return "memory", f"the process ran out of memory (Limits.memory_mb={limits.memory_mb}) and died" + (
-            f" (exit status {status})" if status is not None else "")
+            f" (exit status {status})" if status is not None else ""
+        )
     if sig is not None:
         try:
             name = signal.Signals(sig).name
@@ -129,20 +139,35 @@ def death_verdict(ending: Ending, limits: Limits) -> tuple[str, str]:
         return "error", "the sandbox ended in an unknown way without returning a result"
     tail = ending.stderr_tail.strip().splitlines()[-1:] or [""]
     return "error", f"the sandboxed process exited with status {status} without returning a result" + (
-        f": {tail[0][:500]}" if tail[0] else "")
+        f": {tail[0][:500]}" if tail[0] else ""
+    )
 
 
 def result_from_line(obj: dict, *, stdout: str, stderr: str, duration: float, truncated: bool) -> SandboxResult:
     """A SandboxResult from one parsed result line; anything off-protocol becomes an "error"."""
     verdict = obj.get("verdict")
     if verdict not in ("ok", "error", "timeout", "memory"):
-        return SandboxResult("error", None, stdout, stderr, f"malformed result from the sandbox (verdict {verdict!r})",
-                             duration, truncated)
+        return SandboxResult(
+            "error",
+            None,
+            stdout,
+            stderr,
+            f"malformed result from the sandbox (verdict {verdict!r})",
+            duration,
+            truncated,
+        )
     error = obj.get("error")
     if verdict != "ok" and not isinstance(error, str):
         error = f"{verdict} (no reason given)"
-    return SandboxResult(verdict, obj.get("value") if verdict == "ok" else None, stdout, stderr,
-                         None if verdict == "ok" else error, duration, truncated)
+    return SandboxResult(
+        verdict,
+        obj.get("value") if verdict == "ok" else None,
+        stdout,
+        stderr,
+        None if verdict == "ok" else error,
+        duration,
+        truncated,
+    )
 
 
 def cut_note(limits: Limits) -> str:

@@ -43,8 +43,17 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
-def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limits, *, batch: bool,
-            deadline: float, first_call_deadline: float | None = None, t0: float | None = None) -> Collected:
+def collect(
+    proc: subprocess.Popen,
+    request: bytes,
+    result_fd: int,
+    limits: Limits,
+    *,
+    batch: bool,
+    deadline: float,
+    first_call_deadline: float | None = None,
+    t0: float | None = None,
+) -> Collected:
     """Run the conversation with a started process until it ends, is killed, or the deadline passes.
 
     deadline: absolute monotonic time for the whole process. For batches, each call that starts gets
@@ -105,7 +114,7 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
                 tag = key.data
                 if tag == "stdin":
                     try:
-                        pending = pending[os.write(stdin_fd, pending[: 1 << 16]):]
+                        pending = pending[os.write(stdin_fd, pending[: 1 << 16]) :]
                     except BlockingIOError:
                         continue
                     except (BrokenPipeError, OSError):
@@ -131,8 +140,11 @@ def collect(proc: subprocess.Popen, request: bytes, result_fd: int, limits: Limi
                 if tag in ("stdout", "stderr"):
                     buf = stdout if tag == "stdout" else stderr
                     if buf.add(chunk) and out.ending.kill_reason is None:
-                        kill("output", f"{tag} exceeded the output cap of {limits.output_bytes} bytes "
-                                       "(Limits.output_bytes); the sandbox was killed")
+                        kill(
+                            "output",
+                            f"{tag} exceeded the output cap of {limits.output_bytes} bytes "
+                            "(Limits.output_bytes); the sandbox was killed",
+                        )
                     continue
                 for raw in reader.feed(chunk):
                     obj = parse_line(raw)

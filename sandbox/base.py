@@ -27,14 +27,34 @@ from ._types import Limits, SandboxResult
 class Sandbox(Protocol):
     name: str
 
-    def run(self, code: str, *, inputs: dict | None = None, limits: Limits | None = None,
-            ro_paths: Sequence[str | Path] = ()) -> SandboxResult: ...
+    def run(
+        self,
+        code: str,
+        *,
+        inputs: dict | None = None,
+        limits: Limits | None = None,
+        ro_paths: Sequence[str | Path] = (),
+    ) -> SandboxResult: ...
 
-    def call(self, code: str, function: str, kwargs: dict | None = None, *, limits: Limits | None = None,
-             ro_paths: Sequence[str | Path] = ()) -> SandboxResult: ...
+    def call(
+        self,
+        code: str,
+        function: str,
+        kwargs: dict | None = None,
+        *,
+        limits: Limits | None = None,
+        ro_paths: Sequence[str | Path] = (),
+    ) -> SandboxResult: ...
 
-    def call_many(self, code: str, function: str, calls: list[dict], *, limits: Limits | None = None,
-                  ro_paths: Sequence[str | Path] = ()) -> list[SandboxResult]: ...
+    def call_many(
+        self,
+        code: str,
+        function: str,
+        calls: list[dict],
+        *,
+        limits: Limits | None = None,
+        ro_paths: Sequence[str | Path] = (),
+    ) -> list[SandboxResult]: ...
 
 
 @dataclass
@@ -66,20 +86,28 @@ def single_result(got: Outcome, limits: Limits) -> SandboxResult:
         if obj.get("i") == 0 and "verdict" in obj:
             return result_from_line(obj, stdout=stdout, stderr=stderr, duration=got.duration, truncated=truncated)
     context = "malformed output on the result channel; " if got.bad_lines else ""
-    return death_result(got.ending, limits, stdout=stdout, stderr=stderr, duration=got.duration,
-                        truncated=truncated, context=context)
+    return death_result(
+        got.ending, limits, stdout=stdout, stderr=stderr, duration=got.duration, truncated=truncated, context=context
+    )
 
 
 def fill_after_death(results: list[SandboxResult | None], got: Outcome, limits: Limits, first: int) -> None:
     """The batch's interpreter died during call ``first``: that call gets the cause, every later
     call not yet answered says it was not run and why."""
-    dead = death_result(got.ending, limits, stdout=got.stdout.text(), stderr=got.stderr.text(),
-                        duration=got.duration, truncated=got.stdout.over or got.stderr.over)
+    dead = death_result(
+        got.ending,
+        limits,
+        stdout=got.stdout.text(),
+        stderr=got.stderr.text(),
+        duration=got.duration,
+        truncated=got.stdout.over or got.stderr.over,
+    )
     results[first] = dead
     for j in range(first + 1, len(results)):
         if results[j] is None:
-            results[j] = SandboxResult(dead.verdict, None, "", "", f"not run: the sandbox died during call "
-                                       f"#{first} ({dead.error})", 0.0)
+            results[j] = SandboxResult(
+                dead.verdict, None, "", "", f"not run: the sandbox died during call #{first} ({dead.error})", 0.0
+            )
 
 
 class SandboxBase:
@@ -87,16 +115,36 @@ class SandboxBase:
 
     name: str = ""
 
-    def run(self, code: str, *, inputs: dict | None = None, limits: Limits | None = None,
-            ro_paths: Sequence[str | Path] = ()) -> SandboxResult:
+    def run(
+        self,
+        code: str,
+        *,
+        inputs: dict | None = None,
+        limits: Limits | None = None,
+        ro_paths: Sequence[str | Path] = (),
+    ) -> SandboxResult:
         return self._single("run", code, limits, ro_paths, inputs=inputs or {})
 
-    def call(self, code: str, function: str, kwargs: dict | None = None, *, limits: Limits | None = None,
-             ro_paths: Sequence[str | Path] = ()) -> SandboxResult:
+    def call(
+        self,
+        code: str,
+        function: str,
+        kwargs: dict | None = None,
+        *,
+        limits: Limits | None = None,
+        ro_paths: Sequence[str | Path] = (),
+    ) -> SandboxResult:
         return self._single("call", code, limits, ro_paths, function=function, kwargs=kwargs or {})
 
-    def call_many(self, code: str, function: str, calls: list[dict], *, limits: Limits | None = None,
-                  ro_paths: Sequence[str | Path] = ()) -> list[SandboxResult]:
+    def call_many(
+        self,
+        code: str,
+        function: str,
+        calls: list[dict],
+        *,
+        limits: Limits | None = None,
+        ro_paths: Sequence[str | Path] = (),
+    ) -> list[SandboxResult]:
         limits, calls = limits or Limits(), list(calls)
         if not calls:
             return []

@@ -31,7 +31,6 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 20
 
 
-
 class Refused(OSError):
     """A path the host will not follow: a symbolic link on the way (or at the end, where a file
     was expected), or something that is not a regular file. ``rel`` is the path (relative to the
@@ -122,8 +121,7 @@ def kind(root: str | Path, rel: str) -> str | None:
             mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode)
-            else "other")
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "other"
 
 
 def _open_file(root: str | Path, rel: str) -> int:
@@ -214,7 +212,7 @@ def _copy_file(src: int, dparent: int, name: str, st: os.stat_result, uid: int |
         while chunk := os.read(src, _CHUNK):
             view = memoryview(chunk)
             while view:
-                view = view[os.write(dst, view):]
+                view = view[os.write(dst, view) :]
         if uid is not None:
             os.fchown(dst, uid, uid)
         os.fchmod(dst, mode)
@@ -343,8 +341,9 @@ def files(root: str | Path, *, skip: tuple[str, ...] = ()) -> list[tuple[str, st
                 finally:
                     os.close(sub)
             else:
-                out.append(((*prefix, name), "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode)
-                            else "other"))
+                out.append(
+                    ((*prefix, name), "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other")
+                )
 
     with opened(root) as fd:
         walk(fd, ())
@@ -368,5 +367,18 @@ def stream(root: str | Path, rel: str) -> Iterator[bytes]:
         os.close(fd)
 
 
-__all__ = ["Refused", "copy", "files", "glob", "kind", "makedirs", "open_dir", "opened", "parts", "read",
-           "readlink", "remove", "stream"]
+__all__ = [
+    "Refused",
+    "copy",
+    "files",
+    "glob",
+    "kind",
+    "makedirs",
+    "open_dir",
+    "opened",
+    "parts",
+    "read",
+    "readlink",
+    "remove",
+    "stream",
+]

@@ -57,8 +57,15 @@ class DockerSandbox(SandboxBase):
 
     name = "docker"
 
-    def __init__(self, *, image: str = DEFAULT_IMAGE, client: Any = None, python: str = "python",
-                 cpus: float = 1.0, slack_s: float = _SLACK_S):
+    def __init__(
+        self,
+        *,
+        image: str = DEFAULT_IMAGE,
+        client: Any = None,
+        python: str = "python",
+        cpus: float = 1.0,
+        slack_s: float = _SLACK_S,
+    ):
         self.image, self.python, self.cpus, self.slack_s = image, python, cpus, slack_s
         if client is None:
             try:
@@ -66,20 +73,24 @@ class DockerSandbox(SandboxBase):
             except ImportError as exc:
                 raise SandboxUnavailable(
                     f"docker: the docker SDK is not installed ({exc}); pip install 'evolvekit[sandbox]'; "
-                    f"{_process_alternative()}") from None
+                    f"{_process_alternative()}"
+                ) from None
             try:
                 client = docker.from_env()
                 client.ping()
             except Exception as exc:  # noqa: BLE001 - DockerException, requests errors, socket permissions
                 raise SandboxUnavailable(
                     f"docker: no engine reachable at {_engine_address()} ({type(exc).__name__}: {exc}); "
-                    f"{_process_alternative()}") from None
+                    f"{_process_alternative()}"
+                ) from None
         self.client = client
         try:
             client.images.get(image)
         except Exception as exc:  # noqa: BLE001 - ImageNotFound, APIError
-            raise SandboxUnavailable(f"docker: image {image!r} is not available to the engine ({exc}); "
-                                     f"pull it first (docker pull {image}); nothing is pulled at run time") from None
+            raise SandboxUnavailable(
+                f"docker: image {image!r} is not available to the engine ({exc}); "
+                f"pull it first (docker pull {image}); nothing is pulled at run time"
+            ) from None
 
     # -- what the container is made of (unit-tested without an engine) ----------------------------
 
@@ -98,12 +109,17 @@ class DockerSandbox(SandboxBase):
             "pids_limit": limits.max_procs,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
-            "ulimits": [Ulimit(name="cpu", soft=limits.cpu_s, hard=limits.cpu_s + 1),
-                        Ulimit(name="fsize", soft=limits.file_size_mb * mb, hard=limits.file_size_mb * mb),
-                        Ulimit(name="nofile", soft=256, hard=256), Ulimit(name="core", soft=0, hard=0)],
+            "ulimits": [
+                Ulimit(name="cpu", soft=limits.cpu_s, hard=limits.cpu_s + 1),
+                Ulimit(name="fsize", soft=limits.file_size_mb * mb, hard=limits.file_size_mb * mb),
+                Ulimit(name="nofile", soft=256, hard=256),
+                Ulimit(name="core", soft=0, hard=0),
+            ],
             "init": True,
-            "log_config": LogConfig(type="json-file", config={
-                "max-size": f"{max(1, (16 * limits.output_bytes) // mb + 1)}m", "max-file": "1"}),
+            "log_config": LogConfig(
+                type="json-file",
+                config={"max-size": f"{max(1, (16 * limits.output_bytes) // mb + 1)}m", "max-file": "1"},
+            ),
             "binds": {source: {"bind": dest, "mode": "ro"} for source, dest in binds},
             "auto_remove": False,  # removed by us after reading the logs, also on timeout
         }
@@ -186,14 +202,15 @@ class DockerSandbox(SandboxBase):
             for chunk in api.logs(cid, stdout=False, stderr=True, stream=True, follow=False):
                 if stderr.add(chunk):
                     break
-            ending.stderr_tail = (ending.stderr_tail + bytes(stderr.data[-4096:]).decode("utf-8", "replace"))
+            ending.stderr_tail = ending.stderr_tail + bytes(stderr.data[-4096:]).decode("utf-8", "replace")
         finally:
             _quiet(api.remove_container, cid, force=True, v=True)
         return Outcome(lines, stdout, stderr, ending, time.monotonic() - t0)
 
 
-def _split_marked(data: bytes, marker: bytes, stdout: Capped, reader: LineReader, lines: list[dict],
-                  final: bool = False) -> bytes:
+def _split_marked(
+    data: bytes, marker: bytes, stdout: Capped, reader: LineReader, lines: list[dict], final: bool = False
+) -> bytes:
     """Move complete marked result lines out of `data` into `lines`, the rest into stdout; return
     the unfinished tail (which may still become a marked line). final: no more data will come."""
     tag = b"\n" + marker
@@ -210,11 +227,11 @@ def _split_marked(data: bytes, marker: bytes, stdout: Capped, reader: LineReader
             stdout.add(data[:at])
             return data[at:]
         stdout.add(data[:at])
-        for raw in reader.feed(data[at + len(tag): end + 1]):
+        for raw in reader.feed(data[at + len(tag) : end + 1]):
             obj = parse_line(raw)
             if obj is not None:
                 lines.append(obj)
-        data = data[end + 1:]
+        data = data[end + 1 :]
 
 
 def _quiet(fn, *args, **kwargs) -> None:

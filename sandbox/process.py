@@ -34,8 +34,14 @@ from ._runner import GRACE_S, collect
 from ._types import Limits, SandboxResult, SandboxUnavailable
 from .base import Outcome, SandboxBase, fill_after_death
 
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "TMPDIR": "/tmp",
+}
 _PROBE_CACHE: dict[tuple, str | None] = {}
 SANDBOX_UIDS = range(1_500_000_000, 2_000_000_000)  # run by root, each sandbox gets a fresh uid from here
 
@@ -49,8 +55,15 @@ class ProcessSandbox(SandboxBase):
 
     name = "process"
 
-    def __init__(self, *, bwrap: str | None = None, python: str | None = None, site_packages: bool = False,
-                 probe: bool = True, data_roots: Sequence[str | Path] = ()):
+    def __init__(
+        self,
+        *,
+        bwrap: str | None = None,
+        python: str | None = None,
+        site_packages: bool = False,
+        probe: bool = True,
+        data_roots: Sequence[str | Path] = (),
+    ):
         try:
             self.data_roots = check_data_roots(data_roots)
         except ValueError as e:
@@ -59,8 +72,9 @@ class ProcessSandbox(SandboxBase):
         self.features = _bwrap_features(self.bwrap)
         missing = {"--cap-drop", "--perms", "--ro-bind-data", "--die-with-parent", "--seccomp"} - self.features
         if missing:
-            raise SandboxUnavailable(f"process: {self.bwrap} is too old (no {', '.join(sorted(missing))}); "
-                                     f"{INSTALL_HINT}")
+            raise SandboxUnavailable(
+                f"process: {self.bwrap} is too old (no {', '.join(sorted(missing))}); {INSTALL_HINT}"
+            )
         # bwrap >= 0.10 can cap a tmpfs's size; older ones leave /tmp bounded only by host RAM
         self.tmp_size_capped = "--size" in self.features
         self.python, self.prefix = find_python(python)
@@ -89,11 +103,16 @@ class ProcessSandbox(SandboxBase):
         results: list[SandboxResult | None] = [None] * len(calls)
         start = 0
         while start < len(calls):
-            request = request_bytes("many", code, batch_limits, nproc=True, function=function,
-                                    calls=calls[start:])
+            request = request_bytes("many", code, batch_limits, nproc=True, function=function, calls=calls[start:])
             began = time.monotonic()
-            got = self._spawn(request, batch_limits, binds, batch=True, deadline=overall,
-                              first_call_deadline=began + limits.wall_s + GRACE_S + 1.0)
+            got = self._spawn(
+                request,
+                batch_limits,
+                binds,
+                batch=True,
+                deadline=overall,
+                first_call_deadline=began + limits.wall_s + GRACE_S + 1.0,
+            )
             per_call = got.duration / max(1, len(calls) - start)
             for obj in got.lines:
                 i = obj.get("i")
@@ -111,11 +130,13 @@ class ProcessSandbox(SandboxBase):
             if got.ending.kill_reason == "call_wall" and got.current is not None and time.monotonic() < overall:
                 # One call hung past its alarm: it times out, the rest go on in a fresh sandbox.
                 results[start + got.current] = death_result(
-                    got.ending, limits, stdout="", stderr="", duration=limits.wall_s, truncated=False)
+                    got.ending, limits, stdout="", stderr="", duration=limits.wall_s, truncated=False
+                )
                 start = start + got.current + 1
                 continue
-            fill_after_death(results, Outcome(got.lines, got.stdout, got.stderr, got.ending, got.duration),
-                             limits, missing[0])
+            fill_after_death(
+                results, Outcome(got.lines, got.stdout, got.stderr, got.ending, got.duration), limits, missing[0]
+            )
             break
         return [r for r in results if r is not None]
 
@@ -131,14 +152,25 @@ class ProcessSandbox(SandboxBase):
             data_fds.append(fd)
             view = memoryview(content)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.lseek(fd, 0, os.SEEK_SET)
             return str(fd)
 
         argv = [self.bwrap]
         if self.as_root:
-            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-                     "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            argv += [
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+            ]
         else:
             argv += ["--unshare-all", "--unshare-user", "--cap-drop", "ALL"]
             if "--disable-userns" in self.features:  # bwrap >= 0.8; the seccomp filter refuses it anyway
@@ -173,9 +205,22 @@ class ProcessSandbox(SandboxBase):
         for size, where in ((min(tmp, 16 << 20), "/dev/shm"), (tmp, "/tmp")):
             argv += ["--perms", "1777"] + (["--size", str(size)] if self.tmp_size_capped else []) + ["--tmpfs", where]
         gid = uid
-        argv += ["--perms", "0755", "--dir", "/etc",
-                 "--perms", "0644", "--ro-bind-data", data(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n".encode()),
-                 "/etc/passwd", "--perms", "0644", "--ro-bind-data", data(f"sandbox:x:{gid}:\n".encode()), "/etc/group"]
+        argv += [
+            "--perms",
+            "0755",
+            "--dir",
+            "/etc",
+            "--perms",
+            "0644",
+            "--ro-bind-data",
+            data(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/bin/sh\n".encode()),
+            "/etc/passwd",
+            "--perms",
+            "0644",
+            "--ro-bind-data",
+            data(f"sandbox:x:{gid}:\n".encode()),
+            "/etc/group",
+        ]
         for source, dest in binds:
             argv += parents(dest) + ["--ro-bind", source, dest]
         argv += self._more_mounts(parents)
@@ -186,14 +231,15 @@ class ProcessSandbox(SandboxBase):
         if self.boot_code is not None:
             # the bootstrap precompiled by this very interpreter, read from a memfd: saves compiling it per call
             fd = data(self.boot_code)
-            bootstrap = (f"import marshal, os\nb = b''\nwhile c := os.read({fd}, 65536):\n    b += c\n"
-                         f"os.close({fd})\nexec(marshal.loads(b))\n")
+            bootstrap = (
+                f"import marshal, os\nb = b''\nwhile c := os.read({fd}, 65536):\n    b += c\n"
+                f"os.close({fd})\nexec(marshal.loads(b))\n"
+            )
         else:
             bootstrap = BOOTSTRAP_SOURCE
         if self.extra_binds:
             bootstrap = f"import sys; sys.path.extend({self.extra_binds!r})\n" + bootstrap
-        argv += ["--", self.python, *pyflags, "-c", bootstrap,
-                 str(uid) if self.as_root else "-", f"fd:{result_fd}"]
+        argv += ["--", self.python, *pyflags, "-c", bootstrap, str(uid) if self.as_root else "-", f"fd:{result_fd}"]
         return argv
 
     def _sandbox_uid(self) -> int:
@@ -206,17 +252,32 @@ class ProcessSandbox(SandboxBase):
         missing parents traversable."""
         return []
 
-    def _spawn(self, request: bytes, limits: Limits, binds, *, batch: bool, deadline: float,
-               first_call_deadline: float | None = None):
+    def _spawn(
+        self,
+        request: bytes,
+        limits: Limits,
+        binds,
+        *,
+        batch: bool,
+        deadline: float,
+        first_call_deadline: float | None = None,
+    ):
         uid = self._sandbox_uid()
         result_r, result_w = os.pipe()
         data_fds: list[int] = []
         t0 = time.monotonic()
         try:
             argv = self._argv(binds, limits, uid, result_w, data_fds)
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    pass_fds=(result_w, *data_fds), start_new_session=True, cwd="/",
-                                    env={"PATH": "/usr/bin:/bin"})
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(result_w, *data_fds),
+                start_new_session=True,
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+            )
         except BaseException:
             os.close(result_r)
             raise
@@ -224,8 +285,16 @@ class ProcessSandbox(SandboxBase):
             os.close(result_w)
             for fd in data_fds:
                 os.close(fd)
-        return collect(proc, request, result_r, limits, batch=batch, deadline=deadline,
-                       first_call_deadline=first_call_deadline, t0=t0)
+        return collect(
+            proc,
+            request,
+            result_r,
+            limits,
+            batch=batch,
+            deadline=deadline,
+            first_call_deadline=first_call_deadline,
+            t0=t0,
+        )
 
     def _probe(self) -> None:
         key = (self.bwrap, self.python, self.as_root, tuple(self.extra_binds))
@@ -241,7 +310,8 @@ class ProcessSandbox(SandboxBase):
                 f"process: bubblewrap ({self.bwrap}) could not start a sandbox here: {problem.strip()[:800]}. "
                 "It needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu "
                 "24.04+ kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap), or a "
-                f"distribution bwrap ({INSTALL_HINT}); the 'docker' backend may work where an engine runs")
+                f"distribution bwrap ({INSTALL_HINT}); the 'docker' backend may work where an engine runs"
+            )
 
 
 @functools.lru_cache(maxsize=8)
@@ -251,8 +321,14 @@ def _compiled_bootstrap(python: str) -> bytes | None:
     only forwards these bytes, it never loads them."""
     prog = "import marshal, sys; sys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(), '<string>', 'exec')))"
     try:
-        out = subprocess.run([python, "-I", "-S", "-c", prog], input=BOOTSTRAP_SOURCE.encode(), capture_output=True,
-                             timeout=30, check=False, env={"PATH": "/usr/bin:/bin"})
+        out = subprocess.run(
+            [python, "-I", "-S", "-c", prog],
+            input=BOOTSTRAP_SOURCE.encode(),
+            capture_output=True,
+            timeout=30,
+            check=False,
+            env={"PATH": "/usr/bin:/bin"},
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 and 0 < len(out.stdout) < 60_000 else None
@@ -265,8 +341,9 @@ def _bwrap_features(bwrap: str) -> frozenset[str]:
         out = subprocess.run([bwrap, "--help"], check=False, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as exc:
         raise SandboxUnavailable(f"process: cannot run {bwrap}: {exc}; {INSTALL_HINT}") from None
-    return frozenset(word for line in (out.stdout + out.stderr).splitlines() for word in line.split()[:1]
-                     if word.startswith("--"))
+    return frozenset(
+        word for line in (out.stdout + out.stderr).splitlines() for word in line.split()[:1] if word.startswith("--")
+    )
 
 
 def _covered(path: str) -> bool:

@@ -125,9 +125,18 @@ class Workspace:
     workspace's own, deleted by :meth:`close`); ``workdir`` is where commands start; ``env`` is
     added to every command's environment (PATH, HOME=/tmp and LANG are set)."""
 
-    def __init__(self, mounts: Mapping[str, str | Path | None], *, workdir: str = "/app",
-                 env: Mapping[str, str] | None = None, memory_mb: int = 1024, max_procs: int = 64,
-                 file_size_mb: int = 64, tmp_mb: int = 256, bwrap: str | None = None) -> None:
+    def __init__(
+        self,
+        mounts: Mapping[str, str | Path | None],
+        *,
+        workdir: str = "/app",
+        env: Mapping[str, str] | None = None,
+        memory_mb: int = 1024,
+        max_procs: int = 64,
+        file_size_mb: int = 64,
+        tmp_mb: int = 256,
+        bwrap: str | None = None,
+    ) -> None:
         for inside in mounts:
             _check_inside(inside)
         _check_nesting(list(mounts))
@@ -161,11 +170,12 @@ class Workspace:
     def _where(self, inside: str) -> tuple[str, Path, str]:
         """(the mount, its host folder, the rest of the path below it) for ``inside``."""
         _check_path(inside)
-        best = max((m for m in self._mounts if inside == m or inside.startswith(m.rstrip("/") + "/")),
-                   key=len, default=None)
+        best = max(
+            (m for m in self._mounts if inside == m or inside.startswith(m.rstrip("/") + "/")), key=len, default=None
+        )
         if best is None:
             raise NotMounted(f"{inside!r} is not under a mounted folder ({sorted(self._mounts)})")
-        return best, self._mounts[best][0], inside[len(best):].strip("/")
+        return best, self._mounts[best][0], inside[len(best) :].strip("/")
 
     @contextmanager
     def _named(self, mount: str):
@@ -173,10 +183,13 @@ class Workspace:
         try:
             yield
         except beneath.Refused as e:
-            raise beneath.Refused(e.errno or 0, posixpath.join(mount, e.rel), e.why) from None  # Refused always sets errno
+            raise beneath.Refused(
+                e.errno or 0, posixpath.join(mount, e.rel), e.why
+            ) from None  # Refused always sets errno
 
-    def mount(self, inside: str, source: str | Path | None = None, *, writable: bool = True,
-              within: str | Path | None = None) -> None:
+    def mount(
+        self, inside: str, source: str | Path | None = None, *, writable: bool = True, within: str | Path | None = None
+    ) -> None:
         """Add a folder at ``inside`` (for the commands run from now on): a copy of ``source``
         (or an empty folder) of the workspace's own. Mounted already: its contents are replaced by
         a fresh copy. ``within`` as for :meth:`put`."""
@@ -246,22 +259,33 @@ class Workspace:
             self._box = _WorkspaceBox(binds, self.uid, bwrap=self._bwrap)
         return self._box
 
-    def exec(self, command: str, *, timeout: float, cwd: str | None = None,
-             env: Mapping[str, str] | None = None) -> ShellResult:
+    def exec(
+        self, command: str, *, timeout: float, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> ShellResult:
         """Run ``bash -c command`` in the workspace; its whole process tree is killed after
         ``timeout`` seconds (then ``exit_code`` is None and ``timed_out`` True)."""
         if self.closed:
             raise RuntimeError("the workspace is closed")
         if not isinstance(command, str):
             raise TypeError(f"a command is a string, got {type(command).__name__}")
-        full_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp",
-                    "LANG": "C.UTF-8", "TERM": "dumb", **self.env, **(env or {})}
+        full_env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            **self.env,
+            **(env or {}),
+        }
         timeout = max(0.1, float(timeout))
-        limits = Limits(wall_s=timeout + 5.0, cpu_s=int(timeout) + 10, output_bytes=4 * OUTPUT_CAP + 10_000,
-                        **self._limits)
+        limits = Limits(
+            wall_s=timeout + 5.0, cpu_s=int(timeout) + 10, output_bytes=4 * OUTPUT_CAP + 10_000, **self._limits
+        )
         t0 = time.monotonic()
-        res = self._sandbox().run(_RUNNER, inputs={"cmd": command, "cwd": cwd or self.workdir, "env": full_env,
-                                                   "timeout": timeout, "cap": OUTPUT_CAP}, limits=limits)
+        res = self._sandbox().run(
+            _RUNNER,
+            inputs={"cmd": command, "cwd": cwd or self.workdir, "env": full_env, "timeout": timeout, "cap": OUTPUT_CAP},
+            limits=limits,
+        )
         took = time.monotonic() - t0
         v = res.value if res.ok and isinstance(res.value, dict) else None
         if v is None:
@@ -271,8 +295,9 @@ class Workspace:
             if "No such file or directory" in err and "cwd" not in err and cwd:
                 err = f"the working directory {cwd} does not exist: {err}"
             return ShellResult(None, "", res.stderr, False, took, error=f"{res.verdict}: {err[:2000]}")
-        return ShellResult(v["code"], v["out"], v["err"], bool(v["timed_out"]), float(v.get("seconds", took)),
-                           bool(v["cut"]))
+        return ShellResult(
+            v["code"], v["out"], v["err"], bool(v["timed_out"]), float(v.get("seconds", took)), bool(v["cut"])
+        )
 
     def close(self) -> None:
         """Delete the workspace's own folders (the mounts given as host folders stay)."""

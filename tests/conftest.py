@@ -5,9 +5,15 @@ import pytest
 
 # Nothing a test runs may reach outside this machine, and no library may phone home.
 for key, value in {
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True", "ANONYMIZED_TELEMETRY": "False", "MEM0_TELEMETRY": "False",
-    "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "ANONYMIZED_TELEMETRY": "False",
+    "MEM0_TELEMETRY": "False",
+    "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
 }.items():
     os.environ.setdefault(key, value)
 

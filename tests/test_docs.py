@@ -42,8 +42,9 @@ def test_a_runnable_block_runs_as_printed(tmp_path, name, code):
 def test_the_task_file_reference_is_up_to_date():
     from evolve.task.reference import generated_part, task_file_reference
 
-    assert generated_part(ROOT / "docs" / "task-file.md") == task_file_reference(), \
+    assert generated_part(ROOT / "docs" / "task-file.md") == task_file_reference(), (
         "docs/task-file.md is out of date: python -m evolve.task.reference --write docs/task-file.md"
+    )
 
 
 def test_links_between_pages_lead_to_files_that_exist():
@@ -61,8 +62,11 @@ def test_files_the_pages_name_exist():
     """Paths in backticks that look like files of this repository (`evolve/scoring/session.py`) exist."""
     missing = []
     for page in PAGES:
-        for path in re.findall(r"`((?:evolve|policy|memory|prompts|toolforge|topology|sandbox|bench|examples|tests|docs)"
-                               r"/[\w./-]+\.(?:py|md|yaml|json|sh))`", page.read_text()):
+        for path in re.findall(
+            r"`((?:evolve|policy|memory|prompts|toolforge|topology|sandbox|bench|examples|tests|docs)"
+            r"/[\w./-]+\.(?:py|md|yaml|json|sh))`",
+            page.read_text(),
+        ):
             if not (ROOT / path).exists():
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
     assert not missing, missing

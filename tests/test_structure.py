@@ -14,8 +14,15 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-LAYERS = ("evolve.policy", "evolve.memory", "evolve.prompts", "evolve.toolforge", "evolve.topology", "evolve.sandbox",
-          "evolve.worlds")
+LAYERS = (
+    "evolve.policy",
+    "evolve.memory",
+    "evolve.prompts",
+    "evolve.toolforge",
+    "evolve.topology",
+    "evolve.sandbox",
+    "evolve.worlds",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -137,9 +144,22 @@ def test_no_module_imports_another_modules_private_names():
 # its own floor or below (on one floor, no circle). Each entry is a package or module; a module belongs to
 # the entry that names it most closely. Every module of the core has a floor.
 FLOORS = (  # (name, how evolve/__init__.py's drawing marks it, its packages and modules)
-    ("foundations", "* foundations", ("evolve.errors", "evolve.types", "evolve._env", "evolve.failures",
-                                      "evolve.registry", "evolve.artifacts", "evolve.otel", "evolve.world",
-                                      "evolve.archive", "evolve.llm")),
+    (
+        "foundations",
+        "* foundations",
+        (
+            "evolve.errors",
+            "evolve.types",
+            "evolve._env",
+            "evolve.failures",
+            "evolve.registry",
+            "evolve.artifacts",
+            "evolve.otel",
+            "evolve.world",
+            "evolve.archive",
+            "evolve.llm",
+        ),
+    ),
     ("the task file", "* ``task/``", ("evolve.task",)),
     ("the HTTP engine", "* ``gateway/``", ("evolve.gateway",)),
     ("rollouts", "* rollouts", ("evolve.rollout", "evolve.runners", "evolve.cluster")),
@@ -149,8 +169,11 @@ FLOORS = (  # (name, how evolve/__init__.py's drawing marks it, its packages and
     ("trackers", "* ``trackers/``", ("evolve.trackers",)),
     ("the loop", "* ``loop/``", ("evolve.loop",)),
     # the gateway's composition root and command (a config to a Gateway, with deploy's canary) are surfaces
-    ("surfaces", "* surfaces", ("evolve.api", "evolve.ui", "evolve.mcp", "evolve.serve", "evolve.gateway.server",
-                                "evolve.gateway.cli")),
+    (
+        "surfaces",
+        "* surfaces",
+        ("evolve.api", "evolve.ui", "evolve.mcp", "evolve.serve", "evolve.gateway.server", "evolve.gateway.cli"),
+    ),
     ("the command line", "* ``cli/``", ("evolve.cli", "evolve.__main__")),
 )
 UNFLOORED = {"evolve"}  # the package itself: lazy names of every floor (evolve/__init__.py's _LAZY)
@@ -172,8 +195,11 @@ def test_every_module_of_the_core_has_a_floor():
 
 
 def test_the_cores_floors_import_only_downward():
-    up = sorted(f"{a} ({FLOORS[_floor(a)][0]}) -> {b} ({FLOORS[_floor(b)][0]})" for a, b in _graph().edges
-                if _floor(a) is not None and _floor(b) is not None and _floor(b) > _floor(a))
+    up = sorted(
+        f"{a} ({FLOORS[_floor(a)][0]}) -> {b} ({FLOORS[_floor(b)][0]})"
+        for a, b in _graph().edges
+        if _floor(a) is not None and _floor(b) is not None and _floor(b) > _floor(a)
+    )
     assert not up, up
 
 
@@ -184,6 +210,6 @@ def test_evolve_init_draws_the_same_floors_in_the_same_order():
     assert places == sorted(places)
     for _, mark, entries in FLOORS:  # each floor's packages are named on its line(s)
         start = doc.find("\n" + mark)
-        text = doc[start: doc.find("\n* ", start + 1)]
+        text = doc[start : doc.find("\n* ", start + 1)]
         short = [e.removeprefix("evolve.") for e in entries if e.count(".") == 1 and not e.startswith("evolve._")]
         assert all(f"``{n}``" in text or f"``{n}/``" in text for n in short), (mark, short)

@@ -12,7 +12,9 @@ from evolve.types import ToolCall, Trajectory
 # ----------------------------------------------------------------------------- dedup
 
 
-def duplicate_of(tool: Tool, library: ToolLibrary, sandbox: Any = None, *, limits: Any = None) -> tuple[str, str] | None:
+def duplicate_of(
+    tool: Tool, library: ToolLibrary, sandbox: Any = None, *, limits: Any = None
+) -> tuple[str, str] | None:
     """The library tool ``tool`` duplicates and why, or None.
 
     Same code and parameters is a duplicate; so is the same SQL template; so is a tool with the
@@ -47,7 +49,9 @@ def duplicate_of(tool: Tool, library: ToolLibrary, sandbox: Any = None, *, limit
 # ----------------------------------------------------------------------------- usage
 
 
-def usage(trajectories: Sequence[Trajectory], names: Sequence[str], *, threshold: float = 1.0) -> dict[str, tuple[int, int]]:
+def usage(
+    trajectories: Sequence[Trajectory], names: Sequence[str], *, threshold: float = 1.0
+) -> dict[str, tuple[int, int]]:
     """name -> (calls, calls in successful trajectories) over ``trajectories``."""
     wanted, out = set(names), {n: [0, 0] for n in names}
     for t in trajectories:
@@ -62,8 +66,12 @@ def usage(trajectories: Sequence[Trajectory], names: Sequence[str], *, threshold
 def with_usage(library: ToolLibrary, trajectories: Sequence[Trajectory], *, threshold: float = 1.0) -> ToolLibrary:
     """The library with each tool's ``uses`` and ``successes`` increased by what ``trajectories`` show."""
     counts = usage(trajectories, library.names(), threshold=threshold)
-    return ToolLibrary({n: t.model_copy(update={"uses": t.uses + counts[n][0], "successes": t.successes + counts[n][1]})
-                        for n, t in library.tools.items()})
+    return ToolLibrary(
+        {
+            n: t.model_copy(update={"uses": t.uses + counts[n][0], "successes": t.successes + counts[n][1]})
+            for n, t in library.tools.items()
+        }
+    )
 
 
 @dataclass
@@ -72,14 +80,24 @@ class Retirement:
     reason: str
 
 
-def retirements(library: ToolLibrary, trajectories: Sequence[Trajectory], *, generation: int, patience: int = 2,
-                min_uses: int = 10, margin: float = 0.1, threshold: float = 1.0) -> list[Retirement]:
+def retirements(
+    library: ToolLibrary,
+    trajectories: Sequence[Trajectory],
+    *,
+    generation: int,
+    patience: int = 2,
+    min_uses: int = 10,
+    margin: float = 0.1,
+    threshold: float = 1.0,
+) -> list[Retirement]:
     """Tools to retire: never used ``patience`` generations after admission, or used at least
     ``min_uses`` times with a success rate more than ``margin`` below the success rate of the
     trajectories that did not use it (the tool lowers success)."""
     out = []
-    runs = [(t, {s.name for s in t.steps if isinstance(s, ToolCall)}, t.error is None and t.score >= threshold)
-            for t in trajectories]
+    runs = [
+        (t, {s.name for s in t.steps if isinstance(s, ToolCall)}, t.error is None and t.score >= threshold)
+        for t in trajectories
+    ]
     for tool in library:
         born = int(tool.provenance.get("generation", 0) or 0)
         if tool.uses == 0 and generation - born >= patience:
@@ -92,8 +110,13 @@ def retirements(library: ToolLibrary, trajectories: Sequence[Trajectory], *, gen
             if with_t and without:
                 rate_without = sum(without) / len(without)
                 if rate_used < rate_without - margin:
-                    out.append(Retirement(tool.name, f"success {rate_used:.2f} when used vs {rate_without:.2f} "
-                                                     f"without it, over {tool.uses} uses"))
+                    out.append(
+                        Retirement(
+                            tool.name,
+                            f"success {rate_used:.2f} when used vs {rate_without:.2f} "
+                            f"without it, over {tool.uses} uses",
+                        )
+                    )
     return out
 
 

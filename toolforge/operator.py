@@ -43,10 +43,16 @@ class ToolForge:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         abstraction: bool = Field(True, description="mine repeated actions into parametrised tools (with miner)")
-        miner: str | None = Field(None, description="import path of miner(trajectories, *, tool, sql_arg, db_arg, "
-                                  "min_support, taken, provenance) -> tools (the world's tools.mine hook)")
-        source_tool: str | None = Field(None, description="the recorded tool whose calls are mined (default: the "
-                                        "miner's own: execute_sql in the SQL world, shell in the harbor world)")
+        miner: str | None = Field(
+            None,
+            description="import path of miner(trajectories, *, tool, sql_arg, db_arg, "
+            "min_support, taken, provenance) -> tools (the world's tools.mine hook)",
+        )
+        source_tool: str | None = Field(
+            None,
+            description="the recorded tool whose calls are mined (default: the "
+            "miner's own: execute_sql in the SQL world, shell in the harbor world)",
+        )
         sql_arg: str = "sql"
         db_arg: str = "db"
         min_support: int = Field(3, ge=1, description="distinct successful tasks a shape needs")
@@ -55,8 +61,11 @@ class ToolForge:
         examples: int = Field(8, ge=1, description="recorded tool calls shown to the LLM")
         temperature: float | None = 0.7
         tasks: int = Field(0, ge=0, description="extra training tasks rolled out to mine from (0: the minibatch only)")
-        traces: bool = Field(False, description="mine the tool calls recorded in gateway sessions (the training tasks "
-                             "of an evolve.gateway.dataset:sessions dataset) instead of the parent's rollouts")
+        traces: bool = Field(
+            False,
+            description="mine the tool calls recorded in gateway sessions (the training tasks "
+            "of an evolve.gateway.dataset:sessions dataset) instead of the parent's rollouts",
+        )
         samples: int = Field(1, ge=1)
         threshold: float = Field(1.0, description="a trajectory counts as a success at this score or above")
         max_new: int = Field(10, ge=0, description="tools admitted per proposal at most")
@@ -71,8 +80,10 @@ class ToolForge:
         @model_validator(mode="after")
         def _abstraction_needs_a_miner(self) -> ToolForge.Params:
             if self.abstraction and self.miner is None:
-                raise ValueError("abstraction needs a miner: give params.miner (an import path), a world that "
-                                 "provides tools.mine (world: sql), or set abstraction: false")
+                raise ValueError(
+                    "abstraction needs a miner: give params.miner (an import path), a world that "
+                    "provides tools.mine (world: sql), or set abstraction: false"
+                )
             return self
 
     def __init__(self, **params: Any) -> None:
@@ -97,8 +108,11 @@ class ToolForge:
         """Per proposal (for ``evolve run --dry-run``): ``tasks`` x ``samples`` extra rollouts to mine
         from, and ``proposals`` calls of the synthesis model when there is one."""
         p = self.p
-        return {"rollouts": min(p.tasks, plan.train) * p.samples,
-                "llm_calls": p.proposals if p.synthesis is not None else 0, "children": 1}
+        return {
+            "rollouts": min(p.tasks, plan.train) * p.samples,
+            "llm_calls": p.proposals if p.synthesis is not None else 0,
+            "children": 1,
+        }
 
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         p = self.p
@@ -111,13 +125,21 @@ class ToolForge:
             trajs = list(ctx.trajectories)
         if p.tasks and not p.traces:
             tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
-            trajs += ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="toolforge",
-                                  logprobs=False)  # scores and text only
+            trajs += ctx.rollouts(
+                parent, tasks, samples=p.samples, temperature=p.temperature, tag="toolforge", logprobs=False
+            )  # scores and text only
         lib = with_usage(lib, trajs, threshold=p.threshold)
         report: dict[str, Any] = {"admitted": [], "rejected": [], "duplicates": [], "retired": []}
         if p.retire:
-            for r in retirements(lib, trajs, generation=ctx.generation, patience=p.patience, min_uses=p.min_uses,
-                                 margin=p.margin, threshold=p.threshold):
+            for r in retirements(
+                lib,
+                trajs,
+                generation=ctx.generation,
+                patience=p.patience,
+                min_uses=p.min_uses,
+                margin=p.margin,
+                threshold=p.threshold,
+            ):
                 report["retired"].append({"tool": r.name, "reason": r.reason})
                 lib = ToolLibrary({n: t for n, t in lib.tools.items() if n != r.name})
         prov = {"operator": self.name, "generation": ctx.generation, "parent_system": parent.id}
@@ -127,14 +149,30 @@ class ToolForge:
 
             mine = import_path(str(p.miner), what="toolforge miner")
             source = {"tool": p.source_tool} if p.source_tool else {}
-            for tool in mine(trajs, **source, sql_arg=p.sql_arg, db_arg=p.db_arg, min_support=p.min_support,
-                             taken=lib.names(), provenance=prov):
+            for tool in mine(
+                trajs,
+                **source,
+                sql_arg=p.sql_arg,
+                db_arg=p.db_arg,
+                min_support=p.min_support,
+                taken=lib.names(),
+                provenance=prov,
+            ):
                 proposals.append((tool, []))
         llm = self._synth_llm(ctx)
         if llm is not None and p.proposals:
             llm = ChargedLLM(llm, ctx)  # its calls count against the run's budget
-            for prop in synthesize(llm, trajs, lib, n=p.proposals, examples=p.examples, threshold=p.threshold,
-                                   rng=ctx.rng, temperature=p.temperature, provenance=prov):
+            for prop in synthesize(
+                llm,
+                trajs,
+                lib,
+                n=p.proposals,
+                examples=p.examples,
+                threshold=p.threshold,
+                rng=ctx.rng,
+                temperature=p.temperature,
+                provenance=prov,
+            ):
                 if prop.tool is None:
                     report["rejected"].append({"tool": None, "reason": prop.error, "raw": prop.raw[:2000]})
                 else:
@@ -152,8 +190,14 @@ class ToolForge:
                 continue
             min_recorded = 1 if tool.origin == "llm" else len(tool.tests)
             verdict = check(tool, self.sandbox, claims, min_recorded=min_recorded, limits=limits)
-            entry = {"tool": tool.name, "signature": tool.signature, "origin": tool.origin,
-                     "passed": verdict.passed, "total": verdict.total, "failures": verdict.failures[:5]}
+            entry = {
+                "tool": tool.name,
+                "signature": tool.signature,
+                "origin": tool.origin,
+                "passed": verdict.passed,
+                "total": verdict.total,
+                "failures": verdict.failures[:5],
+            }
             if verdict.admitted:
                 tests = tuple(tool.tests) + tuple(claims)
                 lib = ToolLibrary({**lib.tools, tool.name: tool.model_copy(update={"tests": tests})})
@@ -163,12 +207,16 @@ class ToolForge:
                 report["rejected"].append({**entry, "reason": verdict.summary()})
         (ctx.workdir / "toolforge.json").write_text(json.dumps(report, indent=1, default=str))
         for kind in ("admitted", "rejected", "duplicates", "retired"):
-            ctx.log(f"toolforge: {len(report[kind])} {kind}" + (
-                ": " + ", ".join(str(e.get("tool")) for e in report[kind][:8]) if report[kind] else ""))
+            ctx.log(
+                f"toolforge: {len(report[kind])} {kind}"
+                + (": " + ", ".join(str(e.get("tool")) for e in report[kind][:8]) if report[kind] else "")
+            )
         if not report["admitted"] and not report["retired"]:
             return []
         child = lib.apply_to(parent)
         info = {k: len(v) for k, v in report.items()} | {"library": len(lib)}
-        why = (f"tools: +{len(report['admitted'])} admitted ({', '.join(e['tool'] for e in report['admitted'][:5])}), "
-               f"-{len(report['retired'])} retired, {len(report['rejected'])} rejected; library of {len(lib)}")
+        why = (
+            f"tools: +{len(report['admitted'])} admitted ({', '.join(e['tool'] for e in report['admitted'][:5])}), "
+            f"-{len(report['retired'])} retired, {len(report['rejected'])} rejected; library of {len(lib)}"
+        )
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]

@@ -59,8 +59,9 @@ def default_embedder() -> Callable[[Sequence[str]], list[list[float]]]:
     return minilm_embed
 
 
-def retrieve(library: ToolLibrary, query: str, k: int = 5, *, embed: Callable | None = None,
-             min_similarity: float | None = None) -> list[tuple[Tool, float]]:
+def retrieve(
+    library: ToolLibrary, query: str, k: int = 5, *, embed: Callable | None = None, min_similarity: float | None = None
+) -> list[tuple[Tool, float]]:
     """The ``k`` tools whose description (signature and doc) is most similar to ``query``."""
     tools = list(library)
     if not tools:

@@ -20,8 +20,9 @@ MAX_RESULT_CHARS = 20_000
 
 
 class ToolServer:
-    def __init__(self, read_roots: Sequence[str | Path] = (), sandbox: str = "process",
-                 limits: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, read_roots: Sequence[str | Path] = (), sandbox: str = "process", limits: dict[str, Any] | None = None
+    ) -> None:
         self.read_roots = [os.path.realpath(r) for r in read_roots]
         self.backend, self.limits = sandbox, dict(limits or {})
         self._box: Any = None
@@ -38,10 +39,18 @@ class ToolServer:
     def schema(tool: Tool) -> dict[str, Any]:
         """The OpenAI function schema of a tool (its parameters are untyped JSON values; its doc says
         what they are)."""
-        return {"type": "function", "function": {
-            "name": tool.name, "description": (tool.doc or tool.signature).strip()[:1024],
-            "parameters": {"type": "object", "properties": {p: {"description": p} for p in tool.params},
-                           "required": list(tool.params)}}}
+        return {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": (tool.doc or tool.signature).strip()[:1024],
+                "parameters": {
+                    "type": "object",
+                    "properties": {p: {"description": p} for p in tool.params},
+                    "required": list(tool.params),
+                },
+            },
+        }
 
     def _sandbox(self) -> Any:
         with self._lock:
@@ -69,8 +78,9 @@ class ToolServer:
             if not isinstance(v, str) or not self._readable(v):
                 return False, f"{p}={v!r} is not under a path this server lets tools read ({self.read_roots})"
         try:
-            res = self._sandbox().call(tool.code, tool.entry, kwargs, limits=make_limits(**self.limits),
-                                       ro_paths=read_paths(tool, kwargs))
+            res = self._sandbox().call(
+                tool.code, tool.entry, kwargs, limits=make_limits(**self.limits), ro_paths=read_paths(tool, kwargs)
+            )
         except Exception as e:  # noqa: BLE001 - e.g. a path the sandbox refuses to mount: the model reads why
             return False, f"the sandbox refused the call: {type(e).__name__}: {e}"[:MAX_RESULT_CHARS]
         if not res.ok:

@@ -77,8 +77,14 @@ class Proposal:
     error: str | None = None
 
 
-def collect_examples(trajectories: Sequence[Trajectory], *, threshold: float = 1.0, limit: int = 8,
-                     rng: Any = None, failed_share: float = 0.25) -> list[Example]:
+def collect_examples(
+    trajectories: Sequence[Trajectory],
+    *,
+    threshold: float = 1.0,
+    limit: int = 8,
+    rng: Any = None,
+    failed_share: float = 0.25,
+) -> list[Example]:
     """Numbered tool calls from ``trajectories``: mostly from successes, some from failures."""
     good: list[tuple[str, ToolCall, bool]] = []
     bad: list[tuple[str, ToolCall, bool]] = []
@@ -145,8 +151,9 @@ def parse(raw: str, examples: Sequence[Example], *, provenance: dict | None = No
         return p
     by_index = {e.index: e for e in examples}
     try:
-        tests = [ToolCase(kwargs=dict(c["kwargs"]), expect=c.get("expect"), source="test")
-                 for c in spec.get("tests", [])]
+        tests = [
+            ToolCase(kwargs=dict(c["kwargs"]), expect=c.get("expect"), source="test") for c in spec.get("tests", [])
+        ]
         claims = []
         for c in spec.get("reproduces", []):
             ex = by_index.get(int(c["example"]))
@@ -156,8 +163,17 @@ def parse(raw: str, examples: Sequence[Example], *, provenance: dict | None = No
                 raise ValueError(f"claims example {ex.index}, which returned an error, not a value")
             claims.append(ToolCase(kwargs=dict(c["kwargs"]), expect=ex.call.result, source=f"recorded:{ex.task_id}"))
         reads = tuple(str(r) for r in spec.get("reads", []) if str(r) in params)
-        tool = Tool(name=fn.name, params=params, doc=ast.get_docstring(fn) or "", code=code, function=fn.name,
-                    tests=tuple(tests), reads=reads, origin="llm", provenance=dict(provenance or {}))
+        tool = Tool(
+            name=fn.name,
+            params=params,
+            doc=ast.get_docstring(fn) or "",
+            code=code,
+            function=fn.name,
+            tests=tuple(tests),
+            reads=reads,
+            origin="llm",
+            provenance=dict(provenance or {}),
+        )
     except (KeyError, TypeError, ValueError) as e:
         p.error = f"malformed tool spec: {e}"[:300]
         return p
@@ -165,9 +181,19 @@ def parse(raw: str, examples: Sequence[Example], *, provenance: dict | None = No
     return p
 
 
-def synthesize(llm: Any, trajectories: Sequence[Trajectory], library: ToolLibrary, *, n: int = 1,
-               examples: int = 8, threshold: float = 1.0, rng: Any = None, temperature: float | None = None,
-               max_tokens: int | None = 1024, provenance: dict | None = None) -> list[Proposal]:
+def synthesize(
+    llm: Any,
+    trajectories: Sequence[Trajectory],
+    library: ToolLibrary,
+    *,
+    n: int = 1,
+    examples: int = 8,
+    threshold: float = 1.0,
+    rng: Any = None,
+    temperature: float | None = None,
+    max_tokens: int | None = 1024,
+    provenance: dict | None = None,
+) -> list[Proposal]:
     """Ask ``llm`` ``n`` times for a tool; the parsed proposals (rejected ones carry ``error``)."""
     exs = collect_examples(trajectories, threshold=threshold, limit=examples, rng=rng)
     if not exs:

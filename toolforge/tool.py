@@ -194,8 +194,9 @@ def load_library(path: str | Path) -> ToolLibrary:
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"tools: no file {path}; give a JSON file of {{name: tool}} (toolforge writes tools.json)",
-                          path="tools")
+        raise ConfigError(
+            f"tools: no file {path}; give a JSON file of {{name: tool}} (toolforge writes tools.json)", path="tools"
+        )
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -211,7 +212,9 @@ def load_library(path: str | Path) -> ToolLibrary:
             where = ".".join(str(x) for x in first["loc"])
             raise ConfigError(f"tools: {path}: tool {name!r}: {where}: {first['msg']}", path="tools") from None
         if tools[name].name != name:
-            raise ConfigError(f"tools: {path}: the entry {name!r} holds a tool named {tools[name].name!r}", path="tools")
+            raise ConfigError(
+                f"tools: {path}: the entry {name!r} holds a tool named {tools[name].name!r}", path="tools"
+            )
     return ToolLibrary(tools)
 
 

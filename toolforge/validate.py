@@ -12,8 +12,14 @@ from typing import Any
 
 from evolve.toolforge.tool import Tool, ToolCase, ToolLibrary, same
 
-DEFAULT_LIMITS = {"wall_s": 5.0, "cpu_s": 5, "memory_mb": 256, "max_procs": 16, "file_size_mb": 4,
-                  "output_bytes": 200_000}
+DEFAULT_LIMITS = {
+    "wall_s": 5.0,
+    "cpu_s": 5,
+    "memory_mb": 256,
+    "max_procs": 16,
+    "file_size_mb": 4,
+    "output_bytes": 200_000,
+}
 
 
 def make_limits(**overrides: Any):
@@ -73,8 +79,15 @@ def run_cases(tool: Tool, cases: Sequence[ToolCase], sandbox: Any, limits: Any =
     return sandbox.call_many(tool.code, tool.entry, calls, limits=limits or make_limits(), ro_paths=sorted(ro))
 
 
-def check(tool: Tool, sandbox: Any, extra_cases: Sequence[ToolCase] = (), *, min_cases: int = 1,
-          min_recorded: int = 0, limits: Any = None) -> Verdict:
+def check(
+    tool: Tool,
+    sandbox: Any,
+    extra_cases: Sequence[ToolCase] = (),
+    *,
+    min_cases: int = 1,
+    min_recorded: int = 0,
+    limits: Any = None,
+) -> Verdict:
     """Admit ``tool`` if it passes its own tests and ``extra_cases`` (typically the recorded
     outputs it claims to reproduce), in the sandbox. ``min_recorded`` cases must come from
     trajectories (``source`` starting with ``recorded:``): a tool that only passes the tests its
@@ -99,8 +112,9 @@ def check(tool: Tool, sandbox: Any, extra_cases: Sequence[ToolCase] = (), *, min
             err = (res.error or "").strip().splitlines()
             v.failures.append(f"{case.source} {case.kwargs}: {res.verdict}: {err[-1] if err else ''}"[:300])
         elif not same(res.value, case.expect, unordered=case.unordered):
-            v.failures.append(f"{case.source} {case.kwargs}: returned {str(res.value)[:80]}, "
-                              f"expected {str(case.expect)[:80]}"[:300])
+            v.failures.append(
+                f"{case.source} {case.kwargs}: returned {str(res.value)[:80]}, expected {str(case.expect)[:80]}"[:300]
+            )
         else:
             v.passed += 1
     v.admitted = v.passed == len(cases)
@@ -136,8 +150,9 @@ class ToolBox:
 
     def run(self, name: str, **kwargs: Any) -> Any:
         tool = self.library[name]
-        res = self.sandbox.call(tool.code, tool.entry, kwargs, limits=self.limits or make_limits(),
-                                ro_paths=read_paths(tool, kwargs))
+        res = self.sandbox.call(
+            tool.code, tool.entry, kwargs, limits=self.limits or make_limits(), ro_paths=read_paths(tool, kwargs)
+        )
         if not res.ok:
             raise ToolError(name, res.verdict, res.error)
         return res.value

@@ -18,8 +18,16 @@ import operator as _op
 from collections.abc import Mapping
 from typing import Any
 
-_CMP = {ast.Eq: _op.eq, ast.NotEq: _op.ne, ast.Lt: _op.lt, ast.LtE: _op.le, ast.Gt: _op.gt, ast.GtE: _op.ge,
-        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_CMP = {
+    ast.Eq: _op.eq,
+    ast.NotEq: _op.ne,
+    ast.Lt: _op.lt,
+    ast.LtE: _op.le,
+    ast.Gt: _op.gt,
+    ast.GtE: _op.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 
 
 class _Undefined:
@@ -42,13 +50,31 @@ def compile_condition(text: str) -> ast.Expression:
     except SyntaxError as e:
         raise ValueError(f"condition {text!r} is not an expression: {e.msg}") from None
     for node in ast.walk(tree):
-        ok = isinstance(node, (ast.Expression, ast.Name, ast.Constant, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp,
-                               ast.Not, ast.Compare, ast.Load, ast.Tuple, ast.List, *tuple(_CMP)))
+        ok = isinstance(
+            node,
+            (
+                ast.Expression,
+                ast.Name,
+                ast.Constant,
+                ast.BoolOp,
+                ast.And,
+                ast.Or,
+                ast.UnaryOp,
+                ast.Not,
+                ast.Compare,
+                ast.Load,
+                ast.Tuple,
+                ast.List,
+                *tuple(_CMP),
+            ),
+        )
         if isinstance(node, ast.Call):
             ok = isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 and not node.keywords
         if not ok:
-            raise ValueError(f"condition {text!r}: {type(node).__name__} is not allowed; use state keys, constants, "
-                             "not/and/or, comparisons and len()")
+            raise ValueError(
+                f"condition {text!r}: {type(node).__name__} is not allowed; use state keys, constants, "
+                "not/and/or, comparisons and len()"
+            )
     return tree
 
 

@@ -82,13 +82,21 @@ class Edit:
         return self.signature
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "item": self.item, "targets": list(self.targets),
-                "values": [list(x) for x in self.values]}
+        return {
+            "kind": self.kind,
+            "item": self.item,
+            "targets": list(self.targets),
+            "values": [list(x) for x in self.values],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Edit:
-        return cls(str(data["kind"]), str(data["item"]), tuple(data["targets"]),
-                   tuple((str(k), str(v)) for k, v in data.get("values", ())))
+        return cls(
+            str(data["kind"]),
+            str(data["item"]),
+            tuple(data["targets"]),
+            tuple((str(k), str(v)) for k, v in data.get("values", ())),
+        )
 
 
 def _show(text: str) -> str:
@@ -160,8 +168,15 @@ def shape_key(wf: Workflow, refs: Mapping[str, list[str]] | None = None) -> str:
 
     nodes = [[n.type, sub(n.params, set(refs.get(n.id, ())) & set(index)), n.max_visits] for n in wf.nodes]
     edges = [[index.get(e.src, e.src), index.get(e.dst, e.dst), e.when] for e in wf.edges]
-    return content_hash({"entry": index.get(wf.entry, wf.entry), "nodes": nodes, "edges": edges,
-                         "output": wf.output, "max_steps": wf.max_steps})
+    return content_hash(
+        {
+            "entry": index.get(wf.entry, wf.entry),
+            "nodes": nodes,
+            "edges": edges,
+            "output": wf.output,
+            "max_steps": wf.max_steps,
+        }
+    )
 
 
 def _edge_reachable(wf: Workflow) -> set[str]:
@@ -197,7 +212,7 @@ def _dedupe(edges: Iterable[Edge]) -> list[Edge]:
 def _step(wf: Workflow, it: PaletteItem, i: int) -> Workflow:
     e = wf.edges[i]
     t = Node(id=wf.fresh_id(it.name), type=it.type, params=it.node_params())
-    edges = [*wf.edges[:i], Edge(src=e.src, dst=t.id, when=e.when), *wf.edges[i + 1:], Edge(src=t.id, dst=e.dst)]
+    edges = [*wf.edges[:i], Edge(src=e.src, dst=t.id, when=e.when), *wf.edges[i + 1 :], Edge(src=t.id, dst=e.dst)]
     return wf.with_nodes([*wf.nodes, t], edges)
 
 
@@ -298,8 +313,10 @@ def _candidates(wf: Workflow, pal: Palette, types: Any, remove: str) -> Iterable
                 if back is None and chain and chain[-1] != a.id and type_of.get(chain[-1]) in it.at:
                     back = chain[-1]
                 if back is not None:
-                    yield (Edit("loop", it.name, (a.id,), _val(when=it.when[0], max_visits=it.max_visits[0])),
-                           lambda it=it, a=a.id, back=back: _loop(wf, it, a, back))
+                    yield (
+                        Edit("loop", it.name, (a.id,), _val(when=it.when[0], max_visits=it.max_visits[0])),
+                        lambda it=it, a=a.id, back=back: _loop(wf, it, a, back),
+                    )
         elif it.kind == "wrap" and not full:
             for seg in _segments(wf, it, reach, chained):
                 yield Edit("wrap", it.name, tuple(seg)), lambda it=it, seg=seg: _wrap(wf, it, seg)
@@ -307,19 +324,29 @@ def _candidates(wf: Workflow, pal: Palette, types: Any, remove: str) -> Iterable
             for key, values in it.grid.items():
                 for x in values:
                     if n.params.get(key) != x:
-                        yield (Edit("set", it.name, (n.id,), _val(**{key: x})),
-                               lambda n=n, key=key, x=x: wf.replace_node(n.model_copy(update={"params": {**n.params, key: x}})))
+                        yield (
+                            Edit("set", it.name, (n.id,), _val(**{key: x})),
+                            lambda n=n, key=key, x=x: wf.replace_node(
+                                n.model_copy(update={"params": {**n.params, key: x}})
+                            ),
+                        )
             for m in it.max_visits if n.max_visits is not None else []:
                 if m != n.max_visits:
-                    yield (Edit("set", it.name, (n.id,), _val(max_visits=m)),
-                           lambda n=n, m=m: wf.replace_node(n.model_copy(update={"max_visits": m})))
+                    yield (
+                        Edit("set", it.name, (n.id,), _val(max_visits=m)),
+                        lambda n=n, m=m: wf.replace_node(n.model_copy(update={"max_visits": m})),
+                    )
         for i, e in enumerate(wf.edges if len(it.when) > 1 else ()):  # rewire
             if e.when is not None and type_of.get(e.dst) == it.type:
                 for w in it.when:
                     if w != e.when:
-                        yield (Edit("rewire", it.name, (e.src, e.dst), _val(when=w)),
-                               lambda i=i, w=w: wf.with_nodes(wf.nodes, [*wf.edges[:i], wf.edges[i].model_copy(
-                                   update={"when": w}), *wf.edges[i + 1:]]))
+                        yield (
+                            Edit("rewire", it.name, (e.src, e.dst), _val(when=w)),
+                            lambda i=i, w=w: wf.with_nodes(
+                                wf.nodes,
+                                [*wf.edges[:i], wf.edges[i].model_copy(update={"when": w}), *wf.edges[i + 1 :]],
+                            ),
+                        )
     if remove == "none":
         return
     own = pal.types()
@@ -333,8 +360,9 @@ def _candidates(wf: Workflow, pal: Palette, types: Any, remove: str) -> Iterable
             yield Edit("remove", item, (n.id,)), lambda n=n.id: _remove(wf, n)
 
 
-def candidate_edits(wf: Workflow, palette: Any, types: Any = None, *,
-                    remove: Literal["palette", "any", "none"] = "palette") -> list[tuple[Edit, Callable[[], Workflow]]]:
+def candidate_edits(
+    wf: Workflow, palette: Any, types: Any = None, *, remove: Literal["palette", "any", "none"] = "palette"
+) -> list[tuple[Edit, Callable[[], Workflow]]]:
     """Every single edit of ``wf`` with a function that builds its result (not yet normalised,
     deduplicated or validated: see :func:`realize`). Cheap; the search builds only what it tries."""
     if types is None:
@@ -342,8 +370,14 @@ def candidate_edits(wf: Workflow, palette: Any, types: Any = None, *,
     return list(_candidates(wf, Palette.parse(palette), types, remove))
 
 
-def realize(build: Callable[[], Workflow], types: Any, *, max_nodes: int | None = None,
-            checked: dict[str, bool] | None = None, skip: set[str] | None = None) -> Workflow | None:
+def realize(
+    build: Callable[[], Workflow],
+    types: Any,
+    *,
+    max_nodes: int | None = None,
+    checked: dict[str, bool] | None = None,
+    skip: set[str] | None = None,
+) -> Workflow | None:
     """Build an edit's result and normalise it; None when it is invalid, has more than
     ``max_nodes`` nodes, or its :func:`shape_key` is in ``skip`` (which it is then added to).
     ``checked`` (shape key -> valid) remembers validations across calls."""
@@ -372,9 +406,15 @@ def realize(build: Callable[[], Workflow], types: Any, *, max_nodes: int | None 
     return new if ok else None
 
 
-def enumerate_edits(wf: Workflow, palette: Any, types: Any = None, *, max_nodes: int | None = None,
-                    remove: Literal["palette", "any", "none"] = "palette",
-                    checked: dict[str, bool] | None = None) -> list[tuple[Edit, Workflow]]:
+def enumerate_edits(
+    wf: Workflow,
+    palette: Any,
+    types: Any = None,
+    *,
+    max_nodes: int | None = None,
+    remove: Literal["palette", "any", "none"] = "palette",
+    checked: dict[str, bool] | None = None,
+) -> list[tuple[Edit, Workflow]]:
     """Every distinct single edit of ``wf`` whose result validates, with the normalised result.
 
     ``palette``: a :class:`Palette` or its list form; ``types``: the node type registry (default
@@ -392,5 +432,15 @@ def enumerate_edits(wf: Workflow, palette: Any, types: Any = None, *, max_nodes:
     return out
 
 
-__all__ = ["Edit", "Palette", "PaletteError", "PaletteItem", "candidate_edits", "enumerate_edits", "normalize",
-           "realize", "refs_of", "shape_key"]
+__all__ = [
+    "Edit",
+    "Palette",
+    "PaletteError",
+    "PaletteItem",
+    "candidate_edits",
+    "enumerate_edits",
+    "normalize",
+    "realize",
+    "refs_of",
+    "shape_key",
+]

@@ -133,8 +133,14 @@ class Workflow(Frozen):
     # ------------------------------------------------------------------ edits (new graphs)
 
     def with_nodes(self, nodes: Iterable[Node], edges: Iterable[Edge] | None = None, **changes: Any) -> Workflow:
-        data = {"entry": self.entry, "output": self.output, "max_steps": self.max_steps, **changes,
-                "nodes": tuple(nodes), "edges": tuple(self.edges if edges is None else edges)}
+        data = {
+            "entry": self.entry,
+            "output": self.output,
+            "max_steps": self.max_steps,
+            **changes,
+            "nodes": tuple(nodes),
+            "edges": tuple(self.edges if edges is None else edges),
+        }
         return Workflow(**data)
 
     def replace_node(self, node: Node) -> Workflow:
@@ -152,7 +158,9 @@ class Workflow(Frozen):
         try:
             return cls.model_validate(dict(data))
         except ValidationError as e:
-            raise WorkflowError([f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]) from None
+            raise WorkflowError(
+                [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+            ) from None
 
     def to_nx(self):  # -> networkx.MultiDiGraph
         import networkx as nx
@@ -172,8 +180,11 @@ class Workflow(Frozen):
             if not self.has(node_id):
                 return node_id
             n = self.node(node_id)
-            nums = ",".join(f"{k}={v}" for k, v in sorted(n.params.items())
-                            if isinstance(v, (int, float)) and not isinstance(v, bool))
+            nums = ",".join(
+                f"{k}={v}"
+                for k, v in sorted(n.params.items())
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            )
             return node_id + (f"{{{nums}}}" if nums else "") + (f"(x{n.max_visits})" if n.max_visits else "")
 
         parts = [f"{label(e.src)} {'-[' + e.when + ']->' if e.when else '->'} {label(e.dst)}" for e in self.edges]
@@ -226,12 +237,16 @@ def validate(wf: Workflow, types: Any = None) -> Workflow:
     for i, e in enumerate(wf.edges):
         for end in ("src", "dst"):
             if getattr(e, end) not in ids:
-                problems.append(f"edge {i} ({e.src} -> {e.dst}) is dangling: its {end} {getattr(e, end)!r} is not a node; "
-                                f"{did_you_mean(getattr(e, end), ids) if ids else 'add the node'}")
+                problems.append(
+                    f"edge {i} ({e.src} -> {e.dst}) is dangling: its {end} {getattr(e, end)!r} is not a node; "
+                    f"{did_you_mean(getattr(e, end), ids) if ids else 'add the node'}"
+                )
     refs: dict[str, list[str]] = {}
     for n in wf.nodes:
         if n.type not in types:
-            problems.append(f"node {n.id!r} has type {n.type!r}, which does not exist; {did_you_mean(n.type, types.names())}")
+            problems.append(
+                f"node {n.id!r} has type {n.type!r}, which does not exist; {did_you_mean(n.type, types.names())}"
+            )
             continue
         kind = types.get(n.type)
         params_model = getattr(kind, "Params", None)
@@ -346,5 +361,15 @@ def to_text(wf: Workflow) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Edge", "Node", "Workflow", "WorkflowError", "compile_condition", "condition_holds", "diff_workflows",
-           "graph_of", "to_text", "validate"]
+__all__ = [
+    "Edge",
+    "Node",
+    "Workflow",
+    "WorkflowError",
+    "compile_condition",
+    "condition_holds",
+    "diff_workflows",
+    "graph_of",
+    "to_text",
+    "validate",
+]

@@ -38,8 +38,12 @@ class _Fields(Mapping):
 
     def __init__(self, state: dict, rt: Any, extra: Mapping[str, Any] | None = None) -> None:
         task = state.get("task")
-        self._layers = [extra or {}, state, task if isinstance(task, Mapping) else {},
-                        dict(getattr(rt.ctx.system, "prompts", None) or {})]
+        self._layers = [
+            extra or {},
+            state,
+            task if isinstance(task, Mapping) else {},
+            dict(getattr(rt.ctx.system, "prompts", None) or {}),
+        ]
 
     def __getitem__(self, key: str) -> Any:
         for layer in self._layers:
@@ -67,8 +71,10 @@ def fill(template: str, state: dict, rt: Any, extra: Mapping[str, Any] | None = 
             root = name.split("[", 1)[0].split(".", 1)[0]
             if root and root not in fields:
                 known = sorted(k for k in fields if not str(k).startswith("_"))
-                raise KeyError(f"prompt placeholder {{{root}}} is not a state key, a task field or a prompt "
-                               f"component; known: {known}")
+                raise KeyError(
+                    f"prompt placeholder {{{root}}} is not a state key, a task field or a prompt "
+                    f"component; known: {known}"
+                )
     return template.format_map(fields)
 
 
@@ -123,8 +129,9 @@ class LLMStep:
         user = Message(role="user", content=fill(p.prompt, state, rt))
         past = list(state.get("messages") or []) if p.history else []
         messages = _system_message(rt, p.system) + past + [user]
-        out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, p.temperature),
-                                      max_tokens=p.max_tokens, stop=p.stop)
+        out = rt.llm(p.role).complete(
+            messages, temperature=rt.temperature(state, p.temperature), max_tokens=p.max_tokens, stop=p.stop
+        )
         updates: dict[str, Any] = {p.out: out.text}
         if p.history:
             updates["messages"] = past + [user, Message(role="assistant", content=out.text)]
@@ -240,9 +247,14 @@ class VoteStep:
         key: str = Field(..., description="the state key voted on")
         exclude_when: str | None = None
         keep: list[str] | None = None
-        parallel: int = Field(1, ge=1, le=32, description="samples run at once; above 1 each sample runs in a "
-                              "fork of the rollout with its own seed (deterministic, but not the samples a "
-                              "sequential vote draws)")
+        parallel: int = Field(
+            1,
+            ge=1,
+            le=32,
+            description="samples run at once; above 1 each sample runs in a "
+            "fork of the rollout with its own seed (deterministic, but not the samples a "
+            "sequential vote draws)",
+        )
 
         @field_validator("exclude_when")
         @classmethod
@@ -272,7 +284,9 @@ class VoteStep:
         if p.keep is not None:
             keep = list(p.keep)
         else:
-            keep = [k for k, v in chosen.items() if not str(k).startswith("_") and (k not in state or state[k] is not v)]
+            keep = [
+                k for k, v in chosen.items() if not str(k).startswith("_") and (k not in state or state[k] is not v)
+            ]
         updates = {k: chosen.get(k) for k in keep}
         updates.update({"votes": best, "samples": p.n})
         return updates
@@ -280,8 +294,10 @@ class VoteStep:
 
 # ----------------------------------------------------------------------------- reflect
 
-REFLECT_PROMPT = ("Task:\n{task_text}\n\nYour last answer:\n{last}\n\nWhat went wrong:\n{feedback}\n\n"
-                  "In two or three sentences, say what the mistake was and what to do differently next time.")
+REFLECT_PROMPT = (
+    "Task:\n{task_text}\n\nYour last answer:\n{last}\n\nWhat went wrong:\n{feedback}\n\n"
+    "In two or three sentences, say what the mistake was and what to do differently next time."
+)
 
 
 class ReflectStep:
@@ -303,14 +319,18 @@ class ReflectStep:
 
     def run(self, p: ReflectStep.Params, state: dict, rt: Any) -> dict:
         task = state.get("task") or {}
-        task_text = (task.get("question") or task.get("q") or canonical_json({k: v for k, v in task.items() if k != "id"})
-                     if isinstance(task, Mapping) else str(task))
+        task_text = (
+            task.get("question") or task.get("q") or canonical_json({k: v for k, v in task.items() if k != "id"})
+            if isinstance(task, Mapping)
+            else str(task)
+        )
         last = state.get(p.last)
         feedback = state.get("feedback") or state.get("error") or "(no feedback was given)"
         extra = {"task_text": task_text, "last": "(nothing)" if last is None else last, "feedback": feedback}
         messages = _system_message(rt, p.system) + [Message(role="user", content=fill(p.prompt, state, rt, extra))]
-        out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, p.temperature),
-                                      max_tokens=p.max_tokens, stop=None)
+        out = rt.llm(p.role).complete(
+            messages, temperature=rt.temperature(state, p.temperature), max_tokens=p.max_tokens, stop=None
+        )
         return {p.out: out.text}
 
 

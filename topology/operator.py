@@ -46,19 +46,23 @@ class TopologySearch:
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
-        palette: Any = Field(description="palette items (a list), or an import path to one, e.g. "
-                                         "evolve.worlds.sql.workflow:PALETTE")
+        palette: Any = Field(
+            description="palette items (a list), or an import path to one, e.g. evolve.worlds.sql.workflow:PALETTE"
+        )
         max_evals: int = Field(20, ge=1, description="distinct workflows evaluated per proposal (the root included)")
         search_tasks: int = Field(8, ge=1, description="training tasks each workflow is scored on")
         samples: int = Field(1, ge=1, description="rollouts per task")
         temperature: float | None = None
         exploration: float = Field(0.5, ge=0, description="UCT constant c (on utilities scaled to [0, 1])")
         widen: float | None = Field(0.5, gt=0, description="progressive widening: children <= widen * sqrt(visits)")
-        cost: Literal["calls", "money"] = Field("calls", description="what a workflow costs: model calls per task, "
-                                                "or money per task when the backend reports it")
+        cost: Literal["calls", "money"] = Field(
+            "calls",
+            description="what a workflow costs: model calls per task, or money per task when the backend reports it",
+        )
         cost_weight: float = Field(0.01, ge=0, description="utility = score - cost_weight * cost penalty")
-        cost_mode: Literal["relative", "absolute"] = Field("relative", description="relative: penalty in multiples "
-                                                           "of the root's cost minus one; absolute: the cost")
+        cost_mode: Literal["relative", "absolute"] = Field(
+            "relative", description="relative: penalty in multiples of the root's cost minus one; absolute: the cost"
+        )
         children: int = Field(1, ge=1, description="best workflows returned as candidates")
         max_nodes: int | None = Field(24, ge=1, description="no graphs with more nodes")
         remove: Literal["palette", "any", "none"] = Field("palette", description="which nodes the search may remove")
@@ -89,8 +93,12 @@ class TopologySearch:
         is 0. ``calls_per_rollout_max``: :meth:`calls_per_rollout_max` of the plan's
         ``calls_per_rollout`` (the starting graph's bound, when the run has one; else 1)."""
         root = getattr(plan, "calls_per_rollout", None) or 1
-        return {"rollouts": self.p.max_evals * self.p.search_tasks * self.p.samples, "llm_calls": 0,
-                "children": self.p.children, "calls_per_rollout_max": self.calls_per_rollout_max(root)}
+        return {
+            "rollouts": self.p.max_evals * self.p.search_tasks * self.p.samples,
+            "llm_calls": 0,
+            "children": self.p.children,
+            "calls_per_rollout_max": self.calls_per_rollout_max(root),
+        }
 
     def calls_per_rollout_max(self, root: Workflow | float, types: Any = None) -> int | None:
         """The most model calls one rollout of a workflow this search builds from ``root`` makes,
@@ -119,8 +127,12 @@ class TopologySearch:
             inside = {r for rs in refs_of(wf, types).values() for r in rs}
 
             def wrappable(n: Any) -> bool:  # a vote can still wrap it: a chain type, in no chain, no vote itself
-                return n.type in chained and n.id not in inside and n.type in types and \
-                    not hasattr(types.get(n.type), "refs")
+                return (
+                    n.type in chained
+                    and n.id not in inside
+                    and n.type in types
+                    and not hasattr(types.get(n.type), "refs")
+                )
 
             rest = wf.with_nodes([n.model_copy(update={"type": _ZERO}) if wrappable(n) else n for n in wf.nodes])
             total, fixed = calls_upper_bound(wf, types), calls_upper_bound(rest, _Zeroed(types))
@@ -160,13 +172,17 @@ class TopologySearch:
         p = self.p
         root = graph_of(parent)
         if root is None:
-            raise UserError(f"the topology operator needs a workflow graph, and system {parent.id[:12]} has none: "
-                            "set the task's top-level `agent: evolve.topology:agent` and a `workflow.graph` (e.g. "
-                            "the JSON of evolve.worlds.sql.workflow:single_step())")
+            raise UserError(
+                f"the topology operator needs a workflow graph, and system {parent.id[:12]} has none: "
+                "set the task's top-level `agent: evolve.topology:agent` and a `workflow.graph` (e.g. "
+                "the JSON of evolve.worlds.sql.workflow:single_step())"
+            )
         self.palette.check(node_types)
         tasks = ctx.rng.sample(list(ctx.train), min(p.search_tasks, len(ctx.train)))
         if not tasks:
-            raise UserError("the topology operator needs training tasks to score workflows on; the train split is empty")
+            raise UserError(
+                "the topology operator needs training tasks to score workflows on; the train split is empty"
+            )
         metrics: dict[str, dict[str, float]] = {}
         root_id = normalize(root, refs_of(root, node_types)).id  # the search's (normalised) root is the parent
 
@@ -176,38 +192,71 @@ class TopologySearch:
             return parent.replace(workflow={**parent.workflow, "graph": wf.to_json()})
 
         def evaluate(wf: Workflow) -> tuple[float, float]:
-            trajs = ctx.rollouts(system_for(wf), tasks, samples=p.samples, temperature=p.temperature, tag="topology",
-                                 logprobs=False)  # scores only: a vote's samples need no log-probs
+            trajs = ctx.rollouts(
+                system_for(wf), tasks, samples=p.samples, temperature=p.temperature, tag="topology", logprobs=False
+            )  # scores only: a vote's samples need no log-probs
             n = max(len(trajs), 1)
-            m = {"score": sum(t.score for t in trajs) / n,
-                 "calls": sum(sum(isinstance(s, LLMCall) for s in t.steps) for t in trajs) / n,
-                 "money": sum(t.cost for t in trajs) / n, "errors": sum(t.error is not None for t in trajs)}
+            m = {
+                "score": sum(t.score for t in trajs) / n,
+                "calls": sum(sum(isinstance(s, LLMCall) for s in t.steps) for t in trajs) / n,
+                "money": sum(t.cost for t in trajs) / n,
+                "errors": sum(t.error is not None for t in trajs),
+            }
             metrics[wf.id] = m
             return m["score"], m["calls"] if p.cost == "calls" else m["money"]
 
         experience = self._experience(ctx) if p.experience else Experience()
         start = len(experience.events)
-        mcts = MCTS(evaluate, self.palette, node_types, max_evals=p.max_evals, exploration=p.exploration,
-                    cost_weight=p.cost_weight, cost_mode=p.cost_mode, widen=p.widen, max_nodes=p.max_nodes,
-                    remove=p.remove, seed=ctx.rng.randrange(2**31), experience=experience, log=ctx.log)
+        mcts = MCTS(
+            evaluate,
+            self.palette,
+            node_types,
+            max_evals=p.max_evals,
+            exploration=p.exploration,
+            cost_weight=p.cost_weight,
+            cost_mode=p.cost_mode,
+            widen=p.widen,
+            max_nodes=p.max_nodes,
+            remove=p.remove,
+            seed=ctx.rng.randrange(2**31),
+            experience=experience,
+            log=ctx.log,
+        )
         result = mcts.run(root)
         chosen = result.top(p.children)
         self._write(ctx, parent, tasks, result, metrics, chosen, experience.to_json(start))
         r, rm = result.root, metrics.get(result.root.id, {})
-        ctx.log(f"topology: {result.evaluations} workflows evaluated ({result.transpositions} reached twice); root "
-                f"score {r.score:.3f} at {rm.get('calls', 0):.2f} calls/task; best {result.best.score:.3f} at "
-                f"{metrics.get(result.best.id, {}).get('calls', 0):.2f} calls/task: {result.best.wf.signature()}")
+        ctx.log(
+            f"topology: {result.evaluations} workflows evaluated ({result.transpositions} reached twice); root "
+            f"score {r.score:.3f} at {rm.get('calls', 0):.2f} calls/task; best {result.best.score:.3f} at "
+            f"{metrics.get(result.best.id, {}).get('calls', 0):.2f} calls/task: {result.best.wf.signature()}"
+        )
         out = []
         for node in chosen:
             m, path = metrics.get(node.id, {}), result.path(node.id)
-            info = {"score": node.score, "calls": m.get("calls"), "money": m.get("money"), "cost": node.cost,
-                    "utility": node.utility, "root_score": r.score, "root_calls": rm.get("calls"),
-                    "root_utility": r.utility, "evaluations": result.evaluations, "workflow": node.id,
-                    "edits": [e.describe() for e in path], "signature": node.wf.signature()}
-            why = (f"topology: {'; '.join(e.describe() for e in path)} (score {node.score:.3f} vs {r.score:.3f}, "
-                   f"{m.get('calls', 0):.2f} vs {rm.get('calls', 0):.2f} model calls/task on {len(tasks)} tasks)")
-            out.append(Candidate(system=system_for(node.wf), parents=(parent.id,), operator=self.name, rationale=why,
-                                 info=info))
+            info = {
+                "score": node.score,
+                "calls": m.get("calls"),
+                "money": m.get("money"),
+                "cost": node.cost,
+                "utility": node.utility,
+                "root_score": r.score,
+                "root_calls": rm.get("calls"),
+                "root_utility": r.utility,
+                "evaluations": result.evaluations,
+                "workflow": node.id,
+                "edits": [e.describe() for e in path],
+                "signature": node.wf.signature(),
+            }
+            why = (
+                f"topology: {'; '.join(e.describe() for e in path)} (score {node.score:.3f} vs {r.score:.3f}, "
+                f"{m.get('calls', 0):.2f} vs {rm.get('calls', 0):.2f} model calls/task on {len(tasks)} tasks)"
+            )
+            out.append(
+                Candidate(
+                    system=system_for(node.wf), parents=(parent.id,), operator=self.name, rationale=why, info=info
+                )
+            )
         return out
 
     @staticmethod
@@ -227,23 +276,53 @@ class TopologySearch:
             exp.merge(Experience.from_json(rows))
         return exp
 
-    def _write(self, ctx: OperatorContext, parent: System, tasks: list, result: SearchResult,
-               metrics: dict[str, dict[str, float]], chosen: list, experience: list) -> None:
+    def _write(
+        self,
+        ctx: OperatorContext,
+        parent: System,
+        tasks: list,
+        result: SearchResult,
+        metrics: dict[str, dict[str, float]],
+        chosen: list,
+        experience: list,
+    ) -> None:
         picked = {n.id for n in chosen}
         rows = []
         for n in result.nodes:
             m = metrics.get(n.id, {})
-            rows.append({"id": n.id, "signature": n.wf.signature(), "score": n.score, "calls": m.get("calls"),
-                         "money": m.get("money"), "errors": m.get("errors"), "cost": n.cost, "utility": n.utility,
-                         "parent": n.parent, "edit": n.edit.describe() if n.edit else None,
-                         "edit_json": n.edit.to_json() if n.edit else None, "depth": n.depth, "visits": n.visits,
-                         "chosen": n.id in picked, "graph": n.wf.to_json()})
-        report = {"generation": ctx.generation, "parent": parent.id, "root": result.root.id, "best": result.best.id,
-                  "tasks": [str(t.get("id")) for t in tasks], "evaluations": result.evaluations,
-                  "iterations": result.iterations, "transpositions": result.transpositions,
-                  "params": self.p.model_dump(mode="json", exclude={"palette"}),
-                  "palette": [it.model_dump(mode="json") for it in self.palette.items],
-                  "evaluated": rows, "experience": experience}
+            rows.append(
+                {
+                    "id": n.id,
+                    "signature": n.wf.signature(),
+                    "score": n.score,
+                    "calls": m.get("calls"),
+                    "money": m.get("money"),
+                    "errors": m.get("errors"),
+                    "cost": n.cost,
+                    "utility": n.utility,
+                    "parent": n.parent,
+                    "edit": n.edit.describe() if n.edit else None,
+                    "edit_json": n.edit.to_json() if n.edit else None,
+                    "depth": n.depth,
+                    "visits": n.visits,
+                    "chosen": n.id in picked,
+                    "graph": n.wf.to_json(),
+                }
+            )
+        report = {
+            "generation": ctx.generation,
+            "parent": parent.id,
+            "root": result.root.id,
+            "best": result.best.id,
+            "tasks": [str(t.get("id")) for t in tasks],
+            "evaluations": result.evaluations,
+            "iterations": result.iterations,
+            "transpositions": result.transpositions,
+            "params": self.p.model_dump(mode="json", exclude={"palette"}),
+            "palette": [it.model_dump(mode="json") for it in self.palette.items],
+            "evaluated": rows,
+            "experience": experience,
+        }
         Path(ctx.workdir).mkdir(parents=True, exist_ok=True)
         (Path(ctx.workdir) / "topology.json").write_text(json.dumps(report, indent=1, default=str))
         plot_frontier(rows, Path(ctx.workdir) / "frontier.png")
@@ -301,7 +380,9 @@ def plot_frontier(rows: list[dict[str, Any]], path: Path) -> Path:
             front.append((x, y))
             best = y
     if front:
-        ax.step([x for x, _ in front], [y for _, y in front], where="post", color="#4a6fa5", lw=1, label="Pareto frontier")
+        ax.step(
+            [x for x, _ in front], [y for _, y in front], where="post", color="#4a6fa5", lw=1, label="Pareto frontier"
+        )
     root = [(x, y) for x, y, r in pts if r.get("parent") is None]
     chosen = [(x, y) for x, y, r in pts if r.get("chosen")]
     if root:

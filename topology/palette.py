@@ -43,15 +43,18 @@ class PaletteItem(BaseModel):
     kind: Literal["step", "loop", "wrap"]
     type: str | None = Field(None, description="node type added (wrap: default 'vote')")
     at: list[str] = Field(default_factory=list, description="loop: types to loop at; step: allowed predecessor types")
-    when: list[str] = Field(default_factory=list, description="loop: edge conditions; the first is used, rewire "
-                            "moves among them")
-    max_visits: list[Annotated[int, Field(ge=1, le=100)]] = Field(default_factory=list, description="loop: bounds "
-                                                                  "of the new node; the first is used")
+    when: list[str] = Field(
+        default_factory=list, description="loop: edge conditions; the first is used, rewire moves among them"
+    )
+    max_visits: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=list, description="loop: bounds of the new node; the first is used"
+    )
     chain_types: list[str] = Field(default_factory=list, description="wrap: the segment's node types, in order")
     chain_param: str = Field("chain", description="wrap: the param of the vote node that lists the chain")
     params: dict[str, JSON] = Field(default_factory=dict, description="fixed params of the new node")
-    grid: dict[str, list[JSON]] = Field(default_factory=dict, description="param -> values (the first is used; "
-                                        "set moves among them)")
+    grid: dict[str, list[JSON]] = Field(
+        default_factory=dict, description="param -> values (the first is used; set moves among them)"
+    )
     max_count: int | None = Field(None, ge=0, description="no additions once the graph has this many of the type")
 
     @field_validator("at", "when", mode="before")
@@ -101,18 +104,23 @@ class Palette(BaseModel):
             return data
         raw = data.get("items") if isinstance(data, Mapping) else data
         if not isinstance(raw, (list, tuple)) or not raw:
-            raise PaletteError("the palette must be a non-empty list of items like {name: check, kind: step, "
-                               f"type: check}}; got {type(raw).__name__}")
+            raise PaletteError(
+                "the palette must be a non-empty list of items like {name: check, kind: step, "
+                f"type: check}}; got {type(raw).__name__}"
+            )
         problems, items = [], []
         for i, item in enumerate(raw):
-            label = f"palette[{i}]" + (f" ({item.get('name')})" if isinstance(item, Mapping) and item.get("name") else "")
+            label = f"palette[{i}]" + (
+                f" ({item.get('name')})" if isinstance(item, Mapping) and item.get("name") else ""
+            )
             try:
                 items.append(PaletteItem.model_validate(item))
             except ValidationError as e:
                 problems += [f"{label}: {_where(x['loc'])}{x['msg'].removeprefix('Value error, ')}" for x in e.errors()]
         names = [it.name for it in items]
-        problems += [f"two palette items are named {n!r}; names must be unique" for n in sorted(set(names))
-                     if names.count(n) > 1]
+        problems += [
+            f"two palette items are named {n!r}; names must be unique" for n in sorted(set(names)) if names.count(n) > 1
+        ]
         if problems:
             raise PaletteError("invalid topology palette:\n  - " + "\n  - ".join(problems))
         return cls(items=tuple(items))
@@ -145,8 +153,10 @@ class Palette(BaseModel):
                 try:
                     model.model_validate(params)
                 except ValidationError as e:
-                    problems += [f"{it.name}: params {canonical_json(params)}: {'.'.join(map(str, x['loc']))}: "
-                                 f"{x['msg']}" for x in e.errors()]
+                    problems += [
+                        f"{it.name}: params {canonical_json(params)}: {'.'.join(map(str, x['loc']))}: {x['msg']}"
+                        for x in e.errors()
+                    ]
         if problems:
             raise PaletteError("the topology palette does not fit the node types:\n  - " + "\n  - ".join(problems))
         return self

@@ -121,8 +121,11 @@ def positions(depth: dict[str, int], order: list[str]) -> dict[str, tuple[float,
     return pos
 
 
-def _geometry(wf: Workflow, types: Any) -> tuple[dict[str, Any], list[tuple[str, str, int]], dict[str, int],
-                                                 set[tuple[str, str]], dict[str, tuple[float, float]]]:
+def _geometry(
+    wf: Workflow, types: Any
+) -> tuple[
+    dict[str, Any], list[tuple[str, str, int]], dict[str, int], set[tuple[str, str]], dict[str, tuple[float, float]]
+]:
     """Node kinds, vote chains, columns, loop-closing edges and positions of a drawing of ``wf``."""
     kinds = _kinds(wf, types)
     chains = _chains(wf, kinds)
@@ -135,13 +138,28 @@ def drawing(wf: Workflow, types: Any = None) -> dict[str, Any]:
     position (``x`` columns left to right, ``y`` up) and whether they call a model (None: unknown
     type), edges with their condition and whether they close a loop, vote chains."""
     kinds, chains, _, back, pos = _geometry(wf, types)
-    nodes = [{"id": n.id, "type": n.type, "x": pos[n.id][0], "y": pos[n.id][1], "max_visits": n.max_visits,
-              "params": n.params, "entry": n.id == wf.entry,
-              "model": None if kinds.get(n.id) is None else bool(getattr(kinds[n.id], "calls_model", False))}
-             for n in wf.nodes]
+    nodes = [
+        {
+            "id": n.id,
+            "type": n.type,
+            "x": pos[n.id][0],
+            "y": pos[n.id][1],
+            "max_visits": n.max_visits,
+            "params": n.params,
+            "entry": n.id == wf.entry,
+            "model": None if kinds.get(n.id) is None else bool(getattr(kinds[n.id], "calls_model", False)),
+        }
+        for n in wf.nodes
+    ]
     edges = [{"src": e.src, "dst": e.dst, "when": e.when, "back": (e.src, e.dst) in back} for e in wf.edges]
-    return {"id": wf.id, "entry": wf.entry, "output": wf.output, "nodes": nodes, "edges": edges,
-            "chains": [{"vote": v, "node": r, "samples": k} for v, r, k in chains]}
+    return {
+        "id": wf.id,
+        "entry": wf.entry,
+        "output": wf.output,
+        "nodes": nodes,
+        "edges": edges,
+        "chains": [{"vote": v, "node": r, "samples": k} for v, r, k in chains],
+    }
 
 
 def drawing_of(workflow: Any) -> dict[str, Any] | None:
@@ -162,7 +180,9 @@ def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = Non
     except ImportError as exc:  # pragma: no cover - matplotlib comes with the local extra
         from evolve.errors import MissingDependency
 
-        raise MissingDependency(f"drawing a workflow needs matplotlib ({exc}); pip install 'evolvekit[local]'") from None
+        raise MissingDependency(
+            f"drawing a workflow needs matplotlib ({exc}); pip install 'evolvekit[local]'"
+        ) from None
 
     path = Path(path)
     kinds, chains, depth, back, pos = _geometry(wf, types)
@@ -184,13 +204,34 @@ def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = Non
             if label:
                 ax.text(x1, y1 + 0.9, label, ha="center", va="bottom", fontsize=7, color="#7a1f1f")
             return
-        ax.add_patch(FancyArrowPatch((x1, y1), (x2, y2), connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
-                                     mutation_scale=12, lw=1.2, color=colour, shrinkA=28, shrinkB=28,
-                                     linestyle="--" if dashed else "-", zorder=1))
+        ax.add_patch(
+            FancyArrowPatch(
+                (x1, y1),
+                (x2, y2),
+                connectionstyle=f"arc3,rad={rad}",
+                arrowstyle="-|>",
+                mutation_scale=12,
+                lw=1.2,
+                color=colour,
+                shrinkA=28,
+                shrinkB=28,
+                linestyle="--" if dashed else "-",
+                zorder=1,
+            )
+        )
         if label:
             mx, my = (x1 + x2) / 2 + rad * (y2 - y1) / 2, (y1 + y2) / 2 - rad * (x2 - x1) / 2
-            ax.text(mx, my, label, ha="center", va="center", fontsize=7, color="#7a1f1f", zorder=3,
-                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
+            ax.text(
+                mx,
+                my,
+                label,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="#7a1f1f",
+                zorder=3,
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85},
+            )
 
     seen_pairs: dict[tuple[str, str], int] = {}
     for e in wf.edges:
@@ -209,12 +250,23 @@ def render_png(wf: Workflow, path: str | Path, title: str = "", types: Any = Non
 
     for n in wf.nodes:
         kind = kinds.get(n.id)
-        colour = UNKNOWN_COLOUR if kind is None else MODEL_COLOUR if getattr(kind, "calls_model", False) else PLAIN_COLOUR
+        colour = (
+            UNKNOWN_COLOUR if kind is None else MODEL_COLOUR if getattr(kind, "calls_model", False) else PLAIN_COLOUR
+        )
         label = f"{n.id}\n{n.type}" + (f" (x{n.max_visits})" if n.max_visits else "")
-        ax.text(*pos[n.id], label, ha="center", va="center", fontsize=8, zorder=4,
-                bbox={"boxstyle": "round,pad=0.4", "fc": colour, "ec": "black", "lw": 2.2 if n.id == wf.entry else 0.8})
-    handles = [Line2D([], [], marker="s", ls="", ms=9, mfc=MODEL_COLOUR, mec="black", label="calls a model"),
-               Line2D([], [], marker="s", ls="", ms=9, mfc=PLAIN_COLOUR, mec="black", label="no model call")]
+        ax.text(
+            *pos[n.id],
+            label,
+            ha="center",
+            va="center",
+            fontsize=8,
+            zorder=4,
+            bbox={"boxstyle": "round,pad=0.4", "fc": colour, "ec": "black", "lw": 2.2 if n.id == wf.entry else 0.8},
+        )
+    handles = [
+        Line2D([], [], marker="s", ls="", ms=9, mfc=MODEL_COLOUR, mec="black", label="calls a model"),
+        Line2D([], [], marker="s", ls="", ms=9, mfc=PLAIN_COLOUR, mec="black", label="no model call"),
+    ]
     if chains:
         handles.append(Line2D([], [], ls="--", color="#6c757d", label="vote chain (samples)"))
     ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False)

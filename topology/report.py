@@ -43,18 +43,30 @@ class WorkflowSection:
         lines: list[str] = []
         w = report.get("workflow")
         if w:
-            lines += ["", f"## Workflow of the {w['system']} system (`{w['system_id'][:12]}`)", "", "```text",
-                      w["text"], "```"]
+            lines += [
+                "",
+                f"## Workflow of the {w['system']} system (`{w['system_id'][:12]}`)",
+                "",
+                "```text",
+                w["text"],
+                "```",
+            ]
             if w.get("image"):
                 lines += ["", f"![workflow graph]({w['image']})"]
         tried = report.get("workflows_tried")
         if tried:
-            lines += ["", "## Workflows tried by the topology search (accuracy on its training tasks)", "",
-                      "| search | accuracy | model calls per task | utility | chosen | workflow |",
-                      "|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                "## Workflows tried by the topology search (accuracy on its training tasks)",
+                "",
+                "| search | accuracy | model calls per task | utility | chosen | workflow |",
+                "|---|---|---|---|---|---|",
+            ]
             for r in sorted(tried, key=lambda r: (r["search"], r["calls"] or 0)):
-                lines.append(f"| {r['search']} | {_pct(r['score'])} | {_num(r['calls'])} | {_num(r['utility'], 4)} | "
-                             f"{'yes' if r['chosen'] else ''} | `{r['workflow']}` |")
+                lines.append(
+                    f"| {r['search']} | {_pct(r['score'])} | {_num(r['calls'])} | {_num(r['utility'], 4)} | "
+                    f"{'yes' if r['chosen'] else ''} | `{r['workflow']}` |"
+                )
         return lines
 
     # ------------------------------------------------------------------ evolve archive show
@@ -109,8 +121,13 @@ def _workflow(session: Session, best_id: str | None, baseline_id: str | None) ->
             return {"system": which, "system_id": sid, "text": f"(unreadable workflow graph: {e})", "image": None}
         if wf is None:
             continue
-        out: dict[str, Any] = {"system": which, "system_id": sid, "workflow_id": wf.id, "text": render_text(wf),
-                               "image": None}
+        out: dict[str, Any] = {
+            "system": which,
+            "system_id": sid,
+            "workflow_id": wf.id,
+            "text": render_text(wf),
+            "image": None,
+        }
         try:
             render_png(wf, session.run_dir / "best_workflow.png", title=f"{which} system {sid[:12]}")
             out["image"] = "best_workflow.png"
@@ -129,8 +146,16 @@ def _workflows_tried(run_dir: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         for r in data.get("evaluated", []):
-            rows.append({"search": f.parent.name, "workflow": r.get("signature", ""), "score": r.get("score"),
-                         "calls": r.get("cost"), "utility": r.get("utility"), "chosen": bool(r.get("chosen"))})
+            rows.append(
+                {
+                    "search": f.parent.name,
+                    "workflow": r.get("signature", ""),
+                    "score": r.get("score"),
+                    "calls": r.get("cost"),
+                    "utility": r.get("utility"),
+                    "chosen": bool(r.get("chosen")),
+                }
+            )
     return rows
 
 

@@ -137,8 +137,14 @@ class Runtime:
         self.ctx = ctx
         self.wf = wf if wf is not None else graph_of(ctx.system)
         if self.wf is None:
-            raise WorkflowError([("the system has no workflow graph (System.workflow['graph']); add one, "
-                                 "e.g. Workflow(...).to_json(), or run a hand-written agent instead")])
+            raise WorkflowError(
+                [
+                    (
+                        "the system has no workflow graph (System.workflow['graph']); add one, "
+                        "e.g. Workflow(...).to_json(), or run a hand-written agent instead"
+                    )
+                ]
+            )
         self._nodes = prepare(self.wf, types)
         self.runs: Counter[str] = Counter()  # every run of a node (main loop and vote chains)
         self.visits: Counter[str] = Counter()  # main-loop runs, bounded by max_visits
@@ -167,8 +173,10 @@ class Runtime:
         if node_id not in self._nodes:
             raise NodeError(f"node {node_id!r} is not in the workflow; nodes are {list(self._nodes)}")
         if node_id in self._stack:
-            raise NodeError(f"node {node_id!r} would run itself (through {' -> '.join(self._stack)}); "
-                            "a vote's chain must not contain the vote")
+            raise NodeError(
+                f"node {node_id!r} would run itself (through {' -> '.join(self._stack)}); "
+                "a vote's chain must not contain the vote"
+            )
         self.ctx.check_deadline()
         impl, params = self._nodes[node_id]
         ntype = self.wf.node(node_id).type
@@ -195,8 +203,9 @@ class Runtime:
         return {**state, **updates}
 
     def _record(self, node_id: str, args: dict, t0: float, result: Any = None, error: str | None = None) -> None:
-        self.ctx.add_step(ToolCall(name=f"node:{node_id}", args=args, result=result, error=error,
-                                   duration=time.perf_counter() - t0))
+        self.ctx.add_step(
+            ToolCall(name=f"node:{node_id}", args=args, result=result, error=error, duration=time.perf_counter() - t0)
+        )
 
     def run_chain(self, ids: Iterable[str], state: dict) -> dict:
         """Run the listed nodes once each, in order, on ``state`` (edges are ignored)."""
@@ -245,8 +254,9 @@ class Runtime:
             try:
                 holds = condition_holds(e.when, state)
             except Exception as err:  # noqa: BLE001 - e.g. a value whose truth is ambiguous
-                raise NodeError(f"edge {e.src} -> {e.dst} when {e.when}: the condition raised "
-                                f"{type(err).__name__}: {err}") from err
+                raise NodeError(
+                    f"edge {e.src} -> {e.dst} when {e.when}: the condition raised {type(err).__name__}: {err}"
+                ) from err
             if holds and self._has_visits_left(e.dst):
                 return e.dst
         return None
@@ -259,8 +269,11 @@ class Runtime:
         current: str | None = self.wf.entry
         while current is not None:
             if self.steps >= self.wf.max_steps:
-                self.ctx.add_step(ToolCall(name="workflow:cut", args={"max_steps": self.wf.max_steps},
-                                           result={"next": current}, error=None))
+                self.ctx.add_step(
+                    ToolCall(
+                        name="workflow:cut", args={"max_steps": self.wf.max_steps}, result={"next": current}, error=None
+                    )
+                )
                 state["_cut"] = True
                 break
             self.visits[current] += 1
@@ -274,8 +287,14 @@ def agent(task: dict, ctx: Any) -> Any:
     """The generic agent: run the system's workflow graph on ``task``; return ``state[wf.output]``."""
     wf = graph_of(ctx.system)
     if wf is None:
-        raise WorkflowError([(f"system {ctx.system.id[:12]} has no workflow graph (System.workflow['graph']); "
-                             "give it one (Workflow(...).to_json()) or use a hand-written agent")])
+        raise WorkflowError(
+            [
+                (
+                    f"system {ctx.system.id[:12]} has no workflow graph (System.workflow['graph']); "
+                    "give it one (Workflow(...).to_json()) or use a hand-written agent"
+                )
+            ]
+        )
     state = Runtime(ctx, wf).execute()
     return state.get(wf.output)
 
@@ -315,8 +334,9 @@ def calls_upper_bound(wf: Workflow, types: Any = None) -> int | None:
     kinds: dict[str, Any] = {}
     for n in wf.nodes:
         if n.type not in types:
-            raise WorkflowError([(f"node {n.id!r} has type {n.type!r}, which does not exist; "
-                                 f"{did_you_mean(n.type, types.names())}")])
+            raise WorkflowError(
+                [(f"node {n.id!r} has type {n.type!r}, which does not exist; {did_you_mean(n.type, types.names())}")]
+            )
         kinds[n.id] = types.get(n.type)
     ids = set(kinds)
     own = {v: calls_per_run(kinds[v], wf.node(v).params) for v in ids}

@@ -37,8 +37,9 @@ from evolve.topology.palette import Palette
 Evaluate = Callable[[Workflow], "tuple[float, float]"]
 
 
-def utility(score: float, cost: float, root_cost: float, cost_weight: float,
-            mode: Literal["relative", "absolute"] = "relative") -> float:
+def utility(
+    score: float, cost: float, root_cost: float, cost_weight: float, mode: Literal["relative", "absolute"] = "relative"
+) -> float:
     """Score less the cost penalty; ``relative`` measures cost in multiples of the root's (the
     plain cost when the root costs nothing)."""
     if mode == "absolute":
@@ -79,8 +80,10 @@ class Experience:
         return 0.0
 
     def records(self, parent: str) -> list[dict[str, Any]]:
-        return [{"edit": e.describe(), "delta": round(d, 6), "outcome": "helped" if d > 0 else "hurt"}
-                for e, d in self.by_parent.get(parent, {}).items()]
+        return [
+            {"edit": e.describe(), "delta": round(d, 6), "outcome": "helped" if d > 0 else "hurt"}
+            for e, d in self.by_parent.get(parent, {}).items()
+        ]
 
     def merge(self, other: Experience) -> Experience:
         for parent, edit, delta in other.events:
@@ -89,8 +92,10 @@ class Experience:
 
     def to_json(self, start: int = 0) -> list[dict[str, Any]]:
         """The records from ``start`` on (JSON rows); :meth:`from_json` reads them back."""
-        return [{"parent": p, "edit": e.to_json(), "delta": d, "outcome": "helped" if d > 0 else "hurt"}
-                for p, e, d in self.events[start:]]
+        return [
+            {"parent": p, "edit": e.to_json(), "delta": d, "outcome": "helped" if d > 0 else "hurt"}
+            for p, e, d in self.events[start:]
+        ]
 
     @classmethod
     def from_json(cls, rows: list[dict[str, Any]] | None) -> Experience:
@@ -120,10 +125,20 @@ class TreeNode:
     exhausted: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "signature": self.wf.signature(), "score": self.score, "cost": self.cost,
-                "utility": self.utility, "parent": self.parent, "edit": self.edit.describe() if self.edit else None,
-                "depth": self.depth, "order": self.order, "visits": self.visits,
-                "mean_utility": self.value / self.visits if self.visits else None, "graph": self.wf.to_json()}
+        return {
+            "id": self.id,
+            "signature": self.wf.signature(),
+            "score": self.score,
+            "cost": self.cost,
+            "utility": self.utility,
+            "parent": self.parent,
+            "edit": self.edit.describe() if self.edit else None,
+            "depth": self.depth,
+            "order": self.order,
+            "visits": self.visits,
+            "mean_utility": self.value / self.visits if self.visits else None,
+            "graph": self.wf.to_json(),
+        }
 
 
 @dataclass
@@ -153,21 +168,40 @@ class SearchResult:
         return [n for n in ranked if not better_than_root or n.utility > self.root.utility][:k]
 
     def to_json(self) -> dict[str, Any]:
-        return {"root": self.root.id, "best": self.best.id, "evaluations": self.evaluations,
-                "cache_hits": self.cache_hits, "iterations": self.iterations, "transpositions": self.transpositions,
-                "workflows": [n.to_json() for n in self.nodes], "experience": self.experience.to_json()}
+        return {
+            "root": self.root.id,
+            "best": self.best.id,
+            "evaluations": self.evaluations,
+            "cache_hits": self.cache_hits,
+            "iterations": self.iterations,
+            "transpositions": self.transpositions,
+            "workflows": [n.to_json() for n in self.nodes],
+            "experience": self.experience.to_json(),
+        }
 
 
 class MCTS:
     """The search; :meth:`run` returns a :class:`SearchResult`. Deterministic given ``seed``
     (and a deterministic ``evaluate``)."""
 
-    def __init__(self, evaluate: Evaluate, palette: Any, types: Any = None, *, max_evals: int = 30,
-                 exploration: float = 0.5, cost_weight: float = 0.01,
-                 cost_mode: Literal["relative", "absolute"] = "relative", widen: float | None = 0.5,
-                 max_nodes: int | None = None, remove: Literal["palette", "any", "none"] = "palette",
-                 seed: int = 0, experience: Experience | None = None, cache: dict[str, tuple[float, float]] | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        palette: Any,
+        types: Any = None,
+        *,
+        max_evals: int = 30,
+        exploration: float = 0.5,
+        cost_weight: float = 0.01,
+        cost_mode: Literal["relative", "absolute"] = "relative",
+        widen: float | None = 0.5,
+        max_nodes: int | None = None,
+        remove: Literal["palette", "any", "none"] = "palette",
+        seed: int = 0,
+        experience: Experience | None = None,
+        cache: dict[str, tuple[float, float]] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         if types is None:
             from evolve.registry import node_types as types
         if max_evals < 1:
@@ -204,11 +238,23 @@ class MCTS:
         if parent is None:
             self.root_cost = cost
         u = utility(score, cost, self.root_cost, self.cost_weight, self.cost_mode)
-        node = TreeNode(wf, wf.id, score, cost, u, parent.id if parent else None, edit,
-                        parent.depth + 1 if parent else 0, len(self.table), key)
+        node = TreeNode(
+            wf,
+            wf.id,
+            score,
+            cost,
+            u,
+            parent.id if parent else None,
+            edit,
+            parent.depth + 1 if parent else 0,
+            len(self.table),
+            key,
+        )
         self.table[key] = node
-        self.log(f"topology: eval {node.order}: score {score:.3f}, cost {cost:.2f}, utility {u:.4f}"
-                 + (f" <- {edit.describe()}" if edit else " (root)"))
+        self.log(
+            f"topology: eval {node.order}: score {score:.3f}, cost {cost:.2f}, utility {u:.4f}"
+            + (f" <- {edit.describe()}" if edit else " (root)")
+        )
         return node
 
     def _untried(self, node: TreeNode) -> list[tuple[float, Edit, Callable[[], Workflow]]]:
@@ -284,8 +330,9 @@ class MCTS:
                 n.value += child.utility
         nodes = sorted(self.table.values(), key=lambda n: n.order)
         best = max(nodes, key=lambda n: (n.utility, -n.cost, -n.order))
-        return SearchResult(nodes, top, best, self.evaluations, self.cache_hits, self.iterations,
-                            self.transpositions, self.experience)
+        return SearchResult(
+            nodes, top, best, self.evaluations, self.cache_hits, self.iterations, self.transpositions, self.experience
+        )
 
 
 def search(root: Workflow, evaluate: Evaluate, palette: Any, types: Any = None, **options: Any) -> SearchResult:

@@ -1,6 +1,6 @@
 """A benchmark of the archive's writes and queries.
 
-    python bench/infra/archive_speed.py [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]
+python bench/infra/archive_speed.py [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]
 """
 
 from __future__ import annotations
@@ -53,8 +53,13 @@ def bench(n_systems: int = 10_000, n_trajectories: int = 100_000, shape: str = "
                 for _ in range(2)
             )
         return Trajectory(
-            task_id=f"task-{i % 200}", system_id=sid, steps=steps, output="42",
-            reward=Reward(score=rnd.random(), feedback="wrong count"), tokens=628, cost=0.001,
+            task_id=f"task-{i % 200}",
+            system_id=sid,
+            steps=steps,
+            output="42",
+            reward=Reward(score=rnd.random(), feedback="wrong count"),
+            tokens=628,
+            cost=0.001,
         )
 
     def ms(t: float) -> str:
@@ -67,11 +72,15 @@ def bench(n_systems: int = 10_000, n_trajectories: int = 100_000, shape: str = "
         t0 = time.perf_counter()
         ids: list[str] = []
         for i, s in enumerate(systems):
-            ids.append(a.add_system(s, parents=(ids[(i - 1) // 2],) if i else (), operator="mutate", generation=i // 100))
+            ids.append(
+                a.add_system(s, parents=(ids[(i - 1) // 2],) if i else (), operator="mutate", generation=i // 100)
+            )
         dt = time.perf_counter() - t0
         print(f"add_system x{n_systems}: {dt:.2f} s ({dt / max(n_systems, 1) * 1e6:.0f} us each)")
         samples = [traj(ids[i % min(100, len(ids))] if ids else "s", i) for i in range(1000)]
-        print(f"trajectory JSON: {statistics.mean(len(t.model_dump_json()) for t in samples[:100]):.0f} bytes ({shape})")
+        print(
+            f"trajectory JSON: {statistics.mean(len(t.model_dump_json()) for t in samples[:100]):.0f} bytes ({shape})"
+        )
         rows = [(f"k{i}", "val" if i % 3 else "train", "eval", 0, samples[i % 1000]) for i in range(n_trajectories)]
         times = []
         t0 = time.perf_counter()
@@ -127,6 +136,8 @@ if __name__ == "__main__":
 
     args = sys.argv[1:]
     if len(args) > 4:
-        sys.exit("usage: python bench/infra/archive_speed.py [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]")
+        sys.exit(
+            "usage: python bench/infra/archive_speed.py [N_SYSTEMS] [N_TRAJECTORIES] [small|text|logprobs] [ZLEVEL]"
+        )
     kinds = (int, int, str, int)
     bench(*(k(a) for k, a in zip(kinds, args)))

@@ -24,17 +24,22 @@ from evolve.types import ModelSpec, System
 
 def engine_rollouts(n: int, workers: int) -> dict:
     """Single-step rollouts through Session.rollouts: scheduling, agent, LM, reward, archive writes."""
-    task = validate_task({
-        "name": "bench", "agent": "evolve.worlds.toy:agent", "reward": "evolve.worlds.toy:reward",
-        "models": {"policy": {"backend": "scripted", "name": "s", "params": {"reply": "evolve.worlds.toy:reply"}}},
-        "dataset": {"source": "evolve.worlds.toy:dataset", "params": {"n_train": n, "n_val": 1, "n_test": 1}},
-        "runner": {"name": "thread", "workers": workers, "timeout": 60},
-    })
+    task = validate_task(
+        {
+            "name": "bench",
+            "agent": "evolve.worlds.toy:agent",
+            "reward": "evolve.worlds.toy:reward",
+            "models": {"policy": {"backend": "scripted", "name": "s", "params": {"reply": "evolve.worlds.toy:reply"}}},
+            "dataset": {"source": "evolve.worlds.toy:dataset", "params": {"n_train": n, "n_val": 1, "n_test": 1}},
+            "runner": {"name": "thread", "workers": workers, "timeout": 60},
+        }
+    )
     with tempfile.TemporaryDirectory() as d:
         eng = Session(task, base_dir=Path.cwd(), run_dir=Path(d) / "run")
-        system = System(models={"policy": ModelSpec(backend="scripted", name="s",
-                                                    params={"reply": "evolve.worlds.toy:reply"})},
-                        prompts={"instruction": "add"})
+        system = System(
+            models={"policy": ModelSpec(backend="scripted", name="s", params={"reply": "evolve.worlds.toy:reply"})},
+            prompts={"instruction": "add"},
+        )
         eng.rollouts(system, eng.tasks("train")[:200], split="train", tag="warmup")  # build the LM once
         tasks = eng.tasks("train")
         t0 = time.perf_counter()
@@ -46,8 +51,14 @@ def engine_rollouts(n: int, workers: int) -> dict:
         assert len(trajs) == len(again) == n
         eng.close()
         size = sum(f.stat().st_size for f in (Path(d) / "run").rglob("*") if f.is_file())
-    return {"rollouts": n, "workers": workers, "seconds": round(dt, 3), "rollouts_per_s": round(n / dt),
-            "memoised_per_s": round(n / dt_memo), "run_dir_bytes": size}
+    return {
+        "rollouts": n,
+        "workers": workers,
+        "seconds": round(dt, 3),
+        "rollouts_per_s": round(n / dt),
+        "memoised_per_s": round(n / dt_memo),
+        "run_dir_bytes": size,
+    }
 
 
 def archive_systems(n: int) -> dict:
@@ -75,9 +86,15 @@ def archive_systems(n: int) -> dict:
         lineage_ms = (time.perf_counter() - t3) * 1e3
         a.close()
         size = (Path(d) / "archive.sqlite").stat().st_size
-    return {"systems": n, "add_seconds": round(add_s, 2), "records_seconds": round(list_s, 3),
-            "get_by_prefix_ms": round(get_ms, 3), "lineage_ms": round(lineage_ms, 3), "lineage_depth": len(lin),
-            "archive_bytes": size}
+    return {
+        "systems": n,
+        "add_seconds": round(add_s, 2),
+        "records_seconds": round(list_s, 3),
+        "get_by_prefix_ms": round(get_ms, 3),
+        "lineage_ms": round(lineage_ms, 3),
+        "lineage_depth": len(lin),
+        "archive_bytes": size,
+    }
 
 
 def main() -> None:
@@ -86,8 +103,11 @@ def main() -> None:
     ap.add_argument("--systems", type=int, default=10000)
     ap.add_argument("--workers", type=int, default=8)
     args = ap.parse_args()
-    out = {"machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
-           "engine": engine_rollouts(args.rollouts, args.workers), "archive": archive_systems(args.systems)}
+    out = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
+        "engine": engine_rollouts(args.rollouts, args.workers),
+        "archive": archive_systems(args.systems),
+    }
     print(json.dumps(out, indent=1))
 
 

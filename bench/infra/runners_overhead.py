@@ -58,10 +58,13 @@ def _jobs(n: int, tag: str, pid: bool = False):
     from evolve.runners import RolloutJob
     from evolve.types import ModelSpec, System
 
-    system = System(models={"policy": ModelSpec(backend="scripted", name="slow",
-                                                 params={"reply": "runners_overhead:slow_reply"})})
-    return [RolloutJob(key=f"{tag}-{i}", system=system, task={"id": f"{tag}-{i}", "pid": pid}, timeout=120)
-            for i in range(n)]
+    system = System(
+        models={"policy": ModelSpec(backend="scripted", name="slow", params={"reply": "runners_overhead:slow_reply"})}
+    )
+    return [
+        RolloutJob(key=f"{tag}-{i}", system=system, task={"id": f"{tag}-{i}", "pid": pid}, timeout=120)
+        for i in range(n)
+    ]
 
 
 def warm(runner, name: str, spec, concurrency: int, limit: float = START_LIMIT) -> float:
@@ -98,8 +101,7 @@ def worker_pss_mib(name: str) -> tuple[float, int]:
         procs = psutil.Process().children(recursive=True)
     elif name in ("ray", "ray+server"):
         kinds = ("ray::RayWorker", "ray::ModelServer") if name == "ray+server" else ("ray::RayWorker",)
-        procs = [p for p in psutil.process_iter(["cmdline"])
-                 if (p.info["cmdline"] or [""])[0].startswith(kinds)]
+        procs = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0].startswith(kinds)]
     else:
         return 0.0, 0
     total, n = 0.0, 0
@@ -119,8 +121,11 @@ def wait_gone(limit: float = 300.0) -> float:
 
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < limit:
-        left = [p for p in psutil.process_iter(["cmdline"])
-                if (p.info["cmdline"] or [""])[0].startswith(("ray::RayWorker", "ray::ModelServer"))]
+        left = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [""])[0].startswith(("ray::RayWorker", "ray::ModelServer"))
+        ]
         for child in psutil.Process().children():
             try:  # multiprocessing's forkserver and resource tracker live as long as we do: their children count
                 helper = any(k in " ".join(child.cmdline()) for k in ("forkserver", "resource_tracker"))
@@ -145,25 +150,46 @@ def measure(runner, name: str, spec, concurrency: int, per: int, latency: float,
         assert len(got) == n and all(t.error is None for _, t in got), [t.error for _, t in got if t.error][:3]
     wall = sorted(walls)[len(walls) // 2]  # the median batch
     per_rollout = wall / n
-    return {"concurrency": concurrency, "rollouts": n, "repeats": repeats, "wall_s": round(wall, 3),
-            "walls_s": [round(w, 3) for w in walls], "rollouts_per_s": round(n / wall, 1),
-            "overhead_ms": round(1000 * (per_rollout - latency / concurrency) * concurrency, 2),
-            "start_s": round(start_s, 2), "worker_processes": procs, "memory_pss_mib": round(pss),
-            "memory_per_worker_mib": round(pss / procs, 1) if procs else 0.0}
+    return {
+        "concurrency": concurrency,
+        "rollouts": n,
+        "repeats": repeats,
+        "wall_s": round(wall, 3),
+        "walls_s": [round(w, 3) for w in walls],
+        "rollouts_per_s": round(n / wall, 1),
+        "overhead_ms": round(1000 * (per_rollout - latency / concurrency) * concurrency, 2),
+        "start_s": round(start_s, 2),
+        "worker_processes": procs,
+        "memory_pss_mib": round(pss),
+        "memory_per_worker_mib": round(pss / procs, 1) if procs else 0.0,
+    }
 
 
 def start_cluster(port: int) -> str:
     ray = str(Path(sys.executable).with_name("ray"))
     # token auth off, said explicitly: unset, a head turns it on when ~/.ray/auth_token exists and the
     # joining node is refused (Ray 2.5x)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench' / 'infra'}",
-           LATENCY_ENV: os.environ.get(LATENCY_ENV, "0.05")}
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench' / 'infra'}",
+        LATENCY_ENV: os.environ.get(LATENCY_ENV, "0.05"),
+    }
     subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
-    for args in (["--head", f"--port={port}", "--node-ip-address=127.0.0.2", "--include-dashboard=false",
-                  '--resources={"head": 1}'],
-                 [f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3", '--resources={"node2": 1}']):
-        subprocess.run([ray, "start", *args, "--num-cpus=2", "--disable-usage-stats"], env=env, check=True,
-                       capture_output=True)
+    for args in (
+        [
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.2",
+            "--include-dashboard=false",
+            '--resources={"head": 1}',
+        ],
+        [f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3", '--resources={"node2": 1}'],
+    ):
+        subprocess.run(
+            [ray, "start", *args, "--num-cpus=2", "--disable-usage-stats"], env=env, check=True, capture_output=True
+        )
     return f"127.0.0.2:{port}"
 
 
@@ -183,36 +209,91 @@ def tokens_per_second(address: str, workers: int, n: int) -> dict:
     tmp = Path(tempfile.mkdtemp())
     cfg = TinyConfig(d_model=128, n_layers=2, n_heads=4, d_ff=256, max_len=256)
     save_base(build_model(cfg, seed=0), CharTokenizer(), cfg, tmp / "base.safetensors")
-    task = {"name": "tps", "seed": 0, "agent": "tests.helpers.agents:one_step", "reward": "tests.helpers.agents:exact",
-            "dataset": {"source": "tests.helpers.agents:vowel_dataset"}, "budget": {"generations": 0},
-            "models": {"policy": {"backend": "local", "name": "tiny", "params": {
-                "weights": str(tmp / "base.safetensors"), "temperature": 1.0, "max_tokens": 48}}},
-            "runner": {"workers": 4}}
-    evolve.run({**task, "agent": "tests.helpers.agents:vowel_agent", "reward": "tests.helpers.agents:vowel_reward"},
-               out=tmp / "run")
+    task = {
+        "name": "tps",
+        "seed": 0,
+        "agent": "tests.helpers.agents:one_step",
+        "reward": "tests.helpers.agents:exact",
+        "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
+        "budget": {"generations": 0},
+        "models": {
+            "policy": {
+                "backend": "local",
+                "name": "tiny",
+                "params": {"weights": str(tmp / "base.safetensors"), "temperature": 1.0, "max_tokens": 48},
+            }
+        },
+        "runner": {"workers": 4},
+    }
+    evolve.run(
+        {**task, "agent": "tests.helpers.agents:vowel_agent", "reward": "tests.helpers.agents:vowel_reward"},
+        out=tmp / "run",
+    )
     with Archive(tmp / "run", create=False) as a:
         system = a.get_system(a.current())
-    spec = WorkerSpec(agent="tests.helpers.agents:one_step", reward="tests.helpers.agents:exact",
-                      artifacts_root=str(tmp / "run" / "artifacts"), search_path=str(ROOT))
+    spec = WorkerSpec(
+        agent="tests.helpers.agents:one_step",
+        reward="tests.helpers.agents:exact",
+        artifacts_root=str(tmp / "run" / "artifacts"),
+        search_path=str(ROOT),
+    )
     out = {}
     # the rollout actors on the second node with Ray's defaults (a fraction of a CPU: one torch thread
     # each); the server alone on the head with 2 CPUs (two torch threads: the machine's cores)
-    for mode, server in (("one model per actor", None),
-                         ("shared server actor", {"num_cpus": 2, "resources": {"head": 1}})):
-        with RayRunner(workers=workers, address=address, node_ip_address="127.0.0.2", num_cpus=0.05,
-                       resources={"node2": 0.01}, model_server=server) as r:
-            list(r.run(spec, [RolloutJob(key=f"w{i}", system=system, task={"id": f"w{i}", "q": "warm"}, seed=i,
-                                         temperature=1.0, timeout=300) for i in range(workers)]))
+    for mode, server in (
+        ("one model per actor", None),
+        ("shared server actor", {"num_cpus": 2, "resources": {"head": 1}}),
+    ):
+        with RayRunner(
+            workers=workers,
+            address=address,
+            node_ip_address="127.0.0.2",
+            num_cpus=0.05,
+            resources={"node2": 0.01},
+            model_server=server,
+        ) as r:
+            list(
+                r.run(
+                    spec,
+                    [
+                        RolloutJob(
+                            key=f"w{i}",
+                            system=system,
+                            task={"id": f"w{i}", "q": "warm"},
+                            seed=i,
+                            temperature=1.0,
+                            timeout=300,
+                        )
+                        for i in range(workers)
+                    ],
+                )
+            )
             pss, procs = worker_pss_mib("ray+server")
-            jobs = [RolloutJob(key=f"t{i}", system=system, task={"id": f"t{i}", "q": f"question {i}"}, seed=i,
-                               temperature=1.0, timeout=300) for i in range(n)]
+            jobs = [
+                RolloutJob(
+                    key=f"t{i}",
+                    system=system,
+                    task={"id": f"t{i}", "q": f"question {i}"},
+                    seed=i,
+                    temperature=1.0,
+                    timeout=300,
+                )
+                for i in range(n)
+            ]
             t0 = time.perf_counter()
             got = [t for _, t in r.run(spec, jobs)]
             wall = time.perf_counter() - t0
         toks = sum(len(s.token_ids or ()) for t in got for s in t.steps if isinstance(s, LLMCall))
-        out[mode] = {"workers": workers, "rollouts": n, "tokens": toks, "wall_s": round(wall, 2),
-                     "tokens_per_s": round(toks / wall, 1), "errors": sum(t.error is not None for t in got),
-                     "processes": procs, "memory_pss_mib": round(pss)}
+        out[mode] = {
+            "workers": workers,
+            "rollouts": n,
+            "tokens": toks,
+            "wall_s": round(wall, 2),
+            "tokens_per_s": round(toks / wall, 1),
+            "errors": sum(t.error is not None for t in got),
+            "processes": procs,
+            "memory_pss_mib": round(pss),
+        }
         print(f"  {mode}: {out[mode]}", flush=True)
     return out
 
@@ -227,8 +308,9 @@ def _runner(name: str, c: int, address: str):
         return ProcessRunner(workers=c)
     # 4 logical CPUs in the cluster: every actor must fit, with room for the cluster's own work
     # 2 cores start a few Ray worker processes per second at best: room for 256 to come up
-    return RayRunner(workers=c, address=address, node_ip_address="127.0.0.2", num_cpus=min(0.05, 3.6 / c),
-                     start_timeout=START_LIMIT)
+    return RayRunner(
+        workers=c, address=address, node_ip_address="127.0.0.2", num_cpus=min(0.05, 3.6 / c), start_timeout=START_LIMIT
+    )
 
 
 def main() -> None:
@@ -237,8 +319,12 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=4, help="rollouts per worker in each measured batch")
     ap.add_argument("--repeats", type=int, default=3, help="measured batches per level (the median is kept)")
     ap.add_argument("--levels", default="1,4,16,64,256")
-    ap.add_argument("--keep-free", type=float, default=4.0,
-                    help="GiB of memory a level of process or Ray workers must leave available (others use it too)")
+    ap.add_argument(
+        "--keep-free",
+        type=float,
+        default=4.0,
+        help="GiB of memory a level of process or Ray workers must leave available (others use it too)",
+    )
     ap.add_argument("--tps-workers", default="4,16", help="rollout actors for the local model's tokens/s")
     ap.add_argument("--tps-rollouts", type=int, default=256, help="rollouts in the local model's measured batch")
     ap.add_argument("--out", type=Path, default=None)
@@ -248,14 +334,22 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # as start_cluster's nodes; read when ray is imported
     from evolve.runners import WorkerSpec
 
-    spec = WorkerSpec(agent="runners_overhead:agent", reward="runners_overhead:reward", artifacts_root="/tmp",
-                      search_path=str(ROOT / "bench" / "infra"))
+    spec = WorkerSpec(
+        agent="runners_overhead:agent",
+        reward="runners_overhead:reward",
+        artifacts_root="/tmp",
+        search_path=str(ROOT / "bench" / "infra"),
+    )
     levels = [int(x) for x in args.levels.split(",") if x]
     from tests.helpers.upstream import free_port
 
     address = start_cluster(free_port())
-    results: dict = {"latency_s": args.latency, "machine": f"{os.cpu_count()} cores, "
-                     f"{available_mib() / 1024:.1f} GiB available at the start", "runners": {}, "skipped": []}
+    results: dict = {
+        "latency_s": args.latency,
+        "machine": f"{os.cpu_count()} cores, {available_mib() / 1024:.1f} GiB available at the start",
+        "runners": {},
+        "skipped": [],
+    }
     try:
         for name in ("thread", "process", "ray"):
             rows: list[dict] = []
@@ -265,9 +359,11 @@ def main() -> None:
                 per = rows[-1]["memory_per_worker_mib"] if rows and rows[-1]["concurrency"] >= 4 else 0.0
                 need = per * c
                 if name != "thread" and need and free - need < args.keep_free * 1024:
-                    why = (f"{name} x{c}: not run; {c} workers would take about {need / 1024:.1f} GiB "
-                           f"({per:.0f} MiB each, measured at x{rows[-1]['concurrency']}), and {free / 1024:.1f} GiB "
-                           f"is available (the level must leave {args.keep_free:g} GiB)")
+                    why = (
+                        f"{name} x{c}: not run; {c} workers would take about {need / 1024:.1f} GiB "
+                        f"({per:.0f} MiB each, measured at x{rows[-1]['concurrency']}), and {free / 1024:.1f} GiB "
+                        f"is available (the level must leave {args.keep_free:g} GiB)"
+                    )
                     results["skipped"].append(why)
                     print(why, flush=True)
                     continue
@@ -285,14 +381,18 @@ def main() -> None:
                 results["runners"][name] = rows
                 if args.out:  # as it goes: a later level that fails loses nothing
                     args.out.write_text(json.dumps(results, indent=1))
-                print(f"{name:>8} x{c:<4} {row['rollouts_per_s']:>8.1f} rollouts/s   overhead "
-                      f"{row['overhead_ms']:>8.2f} ms per rollout   start {row['start_s']:>6.1f} s   "
-                      f"{row['memory_per_worker_mib']:>6.1f} MiB PSS per worker", flush=True)
+                print(
+                    f"{name:>8} x{c:<4} {row['rollouts_per_s']:>8.1f} rollouts/s   overhead "
+                    f"{row['overhead_ms']:>8.2f} ms per rollout   start {row['start_s']:>6.1f} s   "
+                    f"{row['memory_per_worker_mib']:>6.1f} MiB PSS per worker",
+                    flush=True,
+                )
             results["runners"][name] = rows
         wait_gone()
         print("local model, tokens per second:", flush=True)
-        results["local_model"] = {w: tokens_per_second(address, workers=int(w), n=args.tps_rollouts)
-                                  for w in args.tps_workers.split(",")}
+        results["local_model"] = {
+            w: tokens_per_second(address, workers=int(w), n=args.tps_rollouts) for w in args.tps_workers.split(",")
+        }
     finally:
         subprocess.run([str(Path(sys.executable).with_name("ray")), "stop", "--force"], capture_output=True)
     if args.out:

@@ -51,9 +51,11 @@ def main() -> None:
 
     def baseline(flags: list[str]):
         def run(i: int) -> None:
-            out = subprocess.run([sys.executable, *flags, "-c", f"print({i} + 1)"], capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run(
+                [sys.executable, *flags, "-c", f"print({i} + 1)"], capture_output=True, text=True, check=True
+            )
             assert out.stdout.strip() == str(i + 1)
+
         return run
 
     base = timed(baseline(["-I"]), args.n)
@@ -64,22 +66,34 @@ def main() -> None:
     batch_s = time.perf_counter() - t0
     assert all(r.ok for r in batch) and [r.value for r in batch] == [i + 1 for i in range(args.batch)]
 
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}, kernel {platform.release()}, "
-          f"sandbox run as {'root (fresh uid per call)' if box.as_root else 'user (user namespace)'}")
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}, kernel {platform.release()}, "
+        f"sandbox run as {'root (fresh uid per call)' if box.as_root else 'user (user namespace)'}"
+    )
     print()
     print("| measure | p50 | p95 | throughput |")
     print("|---|---|---|---|")
-    print(f"| baseline: `subprocess.run([python, '-I', '-c', ...])`, no isolation ({args.n} runs) | "
-          f"{pct(base, 50) * 1e3:.1f} ms | {pct(base, 95) * 1e3:.1f} ms | {len(base) / sum(base):.1f} runs/s |")
-    print(f"| baseline: the same with `-I -S` (no site, as inside the sandbox) ({args.n} runs) | "
-          f"{pct(bare, 50) * 1e3:.1f} ms | {pct(bare, 95) * 1e3:.1f} ms | {len(bare) / sum(bare):.1f} runs/s |")
-    print(f"| `process` sandbox, cold `call()` of a trivial function ({args.n} calls) | "
-          f"{pct(cold, 50) * 1e3:.1f} ms | {pct(cold, 95) * 1e3:.1f} ms | {len(cold) / sum(cold):.1f} calls/s |")
-    print(f"| overhead of the sandbox over the bare `-I -S` interpreter start (p50) | "
-          f"{(pct(cold, 50) - pct(bare, 50)) * 1e3:+.1f} ms | | |")
-    print(f"| `process` sandbox, `call_many()` of {args.batch} small calls in one sandbox | "
-          f"{statistics.median(r.duration_s for r in batch) * 1e6:.0f} µs per call inside | | "
-          f"{args.batch / batch_s:,.0f} calls/s ({batch_s:.2f} s in all) |")
+    print(
+        f"| baseline: `subprocess.run([python, '-I', '-c', ...])`, no isolation ({args.n} runs) | "
+        f"{pct(base, 50) * 1e3:.1f} ms | {pct(base, 95) * 1e3:.1f} ms | {len(base) / sum(base):.1f} runs/s |"
+    )
+    print(
+        f"| baseline: the same with `-I -S` (no site, as inside the sandbox) ({args.n} runs) | "
+        f"{pct(bare, 50) * 1e3:.1f} ms | {pct(bare, 95) * 1e3:.1f} ms | {len(bare) / sum(bare):.1f} runs/s |"
+    )
+    print(
+        f"| `process` sandbox, cold `call()` of a trivial function ({args.n} calls) | "
+        f"{pct(cold, 50) * 1e3:.1f} ms | {pct(cold, 95) * 1e3:.1f} ms | {len(cold) / sum(cold):.1f} calls/s |"
+    )
+    print(
+        f"| overhead of the sandbox over the bare `-I -S` interpreter start (p50) | "
+        f"{(pct(cold, 50) - pct(bare, 50)) * 1e3:+.1f} ms | | |"
+    )
+    print(
+        f"| `process` sandbox, `call_many()` of {args.batch} small calls in one sandbox | "
+        f"{statistics.median(r.duration_s for r in batch) * 1e6:.0f} µs per call inside | | "
+        f"{args.batch / batch_s:,.0f} calls/s ({batch_s:.2f} s in all) |"
+    )
 
 
 if __name__ == "__main__":

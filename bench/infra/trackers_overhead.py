@@ -61,12 +61,33 @@ def start_mlflow(root: Path) -> tuple[subprocess.Popen, str]:
     from tests.helpers.upstream import free_port
 
     port = free_port()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
-                             str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                             "--artifacts-destination", str(root / "artifacts")], cwd=root, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     t0 = time.time()
     while time.time() - t0 < 300:
@@ -89,8 +110,13 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=0.01, help="seconds per scripted model call")
     ap.add_argument("--generations", type=int, default=4)
     a = ap.parse_args()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true",
-           "WANDB_MODE": "offline"}
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_SILENT": "true",
+        "WANDB_MODE": "offline",
+    }
     with tempfile.TemporaryDirectory() as d, Collector() as col:
         tmp = Path(d)
         for var in ("WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
@@ -100,12 +126,18 @@ def main() -> int:
         try:
             trackers = {
                 "none": ([], []),
-                "otel": ([{"name": "otel", "params": {"endpoint": col.endpoint}}],
-                         ["--to", "otel", "--param", f"endpoint={col.endpoint}", "--param", "service=again"]),
-                "wandb (offline)": ([{"name": "wandb", "params": {"mode": "offline"}}],
-                                    ["--to", "wandb", "--param", "mode=offline", "--param", "project=again"]),
-                "mlflow": ([{"name": "mlflow", "params": {"tracking_uri": url}}],
-                           ["--to", "mlflow", "--param", f"tracking_uri={url}", "--param", "experiment=again"]),
+                "otel": (
+                    [{"name": "otel", "params": {"endpoint": col.endpoint}}],
+                    ["--to", "otel", "--param", f"endpoint={col.endpoint}", "--param", "service=again"],
+                ),
+                "wandb (offline)": (
+                    [{"name": "wandb", "params": {"mode": "offline"}}],
+                    ["--to", "wandb", "--param", "mode=offline", "--param", "project=again"],
+                ),
+                "mlflow": (
+                    [{"name": "mlflow", "params": {"tracking_uri": url}}],
+                    ["--to", "mlflow", "--param", f"tracking_uri={url}", "--param", "experiment=again"],
+                ),
             }
             task = yaml.safe_load((ROOT / "tests" / "data" / "toy.yaml").read_text())
             task["budget"] = {"generations": a.generations}
@@ -116,18 +148,28 @@ def main() -> int:
                 for i in range(a.repeats):
                     f = tmp / f"task-{len(rows)}-{i}.yaml"
                     f.write_text(yaml.safe_dump({**task, "track": track}))
-                    r = subprocess.run([sys.executable, "-c", CHILD, str(f), str(tmp / f"run-{len(rows)}-{i}"),
-                                        json.dumps(after)], cwd=tmp, env=env, capture_output=True, text=True,
-                                       timeout=900)
+                    r = subprocess.run(
+                        [sys.executable, "-c", CHILD, str(f), str(tmp / f"run-{len(rows)}-{i}"), json.dumps(after)],
+                        cwd=tmp,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=900,
+                    )
                     if r.returncode:
                         raise SystemExit(f"{name}: {r.stderr[-2000:]}")
                     got.append(json.loads(r.stdout.strip().splitlines()[-1]))
-                med = {k: statistics.median(g[k] for g in got) if got[0][k] is not None else None
-                       for k in ("total", "close", "after")}
+                med = {
+                    k: statistics.median(g[k] for g in got) if got[0][k] is not None else None
+                    for k in ("total", "close", "after")
+                }
                 rows.append((name, med))
-                print(f"{name:16} run {med['total']:6.2f} s   waiting for the trackers at the end {med['close']:5.2f} s   "
-                      f"the run itself {med['total'] - med['close']:6.2f} s   evolve track afterwards "
-                      + (f"{med['after']:5.2f} s" if med["after"] is not None else "—"), flush=True)
+                print(
+                    f"{name:16} run {med['total']:6.2f} s   waiting for the trackers at the end {med['close']:5.2f} s   "
+                    f"the run itself {med['total'] - med['close']:6.2f} s   evolve track afterwards "
+                    + (f"{med['after']:5.2f} s" if med["after"] is not None else "—"),
+                    flush=True,
+                )
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(30)

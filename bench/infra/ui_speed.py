@@ -67,28 +67,61 @@ def build(run: Path, n_systems: int, n_traj: int, seed: int = 0) -> None:
             score = min(1.0, max(0.0, rnd.gauss(best[0] - 0.02, 0.05)))
             ok = score > best[0] - 0.01 and rnd.random() < 0.25
             why = f"{'accepted' if ok else 'rejected at stage 2'}: val {score:.3f} vs {best[0]:.3f}"
-            events.append(("decision", json.dumps({"generation": g, "child": sid, "parent": parent, "operator": "x",
-                                                   "accepted": ok, "why": why}), now + g))
+            events.append(
+                (
+                    "decision",
+                    json.dumps(
+                        {"generation": g, "child": sid, "parent": parent, "operator": "x", "accepted": ok, "why": why}
+                    ),
+                    now + g,
+                )
+            )
             if ok:
                 accepted.append((sid, score, g))
                 best = max(best, (score, sid))
             k += 1
-    db.executemany("INSERT INTO systems (id, operator, rationale, generation, info, created_at, enc, data) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", systems)
+    db.executemany(
+        "INSERT INTO systems (id, operator, rationale, generation, info, created_at, enc, data) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        systems,
+    )
     db.executemany("INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?)", lineage)
     db.executemany("INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)", events)
-    template = json.dumps({
-        "task_id": "TASK", "system_id": "SID", "steps": [
-            {"kind": "llm", "role": "policy", "model": "tiny", "messages": [
-                {"role": "user", "content": "schema: pet(id,name,age,owner_id) owner(id,name,city)\nq: how many pets "
-                                            "are older than 3?"}], "output": "select count(*) from pet where age > 3",
-             "prompt_tokens": 60, "completion_tokens": 14, "duration": 0.05},
-            {"kind": "tool", "name": "execute_sql", "args": {"db": "/data/db/val.sqlite",
-                                                            "sql": "select count(*) from pet where age > 3"},
-             "result": [[4]], "duration": 0.001}],
-        "output": {"sql": "select count(*) from pet where age > 3", "rows": [[4]], "turns": 1},
-        "reward": {"score": 1.0, "components": {"parses": 1, "executes": 1, "matches": 1}, "feedback": "correct"},
-        "tokens": 74, "duration": 0.06})
+    template = json.dumps(
+        {
+            "task_id": "TASK",
+            "system_id": "SID",
+            "steps": [
+                {
+                    "kind": "llm",
+                    "role": "policy",
+                    "model": "tiny",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": "schema: pet(id,name,age,owner_id) owner(id,name,city)\nq: how many pets "
+                            "are older than 3?",
+                        }
+                    ],
+                    "output": "select count(*) from pet where age > 3",
+                    "prompt_tokens": 60,
+                    "completion_tokens": 14,
+                    "duration": 0.05,
+                },
+                {
+                    "kind": "tool",
+                    "name": "execute_sql",
+                    "args": {"db": "/data/db/val.sqlite", "sql": "select count(*) from pet where age > 3"},
+                    "result": [[4]],
+                    "duration": 0.001,
+                },
+            ],
+            "output": {"sql": "select count(*) from pet where age > 3", "rows": [[4]], "turns": 1},
+            "reward": {"score": 1.0, "components": {"parses": 1, "executes": 1, "matches": 1}, "feedback": "correct"},
+            "tokens": 74,
+            "duration": 0.06,
+        }
+    )
     ids = [s[0] for s in systems]
     gen_of = {s[0]: s[3] for s in systems}
     quality = dict.fromkeys(ids, 0.3) | {a[0]: a[1] for a in accepted}
@@ -97,8 +130,26 @@ def build(run: Path, n_systems: int, n_traj: int, seed: int = 0) -> None:
         sid = ids[i // max(1, n_traj // len(ids)) % len(ids)]
         task = f"val-{i % VAL_TASKS}"
         score = float(rnd.random() < quality[sid])
-        rows.append((i + 1, f"eval:val/{sid}/{task}/{i}", "val", "eval", gen_of[sid], sid, task, i // (len(ids) * VAL_TASKS),
-                     score, 0, 0, 74, 0.0, now + gen_of[sid], 1, 0.06))
+        rows.append(
+            (
+                i + 1,
+                f"eval:val/{sid}/{task}/{i}",
+                "val",
+                "eval",
+                gen_of[sid],
+                sid,
+                task,
+                i // (len(ids) * VAL_TASKS),
+                score,
+                0,
+                0,
+                74,
+                0.0,
+                now + gen_of[sid],
+                1,
+                0.06,
+            )
+        )
         data.append((i + 1, 0, template.replace("TASK", task).replace("SID", sid).encode()))
         if len(rows) == 50_000:
             db.executemany("INSERT INTO trajectories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
@@ -111,13 +162,28 @@ def build(run: Path, n_systems: int, n_traj: int, seed: int = 0) -> None:
     for g in range(gens + 1):
         upto = [a for a in accepted if a[2] <= g]
         top = max(upto, key=lambda a: a[1])
-        gen_rows.append({"index": g, "best_val": round(top[1], 4), "best": top[0], "children": per_gen if g else 0,
-                         "accepted": sum(1 for a in accepted if a[2] == g), "rollouts": n_traj // (gens + 1),
-                         "calls": n_traj // (gens + 1), "tokens": 74 * n_traj // (gens + 1), "seconds": 60.0})
+        gen_rows.append(
+            {
+                "index": g,
+                "best_val": round(top[1], 4),
+                "best": top[0],
+                "children": per_gen if g else 0,
+                "accepted": sum(1 for a in accepted if a[2] == g),
+                "rollouts": n_traj // (gens + 1),
+                "calls": n_traj // (gens + 1),
+                "tokens": 74 * n_traj // (gens + 1),
+                "seconds": 60.0,
+            }
+        )
     task = {"name": "synthetic", "seed": seed, "budget": {"generations": gens}, "operators": [{"name": "x"}]}
-    for key, value in (("task", json.dumps(task)), ("baseline", base), ("best", best[1]), ("generations", gen_rows),
-                       ("accepted", [{"system_id": s, "score": sc, "generation": g} for s, sc, g in accepted]),
-                       ("elapsed", 6060.0)):
+    for key, value in (
+        ("task", json.dumps(task)),
+        ("baseline", base),
+        ("best", best[1]),
+        ("generations", gen_rows),
+        ("accepted", [{"system_id": s, "score": sc, "generation": g} for s, sc, g in accepted]),
+        ("elapsed", 6060.0),
+    ):
         db.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", (key, json.dumps(value), now))
     db.execute("INSERT INTO pointer (system_id, reason, created_at) VALUES (?, 'promote', ?)", (best[1], now))
     db.execute("COMMIT")
@@ -152,15 +218,23 @@ def main() -> None:
     if not (run / "report.json").exists():
         t0 = time.perf_counter()
         build(run, a.systems, a.trajectories)
-        print(f"built {run} in {time.perf_counter() - t0:.0f} s "
-              f"({(run / 'archive.sqlite').stat().st_size / 2**20:.0f} MiB)", flush=True)
+        print(
+            f"built {run} in {time.perf_counter() - t0:.0f} s "
+            f"({(run / 'archive.sqlite').stat().st_size / 2**20:.0f} MiB)",
+            flush=True,
+        )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t_start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "ui", str(run), "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolve", "ui", str(run), "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     results: dict[str, dict[str, float]] = {}
     try:
         proc.stdout.readline()
@@ -168,14 +242,16 @@ def main() -> None:
         results["server start (to listening)"] = {"s": time.perf_counter() - t_start}
         results["server memory at start (MiB)"] = memory(proc.pid)
         rid = run.name
-        views = [("first page: / and /api/runs", ["/", "/static/js/main.js", "/api/runs"]),
-                 ("run overview: summary and curves", [f"/api/runs/{rid}/summary"]),
-                 ("lineage (collapsed)", [f"/api/runs/{rid}/lineage"]),
-                 ("system panel (best)", [f"/api/runs/{rid}/systems/best"]),
-                 ("its rollouts, first page", [f"/api/runs/{rid}/systems/best/rollouts?limit=25"]),
-                 ("one trajectory", [f"/api/runs/{rid}/rollouts/{a.trajectories // 2}"]),
-                 ("task matrix (val)", [f"/api/runs/{rid}/matrix"]),
-                 ("poll: version", [f"/api/runs/{rid}/version"])]
+        views = [
+            ("first page: / and /api/runs", ["/", "/static/js/main.js", "/api/runs"]),
+            ("run overview: summary and curves", [f"/api/runs/{rid}/summary"]),
+            ("lineage (collapsed)", [f"/api/runs/{rid}/lineage"]),
+            ("system panel (best)", [f"/api/runs/{rid}/systems/best"]),
+            ("its rollouts, first page", [f"/api/runs/{rid}/systems/best/rollouts?limit=25"]),
+            ("one trajectory", [f"/api/runs/{rid}/rollouts/{a.trajectories // 2}"]),
+            ("task matrix (val)", [f"/api/runs/{rid}/matrix"]),
+            ("poll: version", [f"/api/runs/{rid}/version"]),
+        ]
         for name, urls in views:
             cold = sum(get(base + u)[0] for u in urls)
             warm = sum(get(base + u)[0] for u in urls)
@@ -221,8 +297,10 @@ def browser(base: str, rid: str) -> dict[str, dict[str, float]]:
         t0 = time.perf_counter()
         pg.click('.tabs a[data-tab="lineage"]')
         pg.wait_for_selector("#system-panel h2", timeout=120_000)
-        out["browser: lineage tab and panel drawn"] = {"s": time.perf_counter() - t0,
-                                                       "svg_nodes": pg.locator("svg#lineage g.node").count()}
+        out["browser: lineage tab and panel drawn"] = {
+            "s": time.perf_counter() - t0,
+            "svg_nodes": pg.locator("svg#lineage g.node").count(),
+        }
         t0 = time.perf_counter()
         node = pg.locator("svg#lineage g.node").nth(5)
         sid = node.get_attribute("data-id")
@@ -232,8 +310,10 @@ def browser(base: str, rid: str) -> dict[str, dict[str, float]]:
         t0 = time.perf_counter()
         pg.click("#lineage-toolbar-accepted")
         pg.locator("#lineage-note", has_text="accepted and marked").wait_for(timeout=120_000)  # (CSP: no eval)
-        out["browser: draw the accepted systems"] = {"s": time.perf_counter() - t0,
-                                                     "svg_nodes": pg.locator("svg#lineage g.node").count()}
+        out["browser: draw the accepted systems"] = {
+            "s": time.perf_counter() - t0,
+            "svg_nodes": pg.locator("svg#lineage g.node").count(),
+        }
         pg.screenshot(path="/tmp/evolve-ui-bench-lineage.png")
         b.close()
     return out

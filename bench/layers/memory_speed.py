@@ -53,8 +53,13 @@ USER = "bench"
 
 def stats(lat: list[float]) -> dict[str, float]:
     a = np.sort(np.asarray(lat)) * 1000
-    return {"n": len(a), "p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
-            "mean_ms": float(a.mean()), "per_s": float(1000 / a.mean())}
+    return {
+        "n": len(a),
+        "p50_ms": float(np.percentile(a, 50)),
+        "p95_ms": float(np.percentile(a, 95)),
+        "mean_ms": float(a.mean()),
+        "per_s": float(1000 / a.mean()),
+    }
 
 
 class CachedEmbedder:
@@ -78,7 +83,7 @@ def corpus_vectors(texts: list[str], embedder, cache_file: Path) -> np.ndarray:
     t0 = time.perf_counter()
     out = []
     for b in range(0, len(texts), 2048):
-        out.append(embedder.embed(texts[b:b + 2048]))
+        out.append(embedder.embed(texts[b : b + 2048]))
         print(f"  embedded {b + len(out[-1])}/{len(texts)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     vecs = np.concatenate(out)
     np.save(cache_file, vecs)
@@ -90,23 +95,43 @@ def mem0_memory(folder: Path):
 
     from evolve.memory.embed import minilm_path
 
-    return Memory.from_config({
-        "vector_store": {"provider": "chroma", "config": {"collection_name": "bench", "path": str(folder / "chroma")}},
-        "embedder": {"provider": "huggingface", "config": {"model": minilm_path(), "embedding_dims": 384}},
-        # never called with infer=False; an unroutable local address so that it could not reach anything
-        "llm": {"provider": "openai", "config": {"api_key": "unused-offline", "openai_base_url": "http://127.0.0.1:9/v1"}},
-        "history_db_path": str(folder / "history.db"),
-    })
+    return Memory.from_config(
+        {
+            "vector_store": {
+                "provider": "chroma",
+                "config": {"collection_name": "bench", "path": str(folder / "chroma")},
+            },
+            "embedder": {"provider": "huggingface", "config": {"model": minilm_path(), "embedding_dims": 384}},
+            # never called with infer=False; an unroutable local address so that it could not reach anything
+            "llm": {
+                "provider": "openai",
+                "config": {"api_key": "unused-offline", "openai_base_url": "http://127.0.0.1:9/v1"},
+            },
+            "history_db_path": str(folder / "history.db"),
+        }
+    )
 
 
 def mem0_bulk_insert(m, entries: list[tuple[str, str]], vecs: np.ndarray) -> None:
     now = dt.datetime.now(dt.timezone.utc).isoformat()
     for b in range(0, len(entries), 5000):
-        chunk = entries[b:b + 5000]
-        payloads = [{"data": t, "hash": hashlib.md5(t.encode()).hexdigest(), "created_at": now, "updated_at": now,
-                     "user_id": USER, "role": "user", "text_lemmatized": t, "kind": k} for k, t in chunk]
-        m.vector_store.insert(vectors=vecs[b:b + len(chunk)].tolist(), payloads=payloads,
-                              ids=[str(uuid.uuid4()) for _ in chunk])
+        chunk = entries[b : b + 5000]
+        payloads = [
+            {
+                "data": t,
+                "hash": hashlib.md5(t.encode()).hexdigest(),
+                "created_at": now,
+                "updated_at": now,
+                "user_id": USER,
+                "role": "user",
+                "text_lemmatized": t,
+                "kind": k,
+            }
+            for k, t in chunk
+        ]
+        m.vector_store.insert(
+            vectors=vecs[b : b + len(chunk)].tolist(), payloads=payloads, ids=[str(uuid.uuid4()) for _ in chunk]
+        )
 
 
 def run_size(n: int, args, ours_embedder, work: Path, all_texts, all_vecs) -> dict:
@@ -123,7 +148,7 @@ def run_size(n: int, args, ours_embedder, work: Path, all_texts, all_vecs) -> di
     store = MemoryStore(folder / "ours", embedder=CachedEmbedder(ours_embedder, cache))
     t0 = time.perf_counter()
     for b in range(0, n, 5000):
-        store.add_many(entries[b:b + 5000])
+        store.add_many(entries[b : b + 5000])
     res["ours_build_s"] = time.perf_counter() - t0
     cache.clear()  # from here on every text is embedded by the model
     print(f"[{n}] building Mem0's store (batch insert into its chroma collection)", flush=True)
@@ -183,9 +208,13 @@ def run_size(n: int, args, ours_embedder, work: Path, all_texts, all_vecs) -> di
         t0 = time.perf_counter()
         store.sync()  # what still waits for the index is part of our cost
         flush = time.perf_counter() - t0
-        res["add"][phase] = {"index_lag": our_lag, "ours": stats(lat["ours"]), "mem0": stats(lat["mem0"]),
-                             "ours_final_flush_ms": flush * 1000,
-                             "ours_per_s_with_flush": len(singles) / (sum(lat["ours"]) + flush)}
+        res["add"][phase] = {
+            "index_lag": our_lag,
+            "ours": stats(lat["ours"]),
+            "mem0": stats(lat["mem0"]),
+            "ours_final_flush_ms": flush * 1000,
+            "ours_per_s_with_flush": len(singles) / (sum(lat["ours"]) + flush),
+        }
 
     # batch adds: the same B new texts for both
     batch = make_texts(args.batch, seed=2000 + n)
@@ -195,8 +224,13 @@ def run_size(n: int, args, ours_embedder, work: Path, all_texts, all_vecs) -> di
     t1 = time.perf_counter()
     mem.add([{"role": "user", "content": t} for _, t in batch], user_id=USER, infer=False)
     t2 = time.perf_counter()
-    res["batch_add"] = {"ours_items_per_s": args.batch / (t1 - t0), "mem0_items_per_s": args.batch / (t2 - t1),
-                        "ours_s": t1 - t0, "mem0_s": t2 - t1, "size": args.batch}
+    res["batch_add"] = {
+        "ours_items_per_s": args.batch / (t1 - t0),
+        "mem0_items_per_s": args.batch / (t2 - t1),
+        "ours_s": t1 - t0,
+        "mem0_s": t2 - t1,
+        "size": args.batch,
+    }
     report = store.check()
     res["ours_check_ok"] = report["ok"]
     res["ours_items_after"] = len(store)
@@ -213,7 +247,9 @@ def table(results: list[dict]) -> str:
 
     def row(n, what, a, b, unit, better_low=True):
         ratio = (b / a) if better_low else (a / b)
-        rows.append(f"| {n:,} | {what} | {a:,.1f} {unit} | {b:,.1f} {unit} | {ratio:.2f}x {'faster' if ratio > 1 else 'slower'} |")
+        rows.append(
+            f"| {n:,} | {what} | {a:,.1f} {unit} | {b:,.1f} {unit} | {ratio:.2f}x {'faster' if ratio > 1 else 'slower'} |"
+        )
 
     for r in results:
         n, s, b = r["items"], r["search"], r["batch_add"]
@@ -221,10 +257,22 @@ def table(results: list[dict]) -> str:
             how = f"index_lag={a['index_lag']}"
             row(n, f"single add p50 ({how})", a["ours"]["p50_ms"], a["mem0"]["p50_ms"], "ms")
             row(n, f"single add p95 ({how})", a["ours"]["p95_ms"], a["mem0"]["p95_ms"], "ms")
-            row(n, f"single adds / s ({how}; ours incl. final flush)", a["ours_per_s_with_flush"],
-                a["mem0"]["per_s"], "/s", better_low=False)
-        row(n, f"batch add ({b['size']} items) items / s", b["ours_items_per_s"], b["mem0_items_per_s"], "/s",
-            better_low=False)
+            row(
+                n,
+                f"single adds / s ({how}; ours incl. final flush)",
+                a["ours_per_s_with_flush"],
+                a["mem0"]["per_s"],
+                "/s",
+                better_low=False,
+            )
+        row(
+            n,
+            f"batch add ({b['size']} items) items / s",
+            b["ours_items_per_s"],
+            b["mem0_items_per_s"],
+            "/s",
+            better_low=False,
+        )
         row(n, "search p50 (ours hybrid)", s["ours_hybrid"]["p50_ms"], s["mem0"]["p50_ms"], "ms")
         row(n, "search p95 (ours hybrid)", s["ours_hybrid"]["p95_ms"], s["mem0"]["p95_ms"], "ms")
         row(n, "search p50 (ours embeddings only)", s["ours_vector"]["p50_ms"], s["mem0"]["p50_ms"], "ms")
@@ -240,9 +288,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="items in the measured batch add")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--torch-threads", type=int, default=1,
-                    help="torch threads while measuring (both systems): one sentence per call runs faster on one "
-                         "thread of 2 cores, and does not fight other jobs on a shared machine")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch threads while measuring (both systems): one sentence per call runs faster on one "
+        "thread of 2 cores, and does not fight other jobs on a shared machine",
+    )
     ap.add_argument("--embed-threads", type=int, default=2, help="torch threads for embedding the corpus")
     ap.add_argument("--workdir", default="/tmp/evolve-memory-bench")
     ap.add_argument("--keep", action="store_true", help="keep the stores on disk")
@@ -272,9 +324,14 @@ def main() -> None:
         results.append(run_size(n, args, ours_embedder, work, all_texts, all_vecs))
         results[-1]["wall_s"] = time.perf_counter() - t0
         print(json.dumps(results[-1], indent=1), flush=True)
-    meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "machine": f"{platform.machine()}, "
-            f"{os.cpu_count()} cores", "python": platform.python_version(), "torch_threads": args.torch_threads,
-            "k": args.k, "command": " ".join([".venv/bin/python", "bench/layers/memory_speed.py", *sys.argv[1:]])}
+    meta = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "torch_threads": args.torch_threads,
+        "k": args.k,
+        "command": " ".join([".venv/bin/python", "bench/layers/memory_speed.py", *sys.argv[1:]]),
+    }
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(json.dumps(meta))

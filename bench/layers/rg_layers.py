@@ -44,32 +44,55 @@ from evolve.worlds.reasoning_gym.workflow import PALETTE, single_step
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "reasoning_gym" / "task.yaml"
 
-FEWSHOT = ("{name: bootstrap_demos, params: {k_choices: [2, 4], strategies: [random, diverse], children: 3, "
-           "max_rollouts: 200, temperature: 0.4}}")
-VOTE_AT_ONCE = json.dumps([{**it, "params": {**it["params"], "parallel": 8}} if it["name"] == "vote" else it
-                           for it in PALETTE])
-TOPOLOGY = ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
-            f"children: 2, palette: {VOTE_AT_ONCE}}}}}")
+FEWSHOT = (
+    "{name: bootstrap_demos, params: {k_choices: [2, 4], strategies: [random, diverse], children: 3, "
+    "max_rollouts: 200, temperature: 0.4}}"
+)
+VOTE_AT_ONCE = json.dumps(
+    [{**it, "params": {**it["params"], "parallel": 8}} if it["name"] == "vote" else it for it in PALETTE]
+)
+TOPOLOGY = (
+    "{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
+    f"children: 2, palette: {VOTE_AT_ONCE}}}}}"
+)
 CURRICULUM = "engine.curriculum={band: [0.2, 0.8], min_samples: 4}"
 CURRICULUM_ALL = "engine.curriculum={band: [0.2, 0.8], min_samples: 4, evidence: all}"
-FIXED = "engine.curriculum=null"  # the fixed mix: the task file as these rows were measured (it now runs the curriculum)
+FIXED = (
+    "engine.curriculum=null"  # the fixed mix: the task file as these rows were measured (it now runs the curriculum)
+)
 REFLEXION = "agent=evolve.worlds.reasoning_gym:reflexion_agent"
 
 # row -> (what it changes, --set overrides); each starts from the seed's SFT cold start
 ROWS: dict[str, tuple[str, list[str]]] = {
-    "fewshot": ("few-shot demos bootstrapped from its own solved training tasks (bootstrap_demos)",
-                [f"operators=[{FEWSHOT}]", "budget.generations=1", FIXED]),
-    "topology_ct2": (("topology search from the single step: a vote over sampled replies, a reformat loop; "
-                      "sampled by CTranslate2 in int8 (issue 51), its own SFT single step the baseline"),
-                     [f"operators=[{TOPOLOGY}]", "budget.generations=1", FIXED, "agent=evolve.topology:agent",
-                      f"workflow.graph={json.dumps(single_step())}", "models.policy.params.engine=ctranslate2",
-                      "models.policy.params.compute_type=int8"]),
+    "fewshot": (
+        "few-shot demos bootstrapped from its own solved training tasks (bootstrap_demos)",
+        [f"operators=[{FEWSHOT}]", "budget.generations=1", FIXED],
+    ),
+    "topology_ct2": (
+        (
+            "topology search from the single step: a vote over sampled replies, a reformat loop; "
+            "sampled by CTranslate2 in int8 (issue 51), its own SFT single step the baseline"
+        ),
+        [
+            f"operators=[{TOPOLOGY}]",
+            "budget.generations=1",
+            FIXED,
+            "agent=evolve.topology:agent",
+            f"workflow.graph={json.dumps(single_step())}",
+            "models.policy.params.engine=ctranslate2",
+            "models.policy.params.compute_type=int8",
+        ],
+    ),
     "fixed2": ("STaR, two generations, the fixed mix", ["budget.generations=2", FIXED]),
     "curriculum": ("STaR, two generations, the curriculum (band 20-80%)", ["budget.generations=2", CURRICULUM]),
-    "curriculum_all": ("STaR, two generations, the curriculum judging on STaR's samples too (evidence: all)",
-                       ["budget.generations=2", CURRICULUM_ALL]),
-    "together": ("SFT + STaR + Reflexion (sampling STaR's tasks and answering test)",
-                 ["budget.generations=1", FIXED, REFLEXION]),
+    "curriculum_all": (
+        "STaR, two generations, the curriculum judging on STaR's samples too (evidence: all)",
+        ["budget.generations=2", CURRICULUM_ALL],
+    ),
+    "together": (
+        "SFT + STaR + Reflexion (sampling STaR's tasks and answering test)",
+        ["budget.generations=1", FIXED, REFLEXION],
+    ),
 }
 CONTINUES = {"fixed2": "star"}  # a row that continues another row's finished run for more generations
 VERSUS = {"curriculum": "fixed2", "curriculum_all": "curriculum"}  # a row also paired with another row's best
@@ -100,9 +123,14 @@ def run_row(row: str, seed: int, out: Path) -> Path:
     c1 = os.times()
     if rc:
         sys.exit(f"{row} seed {seed} failed with exit code {rc}; see {out / f'{row}_seed{seed}.log'}")
-    (run_dir / "rg_layers.json").write_text(json.dumps({
-        "wall_s": round(time.time() - t0, 1),
-        "cpu_s": round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1)}))
+    (run_dir / "rg_layers.json").write_text(
+        json.dumps(
+            {
+                "wall_s": round(time.time() - t0, 1),
+                "cpu_s": round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1),
+            }
+        )
+    )
     return run_dir
 
 
@@ -114,9 +142,16 @@ def measure(row: str, seed: int, out: Path) -> dict:
     run_dir = out / f"{row}_seed{seed}"
     rep = json.loads((run_dir / "report.json").read_text())
     spent = json.loads((run_dir / "rg_layers.json").read_text())
-    res = {"row": row, "seed": seed, "baseline": rep["baseline"], "best": rep["best"], **spent,
-           "budget_used": rep["budget_used"], "own": describe(rep["paired"]["test"]) if rep.get("paired") else None,
-           "curriculum": rep.get("curriculum")}
+    res = {
+        "row": row,
+        "seed": seed,
+        "baseline": rep["baseline"],
+        "best": rep["best"],
+        **spent,
+        "budget_used": rep["budget_used"],
+        "own": describe(rep["paired"]["test"]) if rep.get("paired") else None,
+        "curriculum": rep.get("curriculum"),
+    }
     plain = out / f"star_seed{seed}"  # the seed's SFT system answering plainly: the star row's baseline
     with Archive(run_dir, create=False) as a, Archive(plain, create=False) as p:
         sft_id = json.loads((plain / "report.json").read_text())["baseline"]["system_id"]
@@ -146,7 +181,9 @@ def calls_a_task(run_dir: Path, system_id: str) -> float:
 
     run = RunView(run_dir, "bench")  # read-only, leaving nothing beside a finished run's archive
     try:
-        ((calls,),) = run.sql("SELECT AVG(calls) FROM trajectories WHERE system_id = ? AND split = 'test'", (system_id,))
+        ((calls,),) = run.sql(
+            "SELECT AVG(calls) FROM trajectories WHERE system_id = ? AND split = 'test'", (system_id,)
+        )
     finally:
         run.close()
     return round(calls or 0.0, 2)
@@ -170,8 +207,10 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     for seed in seeds:
         if not (a.out / f"star_seed{seed}" / "report.json").is_file():
-            sys.exit(f"{a.out / f'star_seed{seed}'} is missing: run the star row first "
-                     f"(evolve run {TASK.relative_to(ROOT)} --set seed={seed} --out {a.out / f'star_seed{seed}'})")
+            sys.exit(
+                f"{a.out / f'star_seed{seed}'} is missing: run the star row first "
+                f"(evolve run {TASK.relative_to(ROOT)} --set seed={seed} --out {a.out / f'star_seed{seed}'})"
+            )
     for row in rows:
         for seed in seeds:
             if not a.table:
@@ -182,9 +221,12 @@ def main() -> None:
                 doc = json.loads(f.read_text()) if f.is_file() else {}
                 doc[row] = res
                 f.write_text(json.dumps(doc, indent=1))
-                print(f"| {row} | {seed} | {100 * res['vs_sft']['sft']:.1f}% | {100 * res['vs_sft']['after']:.1f}% "
-                      f"| {res['vs_sft']['gain']} | own: {res['own']} | {res['best']['system_id'][:8]} "
-                      f"| {res['calls_a_task']} calls | {res['wall_s']:.0f} s |", flush=True)
+                print(
+                    f"| {row} | {seed} | {100 * res['vs_sft']['sft']:.1f}% | {100 * res['vs_sft']['after']:.1f}% "
+                    f"| {res['vs_sft']['gain']} | own: {res['own']} | {res['best']['system_id'][:8]} "
+                    f"| {res['calls_a_task']} calls | {res['wall_s']:.0f} s |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

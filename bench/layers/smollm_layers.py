@@ -40,72 +40,143 @@ ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "sql_agent" / "task_smollm.yaml"
 
 STAR = "{name: star, params: {tasks: 200, samples: 4, temperature: 0.4, lr: 0.001, epochs: 3, batch_size: 8, r: 16, replay: 0, min_examples: 4}}"
-GRPO = ("{name: grpo, params: {steps: 1, tasks_per_step: 200, group_size: 4, temperature: 0.4, lr: 0.001, "
-        "minibatches: 4, num_iterations: 2, beta: 0.0, ptx_coef: 0.0}}")
-MEMORY = "{name: memory, params: {extract: 'evolve.worlds.sql:experiences', tasks: 200, samples: 2, temperature: 0.4, k: 2}}"
+GRPO = (
+    "{name: grpo, params: {steps: 1, tasks_per_step: 200, group_size: 4, temperature: 0.4, lr: 0.001, "
+    "minibatches: 4, num_iterations: 2, beta: 0.0, ptx_coef: 0.0}}"
+)
+MEMORY = (
+    "{name: memory, params: {extract: 'evolve.worlds.sql:experiences', tasks: 200, samples: 2, temperature: 0.4, k: 2}}"
+)
 REFLECTIVE = "{name: reflective, params: {minibatch: 6}}"
 TOOLS = "{name: toolforge, params: {tasks: 200, samples: 2, temperature: 0.4, min_support: 2}}"
 
 
 def topology(palette: str) -> str:
     """The topology operator of the topology rows, searching over ``palette`` (YAML: an import path or a list)."""
-    return ("{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
-            f"children: 2, palette: {palette}}}}}")
+    return (
+        "{name: topology, params: {max_evals: 6, search_tasks: 60, exploration: 0.5, cost_weight: 0.002, "
+        f"children: 2, palette: {palette}}}}}"
+    )
 
 
 TOPOLOGY = topology("'evolve.worlds.sql.workflow:PALETTE'")
 # the SQL world's palette (evolve/worlds/sql/workflow.py) with the vote's samples run at once, so that the
 # batched model server takes them together (one after another, a vote made each evaluation ~6x as long)
-PALETTE_AT_ONCE = json.dumps([{**it, "params": {**it["params"], "parallel": 8}} if it["name"] == "vote" else it
-                              for it in SQL_PALETTE])
+PALETTE_AT_ONCE = json.dumps(
+    [{**it, "params": {**it["params"], "parallel": 8}} if it["name"] == "vote" else it for it in SQL_PALETTE]
+)
 SFT_TOPOLOGY = topology(PALETTE_AT_ONCE)
 # a LoRA SFT cold start on 300 of the world's demos, in the task's own layout (cached: the three sft rows share it)
 COLD = "models.policy.cold_start={n_demos: 300, epochs: 1, lr: 0.001, batch_size: 8, eval_every: 25, n_eval: 50}"
-SINGLE_STEP = ("{entry: write, nodes: [{id: write, type: sql.write}, {id: answer, type: answer, params: {fields: [sql, rows, turns]}}], "
-               "edges: [{src: write, dst: answer}]}")
+SINGLE_STEP = (
+    "{entry: write, nodes: [{id: write, type: sql.write}, {id: answer, type: answer, params: {fields: [sql, rows, turns]}}], "
+    "edges: [{src: write, dst: answer}]}"
+)
 
 # row -> (what it changes, --set overrides); every row starts from the untouched model
 ROWS: dict[str, tuple[str, list[str]]] = {
-    "reflective": ("reflective prompt search, SmolLM2 writing the instruction, 3 generations",
-                   [f"operators=[{REFLECTIVE}]", "budget.generations=3"]),
-    "memory": ("experience memory (ADD/MERGE/DELETE) from its own solved training tasks, 2 recalled",
-               [f"operators=[{MEMORY}]", "budget.generations=1"]),
-    "reflexion": ("Reflexion at test time: a failed first attempt's execution feedback, then a second attempt",
-                  ["operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"]),
-    "star": ("STaR: LoRA on its own successes, 200 tasks x 4 samples at T=0.4",
-             [f"operators=[{STAR}]", "budget.generations=1"]),
-    "grpo": ("GRPO (loss_type dapo, TRL's default, tested against TRL): LoRA, 200 tasks x groups of 4 at T=0.4, one on-policy batch",
-             [f"operators=[{GRPO}]", "budget.generations=1"]),
-    "tools": (("tool synthesis: query tools mined from its solved training tasks (200 x 2 at T=0.4), listed in "
-              "the system message (workflow.tool_docs)"),
-              [f"operators=[{TOOLS}]", "budget.generations=1", "workflow.tool_docs=true"]),
-    "topology": ("topology search (MCTS over workflow graphs: execute, repair loop, vote), from the single step",
-                 [f"operators=[{TOPOLOGY}]", "budget.generations=1", "agent=evolve.topology:agent",
-                  f"workflow.graph={SINGLE_STEP}"]),
-    "together": (("STaR with Reflexion: the Reflexion agent samples STaR's training tasks, and the STaR "
-                 "system answers the test tasks with a second attempt after a failed one"),
-                 [f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
-    "sft": ("a LoRA SFT cold start alone (300 demos of the world, 1 epoch, the best of its validation checks kept)",
-            [COLD, "operators=[]", "budget.generations=0"]),
-    "sft_reflexion": ("Reflexion at test time on the SFT cold start (together: a weights layer and a test-time one)",
-                      [COLD, "operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"]),
-    "sft_star": ("STaR as in the star row, from the SFT cold start", [COLD, f"operators=[{STAR}]", "budget.generations=1"]),
-    "sft_grpo": ("GRPO as in the grpo row, from the SFT cold start", [COLD, f"operators=[{GRPO}]", "budget.generations=1"]),
-    "sft_topology": ("topology search as in the topology row (the vote's samples at once), from the SFT cold start",
-                     [COLD, f"operators=[{SFT_TOPOLOGY}]", "budget.generations=1", "agent=evolve.topology:agent",
-                      f"workflow.graph={SINGLE_STEP}"]),
-    "sft_together": (("all three that moved it: the SFT cold start, then STaR, with Reflexion both sampling STaR's "
-                      "training tasks and answering the test tasks"),
-                     [COLD, f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"]),
+    "reflective": (
+        "reflective prompt search, SmolLM2 writing the instruction, 3 generations",
+        [f"operators=[{REFLECTIVE}]", "budget.generations=3"],
+    ),
+    "memory": (
+        "experience memory (ADD/MERGE/DELETE) from its own solved training tasks, 2 recalled",
+        [f"operators=[{MEMORY}]", "budget.generations=1"],
+    ),
+    "reflexion": (
+        "Reflexion at test time: a failed first attempt's execution feedback, then a second attempt",
+        ["operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"],
+    ),
+    "star": (
+        "STaR: LoRA on its own successes, 200 tasks x 4 samples at T=0.4",
+        [f"operators=[{STAR}]", "budget.generations=1"],
+    ),
+    "grpo": (
+        "GRPO (loss_type dapo, TRL's default, tested against TRL): LoRA, 200 tasks x groups of 4 at T=0.4, one on-policy batch",
+        [f"operators=[{GRPO}]", "budget.generations=1"],
+    ),
+    "tools": (
+        (
+            "tool synthesis: query tools mined from its solved training tasks (200 x 2 at T=0.4), listed in "
+            "the system message (workflow.tool_docs)"
+        ),
+        [f"operators=[{TOOLS}]", "budget.generations=1", "workflow.tool_docs=true"],
+    ),
+    "topology": (
+        "topology search (MCTS over workflow graphs: execute, repair loop, vote), from the single step",
+        [
+            f"operators=[{TOPOLOGY}]",
+            "budget.generations=1",
+            "agent=evolve.topology:agent",
+            f"workflow.graph={SINGLE_STEP}",
+        ],
+    ),
+    "together": (
+        (
+            "STaR with Reflexion: the Reflexion agent samples STaR's training tasks, and the STaR "
+            "system answers the test tasks with a second attempt after a failed one"
+        ),
+        [f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"],
+    ),
+    "sft": (
+        "a LoRA SFT cold start alone (300 demos of the world, 1 epoch, the best of its validation checks kept)",
+        [COLD, "operators=[]", "budget.generations=0"],
+    ),
+    "sft_reflexion": (
+        "Reflexion at test time on the SFT cold start (together: a weights layer and a test-time one)",
+        [COLD, "operators=[]", "budget.generations=0", "agent=evolve.worlds.sql:reflexion_agent"],
+    ),
+    "sft_star": (
+        "STaR as in the star row, from the SFT cold start",
+        [COLD, f"operators=[{STAR}]", "budget.generations=1"],
+    ),
+    "sft_grpo": (
+        "GRPO as in the grpo row, from the SFT cold start",
+        [COLD, f"operators=[{GRPO}]", "budget.generations=1"],
+    ),
+    "sft_topology": (
+        "topology search as in the topology row (the vote's samples at once), from the SFT cold start",
+        [
+            COLD,
+            f"operators=[{SFT_TOPOLOGY}]",
+            "budget.generations=1",
+            "agent=evolve.topology:agent",
+            f"workflow.graph={SINGLE_STEP}",
+        ],
+    ),
+    "sft_together": (
+        (
+            "all three that moved it: the SFT cold start, then STaR, with Reflexion both sampling STaR's "
+            "training tasks and answering the test tasks"
+        ),
+        [COLD, f"operators=[{STAR}]", "budget.generations=1", "agent=evolve.worlds.sql:reflexion_agent"],
+    ),
     # issue 51: the same SFT'd system sampled by CTranslate2 (greedy), paired with the sft row's (torch)
-    "sft_ct2_int8": ("the sft row's system sampled by CTranslate2 in int8",
-                     [COLD, "operators=[]", "budget.generations=0", "models.policy.params.engine=ctranslate2",
-                      "models.policy.params.compute_type=int8"]),
-    "sft_ct2_float32": ("the sft row's system sampled by CTranslate2 in float32",
-                        [COLD, "operators=[]", "budget.generations=0", "models.policy.params.engine=ctranslate2",
-                         "models.policy.params.compute_type=float32"]),
+    "sft_ct2_int8": (
+        "the sft row's system sampled by CTranslate2 in int8",
+        [
+            COLD,
+            "operators=[]",
+            "budget.generations=0",
+            "models.policy.params.engine=ctranslate2",
+            "models.policy.params.compute_type=int8",
+        ],
+    ),
+    "sft_ct2_float32": (
+        "the sft row's system sampled by CTranslate2 in float32",
+        [
+            COLD,
+            "operators=[]",
+            "budget.generations=0",
+            "models.policy.params.engine=ctranslate2",
+            "models.policy.params.compute_type=float32",
+        ],
+    ),
 }
-AGAINST = {"reflexion": "reflective", "sft_reflexion": "sft"}  # a row that changes the agent: paired with that row's baseline
+AGAINST = {
+    "reflexion": "reflective",
+    "sft_reflexion": "sft",
+}  # a row that changes the agent: paired with that row's baseline
 # weights rows: the child each operator proposed is scored on test whether or not the engine kept it
 # (at ~5% the 100 validation tasks decide acceptance almost by chance), and the two are compared
 PAIRS = (("star", "grpo"), ("sft_star", "sft_grpo"))  # (STaR's row, GRPO's row) at the same sampling budget
@@ -113,8 +184,13 @@ WEIGHTS = tuple(r for pair in PAIRS for r in pair)
 # rows whose first proposed child is scored on test even when validation rejected it (topology: its best workflow)
 SCORE_CHILD = (*WEIGHTS, "sft_topology")
 # a row also compared, task by task, with another row's best or baseline system (the same test tasks at one seed)
-ALSO = {"together": ("star", "best"), "sft": ("star", "baseline"), "sft_together": ("sft_star", "best"),
-        "sft_ct2_int8": ("sft", "baseline"), "sft_ct2_float32": ("sft", "baseline")}
+ALSO = {
+    "together": ("star", "best"),
+    "sft": ("star", "baseline"),
+    "sft_together": ("sft_star", "best"),
+    "sft_ct2_int8": ("sft", "baseline"),
+    "sft_ct2_float32": ("sft", "baseline"),
+}
 
 
 def pair_key(pair: tuple[str, str]) -> str:
@@ -158,8 +234,19 @@ def child_on_test(row: str, seed: int, run_dir: Path) -> str | None:
     if not kids:
         return None
     if not scored:
-        cmd = [sys.executable, "-m", "evolve", "eval", str(TASK), str(run_dir), "--system", kids[0], "--split", "test",
-               *row_command(row, seed)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "evolve",
+            "eval",
+            str(TASK),
+            str(run_dir),
+            "--system",
+            kids[0],
+            "--split",
+            "test",
+            *row_command(row, seed),
+        ]
         print(f"[{row}] {' '.join(cmd)}", flush=True)
         if subprocess.call(cmd, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}) != 0:
             sys.exit(f"[{row}] evolve eval of the child {kids[0]} failed; see {run_dir}")
@@ -178,8 +265,11 @@ def test_scores(run_dir: Path, which: str, system_id: str | None = None) -> tupl
         scores = arch.task_scores(sid, "test")
         trajs = arch.trajectories(system_id=sid, split="test", phase="eval")
     first = [next((s.output for s in t.steps if isinstance(s, LLMCall)), "") for t in trajs]
-    counts = {"n": len(trajs), "select_first": sum(f.lstrip().lower().startswith("select") for f in first),
-              "ran": sum(int((t.reward.components or {}).get("executes", 0) if t.reward else 0) for t in trajs)}
+    counts = {
+        "n": len(trajs),
+        "select_first": sum(f.lstrip().lower().startswith("select") for f in first),
+        "ran": sum(int((t.reward.components or {}).get("executes", 0) if t.reward else 0) for t in trajs),
+    }
     return scores, counts
 
 
@@ -214,32 +304,55 @@ def main() -> None:
             got, got_n = test_scores(run_dir, "best")
         p = paired(base, got)
         wall = (run_dir / "wall_seconds").read_text().strip() if (run_dir / "wall_seconds").is_file() else "?"
-        results[row] = {"what": ROWS[row][0], "paired": p, "wall_seconds": wall, "baseline_counts": base_n,
-                        "counts": got_n, "budget_used": report.get("budget_used"), "best": report["best"]["system_id"],
-                        "val": {"baseline": report["baseline"]["val"]["score"], "best": report["best"]["val"]["score"]}}
-        print(f"| {row} | {ROWS[row][0]} | {100 * p['a']:.1f}% | {100 * p['b']:.1f}% | "
-              f"{100 * p['diff']:+.1f} (±{100 * (p['ci95'] or 0):.1f}) | {p['b_only']}/{p['a_only']} | "
-              f"{base_n['select_first']} → {got_n['select_first']} | {base_n['ran']} → {got_n['ran']} | "
-              f"{report['budget_used']['rollouts']} | {wall} s |", flush=True)
+        results[row] = {
+            "what": ROWS[row][0],
+            "paired": p,
+            "wall_seconds": wall,
+            "baseline_counts": base_n,
+            "counts": got_n,
+            "budget_used": report.get("budget_used"),
+            "best": report["best"]["system_id"],
+            "val": {"baseline": report["baseline"]["val"]["score"], "best": report["best"]["val"]["score"]},
+        }
+        print(
+            f"| {row} | {ROWS[row][0]} | {100 * p['a']:.1f}% | {100 * p['b']:.1f}% | "
+            f"{100 * p['diff']:+.1f} (±{100 * (p['ci95'] or 0):.1f}) | {p['b_only']}/{p['a_only']} | "
+            f"{base_n['select_first']} → {got_n['select_first']} | {base_n['ran']} → {got_n['ran']} | "
+            f"{report['budget_used']['rollouts']} | {wall} s |",
+            flush=True,
+        )
         if row in ALSO and (out / f"seed{a.seed}" / ALSO[row][0] / "report.json").is_file():
             other_row, which = ALSO[row]
             other, _ = test_scores(out / f"seed{a.seed}" / other_row, which)
             q = results[row][f"against_{other_row}_{which}"] = paired(other, got)
-            print(f"[{row}] against {other_row}'s {which}: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
-                  f"{100 * q['diff']:+.1f} (±{100 * (q['ci95'] or 0):.1f}), won/lost {q['b_only']}/{q['a_only']}", flush=True)
+            print(
+                f"[{row}] against {other_row}'s {which}: {100 * q['a']:.1f}% → {100 * q['b']:.1f}%, "
+                f"{100 * q['diff']:+.1f} (±{100 * (q['ci95'] or 0):.1f}), won/lost {q['b_only']}/{q['a_only']}",
+                flush=True,
+            )
         if row in SCORE_CHILD:
             # an operator that proposed nothing (GRPO's own dev check can refuse its step; no workflow beat
             # the root) leaves its parent
             child = child_on_test(row, a.seed, run_dir)
             scores, n = test_scores(run_dir, "", child) if child else (base, base_n)
             gen = report["generations"][-1]  # the one generation these rows run
-            kept = ("none proposed" if not child else "kept" if child == report["best"]["system_id"]
-                    else "accepted, not the best" if gen["accepted"] == gen["children"] else "rejected")
+            kept = (
+                "none proposed"
+                if not child
+                else "kept"
+                if child == report["best"]["system_id"]
+                else "accepted, not the best"
+                if gen["accepted"] == gen["children"]
+                else "rejected"
+            )
             c = paired(base, scores)
             results[row]["child"] = {"system_id": child, "outcome": kept, "paired": c, "counts": n, "scores": scores}
-            print(f"[{row}] its child {(child or 'none')[:8]} ({kept}) on test: {100 * c['b']:.1f}%, "
-                  f"{100 * c['diff']:+.1f} (±{100 * (c['ci95'] or 0):.1f}), won/lost {c['b_only']}/{c['a_only']}, "
-                  f"SELECT first {n['select_first']}, ran {n['ran']}", flush=True)
+            print(
+                f"[{row}] its child {(child or 'none')[:8]} ({kept}) on test: {100 * c['b']:.1f}%, "
+                f"{100 * c['diff']:+.1f} (±{100 * (c['ci95'] or 0):.1f}), won/lost {c['b_only']}/{c['a_only']}, "
+                f"SELECT first {n['select_first']}, ran {n['ran']}",
+                flush=True,
+            )
     path = out / f"seed{a.seed}" / "layers.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     merged = {**old, **results}
@@ -261,18 +374,29 @@ def summary(out: Path) -> None:
         seeds = [(s, d) for s, d in docs if key in d]
         if not seeds:
             continue
-        print(f"\n{pair[0]} against {pair[1]}\n| seed | parent | STaR | GRPO | GRPO − STaR (paired 95%) | won/lost |\n"
-              "|---|---|---|---|---|---|")
+        print(
+            f"\n{pair[0]} against {pair[1]}\n| seed | parent | STaR | GRPO | GRPO − STaR (paired 95%) | won/lost |\n"
+            "|---|---|---|---|---|---|"
+        )
         for s, d in seeds:
             h = d[key]
-            what = {r: "" if d[r]["child"].get("outcome", "kept") == "kept" else f" ({d[r]['child']['outcome']})"
-                    for r in pair}
-            print(f"| {s} | {100 * d[pair[0]]['paired']['a']:.1f}% | {100 * h['a']:.1f}%{what[pair[0]]} | "
-                  f"{100 * h['b']:.1f}%{what[pair[1]]} | {100 * h['diff']:+.1f} (±{100 * (h['ci95'] or 0):.1f}) | "
-                  f"{h['b_only']}/{h['a_only']} |")
-        mean = [sum(x) / len(seeds) for x in zip(*((d[pair[0]]["paired"]["a"], d[key]["a"], d[key]["b"]) for _, d in seeds))]
-        print(f"| mean of {len(seeds)} | {100 * mean[0]:.1f}% | {100 * mean[1]:.1f}% | {100 * mean[2]:.1f}% | "
-              f"{100 * (mean[2] - mean[1]):+.1f} | |")
+            what = {
+                r: "" if d[r]["child"].get("outcome", "kept") == "kept" else f" ({d[r]['child']['outcome']})"
+                for r in pair
+            }
+            print(
+                f"| {s} | {100 * d[pair[0]]['paired']['a']:.1f}% | {100 * h['a']:.1f}%{what[pair[0]]} | "
+                f"{100 * h['b']:.1f}%{what[pair[1]]} | {100 * h['diff']:+.1f} (±{100 * (h['ci95'] or 0):.1f}) | "
+                f"{h['b_only']}/{h['a_only']} |"
+            )
+        mean = [
+            sum(x) / len(seeds) for x in zip(*((d[pair[0]]["paired"]["a"], d[key]["a"], d[key]["b"]) for _, d in seeds))
+        ]
+        print(
+            f"| mean of {len(seeds)} | {100 * mean[0]:.1f}% | {100 * mean[1]:.1f}% | {100 * mean[2]:.1f}% | "
+            f"{100 * (mean[2] - mean[1]):+.1f} | |"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -30,10 +30,21 @@ import evolve.topology.search as search_mod
 from evolve.topology.graph import Edge, Node, Workflow
 
 PALETTE = [
-    {"name": "repair", "type": "sql.rewrite", "kind": "loop", "at": "sql.execute", "when": ["error", "error or empty"],
-     "max_visits": [1, 2, 3]},
-    {"name": "vote", "kind": "wrap", "chain_types": ["sql.write", "sql.execute"],
-     "params": {"key": "rows", "exclude_when": "error"}, "grid": {"n": [3, 5, 8], "temperature": [0.5, 0.8, 1.0]}},
+    {
+        "name": "repair",
+        "type": "sql.rewrite",
+        "kind": "loop",
+        "at": "sql.execute",
+        "when": ["error", "error or empty"],
+        "max_visits": [1, 2, 3],
+    },
+    {
+        "name": "vote",
+        "kind": "wrap",
+        "chain_types": ["sql.write", "sql.execute"],
+        "params": {"key": "rows", "exclude_when": "error"},
+        "grid": {"n": [3, 5, 8], "temperature": [0.5, 0.8, 1.0]},
+    },
     {"name": "check", "type": "check", "kind": "step", "params": {"expr": "rows"}},
     {"name": "reflect", "type": "reflect", "kind": "step"},
 ]
@@ -80,21 +91,36 @@ def bench_search(size: int, evals: int, seed: int) -> dict:
     from evolve.registry import node_types
 
     root = chain_graph(size)
-    with Timer(search_mod, "candidate_edits") as cand, Timer(search_mod, "realize") as real, \
-            Timer(edits_mod, "validate") as val:
+    with (
+        Timer(search_mod, "candidate_edits") as cand,
+        Timer(search_mod, "realize") as real,
+        Timer(edits_mod, "validate") as val,
+    ):
         t0 = time.perf_counter()
-        result = search_mod.search(root, scripted_evaluate, PALETTE, node_types, max_evals=evals, seed=seed,
-                                   max_nodes=size + 8)
+        result = search_mod.search(
+            root, scripted_evaluate, PALETTE, node_types, max_evals=evals, seed=seed, max_nodes=size + 8
+        )
         total = time.perf_counter() - t0
     n = result.evaluations
     t0 = time.perf_counter()
     valid = len(edits_mod.enumerate_edits(root, PALETTE, node_types))
     whole = time.perf_counter() - t0
-    return {"size": size, "evals": n, "iterations": result.iterations, "listed": cand.calls, "built": real.calls,
-            "candidates": len(edits_mod.candidate_edits(root, PALETTE, node_types)), "valid": valid,
-            "validations": val.calls, "total_ms": 1000 * total / n, "list_ms": 1000 * cand.seconds / n,
-            "realize_ms": 1000 * real.seconds / n, "validate_ms": 1000 * val.seconds / n,
-            "mcts_ms": 1000 * (total - cand.seconds - real.seconds) / n, "enumerate_all_ms": 1000 * whole}
+    return {
+        "size": size,
+        "evals": n,
+        "iterations": result.iterations,
+        "listed": cand.calls,
+        "built": real.calls,
+        "candidates": len(edits_mod.candidate_edits(root, PALETTE, node_types)),
+        "valid": valid,
+        "validations": val.calls,
+        "total_ms": 1000 * total / n,
+        "list_ms": 1000 * cand.seconds / n,
+        "realize_ms": 1000 * real.seconds / n,
+        "validate_ms": 1000 * val.seconds / n,
+        "mcts_ms": 1000 * (total - cand.seconds - real.seconds) / n,
+        "enumerate_all_ms": 1000 * whole,
+    }
 
 
 def bench_real(tasks: int) -> list[dict]:
@@ -106,16 +132,21 @@ def bench_real(tasks: int) -> list[dict]:
     lm = ScriptedLM(responses=lambda messages, temperature=None: "right" if temperature else "wrong")
     gen = {"id": "gen", "type": "llm", "params": {"prompt": "{q}"}}
     answer = {"id": "answer", "type": "answer", "params": {"key": "text"}}
-    graphs = {"llm -> answer (1 call)": {"entry": "gen", "nodes": [gen, answer], "edges": [{"src": "gen", "dst": "answer"}]},
-              "vote n=5 over llm -> answer (5 calls)": {
-                  "entry": "vote", "nodes": [{"id": "vote", "type": "vote", "params": {"chain": ["gen"], "n": 5,
-                                                                                       "key": "text"}}, gen, answer],
-                  "edges": [{"src": "vote", "dst": "answer"}]}}
+    graphs = {
+        "llm -> answer (1 call)": {"entry": "gen", "nodes": [gen, answer], "edges": [{"src": "gen", "dst": "answer"}]},
+        "vote n=5 over llm -> answer (5 calls)": {
+            "entry": "vote",
+            "nodes": [{"id": "vote", "type": "vote", "params": {"chain": ["gen"], "n": 5, "key": "text"}}, gen, answer],
+            "edges": [{"src": "vote", "dst": "answer"}],
+        },
+    }
     rows = []
     items = [{"id": f"t{i}", "q": f"question {i}"} for i in range(tasks)]
     for label, graph in graphs.items():
-        system = System(workflow={"agent": "evolve.topology:agent", "graph": graph},
-                        models={"policy": ModelSpec(backend="scripted", name="s")})
+        system = System(
+            workflow={"agent": "evolve.topology:agent", "graph": graph},
+            models={"policy": ModelSpec(backend="scripted", name="s")},
+        )
         run_agent(agent, system, items[0], lambda s, role: lm)  # warm: imports, prepare()
         times = []
         for _ in range(3):
@@ -136,9 +167,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per size (the same search); medians are shown")
     args = ap.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}; evaluations per search: {args.evals}\n")
-    print("| root nodes | evaluated | root edits: candidates / valid distinct | nodes listed | edits built | "
-          "validations | search ms / eval | listing ms / eval | build+validate ms / eval | of it validate | "
-          "MCTS bookkeeping ms / eval | all root edits built+validated, ms |")
+    print(
+        "| root nodes | evaluated | root edits: candidates / valid distinct | nodes listed | edits built | "
+        "validations | search ms / eval | listing ms / eval | build+validate ms / eval | of it validate | "
+        "MCTS bookkeeping ms / eval | all root edits built+validated, ms |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     from evolve.registry import node_types
 
@@ -146,15 +179,19 @@ def main() -> None:
     for size in args.sizes:
         runs = [bench_search(size, args.evals, args.seed) for _ in range(args.repeats)]
         r = {k: statistics.median(x[k] for x in runs) if k.endswith("_ms") else runs[0][k] for k in runs[0]}
-        print(f"| {r['size']} | {r['evals']} | {r['candidates']} / {r['valid']} | {r['listed']} | {r['built']} | "
-              f"{r['validations']} | {r['total_ms']:.1f} | {r['list_ms']:.2f} | {r['realize_ms']:.1f} | "
-              f"{r['validate_ms']:.1f} | {r['mcts_ms']:.2f} | {r['enumerate_all_ms']:.0f} |")
+        print(
+            f"| {r['size']} | {r['evals']} | {r['candidates']} / {r['valid']} | {r['listed']} | {r['built']} | "
+            f"{r['validations']} | {r['total_ms']:.1f} | {r['list_ms']:.2f} | {r['realize_ms']:.1f} | "
+            f"{r['validate_ms']:.1f} | {r['mcts_ms']:.2f} | {r['enumerate_all_ms']:.0f} |"
+        )
     try:
         rows = bench_real(args.tasks)
     except ImportError as e:  # the runtime is not installed in this checkout
         print(f"\n(real evaluation skipped: {e})")
         return
-    print(f"\n| one real evaluation: {args.tasks} tasks, run_agent + runtime, scripted LM | ms / workflow | ms / task |")
+    print(
+        f"\n| one real evaluation: {args.tasks} tasks, run_agent + runtime, scripted LM | ms / workflow | ms / task |"
+    )
     print("|---|---:|---:|")
     for r in rows:
         print(f"| {r['workflow']} | {r['ms']:.1f} | {r['ms'] / args.tasks:.2f} |")

@@ -23,12 +23,21 @@ from evolve.types import ModelSpec, System
 
 
 def graph(n: int, parallel: int) -> Workflow:
-    return Workflow.from_json({
-        "entry": "vote", "nodes": [
-            {"id": "vote", "type": "vote", "params": {"chain": ["sample"], "n": n, "key": "text", "parallel": parallel}},
-            {"id": "sample", "type": "llm", "params": {"prompt": "{question}"}},
-            {"id": "answer", "type": "answer", "params": {"key": "text"}}],
-        "edges": [{"src": "vote", "dst": "answer"}]})
+    return Workflow.from_json(
+        {
+            "entry": "vote",
+            "nodes": [
+                {
+                    "id": "vote",
+                    "type": "vote",
+                    "params": {"chain": ["sample"], "n": n, "key": "text", "parallel": parallel},
+                },
+                {"id": "sample", "type": "llm", "params": {"prompt": "{question}"}},
+                {"id": "answer", "type": "answer", "params": {"key": "text"}},
+            ],
+            "edges": [{"src": "vote", "dst": "answer"}],
+        }
+    )
 
 
 def main() -> None:
@@ -47,7 +56,9 @@ def main() -> None:
     print(f"# {platform.machine()}, {platform.python_version()}; latency {args.latency} s per call, vote n={args.n}")
     base = None
     for k in args.parallel:
-        system = System(workflow={"graph": graph(args.n, k).to_json()}, models={"policy": ModelSpec(backend="scripted", name="p")})
+        system = System(
+            workflow={"graph": graph(args.n, k).to_json()}, models={"policy": ModelSpec(backend="scripted", name="p")}
+        )
         times = []
         for i in range(args.rollouts):
             t0 = time.perf_counter()

@@ -39,8 +39,10 @@ def main() -> None:
 
     out = Path(args.out) / f"w{args.workers}"
     shutil.rmtree(out, ignore_errors=True)
-    cfg, base = load_task(ROOT / "examples/sql_agent/task.yaml",
-                          [f"seed={args.seed}", "operators=[]", f"runner.workers={args.workers}", "runner.timeout=900"])
+    cfg, base = load_task(
+        ROOT / "examples/sql_agent/task.yaml",
+        [f"seed={args.seed}", "operators=[]", f"runner.workers={args.workers}", "runner.timeout=900"],
+    )
     eng = Session(cfg, base_dir=base, run_dir=out, agent="evolve.topology:agent")
     start = eng.baseline()
     tasks = eng.tasks("test")[: args.tasks]
@@ -50,9 +52,12 @@ def main() -> None:
             t0 = time.perf_counter()
             trajs = eng.rollouts(system, tasks, split="test", tag="eval:test")
             dt = time.perf_counter() - t0
-            print(f"workers {args.workers:3d}, {len(tasks)} tasks, parallel {parallel:2d}: {dt:.1f} s "
-                  f"({dt / len(tasks):.2f} s per task), accuracy {statistics.mean(t.score for t in trajs):.3f}, "
-                  f"errors {sum(1 for t in trajs if t.error)}", flush=True)
+            print(
+                f"workers {args.workers:3d}, {len(tasks)} tasks, parallel {parallel:2d}: {dt:.1f} s "
+                f"({dt / len(tasks):.2f} s per task), accuracy {statistics.mean(t.score for t in trajs):.3f}, "
+                f"errors {sum(1 for t in trajs if t.error)}",
+                flush=True,
+            )
     eng.close()
 
 

@@ -36,8 +36,9 @@ import ct2_speed  # noqa: E402  # maps policy/ as evolve.policy where the checko
 def server_at(rev: str):
     """``policy/ct2_server.py`` as it was at ``rev`` (a module loaded from ``git show``)."""
     try:
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:policy/ct2_server.py"], check=True,
-                              capture_output=True, text=True).stdout
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:policy/ct2_server.py"], check=True, capture_output=True, text=True
+        ).stdout
     except subprocess.CalledProcessError as e:
         sys.exit(f"ct2_logprobs: git cannot show policy/ct2_server.py at {rev!r}: {e.stderr.strip()}")
     path = Path(tempfile.mkdtemp(prefix="ct2-rev-")) / "ct2_server_rev.py"
@@ -71,22 +72,35 @@ def main() -> None:
     base, model, tok = ct2_speed.smollm2(SimpleNamespace(smollm2_shape=None, device="cpu", torch_dtype="float32"))
     del model
     entry = converted(base, file_sha256(base), None, None, "int8")
-    g = ctranslate2.Generator(str(entry), device="cpu", compute_type="int8", intra_threads=1,
-                              inter_threads=args.parallel)
+    g = ctranslate2.Generator(
+        str(entry), device="cpu", compute_type="int8", intra_threads=1, inter_threads=args.parallel
+    )
     vocab = len(json.loads((entry / "vocabulary.json").read_text()))
     questions = ct2_speed.bench_module("sampling/smollm_speed").QUESTIONS
     eos = list(getattr(tok, "eos_ids", (tok.eos_id,)))
-    record = {"machine": ct2_speed.machine(args.parallel), "against": args.against, "temperature": args.temperature,
-              "max_new_tokens": args.max_new, "repeats": args.repeats, "runs": []}
+    record = {
+        "machine": ct2_speed.machine(args.parallel),
+        "against": args.against,
+        "temperature": args.temperature,
+        "max_new_tokens": args.max_new,
+        "repeats": args.repeats,
+        "runs": [],
+    }
     print(json.dumps({k: v for k, v in record.items() if k != "runs"}), flush=True)
 
     for batch in (int(b) for b in args.batches.split(",")):
-        prompts = [tok.render_chat([{"role": "user", "content": q}])
-                   for q in (questions * (batch // len(questions) + 1))[:batch]]
+        prompts = [
+            tok.render_chat([{"role": "user", "content": q}])
+            for q in (questions * (batch // len(questions) + 1))[:batch]
+        ]
 
         def once(gen, module, logprobs: bool, kw: dict, prompts=prompts) -> float:
-            reqs = [SimpleNamespace(prompt=p, temperature=args.temperature, max_tokens=args.max_new, stop=(),
-                                    logprobs=logprobs) for p in prompts]
+            reqs = [
+                SimpleNamespace(
+                    prompt=p, temperature=args.temperature, max_tokens=args.max_new, stop=(), logprobs=logprobs
+                )
+                for p in prompts
+            ]
             t = time.perf_counter()
             out = module.generate(gen, reqs, eos, tok.token_text, parallel=args.parallel, **kw)
             wall = time.perf_counter() - t
@@ -94,9 +108,11 @@ def main() -> None:
                 raise SystemExit("ct2_logprobs: a completion's log-probs are not what it asked")
             return sum(len(s.token_ids) for s in out) / wall
 
-        ways = {f"{args.against}, with log-probs": (old, True, {}),
-                "this checkout, with log-probs": (ct2_server, True, {"vocab": vocab}),
-                "this checkout, without log-probs": (ct2_server, False, {"vocab": vocab})}
+        ways = {
+            f"{args.against}, with log-probs": (old, True, {}),
+            "this checkout, with log-probs": (ct2_server, True, {"vocab": vocab}),
+            "this checkout, without log-probs": (ct2_server, False, {"vocab": vocab}),
+        }
         for module, logprobs, kw in ways.values():  # a warm-up of each way
             once(g, module, logprobs, kw)
         rates: dict[str, list[float]] = {k: [] for k in ways}
@@ -104,16 +120,24 @@ def main() -> None:
             for name, (module, logprobs, kw) in ways.items():
                 rates[name].append(once(g, module, logprobs, kw))
         # the same samples' log-probs as the revision's forward pass computes them (int8: another computation)
-        reqs = [SimpleNamespace(prompt=p, temperature=args.temperature, max_tokens=args.max_new, stop=(), logprobs=True)
-                for p in prompts]
+        reqs = [
+            SimpleNamespace(prompt=p, temperature=args.temperature, max_tokens=args.max_new, stop=(), logprobs=True)
+            for p in prompts
+        ]
         drawn = ct2_server.generate(g, reqs, eos, tok.token_text, parallel=args.parallel, vocab=vocab)
         again = old.tempered_log_probs(g, prompts, [s.token_ids for s in drawn], args.temperature, args.parallel)
         gaps = [abs(a - b) for s, r in zip(drawn, again) for a, b in zip(s.logprobs, r)]
-        run = {"batch": batch, "tokens_per_s": {k: round(statistics.median(v), 1) for k, v in rates.items()},
-               "each": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-               "drawn against a forward pass, |log-prob gap|": {
-                   "tokens": len(gaps), "mean": round(statistics.fmean(gaps), 4), "max": round(max(gaps), 4),
-                   "over 0.1": round(sum(x > 0.1 for x in gaps) / len(gaps), 3)}}
+        run = {
+            "batch": batch,
+            "tokens_per_s": {k: round(statistics.median(v), 1) for k, v in rates.items()},
+            "each": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+            "drawn against a forward pass, |log-prob gap|": {
+                "tokens": len(gaps),
+                "mean": round(statistics.fmean(gaps), 4),
+                "max": round(max(gaps), 4),
+                "over 0.1": round(sum(x > 0.1 for x in gaps) / len(gaps), 3),
+            },
+        }
         record["runs"].append(run)
         print(json.dumps(run), flush=True)
     del g  # a Generator alive at interpreter exit can abort the process

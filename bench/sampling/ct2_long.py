@@ -52,8 +52,9 @@ def one_run(args: argparse.Namespace) -> None:
     picked = [lines[i * len(lines) // args.n] for i in range(min(args.n, len(lines)))]
     prompts = [tok.render_chat([{"role": "user", "content": q}]) for q in picked]
     params = {"engine": "ctranslate2", "compute_type": "int8", "threads": args.parallel}
-    server = module.CT2Server(base, file_sha256(base), describe(base), plan(params, tiny=False), name="smollm2",
-                              max_batch=args.batch)
+    server = module.CT2Server(
+        base, file_sha256(base), describe(base), plan(params, tiny=False), name="smollm2", max_batch=args.batch
+    )
     server.add_base()
     server.generator(None)  # loaded before the clock starts
     heap = {None: "not asked (the revision's server)", True: "kept (keep_heap)", False: "not glibc's"}[ct2._heap_kept]
@@ -62,17 +63,26 @@ def one_run(args: argparse.Namespace) -> None:
     out = [f.result() for f in futures]
     wall, r1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)
     server.close()
-    result = {"heap": heap, "wall_s": round(wall, 1), "cpu_s": round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1),
-              "sys_s": round(r1.ru_stime - r0.ru_stime, 1), "minor_faults": r1.ru_minflt - r0.ru_minflt,
-              "max_rss_gib": round(r1.ru_maxrss / 2**20, 2), "tokens": sum(len(s.token_ids) for s in out),
-              "at_cap": sum(s.finish_reason == "length" for s in out),
-              "prompt_tokens": sorted(len(p) for p in prompts), "ids": [list(s.token_ids) for s in out]}
+    result = {
+        "heap": heap,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1),
+        "sys_s": round(r1.ru_stime - r0.ru_stime, 1),
+        "minor_faults": r1.ru_minflt - r0.ru_minflt,
+        "max_rss_gib": round(r1.ru_maxrss / 2**20, 2),
+        "tokens": sum(len(s.token_ids) for s in out),
+        "at_cap": sum(s.finish_reason == "length" for s in out),
+        "prompt_tokens": sorted(len(p) for p in prompts),
+        "ids": [list(s.token_ids) for s in out],
+    }
     args.result.write_text(json.dumps(result))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--against", default="HEAD", help="the revision whose server is compared ('none': this checkout only)")
+    ap.add_argument(
+        "--against", default="HEAD", help="the revision whose server is compared ('none': this checkout only)"
+    )
     ap.add_argument("--n", type=int, default=32, help="prompts, evenly spaced over the 541")
     ap.add_argument("--max-new", type=int, default=1280)
     ap.add_argument("--batch", type=int, default=32, help="requests the server takes at once (its max_batch)")
@@ -87,17 +97,39 @@ def main() -> None:
         return one_run(args)
 
     ways = [THIS] if args.against == "none" else [args.against, THIS]
-    record = {"machine": ct2_speed.machine(args.parallel), "against": args.against, "n": args.n,
-              "max_new_tokens": args.max_new, "batch": args.batch, "repeats": args.repeats, "runs": []}
+    record = {
+        "machine": ct2_speed.machine(args.parallel),
+        "against": args.against,
+        "n": args.n,
+        "max_new_tokens": args.max_new,
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "runs": [],
+    }
     print(json.dumps({k: v for k, v in record.items() if k != "runs"}), flush=True)
     first: list[list[int]] | None = None
     tmp = Path(tempfile.mkdtemp(prefix="ct2-long-"))
     for repeat in range(args.repeats):
         for way in ways:
             res = tmp / f"{repeat}-{ways.index(way)}.json"
-            cmd = [sys.executable, __file__, "--one", way, "--result", str(res), "--n", str(args.n), "--max-new",
-                   str(args.max_new), "--batch", str(args.batch), "--parallel", str(args.parallel), "--prompts",
-                   str(args.prompts)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                way,
+                "--result",
+                str(res),
+                "--n",
+                str(args.n),
+                "--max-new",
+                str(args.max_new),
+                "--batch",
+                str(args.batch),
+                "--parallel",
+                str(args.parallel),
+                "--prompts",
+                str(args.prompts),
+            ]
             load = os.getloadavg()[0]
             subprocess.run(cmd, check=True)
             r = json.loads(res.read_text())
@@ -105,16 +137,23 @@ def main() -> None:
             record.setdefault("prompt_tokens", r.pop("prompt_tokens"))
             r.pop("prompt_tokens", None)
             first = first if first is not None else ids
-            run = {"way": way, "repeat": repeat, "load_1min_before": round(load, 2), **r,
-                   "tokens_per_s": round(r["tokens"] / r["wall_s"], 1), "same_replies_as_first_run": ids == first,
-                   "rows_differing": sum(a != b for a, b in zip(ids, first))}
+            run = {
+                "way": way,
+                "repeat": repeat,
+                "load_1min_before": round(load, 2),
+                **r,
+                "tokens_per_s": round(r["tokens"] / r["wall_s"], 1),
+                "same_replies_as_first_run": ids == first,
+                "rows_differing": sum(a != b for a, b in zip(ids, first)),
+            }
             record["runs"].append(run)
             print(json.dumps(run), flush=True)
     for key in ("wall_s", "cpu_s"):
         record[f"median_{key}"] = {w: statistics.median(r[key] for r in record["runs"] if r["way"] == w) for w in ways}
     record["all_replies_identical"] = all(r["same_replies_as_first_run"] for r in record["runs"])
     record["541_prompts_s (extrapolated unless n = 541)"] = {
-        w: round(v * 541 / args.n) for w, v in record["median_wall_s"].items()}
+        w: round(v * 541 / args.n) for w, v in record["median_wall_s"].items()
+    }
     print(json.dumps({k: v for k, v in record.items() if k not in ("runs", "machine")}), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

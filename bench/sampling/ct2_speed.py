@@ -65,19 +65,42 @@ def bench_module(name: str):
 
 
 def machine(threads: int, device: str = "cpu") -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
     import ctranslate2
     import torch
 
-    out = {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "platform": platform.platform(),
-           "python": platform.python_version(), "torch": torch.__version__, "ctranslate2": ctranslate2.__version__,
-           "load_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M"), "device": device}
+    out = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "ctranslate2": ctranslate2.__version__,
+        "load_1min": os.getloadavg()[0],
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "device": device,
+    }
     if device == "cuda":
         import transformers
 
-        out.update(gpu=torch.cuda.get_device_name(0), torch_cuda=torch.version.cuda,
-                   ct2_cuda_devices=ctranslate2.get_cuda_device_count(), transformers=transformers.__version__)
+        out.update(
+            gpu=torch.cuda.get_device_name(0),
+            torch_cuda=torch.version.cuda,
+            ct2_cuda_devices=ctranslate2.get_cuda_device_count(),
+            transformers=transformers.__version__,
+        )
         try:
             out["ct2_compute_types"] = sorted(ctranslate2.get_supported_compute_types("cuda"))
         except Exception as e:  # noqa: BLE001 - what CTranslate2's CUDA build says is the finding
@@ -89,7 +112,13 @@ def machine(threads: int, device: str = "cpu") -> dict:
 
 
 # what --smollm2-shape needs of the checkpoint: everything but its weights (~3.5 MB, the tokenizer the most)
-SHAPE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+SHAPE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 
 
 def smollm2(args):
@@ -118,7 +147,9 @@ def random_checkpoint(shape: Path) -> Path:
 
     missing = [f for f in SHAPE_FILES if not (shape / f).is_file()]
     if missing:
-        sys.exit(f"--smollm2-shape {shape}: missing {', '.join(missing)} (bash bench/gpu/gpu_ct2.sh prepare makes the folder)")
+        sys.exit(
+            f"--smollm2-shape {shape}: missing {', '.join(missing)} (bash bench/gpu/gpu_ct2.sh prepare makes the folder)"
+        )
     out = Path(tempfile.mkdtemp(prefix="ct2-bench-random-"))
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(shape)), dtype=torch.float32)
@@ -154,8 +185,9 @@ def random_adapter(model, path: Path) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         cpu_copy = copy.deepcopy(model).to("cpu", torch.float32)  # the adapter is merged on the CPU in float32
-        pm = get_peft_model(cpu_copy, LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model),
-                                                 init_lora_weights=False))
+        pm = get_peft_model(
+            cpu_copy, LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(model), init_lora_weights=False)
+        )
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_B" in n:
@@ -177,8 +209,11 @@ def rate(fn, repeats: int) -> dict:
         n = fn()
         rates.append(n / (time.perf_counter() - t))
         cpu_rates.append(n / max(time.process_time() - c, 1e-9))
-    return {"tokens": n, "tokens_per_s": round(statistics.median(rates), 1),
-            "tokens_per_cpu_s": round(statistics.median(cpu_rates), 1)}
+    return {
+        "tokens": n,
+        "tokens_per_s": round(statistics.median(rates), 1),
+        "tokens_per_cpu_s": round(statistics.median(cpu_rates), 1),
+    }
 
 
 def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperature: float, repeats: int) -> dict:
@@ -193,8 +228,15 @@ def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperat
     eos = list(getattr(tok, "eos_ids", (tok.eos_id,)))
 
     def ours() -> int:
-        out = sample(model, prompts, eos_id=eos, pad_id=tok.pad_id, temperatures=temperature, max_tokens=max_new,
-                     seeds=list(range(len(prompts))))
+        out = sample(
+            model,
+            prompts,
+            eos_id=eos,
+            pad_id=tok.pad_id,
+            temperatures=temperature,
+            max_tokens=max_new,
+            seeds=list(range(len(prompts))),
+        )
         return sum(speed.gen_tokens(list(s.token_ids), set(eos)) for s in out)
 
     def theirs() -> int:
@@ -204,27 +246,41 @@ def bench_batch(model, tok, generators: dict, batch: int, max_new: int, temperat
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
         kw = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=eos,
-                                 pad_token_id=tok.pad_id, **kw)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                eos_token_id=eos,
+                pad_token_id=tok.pad_id,
+                **kw,
+            )
         return sum(speed.gen_tokens(row[width:].tolist(), set(eos)) for row in out)
 
     def ct2(g, logprobs=True):
-        reqs = [SimpleNamespace(prompt=p, temperature=temperature, max_tokens=max_new, stop=(), logprobs=logprobs)
-                for p in prompts]
+        reqs = [
+            SimpleNamespace(prompt=p, temperature=temperature, max_tokens=max_new, stop=(), logprobs=logprobs)
+            for p in prompts
+        ]
         return lambda: sum(len(s.token_ids) for s in generate(g, reqs, eos, tok.token_text, parallel=g.num_generators))
 
     res = {"evolvekit sampler": rate(ours, repeats), "transformers generate": rate(theirs, repeats)}
     for name, g in list(generators.items()):
         try:
             res[f"ctranslate2 {name}"] = rate(ct2(g), repeats)
-            if temperature not in (0.0, 1.0):  # the call's logits, read for the tempered log-probs, skipped (STaR's samples)
+            if temperature not in (
+                0.0,
+                1.0,
+            ):  # the call's logits, read for the tempered log-probs, skipped (STaR's samples)
                 res[f"ctranslate2 {name} without log-probs"] = rate(ct2(g, logprobs=False), repeats)
         except RuntimeError as e:  # e.g. a CUDA library CTranslate2's build cannot load: recorded, not tried again
             res[f"ctranslate2 {name}"] = {"error": f"{type(e).__name__}: {e}"}
             del generators[name]
     base = res["evolvekit sampler"]["tokens_per_s"]
-    res["x evolvekit sampler"] = {k: round(v["tokens_per_s"] / base, 2) for k, v in res.items()
-                                  if k != "evolvekit sampler" and "tokens_per_s" in v}
+    res["x evolvekit sampler"] = {
+        k: round(v["tokens_per_s"] / base, 2)
+        for k, v in res.items()
+        if k != "evolvekit sampler" and "tokens_per_s" in v
+    }
     return res
 
 
@@ -256,8 +312,13 @@ def bench_model(label: str, loaded, args) -> dict:
             if args.device == "cuda":  # one generator on the GPU: the batch is not split (parallel 1)
                 generators[compute] = ctranslate2.Generator(str(entry), device="cuda", compute_type=compute)
             else:
-                generators[compute] = ctranslate2.Generator(str(entry), device="cpu", compute_type=compute,
-                                                            intra_threads=1, inter_threads=args.ct2_threads or args.threads)
+                generators[compute] = ctranslate2.Generator(
+                    str(entry),
+                    device="cpu",
+                    compute_type=compute,
+                    intra_threads=1,
+                    inter_threads=args.ct2_threads or args.threads,
+                )
             cost["load_s"] = round(time.perf_counter() - t, 2)
         except Exception as e:  # noqa: BLE001
             cost["error"] = f"{type(e).__name__}: {e}"[:1000]
@@ -282,15 +343,19 @@ def phases(run_dir: Path) -> dict:
 
     run = RunView(run_dir, "bench")  # read-only, leaving nothing beside a finished run's archive
     try:
-        spans = run.sql("SELECT phase, MAX(created_at) - MIN(created_at) FROM trajectories GROUP BY phase, split, system_id")
-        (first, last), = run.sql("SELECT MIN(created_at), MAX(created_at) FROM trajectories")
+        spans = run.sql(
+            "SELECT phase, MAX(created_at) - MIN(created_at) FROM trajectories GROUP BY phase, split, system_id"
+        )
+        ((first, last),) = run.sql("SELECT MIN(created_at), MAX(created_at) FROM trajectories")
         infos = [json.loads(i) for (i,) in run.sql("SELECT info FROM systems WHERE operator != 'init'")]
     finally:
         run.close()
-    out = {"evaluation": sum(d for p, d in spans if p == "eval"),
-           "operator_sampling": sum(d for p, d in spans if p != "eval"),
-           "operator_training": sum(float(i.get("train_seconds") or 0) for i in infos),
-           "first_to_last_rollout": last - first}
+    out = {
+        "evaluation": sum(d for p, d in spans if p == "eval"),
+        "operator_sampling": sum(d for p, d in spans if p != "eval"),
+        "operator_training": sum(float(i.get("train_seconds") or 0) for i in infos),
+        "first_to_last_rollout": last - first,
+    }
     return {k: round(v, 1) for k, v in out.items()}
 
 
@@ -299,16 +364,31 @@ def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
     if row not in layers.ROWS:
         sys.exit(f"unknown row {row!r}; choose from {', '.join(layers.ROWS)}")
     run_dir = out / engine / f"seed{seed}" / row
-    cmd = [sys.executable, "-m", "evolve", "run", str(layers.TASK), "--out", str(run_dir),
-           *layers.row_command(row, seed), "--set", f"models.policy.params.engine={engine}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "evolve",
+        "run",
+        str(layers.TASK),
+        "--out",
+        str(run_dir),
+        *layers.row_command(row, seed),
+        "--set",
+        f"models.policy.params.engine={engine}",
+    ]
     print(f"[{row}, {engine}] {' '.join(cmd)}", flush=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = {"engine": engine, "exit": rc, "run": str(run_dir), "wall_s": round(wall, 1),
-           "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1)}
+    res = {
+        "engine": engine,
+        "exit": rc,
+        "run": str(run_dir),
+        "wall_s": round(wall, 1),
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+    }
     if rc == 0:
         res["phases_s"] = phases(run_dir)
         for which in ("baseline", "best"):
@@ -322,30 +402,45 @@ def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ct2-threads", type=int, default=0, help="CTranslate2's batches at once, one thread each, as the server runs it "
-                    "(default: --threads)")
+    ap.add_argument(
+        "--ct2-threads",
+        type=int,
+        default=0,
+        help="CTranslate2's batches at once, one thread each, as the server runs it (default: --threads)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--models", default="smollm2,tiny")
-    ap.add_argument("--compute-types", default=None, help="default: int8,float32 on the CPU, "
-                    "int8_float16,float16,float32 on CUDA")
+    ap.add_argument(
+        "--compute-types", default=None, help="default: int8,float32 on the CPU, int8_float16,float16,float32 on CUDA"
+    )
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where every engine runs (1 and 2)")
-    ap.add_argument("--torch-dtype", default=None, help="the torch model's dtype (default: float32 on the CPU, "
-                    "bfloat16 on CUDA, what dtype: auto picks)")
-    ap.add_argument("--smollm2-shape", default=None, help="a folder of SmolLM2's config and tokenizer files: "
-                    "random weights of its shape instead of the GGUF's (see smollm2())")
+    ap.add_argument(
+        "--torch-dtype",
+        default=None,
+        help="the torch model's dtype (default: float32 on the CPU, bfloat16 on CUDA, what dtype: auto picks)",
+    )
+    ap.add_argument(
+        "--smollm2-shape",
+        default=None,
+        help="a folder of SmolLM2's config and tokenizer files: "
+        "random weights of its shape instead of the GGUF's (see smollm2())",
+    )
     ap.add_argument("--skip-speed", action="store_true", help="only the row (--row)")
-    ap.add_argument("--row", default=None, help="a bench/layers/smollm_layers.py row to time with each engine, e.g. sft_star")
+    ap.add_argument(
+        "--row", default=None, help="a bench/layers/smollm_layers.py row to time with each engine, e.g. sft_star"
+    )
     ap.add_argument("--engines", default="torch,ctranslate2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",") if b]
     cuda = args.device == "cuda"
-    args.compute_types = [c for c in (args.compute_types or ("int8_float16,float16,float32" if cuda else "int8,float32"))
-                          .split(",") if c]
+    args.compute_types = [
+        c for c in (args.compute_types or ("int8_float16,float16,float32" if cuda else "int8,float32")).split(",") if c
+    ]
     args.torch_dtype = args.torch_dtype or ("bfloat16" if cuda else "float32")
     from evolve._env import quiet_defaults
 
@@ -353,9 +448,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    out: dict = {"machine": {**machine(args.threads, args.device), "ct2_threads": args.ct2_threads or args.threads},
-                 "max_new_tokens": args.max_new, "temperature": args.temperature, "torch_dtype": args.torch_dtype,
-                 "smollm2_weights": "random, SmolLM2's shape" if args.smollm2_shape else "the GGUF's"}
+    out: dict = {
+        "machine": {**machine(args.threads, args.device), "ct2_threads": args.ct2_threads or args.threads},
+        "max_new_tokens": args.max_new,
+        "temperature": args.temperature,
+        "torch_dtype": args.torch_dtype,
+        "smollm2_weights": "random, SmolLM2's shape" if args.smollm2_shape else "the GGUF's",
+    }
     print(json.dumps(out), flush=True)
     if not args.skip_speed:
         for name in [m for m in args.models.split(",") if m]:

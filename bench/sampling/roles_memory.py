@@ -35,8 +35,10 @@ import time
 from datetime import date
 from pathlib import Path
 
-SIZES = {"tiny": {"d_model": 96, "n_layers": 2, "n_heads": 4, "d_ff": 192, "max_len": 256},
-         "small": {"d_model": 512, "n_layers": 8, "n_heads": 8, "d_ff": 1536, "max_len": 256}}
+SIZES = {
+    "tiny": {"d_model": 96, "n_layers": 2, "n_heads": 4, "d_ff": 192, "max_len": 256},
+    "small": {"d_model": 512, "n_layers": 8, "n_heads": 8, "d_ff": 1536, "max_len": 256},
+}
 
 
 def status(key: str) -> int:
@@ -66,8 +68,12 @@ def make_files(size: str, folder: Path) -> tuple[Path, list[Path]]:
         torch.manual_seed(k + 1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=16, lora_alpha=32, init_lora_weights=False,
-                                                                  target_modules=["q_proj", "v_proj", "up_proj"]))
+            pm = get_peft_model(
+                copy.deepcopy(model),
+                LoraConfig(
+                    r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "v_proj", "up_proj"]
+                ),
+            )
         with torch.no_grad():
             for n, p in pm.named_parameters():
                 if "lora_B" in n:
@@ -88,8 +94,7 @@ def warm_up(threads: int) -> None:
     from evolve.types import Message
 
     cfg = TinyConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_len=64)
-    llm = LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), temperature=0.0, max_tokens=4,
-                             threads=threads)
+    llm = LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), temperature=0.0, max_tokens=4, threads=threads)
     llm.complete([Message(role="user", content="hi")])
     llm.close()
 
@@ -110,8 +115,12 @@ def arm(args: argparse.Namespace) -> dict:
     store = ArtifactStore(folder / "artifacts")
     base = store.put_file(folder / "base.st", "base_weights")
     adapters = [store.put_file(folder / f"adapter{k}.st", "adapter") for k in range(2)]
-    params = {"temperature": 0.0, "max_tokens": args.max_new, "threads": args.threads,
-              **({"engine": "ctranslate2", "compute_type": "float32"} if args.engine == "ctranslate2" else {})}
+    params = {
+        "temperature": 0.0,
+        "max_tokens": args.max_new,
+        "threads": args.threads,
+        **({"engine": "ctranslate2", "compute_type": "float32"} if args.engine == "ctranslate2" else {}),
+    }
     warm_up(args.threads)
     before = status("VmRSS")
     t0 = time.perf_counter()
@@ -121,14 +130,24 @@ def arm(args: argparse.Namespace) -> dict:
             model, tok, _ = load_base(store.path(base))
             server = LocalServer(model, tok, name="tiny", threads=args.threads)
             server.add_adapter(ref.sha256, store.path(ref))
-            llms.append(LocalLM(server, name="tiny", adapter=ref.sha256, temperature=0.0, max_tokens=args.max_new,
-                                on_close=server.close))
+            llms.append(
+                LocalLM(
+                    server,
+                    name="tiny",
+                    adapter=ref.sha256,
+                    temperature=0.0,
+                    max_tokens=args.max_new,
+                    on_close=server.close,
+                )
+            )
     else:
         roles = adapters[:1] if args.arm == "one" else adapters
         llms = [build(ModelSpec(name="tiny", base=base, adapter=ref, params=params), store) for ref in roles]
     servers = len({id(llm.server) for llm in llms})
-    chats = [[Message(role="user", content=f"question {i}: spell {'abcdefghij'[i % 10:]} backward")]
-             for i in range(args.prompts)]
+    chats = [
+        [Message(role="user", content=f"question {i}: spell {'abcdefghij'[i % 10 :]} backward")]
+        for i in range(args.prompts)
+    ]
     load_s = time.perf_counter() - t0
 
     def workload() -> tuple[float, int]:
@@ -143,10 +162,18 @@ def arm(args: argparse.Namespace) -> dict:
     for llm in llms:
         llm.close()
     seconds = statistics.median(s for s, _ in runs)
-    return {"arm": args.arm, "engine": args.engine, "roles": len(llms), "servers": servers,
-            "load_mib": round(loaded / 2**20, 1), "peak_mib": round(status("VmHWM") / 2**20, 1),
-            "load_s": round(load_s, 2), "tokens": runs[0][1], "seconds": round(seconds, 3),
-            "tokens_per_s": round(runs[0][1] / seconds, 1)}
+    return {
+        "arm": args.arm,
+        "engine": args.engine,
+        "roles": len(llms),
+        "servers": servers,
+        "load_mib": round(loaded / 2**20, 1),
+        "peak_mib": round(status("VmHWM") / 2**20, 1),
+        "load_s": round(load_s, 2),
+        "tokens": runs[0][1],
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(runs[0][1] / seconds, 1),
+    }
 
 
 def main() -> None:
@@ -170,17 +197,42 @@ def main() -> None:
         make_files(args.size, Path(d))
         rows = []
         for name in arms:
-            cmd = [sys.executable, __file__, "--arm", name, "--folder", d, "--size", args.size, "--engine", args.engine,
-                   "--prompts", str(args.prompts), "--max-new", str(args.max_new), "--repeats", str(args.repeats),
-                   "--threads", str(args.threads)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--arm",
+                name,
+                "--folder",
+                d,
+                "--size",
+                args.size,
+                "--engine",
+                args.engine,
+                "--prompts",
+                str(args.prompts),
+                "--max-new",
+                str(args.max_new),
+                "--repeats",
+                str(args.repeats),
+                "--threads",
+                str(args.threads),
+            ]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise SystemExit(f"arm {name} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"{name:>10}: {rows[-1]}", flush=True)
-    record = {"date": date.today().isoformat(), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-              "threads": args.threads}, "size": args.size, "config": SIZES[args.size], "engine": args.engine,
-              "prompts_per_role": args.prompts, "max_new": args.max_new, "repeats": args.repeats, "rows": rows}
+    record = {
+        "date": date.today().isoformat(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads},
+        "size": args.size,
+        "config": SIZES[args.size],
+        "engine": args.engine,
+        "prompts_per_role": args.prompts,
+        "max_new": args.max_new,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
     if args.out:
         old = json.loads(args.out.read_text()) if args.out.exists() else []
         args.out.write_text(json.dumps([*old, record], indent=1) + "\n")

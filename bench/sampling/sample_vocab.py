@@ -27,8 +27,15 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=151936, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    cfg = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
     model = Qwen2ForCausalLM(cfg).eval()
     prompts = [[(7 * i + j) % 5000 + 10 for j in range(64)] for i in range(a.batch)]
     kw = dict(eos_id=-1, temperatures=1.0, max_tokens=a.tokens, seeds=list(range(a.batch)))
@@ -51,7 +58,9 @@ def main() -> None:
     for _ in range(a.tokens):
         torch.tensor([float(torch.rand((), generator=gens[o], dtype=torch.float64)) for o in rows])
     u = (time.perf_counter() - t) / a.tokens
-    print(f"CPU-side randomness per decode step, batch {a.batch}: Gumbel {1000 * g:.1f} ms, inverse CDF {1000 * u:.2f} ms")
+    print(
+        f"CPU-side randomness per decode step, batch {a.batch}: Gumbel {1000 * g:.1f} ms, inverse CDF {1000 * u:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

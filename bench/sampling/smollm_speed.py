@@ -75,8 +75,15 @@ def bench_generation(model, tok, batch: int, max_new: int, repeats: int) -> dict
     eos = set(tok.eos_ids)
 
     def ours() -> int:
-        out = sample(model, prompts, eos_id=list(tok.eos_ids), pad_id=tok.pad_id, temperatures=0.0,
-                     max_tokens=max_new, seeds=[0] * len(prompts))
+        out = sample(
+            model,
+            prompts,
+            eos_id=list(tok.eos_ids),
+            pad_id=tok.pad_id,
+            temperatures=0.0,
+            max_tokens=max_new,
+            seeds=[0] * len(prompts),
+        )
         return sum(gen_tokens(list(s.token_ids), eos) for s in out)
 
     def theirs() -> int:
@@ -84,8 +91,14 @@ def bench_generation(model, tok, batch: int, max_new: int, repeats: int) -> dict
         ids = torch.tensor([[tok.pad_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
-                                 eos_token_id=list(tok.eos_ids), pad_token_id=tok.pad_id)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                do_sample=False,
+                eos_token_id=list(tok.eos_ids),
+                pad_token_id=tok.pad_id,
+            )
         return sum(gen_tokens(row[width:].tolist(), eos) for row in out)
 
     res = {}
@@ -138,12 +151,26 @@ def bench_training(path: Path, model, tok, steps: int, threads: int) -> dict:
     tokens_per_step = sum(len(e.prompt_ids) + len(e.completion_ids) for e in exs)  # one batch of 8 = every example
     targets = lora_targets(model)
     t = time.perf_counter()
-    adapter = train_lora(model, exs, r=16, alpha=32, target_modules=targets, lr=1e-4, steps=steps, batch_size=8,
-                         warmup=0, pad_id=tok.pad_id)
+    adapter = train_lora(
+        model,
+        exs,
+        r=16,
+        alpha=32,
+        target_modules=targets,
+        lr=1e-4,
+        steps=steps,
+        batch_size=8,
+        warmup=0,
+        pad_id=tok.pad_id,
+    )
     ours_s = time.perf_counter() - t
-    ours = {"steps": steps, "tokens": tokens_per_step * steps, "seconds": round(ours_s, 2),
-            "tokens_per_s": round(tokens_per_step * steps / ours_s, 1),
-            "train_tokens_per_s": adapter.stats.get("tokens_per_sec")}
+    ours = {
+        "steps": steps,
+        "tokens": tokens_per_step * steps,
+        "seconds": round(ours_s, 2),
+        "tokens_per_s": round(tokens_per_step * steps / ours_s, 1),
+        "train_tokens_per_s": adapter.stats.get("tokens_per_sec"),
+    }
 
     from datasets import Dataset
     from peft import LoraConfig
@@ -151,15 +178,33 @@ def bench_training(path: Path, model, tok, steps: int, threads: int) -> dict:
     from trl import SFTConfig, SFTTrainer
 
     torch.set_num_threads(threads)
-    rows = [{"prompt": [{"role": "user", "content": q}], "completion": [{"role": "assistant", "content": a}]}
-            for q, a in zip(QUESTIONS, ANSWERS)]
+    rows = [
+        {"prompt": [{"role": "user", "content": q}], "completion": [{"role": "assistant", "content": a}]}
+        for q, a in zip(QUESTIONS, ANSWERS)
+    ]
     base = AutoModelForCausalLM.from_pretrained(str(path), torch_dtype=torch.float32)
-    cfg = SFTConfig(output_dir=str(Path("/tmp") / "smollm_trl"), max_steps=steps, per_device_train_batch_size=8,
-                    learning_rate=1e-4, warmup_steps=0, logging_steps=1, save_strategy="no", report_to=[],
-                    use_cpu=True, dataloader_num_workers=0, bf16=False, fp16=False, seed=0)
-    trainer = SFTTrainer(model=base, args=cfg, train_dataset=Dataset.from_list(rows), processing_class=tok.tok,
-                         peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=targets,
-                                                task_type="CAUSAL_LM"))
+    cfg = SFTConfig(
+        output_dir=str(Path("/tmp") / "smollm_trl"),
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        learning_rate=1e-4,
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+        bf16=False,
+        fp16=False,
+        seed=0,
+    )
+    trainer = SFTTrainer(
+        model=base,
+        args=cfg,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok.tok,
+        peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM"),
+    )
     t = time.perf_counter()
     trainer.train()
     trl_s = time.perf_counter() - t
@@ -167,10 +212,17 @@ def bench_training(path: Path, model, tok, steps: int, threads: int) -> dict:
     for rec in trainer.state.log_history:
         if "num_tokens" in rec:
             trl_tokens = rec["num_tokens"]
-    theirs = {"steps": steps, "tokens": trl_tokens, "seconds": round(trl_s, 2),
-              "tokens_per_s": round((trl_tokens or tokens_per_step * steps) / trl_s, 1)}
-    return {"evolvekit train_lora": ours, "TRL SFTTrainer": theirs,
-            "ratio": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2)}
+    theirs = {
+        "steps": steps,
+        "tokens": trl_tokens,
+        "seconds": round(trl_s, 2),
+        "tokens_per_s": round((trl_tokens or tokens_per_step * steps) / trl_s, 1),
+    }
+    return {
+        "evolvekit train_lora": ours,
+        "TRL SFTTrainer": theirs,
+        "ratio": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2),
+    }
 
 
 def main() -> None:
@@ -182,8 +234,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     path, model, tok = load(args.threads)
-    out = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)", "threads": args.threads,
-           "max_new_tokens": args.max_new}
+    out = {
+        "model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)",
+        "threads": args.threads,
+        "max_new_tokens": args.max_new,
+    }
     for batch in (1, 8):
         out[f"generation batch {batch}"] = bench_generation(model, tok, batch, args.max_new, args.repeats)
         print(json.dumps({f"generation batch {batch}": out[f"generation batch {batch}"]}), flush=True)

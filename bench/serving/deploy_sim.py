@@ -32,8 +32,10 @@ sys.path.insert(0, str(ROOT / "bench" / "serving"))
 
 from gateway_loop import GOLD_ENV, app, job_inputs  # noqa: E402  (verify is named by the job's task file)
 
-DEPLOY = {"regression": {"tasks": "val", "limit": 200, "min_tasks": 100, "risk": 0.05, "margin": 0.02},
-          "canary": {"share": 0.5, "min_sessions": 150, "max_sessions": 2500, "margin": 0.05, "alpha": 0.05}}
+DEPLOY = {
+    "regression": {"tasks": "val", "limit": 200, "min_tasks": 100, "risk": 0.05, "margin": 0.02},
+    "canary": {"share": 0.5, "min_sessions": 150, "max_sessions": 2500, "margin": 0.05, "alpha": 0.05},
+}
 
 
 def post(url: str, body: dict) -> int:
@@ -103,8 +105,13 @@ def main() -> None:
     candidates: list[dict] = []
     events: list[dict] = []
 
-    cfg = GatewayConfig.model_validate({"port": 0, "store": out / "traces", "routes": [
-        {"name": "sql", "match": ["sql-agent"], "local": {"run": serve_run, "poll": 0.1}}]})
+    cfg = GatewayConfig.model_validate(
+        {
+            "port": 0,
+            "store": out / "traces",
+            "routes": [{"name": "sql", "match": ["sql-agent"], "local": {"run": serve_run, "poll": 0.1}}],
+        }
+    )
     with GatewayServer(cfg) as gw:
         store = gw.gateway.store
 
@@ -119,8 +126,10 @@ def main() -> None:
                     users.append({"user": u, "prompt": prompt_text(t["schema"], t["question"])})
                 for a in app(gw.url, users, 0.8):
                     r = reward(gold[a["user"]], {"sql": a["sql"]})
-                    post(f"{gw.url}/feedback", {"session_id": a["user"], "score": r.score, "text": r.feedback,
-                                                 "id": f"check-{a['user']}"})
+                    post(
+                        f"{gw.url}/feedback",
+                        {"session_id": a["user"], "score": r.score, "text": r.feedback, "id": f"check-{a['user']}"},
+                    )
                     row = {"i": len(timeline), "user": a["user"], "system": a["system"], "score": r.score}
                     timeline.append(row)
                     rows.append(row)
@@ -128,22 +137,39 @@ def main() -> None:
                     for e in Deployment(ar).events():
                         if e["seq"] > (events[-1]["seq"] if events else 0):
                             events.append({**e, "at_session": len(timeline)})
-                            print(f"  [{len(timeline)}] {e['system'][:12]} {e['from']} -> {e['to']} ({e['by']}): "
-                                  f"{str(e['why'])[:160]}", flush=True)
+                            print(
+                                f"  [{len(timeline)}] {e['system'][:12]} {e['from']} -> {e['to']} ({e['by']}): "
+                                f"{str(e['why'])[:160]}",
+                                flush=True,
+                            )
             return rows
 
         def job_child(rnd: int, rows: list[dict]):
             """from_traces on this round's sessions: the real operator's candidate (or None)."""
             job_task = {
-                "name": f"round-{rnd}", "seed": rnd, "agent": "evolve.gateway.dataset:replay",
+                "name": f"round-{rnd}",
+                "seed": rnd,
+                "agent": "evolve.gateway.dataset:replay",
                 "reward": "gateway_loop:verify",
-                "models": {"policy": {"backend": "local", "name": spec.name, "params": {
-                    "weights": str(job / "base.st"), "temperature": 0.0, "max_tokens": 96}}},
-                "dataset": {"source": "evolve.gateway.dataset:sessions", "params": {
-                    "store": str(out / "traces"), "feedback": "scored", "val": 0.15}},
-                "operators": [{"name": "from_traces", "params": {"min_score": 1.0, "dedupe": False, "replay": 0.5,
-                                                                 "r": 16, "lr": 0.003, "epochs": 3}}],
-                "budget": {"generations": 1}, "engine": {"acceptance": "val_only", "min_gain": -1.0},
+                "models": {
+                    "policy": {
+                        "backend": "local",
+                        "name": spec.name,
+                        "params": {"weights": str(job / "base.st"), "temperature": 0.0, "max_tokens": 96},
+                    }
+                },
+                "dataset": {
+                    "source": "evolve.gateway.dataset:sessions",
+                    "params": {"store": str(out / "traces"), "feedback": "scored", "val": 0.15},
+                },
+                "operators": [
+                    {
+                        "name": "from_traces",
+                        "params": {"min_score": 1.0, "dedupe": False, "replay": 0.5, "r": 16, "lr": 0.003, "epochs": 3},
+                    }
+                ],
+                "budget": {"generations": 1},
+                "engine": {"acceptance": "val_only", "min_gain": -1.0},
             }
             run = out / f"job-{rnd}"
             (out / "gold.json").write_text(json.dumps(gold, default=str))  # what the job's verify reads
@@ -191,12 +217,22 @@ def main() -> None:
                     active = ar.current()
                     Deployment(ar).propose(cand.id, by=kind, why=f"round {r0}")
                 res = promote(task_file, serve_run, system=cand.id, by="deploy_sim")
-                candidates.append({"system": cand.id, "kind": kind, "round": r0, "active_then": active,
-                                   "proposed_at": len(timeline), "gate": res["state"],
-                                   "gates": [{k: g[k] for k in ("name", "passed", "n", "diff", "lower")}
-                                             for g in res["gates"]]})
-                print(f"  candidate {cand.id[:12]} ({kind}): {res['state']} — {res['message'][:200]} "
-                      f"({time.time() - t1:.0f} s)", flush=True)
+                candidates.append(
+                    {
+                        "system": cand.id,
+                        "kind": kind,
+                        "round": r0,
+                        "active_then": active,
+                        "proposed_at": len(timeline),
+                        "gate": res["state"],
+                        "gates": [{k: g[k] for k in ("name", "passed", "n", "diff", "lower")} for g in res["gates"]],
+                    }
+                )
+                print(
+                    f"  candidate {cand.id[:12]} ({kind}): {res['state']} — {res['message'][:200]} "
+                    f"({time.time() - t1:.0f} s)",
+                    flush=True,
+                )
         extra = 0  # let a canary still under way finish
         while busy() and extra < 3:
             serve(args.round_sessions, f"tail{extra}")
@@ -223,8 +259,9 @@ def main() -> None:
     for c in candidates:
         p = paired(scores(c["active_then"]), scores(c["system"]))
         c["truth"] = {"diff": p["diff"], "ci95": p["ci95"], "n": p["n"]}
-        c["verdict"] = "good" if p["diff"] - (p["ci95"] or 0) > 0 else "bad" if p["diff"] + (p["ci95"] or 0) < 0 else (
-            "neutral")
+        c["verdict"] = (
+            "good" if p["diff"] - (p["ci95"] or 0) > 0 else "bad" if p["diff"] + (p["ci95"] or 0) < 0 else ("neutral")
+        )
         c["final"] = st["states"].get(c["system"])
         trail = [e for e in events if e["system"] == c["system"]]
         end = next((e for e in trail if e["to"] in ("active", "rolled_back", "rejected")), None)
@@ -234,18 +271,28 @@ def main() -> None:
     session.close()
     bad_active = [c for c in candidates if c["verdict"] == "bad" and c["final"] in ("active", "retired")]
     good_promoted = [c for c in candidates if c["verdict"] == "good" and c["final"] in ("active", "retired")]
-    summary = {"sessions": len(timeline), "candidates": candidates, "bad": sum(c["verdict"] == "bad" for c in candidates),
-               "bad_reached_active": len(bad_active), "good": sum(c["verdict"] == "good" for c in candidates),
-               "good_promoted": len(good_promoted), "problems": st["problems"], "trace_integrity": len(integrity),
-               "served_accuracy": sum(r["score"] for r in timeline) / len(timeline), "seconds": round(time.time() - t0)}
+    summary = {
+        "sessions": len(timeline),
+        "candidates": candidates,
+        "bad": sum(c["verdict"] == "bad" for c in candidates),
+        "bad_reached_active": len(bad_active),
+        "good": sum(c["verdict"] == "good" for c in candidates),
+        "good_promoted": len(good_promoted),
+        "problems": st["problems"],
+        "trace_integrity": len(integrity),
+        "served_accuracy": sum(r["score"] for r in timeline) / len(timeline),
+        "seconds": round(time.time() - t0),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     (out / "timeline.json").write_text(json.dumps(timeline))
     _plot(timeline, events, out / "served_accuracy.png")
     print(json.dumps({k: v for k, v in summary.items() if k != "candidates"}, indent=1))
     for c in candidates:
-        print(f"{c['system'][:12]} {c['kind']:>14}: truth {100 * c['truth']['diff']:+.1f} ±{100 * (c['truth']['ci95'] or 0):.1f}"
-              f" ({c['verdict']}); gate {c['gate']}; final {c['final']}; decided after "
-              f"{c['sessions_to_decide']} sessions (canary arm {c['canary_sessions']})")
+        print(
+            f"{c['system'][:12]} {c['kind']:>14}: truth {100 * c['truth']['diff']:+.1f} ±{100 * (c['truth']['ci95'] or 0):.1f}"
+            f" ({c['verdict']}); gate {c['gate']}; final {c['final']}; decided after "
+            f"{c['sessions_to_decide']} sessions (canary arm {c['canary_sessions']})"
+        )
     print(f"total {time.time() - t0:.0f} s; everything is in {out}")
 
 
@@ -261,7 +308,7 @@ def _plot(timeline: list[dict], events: list[dict], path: Path) -> None:
     xs, ys = [], []
     for i in range(w, len(timeline) + 1, 25):
         xs.append(i)
-        ys.append(100 * sum(r["score"] for r in timeline[i - w:i]) / w)
+        ys.append(100 * sum(r["score"] for r in timeline[i - w : i]) / w)
     fig, ax = plt.subplots(figsize=(9, 3.8))
     ax.plot(xs, ys, lw=1.3, color="k", label=f"served accuracy (last {w} sessions)")
     colors = {"canary": "tab:orange", "active": "tab:green", "rolled_back": "tab:red", "rejected": "tab:purple"}

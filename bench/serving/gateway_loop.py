@@ -56,8 +56,20 @@ def job_inputs(serve_run: Path, job: Path):
 
 def app(base_url: str, users: list[dict], temperature: float) -> list[dict]:
     inp = "".join(json.dumps(u) + "\n" for u in users)
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "gateway_sql" / "app.py"), "--base-url", base_url,
-                          "--temperature", str(temperature)], input=inp, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "gateway_sql" / "app.py"),
+            "--base-url",
+            base_url,
+            "--temperature",
+            str(temperature),
+        ],
+        input=inp,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
@@ -94,13 +106,18 @@ def main() -> None:
     splits = dataset(seed=0, **task["dataset"]["params"])
     rng = random.Random(1)
     traffic = rng.sample(splits["train"], args.traffic)
-    heldout = splits["test"][:args.heldout]
+    heldout = splits["test"][: args.heldout]
     gold = {f"u{i}": t for i, t in enumerate(traffic)}
     (out / "gold.json").write_text(json.dumps(gold, default=str))
     os.environ[GOLD_ENV] = str(out / "gold.json")
 
-    cfg = GatewayConfig.model_validate({"port": 0, "store": out / "traces", "routes": [
-        {"name": "sql", "match": ["sql-agent"], "local": {"run": serve_run, "poll": 0.1}}]})
+    cfg = GatewayConfig.model_validate(
+        {
+            "port": 0,
+            "store": out / "traces",
+            "routes": [{"name": "sql", "match": ["sql-agent"], "local": {"run": serve_run, "poll": 0.1}}],
+        }
+    )
     with GatewayServer(cfg) as gw:
         store = gw.gateway.store
 
@@ -109,12 +126,16 @@ def main() -> None:
             answers = app(gw.url, users, 0.0)
             systems = {a["system"] for a in answers}
             return {t["id"]: reward(t, {"sql": a["sql"]}).score for t, a in zip(heldout, answers)}, ",".join(
-                s[:12] for s in systems)
+                s[:12] for s in systems
+            )
 
         t1 = time.time()
         before, sys_before = held_out("before")
-        print(f"held-out before: {100 * sum(before.values()) / len(before):.1f}% on {len(before)} users "
-              f"(system {sys_before}, {time.time() - t1:.0f} s)", flush=True)
+        print(
+            f"held-out before: {100 * sum(before.values()) / len(before):.1f}% on {len(before)} users "
+            f"(system {sys_before}, {time.time() - t1:.0f} s)",
+            flush=True,
+        )
         t1 = time.time()
         users = [{"user": u, "prompt": prompt_text(t["schema"], t["question"])} for u, t in gold.items()]
         answers = app(gw.url, users, args.temperature)
@@ -122,20 +143,35 @@ def main() -> None:
             r = reward(gold[a["user"]], {"sql": a["sql"]})
             store.feedback(session_id=a["user"], score=r.score, text=r.feedback, id=f"check-{a['user']}")
         served = sum(store.feedback_of(session_id=a["user"])[0].score for a in answers) / len(answers)
-        print(f"traffic: {len(answers)} sessions at T={args.temperature:g}, {100 * served:.1f}% correct "
-              f"({time.time() - t1:.0f} s)", flush=True)
+        print(
+            f"traffic: {len(answers)} sessions at T={args.temperature:g}, {100 * served:.1f}% correct "
+            f"({time.time() - t1:.0f} s)",
+            flush=True,
+        )
 
         t1 = time.time()
         job_task = {
-            "name": "from-traffic", "seed": 0,
-            "agent": "evolve.gateway.dataset:replay", "reward": "gateway_loop:verify",
-            "models": {"policy": {"backend": "local", "name": spec.name,
-                                  "params": {"weights": str(job / "base.st"), "temperature": 0.0,
-                                             "max_tokens": 96}}},
-            "dataset": {"source": "evolve.gateway.dataset:sessions",
-                        "params": {"store": str(out / "traces"), "feedback": "scored", "val": 0.15}},
-            "operators": [{"name": "from_traces", "params": {"min_score": 1.0, "dedupe": False, "replay": 0.5,
-                                                             "r": 16, "lr": 0.003, "epochs": 3}}],
+            "name": "from-traffic",
+            "seed": 0,
+            "agent": "evolve.gateway.dataset:replay",
+            "reward": "gateway_loop:verify",
+            "models": {
+                "policy": {
+                    "backend": "local",
+                    "name": spec.name,
+                    "params": {"weights": str(job / "base.st"), "temperature": 0.0, "max_tokens": 96},
+                }
+            },
+            "dataset": {
+                "source": "evolve.gateway.dataset:sessions",
+                "params": {"store": str(out / "traces"), "feedback": "scored", "val": 0.15},
+            },
+            "operators": [
+                {
+                    "name": "from_traces",
+                    "params": {"min_score": 1.0, "dedupe": False, "replay": 0.5, "r": 16, "lr": 0.003, "epochs": 3},
+                }
+            ],
             "budget": {"generations": 1},
             "engine": {"acceptance": "val_only"},
         }
@@ -151,8 +187,11 @@ def main() -> None:
                 ar.artifacts.put_file(adapter, "adapter")
                 ar.add_system(child, parents=[base_id], operator="from_traces")
                 ar.set_current(child.id, reason="promote")
-        print(f"offline job: child {child.id[:12]} from {kids[0].info.get('examples')} recorded turns, "
-              f"{'accepted' if accepted else 'not accepted'} by the job's val ({time.time() - t1:.0f} s)", flush=True)
+        print(
+            f"offline job: child {child.id[:12]} from {kids[0].info.get('examples')} recorded turns, "
+            f"{'accepted' if accepted else 'not accepted'} by the job's val ({time.time() - t1:.0f} s)",
+            flush=True,
+        )
         deadline = time.time() + 60
         while gw.gateway.routes[0].current_system() != child.id and time.time() < deadline:
             time.sleep(0.05)
@@ -160,8 +199,10 @@ def main() -> None:
         print(f"held-out after: {100 * sum(after.values()) / len(after):.1f}% (system {sys_after})", flush=True)
         c = paired(before, after)
         print(f"served accuracy, evolved against cold start: {describe(c)}")
-        print(f"trace store: {store.counts()}, integrity problems: {len(store.integrity())}; "
-              f"job report val: {json.dumps(report.get('best', {}).get('val', {}) if isinstance(report, dict) else '')[:200]}")
+        print(
+            f"trace store: {store.counts()}, integrity problems: {len(store.integrity())}; "
+            f"job report val: {json.dumps(report.get('best', {}).get('val', {}) if isinstance(report, dict) else '')[:200]}"
+        )
     print(f"total {time.time() - t0:.0f} s; everything is in {out}")
 
 

@@ -58,8 +58,9 @@ def measure(base: str, model: str, calls: int, concurrency: int, stream: bool) -
     per = calls // concurrency
 
     def worker(i: int) -> None:
-        client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0,
-                               default_headers={"X-Evolve-Session": f"bench-{i}"})
+        client = openai.OpenAI(
+            base_url=base, api_key="unused", max_retries=0, default_headers={"X-Evolve-Session": f"bench-{i}"}
+        )
         for n in range(per):
             msgs = [{"role": "user", "content": f"question {i} {n} about the weather today"}]
             t0 = time.perf_counter()
@@ -92,19 +93,45 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     up_port, gw_port = free_port(), free_port()
     store = tempfile.mkdtemp(prefix="gw-bench-")
-    up = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port)], env=env, cwd=ROOT, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    gw = subprocess.Popen([sys.executable, "-m", "evolve", "gateway", "--upstream", "openai/*", "--api-base",
-                           f"http://127.0.0.1:{up_port}/v1", "--store", store, "--port", str(gw_port)],
-                          env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    up = subprocess.Popen(
+        [sys.executable, "-c", UPSTREAM, str(up_port)],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    gw = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evolve",
+            "gateway",
+            "--upstream",
+            "openai/*",
+            "--api-base",
+            f"http://127.0.0.1:{up_port}/v1",
+            "--store",
+            store,
+            "--port",
+            str(gw_port),
+        ],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait(f"http://127.0.0.1:{up_port}/v1/models", up)
         wait(f"http://127.0.0.1:{gw_port}/healthz", gw)
         direct, via = f"http://127.0.0.1:{up_port}/v1", f"http://127.0.0.1:{gw_port}/v1"
         measure(via, "warm", 8, 1, False)
         measure(direct, "warm", 8, 1, False)
-        print(f"# {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"{args.calls} calls per cell, {time.strftime('%Y-%m-%d')}")
+        print(
+            f"# {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{args.calls} calls per cell, {time.strftime('%Y-%m-%d')}"
+        )
         print("| upstream latency | mode | clients | direct p50 / p95 ms | gateway p50 / p95 ms | added p50 / p95 ms |")
         print("|---|---|---|---|---|---|")
         for ms in args.latency_ms:
@@ -113,9 +140,12 @@ def main() -> None:
                 for conc in (1, 8):
                     d = measure(direct, model, args.calls, conc, stream)
                     g = measure(via, model, args.calls, conc, stream)
-                    print(f"| {ms} ms | {'stream' if stream else 'whole'} | {conc} | {pct(d, .5):.1f} / {pct(d, .95):.1f}"
-                          f" | {pct(g, .5):.1f} / {pct(g, .95):.1f} | {pct(g, .5) - pct(d, .5):+.1f} / "
-                          f"{pct(g, .95) - pct(d, .95):+.1f} |", flush=True)
+                    print(
+                        f"| {ms} ms | {'stream' if stream else 'whole'} | {conc} | {pct(d, 0.5):.1f} / {pct(d, 0.95):.1f}"
+                        f" | {pct(g, 0.5):.1f} / {pct(g, 0.95):.1f} | {pct(g, 0.5) - pct(d, 0.5):+.1f} / "
+                        f"{pct(g, 0.95) - pct(d, 0.95):+.1f} |",
+                        flush=True,
+                    )
         from evolve.gateway import TraceStore
 
         st = TraceStore(store, create=False)

@@ -45,8 +45,13 @@ def main() -> None:
     _, model, tok = ct2_speed.smollm2(SimpleNamespace(smollm2_shape=None, device="cpu", torch_dtype="float32"))
     llm = LocalLM.from_model(model, tok, name="smollm2", temperature=args.temperature, max_tokens=args.max_tokens)
     question = ct2_speed.bench_module("sampling/smollm_speed").QUESTIONS[2]
-    record = {"machine": ct2_speed.machine(args.threads), "n": args.n, "max_tokens": args.max_tokens,
-              "temperature": args.temperature, "repeats": args.repeats}
+    record = {
+        "machine": ct2_speed.machine(args.threads),
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "repeats": args.repeats,
+    }
     LLMUpstream.concurrent_choices = True  # set per request below; removed at the end
     try:
         with serve_llm(llm, names=["smollm2"]) as srv:
@@ -55,10 +60,19 @@ def main() -> None:
             def once(concurrent: bool) -> tuple[float, int, list]:
                 LLMUpstream.concurrent_choices = concurrent
                 t = time.perf_counter()
-                r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": question}],
-                                                   n=args.n, temperature=args.temperature, seed=11,
-                                                   max_tokens=args.max_tokens)
-                return time.perf_counter() - t, r.usage.completion_tokens, [c.model_extra["token_ids"] for c in r.choices]
+                r = client.chat.completions.create(
+                    model="smollm2",
+                    messages=[{"role": "user", "content": question}],
+                    n=args.n,
+                    temperature=args.temperature,
+                    seed=11,
+                    max_tokens=args.max_tokens,
+                )
+                return (
+                    time.perf_counter() - t,
+                    r.usage.completion_tokens,
+                    [c.model_extra["token_ids"] for c in r.choices],
+                )
 
             ways = {"at once": True, "one after another": False}
             for concurrent in ways.values():  # a warm-up of each

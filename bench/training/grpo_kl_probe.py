@@ -48,18 +48,21 @@ def main() -> None:
     for setting in a.settings.split(","):
         lr, warmup = float(setting.split(":")[0]), int(setting.split(":")[1])
         model, tok, _ = load_base(a.base)
-        learner = Learner(model, cfg=LossConfig(loss_type="grpo", beta=a.beta), lr=lr, warmup=warmup,
-                          pad_id=tok.pad_id, seed=1)
+        learner = Learner(
+            model, cfg=LossConfig(loss_type="grpo", beta=a.beta), lr=lr, warmup=warmup, pad_id=tok.pad_id, seed=1
+        )
         seqs, _ = op._batch(trajs, learner.max_len)
         samples: dict[int, list] = {}
         for s in seqs:
             samples.setdefault(s.traj, []).append(s)
         groups = list(samples.values())
         random.Random(0).shuffle(groups)
-        chunks = [[s for g in groups[i::a.steps] for s in g] for i in range(a.steps)]
+        chunks = [[s for g in groups[i :: a.steps] for s in g] for i in range(a.steps)]
         kls = [learner.update(c).kl for c in chunks + chunks[:1]]  # the last update only measures
-        print(f"lr {lr:g}, warmup {warmup}: KL before step 1..{a.steps + 1}: " + " ".join(f"{k:.4g}" for k in kls),
-              flush=True)
+        print(
+            f"lr {lr:g}, warmup {warmup}: KL before step 1..{a.steps + 1}: " + " ".join(f"{k:.4g}" for k in kls),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -38,18 +38,31 @@ def one(budget: int | None, n: int, prompt: int, completion: int, micro: int) ->
     seqs = []
     for i in range(n):
         p, c = prompt - rng.randrange(0, prompt // 4), completion
-        seqs.append(Packed(ids=[rng.randrange(100, 40000) for _ in range(p + c)], mask=[0] * p + [1] * c,
-                           sampler_logp=[math.nan] * (p + c), temperature=0.4, advantage=(-1.0, 1.0)[i % 2], traj=i))
-    learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=micro, micro_batch_tokens=budget, lr=1e-5,
-                      pad_id=pad)
+        seqs.append(
+            Packed(
+                ids=[rng.randrange(100, 40000) for _ in range(p + c)],
+                mask=[0] * p + [1] * c,
+                sampler_logp=[math.nan] * (p + c),
+                temperature=0.4,
+                advantage=(-1.0, 1.0)[i % 2],
+                traj=i,
+            )
+        )
+    learner = Learner(model, r=16, alpha=32, seed=0, micro_batch=micro, micro_batch_tokens=budget, lr=1e-5, pad_id=pad)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     passes = len(learner._micro(seqs))
     t0 = time.perf_counter()
     st = learner.update(seqs)
-    return {"micro_batch_tokens": learner.micro_batch_tokens, "micro_batch": micro, "sequences": n, "tokens": st.tokens,
-            "forward_passes": passes, "peak_rss_gib_before": round(before, 2),
-            "peak_rss_gib_after": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-            "seconds": round(time.perf_counter() - t0, 1)}
+    return {
+        "micro_batch_tokens": learner.micro_batch_tokens,
+        "micro_batch": micro,
+        "sequences": n,
+        "tokens": st.tokens,
+        "forward_passes": passes,
+        "peak_rss_gib_before": round(before, 2),
+        "peak_rss_gib_after": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def main() -> None:
@@ -66,9 +79,24 @@ def main() -> None:
         print(json.dumps(one(budget, a.sequences, a.prompt, a.completion, a.micro_batch)))
         return
     for b in a.budgets.split(","):
-        out = subprocess.run([sys.executable, __file__, "--one", b, "--sequences", str(a.sequences), "--prompt",
-                              str(a.prompt), "--completion", str(a.completion), "--micro-batch", str(a.micro_batch)],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                b,
+                "--sequences",
+                str(a.sequences),
+                "--prompt",
+                str(a.prompt),
+                "--completion",
+                str(a.completion),
+                "--micro-batch",
+                str(a.micro_batch),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             sys.exit(f"budget {b} failed ({out.returncode}):\n{out.stderr[-2000:]}")
         print(out.stdout.strip().splitlines()[-1], flush=True)

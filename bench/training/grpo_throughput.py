@@ -33,8 +33,13 @@ def make(args: argparse.Namespace):
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
 
     tok = CharTokenizer()
-    cfg = TinyConfig(d_model=args.d_model, n_layers=args.layers, n_heads=4, d_ff=args.d_model * 2,
-                     max_len=args.prompt + args.completion + 8)
+    cfg = TinyConfig(
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=4,
+        d_ff=args.d_model * 2,
+        max_len=args.prompt + args.completion + 8,
+    )
     model = build_model(cfg, seed=0, tokenizer=tok)
     g = torch.Generator().manual_seed(0)
     B, P, C = args.batch, args.prompt, args.completion
@@ -64,14 +69,22 @@ def run_ours(args: argparse.Namespace) -> dict:
     from evolve.policy.rl import LossConfig
 
     torch, model, prompts, comps, cmask, adv = make(args)
-    learner = Learner(model, cfg=LossConfig(loss_type="dapo"), lr=1e-4, micro_batch=args.micro_batch,
-                      target_modules=TARGETS)
+    learner = Learner(
+        model, cfg=LossConfig(loss_type="dapo"), lr=1e-4, micro_batch=args.micro_batch, target_modules=TARGETS
+    )
     seqs = []
     for i in range(prompts.shape[0]):
         n = int(cmask[i].sum())
         ids = prompts[i].tolist() + comps[i, :n].tolist()
-        seqs.append(Packed(ids=ids, mask=[0] * prompts.shape[1] + [1] * n, sampler_logp=[_m.nan] * len(ids),
-                           temperature=args.temperature, advantage=float(adv[i])))
+        seqs.append(
+            Packed(
+                ids=ids,
+                mask=[0] * prompts.shape[1] + [1] * n,
+                sampler_logp=[_m.nan] * len(ids),
+                temperature=args.temperature,
+                advantage=float(adv[i]),
+            )
+        )
     learner.update(seqs)  # warm-up
     t0 = time.perf_counter()
     tokens = trained = 0
@@ -96,16 +109,35 @@ def run_trl(args: argparse.Namespace) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0)
     B, C = comps.shape
-    acc = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, reduce=lambda x, reduction="sum": x,
-                          num_processes=1, sync_gradients=True, is_main_process=True,
-                          autocast=contextlib.nullcontext)
+    acc = SimpleNamespace(
+        gather=lambda x: x,
+        gather_for_metrics=lambda x: x,
+        reduce=lambda x, reduction="sum": x,
+        num_processes=1,
+        sync_gradients=True,
+        is_main_process=True,
+        autocast=contextlib.nullcontext,
+    )
     me = SimpleNamespace(
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, aux_loss_enabled=False,
-        importance_sampling_level="token", beta=0.0, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28,
-        use_vllm=False, model=model, current_gradient_accumulation_steps=1, max_completion_length=C,
-        accelerator=acc, _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        aux_loss_enabled=False,
+        importance_sampling_level="token",
+        beta=0.0,
+        loss_type="dapo",
+        epsilon_low=0.2,
+        epsilon_high=0.28,
+        use_vllm=False,
+        model=model,
+        current_gradient_accumulation_steps=1,
+        max_completion_length=C,
+        accelerator=acc,
+        _entropy_bonus_enabled=False,
+        _metrics=defaultdict(lambda: defaultdict(list)),
         args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
-        temperature=args.temperature, model_kwarg_keys=set(), use_liger_kernel=False,
+        temperature=args.temperature,
+        model_kwarg_keys=set(),
+        use_liger_kernel=False,
     )
     me._get_per_token_logps_and_entropies = lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(me, *a, **k)
     mb = args.micro_batch
@@ -114,9 +146,14 @@ def run_trl(args: argparse.Namespace) -> dict:
         opt.zero_grad(set_to_none=True)
         n_items = cmask.sum()
         for s in range(0, B, mb):
-            inputs = {"prompt_ids": prompts[s:s + mb], "prompt_mask": torch.ones_like(prompts[s:s + mb]),
-                      "completion_ids": comps[s:s + mb], "completion_mask": cmask[s:s + mb],
-                      "advantages": adv[s:s + mb], "num_items_in_batch": n_items}
+            inputs = {
+                "prompt_ids": prompts[s : s + mb],
+                "prompt_mask": torch.ones_like(prompts[s : s + mb]),
+                "completion_ids": comps[s : s + mb],
+                "completion_mask": cmask[s : s + mb],
+                "advantages": adv[s : s + mb],
+                "num_items_in_batch": n_items,
+            }
             loss = GRPOTrainer._compute_loss(me, model, inputs)
             loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -161,14 +198,20 @@ def main() -> None:
         if res.returncode:
             sys.exit(f"{side} failed:\n{res.stderr[-3000:]}")
         rows[side] = json.loads(res.stdout.strip().splitlines()[-1])
-    print(f"tiny Llama d={args.d_model} L={args.layers}, LoRA r=16 (projections); batch {args.batch} x (prompt {args.prompt} + "
-          f"completion <= {args.completion}), micro-batch {args.micro_batch}, {args.steps} optimiser steps, "
-          f"{args.threads} threads")
+    print(
+        f"tiny Llama d={args.d_model} L={args.layers}, LoRA r=16 (projections); batch {args.batch} x (prompt {args.prompt} + "
+        f"completion <= {args.completion}), micro-batch {args.micro_batch}, {args.steps} optimiser steps, "
+        f"{args.threads} threads"
+    )
     print(f"{'':10} {'trained tok/s':>14} {'all tok/s':>10} {'steps/s':>8} {'peak RSS MB':>12}")
     for side, r in rows.items():
         s = r["seconds"]
-        print(f"{side:10} {r['trained'] / s:14,.0f} {r['tokens'] / s:10,.0f} {args.steps / s:8.3f} {r['peak_rss_mb']:12,.0f}")
-    ratio = (rows["evolvekit"]["trained"] / rows["evolvekit"]["seconds"]) / (rows["trl"]["trained"] / rows["trl"]["seconds"])
+        print(
+            f"{side:10} {r['trained'] / s:14,.0f} {r['tokens'] / s:10,.0f} {args.steps / s:8.3f} {r['peak_rss_mb']:12,.0f}"
+        )
+    ratio = (rows["evolvekit"]["trained"] / rows["evolvekit"]["seconds"]) / (
+        rows["trl"]["trained"] / rows["trl"]["seconds"]
+    )
     print(f"evolvekit / TRL trained-token throughput: {ratio:.2f}x")
 
 

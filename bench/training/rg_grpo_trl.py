@@ -40,9 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "reasoning_gym" / "task.yaml"
 TASKS, GROUP, TEMPERATURE, LR, WARMUP, MINIBATCHES, ITERATIONS, MAX_TOKENS = 200, 4, 0.6, 1e-4, 2, 4, 2, 48
-GRPO = (f"{{name: grpo, params: {{steps: 1, tasks_per_step: {TASKS}, group_size: {GROUP}, temperature: {TEMPERATURE}, "
-        f"lr: {LR}, warmup: {WARMUP}, minibatches: {MINIBATCHES}, num_iterations: {ITERATIONS}, beta: 0.0, "
-        "loss_type: dapo, estimator: grpo, dev_tasks: 0}}")
+GRPO = (
+    f"{{name: grpo, params: {{steps: 1, tasks_per_step: {TASKS}, group_size: {GROUP}, temperature: {TEMPERATURE}, "
+    f"lr: {LR}, warmup: {WARMUP}, minibatches: {MINIBATCHES}, num_iterations: {ITERATIONS}, beta: 0.0, "
+    "loss_type: dapo, estimator: grpo, dev_tasks: 0}}"
+)
 
 
 def cpu_children() -> float:
@@ -79,9 +81,17 @@ def run_ours(out: Path, seed: int) -> dict:
         rec = grpo_record(a)
     curve = rec.info["curve"]
     step = curve[-1]  # no dev checks (dev_tasks: 0): the one step
-    return {"child": rec.id, "grpo_seconds": rec.info["seconds"], "rollout_s": step["rollout_s"],
-            "train_s": step["train_s"], "run_wall_s": round(wall, 1), "run_cpu_s": round(cpu, 1),
-            "groups_kept": step.get("groups_kept"), "groups": step.get("groups"), "reward": step.get("reward")}
+    return {
+        "child": rec.id,
+        "grpo_seconds": rec.info["seconds"],
+        "rollout_s": step["rollout_s"],
+        "train_s": step["train_s"],
+        "run_wall_s": round(wall, 1),
+        "run_cpu_s": round(cpu, 1),
+        "groups_kept": step.get("groups_kept"),
+        "groups": step.get("groups"),
+        "reward": step.get("reward"),
+    }
 
 
 # ------------------------------------------------------------------------------------------- trl
@@ -134,10 +144,18 @@ def run_trl(out: Path, seed: int) -> dict:
     model.generation_config.eos_token_id = [*tok.eos_ids, nn[0]]
     if hf.pad_token is None:
         hf.pad_token = hf.eos_token
-    prompts = [hf.apply_chat_template([m.model_dump(include={"role", "content"}) for m in messages_for(train[i], parent.prompts)],
-                                      tokenize=False, add_generation_prompt=True) for i in ids]
+    prompts = [
+        hf.apply_chat_template(
+            [m.model_dump(include={"role", "content"}) for m in messages_for(train[i], parent.prompts)],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for i in ids
+    ]
     # the same ids our sampler starts from (our HFTokenizer.render_chat)
-    assert hf(prompts[0], add_special_tokens=False)["input_ids"] == tok.render_chat(messages_for(train[ids[0]], parent.prompts))
+    assert hf(prompts[0], add_special_tokens=False)["input_ids"] == tok.render_chat(
+        messages_for(train[ids[0]], parent.prompts)
+    )
     data = Dataset.from_dict({"prompt": prompts, "task_id": ids})
 
     def score(prompts, completions, task_id, **_):
@@ -146,17 +164,41 @@ def run_trl(out: Path, seed: int) -> dict:
     micro = 8  # sequences per forward pass; 25 of them make one optimiser step of 200 completions
     accum = TASKS * GROUP // MINIBATCHES // micro
     args = GRPOConfig(
-        output_dir=str(out / "trl"), per_device_train_batch_size=micro, gradient_accumulation_steps=accum,
-        generation_batch_size=TASKS * GROUP, num_generations=GROUP, max_completion_length=MAX_TOKENS,
-        temperature=TEMPERATURE, top_p=1.0, top_k=0, num_iterations=ITERATIONS, max_steps=MINIBATCHES * ITERATIONS,
-        learning_rate=LR, beta=0.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, scale_rewards="group",
-        max_grad_norm=1.0, weight_decay=0.0, gradient_checkpointing=False, bf16=False, fp16=False, use_cpu=True,
-        logging_steps=1, save_strategy="no", report_to=[], seed=seed, disable_tqdm=True)
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accum,
+        generation_batch_size=TASKS * GROUP,
+        num_generations=GROUP,
+        max_completion_length=MAX_TOKENS,
+        temperature=TEMPERATURE,
+        top_p=1.0,
+        top_k=0,
+        num_iterations=ITERATIONS,
+        max_steps=MINIBATCHES * ITERATIONS,
+        learning_rate=LR,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        scale_rewards="group",
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        disable_tqdm=True,
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.99), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / WARMUP))
-    trainer = GRPOTrainer(model=model, reward_funcs=score, args=args, train_dataset=data, processing_class=hf,
-                          optimizers=(opt, sched))
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=score, args=args, train_dataset=data, processing_class=hf, optimizers=(opt, sched)
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -166,11 +208,22 @@ def run_trl(out: Path, seed: int) -> dict:
     ref = store.put_file(path, "adapter")
     child = parent.replace(models={**parent.models, "policy": spec.model_copy(update={"adapter": ref})})
     with Archive(out) as a:
-        sid = a.add_system(child, parents=[parent.id], operator="trl_grpo", generation=1,
-                           rationale="TRL 1.16 GRPOTrainer on the parent's adapter (bench/training/rg_grpo_trl.py)",
-                           info={"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)})
-    return {"child": sid, "train_wall_s": round(wall, 1), "train_cpu_s": round(cpu, 1), "optimizer_steps": len(logs),
-            "reward": logs[0].get("reward") if logs else None, "log": logs}
+        sid = a.add_system(
+            child,
+            parents=[parent.id],
+            operator="trl_grpo",
+            generation=1,
+            rationale="TRL 1.16 GRPOTrainer on the parent's adapter (bench/training/rg_grpo_trl.py)",
+            info={"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)},
+        )
+    return {
+        "child": sid,
+        "train_wall_s": round(wall, 1),
+        "train_cpu_s": round(cpu, 1),
+        "optimizer_steps": len(logs),
+        "reward": logs[0].get("reward") if logs else None,
+        "log": logs,
+    }
 
 
 # ----------------------------------------------------------------------------------------- score
@@ -195,8 +248,9 @@ def score(out: Path, seed: int, res: dict) -> dict:
             c = paired(sft, child)
             rows[side] = {"test": sum(child.values()) / len(child), "gain": describe(c), "paired": c}
         if len(sides) == 2:
-            rows["trl_vs_ours"] = describe(paired(a.task_scores(res["trl"]["child"], "test"),
-                                                  a.task_scores(res["ours"]["child"], "test")))
+            rows["trl_vs_ours"] = describe(
+                paired(a.task_scores(res["trl"]["child"], "test"), a.task_scores(res["ours"]["child"], "test"))
+            )
     return rows
 
 
@@ -216,8 +270,9 @@ def main() -> None:
         res["trl"] = run_trl(out, a.seed)
         res_path.write_text(json.dumps(res, indent=1))
     if a.only is None:
-        subprocess.run([sys.executable, __file__, "--out", str(a.out), "--seed", str(a.seed), "--only", "trl"],
-                       check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--out", str(a.out), "--seed", str(a.seed), "--only", "trl"], check=True
+        )
         res = json.loads(res_path.read_text())
     if a.only in (None, "score"):
         res["scores"] = score(out, a.seed, res)
@@ -227,9 +282,16 @@ def main() -> None:
         if side in res:
             r = res[side]
             secs = r.get("grpo_seconds", r.get("train_wall_s"))
-            print(f"{side}: {secs} s; test {100 * s[side]['test']:.1f}% ({s[side]['gain']})" if side in s else f"{side}: {r}")
+            print(
+                f"{side}: {secs} s; test {100 * s[side]['test']:.1f}% ({s[side]['gain']})"
+                if side in s
+                else f"{side}: {r}"
+            )
     if s:
-        print(f"SFT test {100 * s['sft_test']:.1f}%" + (f"; ours against TRL: {s['trl_vs_ours']}" if "trl_vs_ours" in s else ""))
+        print(
+            f"SFT test {100 * s['sft_test']:.1f}%"
+            + (f"; ours against TRL: {s['trl_vs_ours']}" if "trl_vs_ours" in s else "")
+        )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,11 @@ import subprocess
 import sys
 import time
 
-MODES = {"full": "LM head on every position", "targets": "LM head on targets only",
-         "checkpointed": "targets only + gradient checkpointing"}
+MODES = {
+    "full": "LM head on every position",
+    "targets": "LM head on targets only",
+    "checkpointed": "targets only + gradient checkpointing",
+}
 
 
 def step_cost(mode: str, batch: int, prompt: int, completion: int, threads: int, layers: int) -> dict:
@@ -35,9 +38,16 @@ def step_cost(mode: str, batch: int, prompt: int, completion: int, threads: int,
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=151936, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
     base = Qwen2ForCausalLM(cfg)
     if mode == "checkpointed":
         checkpoint_activations(base)
@@ -46,7 +56,7 @@ def step_cost(mode: str, batch: int, prompt: int, completion: int, threads: int,
     L = prompt + completion
     x = torch.randint(0, cfg.vocab_size, (batch, L))
     y = torch.full_like(x, -100)
-    y[:, prompt - 1:L - 1] = x[:, prompt:]
+    y[:, prompt - 1 : L - 1] = x[:, prompt:]
     params = [p for p in model.parameters() if p.requires_grad]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     times = []
@@ -85,9 +95,11 @@ def main() -> None:
             print(f"{label}: the process died (exit {run.returncode}; -9 is the kernel's out-of-memory kill)")
             continue
         r = json.loads(run.stdout.strip().splitlines()[-1])
-        print(f"{label:42s} "
-              f"step {r['step_s']:.2f} s, peak memory +{r['peak_mb']:,.0f} MB "
-              f"(batch {a.batch} x {a.prompt}+{a.completion} tokens, {a.layers} layers, V=151,936, {a.threads} threads)")
+        print(
+            f"{label:42s} "
+            f"step {r['step_s']:.2f} s, peak memory +{r['peak_mb']:,.0f} MB "
+            f"(batch {a.batch} x {a.prompt}+{a.completion} tokens, {a.layers} layers, V=151,936, {a.threads} threads)"
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,15 @@ def greedy(model, tok, prompts: list[list[int]], max_new: int = 16) -> list[str]
     with torch.inference_mode():
         for p in prompts:
             ids = torch.tensor([p])
-            g = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
-                               do_sample=False, eos_token_id=list(tok.eos_ids), pad_token_id=tok.pad_id)
-            text = tok.decode(g[0, len(p):].tolist())
+            g = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new,
+                do_sample=False,
+                eos_token_id=list(tok.eos_ids),
+                pad_token_id=tok.pad_id,
+            )
+            text = tok.decode(g[0, len(p) :].tolist())
             out.append(text.split("\n\n")[0])
     return out
 
@@ -49,9 +55,11 @@ def greedy(model, tok, prompts: list[list[int]], max_new: int = 16) -> list[str]
 def pair(rows: dict, seed: int) -> None:
     """The paired difference of bf16's and fp32's test accuracy at ``seed``, and the tasks each alone solved."""
     f, b = rows[f"fp32_seed{seed}"]["solved"], rows[f"bf16_seed{seed}"]["solved"]
-    rows[f"paired_seed{seed}"] = {"bf16_minus_fp32": round((sum(b) - sum(f)) / len(f), 4),
-                                  "only_fp32": sum(x and not y for x, y in zip(f, b)),
-                                  "only_bf16": sum(y and not x for x, y in zip(f, b))}
+    rows[f"paired_seed{seed}"] = {
+        "bf16_minus_fp32": round((sum(b) - sum(f)) / len(f), 4),
+        "only_fp32": sum(x and not y for x, y in zip(f, b)),
+        "only_bf16": sum(y and not x for x, y in zip(f, b)),
+    }
     print(rows[f"paired_seed{seed}"], flush=True)
 
 
@@ -69,8 +77,12 @@ def main() -> None:
         rows = {k: v for r in runs for k, v in r["rows"].items()}
         for seed in sorted({k.split("seed")[1] for k in rows}):
             pair(rows, int(seed))
-        out = {**runs[0], "runs": [{k: r[k] for k in ("date", "command", "threads")} for r in runs], "rows": rows,
-               "command": " ".join([Path(sys.executable).name, *sys.argv])}
+        out = {
+            **runs[0],
+            "runs": [{k: r[k] for k in ("date", "command", "threads")} for r in runs],
+            "rows": rows,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        }
         print(json.dumps({k: v for k, v in rows.items() if k.startswith("paired")}))
         if a.out:
             a.out.write_text(json.dumps(out, indent=1))
@@ -118,28 +130,39 @@ def main() -> None:
     for seed in [int(s) for s in a.seeds.split(",")]:
         for prec in a.precisions.split(","):
             t0 = time.perf_counter()
-            ad = train_lora(base, train_ex, r=16, alpha=32, lr=1e-3, epochs=2, batch_size=8, seed=seed,
-                            precision=prec)
+            ad = train_lora(base, train_ex, r=16, alpha=32, lr=1e-3, epochs=2, batch_size=8, seed=seed, precision=prec)
             secs = time.perf_counter() - t0
             m = get_peft_model(bare_copy(base), ad.lora_config())  # judged in float32, as systems sample
             set_peft_model_state_dict(m, ad.weights)
             m.eval()
             nll = completion_loss(m, held, batch_size=16, pad_id=tok.pad_id)
             hits = solved(greedy(m, tok, prompts))
-            rows[f"{prec}_seed{seed}"] = {"train_loss": round(ad.stats["loss"], 4), "heldout_nll": round(nll, 4),
-                                          "accuracy": round(sum(hits) / len(hits), 4), "solved": hits,
-                                          "train_seconds": round(ad.stats["seconds"], 1),
-                                          "tokens_per_sec": round(ad.stats["tokens_per_sec"], 1),
-                                          "wall": round(secs, 1)}
+            rows[f"{prec}_seed{seed}"] = {
+                "train_loss": round(ad.stats["loss"], 4),
+                "heldout_nll": round(nll, 4),
+                "accuracy": round(sum(hits) / len(hits), 4),
+                "solved": hits,
+                "train_seconds": round(ad.stats["seconds"], 1),
+                "tokens_per_sec": round(ad.stats["tokens_per_sec"], 1),
+                "wall": round(secs, 1),
+            }
             r = rows[f"{prec}_seed{seed}"]
-            print(f"seed {seed} {prec}: loss {r['train_loss']} held-out NLL {r['heldout_nll']} accuracy "
-                  f"{r['accuracy']:.3f} ({sum(hits)}/{len(hits)}), {r['tokens_per_sec']} tok/s", flush=True)
+            print(
+                f"seed {seed} {prec}: loss {r['train_loss']} held-out NLL {r['heldout_nll']} accuracy "
+                f"{r['accuracy']:.3f} ({sum(hits)}/{len(hits)}), {r['tokens_per_sec']} tok/s",
+                flush=True,
+            )
         if f"fp32_seed{seed}" in rows and f"bf16_seed{seed}" in rows:
             pair(rows, seed)
-    out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, bf16 in hardware: {cpu_has_bf16()}",
-           "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "command": " ".join([Path(sys.executable).name, *sys.argv]), "n_test": len(prompts), "rows": rows}
+    out = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, bf16 in hardware: {cpu_has_bf16()}",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "n_test": len(prompts),
+        "rows": rows,
+    }
     if a.out:
         a.out.write_text(json.dumps(out, indent=1))
 

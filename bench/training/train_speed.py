@@ -55,8 +55,9 @@ def load_before(commit: str) -> dict:
     out = {}
     d = Path(tempfile.mkdtemp(prefix="before-"))
     for name in ("train", "grpo_train"):
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:policy/{name}.py"], check=True,
-                             capture_output=True, text=True).stdout
+        src = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:policy/{name}.py"], check=True, capture_output=True, text=True
+        ).stdout
         f = d / f"before_{name}.py"
         f.write_text(src)
         spec = importlib.util.spec_from_file_location(f"before_{name}", f)
@@ -112,8 +113,13 @@ def long_examples(n: int, prompt: int = 80, reply: int = 400, vocab: int = 49152
     from evolve.policy.train import Example
 
     rng = random.Random(1)
-    return [Example(tuple(rng.randrange(100, vocab) for _ in range(prompt)),
-                    tuple(rng.randrange(100, vocab) for _ in range(reply))) for _ in range(n)]
+    return [
+        Example(
+            tuple(rng.randrange(100, vocab) for _ in range(prompt)),
+            tuple(rng.randrange(100, vocab) for _ in range(reply)),
+        )
+        for _ in range(n)
+    ]
 
 
 def ours(train_lora, base, examples, batch: int, precision: str | None) -> dict:
@@ -133,8 +139,13 @@ def trl_arm(base, tok, examples, batch: int, bf16: bool) -> dict:
 
     from evolve.policy.train import bare_copy, lora_targets
 
-    rows = [{"input_ids": list(e.prompt_ids) + list(e.completion_ids),
-             "completion_mask": [0] * len(e.prompt_ids) + [1] * len(e.completion_ids)} for e in examples]
+    rows = [
+        {
+            "input_ids": list(e.prompt_ids) + list(e.completion_ids),
+            "completion_mask": [0] * len(e.prompt_ids) + [1] * len(e.completion_ids),
+        }
+        for e in examples
+    ]
     times: list[float] = []
     losses: list[float] = []
 
@@ -150,19 +161,48 @@ def trl_arm(base, tok, examples, batch: int, bf16: bool) -> dict:
                 losses.append(float(logs["loss"]))
 
     with tempfile.TemporaryDirectory() as d:
-        cfg = SFTConfig(output_dir=d, per_device_train_batch_size=batch, num_train_epochs=1, learning_rate=1e-3,
-                        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-                        logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=bf16, fp16=False,
-                        completion_only_loss=True, max_length=None, seed=0, dataloader_num_workers=0,
-                        disable_tqdm=True, gradient_checkpointing=False)
-        lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=lora_targets(base), bias="none",
-                          task_type="CAUSAL_LM")
-        trainer = SFTTrainer(model=bare_copy(base), args=cfg, train_dataset=Dataset.from_list(rows),
-                             processing_class=tok.tok, peft_config=lora, callbacks=[Clock()])
+        cfg = SFTConfig(
+            output_dir=d,
+            per_device_train_batch_size=batch,
+            num_train_epochs=1,
+            learning_rate=1e-3,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            bf16=bf16,
+            fp16=False,
+            completion_only_loss=True,
+            max_length=None,
+            seed=0,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            gradient_checkpointing=False,
+        )
+        lora = LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, target_modules=lora_targets(base), bias="none", task_type="CAUSAL_LM"
+        )
+        trainer = SFTTrainer(
+            model=bare_copy(base),
+            args=cfg,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok.tok,
+            peft_config=lora,
+            callbacks=[Clock()],
+        )
         trainer.train()
     tokens = sum(len(r["input_ids"]) - 1 for r in rows)
-    return {"tokens_per_sec": tokens / sum(times), "seconds": sum(times), "loss": statistics.mean(losses[-10:]),
-            "tokens": tokens, "torch_threads": torch.get_num_threads()}
+    return {
+        "tokens_per_sec": tokens / sum(times),
+        "seconds": sum(times),
+        "loss": statistics.mean(losses[-10:]),
+        "tokens": tokens,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def grpo_batch(tok, n: int, reply: tuple[int, int], seed: int = 0) -> list:
@@ -174,8 +214,16 @@ def grpo_batch(tok, n: int, reply: tuple[int, int], seed: int = 0) -> list:
     for i, p in enumerate(prompts):
         k = rng.randint(*reply)
         ids = p + [rng.randrange(100, 49152) for _ in range(k)]
-        out.append(Packed(ids=ids, mask=[0] * len(p) + [1] * k, sampler_logp=[float("nan")] * len(ids),
-                          temperature=0.6, advantage=rng.choice([-1.0, 1.0]), group=str(i // 8)))
+        out.append(
+            Packed(
+                ids=ids,
+                mask=[0] * len(p) + [1] * k,
+                sampler_logp=[float("nan")] * len(ids),
+                temperature=0.6,
+                advantage=rng.choice([-1.0, 1.0]),
+                group=str(i // 8),
+            )
+        )
     return out
 
 
@@ -194,8 +242,11 @@ def main() -> None:
     ap.add_argument("--rows", default="sft_rg,sft_long,grpo_rg,grpo_long")
     ap.add_argument("--arms", default="before,fp32,bf16,trl,trl_bf16")
     ap.add_argument("--trl-rows", default="sft_rg", help="the SFT rows TRL's arms run on (it is the slowest arm)")
-    ap.add_argument("--fp32-rows", default="grpo_rg,grpo_long",
-                    help="the rows with the fp32 arm (SFT's fp32 is before's code path; GRPO's drops the padding mask)")
+    ap.add_argument(
+        "--fp32-rows",
+        default="grpo_rg,grpo_long",
+        help="the rows with the fp32 arm (SFT's fp32 is before's code path; GRPO's drops the padding mask)",
+    )
     ap.add_argument("--long", type=int, default=8, help="examples in sft_long (batch 4)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -224,7 +275,8 @@ def main() -> None:
         for row in rows:
             for arm in arms:
                 if (arm.startswith("trl") and row not in a.trl_rows.split(",")) or (
-                        arm == "fp32" and row not in a.fp32_rows.split(",")):
+                    arm == "fp32" and row not in a.fp32_rows.split(",")
+                ):
                     continue
                 if row.startswith("sft"):
                     exs, batch = data[row]
@@ -243,8 +295,11 @@ def main() -> None:
                     r = grpo_arm(L, base, seqs, None if arm == "before" else arm)
                     r["flops"] = step_flops(base, [(s.mask.index(1), s.n_trained) for s in seqs])
                 results[row].setdefault(arm, []).append(r)
-                print(f"rep {rep} {row:9s} {arm:8s} {r['tokens_per_sec']:8.1f} tok/s  {r['seconds']:7.1f} s  "
-                      f"loss {r['loss']:.4f}", flush=True)
+                print(
+                    f"rep {rep} {row:9s} {arm:8s} {r['tokens_per_sec']:8.1f} tok/s  {r['seconds']:7.1f} s  "
+                    f"loss {r['loss']:.4f}",
+                    flush=True,
+                )
     peak = {k: statistics.median(v) for k, v in peaks.items()}
     table = {}
     for row, by_arm in results.items():
@@ -254,16 +309,26 @@ def main() -> None:
             secs = statistics.median(r["seconds"] for r in rs)
             gflops = rs[0]["flops"] / secs / 1e9
             ref = peak["bf16"] if "bf16" in arm else peak["fp32"]
-            table[row][arm] = {"tokens_per_sec": round(tps, 1), "seconds": round(secs, 2),
-                               "loss": round(statistics.median(r["loss"] for r in rs), 4),
-                               "gflops": round(gflops, 1), "share_of_peak": round(gflops / ref, 3),
-                               "runs": [round(r["tokens_per_sec"], 1) for r in rs]}
-    out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, bf16 in hardware: {cpu_has_bf16()} "
-                      f"(flags: {sorted(set(cpu_flags()) & {'amx_bf16', 'avx512_bf16', 'amx_tile'})})",
-           "torch": torch.__version__, "threads": torch.get_num_threads(), "against": a.against,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "command": " ".join([Path(sys.executable).name, *sys.argv]),
-           "peak_gflops": {k: round(v, 1) for k, v in peak.items()}, "peak_runs": peaks, "rows": table}
+            table[row][arm] = {
+                "tokens_per_sec": round(tps, 1),
+                "seconds": round(secs, 2),
+                "loss": round(statistics.median(r["loss"] for r in rs), 4),
+                "gflops": round(gflops, 1),
+                "share_of_peak": round(gflops / ref, 3),
+                "runs": [round(r["tokens_per_sec"], 1) for r in rs],
+            }
+    out = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, bf16 in hardware: {cpu_has_bf16()} "
+        f"(flags: {sorted(set(cpu_flags()) & {'amx_bf16', 'avx512_bf16', 'amx_tile'})})",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "against": a.against,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "peak_gflops": {k: round(v, 1) for k, v in peak.items()},
+        "peak_runs": peaks,
+        "rows": table,
+    }
     print(json.dumps({k: out[k] for k in ("peak_gflops", "rows")}, indent=1))
     if a.out:
         a.out.write_text(json.dumps(out, indent=1))

@@ -67,20 +67,30 @@ def per_episode(tasks: list[dict], repeats: int, client) -> dict:
         d = [episode(t, "docker", client) for _ in range(repeats)]
         s = [episode(t, "sandbox") for _ in range(repeats)]
         b = [bare_episode(t) for _ in range(repeats)]
-        rows.append({"task": t["id"], "commands": len(solution_commands(t)), "first_build_s": round(build, 3),
-                     "docker_start_s": round(statistics.median(x["open_s"] for x in d), 4),
-                     "docker_s": round(statistics.median(x["total_s"] for x in d), 4),
-                     "sandbox_s": round(statistics.median(x["total_s"] for x in s), 4),
-                     "bare_s": round(statistics.median(x[0] for x in b), 4),
-                     "scores": [d[0]["score"], s[0]["score"], b[0][1]]})
+        rows.append(
+            {
+                "task": t["id"],
+                "commands": len(solution_commands(t)),
+                "first_build_s": round(build, 3),
+                "docker_start_s": round(statistics.median(x["open_s"] for x in d), 4),
+                "docker_s": round(statistics.median(x["total_s"] for x in d), 4),
+                "sandbox_s": round(statistics.median(x["total_s"] for x in s), 4),
+                "bare_s": round(statistics.median(x[0] for x in b), 4),
+                "scores": [d[0]["score"], s[0]["score"], b[0][1]],
+            }
+        )
         print(f"  {rows[-1]}", flush=True)
     tot = {k: round(sum(r[k] for r in rows), 3) for k in ("docker_start_s", "docker_s", "sandbox_s", "bare_s")}
     n = len(rows)
-    return {"tasks": rows, "totals": tot,
-            "per_episode_ms": {k: round(1000 * v / n, 1) for k, v in tot.items()},
-            "overhead_over_bare_ms": {b: round(1000 * (tot[f"{b}_s"] - tot["bare_s"]) / n, 1)
-                                      for b in ("docker", "sandbox")},
-            "all_solved": all(r["scores"] == [1.0, 1.0, 1.0] for r in rows)}
+    return {
+        "tasks": rows,
+        "totals": tot,
+        "per_episode_ms": {k: round(1000 * v / n, 1) for k, v in tot.items()},
+        "overhead_over_bare_ms": {
+            b: round(1000 * (tot[f"{b}_s"] - tot["bare_s"]) / n, 1) for b in ("docker", "sandbox")
+        },
+        "all_solved": all(r["scores"] == [1.0, 1.0, 1.0] for r in rows),
+    }
 
 
 def parallel(tasks: list[dict], episodes: int, ns: list[int], client) -> list[dict]:
@@ -92,8 +102,16 @@ def parallel(tasks: list[dict], episodes: int, ns: list[int], client) -> list[di
             with ThreadPoolExecutor(max_workers=n) as ex:
                 got = list(ex.map(lambda t, backend=backend: episode(t, backend, client), jobs))
             dt = time.perf_counter() - t0
-            rows.append({"backend": backend, "parallel": n, "episodes": episodes, "seconds": round(dt, 2),
-                         "episodes_per_s": round(episodes / dt, 2), "solved": sum(g["score"] == 1.0 for g in got)})
+            rows.append(
+                {
+                    "backend": backend,
+                    "parallel": n,
+                    "episodes": episodes,
+                    "seconds": round(dt, 2),
+                    "episodes_per_s": round(episodes / dt, 2),
+                    "solved": sum(g["score"] == 1.0 for g in got),
+                }
+            )
             print(f"  {rows[-1]}", flush=True)
     return rows
 
@@ -113,9 +131,13 @@ def main() -> None:
     try:
         tasks = [{**load_task(f), "images": engine.images} for f in find_tasks([str(TASKS)])]
         print(f"per episode, {len(tasks)} tasks x {a.repeats}", flush=True)
-        out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-               "date": date.today().isoformat(), "engine": engine.client.version().get("Version"),
-               "load_before": os.getloadavg()[0], "per_episode": per_episode(tasks, a.repeats, engine.client)}
+        out = {
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+            "date": date.today().isoformat(),
+            "engine": engine.client.version().get("Version"),
+            "load_before": os.getloadavg()[0],
+            "per_episode": per_episode(tasks, a.repeats, engine.client),
+        }
         print("in parallel", flush=True)
         out["parallel"] = parallel(tasks, a.episodes, [int(x) for x in a.parallel.split(",")], engine.client)
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -33,8 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("EVOLVE_HARBOR_BACKEND", "sandbox")
-for k, v in {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "ANONYMIZED_TELEMETRY": "False",
-             "RAY_USAGE_STATS_ENABLED": "0", "OPENAI_API_KEY": "sk-unused", "NO_PROXY": "127.0.0.1,localhost"}.items():
+for k, v in {
+    "HF_HUB_OFFLINE": "1",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "ANONYMIZED_TELEMETRY": "False",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "OPENAI_API_KEY": "sk-unused",
+    "NO_PROXY": "127.0.0.1,localhost",
+}.items():
     os.environ.setdefault(k, v)
 
 from evolve.worlds.harbor import find_tasks, load_task, solution_commands  # noqa: E402
@@ -76,8 +82,12 @@ def bare_episode(task: dict) -> tuple[float, float]:
 
     t0 = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="harbor-bare-"))
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(root),
-           "LANG": "C.UTF-8", "TERM": "dumb"}  # the sandbox's (a virtualenv's python on PATH starts slower)
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(root),
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+    }  # the sandbox's (a virtualenv's python on PATH starts slower)
     try:
         plan = parse((Path(task["path"]) / "environment" / "Dockerfile").read_text())
         (root / "app").mkdir()
@@ -95,18 +105,27 @@ def bare_episode(task: dict) -> tuple[float, float]:
                         dest.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(s, dest)
             else:
-                subprocess.run(["bash", "-c", _rewrite(step.command, root)], cwd=_rewrite(step.workdir, root),
-                               capture_output=True, timeout=60, env=env)
+                subprocess.run(
+                    ["bash", "-c", _rewrite(step.command, root)],
+                    cwd=_rewrite(step.workdir, root),
+                    capture_output=True,
+                    timeout=60,
+                    env=env,
+                )
         _rewrite_tree(root / "app", root)
         for c in solution_commands(task):
-            subprocess.run(["bash", "-c", _rewrite(c, root)], cwd=root / "app", capture_output=True, timeout=60, env=env)
+            subprocess.run(
+                ["bash", "-c", _rewrite(c, root)], cwd=root / "app", capture_output=True, timeout=60, env=env
+            )
         shutil.copytree(Path(task["path"]) / "tests", root / "tests")
         _rewrite_tree(root / "tests", root)
-        subprocess.run(["bash", str(root / "tests" / "test.sh")], cwd=root / "app", capture_output=True,
-                       timeout=60, env=env)
+        subprocess.run(
+            ["bash", str(root / "tests" / "test.sh")], cwd=root / "app", capture_output=True, timeout=60, env=env
+        )
         rj, rt = root / "logs/verifier/reward.json", root / "logs/verifier/reward.txt"
-        score = parse_reward(task, rj.read_bytes() if rj.exists() else None,
-                             rt.read_bytes() if rt.exists() else None)[0]
+        score = parse_reward(task, rj.read_bytes() if rj.exists() else None, rt.read_bytes() if rt.exists() else None)[
+            0
+        ]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return time.perf_counter() - t0, score
@@ -117,15 +136,26 @@ def overhead(tasks: list[dict], repeats: int) -> dict:
     for t in tasks:
         sb = [sandbox_episode(t) for _ in range(repeats)]
         bare = [bare_episode(t) for _ in range(repeats)]
-        rows.append({"task": t["id"], "commands": len(solution_commands(t)),
-                     "sandbox_s": round(statistics.median(x[0] for x in sb), 4),
-                     "bare_s": round(statistics.median(x[0] for x in bare), 4),
-                     "sandbox_score": sb[0][1], "bare_score": bare[0][1]})
+        rows.append(
+            {
+                "task": t["id"],
+                "commands": len(solution_commands(t)),
+                "sandbox_s": round(statistics.median(x[0] for x in sb), 4),
+                "bare_s": round(statistics.median(x[0] for x in bare), 4),
+                "sandbox_score": sb[0][1],
+                "bare_score": bare[0][1],
+            }
+        )
         print(f"  {rows[-1]}", flush=True)
     tot_sb, tot_bare = sum(r["sandbox_s"] for r in rows), sum(r["bare_s"] for r in rows)
-    return {"tasks": rows, "sandbox_total_s": round(tot_sb, 3), "bare_total_s": round(tot_bare, 3),
-            "ratio": round(tot_sb / tot_bare, 2), "per_episode_overhead_ms": round(1000 * (tot_sb - tot_bare) / len(rows), 1),
-            "same_scores": sum(r["sandbox_score"] == r["bare_score"] for r in rows)}
+    return {
+        "tasks": rows,
+        "sandbox_total_s": round(tot_sb, 3),
+        "bare_total_s": round(tot_bare, 3),
+        "ratio": round(tot_sb / tot_bare, 2),
+        "per_episode_overhead_ms": round(1000 * (tot_sb - tot_bare) / len(rows), 1),
+        "same_scores": sum(r["sandbox_score"] == r["bare_score"] for r in rows),
+    }
 
 
 def solver(tasks: list[dict]):
@@ -147,29 +177,55 @@ def runners(tasks: list[dict], episodes: int, workers: int) -> dict:
     from tests.helpers.servers import FakeOpenAI
 
     srv = FakeOpenAI(respond=solver(tasks))
-    system = System(models={"policy": ModelSpec(backend="litellm", name="openai/solver", params={
-        "api_base": srv.base, "max_retries": 0, "timeout": 30, "temperature": 0.0, "max_tokens": 512})},
-        prompts={}, workflow={"max_turns": 8})
+    system = System(
+        models={
+            "policy": ModelSpec(
+                backend="litellm",
+                name="openai/solver",
+                params={"api_base": srv.base, "max_retries": 0, "timeout": 30, "temperature": 0.0, "max_tokens": 512},
+            )
+        },
+        prompts={},
+        workflow={"max_turns": 8},
+    )
     for t in tasks:
         t["backend"] = "sandbox"
-    spec = WorkerSpec(agent="evolve.worlds.harbor:agent", reward="evolve.worlds.harbor:reward",
-                      artifacts_root=tempfile.mkdtemp(), search_path=str(ROOT))
+    spec = WorkerSpec(
+        agent="evolve.worlds.harbor:agent",
+        reward="evolve.worlds.harbor:reward",
+        artifacts_root=tempfile.mkdtemp(),
+        search_path=str(ROOT),
+    )
     out = {}
     try:
         for name in ("thread", "ray"):
             runner = ThreadRunner(workers=workers) if name == "thread" else RayRunner(workers=workers, num_cpus=0.5)
             with runner as r:
-                list(r.run(spec, [RolloutJob(key=f"w{i}", system=system, task=tasks[i % len(tasks)], timeout=300)
-                                  for i in range(workers)]))  # warm-up: every worker up
-                jobs = [RolloutJob(key=f"e{i}", system=system, task=tasks[i % len(tasks)], seed=i, timeout=300)
-                        for i in range(episodes)]
+                list(
+                    r.run(
+                        spec,
+                        [
+                            RolloutJob(key=f"w{i}", system=system, task=tasks[i % len(tasks)], timeout=300)
+                            for i in range(workers)
+                        ],
+                    )
+                )  # warm-up: every worker up
+                jobs = [
+                    RolloutJob(key=f"e{i}", system=system, task=tasks[i % len(tasks)], seed=i, timeout=300)
+                    for i in range(episodes)
+                ]
                 t0 = time.perf_counter()
                 got = [t for _, t in r.run(spec, jobs)]
                 wall = time.perf_counter() - t0
-            out[name] = {"workers": workers, "episodes": len(got), "wall_s": round(wall, 2),
-                         "episodes_per_s": round(len(got) / wall, 2),
-                         "solved": sum(t.score == 1.0 for t in got), "infra": sum(t.infra is not None for t in got),
-                         "errors": sum(t.error is not None for t in got)}
+            out[name] = {
+                "workers": workers,
+                "episodes": len(got),
+                "wall_s": round(wall, 2),
+                "episodes_per_s": round(len(got) / wall, 2),
+                "solved": sum(t.score == 1.0 for t in got),
+                "infra": sum(t.infra is not None for t in got),
+                "errors": sum(t.error is not None for t in got),
+            }
             print(f"  {name}: {out[name]}", flush=True)
     finally:
         srv.close()
@@ -191,11 +247,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     tasks = [load_task(p) for p in find_tasks(TASKS)]
-    res = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-           "date": time.strftime("%Y-%m-%d")}
+    res = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "date": time.strftime("%Y-%m-%d"),
+    }
     print("sandbox overhead per episode:", flush=True)
     res["overhead"] = overhead(tasks, args.repeats)
-    print(f"  ratio {res['overhead']['ratio']}x, +{res['overhead']['per_episode_overhead_ms']} ms per episode", flush=True)
+    print(
+        f"  ratio {res['overhead']['ratio']}x, +{res['overhead']['per_episode_overhead_ms']} ms per episode", flush=True
+    )
     print("runners:", flush=True)
     res["runners"] = runners(tasks, args.episodes, args.workers)
     text = json.dumps(res, indent=1)

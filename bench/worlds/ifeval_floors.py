@@ -22,8 +22,11 @@ FLOORS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--path", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" / "data"
-                    / "ifeval" / "input_data.jsonl")
+    ap.add_argument(
+        "--path",
+        type=Path,
+        default=Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ifeval" / "input_data.jsonl",
+    )
     args = ap.parse_args()
     tasks = [{**p, "id": str(p["key"]), "split": "test"} for p in read_prompts(args.path)]
     rows = {}

@@ -16,10 +16,14 @@ from __future__ import annotations
 import argparse
 import time
 
-INSTR = ("You write SQLite queries. Given a database schema and a question, reply with one SQL query that "
-         "answers it, and nothing else.")
-PLAIN = ("Translate the question into one SQLite query over the tables given. Use only the tables and columns "
-         "shown. Reply with the query only.")
+INSTR = (
+    "You write SQLite queries. Given a database schema and a question, reply with one SQL query that "
+    "answers it, and nothing else."
+)
+PLAIN = (
+    "Translate the question into one SQLite query over the tables given. Use only the tables and columns "
+    "shown. Reply with the query only."
+)
 
 
 def layouts() -> dict:
@@ -36,10 +40,18 @@ def layouts() -> dict:
         "create_q": (INSTR, lambda t: as_ddl(t["schema"]) + f"\nq: {t['question']}", None, ""),
         "create_stop": (INSTR, ddl, [";", "\n\n"], ""),
         "create_prefix_stop": (INSTR, ddl, [";", "\n\n"], "SELECT"),
-        "pruned_stop": (INSTR, lambda t: as_ddl(pruned(t["schema"], t["question"])) + f"\n\nQuestion: {t['question']}",
-                        [";", "\n\n"], ""),
-        "no_instruction_stop": ("", lambda t: as_ddl(t["schema"]) + f"\n\nWrite a SQLite query for: {t['question']}",
-                                [";", "\n\n"], ""),
+        "pruned_stop": (
+            INSTR,
+            lambda t: as_ddl(pruned(t["schema"], t["question"])) + f"\n\nQuestion: {t['question']}",
+            [";", "\n\n"],
+            "",
+        ),
+        "no_instruction_stop": (
+            "",
+            lambda t: as_ddl(t["schema"]) + f"\n\nWrite a SQLite query for: {t['question']}",
+            [";", "\n\n"],
+            "",
+        ),
         "other_instruction_stop": (PLAIN, ddl, [";", "\n\n"], ""),
     }
 
@@ -61,7 +73,7 @@ def main() -> None:
     from evolve.worlds.sql.reward import reward
 
     d = dataset(seed=0, n_train=400, n_val=100, n_test=300)
-    tasks = (d["val"] + d["train"])[:a.n]
+    tasks = (d["val"] + d["train"])[: a.n]
     model, tok = load_pretrained(checkpoint(SMOLLM2), device="cpu", dtype="float32")
     server = LocalServer(model, tok, name="smollm2", max_batch=64)
     chosen = [x for x in a.only.split(",") if x] or list(layouts())
@@ -70,7 +82,9 @@ def main() -> None:
             system, user, stop, prefix = layouts()[name]
             t0, futures = time.time(), []
             for t in tasks:
-                msgs = ([Message(role="system", content=system)] if system else []) + [Message(role="user", content=user(t))]
+                msgs = ([Message(role="system", content=system)] if system else []) + [
+                    Message(role="user", content=user(t))
+                ]
                 ids = tok.render_chat(msgs, add_generation_prompt=True) + (tok.encode(prefix) if prefix else [])
                 futures.append((t, server.submit(ids, temperature=0.0, max_tokens=80, stop=stop, seed=0)))
             right = ran = 0

@@ -27,7 +27,9 @@ class Checkpointer:
         self._path = path
         self._event = threading.Event()
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=f"evolve-archive-checkpoint:{path.parent.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"evolve-archive-checkpoint:{path.parent.name}", daemon=True
+        )
         self._thread.start()
 
     def kick(self) -> None:

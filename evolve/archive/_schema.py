@@ -128,24 +128,42 @@ def _set_aside_world_failures(conn: sqlite3.Connection) -> None:
     from evolve.archive._codec import unpack
     from evolve.failures import legacy_category
 
-    rows = conn.execute("SELECT t.seq, t.key, t.split, t.phase, t.generation, t.system_id, t.task_id, d.enc, d.data "
-                        "FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq WHERE t.error = 1").fetchall()
+    rows = conn.execute(
+        "SELECT t.seq, t.key, t.split, t.phase, t.generation, t.system_id, t.task_id, d.enc, d.data "
+        "FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq WHERE t.error = 1"
+    ).fetchall()
     moved = []
     for seq, key, split, phase, gen, sid, tid, enc, data in rows:
         traj = json.loads(unpack(enc, data))
         cat = legacy_category(traj.get("error") or "")
         if cat is not None:
-            moved.append((seq, {"key": key, "split": split, "phase": phase, "generation": gen, "system": sid,
-                                "task": tid, "category": cat, "message": (traj.get("error") or "").splitlines()[0],
-                                "migrated": "stored as a score by an evolvekit before 0.2", "trajectory": traj}))
+            moved.append(
+                (
+                    seq,
+                    {
+                        "key": key,
+                        "split": split,
+                        "phase": phase,
+                        "generation": gen,
+                        "system": sid,
+                        "task": tid,
+                        "category": cat,
+                        "message": (traj.get("error") or "").splitlines()[0],
+                        "migrated": "stored as a score by an evolvekit before 0.2",
+                        "trajectory": traj,
+                    },
+                )
+            )
     if not moved:
         return
     for t in ("trajectories", "trajectory_data"):
         conn.execute(f"DROP TRIGGER IF EXISTS {t}_no_delete")  # restored by SCHEMA right after
     now = time.time()
     for seq, event in moved:
-        conn.execute("INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
-                     ("world_failure", json.dumps(event, ensure_ascii=False), now))
+        conn.execute(
+            "INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
+            ("world_failure", json.dumps(event, ensure_ascii=False), now),
+        )
         conn.execute("DELETE FROM trajectory_data WHERE seq = ?", (seq,))
         conn.execute("DELETE FROM trajectories WHERE seq = ?", (seq,))
 
@@ -172,8 +190,9 @@ def _migrate_v2(conn: sqlite3.Connection, version: int) -> None:
         # in chunks, so that memory stays flat however many (large) trajectories are stored
         last = -1
         while True:
-            rows = conn.execute("SELECT seq, enc, data FROM trajectory_data WHERE seq > ? ORDER BY seq LIMIT 1000",
-                                (last,)).fetchall()
+            rows = conn.execute(
+                "SELECT seq, enc, data FROM trajectory_data WHERE seq > ? ORDER BY seq LIMIT 1000", (last,)
+            ).fetchall()
             if not rows:
                 break
             filled = []

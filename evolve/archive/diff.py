@@ -28,7 +28,9 @@ def diff(a: System | dict[str, Any], b: System | dict[str, Any]) -> list[tuple[s
     out: list[tuple[str, Any, Any]] = []
 
     def same(x: Any, y: Any) -> bool:
-        return type(x) is type(y) and (x == y if not isinstance(x, (dict, list)) else canonical_json(x) == canonical_json(y))
+        return type(x) is type(y) and (
+            x == y if not isinstance(x, (dict, list)) else canonical_json(x) == canonical_json(y)
+        )
 
     def walk(x: Any, y: Any, path: str) -> None:
         if isinstance(x, dict) and isinstance(y, dict):

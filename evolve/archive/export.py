@@ -113,7 +113,9 @@ class ExportMixin:
             for ref in refs:
                 self.artifacts.copy_to(ref, store)
                 if not store.has(ref.sha256):
-                    raise ArchiveError(f"artifact {ref.sha256[:12]} in {self.artifacts.root} is damaged (hash mismatch)")
+                    raise ArchiveError(
+                        f"artifact {ref.sha256[:12]} in {self.artifacts.root} is damaged (hash mismatch)"
+                    )
             (tmp / "system.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             if dest.exists():
                 dest.rmdir()

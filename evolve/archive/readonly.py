@@ -39,8 +39,9 @@ def connect_read_only(path: Path, *, timeout: float = 30.0) -> tuple[sqlite3.Con
     let it go after each read)."""
     files = files_of(path)
     how = "mode=ro" if files[0] else "mode=ro&immutable=1"
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?{how}", uri=True, check_same_thread=False,
-                           isolation_level=None, timeout=timeout)
+    conn = sqlite3.connect(
+        f"{path.resolve().as_uri()}?{how}", uri=True, check_same_thread=False, isolation_level=None, timeout=timeout
+    )
     conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
     return conn, (None if files[0] else files)
 

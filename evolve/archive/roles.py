@@ -42,8 +42,14 @@ def role_history(archive: Archive, system_id: str, role: str) -> list[dict[str, 
         if now != before:
             rec = archive.record(sid)
             spec = system.models.get(role)
-            out.append({"system": sid, "operator": rec.operator, "generation": rec.generation,
-                        "adapter": spec.adapter.sha256 if spec is not None and spec.adapter is not None else None})
+            out.append(
+                {
+                    "system": sid,
+                    "operator": rec.operator,
+                    "generation": rec.generation,
+                    "adapter": spec.adapter.sha256 if spec is not None and spec.adapter is not None else None,
+                }
+            )
         before = now
     return out
 
@@ -59,9 +65,14 @@ def rollback_role(archive: Archive, system_id: str, role: str, to: str, *, make_
             raise ArchiveError(f"{name} {s.id[:12]} has no role {role!r}; its roles are {', '.join(sorted(s.models))}")
     child = system.replace(models={**system.models, role: old.models[role]})
     if child.id != sid:
-        archive.add_system(child, parents=(sid, old_id), operator="rollback_role",
-                           rationale=f"{role}'s model as in {old_id[:12]}, the other roles as in {sid[:12]}",
-                           generation=archive.record(sid).generation, info={"role": role, "from": old_id})
+        archive.add_system(
+            child,
+            parents=(sid, old_id),
+            operator="rollback_role",
+            rationale=f"{role}'s model as in {old_id[:12]}, the other roles as in {sid[:12]}",
+            generation=archive.record(sid).generation,
+            info={"role": role, "from": old_id},
+        )
     if make_current:
         archive.set_current(child.id, f"rollback {role}")
     return child

@@ -43,8 +43,7 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
     Usable as a context manager (closes on exit). Thread-safe.
     """
 
-    def __init__(self, run_dir: str | Path, *, create: bool = True, compress: int = 0,
-                 read_only: bool = False) -> None:
+    def __init__(self, run_dir: str | Path, *, create: bool = True, compress: int = 0, read_only: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.compress = int(compress)  # zlib level for new JSON blobs; 0 stores them raw
         self.path = self.run_dir / DB_NAME
@@ -137,8 +136,9 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
                 conn.execute("BEGIN IMMEDIATE")
                 for stmt in split_sql(SCHEMA):
                     conn.execute(stmt)
-                conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                             (SCHEMA_VERSION, time.time()))
+                conn.execute(
+                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (SCHEMA_VERSION, time.time())
+                )
                 conn.execute("COMMIT")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
@@ -167,8 +167,10 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
             raise RunDirError(f"not an evolvekit archive: {self.path} ({e})") from e
         version = row[0] if row else None
         if version != SCHEMA_VERSION:
-            raise ArchiveError(f"{self.path} has archive schema v{version}; this evolvekit reads v{SCHEMA_VERSION} "
-                               "(open it once with evolve archive list to bring an older one up to date)")
+            raise ArchiveError(
+                f"{self.path} has archive schema v{version}; this evolvekit reads v{SCHEMA_VERSION} "
+                "(open it once with evolve archive list to bring an older one up to date)"
+            )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -301,7 +303,9 @@ class Archive(SystemsMixin, TrajectoriesMixin, ExportMixin):
         """Set a run-state value (JSON-serializable); overwrites the previous value."""
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
         with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO state (key, value, updated_at) VALUES (?, ?, ?)", (key, text, time.time()))
+            c.execute(
+                "INSERT OR REPLACE INTO state (key, value, updated_at) VALUES (?, ?, ?)", (key, text, time.time())
+            )
 
     def get_state(self, key: str, default: JSON = None) -> JSON:
         """A run-state value, or ``default``."""

@@ -61,7 +61,9 @@ class SystemsMixin:
                 q = f"SELECT id FROM systems WHERE id IN ({','.join('?' * len(chunk))})"
                 known.update(r[0] for r in c.execute(q, tuple(chunk)))
             if sid in known:
-                old = tuple(r[0] for r in c.execute("SELECT parent FROM lineage WHERE child = ? ORDER BY position", (sid,)))
+                old = tuple(
+                    r[0] for r in c.execute("SELECT parent FROM lineage WHERE child = ? ORDER BY position", (sid,))
+                )
                 if old != parents:
                     c.execute(
                         "INSERT INTO rediscoveries (id, parents, operator, rationale, generation, created_at) "
@@ -107,7 +109,12 @@ class SystemsMixin:
             raise ArchiveError("empty system id")
         if c.execute("SELECT 1 FROM systems WHERE id = ?", (p,)).fetchone():
             return p
-        rows = [r[0] for r in c.execute("SELECT id FROM systems WHERE id >= ? AND id < ? ORDER BY id LIMIT 11", (p, p + "\uffff"))]
+        rows = [
+            r[0]
+            for r in c.execute(
+                "SELECT id FROM systems WHERE id >= ? AND id < ? ORDER BY id LIMIT 11", (p, p + "\uffff")
+            )
+        ]
         if not rows:
             raise ArchiveError(f"no system {ref!r} in {self.run_dir}")
         if len(rows) > 1:
@@ -238,7 +245,14 @@ class SystemsMixin:
         with self._read() as c:
             rows = c.execute(q + " ORDER BY seq", args).fetchall()
         return [
-            {"id": r[0], "parents": json.loads(r[1]), "operator": r[2], "rationale": r[3], "generation": r[4], "created_at": r[5]}
+            {
+                "id": r[0],
+                "parents": json.loads(r[1]),
+                "operator": r[2],
+                "rationale": r[3],
+                "generation": r[4],
+                "created_at": r[5],
+            }
             for r in rows
         ]
 

@@ -130,8 +130,15 @@ class TrajectoriesMixin:
                 raw += c.execute(q, tuple(chunk)).fetchall()
         return {k: Trajectory.model_validate_json(unpack(enc, data)) for k, enc, data in raw}
 
-    def outcomes(self, *, keys: Sequence[str] = (), system_ids: Sequence[str] = (), split: str = "train",
-                 generations: Sequence[int] = (), explore: bool = False) -> dict[str, tuple[str, float, bool]]:
+    def outcomes(
+        self,
+        *,
+        keys: Sequence[str] = (),
+        system_ids: Sequence[str] = (),
+        split: str = "train",
+        generations: Sequence[int] = (),
+        explore: bool = False,
+    ) -> dict[str, tuple[str, float, bool]]:
         """``key -> (task id, score, failed)`` without decoding the trajectories: the rollouts among
         ``keys``, and with ``explore`` also every non-evaluation rollout (an operator's samples) of
         ``system_ids`` on ``split`` made in ``generations``."""
@@ -143,8 +150,10 @@ class TrajectoriesMixin:
                 out.update({k: (t, float(s), bool(e)) for k, t, s, e in c.execute(q, tuple(chunk))})
             if explore and system_ids and generations:
                 ids, gens = list(dict.fromkeys(system_ids)), sorted({int(g) for g in generations})
-                q = (f"SELECT {cols} FROM trajectories WHERE phase != 'eval' AND split = ? AND "
-                     f"system_id IN ({','.join('?' * len(ids))}) AND generation IN ({','.join('?' * len(gens))})")
+                q = (
+                    f"SELECT {cols} FROM trajectories WHERE phase != 'eval' AND split = ? AND "
+                    f"system_id IN ({','.join('?' * len(ids))}) AND generation IN ({','.join('?' * len(gens))})"
+                )
                 out.update({k: (t, float(s), bool(e)) for k, t, s, e in c.execute(q, (split, *ids, *gens))})
         return out
 
@@ -159,7 +168,12 @@ class TrajectoriesMixin:
     ) -> list[TrajectoryRow]:
         """Stored trajectories with their key/split/phase/generation, in insertion order."""
         where, args = [], []
-        for col, val in (("t.system_id", system_id), ("t.split", split), ("t.phase", phase), ("t.generation", generation)):
+        for col, val in (
+            ("t.system_id", system_id),
+            ("t.split", split),
+            ("t.phase", phase),
+            ("t.generation", generation),
+        ):
             if val is not None:
                 where.append(f"{col} = ?")
                 args.append(val)
@@ -176,7 +190,9 @@ class TrajectoriesMixin:
         with self._read() as c:
             raw = c.execute(q, tuple(args)).fetchall()
         return [
-            TrajectoryRow(key=k, split=s, phase=p, generation=g, trajectory=Trajectory.model_validate_json(unpack(enc, data)))
+            TrajectoryRow(
+                key=k, split=s, phase=p, generation=g, trajectory=Trajectory.model_validate_json(unpack(enc, data))
+            )
             for k, s, p, g, enc, data in raw
         ]
 
@@ -203,8 +219,9 @@ class TrajectoriesMixin:
             ).fetchone()
         return None if not n else (float(mean), int(n))
 
-    def task_scores(self, system_id: str, split: str, phase: str = "eval", *,
-                    samples: int | None = None) -> dict[str, float]:
+    def task_scores(
+        self, system_id: str, split: str, phase: str = "eval", *, samples: int | None = None
+    ) -> dict[str, float]:
         """``task_id -> mean score over samples`` for the system on that split and phase
         (with ``samples``: over the sample indices below it only)."""
         with self._read() as c:
@@ -235,8 +252,9 @@ class TrajectoriesMixin:
             ).fetchall()
         return [(s, p, float(m), int(n)) for s, p, m, n in rows]
 
-    def rollout_metrics(self, system_id: str, split: str, phase: str = "eval", *,
-                        samples: int | None = None) -> dict[str, float]:
+    def rollout_metrics(
+        self, system_id: str, split: str, phase: str = "eval", *, samples: int | None = None
+    ) -> dict[str, float]:
         """Means per stored rollout of the system on that split and phase (with ``samples``:
         sample indices below it only): ``cost`` (money), ``calls`` (LLM calls) and
         ``latency`` (seconds); empty when it has none."""
@@ -248,21 +266,34 @@ class TrajectoriesMixin:
             ).fetchone()
         return {} if not n else {"cost": float(cost), "calls": float(calls), "latency": float(latency)}
 
-    def failure_stats(self, *, phase: str | None = "eval", system_id: str | None = None,
-                      other_than: str | None = None, split: str | None = None) -> tuple[int, list[str]]:
+    def failure_stats(
+        self,
+        *,
+        phase: str | None = "eval",
+        system_id: str | None = None,
+        other_than: str | None = None,
+        split: str | None = None,
+    ) -> tuple[int, list[str]]:
         """``(rollouts, failure messages)`` of the stored rollouts of one phase (None: all), of one
         system (or of every system but ``other_than``), on one split or all."""
         where, args = ["1 = 1"], []
-        for cond, val in (("t.phase = ?", phase), ("t.system_id = ?", system_id), ("t.system_id != ?", other_than),
-                          ("t.split = ?", split)):
+        for cond, val in (
+            ("t.phase = ?", phase),
+            ("t.system_id = ?", system_id),
+            ("t.system_id != ?", other_than),
+            ("t.split = ?", split),
+        ):
             if val is not None:
                 where.append(cond)
                 args.append(val)
         q = " AND ".join(where)
         with self._read() as c:
             n = int(c.execute(f"SELECT COUNT(*) FROM trajectories t WHERE {q}", tuple(args)).fetchone()[0])
-            raw = c.execute("SELECT d.enc, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
-                            f"WHERE {q} AND (t.error = 1 OR t.reward_error = 1) ORDER BY t.seq", tuple(args)).fetchall()
+            raw = c.execute(
+                "SELECT d.enc, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
+                f"WHERE {q} AND (t.error = 1 OR t.reward_error = 1) ORDER BY t.seq",
+                tuple(args),
+            ).fetchall()
         msgs = []
         for enc, data in raw:
             t = Trajectory.model_validate_json(unpack(enc, data))
@@ -272,16 +303,21 @@ class TrajectoriesMixin:
     def rollout_counts(self) -> dict[tuple[str, str], dict[str, int]]:
         """``(split, phase) -> {rollouts, failed, reward_errors}`` over every stored rollout."""
         with self._read() as c:
-            rows = c.execute("SELECT split, phase, COUNT(*), SUM(error), SUM(reward_error) FROM trajectories "
-                             "GROUP BY split, phase").fetchall()
-        return {(s, p): {"rollouts": int(n), "failed": int(e or 0), "reward_errors": int(r or 0)}
-                for s, p, n, e, r in rows}
+            rows = c.execute(
+                "SELECT split, phase, COUNT(*), SUM(error), SUM(reward_error) FROM trajectories GROUP BY split, phase"
+            ).fetchall()
+        return {
+            (s, p): {"rollouts": int(n), "failed": int(e or 0), "reward_errors": int(r or 0)} for s, p, n, e, r in rows
+        }
 
     def out_of_range(self, low: float, high: float) -> dict[str, dict[str, float]]:
         """``split -> {n, min, max}`` of the stored rollouts whose score lies outside [low, high]."""
         with self._read() as c:
-            rows = c.execute("SELECT split, COUNT(*), MIN(score), MAX(score) FROM trajectories "
-                             "WHERE score < ? OR score > ? GROUP BY split", (low, high)).fetchall()
+            rows = c.execute(
+                "SELECT split, COUNT(*), MIN(score), MAX(score) FROM trajectories "
+                "WHERE score < ? OR score > ? GROUP BY split",
+                (low, high),
+            ).fetchall()
         return {s: {"n": int(n), "min": float(lo), "max": float(hi)} for s, n, lo, hi in rows}
 
     def max_calls(self) -> int:

@@ -91,9 +91,7 @@ def list_systems(
         current = archive.current()
     if last is not None:
         records = records[-last:] if last > 0 else []
-    table = Table(
-        title=f"{run_dir}: {len(records)} systems", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-    )
+    table = Table(title=f"{run_dir}: {len(records)} systems", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("", no_wrap=True, width=1)
     table.add_column("id", no_wrap=True, min_width=_ID)
     table.add_column("gen", justify="right", no_wrap=True)
@@ -126,8 +124,9 @@ def show(
     run_dir: Path = RunDir,
     system: str = SystemArg,
     trajectories: int = typer.Option(3, "--trajectories", "-t", help="How many example trajectories to summarize."),
-    graph: Path | None = typer.Option(None, "--graph", help="Also draw the system's workflow graph to this PNG.",
-                                         show_default=False),
+    graph: Path | None = typer.Option(
+        None, "--graph", help="Also draw the system's workflow graph to this PNG.", show_default=False
+    ),
 ) -> None:
     """One system: its record, lineage, scores per split, workflow graph, JSON and example trajectories."""
     with _archive(run_dir) as archive:
@@ -140,7 +139,9 @@ def show(
         rows = archive.trajectory_rows(sid, phase="eval", limit=trajectories) if trajectories > 0 else []
         if len(rows) < trajectories:
             seen = {r.key for r in rows}
-            rows += [r for r in archive.trajectory_rows(sid, limit=trajectories) if r.key not in seen][: trajectories - len(rows)]
+            rows += [r for r in archive.trajectory_rows(sid, limit=trajectories) if r.key not in seen][
+                : trajectories - len(rows)
+            ]
     views = _views(sysobj, graph)
     out = _out()
     title = Text(f"system {sid}", style="bold")
@@ -187,7 +188,11 @@ def show(
         tt.add_column("feedback / error", overflow="fold")
         for r in rows:
             t = r.trajectory
-            note = t.error or (t.reward.error if t.reward and t.reward.error else "") or (t.reward.feedback if t.reward else "")
+            note = (
+                t.error
+                or (t.reward.error if t.reward and t.reward.error else "")
+                or (t.reward.feedback if t.reward else "")
+            )
             note = " ".join(note.split())
             if len(note) > 200:
                 note = note[:197] + "..."
@@ -240,8 +245,10 @@ def diff(
     table.add_column("b", overflow="fold")
     long_text: list[tuple[str, str, str]] = []
     for path, va, vb in changes:
-        if isinstance(va, str) and isinstance(vb, str) and (
-            len(va) > _LONG_TEXT or len(vb) > _LONG_TEXT or "\n" in va or "\n" in vb
+        if (
+            isinstance(va, str)
+            and isinstance(vb, str)
+            and (len(va) > _LONG_TEXT or len(vb) > _LONG_TEXT or "\n" in va or "\n" in vb)
         ):
             long_text.append((path, va, vb))
             table.add_row(Text(path), Text("(text, see below)", style="dim"), Text("(text, see below)", style="dim"))
@@ -254,7 +261,15 @@ def diff(
             va.splitlines(), vb.splitlines(), fromfile=f"a/{path}", tofile=f"b/{path}", lineterm="", n=2
         )
         for line in lines:
-            style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+            style = (
+                "green"
+                if line.startswith("+")
+                else "red"
+                if line.startswith("-")
+                else "cyan"
+                if line.startswith("@@")
+                else ""
+            )
             out.print(Text(line, style=style), soft_wrap=True)
 
 

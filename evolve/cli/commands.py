@@ -19,9 +19,14 @@ from rich.console import Console
 
 from evolve.errors import ArchiveError, EvolveError, InfraError, RunFailed, UserError
 
-app = typer.Typer(name="evolve", help="Evolve agent systems from their own experience.", no_args_is_help=True,
-                  add_completion=True, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})
+app = typer.Typer(
+    name="evolve",
+    help="Evolve agent systems from their own experience.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
 def _print_version(value: bool) -> None:
@@ -33,15 +38,17 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
-                                       help="Print evolvekit's version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True, help="Print evolvekit's version and exit."
+    ),
+) -> None:
     """Evolve agent systems from their own experience."""
+
 
 from evolve.scoring.progress import RichObserver, console  # noqa: E402  (the CLI's progress display and stderr)
 
 SET_HELP = "Override any task-file field, e.g. --set budget.generations=2 (repeatable)."
-
-
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -65,7 +72,9 @@ def _print_report(report: dict[str, Any]) -> None:
     if g is not None:
         c = (report.get("paired") or {}).get("test") or {}
         ci = f" ({interval_text(c)}, sign test p={c['p']:.2g})" if c.get("ci95") is not None else ""
-        Console().print(f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]{ci}   report: {report['run_dir']}/report.md")
+        Console().print(
+            f"held-out test gain: [bold]{100 * g:+.1f} points[/bold]{ci}   report: {report['run_dir']}/report.md"
+        )
 
 
 def _money(usd: float | None) -> str:
@@ -76,9 +85,12 @@ def _print_estimate(est: dict[str, Any]) -> None:
     from rich.table import Table
 
     sz = est["sizes"]
-    t = Table(title=f"dry run: {est['task']} (seed {est['seed']}), train {sz['train']} / val {sz['val']} / test "
-                    f"{sz['test']}, minibatch {sz['minibatch']}", caption="calls: LLM calls in rollouts; op calls: "
-                    "operators' own LLM calls; par→kids: parents → children proposed; tokens~: estimated")
+    t = Table(
+        title=f"dry run: {est['task']} (seed {est['seed']}), train {sz['train']} / val {sz['val']} / test "
+        f"{sz['test']}, minibatch {sz['minibatch']}",
+        caption="calls: LLM calls in rollouts; op calls: "
+        "operators' own LLM calls; par→kids: parents → children proposed; tokens~: estimated",
+    )
     for col in ("phase", "par→kids", "rollouts", "calls", "op calls", "tokens~", "money"):
         t.add_column(col, justify="left" if col == "phase" else "right", no_wrap=col == "phase")
     unknown_ops = any(not o["declared"] for o in est["operators"])
@@ -86,8 +98,9 @@ def _print_estimate(est: dict[str, Any]) -> None:
     def add(r: dict[str, Any], style: str | None = None) -> None:
         op = f"{r['op_calls']}" + ("+?" if unknown_ops and r["phase"].startswith("gen") else "")
         kids = f"{r['parents']}→{r['children']}" if r.get("parents") else ""
-        t.add_row(r["phase"], kids, str(r["rollouts"]),
-                  str(r["calls"]), op, f"{r['tokens']:,}", _money(r["usd"]), style=style)
+        t.add_row(
+            r["phase"], kids, str(r["rollouts"]), str(r["calls"]), op, f"{r['tokens']:,}", _money(r["usd"]), style=style
+        )
 
     for r in est["phases"]:
         add(r, "red" if est["stop"] and r["phase"] == est["stop"]["phase"] else None)
@@ -98,12 +111,15 @@ def _print_estimate(est: dict[str, Any]) -> None:
     out = Console()
     out.print(t)
     for o in est["operators"]:
-        own = (f"{o['rollouts']} rollouts, {o['llm_calls']} LLM calls" if o["declared"] else "unknown own cost")
+        own = f"{o['rollouts']} rollouts, {o['llm_calls']} LLM calls" if o["declared"] else "unknown own cost"
         out.print(f"operator {o['name']}: per parent {own}, {o['children']} children", highlight=False)
     stop = est["stop"]
     if stop:
-        out.print(f"[bold]{stop['limit']} stops the run in {stop['phase']}[/bold], after {stop['rollouts']} rollouts "
-                  f"(~{stop['calls']} LLM calls); the final test scoring still runs", highlight=False)
+        out.print(
+            f"[bold]{stop['limit']} stops the run in {stop['phase']}[/bold], after {stop['rollouts']} rollouts "
+            f"(~{stop['calls']} LLM calls); the final test scoring still runs",
+            highlight=False,
+        )
     else:
         out.print("no budget stops the plan early", highlight=False)
     for note in est["notes"]:
@@ -121,13 +137,22 @@ def resume_command(task_file: Path, run_dir: Path | None, sets: list[str]) -> st
 @app.command()
 def run(
     task_file: Path = typer.Argument(..., help="The task YAML."),
-    out: Path | None = typer.Option(None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Run directory (default: the task's 'out' or runs/NAME-seedN)."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing all finished work."),
-    fresh: bool = typer.Option(False, "--fresh", help="Start the run in --out over; the earlier run is moved aside "
-                               "to OUT.replaced-TIME, never deleted."),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Start the run in --out over; the earlier run is moved aside to OUT.replaced-TIME, never deleted.",
+    ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the rollouts, LLM calls, tokens and money the run "
-                                 "would spend (a maximum), and where a budget would stop it; run nothing."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the rollouts, LLM calls, tokens and money the run "
+        "would spend (a maximum), and where a budget would stop it; run nothing.",
+    ),
 ) -> None:
     """Run an evolution job: bootstrap, evolve, score on held-out tasks, write the report."""
     from evolve.api import run_task
@@ -146,12 +171,17 @@ def run(
         if where is None:
             console.print("interrupted before the run started", highlight=False)
         else:
-            console.print(f"interrupted; what finished is kept. Continue with:\n  "
-                          f"{resume_command(task_file, where, set_)}", highlight=False, soft_wrap=True)
+            console.print(
+                f"interrupted; what finished is kept. Continue with:\n  {resume_command(task_file, where, set_)}",
+                highlight=False,
+                soft_wrap=True,
+            )
         raise SystemExit(130) from None
     except InfraError as e:
-        raise InfraError(f"{e}\nNothing it could not score was stored as a score. When it is fixed, continue with:\n  "
-                         f"{resume_command(task_file, obs.run_dir or out, set_)}") from None
+        raise InfraError(
+            f"{e}\nNothing it could not score was stored as a score. When it is fixed, continue with:\n  "
+            f"{resume_command(task_file, obs.run_dir or out, set_)}"
+        ) from None
     _print_report(report)
 
 
@@ -182,8 +212,10 @@ def eval_(
 
 
 @app.command()
-def init(path: Path = typer.Argument(Path("task.yaml"), help="Where to write the new task file."),
-         force: bool = typer.Option(False, "--force", help="Overwrite an existing file.")) -> None:
+def init(
+    path: Path = typer.Argument(Path("task.yaml"), help="Where to write the new task file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
     """Write a commented task-file template to start from."""
     from evolve.api import TEMPLATE
 

@@ -56,8 +56,9 @@ def radius(n: int, alpha: float, rho_n: int) -> float:
     return math.sqrt((v + rho) * math.log((v + rho) / (rho * (alpha / 2) ** 2))) / n
 
 
-def decide(cand: list[float], active: list[float], cfg: dict[str, Any], *, started: float,
-           now: float | None = None) -> tuple[str, dict[str, Any]]:
+def decide(
+    cand: list[float], active: list[float], cfg: dict[str, Any], *, started: float, now: float | None = None
+) -> tuple[str, dict[str, Any]]:
     """(``promote`` | ``stop`` | ``expire`` | ``wait``, the evidence)."""
     now = time.time() if now is None else now
     c = [min(1.0, max(0.0, float(x))) for x in cand]
@@ -72,10 +73,18 @@ def decide(cand: list[float], active: list[float], cfg: dict[str, Any], *, start
     if mc is not None and ma is not None:
         lower, upper, diff = (mc - rc) - (ma + ra), (mc + rc) - (ma - ra), mc - ma
     hours = (now - started) / 3600
-    ev = {"candidate_sessions": len(c), "active_sessions": len(a), "candidate_mean": mc, "active_mean": ma,
-          "diff": diff, "lower": lower if math.isfinite(lower) else None,
-          "upper": upper if math.isfinite(upper) else None, "alpha": alpha, "margin": margin,
-          "hours": round(hours, 3)}
+    ev = {
+        "candidate_sessions": len(c),
+        "active_sessions": len(a),
+        "candidate_mean": mc,
+        "active_mean": ma,
+        "diff": diff,
+        "lower": lower if math.isfinite(lower) else None,
+        "upper": upper if math.isfinite(upper) else None,
+        "alpha": alpha,
+        "margin": margin,
+        "hours": round(hours, 3),
+    }
     if c and a and upper < 0:
         return "stop", ev
     if c and a and len(c) >= rho_n and lower >= -margin:
@@ -97,8 +106,9 @@ def arm_scores(store: Any, canary: dict[str, Any], route: str | None = None) -> 
     return cand, act
 
 
-def check(archive: Any, store: Any, *, now: float | None = None, by: str = "canary",
-          route: str | None = None) -> dict[str, Any] | None:
+def check(
+    archive: Any, store: Any, *, now: float | None = None, by: str = "canary", route: str | None = None
+) -> dict[str, Any] | None:
     """Run the canary's test on the trace store's feedback and act on its decision (in one archive
     transaction). None when no canary is under way; else ``{"decision", "evidence", "system"}``."""
     dep = Deployment(archive)
@@ -115,8 +125,9 @@ def check(archive: Any, store: Any, *, now: float | None = None, by: str = "cana
     return {"decision": decision, "evidence": ev, "system": sid}
 
 
-def end_expired(archive: Any, store: Any = None, *, now: float | None = None, by: str = "canary",
-                route: str | None = None) -> dict[str, Any] | None:
+def end_expired(
+    archive: Any, store: Any = None, *, now: float | None = None, by: str = "canary", route: str | None = None
+) -> dict[str, Any] | None:
     """End a canary that has run for ``max_hours``, feedback or not: the test decides on the feedback
     in ``store`` (a trace store, when given; else none is read) and, undecided, the candidate is
     rolled back and the active system keeps serving. None when no canary is under way or it has time
@@ -138,28 +149,38 @@ def end_expired(archive: Any, store: Any = None, *, now: float | None = None, by
 
 def _act(dep: Deployment, decision: str, ev: dict[str, Any], sid: str, can: dict[str, Any], by: str) -> None:
     # the decision holds only for the canary it was taken on: checked again inside the transaction
-    guard: dict[str, Any] = {"expect": {sid: "canary"}, "expect_canary": can.get("salt"), "expect_active": can.get("active")}
+    guard: dict[str, Any] = {
+        "expect": {sid: "canary"},
+        "expect_canary": can.get("salt"),
+        "expect_active": can.get("active"),
+    }
     if decision == "promote":
         to = "pending" if can.get("approval") else "active"
-        why = (f"canary: {ev['candidate_sessions']} candidate sessions score {100 * ev['candidate_mean']:.1f}% against "
-               f"{100 * ev['active_mean']:.1f}% ({ev['active_sessions']} sessions); surely no worse than "
-               f"-{100 * ev['margin']:.1f} points (lower bound {100 * ev['lower']:+.1f})"
-               + ("; waiting for approval" if to == "pending" else ""))
+        why = (
+            f"canary: {ev['candidate_sessions']} candidate sessions score {100 * ev['candidate_mean']:.1f}% against "
+            f"{100 * ev['active_mean']:.1f}% ({ev['active_sessions']} sessions); surely no worse than "
+            f"-{100 * ev['margin']:.1f} points (lower bound {100 * ev['lower']:+.1f})"
+            + ("; waiting for approval" if to == "pending" else "")
+        )
         dep.apply([Move(sid, to, by, why, ev)], canary=None, **guard)
     elif decision in ("stop", "expire"):
-        why = (f"canary: the candidate is worse on live traffic ({100 * ev['candidate_mean']:.1f}% against "
-               f"{100 * ev['active_mean']:.1f}%, upper bound {100 * ev['upper']:+.1f} points); rolled back"
-               if decision == "stop" else
-               _undecided(ev, can))
+        why = (
+            f"canary: the candidate is worse on live traffic ({100 * ev['candidate_mean']:.1f}% against "
+            f"{100 * ev['active_mean']:.1f}%, upper bound {100 * ev['upper']:+.1f} points); rolled back"
+            if decision == "stop"
+            else _undecided(ev, can)
+        )
         dep.apply([Move(sid, "rolled_back", by, why, ev)], canary=None, **guard)
 
 
 def _undecided(ev: dict[str, Any], can: dict[str, Any]) -> str:
     n = ev.get("candidate_sessions")
-    return (f"canary: undecided after {ev['hours']:.1f} h" + (f" and {n} scored candidate sessions" if n is not None
-                                                              else "")
-            + f" (max_hours {float(can['max_hours']):g}, max_sessions {can['max_sessions']}); not promoted, the "
-            "active system keeps serving")
+    return (
+        f"canary: undecided after {ev['hours']:.1f} h"
+        + (f" and {n} scored candidate sessions" if n is not None else "")
+        + f" (max_hours {float(can['max_hours']):g}, max_sessions {can['max_sessions']}); not promoted, the "
+        "active system keeps serving"
+    )
 
 
 __all__ = ["arm_scores", "check", "decide", "end_expired", "expired", "in_canary", "radius"]

@@ -20,13 +20,22 @@ def promote_command(
     task_file: Path = typer.Argument(..., help="The task YAML with the deploy: section (the run's task file)."),
     run_dir: Path = typer.Argument(..., help="The run directory."),
     system: str | None = typer.Option(None, "--system", help="System id (prefix); default: the latest proposed."),
-    approve: bool = typer.Option(False, "--approve", help="Approve the system waiting for approval: it becomes active."),
+    approve: bool = typer.Option(
+        False, "--approve", help="Approve the system waiting for approval: it becomes active."
+    ),
     by: str | None = typer.Option(None, "--by", help="Who decides (recorded in the audit trail); default: $USER."),
-    repin: bool = typer.Option(False, "--repin", help="Accept the reward and suites as they are now (after a change "
-                               "you reviewed) and pin them again."),
+    repin: bool = typer.Option(
+        False,
+        "--repin",
+        help="Accept the reward and suites as they are now (after a change you reviewed) and pin them again.",
+    ),
     set_: list[str] = typer.Option([], "--set", help="Override a task-file value: --set deploy.canary.share=0.2"),
-    accept_read: list[Path] = typer.Option([], "--accept-read", help="A file a gate was seen reading that the pins "
-                                           "did not hold: show it and its sha256, and pin it as it is (repeatable)."),
+    accept_read: list[Path] = typer.Option(
+        [],
+        "--accept-read",
+        help="A file a gate was seen reading that the pins "
+        "did not hold: show it and its sha256, and pin it as it is (repeatable).",
+    ),
 ) -> None:
     """Take a candidate through the deploy policy: integrity checks, gates, then canary, approval or activation."""
     from evolve.deploy.manage import approve as approve_
@@ -92,8 +101,10 @@ def status_command(
         line = f"canary: {can['system'][:12]} on {100 * can['share']:g}% of new sessions since {_when(can['started'])}"
         test = st.get("canary_test")
         if test:
-            line += (f"; {test['candidate_sessions']} vs {test['active_sessions']} scored sessions, "
-                     f"test says {test['decision']}")
+            line += (
+                f"; {test['candidate_sessions']} vs {test['active_sessions']} scored sessions, "
+                f"test says {test['decision']}"
+            )
         if st.get("canary_expired"):
             line += f"; past max_hours ({can['max_hours']:g} h): ended, not promoted, at the gateway's next call"
         out.print(Text(line))
@@ -103,12 +114,22 @@ def status_command(
     out.print(states)
     trail = Table("when", "system", "move", "by", "why", title="audit trail", title_justify="left")
     for e in st["trail"][-20:]:
-        trail.add_row(_when(e["created_at"]), e["system"][:12], f"{e['from'] or '-'} -> {e['to']}", str(e["by"]),
-                      Text(str(e["why"])[:200]))
+        trail.add_row(
+            _when(e["created_at"]),
+            e["system"][:12],
+            f"{e['from'] or '-'} -> {e['to']}",
+            str(e["by"]),
+            Text(str(e["why"])[:200]),
+        )
     out.print(trail)
     for f, sha in st["unaccepted"].items():
-        out.print(Text(f"waiting for a person: the evaluation read {f} (sha256 {sha}), which the pins do not hold; "
-                       f"look at it, then evolve promote TASK RUN --accept-read {f}", style="yellow"))
+        out.print(
+            Text(
+                f"waiting for a person: the evaluation read {f} (sha256 {sha}), which the pins do not hold; "
+                f"look at it, then evolve promote TASK RUN --accept-read {f}",
+                style="yellow",
+            )
+        )
     for p in st["problems"]:
         out.print(Text(f"inconsistent: {p}", style="red"))
     if st["problems"]:

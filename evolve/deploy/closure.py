@@ -83,18 +83,28 @@ def _probe(modules: list[str], base_dir: Path) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="evolve-pins-") as tmp:
         req, out = Path(tmp) / "req.json", Path(tmp) / "out.json"
-        req.write_text(json.dumps({"path": [str(base_dir)] + [p for p in sys.path if p != str(base_dir)],
-                                   "modules": modules, "out": str(out),
-                                   "installed": [str(r) + os.sep for r in _installed_roots()]}))
+        req.write_text(
+            json.dumps(
+                {
+                    "path": [str(base_dir)] + [p for p in sys.path if p != str(base_dir)],
+                    "modules": modules,
+                    "out": str(out),
+                    "installed": [str(r) + os.sep for r in _installed_roots()],
+                }
+            )
+        )
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         try:
-            proc = subprocess.run([sys.executable, "-c", _PROBE, str(req)], env=env, capture_output=True, text=True,
-                                  timeout=300)
+            proc = subprocess.run(
+                [sys.executable, "-c", _PROBE, str(req)], env=env, capture_output=True, text=True, timeout=300
+            )
         except subprocess.TimeoutExpired:
             raise DeployError(f"pinning the evaluation: importing {', '.join(modules)} took over 300 s") from None
         if proc.returncode != 0 or not out.is_file():
-            raise DeployError(f"pinning the evaluation: importing {', '.join(modules)} in a child process failed: "
-                              f"{(proc.stderr or '').strip()[-500:]}")
+            raise DeployError(
+                f"pinning the evaluation: importing {', '.join(modules)} in a child process failed: "
+                f"{(proc.stderr or '').strip()[-500:]}"
+            )
         res = json.loads(out.read_text())
     if res["errors"]:
         raise DeployError("pinning the evaluation: " + "; ".join(res["errors"]))
@@ -219,8 +229,11 @@ def code_pins(modules: list[str], base_dir: Path) -> tuple[dict[str, Any], list[
             if f.is_file() and any(under(f, r) for r in roots) and "__pycache__" not in f.parts:
                 files.add(f)
     module_files = {m["file"] for m in mods.values()}
-    return {"modules": mods, "packages": packages,
-            "files": {str(f): file_sha(f) for f in sorted(files) if str(f) not in module_files}}, roots
+    return {
+        "modules": mods,
+        "packages": packages,
+        "files": {str(f): file_sha(f) for f in sorted(files) if str(f) not in module_files},
+    }, roots
 
 
 __all__ = ["code_pins", "file_sha", "under"]

@@ -72,38 +72,49 @@ def run_splits(cfg: Any, base_dir: Path, archive: Any) -> dict[str, list[dict]]:
 
 def split_tasks(cfg: Any, splits: dict[str, list[dict]]) -> Callable[[str], list[dict]]:
     """``split -> tasks`` as a session gives them (``engine.val_size`` / ``test_size`` applied)."""
+
     def tasks(split: str) -> list[dict]:
         limit = {"val": cfg.engine.val_size, "test": cfg.engine.test_size}.get(split)
         return list(splits.get(split, [])[:limit] if limit else splits.get(split, []))
+
     return tasks
 
 
-def suite_tasks(suite: Any, tasks_of: Callable[[str], list[dict]], base_dir: Path,
-                has: Any = None) -> list[dict]:
+def suite_tasks(suite: Any, tasks_of: Callable[[str], list[dict]], base_dir: Path, has: Any = None) -> list[dict]:
     """The tasks ``suite`` scores on: a split (``tasks_of(split)``) or its JSONL file."""
     if suite.tasks in SPLITS:
         if suite.tasks == "gate" and has is not None and "gate" not in has:
-            raise ConfigError(f"suite {suite.name!r} gates on the gate split, and this run has none: it scored tasks "
-                              "before its deploy: policy gated on the gate split, so its selection saw every task. "
-                              "Give the suite a JSONL file of tasks the run never saw (tasks: FILE.jsonl), or "
-                              "tasks: test", path=f"deploy.{suite.name}.tasks")
+            raise ConfigError(
+                f"suite {suite.name!r} gates on the gate split, and this run has none: it scored tasks "
+                "before its deploy: policy gated on the gate split, so its selection saw every task. "
+                "Give the suite a JSONL file of tasks the run never saw (tasks: FILE.jsonl), or "
+                "tasks: test",
+                path=f"deploy.{suite.name}.tasks",
+            )
         tasks = tasks_of(suite.tasks)
     else:
         path = (base_dir / suite.tasks).resolve()
         if not path.is_file():
-            raise ConfigError(f"suite {suite.name!r}: no task file {path}; give a JSONL file of tasks or a split "
-                              f"({', '.join(SPLITS)})", path=f"deploy.{suite.name}.tasks")
+            raise ConfigError(
+                f"suite {suite.name!r}: no task file {path}; give a JSONL file of tasks or a split "
+                f"({', '.join(SPLITS)})",
+                path=f"deploy.{suite.name}.tasks",
+            )
         tasks = []
         for i, line in enumerate(path.read_text().splitlines()):
             if line.strip():
                 try:
                     t = json.loads(line)
                 except ValueError as e:
-                    raise ConfigError(f"suite {suite.name!r}: line {i + 1} of {path} is not JSON ({e})",
-                                      path=f"deploy.{suite.name}.tasks") from None
+                    raise ConfigError(
+                        f"suite {suite.name!r}: line {i + 1} of {path} is not JSON ({e})",
+                        path=f"deploy.{suite.name}.tasks",
+                    ) from None
                 if not isinstance(t, dict):
-                    raise ConfigError(f"suite {suite.name!r}: line {i + 1} of {path} is not a JSON object",
-                                      path=f"deploy.{suite.name}.tasks")
+                    raise ConfigError(
+                        f"suite {suite.name!r}: line {i + 1} of {path} is not a JSON object",
+                        path=f"deploy.{suite.name}.tasks",
+                    )
                 tasks.append({"id": f"{suite.name}-{i}", **t})
     tasks = tasks[: suite.limit] if suite.limit else tasks
     if not tasks:
@@ -150,21 +161,44 @@ def regression(suite: Any, cand: list[Trajectory], active: list[Trajectory]) -> 
     worse = sorted((k for k in common if c[k] < a[k]), key=lambda k: (c[k] - a[k], k))
     cm = sum(c[k] for k in common) / n if n else None
     am = sum(a[k] for k in common) / n if n else None
-    res = SuiteResult(suite.name, "regression", passed=n >= suite.min_tasks and lower >= -suite.margin, n=n,
-                      candidate=cm, active=am, diff=mean, lower=lower, worse_tasks=worse[:50],
-                      checks={"risk": suite.risk, "margin": suite.margin, "min_tasks": suite.min_tasks,
-                              "better": sum(1 for x in d if x > 0), "worse": len(worse)})
+    res = SuiteResult(
+        suite.name,
+        "regression",
+        passed=n >= suite.min_tasks and lower >= -suite.margin,
+        n=n,
+        candidate=cm,
+        active=am,
+        diff=mean,
+        lower=lower,
+        worse_tasks=worse[:50],
+        checks={
+            "risk": suite.risk,
+            "margin": suite.margin,
+            "min_tasks": suite.min_tasks,
+            "better": sum(1 for x in d if x > 0),
+            "worse": len(worse),
+        },
+    )
     if n < suite.min_tasks:
-        res.message = (f"{suite.name}: decided on {n} tasks, fewer than min_tasks={suite.min_tasks}; give the suite "
-                       "more tasks" + (" (the gate split holds deploy.gate_share of the val tasks, chosen when the "
-                                       "run starts; or give the suite a task file)" if suite.tasks == "gate" else ""))
+        res.message = (
+            f"{suite.name}: decided on {n} tasks, fewer than min_tasks={suite.min_tasks}; give the suite "
+            "more tasks"
+            + (
+                " (the gate split holds deploy.gate_share of the val tasks, chosen when the "
+                "run starts; or give the suite a task file)"
+                if suite.tasks == "gate"
+                else ""
+            )
+        )
     else:
         verdict = "passes" if res.passed else "fails"
-        res.message = (f"{suite.name} {verdict}: the candidate scores {_pct(cm)} against the active system's "
-                       f"{_pct(am)} on {n} tasks ({100 * mean:+.1f} points; at risk {suite.risk:g} it may be "
-                       f"{100 * lower:+.1f}, {'within' if res.passed else 'beyond'} the margin "
-                       f"-{100 * suite.margin:.1f}); worse on {len(worse)} task(s)"
-                       + (": " + ", ".join(worse[:8]) + (" ..." if len(worse) > 8 else "") if worse else ""))
+        res.message = (
+            f"{suite.name} {verdict}: the candidate scores {_pct(cm)} against the active system's "
+            f"{_pct(am)} on {n} tasks ({100 * mean:+.1f} points; at risk {suite.risk:g} it may be "
+            f"{100 * lower:+.1f}, {'within' if res.passed else 'beyond'} the margin "
+            f"-{100 * suite.margin:.1f}); worse on {len(worse)} task(s)"
+            + (": " + ", ".join(worse[:8]) + (" ..." if len(worse) > 8 else "") if worse else "")
+        )
     return res
 
 
@@ -179,26 +213,43 @@ def guard(suite: Any, cand: list[Trajectory]) -> SuiteResult:
         checks["floor"] = {"limit": suite.floor, "value": mean, "passed": ok}
         if not ok:
             below = sorted(k for k, v in by.items() if v < 1.0)
-            failed.append(f"mean score {_pct(mean)} is below the floor {_pct(suite.floor)} (short by "
-                          f"{100 * (suite.floor - (mean or 0)):.1f} points); failing tasks: "
-                          + ", ".join(below[:8]) + (" ..." if len(below) > 8 else ""))
+            failed.append(
+                f"mean score {_pct(mean)} is below the floor {_pct(suite.floor)} (short by "
+                f"{100 * (suite.floor - (mean or 0)):.1f} points); failing tasks: "
+                + ", ".join(below[:8])
+                + (" ..." if len(below) > 8 else "")
+            )
     durations = sorted(t.duration for t in cand)
     for key, limit, value, unit in (
-            ("max_p95_seconds", suite.max_p95_seconds,
-             durations[min(len(durations) - 1, math.ceil(0.95 * len(durations)) - 1)] if durations else None, "s"),
-            ("max_cost", suite.max_cost, sum(t.cost for t in cand) / len(cand) if cand else None, " USD"),
-            ("max_tokens", suite.max_tokens, sum(t.tokens for t in cand) / len(cand) if cand else None, " tokens")):
+        (
+            "max_p95_seconds",
+            suite.max_p95_seconds,
+            durations[min(len(durations) - 1, math.ceil(0.95 * len(durations)) - 1)] if durations else None,
+            "s",
+        ),
+        ("max_cost", suite.max_cost, sum(t.cost for t in cand) / len(cand) if cand else None, " USD"),
+        ("max_tokens", suite.max_tokens, sum(t.tokens for t in cand) / len(cand) if cand else None, " tokens"),
+    ):
         if limit is None:
             continue
         ok = value is not None and value <= limit
         checks[key] = {"limit": limit, "value": value, "passed": ok}
         if not ok:
-            failed.append(f"{key.removeprefix('max_').replace('_', ' ')} {value:.4g}{unit} is above the ceiling "
-                          f"{limit:g}{unit}")
-    res = SuiteResult(suite.name, "guard", passed=not failed, n=n, candidate=mean, checks=checks,
-                      worse_tasks=sorted(k for k, v in by.items() if v < 1.0)[:50])
+            failed.append(
+                f"{key.removeprefix('max_').replace('_', ' ')} {value:.4g}{unit} is above the ceiling {limit:g}{unit}"
+            )
+    res = SuiteResult(
+        suite.name,
+        "guard",
+        passed=not failed,
+        n=n,
+        candidate=mean,
+        checks=checks,
+        worse_tasks=sorted(k for k, v in by.items() if v < 1.0)[:50],
+    )
     res.message = f"{suite.name} {'passes' if not failed else 'fails'}: " + (
-        "; ".join(failed) if failed else f"mean {_pct(mean)} on {n} tasks")
+        "; ".join(failed) if failed else f"mean {_pct(mean)} on {n} tasks"
+    )
     return res
 
 
@@ -208,12 +259,22 @@ def _no_world_failures(name: str, trajs: list[Trajectory]) -> None:
 
     bad = [t for t in trajs if t.infra is not None]
     if bad:
-        raise InfraError(f"gate {name}: the world failed under {len(bad)} of {len(trajs)} rollouts "
-                         f"({bad[0].error}); nothing was decided, run evolve promote again")
+        raise InfraError(
+            f"gate {name}: the world failed under {len(bad)} of {len(trajs)} rollouts "
+            f"({bad[0].error}); nothing was decided, run evolve promote again"
+        )
 
 
-def run_gates(cfg: Any, base_dir: Path, run_dir: Path, candidate: System, active: System | None,
-              pins: dict[str, Any], pins_id: str, observer: Any = None) -> tuple[list[SuiteResult], list[str]]:
+def run_gates(
+    cfg: Any,
+    base_dir: Path,
+    run_dir: Path,
+    candidate: System,
+    active: System | None,
+    pins: dict[str, Any],
+    pins_id: str,
+    observer: Any = None,
+) -> tuple[list[SuiteResult], list[str]]:
     """Score ``candidate`` (and ``active`` for the regression suite) on the deploy policy's suites,
     running the pinned code from source. Returns the results and the files in the project's folders
     that the rollouts read and the pins do not hold."""
@@ -225,22 +286,38 @@ def run_gates(cfg: Any, base_dir: Path, run_dir: Path, candidate: System, active
     seen: list[str] = []
     with from_source(pins):
         for suite in _suites(dep):
-            session = Session(cfg, base_dir=base_dir, run_dir=run_dir, resume=True, evaluating=True,
-                              observer=observer, reward=suite.reward or None, budgeted=False)
+            session = Session(
+                cfg,
+                base_dir=base_dir,
+                run_dir=run_dir,
+                resume=True,
+                evaluating=True,
+                observer=observer,
+                reward=suite.reward or None,
+                budgeted=False,
+            )
             try:
                 tasks = suite_tasks(suite, session.tasks, base_dir, has=session.splits)
                 split = suite.tasks if suite.tasks in SPLITS else "gate"
                 tag = f"gate:{suite.name}:{pins_id}"
                 with session.outside_budget(), watching() as reads:
-                    cand = session.rollouts(candidate, tasks, split=split, tag=tag, description=f"gate {suite.name} "
-                                            f"{candidate.id[:8]}")
+                    cand = session.rollouts(
+                        candidate, tasks, split=split, tag=tag, description=f"gate {suite.name} {candidate.id[:8]}"
+                    )
                     _no_world_failures(suite.name, cand)
                     if suite is dep.regression:
                         if active is None:
-                            raise ConfigError("the regression gate compares with the active system, and this run "
-                                              "has none yet", path="deploy.regression")
-                        act = session.rollouts(active, tasks, split=split, tag=tag,
-                                               description=f"gate {suite.name} {active.id[:8]} (active)")
+                            raise ConfigError(
+                                "the regression gate compares with the active system, and this run has none yet",
+                                path="deploy.regression",
+                            )
+                        act = session.rollouts(
+                            active,
+                            tasks,
+                            split=split,
+                            tag=tag,
+                            description=f"gate {suite.name} {active.id[:8]} (active)",
+                        )
                         _no_world_failures(suite.name, act)
                         out.append(regression(suite, cand, act))
                     else:
@@ -251,5 +328,15 @@ def run_gates(cfg: Any, base_dir: Path, run_dir: Path, candidate: System, active
     return out, unpinned_reads(pins, seen, run_dir)
 
 
-__all__ = ["SuiteResult", "all_suite_tasks", "carve", "choose_gate", "guard", "hold_out_gate", "regression",
-           "run_gates", "run_splits", "suite_tasks"]
+__all__ = [
+    "SuiteResult",
+    "all_suite_tasks",
+    "carve",
+    "choose_gate",
+    "guard",
+    "hold_out_gate",
+    "regression",
+    "run_gates",
+    "run_splits",
+    "suite_tasks",
+]

@@ -40,8 +40,11 @@ def _files(pins: dict[str, Any]) -> list[str]:
     agent imports too included: writing it changes the reward) and what it reads."""
     agents = {m["file"] for m in _agent_only(pins).values()}
     files = set(pinned_files(pins, "reward")) - agents
-    for entry in [pins.get("reward") or {}, *((s.get("reward") or {}) for s in (pins.get("suites") or {}).values()),
-                  *((s.get("tasks") or {}) for s in (pins.get("suites") or {}).values())]:
+    for entry in [
+        pins.get("reward") or {},
+        *((s.get("reward") or {}) for s in (pins.get("suites") or {}).values()),
+        *((s.get("tasks") or {}) for s in (pins.get("suites") or {}).values()),
+    ]:
         if entry.get("file"):
             files.add(entry["file"])
     return sorted(files)
@@ -71,18 +74,26 @@ def memory_items(system: System) -> tuple[dict[str, Any], str | None]:
         return {}, f"its memory store {spec['store']} cannot be read ({type(e).__name__}: {e})"
     if got.get("missing"):
         return {}, f"{got['missing']}, so its memory cannot be checked"
-    return {i["id"]: {"text": i.get("text"), "metadata": i.get("metadata")} for i in got["items"]
-            if i.get("status") == "active"}, None
+    return {
+        i["id"]: {"text": i.get("text"), "metadata": i.get("metadata")}
+        for i in got["items"]
+        if i.get("status") == "active"
+    }, None
 
 
-def reaches_evaluation(system: System, pins: dict[str, Any], base_dir: Path, split_files: Sequence[str] = ()
-                       ) -> list[str]:
+def reaches_evaluation(
+    system: System, pins: dict[str, Any], base_dir: Path, split_files: Sequence[str] = ()
+) -> list[str]:
     """Where the system's tools, workflow, prompts or memory name the evaluation's files or import
     its modules (empty: nowhere). ``split_files``: the dataset files a suite on a split scores
     (:func:`evolve.deploy.gates.split_files`)."""
     items, unread = memory_items(system)
-    parts = {"prompts": system.prompts, "tools": system.tools, "workflow": system.workflow,
-             "memory": {"spec": system.memory, "items": items} if items else system.memory}
+    parts = {
+        "prompts": system.prompts,
+        "tools": system.tools,
+        "workflow": system.workflow,
+        "memory": {"spec": system.memory, "items": items} if items else system.memory,
+    }
     found = [unread] if unread else []
     needles: list[tuple[str, re.Pattern[str]]] = []
     own = Path(__file__).resolve().parents[1]  # the toolkit's own files: named by their full path only
@@ -97,9 +108,15 @@ def reaches_evaluation(system: System, pins: dict[str, Any], base_dir: Path, spl
             needles.append((f"the evaluation's file {p.name}", re.compile(re.escape(n))))
     for m in _modules(pins):
         top = re.escape(m)
-        needles.append((f"the evaluation's module {m}", re.compile(
-            rf"(?:\bimport\s+{top}\b|\bfrom\s+{top}\s+import\b|__import__\(\s*['\"]{top}['\"]|"
-            rf"import_module\(\s*['\"]{top}['\"]|['\"]{top}:[A-Za-z_])")))
+        needles.append(
+            (
+                f"the evaluation's module {m}",
+                re.compile(
+                    rf"(?:\bimport\s+{top}\b|\bfrom\s+{top}\s+import\b|__import__\(\s*['\"]{top}['\"]|"
+                    rf"import_module\(\s*['\"]{top}['\"]|['\"]{top}:[A-Za-z_])"
+                ),
+            )
+        )
     for part, value in parts.items():
         if not value:
             continue
@@ -110,14 +127,17 @@ def reaches_evaluation(system: System, pins: dict[str, Any], base_dir: Path, spl
     return sorted(set(found))
 
 
-_ADDRESSING = [re.compile(p, re.I) for p in (
-    r"\b(?:judge|grader|evaluator|reviewer|scorer|rater|assessor)s?\b[^.\n]{0,80}\b(?:score|rate|grade|mark|rank)",
-    r"\b(?:score|rate|grade|mark|rank)\b[^.\n]{0,40}\b(?:this|the|my|our)\s+(?:answer|response|output|reply)\b"
-    r"[^.\n]{0,40}\b(?:high|highly|full|perfect|maximum|top|10/10|1\.0|100)",
-    r"\b(?:give|assign|award)\b[^.\n]{0,40}\b(?:high|full|perfect|maximum|top|10/10|1\.0|100)\b[^.\n]{0,20}"
-    r"\b(?:score|rating|grade|marks?|points)\b",
-    r"\bignore\s+(?:all\s+|any\s+)?(?:the\s+)?(?:previous|prior|above|earlier)\s+instructions\b",
-)]
+_ADDRESSING = [
+    re.compile(p, re.I)
+    for p in (
+        r"\b(?:judge|grader|evaluator|reviewer|scorer|rater|assessor)s?\b[^.\n]{0,80}\b(?:score|rate|grade|mark|rank)",
+        r"\b(?:score|rate|grade|mark|rank)\b[^.\n]{0,40}\b(?:this|the|my|our)\s+(?:answer|response|output|reply)\b"
+        r"[^.\n]{0,40}\b(?:high|highly|full|perfect|maximum|top|10/10|1\.0|100)",
+        r"\b(?:give|assign|award)\b[^.\n]{0,40}\b(?:high|full|perfect|maximum|top|10/10|1\.0|100)\b[^.\n]{0,20}"
+        r"\b(?:score|rating|grade|marks?|points)\b",
+        r"\bignore\s+(?:all\s+|any\s+)?(?:the\s+)?(?:previous|prior|above|earlier)\s+instructions\b",
+    )
+]
 
 
 def addresses_evaluator(system: System, active: System | None) -> list[str]:
@@ -134,9 +154,6 @@ def addresses_evaluator(system: System, active: System | None) -> list[str]:
                 found.append(f"prompt {name!r} addresses the evaluator: {m.group(0)[:120]!r}")
                 break
     return found
-
-
-
 
 
 # ----------------------------------------------------------------------------- a gate's answers
@@ -166,17 +183,21 @@ def answer_fields(task: dict[str, Any], fields: list[str] | None = None) -> list
     return [k for k in task if any(h in str(k).lower() for h in HIDDEN)]
 
 
-def carries_answers(system: System, suites: dict[str, list[dict]], fields: list[str] | None = None,
-                    limit: int = 5) -> list[str]:
+def carries_answers(
+    system: System, suites: dict[str, list[dict]], fields: list[str] | None = None, limit: int = 5
+) -> list[str]:
     """Where the system's text components (prompts, memory items, tools, workflow) hold the expected answer
     of a task a gate scores on, compared after case folding and collapsing whitespace; answers
     shorter than :data:`MIN_ANSWER_CHARS` are skipped. At most ``limit`` findings, then a count."""
-    texts = [(f"{label} {name!r}", _norm("\n".join(_leaves(value))))
-             for part, label in (("prompts", "prompt"), ("memory", "memory"), ("tools", "tool"),
-                                 ("workflow", "workflow"))
-             for name, value in sorted(getattr(system, part).items())]
-    texts += [(f"memory item {iid!r}", _norm("\n".join(_leaves(item))))
-              for iid, item in sorted(memory_items(system)[0].items())]  # what it reads, not the store's path
+    texts = [
+        (f"{label} {name!r}", _norm("\n".join(_leaves(value))))
+        for part, label in (("prompts", "prompt"), ("memory", "memory"), ("tools", "tool"), ("workflow", "workflow"))
+        for name, value in sorted(getattr(system, part).items())
+    ]
+    texts += [
+        (f"memory item {iid!r}", _norm("\n".join(_leaves(item))))
+        for iid, item in sorted(memory_items(system)[0].items())
+    ]  # what it reads, not the store's path
     found = []
     for suite, tasks in suites.items():
         for t in tasks:
@@ -187,10 +208,23 @@ def carries_answers(system: System, suites: dict[str, list[dict]], fields: list[
                     for where, text in texts:
                         if ans in text:
                             shown = ans if len(ans) <= 60 else ans[:59] + "…"
-                            found.append(f"its {where} holds the expected answer of the {suite} gate's task "
-                                         f"{t.get('id')} ({field}: {shown!r})")
-    return found[:limit] + ([f"and {len(found) - limit} more expected answers of gate tasks"]
-                            if len(found) > limit else [])
+                            found.append(
+                                f"its {where} holds the expected answer of the {suite} gate's task "
+                                f"{t.get('id')} ({field}: {shown!r})"
+                            )
+    return found[:limit] + (
+        [f"and {len(found) - limit} more expected answers of gate tasks"] if len(found) > limit else []
+    )
 
-__all__ = ["addresses_evaluator", "answer_fields", "carries_answers", "make_pins", "memory_items", "module_file",
-           "pin_changes", "pin_id", "reaches_evaluation"]
+
+__all__ = [
+    "addresses_evaluator",
+    "answer_fields",
+    "carries_answers",
+    "make_pins",
+    "memory_items",
+    "module_file",
+    "pin_changes",
+    "pin_id",
+    "reaches_evaluation",
+]

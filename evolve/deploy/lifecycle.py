@@ -109,9 +109,16 @@ class Deployment:
 
     # ------------------------------------------------------------------ writing
 
-    def apply(self, moves: list[Move], *, canary: Any = ..., reason: str | None = None,
-              expect: dict[str, str | None] | None = None, expect_canary: Any = ...,
-              expect_active: Any = ...) -> list[int]:
+    def apply(
+        self,
+        moves: list[Move],
+        *,
+        canary: Any = ...,
+        reason: str | None = None,
+        expect: dict[str, str | None] | None = None,
+        expect_canary: Any = ...,
+        expect_active: Any = ...,
+    ) -> list[int]:
         """Make ``moves`` in one transaction. A move to ``active`` retires the active system (unless
         a move in the same list says otherwise) and points ``current`` at it. ``canary`` (a dict, or
         None to end it) sets the canary under way in the same transaction. ``expect`` (system ->
@@ -123,33 +130,45 @@ class Deployment:
             states = self.states()
             for sid, want in (expect or {}).items():
                 if states.get(sid) != want:
-                    raise DeployError(f"system {sid[:12]} is {states.get(sid) or 'not in the lifecycle'} now, not "
-                                      f"{want}: another decision came first")
+                    raise DeployError(
+                        f"system {sid[:12]} is {states.get(sid) or 'not in the lifecycle'} now, not "
+                        f"{want}: another decision came first"
+                    )
             if expect_canary is not ...:
                 can = self.canary()
                 if (can or {}).get("salt") != expect_canary:
-                    raise DeployError("a canary started or ended meanwhile: " + (
-                        f"{can['system'][:12]} is under way" if can else "none is under way"))
+                    raise DeployError(
+                        "a canary started or ended meanwhile: "
+                        + (f"{can['system'][:12]} is under way" if can else "none is under way")
+                    )
             if expect_active is not ... and self.archive.current() != expect_active:
-                raise DeployError(f"the active system changed meanwhile ({str(expect_active)[:12]} -> "
-                                  f"{str(self.archive.current())[:12]}); run the command again")
+                raise DeployError(
+                    f"the active system changed meanwhile ({str(expect_active)[:12]} -> "
+                    f"{str(self.archive.current())[:12]}); run the command again"
+                )
             blocked = set(self.blocked())
             for m in moves:
                 if m.to not in STATES:
                     raise DeployError(f"no lifecycle state {m.to!r}; the states are {list(STATES)}")
                 was = states.get(m.system)
                 if m.to not in ALLOWED[was]:
-                    raise DeployError(f"system {m.system[:12]} is {was or 'not in the lifecycle'}; it cannot become "
-                                      f"{m.to} (from {was} it can become {sorted(ALLOWED[was])})")
+                    raise DeployError(
+                        f"system {m.system[:12]} is {was or 'not in the lifecycle'}; it cannot become "
+                        f"{m.to} (from {was} it can become {sorted(ALLOWED[was])})"
+                    )
                 if m.to == "active":
                     old = self.archive.current()
-                    if old is not None and old != m.system and states.get(old) == "active" and not any(
-                            x.system == old for x in moves):
-                        seqs.append(self._log(Move(old, "retired", m.by, f"replaced by {m.system[:12]}"),
-                                              "active"))
+                    if (
+                        old is not None
+                        and old != m.system
+                        and states.get(old) == "active"
+                        and not any(x.system == old for x in moves)
+                    ):
+                        seqs.append(self._log(Move(old, "retired", m.by, f"replaced by {m.system[:12]}"), "active"))
                         states[old] = "retired"
-                    self.archive.set_current(m.system, reason or ("rollback" if was in ("retired", "rolled_back")
-                                                                  else "promote"))
+                    self.archive.set_current(
+                        m.system, reason or ("rollback" if was in ("retired", "rolled_back") else "promote")
+                    )
                     blocked.discard(m.system)
                 if m.to in ("rolled_back", "rejected"):
                     blocked.add(m.system)
@@ -161,8 +180,9 @@ class Deployment:
         return seqs
 
     def _log(self, m: Move, was: str | None) -> int:
-        return self.archive.log_event(EVENT, {"system": m.system, "from": was, "to": m.to, "by": m.by,
-                                              "why": m.why, "evidence": m.evidence})
+        return self.archive.log_event(
+            EVENT, {"system": m.system, "from": was, "to": m.to, "by": m.by, "why": m.why, "evidence": m.evidence}
+        )
 
     def propose(self, system: str, *, by: str, why: str, evidence: dict[str, Any] | None = None) -> bool:
         """Propose ``system`` for promotion (the engine's best, or a person's pick); False when it is
@@ -174,8 +194,13 @@ class Deployment:
         return True
 
     def start_canary(self, system: str, cfg: dict[str, Any], moves: list[Move], **guard: Any) -> dict[str, Any]:
-        canary = {"system": system, "active": self.active(), "started": time.time(),
-                  "salt": secrets.token_hex(8), **cfg}
+        canary = {
+            "system": system,
+            "active": self.active(),
+            "started": time.time(),
+            "salt": secrets.token_hex(8),
+            **cfg,
+        }
         self.apply(moves, canary=canary, **guard)
         return canary
 
@@ -186,13 +211,19 @@ class Deployment:
         cur = self.active()
         can = self.canary()
         if to is None and can is not None and self.state(can["system"]) == "canary" and cur is not None:
-            self.apply([Move(can["system"], "rolled_back", by, f"canary ended by a rollback: {why}")], canary=None,
-                       expect={can["system"]: "canary"}, expect_canary=can.get("salt"))
+            self.apply(
+                [Move(can["system"], "rolled_back", by, f"canary ended by a rollback: {why}")],
+                canary=None,
+                expect={can["system"]: "canary"},
+                expect_canary=can.get("salt"),
+            )
             return cur, can["system"]
         target = to or self.previous_active()
         if target is None:
-            raise DeployError("nothing to roll back to: no earlier system was active in this run; name one with "
-                              "evolve rollback RUN SYSTEM")
+            raise DeployError(
+                "nothing to roll back to: no earlier system was active in this run; name one with "
+                "evolve rollback RUN SYSTEM"
+            )
         moves = []
         if can is not None and self.state(can["system"]) == "canary":
             moves.append(Move(can["system"], "rolled_back", by, f"canary ended by a rollback: {why}"))
@@ -215,9 +246,11 @@ class Deployment:
             problems.append(f"the current system is {cur[:12]} but the trail says active: {[a[:12] for a in active]}")
         can = self.canary()
         if can is not None and states.get(can["system"]) != "canary":
-            problems.append(f"a canary of {can['system'][:12]} is recorded but that system is "
-                            f"{states.get(can['system'])}")
+            problems.append(
+                f"a canary of {can['system'][:12]} is recorded but that system is {states.get(can['system'])}"
+            )
         return problems
+
 
 def open_run(run_dir: str | Path) -> Any:
     """The archive of the run folder ``run_dir``; a folder without one is a :class:`~evolve.errors.RunDirError`."""

@@ -72,8 +72,10 @@ def pin_reward(path: str, base_dir: Path) -> dict[str, Any]:
     if f is None or not f.is_file():
         from evolve.deploy.lifecycle import DeployError
 
-        raise DeployError(f"the reward {path!r} has no source file to pin (its module cannot be found from "
-                          f"{base_dir}); a deployment pins its evaluation's code, so name a reward in a Python file")
+        raise DeployError(
+            f"the reward {path!r} has no source file to pin (its module cannot be found from "
+            f"{base_dir}); a deployment pins its evaluation's code, so name a reward in a Python file"
+        )
     return {"path": path, "module": _module_name(path), "file": str(f), "sha256": _sha(f.read_bytes())}
 
 
@@ -84,8 +86,11 @@ def _declared(task: Any, base_dir: Path) -> dict[str, str | None]:
     for i, rel in enumerate(task.deploy.data_files):
         f = (base_dir / rel).resolve()
         if not f.is_file():
-            raise ConfigError(f"deploy.data_files names {rel!r}, and {f} is not a file; list the files the reward "
-                              "or agent reads, relative to the task file", path=f"deploy.data_files.{i}")
+            raise ConfigError(
+                f"deploy.data_files names {rel!r}, and {f} is not a file; list the files the reward "
+                "or agent reads, relative to the task file",
+                path=f"deploy.data_files.{i}",
+            )
         out[str(f)] = file_sha(f)
     return out
 
@@ -100,7 +105,10 @@ def make_pins(task: Any, base_dir: Path, splits: dict[str, list[dict]], observed
         rewards.append(suite.reward or task.reward)
         entry: dict[str, Any] = {"reward": pin_reward(suite.reward or task.reward, base_dir)}
         if suite.tasks in SPLITS:
-            entry["tasks"] = {"split": suite.tasks, "sha256": _sha(canonical_json(splits.get(suite.tasks, [])).encode())}
+            entry["tasks"] = {
+                "split": suite.tasks,
+                "sha256": _sha(canonical_json(splits.get(suite.tasks, [])).encode()),
+            }
         else:
             f = (base_dir / suite.tasks).resolve()
             entry["tasks"] = {"file": str(f), "sha256": _sha(f.read_bytes()) if f.is_file() else None}
@@ -110,11 +118,20 @@ def make_pins(task: Any, base_dir: Path, splits: dict[str, list[dict]], observed
     reward_code, roots = code_pins(reward_mods, base_dir)
     agent_code, agent_roots = (reward_code, roots) if agent_mods == reward_mods else code_pins(agent_mods, base_dir)
     files = _declared(task, base_dir) | {f: file_sha(f) for f in sorted(set(observed))}
-    code = {"reward": reward_code, "agent": agent_code, "files": files, "observed": sorted(set(observed)),
-            "roots": [str(r) for r in sorted(set(roots) | set(agent_roots))],
-            "python": ".".join(map(str, sys.version_info[:3]))}
-    return {"reward": pin_reward(task.reward, base_dir), "suites": suites, "code": code,
-            "policy": dep.model_dump(mode="json")}  # the bar itself: margins, risks, floors, ceilings
+    code = {
+        "reward": reward_code,
+        "agent": agent_code,
+        "files": files,
+        "observed": sorted(set(observed)),
+        "roots": [str(r) for r in sorted(set(roots) | set(agent_roots))],
+        "python": ".".join(map(str, sys.version_info[:3])),
+    }
+    return {
+        "reward": pin_reward(task.reward, base_dir),
+        "suites": suites,
+        "code": code,
+        "policy": dep.model_dump(mode="json"),
+    }  # the bar itself: margins, risks, floors, ceilings
 
 
 def pin_id(pins: dict[str, Any]) -> str:
@@ -131,12 +148,18 @@ def _file_change(where: list[str], a: Any, b: Any) -> tuple[str, str] | None:
             return "", f"the {role}'s package {name}: {a or 'not imported'} -> {b or 'not imported'}"
         f = (b or a)["file"] if kind == "modules" else name
         if not a or not b:
-            return "", (f"the {role} {'now imports' if b else 'no longer imports'} {name} ({f})" if kind == "modules"
-                        else f"{f} {'is new among' if b else 'is gone from'} the files the {role} reads")
+            return "", (
+                f"the {role} {'now imports' if b else 'no longer imports'} {name} ({f})"
+                if kind == "modules"
+                else f"{f} {'is new among' if b else 'is gone from'} the files the {role} reads"
+            )
         return f, (f"module {name}, run by the {role}" if kind == "modules" else f"read by the {role}")
     if len(code) == 2 and code[0] == "files":
-        return (code[1], "read by the evaluation") if a and b else \
-            ("", f"{code[1]} {'is new among' if b else 'is gone from'} the files the evaluation reads")
+        return (
+            (code[1], "read by the evaluation")
+            if a and b
+            else ("", f"{code[1]} {'is new among' if b else 'is gone from'} the files the evaluation reads")
+        )
     return None
 
 
@@ -144,8 +167,11 @@ def pin_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What changed between two pins, in words: each changed file by its path and whose it is."""
     out: list[str] = []
     files: dict[str, list[str]] = {}
-    modules = {m["file"] for r in ("reward", "agent") for m in (((new.get("code") or {}).get(r) or {}).get("modules")
-                                                                 or {}).values()}
+    modules = {
+        m["file"]
+        for r in ("reward", "agent")
+        for m in (((new.get("code") or {}).get(r) or {}).get("modules") or {}).values()
+    }
 
     def walk(a: Any, b: Any, where: list[str]) -> None:
         if a == b or where == ["code", "roots"]:  # the roots follow the modules
@@ -178,7 +204,7 @@ def pinned_files(pins: dict[str, Any], role: str | None = None) -> list[str]:
     files the evaluation reads)."""
     code = pins.get("code") or {}
     files = set(code.get("files") or {})
-    for r in ([role] if role else ["reward", "agent"]):
+    for r in [role] if role else ["reward", "agent"]:
         part = code.get(r) or {}
         files |= {m["file"] for m in (part.get("modules") or {}).values()} | set(part.get("files") or {})
     return sorted(files)
@@ -195,7 +221,8 @@ def _audit(event: str, args: tuple) -> None:
         mode = args[1] if len(args) > 1 else None
         flags = args[2] if len(args) > 2 else 0
         if (isinstance(mode, str) and not set(mode) & set("wax+")) or (
-                mode is None and isinstance(flags, int) and flags & 3 == 0):  # os.open(path, O_RDONLY)
+            mode is None and isinstance(flags, int) and flags & 3 == 0
+        ):  # os.open(path, O_RDONLY)
             with contextlib.suppress(Exception):
                 path = os.fsdecode(args[0])
                 for seen in list(_watchers):
@@ -236,8 +263,12 @@ def unpinned_reads(pins: dict[str, Any], seen: list[str], run_dir: Path) -> list
 
 def _pinned_sources(pins: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
     code = pins.get("code") or {}
-    return {n: (m["file"], m["sha256"]) for r in ("reward", "agent")
-            for n, m in ((code.get(r) or {}).get("modules") or {}).items() if m["file"].endswith(".py")}
+    return {
+        n: (m["file"], m["sha256"])
+        for r in ("reward", "agent")
+        for n, m in ((code.get(r) or {}).get("modules") or {}).items()
+        if m["file"].endswith(".py")
+    }
 
 
 class _PinnedSource(importlib.machinery.SourceFileLoader):
@@ -250,8 +281,10 @@ class _PinnedSource(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> Any:
         data = self.get_data(self.path)
         if self.sha256 is not None and _sha(data) != self.sha256:
-            raise ImportError(f"{self.path} changed since the evaluation was pinned; review the change, then re-pin "
-                              "it with evolve promote TASK RUN --repin")
+            raise ImportError(
+                f"{self.path} changed since the evaluation was pinned; review the change, then re-pin "
+                "it with evolve promote TASK RUN --repin"
+            )
         return self.source_to_code(data, self.path)
 
 
@@ -295,8 +328,7 @@ def forged_caches(pins: dict[str, Any]) -> list[str]:
         caches = {importlib.util.cache_from_source(file)}
         if sys.pycache_prefix:
             with contextlib.suppress(ValueError):
-                caches.add(str(Path(file).parent / "__pycache__" / Path(importlib.util.cache_from_source(
-                    file)).name))
+                caches.add(str(Path(file).parent / "__pycache__" / Path(importlib.util.cache_from_source(file)).name))
         for cache in sorted(caches):
             try:
                 data, src, st = Path(cache).read_bytes(), Path(file).read_bytes(), Path(file).stat()
@@ -305,11 +337,14 @@ def forged_caches(pins: dict[str, Any]) -> list[str]:
             if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
                 continue  # Python reads the source instead
             flags = int.from_bytes(data[4:8], "little")
-            if flags == 0 and (int.from_bytes(data[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
-                               or int.from_bytes(data[12:16], "little") != len(src) & 0xFFFFFFFF):
+            if flags == 0 and (
+                int.from_bytes(data[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
+                or int.from_bytes(data[12:16], "little") != len(src) & 0xFFFFFFFF
+            ):
                 continue  # out of date: Python recompiles
-            if flags & 0b10 and data[8:16] != _imp.source_hash(int.from_bytes(importlib.util.MAGIC_NUMBER, "little"),
-                                                               src):
+            if flags & 0b10 and data[8:16] != _imp.source_hash(
+                int.from_bytes(importlib.util.MAGIC_NUMBER, "little"), src
+            ):
                 continue  # a checked hash that does not match: Python recompiles
             try:
                 same = marshal.loads(data[16:]) == _PinnedSource(name, file, None).source_to_code(src, file)
@@ -318,6 +353,7 @@ def forged_caches(pins: dict[str, Any]) -> list[str]:
             if not same:
                 out.append(f"{cache} (module {name}) is not what {file} compiles to")
     return out
+
 
 PINS_KEY = "deploy.pins"  # the archive state holding the pins in force: {pins, id, by}
 
@@ -331,5 +367,16 @@ def save_pins(archive: Any, pins: dict[str, Any], by: str, saved: Any) -> tuple[
     return pins, pid
 
 
-__all__ = ["PINS_KEY", "forged_caches", "from_source", "make_pins", "module_file", "pin_changes", "pin_id", "pinned_files",
-           "save_pins", "unpinned_reads", "watching"]
+__all__ = [
+    "PINS_KEY",
+    "forged_caches",
+    "from_source",
+    "make_pins",
+    "module_file",
+    "pin_changes",
+    "pin_id",
+    "pinned_files",
+    "save_pins",
+    "unpinned_reads",
+    "watching",
+]

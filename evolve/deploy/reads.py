@@ -21,10 +21,15 @@ def _say(waiting: dict[str, str | None], *, new: bool) -> str:
     listed = "; ".join(f"{f} (sha256 {waiting[f] or 'unreadable'})" for f in files[:5])
     more = f"; and {len(files) - 5} more" if len(files) > 5 else ""
     accept = " ".join(f"--accept-read {f}" for f in files[:5])
-    return ((f"while it was gated, the evaluation read {listed}{more}, which the pins do not hold; nothing was "
-             "decided" if new else f"the evaluation reads files no one has accepted yet: {listed}{more}")
-            + f". Look at each, then accept it with evolve promote TASK RUN {accept} (it shows the file and its "
-            "hash and pins it), or list it in deploy.data_files and re-pin with --repin")
+    return (
+        (
+            f"while it was gated, the evaluation read {listed}{more}, which the pins do not hold; nothing was decided"
+            if new
+            else f"the evaluation reads files no one has accepted yet: {listed}{more}"
+        )
+        + f". Look at each, then accept it with evolve promote TASK RUN {accept} (it shows the file and its "
+        "hash and pins it), or list it in deploy.data_files and re-pin with --repin"
+    )
 
 
 def hold(archive: Any, reads: Sequence[str]) -> DeployError:
@@ -61,12 +66,19 @@ def _shown(path: Path) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     lines = text.splitlines()
-    return "\n".join(lines[:SHOWN_LINES]) + (f"\n... ({len(lines) - SHOWN_LINES} more lines)"
-                                             if len(lines) > SHOWN_LINES else "")
+    return "\n".join(lines[:SHOWN_LINES]) + (
+        f"\n... ({len(lines) - SHOWN_LINES} more lines)" if len(lines) > SHOWN_LINES else ""
+    )
 
 
-def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str | Path], *, by: str | None = None,
-                 overrides: Sequence[str] = ()) -> dict[str, Any]:
+def accept_reads(
+    task_file: str | Path,
+    run_dir: str | Path,
+    files: Sequence[str | Path],
+    *,
+    by: str | None = None,
+    overrides: Sequence[str] = (),
+) -> dict[str, Any]:
     """A person accepts ``files`` the evaluation reads: each is pinned as it is now. Returns
     ``{"files": [{path, sha256, bytes, seen, text}], "pins", "message"}`` (``seen``: the hash the
     gate read, ``text``: the file's first lines). Refused when anything else in the evaluation
@@ -90,25 +102,38 @@ def accept_reads(task_file: str | Path, run_dir: str | Path, files: Sequence[str
         for given in files:
             f = Path(given).expanduser().resolve()
             if not f.is_file():
-                raise UserError(f"--accept-read {given}: {f} is not a file; name a file the refusal listed"
-                                + (f" ({', '.join(sorted(held_back))})" if held_back else ""))
-            shown.append({"path": str(f), "sha256": file_sha(f), "bytes": f.stat().st_size,
-                          "seen": held_back.get(str(f)), "text": _shown(f)})
+                raise UserError(
+                    f"--accept-read {given}: {f} is not a file; name a file the refusal listed"
+                    + (f" ({', '.join(sorted(held_back))})" if held_back else "")
+                )
+            shown.append(
+                {
+                    "path": str(f),
+                    "sha256": file_sha(f),
+                    "bytes": f.stat().st_size,
+                    "seen": held_back.get(str(f)),
+                    "text": _shown(f),
+                }
+            )
         splits = run_splits(cfg, base, archive)
         observed = list(((saved["pins"].get("code") or {}).get("observed")) or [])
         changed = pin_changes(saved["pins"], make_pins(cfg, base, splits, observed))
         if changed:
-            raise DeployError("the evaluation changed since it was pinned, besides the files to accept: "
-                              + "; ".join(changed[:6]) + ". Review that change and re-pin it with evolve promote "
-                              "TASK RUN --repin, then accept the files")
+            raise DeployError(
+                "the evaluation changed since it was pinned, besides the files to accept: "
+                + "; ".join(changed[:6])
+                + ". Review that change and re-pin it with evolve promote "
+                "TASK RUN --repin, then accept the files"
+            )
         pins = make_pins(cfg, base, splits, sorted(set(observed) | {s["path"] for s in shown}))
         _, pid = save_pins(archive, pins, by, saved)
         for s in shown:
             held_back.pop(s["path"], None)
         with archive.transaction():
             archive.put_state(UNACCEPTED_KEY, held_back)
-            archive.log_event("deploy_accept_read", {"by": by, "pins": pid,
-                                                     "files": {s["path"]: s["sha256"] for s in shown}})
+            archive.log_event(
+                "deploy_accept_read", {"by": by, "pins": pid, "files": {s["path"]: s["sha256"] for s in shown}}
+            )
     names = ", ".join(f"{s['path']} (sha256 {s['sha256']})" for s in shown)
     return {"files": shown, "pins": pid, "message": f"accepted by {by} and pinned as they are now ({pid}): {names}"}
 

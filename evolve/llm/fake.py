@@ -113,8 +113,10 @@ class ScriptedLM:
             self._fn = responses
             self._fn_kwargs = _accepted_kwargs(responses)
         elif isinstance(responses, (str, bytes)):
-            raise TypeError("ScriptedLM responses must be a list of strings, a dict, or a callable; got one string "
-                            "(wrap it in a list)")
+            raise TypeError(
+                "ScriptedLM responses must be a list of strings, a dict, or a callable; got one string "
+                "(wrap it in a list)"
+            )
         else:
             self._list = tuple(str(r) for r in responses)
             if not self._list:
@@ -143,8 +145,11 @@ class ScriptedLM:
         if isinstance(reply, Completion):
             return reply
         if not isinstance(reply, str):
-            raise LLMError(f"ScriptedLM {self.name!r}: its reply function returned {type(reply).__name__}, "
-                           "expected str or Completion", category="config")
+            raise LLMError(
+                f"ScriptedLM {self.name!r}: its reply function returned {type(reply).__name__}, "
+                "expected str or Completion",
+                category="config",
+            )
         return self._completion(msgs, reply, max_tokens=max_tokens, stop=stop)
 
     def close(self) -> None:
@@ -164,8 +169,9 @@ class ScriptedLM:
             kind = kinds[h[8] % len(kinds)]
             with self._lock:
                 self.faults_injected += 1
-            raise LLMError(f"ScriptedLM {self.name!r}: injected fault ({kind}; attempt {n + 1} of this call)",
-                           category=kind)
+            raise LLMError(
+                f"ScriptedLM {self.name!r}: injected fault ({kind}; attempt {n + 1} of this call)", category=kind
+            )
 
     def _reply(self, msgs: tuple[Message, ...], call_index: int, **kw: Any) -> str | Completion:
         if self._fn is not None:
@@ -175,8 +181,11 @@ class ScriptedLM:
             if self.by_seed:
                 return self._list[(kw["seed"] or 0) % n]
             if call_index >= n and not self.cycle:
-                raise LLMError(f"ScriptedLM {self.name!r} ran out of its {n} scripted responses (call {call_index + 1}); "
-                               "give more responses, or cycle=True", category="config")
+                raise LLMError(
+                    f"ScriptedLM {self.name!r} ran out of its {n} scripted responses (call {call_index + 1}); "
+                    "give more responses, or cycle=True",
+                    category="config",
+                )
             return self._list[call_index % n]
         last = _last_user(msgs)
         if self._dict is not None:
@@ -185,12 +194,16 @@ class ScriptedLM:
                     return value
             if "default" in self._dict:
                 return self._dict["default"]
-            raise LLMError(f"ScriptedLM {self.name!r}: no scripted key is a substring of the last user message "
-                           f"{last[:80]!r}; keys: {list(self._dict)[:10]} (add a 'default' key)", category="config")
+            raise LLMError(
+                f"ScriptedLM {self.name!r}: no scripted key is a substring of the last user message "
+                f"{last[:80]!r}; keys: {list(self._dict)[:10]} (add a 'default' key)",
+                category="config",
+            )
         return last  # echo
 
-    def _completion(self, msgs: tuple[Message, ...], text: str, *, max_tokens: int | None,
-                    stop: Sequence[str] | None) -> Completion:
+    def _completion(
+        self, msgs: tuple[Message, ...], text: str, *, max_tokens: int | None, stop: Sequence[str] | None
+    ) -> Completion:
         finish = "stop"
         if stop:
             cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
@@ -221,8 +234,15 @@ class ScriptedLM:
         )
 
     def __repr__(self) -> str:
-        kind = ("callable" if self._fn is not None else "list" if self._list is not None
-                else "dict" if self._dict is not None else "echo")
+        kind = (
+            "callable"
+            if self._fn is not None
+            else "list"
+            if self._list is not None
+            else "dict"
+            if self._dict is not None
+            else "echo"
+        )
         return f"ScriptedLM(name={self.name!r}, {kind})"
 
 
@@ -238,7 +258,9 @@ def _check_faults(faults: Mapping[str, Any] | None) -> tuple[float, tuple[str, .
     if unknown:
         from evolve.registry import did_you_mean
 
-        raise ConfigError(f"ScriptedLM faults: unknown key(s) {unknown}; {did_you_mean(unknown[0], ['rate', 'kinds', 'seed'])}")
+        raise ConfigError(
+            f"ScriptedLM faults: unknown key(s) {unknown}; {did_you_mean(unknown[0], ['rate', 'kinds', 'seed'])}"
+        )
     try:
         rate = float(faults.get("rate", 0.0))
     except (TypeError, ValueError):
@@ -248,7 +270,9 @@ def _check_faults(faults: Mapping[str, Any] | None) -> tuple[float, tuple[str, .
     kinds = tuple(faults.get("kinds") or ("unreachable", "timeout", "rate_limit"))
     bad = [k for k in kinds if k not in FAULT_KINDS]
     if bad or not kinds:
-        raise ConfigError(f"ScriptedLM faults.kinds: {bad or kinds} are not fault kinds; choose from {list(FAULT_KINDS)}")
+        raise ConfigError(
+            f"ScriptedLM faults.kinds: {bad or kinds} are not fault kinds; choose from {list(FAULT_KINDS)}"
+        )
     return rate, kinds, int(faults.get("seed", 0))
 
 

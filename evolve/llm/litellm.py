@@ -70,6 +70,7 @@ from evolve.types import Message
 _import_lock = threading.Lock()
 _litellm: Any = None
 
+
 def import_litellm() -> Any:
     """Import litellm offline and quietly (once); MissingDependency when it is not installed."""
     global _litellm
@@ -95,8 +96,12 @@ def import_litellm() -> Any:
             ) from None
         # litellm's lazily imported modules trip this pydantic warning on the first call
         warnings.filterwarnings("ignore", message=r".*`ReadOnly` qualifier.*", category=UserWarning)
-        for attr, value in (("telemetry", False), ("suppress_debug_info", True), ("set_verbose", False),
-                            ("disable_hf_tokenizer_download", True)):
+        for attr, value in (
+            ("telemetry", False),
+            ("suppress_debug_info", True),
+            ("set_verbose", False),
+            ("disable_hf_tokenizer_download", True),
+        ):
             try:
                 setattr(litellm, attr, value)
             except Exception:  # noqa: BLE001  # pragma: no cover - attribute missing in some versions
@@ -201,8 +206,13 @@ class LiteLLM:
         )
         temperature = self.temperature if temperature is None else temperature
         max_tokens = self.max_tokens if max_tokens is None else max_tokens
-        for key, value in (("temperature", temperature), ("max_tokens", max_tokens), ("seed", seed),
-                           ("api_base", self.api_base), ("api_key", api_key)):
+        for key, value in (
+            ("temperature", temperature),
+            ("max_tokens", max_tokens),
+            ("seed", seed),
+            ("api_base", self.api_base),
+            ("api_key", api_key),
+        ):
             if value is not None:
                 kwargs[key] = value
         if stop:
@@ -238,13 +248,18 @@ class LiteLLM:
         kind = "retryable" if category in TRANSIENT else "not retryable"
         return LLMError(
             f"{self._where()}: failed after {attempts} attempt{'s' if attempts != 1 else ''} "
-            f"in {elapsed:.1f}s ({kind}, {category}): {type(e).__name__}: {msg}", category=category)
+            f"in {elapsed:.1f}s ({kind}, {category}): {type(e).__name__}: {msg}",
+            category=category,
+        )
 
     def _parse(self, litellm: Any, response: Any, attempts: int) -> Completion:
         choices = getattr(response, "choices", None)
         if not choices:
-            raise LLMError(f"{self._where()}: the response has no choices (an empty or malformed reply); "
-                           f"got {str(response)[:200]!r}", category="server")
+            raise LLMError(
+                f"{self._where()}: the response has no choices (an empty or malformed reply); "
+                f"got {str(response)[:200]!r}",
+                category="server",
+            )
         choice = choices[0]
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None)

@@ -19,9 +19,16 @@ GENERIC = frozenset({"temperature", "max_tokens"})
 
 LOCAL = GENERIC | {
     "weights",  # a Hugging Face checkpoint (directory or cached Hub id) or a tiny base file
-    "device", "dtype", "max_batch", "batch_wait_ms", "max_wait_ms", "threads", "gradient_checkpointing",
+    "device",
+    "dtype",
+    "max_batch",
+    "batch_wait_ms",
+    "max_wait_ms",
+    "threads",
+    "gradient_checkpointing",
     "precision",  # training: auto | bf16 | fp32 (evolve.policy.precision)
-    "engine", "compute_type",  # who samples: torch | ctranslate2 | auto (evolve.policy.ct2)
+    "engine",
+    "compute_type",  # who samples: torch | ctranslate2 | auto (evolve.policy.ct2)
     "sft_examples",  # set by the cold start (an artifact), not by hand
 }
 LOCAL_ENGINES = ("torch", "ctranslate2", "auto")
@@ -33,19 +40,50 @@ def check_precision(value: Any, path: str = "params.precision", source: str | No
     """The canonical name of a training precision setting (``auto``, ``bf16``, ``fp32``), or a ConfigError."""
     v = PRECISION_ALIASES.get(str(value), str(value)) if value is not None else "auto"
     if v not in LOCAL_PRECISIONS:
-        raise ConfigError(f"{value!r} is not a training precision; use one of {', '.join(LOCAL_PRECISIONS)} "
-                          "(auto: bf16 where the hardware has it)", path=path, source=source)
+        raise ConfigError(
+            f"{value!r} is not a training precision; use one of {', '.join(LOCAL_PRECISIONS)} "
+            "(auto: bf16 where the hardware has it)",
+            path=path,
+            source=source,
+        )
     return v
+
 
 # evolvekit's own litellm keys, then the keyword arguments of litellm.completion that a task file
 # may sensibly fix (model, messages, stream and tools are the agent's); `extra` passes anything else
 LITELLM_OWN = frozenset({"api_base", "api_key_env", "timeout", "max_retries", "backoff", "logprobs", "name", "extra"})
-LITELLM = GENERIC | LITELLM_OWN | {
-    "top_p", "n", "stop", "max_completion_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "user",
-    "reasoning_effort", "verbosity", "response_format", "seed", "top_logprobs", "extra_headers", "extra_body",
-    "api_version", "thinking", "service_tier", "deployment_id", "modalities", "parallel_tool_calls", "tool_choice",
-    "top_k", "safety_identifier", "prompt_cache_key", "store",
-}
+LITELLM = (
+    GENERIC
+    | LITELLM_OWN
+    | {
+        "top_p",
+        "n",
+        "stop",
+        "max_completion_tokens",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "user",
+        "reasoning_effort",
+        "verbosity",
+        "response_format",
+        "seed",
+        "top_logprobs",
+        "extra_headers",
+        "extra_body",
+        "api_version",
+        "thinking",
+        "service_tier",
+        "deployment_id",
+        "modalities",
+        "parallel_tool_calls",
+        "tool_choice",
+        "top_k",
+        "safety_identifier",
+        "prompt_cache_key",
+        "store",
+    }
+)
 
 
 def _scripted() -> frozenset[str]:
@@ -82,18 +120,30 @@ def check_keys(role: str, backend: str, params: dict[str, Any], source: str = "t
     for key in params:
         if key not in names:
             hint = did_you_mean(key, sorted(names))
-            extra = " (to pass a provider's own parameter to litellm as it is, put it under params.extra)" \
-                if backend == "litellm" else ""
-            raise ConfigError(f"unknown parameter for backend {backend}; {hint}{extra}",
-                              path=f"models.{role}.params.{key}", source=source)
+            extra = (
+                " (to pass a provider's own parameter to litellm as it is, put it under params.extra)"
+                if backend == "litellm"
+                else ""
+            )
+            raise ConfigError(
+                f"unknown parameter for backend {backend}; {hint}{extra}",
+                path=f"models.{role}.params.{key}",
+                source=source,
+            )
     if backend == "local" and str(params.get("engine", "torch")) not in LOCAL_ENGINES:
-        raise ConfigError(f"{params['engine']!r} is not an engine; use one of {', '.join(LOCAL_ENGINES)}",
-                          path=f"models.{role}.params.engine", source=source)
+        raise ConfigError(
+            f"{params['engine']!r} is not an engine; use one of {', '.join(LOCAL_ENGINES)}",
+            path=f"models.{role}.params.engine",
+            source=source,
+        )
     if backend == "local" and "precision" in params:
         check_precision(params["precision"], path=f"models.{role}.params.precision", source=source)
     if backend == "litellm" and "extra" in params and not isinstance(params["extra"], dict):
-        raise ConfigError("params.extra must be a mapping of keyword arguments for litellm.completion",
-                          path=f"models.{role}.params.extra", source=source)
+        raise ConfigError(
+            "params.extra must be a mapping of keyword arguments for litellm.completion",
+            path=f"models.{role}.params.extra",
+            source=source,
+        )
 
 
 def check_ready(role: str, backend: str, params: dict[str, Any], base_dir: Path, source: str = "task") -> None:
@@ -103,9 +153,12 @@ def check_ready(role: str, backend: str, params: dict[str, Any], base_dir: Path,
     if backend == "litellm":
         env = params.get("api_key_env")
         if env and not os.environ.get(str(env)):
-            raise ConfigError(f"the environment variable {env!r} (api_key_env) is not set; export it, or remove "
-                              "api_key_env for a server that needs no key", path=f"models.{role}.params.api_key_env",
-                              source=source)
+            raise ConfigError(
+                f"the environment variable {env!r} (api_key_env) is not set; export it, or remove "
+                "api_key_env for a server that needs no key",
+                path=f"models.{role}.params.api_key_env",
+                source=source,
+            )
     elif backend == "local" and params.get("engine") == "ctranslate2":
         import importlib.util
 
@@ -116,9 +169,11 @@ def check_ready(role: str, backend: str, params: dict[str, Any], base_dir: Path,
         if not found:
             from evolve.errors import MissingDependency
 
-            raise MissingDependency(f"{source}: models.{role}.params.engine: ctranslate2 needs the package ctranslate2, "
-                                    "which is not installed; install it with: pip install 'evolvekit[ctranslate2]' "
-                                    "(or use engine: auto, which falls back to torch)")
+            raise MissingDependency(
+                f"{source}: models.{role}.params.engine: ctranslate2 needs the package ctranslate2, "
+                "which is not installed; install it with: pip install 'evolvekit[ctranslate2]' "
+                "(or use engine: auto, which falls back to torch)"
+            )
     elif backend == "scripted" and params.get("reply"):
         from evolve.errors import UserError
         from evolve.registry import import_path
@@ -131,4 +186,13 @@ def check_ready(role: str, backend: str, params: dict[str, Any], base_dir: Path,
             raise ConfigError(f"{params['reply']!r} is not callable", path=f"models.{role}.params.reply", source=source)
 
 
-__all__ = ["GENERIC", "LITELLM", "LOCAL", "LOCAL_PRECISIONS", "accepted", "check_keys", "check_precision", "check_ready"]
+__all__ = [
+    "GENERIC",
+    "LITELLM",
+    "LOCAL",
+    "LOCAL_PRECISIONS",
+    "accepted",
+    "check_keys",
+    "check_precision",
+    "check_ready",
+]

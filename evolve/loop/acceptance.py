@@ -45,8 +45,15 @@ def refine(session: Session, system: System, gen: int) -> float:
     reeval = session.task.engine.reeval
     assert reeval is not None  # called only when the task re-evaluates close calls
     n = 1 + reeval.samples
-    trajs = session.rollouts(system, session.tasks("val"), split="val", tag="eval:val", generation=gen, samples=n,
-                             description=f"gen {gen}: re-evaluate {system.id[:8]} on val x{n}")
+    trajs = session.rollouts(
+        system,
+        session.tasks("val"),
+        split="val",
+        tag="eval:val",
+        generation=gen,
+        samples=n,
+        description=f"gen {gen}: re-evaluate {system.id[:8]} on val x{n}",
+    )
     mean = mean_score(trajs)
     session.state.refine(system.id, mean, gen)
     return mean
@@ -57,16 +64,23 @@ def stage1(session: Session, gen: int, cand: Candidate, minibatch: list | None, 
     ``minibatch`` is None: ``acceptance: val_only``)."""
     if minibatch is None:
         return ""
-    c_traj = session.rollouts(cand.system, minibatch, split="train", tag="eval:train", generation=gen,
-                              description=f"gen {gen}: child {cand.system.id[:8]} on minibatch")
+    c_traj = session.rollouts(
+        cand.system,
+        minibatch,
+        split="train",
+        tag="eval:train",
+        generation=gen,
+        description=f"gen {gen}: child {cand.system.id[:8]} on minibatch",
+    )
     c_mb = mean_score(c_traj)
     if not c_mb > p_mb + session.task.engine.min_gain:
         return Verdict(False, float("nan"), f"rejected at stage 1: minibatch {c_mb:.3f} vs parent {p_mb:.3f}")
     return f"minibatch {c_mb:.3f} vs {p_mb:.3f}, "
 
 
-def judge(session: Session, gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float,
-          p_val: float) -> Verdict:
+def judge(
+    session: Session, gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float, p_val: float
+) -> Verdict:
     """Stage 1 on the minibatch (skipped when ``minibatch`` is None: ``acceptance: val_only``), then
     stage 2 on validation (re-evaluated when close)."""
     cfg = session.task.engine
@@ -77,9 +91,17 @@ def judge(session: Session, gen: int, cand: Candidate, minibatch: list | None, p
     notes, how = [], "val"
     if cfg.reeval is not None and abs(c_val - p_val) <= cfg.reeval.margin:
         c_mean, p_mean = refine(session, cand.system, gen), refine(session, parent, gen)
-        notes.append({"against": "parent", "system": parent.id, "child_score": round(c_val, 6),
-                      "other_score": round(p_val, 6), "child_mean": round(c_mean, 6), "other_mean": round(p_mean, 6),
-                      "samples": 1 + cfg.reeval.samples})
+        notes.append(
+            {
+                "against": "parent",
+                "system": parent.id,
+                "child_score": round(c_val, 6),
+                "other_score": round(p_val, 6),
+                "child_mean": round(c_mean, 6),
+                "other_mean": round(p_mean, 6),
+                "samples": 1 + cfg.reeval.samples,
+            }
+        )
         c_val, p_val, how = c_mean, p_mean, f"val mean of {1 + cfg.reeval.samples} samples"
     if c_val < p_val - cfg.val_tolerance:
         return Verdict(False, c_val, f"rejected at stage 2: {how} {c_val:.3f} vs parent {p_val:.3f}", notes)
@@ -94,19 +116,33 @@ def promotion(session: Session, gen: int, cand: Candidate, verdict: Verdict, bes
     reeval = session.task.engine.reeval
     # like with like: once either score is a mean over samples, both are compared as means
     means = bool(verdict.reeval) or best.system_id in session.state.reevaluated()
-    if reeval is not None and best.system_id != cand.system.id and (
-            means or abs(verdict.score - best.score) <= reeval.margin):
+    if (
+        reeval is not None
+        and best.system_id != cand.system.id
+        and (means or abs(verdict.score - best.score) <= reeval.margin)
+    ):
         first = verdict.score
         c_mean = refine(session, cand.system, gen)
         b_mean = refine(session, session.archive.get_system(best.system_id), gen)
-        verdict.reeval.append({"against": "best", "system": best.system_id, "child_score": round(first, 6),
-                               "other_score": round(best.score, 6), "child_mean": round(c_mean, 6),
-                               "other_mean": round(b_mean, 6), "samples": 1 + reeval.samples})
+        verdict.reeval.append(
+            {
+                "against": "best",
+                "system": best.system_id,
+                "child_score": round(first, 6),
+                "other_score": round(best.score, 6),
+                "child_mean": round(c_mean, 6),
+                "other_mean": round(b_mean, 6),
+                "samples": 1 + reeval.samples,
+            }
+        )
         verdict.score = c_mean
         best = Scored(best.system_id, b_mean, best.generation)
         promoted = c_mean > b_mean
-        verdict.why += (f"; promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})" if promoted else
-                        f"; not promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})")
+        verdict.why += (
+            f"; promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})"
+            if promoted
+            else f"; not promoted (val mean {c_mean:.3f} vs best {b_mean:.3f})"
+        )
     else:
         promoted = verdict.score > best.score
     return promoted, (Scored(cand.system.id, verdict.score, gen) if promoted else best)
@@ -130,8 +166,9 @@ def _shown(c: dict[str, Any]) -> str:
     return f"{100 * c['diff']:+.1f} points [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}] on {c['n']} val tasks"
 
 
-def paired_judge(session: Session, gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float,
-                 z: float) -> Verdict:
+def paired_judge(
+    session: Session, gen: int, cand: Candidate, minibatch: list | None, parent: System, p_mb: float, z: float
+) -> Verdict:
     """Stage 1 as ``two_stage``; stage 2 rejects a child whose paired val interval against its
     parent lies wholly below ``-val_tolerance``."""
     first = stage1(session, gen, cand, minibatch, p_mb)
@@ -146,16 +183,21 @@ def paired_judge(session: Session, gen: int, cand: Candidate, minibatch: list | 
     return Verdict(True, score, f"accepted: {first}paired {_shown(c)} vs its parent", [note])
 
 
-def paired_promotion(session: Session, gen: int, cand: Candidate, verdict: Verdict, best: Scored,
-                     z: float) -> tuple[bool, Scored]:
+def paired_promotion(
+    session: Session, gen: int, cand: Candidate, verdict: Verdict, best: Scored, z: float
+) -> tuple[bool, Scored]:
     """The accepted child becomes the best only when its paired val interval against the best
     lies wholly above zero; the verdict says the interval either way."""
     if best.system_id == cand.system.id:
         return False, best
     c = _paired_val(session, gen, session.archive.get_system(best.system_id), cand.system, z)
     promoted = c["low"] is not None and c["low"] > 0
-    verdict.reeval.append({"against": "best", "system": best.system_id,
-                           "paired": {k: c[k] for k in ("n", "diff", "low", "high")}})
-    verdict.why += (f"; promoted (paired {_shown(c)} vs the best)" if promoted else
-                    f"; not promoted (paired {_shown(c)} vs the best: the interval is not above 0)")
+    verdict.reeval.append(
+        {"against": "best", "system": best.system_id, "paired": {k: c[k] for k in ("n", "diff", "low", "high")}}
+    )
+    verdict.why += (
+        f"; promoted (paired {_shown(c)} vs the best)"
+        if promoted
+        else f"; not promoted (paired {_shown(c)} vs the best: the interval is not above 0)"
+    )
     return promoted, (Scored(cand.system.id, verdict.score, gen) if promoted else best)

@@ -79,10 +79,13 @@ class Groups:
         for t in train:
             group, level = t.get(cfg.group_key), t.get(cfg.level_key)
             if group is None or isinstance(level, bool) or not isinstance(level, int) or level < 0:
-                raise ConfigError(f"training task {t.get('id')!r} has no {cfg.group_key!r} (its group) or no whole "
-                                  f"{cfg.level_key!r} >= 0 (its difficulty level); the curriculum needs both on every "
-                                  "training task (world: reasoning_gym gives them); set engine.curriculum.group_key / "
-                                  "level_key to the fields your tasks have", path="engine.curriculum")
+                raise ConfigError(
+                    f"training task {t.get('id')!r} has no {cfg.group_key!r} (its group) or no whole "
+                    f"{cfg.level_key!r} >= 0 (its difficulty level); the curriculum needs both on every "
+                    "training task (world: reasoning_gym gives them); set engine.curriculum.group_key / "
+                    "level_key to the fields your tasks have",
+                    path="engine.curriculum",
+                )
             out.tasks.setdefault(str(group), {}).setdefault(level, []).append(t)
             out.where[str(t["id"])] = (str(group), level)
         if not out.tasks:
@@ -103,8 +106,13 @@ class Groups:
         return {g: n[g] / sum(n.values()) for g in self.names}
 
 
-def decide(cfg: CurriculumConfig, groups: Groups, previous: dict[str, Any] | None,
-           measured: dict[str, tuple[int, int]], generation: int) -> dict[str, Any]:
+def decide(
+    cfg: CurriculumConfig,
+    groups: Groups,
+    previous: dict[str, Any] | None,
+    measured: dict[str, tuple[int, int]],
+    generation: int,
+) -> dict[str, Any]:
     """The decision of ``generation`` from the one before (None: the start) and what was measured
     (``group -> (rollouts, solved)`` at its current level): levels, weight factors, mix, moves."""
     levels, factors, moves, success = {}, {}, {}, {}
@@ -125,8 +133,15 @@ def decide(cfg: CurriculumConfig, groups: Groups, previous: dict[str, Any] | Non
     base = groups.base()
     weights = {g: base[g] * factors[g] for g in groups.names}
     mix = {g: w / sum(weights.values()) for g, w in weights.items()}
-    return {"generation": generation, "levels": levels, "factors": factors, "mix": mix, "moves": moves,
-            "success": success, "band": list(cfg.band)}
+    return {
+        "generation": generation,
+        "levels": levels,
+        "factors": factors,
+        "mix": mix,
+        "moves": moves,
+        "success": success,
+        "band": list(cfg.band),
+    }
 
 
 class Curriculum:
@@ -147,8 +162,9 @@ class Curriculum:
                 keys += [f"eval:train/{pid}/{tid}/0" for pid in d["parents"] for tid in d["minibatch"]]
                 parents += d["parents"]
                 gens.append(g)
-        rows = session.archive.outcomes(keys=keys, system_ids=parents, generations=gens,
-                                        explore=self.cfg.evidence == "all")
+        rows = session.archive.outcomes(
+            keys=keys, system_ids=parents, generations=gens, explore=self.cfg.evidence == "all"
+        )
         out: dict[str, list[int]] = {}
         for task_id, score, failed in rows.values():
             group, level = self.groups.where.get(str(task_id), (None, None))
@@ -159,8 +175,9 @@ class Curriculum:
             row[1] += int(not failed and score >= self.cfg.solved_at)
         return {g: (n, s) for g, (n, s) in out.items()}
 
-    def draw(self, decision: dict[str, Any], used: set[str], n: int,
-             rng: random.Random) -> tuple[list[dict], list[dict]]:
+    def draw(
+        self, decision: dict[str, Any], used: set[str], n: int, rng: random.Random
+    ) -> tuple[list[dict], list[dict]]:
         """The generation's training tasks and minibatch for ``decision`` (see the module docstring)."""
         names = self.groups.names
         mix = [max(float(decision["mix"][g]), 1e-9) for g in names]
@@ -193,16 +210,25 @@ class Curriculum:
         measured = self.measure(session, generation, previous["levels"]) if previous else {}
         decision = decide(self.cfg, self.groups, previous, measured, generation)
         pool, batch = self.draw(decision, used, n, rng)
-        decision.update({"parents": list(parents), "minibatch": [str(t["id"]) for t in batch],
-                         "fresh": sum(str(t["id"]) not in used for t in batch),
-                         "pool": {g: sum(1 for t in pool if self.groups.where[str(t["id"])][0] == g)
-                                  for g in self.groups.names}})
+        decision.update(
+            {
+                "parents": list(parents),
+                "minibatch": [str(t["id"]) for t in batch],
+                "fresh": sum(str(t["id"]) not in used for t in batch),
+                "pool": {g: sum(1 for t in pool if self.groups.where[str(t["id"])][0] == g) for g in self.groups.names},
+            }
+        )
         session.state.save_curriculum(generation, decision)
-        session.archive.log_event("curriculum", {k: decision[k] for k in ("generation", "levels", "moves", "mix",
-                                                                         "success")})
-        session.obs.message(f"gen {generation}: curriculum " + ", ".join(
-            f"{g} L{decision['levels'][g]} {decision['moves'][g]} ({100 * decision['mix'][g]:.0f}%)"
-            for g in self.groups.names))
+        session.archive.log_event(
+            "curriculum", {k: decision[k] for k in ("generation", "levels", "moves", "mix", "success")}
+        )
+        session.obs.message(
+            f"gen {generation}: curriculum "
+            + ", ".join(
+                f"{g} L{decision['levels'][g]} {decision['moves'][g]} ({100 * decision['mix'][g]:.0f}%)"
+                for g in self.groups.names
+            )
+        )
         return pool, batch
 
 
@@ -210,8 +236,13 @@ def decision_rows(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each generation's decision as the report and the dashboard show it: its levels, factors, mix,
     moves and the success counts that decided them (``success``: ``group -> {n, solved, level}``),
     the minibatch as its size."""
-    return [{**{k: v for k, v in d.items() if k not in ("minibatch", "parents")},
-             "minibatch": len(d.get("minibatch") or ())} for d in decisions]
+    return [
+        {
+            **{k: v for k, v in d.items() if k not in ("minibatch", "parents")},
+            "minibatch": len(d.get("minibatch") or ()),
+        }
+        for d in decisions
+    ]
 
 
 class CurriculumSection:
@@ -224,8 +255,9 @@ class CurriculumSection:
             return {}
         cfg = session.task.engine.curriculum
         rows = decision_rows(decisions)
-        return {"curriculum": {"settings": cfg.model_dump(mode="json") if cfg is not None else None,
-                               "generations": rows}}
+        return {
+            "curriculum": {"settings": cfg.model_dump(mode="json") if cfg is not None else None, "generations": rows}
+        }
 
     def markdown(self, report: dict[str, Any]) -> list[str]:
         c = report.get("curriculum")
@@ -234,12 +266,21 @@ class CurriculumSection:
         rows = c["generations"]
         groups = sorted(rows[0]["levels"])
         lo, hi = rows[0].get("band", [0, 1])
-        evidence = ("the parents' minibatch rollouts and the operators' samples from them"
-                    if (c.get("settings") or {}).get("evidence") == "all" else "the parents' minibatch rollouts")
-        lines = ["", f"## Curriculum (kept in a success band of {100 * lo:.0f}-{100 * hi:.0f}%)", "",
-                 "Each cell: the level (0 the easiest) and the share of the generation's training tasks, what "
-                 f"moved it, and the success it was decided on ({evidence} at the level before).", "",
-                 "| gen | " + " | ".join(groups) + " | minibatch (fresh) |", "|---|" + "---|" * (len(groups) + 1)]
+        evidence = (
+            "the parents' minibatch rollouts and the operators' samples from them"
+            if (c.get("settings") or {}).get("evidence") == "all"
+            else "the parents' minibatch rollouts"
+        )
+        lines = [
+            "",
+            f"## Curriculum (kept in a success band of {100 * lo:.0f}-{100 * hi:.0f}%)",
+            "",
+            "Each cell: the level (0 the easiest) and the share of the generation's training tasks, what "
+            f"moved it, and the success it was decided on ({evidence} at the level before).",
+            "",
+            "| gen | " + " | ".join(groups) + " | minibatch (fresh) |",
+            "|---|" + "---|" * (len(groups) + 1),
+        ]
         for r in rows:
             cells = []
             for g in groups:

@@ -69,8 +69,16 @@ class Engine:
 
             self.tracking = Tracking(task.track, observer)
         try:
-            self.session = Session(task, base_dir=base_dir, run_dir=run_dir, resume=resume, fresh=fresh,
-                                   observer=observer, agent=agent, reward=reward)
+            self.session = Session(
+                task,
+                base_dir=base_dir,
+                run_dir=run_dir,
+                resume=resume,
+                fresh=fresh,
+                observer=observer,
+                agent=agent,
+                reward=reward,
+            )
         except BaseException:
             if self.tracking is not None:
                 self.tracking.close(None)
@@ -140,9 +148,17 @@ class Engine:
             self.state.accept(base.id, val, 0)
             if not self.state.generations():
                 used = s.usage()
-                self._record_generation(0, {"children": 0, "accepted": 0, "rollouts": used["rollouts"],
-                                            "calls": used["calls"], "tokens": used["tokens"],
-                                            "cost": round(used["cost"], 6)})
+                self._record_generation(
+                    0,
+                    {
+                        "children": 0,
+                        "accepted": 0,
+                        "rollouts": used["rollouts"],
+                        "calls": used["calls"],
+                        "tokens": used["tokens"],
+                        "cost": round(used["cost"], 6),
+                    },
+                )
             for gen in range(len(self.state.generations()), self.task.budget.generations + 1):
                 why = self.stopping.stop(self.state.generations())
                 if why:
@@ -179,8 +195,14 @@ class Engine:
         n_children = n_accepted = 0
         for pid in parents:
             parent = self.archive.get_system(pid)
-            p_traj = s.rollouts(parent, minibatch, split="train", tag="eval:train", generation=gen,
-                                description=f"gen {gen}: parent {pid[:8]} on minibatch")
+            p_traj = s.rollouts(
+                parent,
+                minibatch,
+                split="train",
+                tag="eval:train",
+                generation=gen,
+                description=f"gen {gen}: parent {pid[:8]} on minibatch",
+            )
             p_val = next(s.score for s in pool if s.system_id == pid)
             for i, op in enumerate(self.operators):
                 for cand in self._propose(gen, i, op, parent, p_traj, train):
@@ -189,8 +211,14 @@ class Engine:
                     promoted = False
                     if verdict.accepted:
                         promoted, best = self.acceptance.promote(s, gen, cand, verdict, best)
-                    event = {"generation": gen, "child": cand.system.id, "parent": pid, "operator": cand.operator,
-                             "accepted": verdict.accepted, "why": verdict.why}
+                    event = {
+                        "generation": gen,
+                        "child": cand.system.id,
+                        "parent": pid,
+                        "operator": cand.operator,
+                        "accepted": verdict.accepted,
+                        "why": verdict.why,
+                    }
                     if verdict.reeval:
                         event["reeval"] = verdict.reeval
                     self.archive.log_event("decision", event)
@@ -201,11 +229,18 @@ class Engine:
                         if promoted:
                             self._promote(gen, cand, verdict)
         used = s.usage()
-        self._record_generation(gen, {
-            "children": n_children, "accepted": n_accepted, "rollouts": used["rollouts"] - counted["rollouts"],
-            "calls": used["calls"] - counted["calls"], "tokens": used["tokens"] - counted["tokens"],
-            "cost": round(used["cost"] - counted["cost"], 6), "seconds": round(s.elapsed() - t0, 2),
-        })
+        self._record_generation(
+            gen,
+            {
+                "children": n_children,
+                "accepted": n_accepted,
+                "rollouts": used["rollouts"] - counted["rollouts"],
+                "calls": used["calls"] - counted["calls"],
+                "tokens": used["tokens"] - counted["tokens"],
+                "cost": round(used["cost"] - counted["cost"], 6),
+                "seconds": round(s.elapsed() - t0, 2),
+            },
+        )
 
     def _promote(self, gen: int, cand: Candidate, verdict: Any) -> None:
         """The best so far: made current, or with a deploy policy proposed for promotion (the gates,
@@ -216,12 +251,20 @@ class Engine:
             return
         from evolve.deploy.lifecycle import Deployment
 
-        Deployment(self.archive).propose(cand.system.id, by="engine", why=f"generation {gen}: {verdict.why}",
-                                         evidence={"generation": gen, "operator": cand.operator,
-                                                   "val": verdict.score if verdict.score == verdict.score else None})
+        Deployment(self.archive).propose(
+            cand.system.id,
+            by="engine",
+            why=f"generation {gen}: {verdict.why}",
+            evidence={
+                "generation": gen,
+                "operator": cand.operator,
+                "val": verdict.score if verdict.score == verdict.score else None,
+            },
+        )
 
-    def _propose(self, gen: int, i: int, op: Any, parent: System, p_traj: list[Trajectory],
-                 train: list[dict]) -> list[Candidate]:
+    def _propose(
+        self, gen: int, i: int, op: Any, parent: System, p_traj: list[Trajectory], train: list[dict]
+    ) -> list[Candidate]:
         saved = self.state.proposals(gen, i, parent.id)
         if saved is not None:
             return saved
@@ -229,14 +272,32 @@ class Engine:
         workdir = self.run_dir / "work" / f"g{gen}-op{i}-{parent.id[:8]}"
         workdir.mkdir(parents=True, exist_ok=True)
         ctx = OperatorContext(
-            generation=gen, seed=self.task.seed, rng=s.rng(f"op/{gen}/{i}/{parent.id}"),
-            train=train, trajectories=p_traj, artifacts=self.archive.artifacts, workdir=workdir,
+            generation=gen,
+            seed=self.task.seed,
+            rng=s.rng(f"op/{gen}/{i}/{parent.id}"),
+            train=train,
+            trajectories=p_traj,
+            artifacts=self.archive.artifacts,
+            workdir=workdir,
             rollouts=lambda system, tasks, samples=1, temperature=None, tag="explore", logprobs=True: s.rollouts(
-                system, tasks, split="train", tag=f"{tag}:g{gen}:op{i}", generation=gen, samples=samples,
-                temperature=temperature, description=f"gen {gen}: {getattr(op, 'name', i)} {tag}", logprobs=logprobs),
-            log=self.obs.message, charge=s.charge, may_call=s.check_operator_call,
-            extra={"pool": OperatorPool(s), "known": self.archive.has_system,
-                   "remote": getattr(s.runner, "trainer", None)},  # where training runs (the ray runner's)
+                system,
+                tasks,
+                split="train",
+                tag=f"{tag}:g{gen}:op{i}",
+                generation=gen,
+                samples=samples,
+                temperature=temperature,
+                description=f"gen {gen}: {getattr(op, 'name', i)} {tag}",
+                logprobs=logprobs,
+            ),
+            log=self.obs.message,
+            charge=s.charge,
+            may_call=s.check_operator_call,
+            extra={
+                "pool": OperatorPool(s),
+                "known": self.archive.has_system,
+                "remote": getattr(s.runner, "trainer", None),
+            },  # where training runs (the ray runner's)
         )
         try:
             proposed = op.propose(parent, ctx)
@@ -248,17 +309,27 @@ class Engine:
         cands = [c for c in proposed if not self.archive.has_system(c.system.id)]
         for c in proposed:
             if c not in cands:
-                self.archive.log_event("rediscovered", {"generation": gen, "system": c.system.id, "operator": c.operator})
+                self.archive.log_event(
+                    "rediscovered", {"generation": gen, "system": c.system.id, "operator": c.operator}
+                )
         for c in cands:
-            self.archive.add_system(c.system, parents=c.parents, operator=c.operator, rationale=c.rationale,
-                                    generation=gen, info=c.info)
+            self.archive.add_system(
+                c.system, parents=c.parents, operator=c.operator, rationale=c.rationale, generation=gen, info=c.info
+            )
         self.state.save_proposals(gen, i, parent.id, cands)
         return cands
 
     def _record_generation(self, gen: int, info: dict[str, Any]) -> None:
         best = max(scored_pool(self.session), key=lambda s: (s.score, -s.generation))
-        row = {"index": gen, "best_val": round(best.score, 4), "best": best.system_id,
-               "rollouts": 0, "tokens": 0, "seconds": round(self.session.elapsed(), 2), **info}
+        row = {
+            "index": gen,
+            "best_val": round(best.score, 4),
+            "best": best.system_id,
+            "rollouts": 0,
+            "tokens": 0,
+            "seconds": round(self.session.elapsed(), 2),
+            **info,
+        }
         self.state.add_generation(GenerationRow(**row))
         self.state.elapsed = self.session.elapsed()
         self.obs.generation(row)

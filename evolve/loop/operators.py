@@ -115,6 +115,12 @@ class ScriptedEdit:
         out = []
         for text in pool[: self.p.children]:
             prompts = {**parent.prompts, self.p.component: text}
-            out.append(Candidate(system=parent.replace(prompts=prompts), parents=(parent.id,), operator=self.name,
-                                 rationale=f"set {self.p.component} to {text!r}"))
+            out.append(
+                Candidate(
+                    system=parent.replace(prompts=prompts),
+                    parents=(parent.id,),
+                    operator=self.name,
+                    rationale=f"set {self.p.component} to {text!r}",
+                )
+            )
         return out

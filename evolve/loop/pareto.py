@@ -45,8 +45,9 @@ def _vectors(per_task: PerTask, objectives: PerTask | None) -> tuple[list[str], 
     for s in systems:
         scores = per_task.get(s, {})
         costs = (objectives or {}).get(s, {})
-        vectors[s] = ([float(scores.get(t, -math.inf)) for t in tasks]
-                      + [-float(costs.get(m, math.inf)) for m in metrics])
+        vectors[s] = [float(scores.get(t, -math.inf)) for t in tasks] + [
+            -float(costs.get(m, math.inf)) for m in metrics
+        ]
     return systems, vectors
 
 
@@ -83,8 +84,11 @@ def pareto_front(per_task: PerTask, objectives: PerTask | None = None) -> list[s
         if top == -math.inf:
             continue
         best_somewhere |= {s for s in systems if vectors[s][d] == top}
-    return [s for s in systems if s in best_somewhere
-            and not any(dominates(vectors[o], vectors[s]) for o in systems if o != s)]
+    return [
+        s
+        for s in systems
+        if s in best_somewhere and not any(dominates(vectors[o], vectors[s]) for o in systems if o != s)
+    ]
 
 
 def sample_from_front(front: Sequence[str], per_task: PerTask, rng: random.Random) -> str:

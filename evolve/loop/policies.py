@@ -22,8 +22,22 @@ from evolve.loop.strategies import (
 
 build_policies = build_strategies
 
-warnings.warn("evolve.loop.policies is deprecated: import from evolve.loop.strategies (build_policies is "
-              "build_strategies there)", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.loop.policies is deprecated: import from evolve.loop.strategies (build_policies is build_strategies there)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
-__all__ = ["Acceptance", "BudgetOnly", "FixedMinibatch", "MinibatchSampler", "Paired", "Plateau", "RandomMinibatch",
-           "Stopping", "TwoStage", "ValOnly", "build_policies"]
+__all__ = [
+    "Acceptance",
+    "BudgetOnly",
+    "FixedMinibatch",
+    "MinibatchSampler",
+    "Paired",
+    "Plateau",
+    "RandomMinibatch",
+    "Stopping",
+    "TwoStage",
+    "ValOnly",
+    "build_policies",
+]

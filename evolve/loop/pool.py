@@ -55,9 +55,16 @@ class OperatorPool(Sequence[dict]):
     def _load(self) -> list[dict[str, Any]]:
         if self._items is None:
             get = self._session.archive.get_system
-            self._items = [{"system": get(s.system_id), "score": s.score, "per_task": s.per_task or None,
-                            "metrics": s.metrics, "generation": s.generation}
-                           for s in scored_pool(self._session, detail=True)]
+            self._items = [
+                {
+                    "system": get(s.system_id),
+                    "score": s.score,
+                    "per_task": s.per_task or None,
+                    "metrics": s.metrics,
+                    "generation": s.generation,
+                }
+                for s in scored_pool(self._session, detail=True)
+            ]
         return self._items
 
     def __len__(self) -> int:

@@ -88,7 +88,9 @@ class Pareto:
             per_task = {s.system_id: {"mean": s.score} for s in pool}
         objectives: dict[str, dict[str, float]] = {
             s.system_id: {o: s.metrics[o] for o in self.p.objectives if o in s.metrics}
-                      for s in pool if s.system_id in per_task}
+            for s in pool
+            if s.system_id in per_task
+        }
         return per_task, objectives
 
     def front(self, pool: Sequence[Scored]) -> list[str]:

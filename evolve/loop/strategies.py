@@ -53,22 +53,40 @@ if TYPE_CHECKING:
 
 
 class Acceptance(Protocol):
-    def judge(self, session: Session, generation: int, candidate: Candidate, minibatch: list[dict],
-              parent: System, parent_minibatch_score: float, parent_val_score: float) -> Verdict: ...
+    def judge(
+        self,
+        session: Session,
+        generation: int,
+        candidate: Candidate,
+        minibatch: list[dict],
+        parent: System,
+        parent_minibatch_score: float,
+        parent_val_score: float,
+    ) -> Verdict: ...
 
-    def promote(self, session: Session, generation: int, candidate: Candidate, verdict: Verdict,
-                best: Scored) -> tuple[bool, Scored]: ...
+    def promote(
+        self, session: Session, generation: int, candidate: Candidate, verdict: Verdict, best: Scored
+    ) -> tuple[bool, Scored]: ...
 
 
 class TwoStage:
     """Better than the parent on the minibatch, then not worse on validation (see :mod:`evolve.loop.acceptance`)."""
 
-    def judge(self, session: Session, generation: int, candidate: Candidate, minibatch: list[dict],
-              parent: System, parent_minibatch_score: float, parent_val_score: float) -> Verdict:
+    def judge(
+        self,
+        session: Session,
+        generation: int,
+        candidate: Candidate,
+        minibatch: list[dict],
+        parent: System,
+        parent_minibatch_score: float,
+        parent_val_score: float,
+    ) -> Verdict:
         return judge(session, generation, candidate, minibatch, parent, parent_minibatch_score, parent_val_score)
 
-    def promote(self, session: Session, generation: int, candidate: Candidate, verdict: Verdict,
-                best: Scored) -> tuple[bool, Scored]:
+    def promote(
+        self, session: Session, generation: int, candidate: Candidate, verdict: Verdict, best: Scored
+    ) -> tuple[bool, Scored]:
         return promotion(session, generation, candidate, verdict, best)
 
 
@@ -76,8 +94,16 @@ class ValOnly(TwoStage):
     """Stage 2 alone: the child is judged on validation against its parent (within
     ``engine.val_tolerance``, re-evaluated when close), never on the minibatch."""
 
-    def judge(self, session: Session, generation: int, candidate: Candidate, minibatch: list[dict],
-              parent: System, parent_minibatch_score: float, parent_val_score: float) -> Verdict:
+    def judge(
+        self,
+        session: Session,
+        generation: int,
+        candidate: Candidate,
+        minibatch: list[dict],
+        parent: System,
+        parent_minibatch_score: float,
+        parent_val_score: float,
+    ) -> Verdict:
         return judge(session, generation, candidate, None, parent, parent_minibatch_score, parent_val_score)
 
 
@@ -92,12 +118,21 @@ class Paired(TwoStage):
             raise ValueError(f"z must be a positive number (1.96 for a 95% interval), not {z!r}")
         self.z = float(z)
 
-    def judge(self, session: Session, generation: int, candidate: Candidate, minibatch: list[dict],
-              parent: System, parent_minibatch_score: float, parent_val_score: float) -> Verdict:
+    def judge(
+        self,
+        session: Session,
+        generation: int,
+        candidate: Candidate,
+        minibatch: list[dict],
+        parent: System,
+        parent_minibatch_score: float,
+        parent_val_score: float,
+    ) -> Verdict:
         return paired_judge(session, generation, candidate, minibatch, parent, parent_minibatch_score, self.z)
 
-    def promote(self, session: Session, generation: int, candidate: Candidate, verdict: Verdict,
-                best: Scored) -> tuple[bool, Scored]:
+    def promote(
+        self, session: Session, generation: int, candidate: Candidate, verdict: Verdict, best: Scored
+    ) -> tuple[bool, Scored]:
         return paired_promotion(session, generation, candidate, verdict, best, self.z)
 
 
@@ -143,7 +178,7 @@ class Plateau:
         if len(generations) <= self.patience:
             return None
         before = max(g.best_val for g in generations[: -self.patience])
-        if max(g.best_val for g in generations[-self.patience:]) <= before:
+        if max(g.best_val for g in generations[-self.patience :]) <= before:
             return f"plateau: the best val score has not risen for {self.patience} generations ({before:.3f})"
         return None
 
@@ -152,10 +187,23 @@ def build_strategies(engine_cfg: Any) -> tuple[Acceptance, MinibatchSampler, Sto
     """The acceptance, sampler and stopping rule an ``engine`` section names (built once per run)."""
     from evolve.registry import acceptances, minibatch_samplers, stoppings
 
-    return (acceptances.get(engine_cfg.acceptance)(**engine_cfg.acceptance_params),
-            minibatch_samplers.get(engine_cfg.minibatch_sampler)(),
-            stoppings.get(engine_cfg.stopping)(**engine_cfg.stopping_params))
+    return (
+        acceptances.get(engine_cfg.acceptance)(**engine_cfg.acceptance_params),
+        minibatch_samplers.get(engine_cfg.minibatch_sampler)(),
+        stoppings.get(engine_cfg.stopping)(**engine_cfg.stopping_params),
+    )
 
 
-__all__ = ["Acceptance", "BudgetOnly", "FixedMinibatch", "MinibatchSampler", "Paired", "Plateau", "RandomMinibatch",
-           "Stopping", "TwoStage", "ValOnly", "build_strategies"]
+__all__ = [
+    "Acceptance",
+    "BudgetOnly",
+    "FixedMinibatch",
+    "MinibatchSampler",
+    "Paired",
+    "Plateau",
+    "RandomMinibatch",
+    "Stopping",
+    "TwoStage",
+    "ValOnly",
+    "build_strategies",
+]

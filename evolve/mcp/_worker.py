@@ -49,7 +49,7 @@ def _run_args(argv: list[str]) -> tuple[str, list[str]]:
     """The task file and ``--set`` values of ``run TASK --out DIR [--set=K=V ...] [--resume]``
     (``--set K=V`` too)."""
     sets = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--set"]
-    sets += [a[len("--set="):] for a in argv if a.startswith("--set=")]
+    sets += [a[len("--set=") :] for a in argv if a.startswith("--set=")]
     return argv[1], sets
 
 
@@ -68,12 +68,18 @@ def validate(task: str, sets: list[str]) -> dict[str, Any]:
         suites = [cfg.deploy.regression, *cfg.deploy.guards]
         files += [s.tasks for s in suites if s is not None and s.tasks not in ("train", "val", "test")]
     return {
-        "name": cfg.name, "seed": cfg.seed, "world": cfg.world, "agent": cfg.agent, "reward": cfg.reward,
+        "name": cfg.name,
+        "seed": cfg.seed,
+        "world": cfg.world,
+        "agent": cfg.agent,
+        "reward": cfg.reward,
         "models": {role: {"backend": m.backend, "name": m.name} for role, m in cfg.models.items()},
-        "prompts": sorted(cfg.prompts), "operators": [op.name for op in cfg.operators],
+        "prompts": sorted(cfg.prompts),
+        "operators": [op.name for op in cfg.operators],
         "budget": {k: v for k, v in cfg.budget.model_dump().items() if v is not None},
         "sizes": {split: len(tasks) for split, tasks in splits.items()},
-        "deploy": cfg.deploy is not None, "out": cfg.out,
+        "deploy": cfg.deploy is not None,
+        "out": cfg.out,
         "files": [str((base / f).resolve()) for f in files if isinstance(f, str)],
         "base_dir": str(base),
     }
@@ -85,8 +91,9 @@ def dry_run(task: str, sets: list[str]) -> dict[str, Any]:
     return estimate(task, overrides=sets)
 
 
-def promote(task: str, run: str, *, system: str | None, approve: bool, repin: bool, by: str | None,
-            sets: list[str]) -> dict[str, Any]:
+def promote(
+    task: str, run: str, *, system: str | None, approve: bool, repin: bool, by: str | None, sets: list[str]
+) -> dict[str, Any]:
     from evolve.deploy.manage import approve as approve_
     from evolve.deploy.manage import promote as promote_
 
@@ -172,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             elif a.op == "dry-run":
                 result = dry_run(a.task, a.sets)
             else:
-                result = promote(a.task, a.run_dir, system=a.system, approve=a.approve, repin=a.repin, by=a.by,
-                                 sets=a.sets)
+                result = promote(
+                    a.task, a.run_dir, system=a.system, approve=a.approve, repin=a.repin, by=a.by, sets=a.sets
+                )
         answer: dict[str, Any] = {"ok": True, "result": result}
     except Exception as e:  # noqa: BLE001 - every failure becomes the answer; a bug keeps its traceback on stderr
         kind = _kind(e)

@@ -54,11 +54,15 @@ class Grants:
         keys, hosts = list(keys), [h.strip().lower() for h in hosts]
         for k in keys:
             if not _NAME.fullmatch(k):
-                raise ConfigError(f"evolve mcp: --allow-key {k!r} is not an environment variable name (e.g. OPENAI_API_KEY)")
+                raise ConfigError(
+                    f"evolve mcp: --allow-key {k!r} is not an environment variable name (e.g. OPENAI_API_KEY)"
+                )
         for h in hosts:
             if not _HOST.fullmatch(h):
-                raise ConfigError(f"evolve mcp: --allow-host {h!r}: give a host name or address, optionally with its "
-                                  "port (api.openai.com, 127.0.0.1:8000), without a scheme or path")
+                raise ConfigError(
+                    f"evolve mcp: --allow-host {h!r}: give a host name or address, optionally with its "
+                    "port (api.openai.com, 127.0.0.1:8000), without a scheme or path"
+                )
         return cls(frozenset(keys), frozenset(hosts))
 
     @classmethod
@@ -102,17 +106,24 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, dict]]:
 def check(data: dict, grants: Grants, source: str | None = None) -> None:
     """Refuse ``data`` (a task file's mapping, overrides applied) if it names a key or a host the
     server was not started with, or asks for the host network (see the module docstring)."""
+
     def fail(field: str, message: str) -> None:
-        raise ConfigError(f"{message} ({grants.describe()}; docs/mcp.md, what a client can make the server do)",
-                          path=field, source=source)
+        raise ConfigError(
+            f"{message} ({grants.describe()}; docs/mcp.md, what a client can make the server do)",
+            path=field,
+            source=source,
+        )
 
     for field, mapping in _walk(data, ""):
         where = f"{field}." if field else ""
         key_env = mapping.get("api_key_env")
         if key_env is not None and key_env not in grants.keys:
-            fail(f"{where}api_key_env", f"{key_env!r} names a variable of the server's environment, whose value would "
-                 "be sent to the model's server; through evolve mcp a task may name only the keys the server was "
-                 f"started with: ask the user to restart it with --allow-key {key_env} if the task may use it")
+            fail(
+                f"{where}api_key_env",
+                f"{key_env!r} names a variable of the server's environment, whose value would "
+                "be sent to the model's server; through evolve mcp a task may name only the keys the server was "
+                f"started with: ask the user to restart it with --allow-key {key_env} if the task may use it",
+            )
         for hk in HOST_KEYS:
             url = mapping.get(hk)
             if url is None:
@@ -121,19 +132,25 @@ def check(data: dict, grants: Grants, source: str | None = None) -> None:
                 fail(f"{where}{hk}", f"{url!r} is not an http(s):// URL")
             if not grants.host_allowed(url):
                 host = urlsplit(url).netloc.rsplit("@", 1)[-1].lower()
-                fail(f"{where}{hk}", f"{url!r}: through evolve mcp a task's models may reach only the hosts the "
-                     f"server was started with: ask the user to restart it with --allow-host {host} if the task may "
-                     "send its requests (and any key) there")
+                fail(
+                    f"{where}{hk}",
+                    f"{url!r}: through evolve mcp a task's models may reach only the hosts the "
+                    f"server was started with: ask the user to restart it with --allow-host {host} if the task may "
+                    "send its requests (and any key) there",
+                )
         if mapping.get("backend") == "litellm":
             given = mapping.get("params")
             params = given if isinstance(given, dict) else {}
             given = params.get("extra")
             extra = given if isinstance(given, dict) else {}
             if not any(params.get(k) or extra.get(k) for k in ("api_key_env", *HOST_KEYS)):
-                fail(f"{where}params.api_key_env", f"the litellm model {mapping.get('name')!r} names neither its key "
-                     "(api_key_env) nor its server (api_base), so litellm would take the provider's key from the "
-                     "server's environment by itself; name the key with params.api_key_env (the server must be "
-                     "started with --allow-key NAME)")
+                fail(
+                    f"{where}params.api_key_env",
+                    f"the litellm model {mapping.get('name')!r} names neither its key "
+                    "(api_key_env) nor its server (api_base), so litellm would take the provider's key from the "
+                    "server's environment by itself; name the key with params.api_key_env (the server must be "
+                    "started with --allow-key NAME)",
+                )
     tracks = data.get("track")
     for i, t in enumerate(tracks if isinstance(tracks, list) else []):
         given = t.get("params") if isinstance(t, dict) else None
@@ -145,25 +162,37 @@ def check(data: dict, grants: Grants, source: str | None = None) -> None:
             if key == "endpoint" and "://" not in url:
                 url = "http://" + url  # an OTLP/gRPC HOST:PORT
             if urlsplit(url).scheme in ("http", "https") and not grants.host_allowed(url):
-                fail(f"track.{i}.params.{key}", f"{tp[key]!r}: a tracker sends the server's own credentials to its "
-                     "server; through evolve mcp it may reach only the hosts the server was started with: ask the "
-                     f"user to restart it with --allow-host {urlsplit(url).netloc.rsplit('@', 1)[-1].lower()}")
+                fail(
+                    f"track.{i}.params.{key}",
+                    f"{tp[key]!r}: a tracker sends the server's own credentials to its "
+                    "server; through evolve mcp it may reach only the hosts the server was started with: ask the "
+                    f"user to restart it with --allow-host {urlsplit(url).netloc.rsplit('@', 1)[-1].lower()}",
+                )
     params = ((data.get("dataset") or {}).get("params") or {}) if isinstance(data.get("dataset"), dict) else {}
     if not isinstance(params, dict):
         return
     if params.get("capabilities") == "docker":
-        fail("dataset.params.capabilities", "'docker' gives a Harbor task's containers Docker's default capabilities "
-             "(raw sockets among them); only the user may choose it, never a client of evolve mcp")
+        fail(
+            "dataset.params.capabilities",
+            "'docker' gives a Harbor task's containers Docker's default capabilities "
+            "(raw sockets among them); only the user may choose it, never a client of evolve mcp",
+        )
     if params.get("build_network") == "host":
-        fail("dataset.params.build_network", "'host' builds a Harbor task on this machine's own network, with its "
-             "loopback services in reach; only the user may choose it (in their own task file or with evolve harbor "
-             "check --build-network host), never a client of evolve mcp")
+        fail(
+            "dataset.params.build_network",
+            "'host' builds a Harbor task on this machine's own network, with its "
+            "loopback services in reach; only the user may choose it (in their own task file or with evolve harbor "
+            "check --build-network host), never a client of evolve mcp",
+        )
     names = params.get("allow_env")
     for i, name in enumerate(names if isinstance(names, list) else []):
         if name not in grants.keys:
-            fail(f"dataset.params.allow_env.{i}", f"{name!r} would hand a variable of the server's environment to a "
-                 "task's environment; through evolve mcp only the keys the server was started with may be: ask the "
-                 f"user to restart it with --allow-key {name} if the task may read it")
+            fail(
+                f"dataset.params.allow_env.{i}",
+                f"{name!r} would hand a variable of the server's environment to a "
+                "task's environment; through evolve mcp only the keys the server was started with may be: ask the "
+                f"user to restart it with --allow-key {name} if the task may read it",
+            )
 
 
 __all__ = ["ENV", "Grants", "check"]

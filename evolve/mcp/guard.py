@@ -38,12 +38,26 @@ from evolve.registry import GUARD_ENV
 ENV = "EVOLVE_MCP_ROOTS"
 # evolvekit's task-file building blocks beyond the worlds' own: the workflow agent the topology
 # operator evolves, and the gateway's recorded traffic as a dataset, an agent and a memory hook.
-HELPERS = ("evolve.topology:agent", "evolve.gateway.dataset:sessions", "evolve.gateway.dataset:replay",
-           "evolve.gateway.dataset:experiences")
+HELPERS = (
+    "evolve.topology:agent",
+    "evolve.gateway.dataset:sessions",
+    "evolve.gateway.dataset:replay",
+    "evolve.gateway.dataset:experiences",
+)
 DATASETS = ("evolve.gateway.dataset:sessions",)
 # the registries whose names a task file gives (world, operators.N.name, runner.name, engine.*, track.N.name)
-NAMED = ("worlds", "operators", "runners", "selectors", "acceptances", "minibatch_samplers", "stoppings", "trackers",
-         "llm_backends", "node_types")
+NAMED = (
+    "worlds",
+    "operators",
+    "runners",
+    "selectors",
+    "acceptances",
+    "minibatch_samplers",
+    "stoppings",
+    "trackers",
+    "llm_backends",
+    "node_types",
+)
 
 
 def split(path: str) -> tuple[str, str]:
@@ -194,8 +208,12 @@ class RootsGuard:
                     continue
                 if not isinstance(world, World):
                     continue
-                for what, path in (("agent", world.agent), ("reward", world.reward), ("dataset", world.dataset),
-                                   *world.hooks.items()):
+                for what, path in (
+                    ("agent", world.agent),
+                    ("reward", world.reward),
+                    ("dataset", world.dataset),
+                    *world.hooks.items(),
+                ):
                     found[canonical(path)] = f"the {name} world's {what}"
                 module = split(registry.worlds.entries().get(name, ""))[0]
                 for attr in _exports(sys.modules.get(module)):
@@ -224,8 +242,15 @@ class RootsGuard:
 
     # ------------------------------------------------------------------ the checks
 
-    def check(self, path: str, *, what: str, search: Path | None = None, evolve: Iterable[str] | None = None,
-              source: str | None = None) -> None:
+    def check(
+        self,
+        path: str,
+        *,
+        what: str,
+        search: Path | None = None,
+        evolve: Iterable[str] | None = None,
+        source: str | None = None,
+    ) -> None:
         """Refuse ``path`` before anything is imported, unless it names the task's own code or one of
         evolvekit's parts a task may name (``evolve``: those allowed in this field; by default every
         registered part, for a path found where the field is not known)."""
@@ -237,19 +262,27 @@ class RootsGuard:
             return  # (a plugin world's parts too, installed where they are)
         if is_evolve(mod):
             shown = ", ".join(sorted(allowed)[:6]) + (", ..." if len(allowed) > 6 else "")
-            raise ConfigError(f"{path!r} is evolvekit code that a client's task may not name; name one of evolvekit's "
-                              f"registered parts ({shown}; docs/mcp.md says which) or a function of the task's own "
-                              f"under the server's --root folders ({self.describe()})", path=what, source=source)
+            raise ConfigError(
+                f"{path!r} is evolvekit code that a client's task may not name; name one of evolvekit's "
+                f"registered parts ({shown}; docs/mcp.md says which) or a function of the task's own "
+                f"under the server's --root folders ({self.describe()})",
+                path=what,
+                source=source,
+            )
         places = locate(mod, search)
         if places is None:
             return  # nothing to import: import_path says it cannot be found
         foreign = [p for p in places if p in ("built-in", "frozen") or not self.holds(p)]
         if foreign:
             where = foreign[0] if foreign[0] in ("built-in", "frozen") else f"in {foreign[0]}"
-            raise ConfigError(f"{path!r} names the module {mod!r} ({where}), which is not the task's own code; "
-                              f"through evolve mcp an import path may name only modules under the server's --root "
-                              f"folders ({self.describe()}), outside installed packages, or evolvekit's "
-                              "registered parts (docs/mcp.md lists them)", path=what, source=source)
+            raise ConfigError(
+                f"{path!r} names the module {mod!r} ({where}), which is not the task's own code; "
+                f"through evolve mcp an import path may name only modules under the server's --root "
+                f"folders ({self.describe()}), outside installed packages, or evolvekit's "
+                "registered parts (docs/mcp.md lists them)",
+                path=what,
+                source=source,
+            )
 
     def check_object(self, obj: Any, path: str, *, what: str) -> None:
         """Refuse what ``path`` resolved to unless it is defined in the task's own code, is one of
@@ -263,8 +296,11 @@ class RootsGuard:
         for part in attr.split(".")[:-1]:  # my_agent:os.environ reaches through another module
             node = getattr(node, part, None)
             if inspect.ismodule(node) and not self.own_module(node.__name__):
-                raise ConfigError(f"{path!r} reaches into the module {node.__name__!r}, which is not the task's own "
-                                  f"code under the server's --root folders ({self.describe()})", path=what)
+                raise ConfigError(
+                    f"{path!r} reaches into the module {node.__name__!r}, which is not the task's own "
+                    f"code under the server's --root folders ({self.describe()})",
+                    path=what,
+                )
         if not callable(obj):
             return  # data the layers read (a World, a palette)
         home = getattr(obj, "__module__", None) or type(obj).__module__
@@ -273,9 +309,11 @@ class RootsGuard:
         if id(obj) in self._evolve_objects():
             return
         name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
-        raise ConfigError(f"{path!r} is {name} from {home!r}, which is not defined in the task's own code under the "
-                          f"server's --root folders ({self.describe()}); name a function or class defined there",
-                          path=what)
+        raise ConfigError(
+            f"{path!r} is {name} from {home!r}, which is not defined in the task's own code under the "
+            f"server's --root folders ({self.describe()}); name a function or class defined there",
+            path=what,
+        )
 
 
 def _exports(module: Any) -> list[str]:
@@ -285,8 +323,11 @@ def _exports(module: Any) -> list[str]:
     names = getattr(module, "__all__", None)
     if names is not None:
         return [str(n) for n in names]
-    return [n for n, v in vars(module).items()
-            if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__]
+    return [
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__
+    ]
 
 
 __all__ = ["ENV", "HELPERS", "RootsGuard", "canonical", "env_for", "from_env", "locate", "split"]

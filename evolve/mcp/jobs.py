@@ -56,7 +56,7 @@ def _proc_start(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 3
     return None if fields[0] == "Z" else fields[19]
 
 
@@ -118,10 +118,17 @@ class Jobs:
             state = EXIT_STATES.get(rc, "failed") if isinstance(rc, int) else "failed"
         else:  # gone without a word: killed (-9, the machine went down)
             rc, state = None, "stopped"
-        return {"state": state, "pid": job.get("pid"), "exit_code": rc, "started": job.get("started"),
-                "ended": (ended or {}).get("ended") if state != "running" else None,
-                "attempts": len(job.get("attempts", [])), "task": job.get("task"), "sets": job.get("sets", []),
-                "log": str(job_dir(run_dir) / "run.log")}
+        return {
+            "state": state,
+            "pid": job.get("pid"),
+            "exit_code": rc,
+            "started": job.get("started"),
+            "ended": (ended or {}).get("ended") if state != "running" else None,
+            "attempts": len(job.get("attempts", [])),
+            "task": job.get("task"),
+            "sets": job.get("sets", []),
+            "log": str(job_dir(run_dir) / "run.log"),
+        }
 
     def log_tail(self, run_dir: Path, lines: int = 20, max_chars: int = 4000) -> str:
         try:
@@ -135,8 +142,17 @@ class Jobs:
 
     # ------------------------------------------------------------------ starting and stopping
 
-    def start(self, task: Path, run_dir: Path, sets: list[str], *, resume: bool, fresh: bool, cwd: Path,
-              env: dict[str, str] | None = None) -> dict:
+    def start(
+        self,
+        task: Path,
+        run_dir: Path,
+        sets: list[str],
+        *,
+        resume: bool,
+        fresh: bool,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+    ) -> dict:
         """Start ``evolve run TASK --out RUN_DIR`` (``--resume``) in the background, with ``env`` added
         to its environment; returns its state. Refuses a run directory whose run is running, or that
         holds a run unless resumed or fresh; ``fresh`` moves aside only a run directory (one holding an
@@ -144,15 +160,21 @@ class Jobs:
         with self._lock:
             job = self.job(run_dir)
             if job is not None and self.alive(job):
-                raise RunDirError(f"{run_dir} is running already (pid {job['pid']}); follow it with run_status or "
-                                  "wait_run, or stop it with stop_run")
+                raise RunDirError(
+                    f"{run_dir} is running already (pid {job['pid']}); follow it with run_status or "
+                    "wait_run, or stop it with stop_run"
+                )
             holds = (run_dir / "archive.sqlite").exists()
             if holds and not _is_archive(run_dir):
-                raise RunDirError(f"{run_dir} holds an archive.sqlite that is not an evolvekit archive, so it is not a "
-                                  "run directory; give another out")
+                raise RunDirError(
+                    f"{run_dir} holds an archive.sqlite that is not an evolvekit archive, so it is not a "
+                    "run directory; give another out"
+                )
             if holds and not resume and not fresh:
-                raise RunDirError(f"{run_dir} already holds a run; continue it with resume_run, start it over with "
-                                  "fresh=true (the earlier run is moved aside, not deleted), or give another out")
+                raise RunDirError(
+                    f"{run_dir} already holds a run; continue it with resume_run, start it over with "
+                    "fresh=true (the earlier run is moved aside, not deleted), or give another out"
+                )
             moved = None
             if holds and fresh:
                 from evolve.scoring.rundir import set_aside
@@ -175,16 +197,33 @@ class Jobs:
                 log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} evolve {' '.join(args)}\n".encode())
                 log.flush()
                 try:
-                    child = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                    child = subprocess.Popen(
+                        argv,
+                        cwd=cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        env=env,
+                    )
                 except OSError as e:
                     raise UserError(f"cannot start the run: {e.strerror or e}") from None
             self._children[child.pid] = child
-            attempts = (job or {}).get("attempts", []) + [{"started": time.time(), "pid": child.pid,
-                                                            "resume": resume, "args": args}]
-            _write_json(folder / "job.json", {"task": str(task), "sets": list(sets), "run_dir": str(run_dir),
-                                              "pid": child.pid, "proc_start": _proc_start(child.pid),
-                                              "started": time.time(), "attempts": attempts})
+            attempts = (job or {}).get("attempts", []) + [
+                {"started": time.time(), "pid": child.pid, "resume": resume, "args": args}
+            ]
+            _write_json(
+                folder / "job.json",
+                {
+                    "task": str(task),
+                    "sets": list(sets),
+                    "run_dir": str(run_dir),
+                    "pid": child.pid,
+                    "proc_start": _proc_start(child.pid),
+                    "started": time.time(),
+                    "attempts": attempts,
+                },
+            )
         out = self.state(run_dir) or {}
         if moved is not None:
             out["moved_aside"] = str(moved)
@@ -195,8 +234,9 @@ class Jobs:
         SIGTERM, then SIGKILL, when it has not ended after ``timeout`` seconds."""
         job = self.job(run_dir)
         if job is None:
-            raise UserError(f"{run_dir} was not started by evolve mcp (no {JOB_FOLDER}/job.json); stop it where it "
-                            "was started")
+            raise UserError(
+                f"{run_dir} was not started by evolve mcp (no {JOB_FOLDER}/job.json); stop it where it was started"
+            )
         if not self.alive(job):
             return {**(self.state(run_dir) or {}), "signal": None, "message": "the run was not running"}
         pid = int(job["pid"])

@@ -66,8 +66,10 @@ class Roots:
         for c in candidates:
             r = c.resolve()
             if not self.holds(r):  # absolute elsewhere, or a symlink on the way that leads out
-                raise PathRefused(f"{what} {text!r} is outside the server's folders ({self.describe()}); "
-                                  "give a path inside one of them")
+                raise PathRefused(
+                    f"{what} {text!r} is outside the server's folders ({self.describe()}); "
+                    "give a path inside one of them"
+                )
             found.append(r)
         existing = [p for p in found if p.exists()]
         if want == "new":

@@ -26,10 +26,16 @@ DATA_PATHS = ("root", "source", "store", "base_dir", "db", "path", "dir", "folde
 DATA_CODE = ("server",)  # the env world's ASGI app
 URIS = ("tracking_uri", "registry_uri")  # mlflow's
 TRACKER_PATHS = ("dir",)  # wandb's
-ENGINE = (("selector", "selectors"), ("acceptance", "acceptances"), ("minibatch_sampler", "minibatch_samplers"),
-          ("stopping", "stoppings"))
-RUNNER_REFUSED = {"runtime_env": "installs packages and sets environment variables in the run's workers",
-                  "address": "connects the run to a Ray cluster elsewhere, which is handed the task's code"}
+ENGINE = (
+    ("selector", "selectors"),
+    ("acceptance", "acceptances"),
+    ("minibatch_sampler", "minibatch_samplers"),
+    ("stopping", "stoppings"),
+)
+RUNNER_REFUSED = {
+    "runtime_env": "installs packages and sets environment variables in the run's workers",
+    "address": "connects the run to a Ray cluster elsewhere, which is handed the task's code",
+}
 
 
 def check_task(task: str | Path, sets: Sequence[str], guard: RootsGuard) -> None:
@@ -109,28 +115,35 @@ class _Fields:
         if scheme in ("http", "https"):
             return
         if scheme == "sqlite":
-            where = value.split("?", 1)[0][len("sqlite://"):]
+            where = value.split("?", 1)[0][len("sqlite://") :]
             if not where.strip("/"):
                 return  # sqlite:// is in memory
             self.path(field, unquote(where[1:]), bases=(Path.cwd(),))
         elif scheme == "file":
             if parts.netloc not in ("", "localhost"):
-                self.fail(field, f"{value!r} names another machine; give a file: URI or a path in the server's "
-                                 f"--root folders ({self.roots.describe()})")
+                self.fail(
+                    field,
+                    f"{value!r} names another machine; give a file: URI or a path in the server's "
+                    f"--root folders ({self.roots.describe()})",
+                )
             self.path(field, unquote(parts.path), bases=(Path.cwd(),))
         elif scheme == "" or len(scheme) == 1:  # a plain path (or a Windows drive)
             self.path(field, value, bases=(Path.cwd(),))
         else:
-            self.fail(field, f"{value!r}: through evolve mcp a tracking URI is http(s)://HOST, or a sqlite:///, "
-                             f"file: URI or a folder in the server's --root folders ({self.roots.describe()})")
+            self.fail(
+                field,
+                f"{value!r}: through evolve mcp a tracking URI is http(s)://HOST, or a sqlite:///, "
+                f"file: URI or a folder in the server's --root folders ({self.roots.describe()})",
+            )
 
     def model(self, field: str, spec: Any) -> None:
         spec = _dict(spec)
         params = _dict(spec.get("params"))
         self.code(f"{field}.params.reply", params.get("reply"))
         weights = params.get("weights")
-        if isinstance(weights, str) and (Path(weights).is_absolute() or weights.startswith((".", "~"))
-                                         or (self.base / weights).exists()):
+        if isinstance(weights, str) and (
+            Path(weights).is_absolute() or weights.startswith((".", "~")) or (self.base / weights).exists()
+        ):
             self.path(f"{field}.params.weights", weights)  # else a Hugging Face Hub id
         cold = _dict(spec.get("cold_start"))
         for key in ("demos", "pointer_words"):
@@ -153,8 +166,10 @@ class _Fields:
         self.named("runner.name", runner.get("name"), "runners")
         for key, why in RUNNER_REFUSED.items():
             if _dict(runner.get("params")).get(key) is not None:
-                self.fail(f"runner.params.{key}", f"{why}; evolve mcp does not take it from a client's task (run "
-                                                  "`evolve run` yourself for that)")
+                self.fail(
+                    f"runner.params.{key}",
+                    f"{why}; evolve mcp does not take it from a client's task (run `evolve run` yourself for that)",
+                )
         engine = _dict(d.get("engine"))
         for key, kind in ENGINE:
             self.named(f"engine.{key}", engine.get(key), kind)

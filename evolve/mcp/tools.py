@@ -32,19 +32,55 @@ from evolve.mcp.guard import env_for
 from evolve.mcp.jobs import JOB_FOLDER, Jobs
 from evolve.mcp.roots import PathRefused, Roots
 
-PathArg = Annotated[str, Field(min_length=1, max_length=1024, description="a path inside the server's --root "
-                               "folders, relative to a root or absolute")]
-RunId = Annotated[str, Field(min_length=1, max_length=1024, description="the run id start_run or list_runs gave "
-                             "(the run directory, relative to a root)")]
-SystemRef = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
-                                 description="a system id (a unique prefix) or baseline / best / current")]
-Sets = Annotated[list[Annotated[str, Field(min_length=3, max_length=500, pattern=r"^[^=\s][^=]*=")]],
-                 Field(max_length=50, description="task-file overrides, e.g. ['budget.generations=2']")]
+PathArg = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=1024,
+        description="a path inside the server's --root folders, relative to a root or absolute",
+    ),
+]
+RunId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=1024,
+        description="the run id start_run or list_runs gave (the run directory, relative to a root)",
+    ),
+]
+SystemRef = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="a system id (a unique prefix) or baseline / best / current",
+    ),
+]
+Sets = Annotated[
+    list[Annotated[str, Field(min_length=3, max_length=500, pattern=r"^[^=\s][^=]*=")]],
+    Field(max_length=50, description="task-file overrides, e.g. ['budget.generations=2']"),
+]
 Progress = Callable[[float, float | None, str], Awaitable[None]]
 
-TOOLS = ("init_task", "validate_task", "dry_run", "start_run", "resume_run", "run_status", "wait_run", "stop_run",
-         "report", "compare_systems", "show_trajectory", "list_runs", "promote", "rollback", "deploy_status",
-         "traces_summary")
+TOOLS = (
+    "init_task",
+    "validate_task",
+    "dry_run",
+    "start_run",
+    "resume_run",
+    "run_status",
+    "wait_run",
+    "stop_run",
+    "report",
+    "compare_systems",
+    "show_trajectory",
+    "list_runs",
+    "promote",
+    "rollback",
+    "deploy_status",
+    "traces_summary",
+)
 MAX_ANSWER = 1 << 20  # bytes of a child's answer read
 
 
@@ -74,24 +110,33 @@ class Toolkit:
         held = [r for r in self.roots.folders if r == run_dir or r.is_relative_to(run_dir)]
         if held:
             which = "is the --root folder" if held[0] == run_dir else f"holds the --root folder {held[0]}"
-            raise UserError(f"{what} {given!r} {which}; a run needs a folder of its own inside a root, e.g. "
-                            "runs/NAME (the default)")
+            raise UserError(
+                f"{what} {given!r} {which}; a run needs a folder of its own inside a root, e.g. runs/NAME (the default)"
+            )
 
     def _deploy_allowed(self, what: str) -> None:
         if not self.allow_deploy:
-            raise UserError(f"{what} changes which system serves users, and this server was started without "
-                            "--allow-deploy; ask the user to restart it with `evolve mcp --allow-deploy` (or to "
-                            f"run `evolve {what} ...` themselves). deploy_status shows the deployment meanwhile")
+            raise UserError(
+                f"{what} changes which system serves users, and this server was started without "
+                "--allow-deploy; ask the user to restart it with `evolve mcp --allow-deploy` (or to "
+                f"run `evolve {what} ...` themselves). deploy_status shows the deployment meanwhile"
+            )
 
-    async def _child(self, args: list[str], *, timeout: float, progress: Progress | None = None,
-                     what: str = "") -> dict[str, Any]:
+    async def _child(
+        self, args: list[str], *, timeout: float, progress: Progress | None = None, what: str = ""
+    ) -> dict[str, Any]:
         """``python -m evolve.mcp._worker ARGS`` in its own session; its JSON answer, or a UserError
         with its message. Killed (the whole group) on timeout or when the call is cancelled."""
         argv = [sys.executable, "-m", "evolve.mcp._worker", *args]
         out, err = bytearray(), bytearray()
         started = time.monotonic()
-        proc = await anyio.open_process(argv, cwd=self.roots.first, stdin=subprocess.DEVNULL, start_new_session=True,
-                                        env={**os.environ, "COLUMNS": "120", **self.child_env})
+        proc = await anyio.open_process(
+            argv,
+            cwd=self.roots.first,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "COLUMNS": "120", **self.child_env},
+        )
 
         async def drain(stream: Any, buf: bytearray) -> None:
             async for chunk in stream:
@@ -134,12 +179,15 @@ class Toolkit:
         return [f for f in files if not self.roots.holds(Path(f).resolve())]
 
     async def _validated(self, task: Path, sets: list[str], progress: Progress | None = None) -> dict[str, Any]:
-        summary = await self._child(["validate", str(task), *_set_args(sets)], timeout=300, progress=progress,
-                                    what="validate_task")
+        summary = await self._child(
+            ["validate", str(task), *_set_args(sets)], timeout=300, progress=progress, what="validate_task"
+        )
         outside = self._outside(summary.get("files", []))
         if outside:
-            raise UserError(f"{self.roots.name(task)} names files outside the server's folders: {outside}; move them "
-                            "inside a --root folder")
+            raise UserError(
+                f"{self.roots.name(task)} names files outside the server's folders: {outside}; move them "
+                "inside a --root folder"
+            )
         summary["task_file"] = self.roots.name(task)
         return summary
 
@@ -148,29 +196,75 @@ class Toolkit:
     async def init_task(
         self,
         path: PathArg,
-        description: Annotated[str, Field(max_length=4000, description="in words: what the agent does, what its "
-                                          "tasks look like, how an output is scored; becomes the file's comment")],
-        name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
-                                   description="the task's name (its default run directory is runs/NAME-seedN)")],
-        models: Annotated[dict[str, ModelSpec], Field(max_length=10, description="role -> model; the agent calls "
-                                                      "ctx.llm(role); most tasks have one role, 'policy'")],
-        agent: Annotated[str | None, Field(max_length=300, description="import path of agent(task, ctx) -> output, "
-                                           "e.g. my_agent:agent for my_agent.py beside the task file")] = None,
-        reward: Annotated[str | None, Field(max_length=300, description="import path of reward(task, output) -> a "
-                                            "number in [0, 1], a dict with 'score', or an evolve.Reward")] = None,
-        world: Annotated[str | None, Field(max_length=100, description="a world (toy, sql) that fills agent, "
-                                           "reward and dataset")] = None,
-        prompts: Annotated[dict[str, Annotated[str, Field(max_length=20000)]], Field(
-            max_length=50, description="the starting prompt components the agent reads "
-            "(ctx.system.prompts[NAME]); prompt operators evolve these")] = {},  # noqa: B006 - the tool schema's default; never mutated
-        dataset: Annotated[DatasetSpec | None, Field(description="the tasks: a generator or train/val/test "
-                                                     "JSONL files")] = None,
-        operators: Annotated[list[OperatorSpec], Field(max_length=20, description="what proposes better "
-                                                       "systems each generation")] = [],  # noqa: B006 - the tool schema's default; never mutated
-        budget: Annotated[dict[str, Any], Field(max_length=10, description="when to stop: generations, rollouts, "
-                                                "calls, tokens, usd, seconds")] = {},  # noqa: B006 - the tool schema's default; never mutated
-        extra: Annotated[dict[str, Any], Field(max_length=30, description="any other task-file field: seed, "
-                                               "runner, engine, failures, workflow, tools, memory, deploy, track")] = {},  # noqa: B006 - the tool schema's default; never mutated
+        description: Annotated[
+            str,
+            Field(
+                max_length=4000,
+                description="in words: what the agent does, what its "
+                "tasks look like, how an output is scored; becomes the file's comment",
+            ),
+        ],
+        name: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=100,
+                pattern=r"^[A-Za-z0-9_.-]+$",
+                description="the task's name (its default run directory is runs/NAME-seedN)",
+            ),
+        ],
+        models: Annotated[
+            dict[str, ModelSpec],
+            Field(
+                max_length=10,
+                description="role -> model; the agent calls ctx.llm(role); most tasks have one role, 'policy'",
+            ),
+        ],
+        agent: Annotated[
+            str | None,
+            Field(
+                max_length=300,
+                description="import path of agent(task, ctx) -> output, "
+                "e.g. my_agent:agent for my_agent.py beside the task file",
+            ),
+        ] = None,
+        reward: Annotated[
+            str | None,
+            Field(
+                max_length=300,
+                description="import path of reward(task, output) -> a "
+                "number in [0, 1], a dict with 'score', or an evolve.Reward",
+            ),
+        ] = None,
+        world: Annotated[
+            str | None, Field(max_length=100, description="a world (toy, sql) that fills agent, reward and dataset")
+        ] = None,
+        prompts: Annotated[
+            dict[str, Annotated[str, Field(max_length=20000)]],
+            Field(
+                max_length=50,
+                description="the starting prompt components the agent reads "
+                "(ctx.system.prompts[NAME]); prompt operators evolve these",
+            ),
+        ] = {},  # noqa: B006 - the tool schema's default; never mutated
+        dataset: Annotated[
+            DatasetSpec | None, Field(description="the tasks: a generator or train/val/test JSONL files")
+        ] = None,
+        operators: Annotated[
+            list[OperatorSpec], Field(max_length=20, description="what proposes better systems each generation")
+        ] = [],  # noqa: B006 - the tool schema's default; never mutated
+        budget: Annotated[
+            dict[str, Any],
+            Field(max_length=10, description="when to stop: generations, rollouts, calls, tokens, usd, seconds"),
+        ] = {},  # noqa: B006 - the tool schema's default; never mutated
+        extra: Annotated[
+            dict[str, Any],
+            Field(
+                max_length=30,
+                description="any other task-file field: seed, "
+                "runner, engine, failures, workflow, tools, memory, deploy, track",
+            ),
+        ] = {},  # noqa: B006 - the tool schema's default; never mutated
         overwrite: Annotated[bool, Field(description="replace the file at path if it exists")] = False,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
@@ -184,9 +278,19 @@ class Toolkit:
         if target.exists() and not overwrite:
             raise UserError(f"{path} exists; pass overwrite=true to replace it, or choose another path")
         try:
-            text = task_yaml(description=description, name=name, world=world, agent=agent, reward=reward,
-                             models=models, prompts=prompts, dataset=dataset, operators=operators, budget=budget,
-                             extra=extra)
+            text = task_yaml(
+                description=description,
+                name=name,
+                world=world,
+                agent=agent,
+                reward=reward,
+                models=models,
+                prompts=prompts,
+                dataset=dataset,
+                operators=operators,
+                budget=budget,
+                extra=extra,
+            )
         except ValueError as e:
             raise UserError(str(e)) from None
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -201,8 +305,12 @@ class Toolkit:
         draft.write_text(text)
         draft.replace(target)
         summary["task_file"] = self.roots.name(target)
-        return {"task_file": self.roots.name(target), "yaml": text, "summary": summary,
-                "next": "dry_run to see what a run would spend, then start_run"}
+        return {
+            "task_file": self.roots.name(target),
+            "yaml": text,
+            "summary": summary,
+            "next": "dry_run to see what a run would spend, then start_run",
+        }
 
     async def validate_task(self, path: PathArg, sets: Sets = [], ctx: Context | None = None) -> dict[str, Any]:  # noqa: B006 - the tool schema's default; never mutated
         """Check a task file as `evolve run` would before it spends anything: the YAML, every field (with
@@ -218,13 +326,16 @@ class Toolkit:
         budget would stop it. Read it before start_run; tighten budget (sets=['budget.usd=2']) if it is too
         much. Runs nothing and writes nothing."""
         task = self.roots.resolve(path, want="file", what="path")
-        est = await self._child(["dry-run", str(task), *_set_args(sets)], timeout=300, progress=_reporter(ctx),
-                                what="dry_run")
+        est = await self._child(
+            ["dry-run", str(task), *_set_args(sets)], timeout=300, progress=_reporter(ctx), what="dry_run"
+        )
         total, stop = est["total"], est.get("stop")
         money = "unknown money" if total.get("usd") is None else f"${total['usd']:.4f}"
-        est["summary"] = (f"at most {total['rollouts']} rollouts, {total['calls'] + total['op_calls']} LLM calls, "
-                          f"~{total['tokens']:,} tokens, {money} in all"
-                          + (f"; {stop['limit']} stops it in {stop['phase']}" if stop else "; no budget stops it early"))
+        est["summary"] = (
+            f"at most {total['rollouts']} rollouts, {total['calls'] + total['op_calls']} LLM calls, "
+            f"~{total['tokens']:,} tokens, {money} in all"
+            + (f"; {stop['limit']} stops it in {stop['phase']}" if stop else "; no budget stops it early")
+        )
         return views.clip(est)
 
     # ------------------------------------------------------------------ runs
@@ -232,11 +343,21 @@ class Toolkit:
     async def start_run(
         self,
         path: PathArg,
-        out: Annotated[str | None, Field(max_length=1024, description="the run directory (default: the task's "
-                                         "out, else runs/NAME-seedN in the first root)")] = None,
+        out: Annotated[
+            str | None,
+            Field(
+                max_length=1024,
+                description="the run directory (default: the task's out, else runs/NAME-seedN in the first root)",
+            ),
+        ] = None,
         sets: Sets = [],  # noqa: B006 - the tool schema's default; never mutated
-        fresh: Annotated[bool, Field(description="start over in a run directory that holds a run; the earlier "
-                                     "run is moved aside to OUT.replaced-TIME, never deleted")] = False,
+        fresh: Annotated[
+            bool,
+            Field(
+                description="start over in a run directory that holds a run; the earlier "
+                "run is moved aside to OUT.replaced-TIME, never deleted"
+            ),
+        ] = False,
     ) -> dict[str, Any]:
         """Start `evolve run` on a task file in the background and return its run id at once. The run is a
         process of its own: it goes on if this server stops, and its archive keeps every finished rollout.
@@ -246,19 +367,34 @@ class Toolkit:
         where = out or summary.get("out") or f"runs/{summary['name']}-seed{summary['seed']}"
         run_dir = self.roots.resolve(where, want="new", what="out")
         self._run_folder(run_dir, where, "out")
-        st = await anyio.to_thread.run_sync(lambda: self.jobs.start(task, run_dir, sets, resume=False, fresh=fresh,
-                                                                    cwd=self.roots.first, env=self.child_env))
-        return {"run_id": self.roots.name(run_dir), "run_dir": str(run_dir), **st, "task": summary,
-                "next": "wait_run (progress as it goes) or run_status; report when it has finished"}
+        st = await anyio.to_thread.run_sync(
+            lambda: self.jobs.start(
+                task, run_dir, sets, resume=False, fresh=fresh, cwd=self.roots.first, env=self.child_env
+            )
+        )
+        return {
+            "run_id": self.roots.name(run_dir),
+            "run_dir": str(run_dir),
+            **st,
+            "task": summary,
+            "next": "wait_run (progress as it goes) or run_status; report when it has finished",
+        }
 
     async def resume_run(
         self,
         run_id: RunId,
-        path: Annotated[str | None, Field(max_length=1024, description="the task file (default: the one it was "
-                                          "started with)")] = None,
-        sets: Annotated[list[str] | None, Field(max_length=50, description="overrides (default: those it was "
-                                                "started with); only budget, failures, deploy and track may "
-                                                "change")] = None,
+        path: Annotated[
+            str | None, Field(max_length=1024, description="the task file (default: the one it was started with)")
+        ] = None,
+        sets: Annotated[
+            list[str] | None,
+            Field(
+                max_length=50,
+                description="overrides (default: those it was "
+                "started with); only budget, failures, deploy and track may "
+                "change",
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Continue a stopped, interrupted or world-failed run in the background, reusing all its finished
         work (nothing finished is run again); to give it more budget, pass sets=['budget.generations=6']."""
@@ -274,8 +410,11 @@ class Toolkit:
             if not isinstance(item, str) or "=" not in item or len(item) > 500:
                 raise UserError(f"sets: {str(item)[:80]!r} is not key.path=value")
         await self._validated(task, sets)
-        st = await anyio.to_thread.run_sync(lambda: self.jobs.start(task, run_dir, sets, resume=True, fresh=False,
-                                                                    cwd=self.roots.first, env=self.child_env))
+        st = await anyio.to_thread.run_sync(
+            lambda: self.jobs.start(
+                task, run_dir, sets, resume=True, fresh=False, cwd=self.roots.first, env=self.child_env
+            )
+        )
         return {"run_id": rid, "run_dir": str(run_dir), **st, "next": "wait_run or run_status"}
 
     def _status(self, run_dir: Path, rid: str) -> dict[str, Any]:
@@ -291,8 +430,9 @@ class Toolkit:
     async def wait_run(
         self,
         run_id: RunId,
-        timeout_s: Annotated[float, Field(ge=1, le=3600, description="return after this long even if the run "
-                                          "goes on")] = 300,
+        timeout_s: Annotated[
+            float, Field(ge=1, le=3600, description="return after this long even if the run goes on")
+        ] = 300,
         poll_s: Annotated[float, Field(ge=0.2, le=60, description="seconds between two looks at the run")] = 1.0,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
@@ -319,8 +459,9 @@ class Toolkit:
     async def stop_run(
         self,
         run_id: RunId,
-        timeout_s: Annotated[float, Field(ge=0.1, le=600, description="seconds to wait after Ctrl-C before the run "
-                                          "is terminated")] = 30,
+        timeout_s: Annotated[
+            float, Field(ge=0.1, le=600, description="seconds to wait after Ctrl-C before the run is terminated")
+        ] = 30,
     ) -> dict[str, Any]:
         """Interrupt a running run as Ctrl-C would (what finished is kept; resume_run continues it); if it
         has not ended after timeout_s it is terminated, then killed, which loses only rollouts in flight."""
@@ -339,8 +480,9 @@ class Toolkit:
         run_id: RunId,
         a: SystemRef = "baseline",
         b: SystemRef = "best",
-        other_run_id: Annotated[str | None, Field(max_length=1024, description="b's run, when it is another "
-                                                  "run's")] = None,
+        other_run_id: Annotated[
+            str | None, Field(max_length=1024, description="b's run, when it is another run's")
+        ] = None,
     ) -> dict[str, Any]:
         """Two systems side by side: the component diff (prompts, models, memory, tools, workflow), their
         scores with intervals, and on the tasks both were scored on the paired gain of b over a with the
@@ -353,10 +495,13 @@ class Toolkit:
         self,
         run_id: RunId,
         system: SystemRef = "best",
-        seq: Annotated[int | None, Field(ge=0, lt=2**62, description="one rollout's seq (from a listing): "
-                                         "shown whole")] = None,
-        split: Annotated[str | None, Field(pattern=r"^(train|val|test)$", description="only this split's rollouts: "
-                                           "train, val or test")] = None,
+        seq: Annotated[
+            int | None, Field(ge=0, lt=2**62, description="one rollout's seq (from a listing): shown whole")
+        ] = None,
+        split: Annotated[
+            str | None,
+            Field(pattern=r"^(train|val|test)$", description="only this split's rollouts: train, val or test"),
+        ] = None,
         failed_only: Annotated[bool, Field(description="only rollouts that failed (scored 0 by an error)")] = False,
         task_id: Annotated[str | None, Field(max_length=200, description="only this task's rollouts")] = None,
         limit: Annotated[int, Field(ge=1, le=100, description="rollouts on the page")] = 10,
@@ -365,13 +510,18 @@ class Toolkit:
         whole: the messages, tool calls, the reward with its components and feedback, the error. Use
         failed_only=true to read why rollouts failed."""
         run_dir, rid = self._run(run_id)
-        return await anyio.to_thread.run_sync(lambda: views.trajectories(
-            run_dir, rid, system, seq=seq, split=split, failed=failed_only, task_id=task_id, limit=limit))
+        return await anyio.to_thread.run_sync(
+            lambda: views.trajectories(
+                run_dir, rid, system, seq=seq, split=split, failed=failed_only, task_id=task_id, limit=limit
+            )
+        )
 
     async def list_runs(
         self,
-        folder: Annotated[str | None, Field(max_length=1024, description="only the runs under this folder of the "
-                                            "roots (default: all of them)")] = None,
+        folder: Annotated[
+            str | None,
+            Field(max_length=1024, description="only the runs under this folder of the roots (default: all of them)"),
+        ] = None,
     ) -> dict[str, Any]:
         """The runs under the server's folders (or one folder in them): run id, task, state, generation,
         the best val score, why it stopped."""
@@ -387,9 +537,17 @@ class Toolkit:
                     rows.append({"run_id": rid, "state": "unreadable", "error": str(e)[:300]})
                     continue
                 best = st.get("best") or {}
-                rows.append({"run_id": rid, "task": st.get("task"), "state": st["state"],
-                             "generation": st.get("generation"), "best": best.get("id"),
-                             "best_val": (best.get("val") or {}).get("mean"), "stop_reason": st.get("stop_reason")})
+                rows.append(
+                    {
+                        "run_id": rid,
+                        "task": st.get("task"),
+                        "state": st["state"],
+                        "generation": st.get("generation"),
+                        "best": best.get("id"),
+                        "best_val": (best.get("val") or {}).get("mean"),
+                        "stop_reason": st.get("stop_reason"),
+                    }
+                )
             return {"runs": rows, "roots": [str(r) for r in self.roots.folders]}
 
         return await anyio.to_thread.run_sync(scan)
@@ -400,13 +558,16 @@ class Toolkit:
         self,
         path: PathArg,
         run_id: RunId,
-        system: Annotated[SystemRef | None, Field(description="the candidate's system id (default: the run's latest "
-                                                  "proposed)")] = None,
+        system: Annotated[
+            SystemRef | None, Field(description="the candidate's system id (default: the run's latest proposed)")
+        ] = None,
         approve: Annotated[bool, Field(description="approve the system waiting for a person's approval")] = False,
-        repin: Annotated[bool, Field(description="accept the reward and suites as they are now, after a change "
-                                     "the user reviewed")] = False,
-        timeout_s: Annotated[float, Field(ge=10, le=21600, description="seconds promote may take before it is "
-                                          "stopped")] = 1800,
+        repin: Annotated[
+            bool, Field(description="accept the reward and suites as they are now, after a change the user reviewed")
+        ] = False,
+        timeout_s: Annotated[
+            float, Field(ge=10, le=21600, description="seconds promote may take before it is stopped")
+        ] = 1800,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Take a candidate (default: the run's latest proposed) through the task's deploy: policy: integrity
@@ -425,8 +586,9 @@ class Toolkit:
     async def rollback(
         self,
         run_id: RunId,
-        system: Annotated[SystemRef | None, Field(description="the system to serve (default: the previous active "
-                                                  "one)")] = None,
+        system: Annotated[
+            SystemRef | None, Field(description="the system to serve (default: the previous active one)")
+        ] = None,
         why: Annotated[str | None, Field(max_length=500, description="recorded in the audit trail")] = None,
     ) -> dict[str, Any]:
         """Serve the previous active system (or the given one) to new sessions now; ends a canary. Deletes
@@ -435,15 +597,18 @@ class Toolkit:
         run_dir, rid = self._run(run_id)
         from evolve.deploy.manage import rollback as rollback_
 
-        res = await anyio.to_thread.run_sync(lambda: rollback_(run_dir, system, by="evolve-mcp",
-                                                               why=why or "rolled back through evolve mcp"))
+        res = await anyio.to_thread.run_sync(
+            lambda: rollback_(run_dir, system, by="evolve-mcp", why=why or "rolled back through evolve mcp")
+        )
         return {"run_id": rid, **res}
 
     async def deploy_status(
         self,
         run_id: RunId,
-        traces: Annotated[str | None, Field(max_length=1024, description="a gateway trace store: also the "
-                                            "canary's test on its traffic")] = None,
+        traces: Annotated[
+            str | None,
+            Field(max_length=1024, description="a gateway trace store: also the canary's test on its traffic"),
+        ] = None,
     ) -> dict[str, Any]:
         """The run's deployment: the active system, each system's lifecycle state, a canary under way (with
         its sequential test on a trace store's sessions), the audit trail and any inconsistency."""
@@ -482,8 +647,10 @@ def _set_args(sets: list[str]) -> list[str]:
     that is a flag rather than KEY.PATH=VALUE is refused by name."""
     for item in sets:
         if item.lstrip().startswith("-"):
-            raise UserError(f"sets: {item!r} is a command-line flag, not a task-file override; a set is "
-                            "KEY.PATH=VALUE (e.g. budget.generations=2), and a run's folder is start_run's out")
+            raise UserError(
+                f"sets: {item!r} is a command-line flag, not a task-file override; a set is "
+                "KEY.PATH=VALUE (e.g. budget.generations=2), and a run's folder is start_run's out"
+            )
     return [f"--set={item}" for item in sets]
 
 

@@ -62,8 +62,7 @@ def _failures(view: Any) -> dict[str, Any]:
             _, msgs = view.archive.failure_stats(phase=None, split=split)
             row["common"] = [[clip(m, 300), n] for m, n in most_common(msgs, 3)]
     for e in view.archive.events("world_failure"):
-        row = out.setdefault(e.get("split", "?"), {"rollouts": 0, "failed": 0, "reward_errors": 0,
-                                                   "world_failures": 0})
+        row = out.setdefault(e.get("split", "?"), {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0})
         row["world_failures"] += 1
     return out
 
@@ -80,12 +79,23 @@ def status(run_dir: Path, rid: str, job: dict[str, Any] | None, log_tail: str) -
             out.setdefault("state", s["status"])
             if out["state"] == "stopped" and s["status"] in ("finished", "failed"):  # its process gone without a
                 out["state"] = s["status"]  # word after the run ended: the run's own status says so
-            out.update({"task": s["name"], "seed": s["seed"], "generation": s["generation"],
-                        "generations": (view.task().get("budget") or {}).get("generations"),
-                        "systems": s["systems"], "spent": s["used"], "limits": s["budget"],
-                        "baseline": s["baseline"], "best": s["best"], "current": s["current"],
-                        "stop_reason": s["stop_reason"], "failures": _failures(view),
-                        "report_ready": view.report() is not None})
+            out.update(
+                {
+                    "task": s["name"],
+                    "seed": s["seed"],
+                    "generation": s["generation"],
+                    "generations": (view.task().get("budget") or {}).get("generations"),
+                    "systems": s["systems"],
+                    "spent": s["used"],
+                    "limits": s["budget"],
+                    "baseline": s["baseline"],
+                    "best": s["best"],
+                    "current": s["current"],
+                    "stop_reason": s["stop_reason"],
+                    "failures": _failures(view),
+                    "report_ready": view.report() is not None,
+                }
+            )
     else:
         out.setdefault("state", "starting")
         out["generation"] = None
@@ -130,11 +140,26 @@ def report(run_dir: Path, rid: str) -> dict[str, Any]:
         reading.append(line)
     if rep.get("best", {}).get("system_id") == rep.get("baseline", {}).get("system_id"):
         reading.append("the best system is the baseline: nothing tried beat it")
-    keep = ("task", "seed", "run_dir", "baseline", "best", "paired", "stop_reason", "budget_used", "budget",
-            "failures", "reward_range", "out_of_range", "environment")
+    keep = (
+        "task",
+        "seed",
+        "run_dir",
+        "baseline",
+        "best",
+        "paired",
+        "stop_reason",
+        "budget_used",
+        "budget",
+        "failures",
+        "reward_range",
+        "out_of_range",
+        "environment",
+    )
     out = {k: rep.get(k) for k in keep if k in rep}
-    out["generations"] = [{k: g.get(k) for k in ("index", "best_val", "best", "children", "accepted", "rollouts")}
-                          for g in rep.get("generations", [])]
+    out["generations"] = [
+        {k: g.get(k) for k in ("index", "best_val", "best", "children", "accepted", "rollouts")}
+        for g in rep.get("generations", [])
+    ]
     out["reading"] = reading
     out["report_md"] = str(run_dir / "report.md")
     return clip(out)
@@ -145,25 +170,42 @@ def compare(a_dir: Path, a_id: str, a: str, b_dir: Path, b_id: str, b: str) -> d
     both were scored on the paired gain of ``b`` over ``a`` with the tasks each wins."""
     from evolve.ui.system import compare as compare_views
 
-    with opened(a_dir, a_id) as va, (contextlib.nullcontext(va) if b_dir == a_dir else opened(b_dir, b_id)) as vb:
+    with opened(a_dir, a_id) as va, contextlib.nullcontext(va) if b_dir == a_dir else opened(b_dir, b_id) as vb:
         c = compare_views(va, a, vb, b)
     tasks = {}
     for split, t in c["tasks"].items():
         t = dict(t)
         if t.get("n"):
             ci = f" ({interval_text(t)})" if bounds(t) is not None else ""
-            t["reading"] = (f"b - a: {100 * t['diff']:+.1f} points{ci} on {t['n']} tasks both were scored on; b better "
-                            f"on {t['b_only']}, a on {t['a_only']}; sign test p={t['p']:.2g}")
+            t["reading"] = (
+                f"b - a: {100 * t['diff']:+.1f} points{ci} on {t['n']} tasks both were scored on; b better "
+                f"on {t['b_only']}, a on {t['a_only']}; sign test p={t['p']:.2g}"
+            )
         else:  # nothing pairs: no interval, no test
             t["reading"] = f"no task in common: {t.get('why') or 'no task both were scored on'}"
         tasks[split] = t
-    return clip({"a": {"run_id": a_id, "id": c["a"]["id"], "scores": c["a"]["scores"]},
-                 "b": {"run_id": b_id, "id": c["b"]["id"], "scores": c["b"]["scores"]},
-                 "diff": c["diff"], "tasks": tasks}, items=25)
+    return clip(
+        {
+            "a": {"run_id": a_id, "id": c["a"]["id"], "scores": c["a"]["scores"]},
+            "b": {"run_id": b_id, "id": c["b"]["id"], "scores": c["b"]["scores"]},
+            "diff": c["diff"],
+            "tasks": tasks,
+        },
+        items=25,
+    )
 
 
-def trajectories(run_dir: Path, rid: str, system: str, *, seq: int | None, split: str | None, failed: bool,
-                 task_id: str | None, limit: int) -> dict[str, Any]:
+def trajectories(
+    run_dir: Path,
+    rid: str,
+    system: str,
+    *,
+    seq: int | None,
+    split: str | None,
+    failed: bool,
+    task_id: str | None,
+    limit: int,
+) -> dict[str, Any]:
     """One stored rollout whole (``seq``), or a page of a system's rollouts to choose from."""
     from evolve.ui.system import rollouts, trajectory
 
@@ -192,7 +234,9 @@ def find_runs(folders: list[Path], *, max_depth: int = 4, limit: int = 200) -> l
             if "archive.sqlite" in files or (JOB_FOLDER in dirs and (Path(here) / JOB_FOLDER / "job.json").is_file()):
                 found.append(Path(here))
             depth = len(Path(here).parts) - base
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")) if depth < max_depth else []
+            dirs[:] = (
+                sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")) if depth < max_depth else []
+            )
             if len(found) >= limit:
                 return found
     return found
@@ -206,8 +250,9 @@ def traces(store: Path, rid: str, sessions: int = 10) -> dict[str, Any]:
     if not (store / "traces.sqlite").exists():
         from evolve.errors import UserError
 
-        raise UserError(f"{rid} is not a gateway trace store (no traces.sqlite); give the folder evolve gateway "
-                        "--store wrote")
+        raise UserError(
+            f"{rid} is not a gateway trace store (no traces.sqlite); give the folder evolve gateway --store wrote"
+        )
     view = TrafficView(store, rid)
     try:
         out = view.summary()

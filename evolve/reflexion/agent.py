@@ -17,8 +17,14 @@ def _placeholder(*_: Any) -> None:
     return None
 
 
-def reflexion_agent(agent: Callable | str, reward_or_evaluator: Callable | str, *, name: str | None = None,
-                    attempts_key: str | None = "reflexion_attempts", **options: Any) -> Callable[[dict, Any], Any]:
+def reflexion_agent(
+    agent: Callable | str,
+    reward_or_evaluator: Callable | str,
+    *,
+    name: str | None = None,
+    attempts_key: str | None = "reflexion_attempts",
+    **options: Any,
+) -> Callable[[dict, Any], Any]:
     """An ``agent(task, ctx)`` that runs Reflexion around ``agent`` inside one rollout and returns
     the final output (the successful attempt's, else the best-scoring one's, latest on ties).
 
@@ -46,8 +52,9 @@ def reflexion_agent(agent: Callable | str, reward_or_evaluator: Callable | str, 
         n = int(workflow[attempts_key]) if attempts_key and workflow.get(attempts_key) is not None else None
         return rx.run_in(task, ctx, max_attempts=n).output
 
-    base = name or "reflexion_" + (agent.rsplit(":", 1)[-1].rsplit(".", 1)[-1] if isinstance(agent, str)
-                                   else getattr(agent, "__name__", "agent"))
+    base = name or "reflexion_" + (
+        agent.rsplit(":", 1)[-1].rsplit(".", 1)[-1] if isinstance(agent, str) else getattr(agent, "__name__", "agent")
+    )
     reflexion.__name__ = reflexion.__qualname__ = base
     reflexion.__doc__ = f"Reflexion around {agent if isinstance(agent, str) else getattr(agent, '__name__', agent)}."
     reflexion.options = dict(options)  # type: ignore[attr-defined]

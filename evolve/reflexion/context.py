@@ -60,7 +60,7 @@ def inject(messages: Sequence[Message | dict], lessons: Sequence[str], mode: str
                 if answer:
                     turns.append(Message(role="assistant", content=answer))
                 turns.append(Message(role="tool", content=str(lesson)))
-            return tuple(msgs[: first + 1] + turns + msgs[first + 1:])
+            return tuple(msgs[: first + 1] + turns + msgs[first + 1 :])
         mode = "system"
     block = format_lessons(lessons)
     if any(block in m.content for m in msgs):
@@ -103,8 +103,14 @@ class LessonLLM(RecordedLLM):
         ctx = self._ctx
         if ctx.inject_roles is None or self.role in ctx.inject_roles:
             messages = inject(messages, ctx.lessons, ctx.inject_mode)
-        return super().complete(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, logprobs=logprobs,
-                                top_logprobs=top_logprobs)
+        return super().complete(
+            messages,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stop=stop,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+        )
 
 
 class LessonContext(RolloutContext):
@@ -113,15 +119,28 @@ class LessonContext(RolloutContext):
     contexts add their lessons to the parent's. Call :meth:`close` when the attempt ends (it drops
     the attempt's OpenAI gateway URLs, if the agent asked for any)."""
 
-    def __init__(self, parent: RolloutContext, lessons: Iterable[str], mode: str = "system", *,
-                 roles: Iterable[str] | None = None, seed: int | None = None,
-                 temperature: float | None | Any = ...) -> None:
+    def __init__(
+        self,
+        parent: RolloutContext,
+        lessons: Iterable[str],
+        mode: str = "system",
+        *,
+        roles: Iterable[str] | None = None,
+        seed: int | None = None,
+        temperature: float | None | Any = ...,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"inject must be one of {MODES}, got {mode!r}")
-        super().__init__(system=parent.system, task=parent.task, llm_provider=parent.llm_provider,
-                         seed=parent.seed if seed is None else int(seed),
-                         temperature=parent.temperature if temperature is ... else temperature,
-                         deadline=parent.deadline, steps=parent.steps, _lock=parent._lock)
+        super().__init__(
+            system=parent.system,
+            task=parent.task,
+            llm_provider=parent.llm_provider,
+            seed=parent.seed if seed is None else int(seed),
+            temperature=parent.temperature if temperature is ... else temperature,
+            deadline=parent.deadline,
+            steps=parent.steps,
+            _lock=parent._lock,
+        )
         outer = list(parent.lessons) if isinstance(parent, LessonContext) else []
         mine = [x if isinstance(x, str) else str(x) for x in lessons]  # a Lesson keeps its answer
         self.lessons: tuple[str, ...] = tuple(dict.fromkeys(outer + mine))

@@ -75,9 +75,11 @@ class ReflexionResult:
         n, src = len(self.attempts), [r.source for r in self.records]
         verdict = f"solved on attempt {n}" if self.success else f"failed after {n} attempt{'s' * (n != 1)}"
         counts = ", ".join(f"{src.count(s)} {s}" for s in dict.fromkeys(src))
-        return (f"task {self.task_id}: {verdict} (score {self.score:.2f}); {len(self.records)} reflection"
-                f"{'s' * (len(self.records) != 1)}{f' ({counts})' if counts else ''}, {len(self.recalled)} recalled, "
-                f"{len(self.lessons_written)} written" + (f"; {len(self.errors)} error(s)" if self.errors else ""))
+        return (
+            f"task {self.task_id}: {verdict} (score {self.score:.2f}); {len(self.records)} reflection"
+            f"{'s' * (len(self.records) != 1)}{f' ({counts})' if counts else ''}, {len(self.recalled)} recalled, "
+            f"{len(self.lessons_written)} written" + (f"; {len(self.errors)} error(s)" if self.errors else "")
+        )
 
 
 class _SystemLLMs:
@@ -87,8 +89,11 @@ class _SystemLLMs:
         from evolve.artifacts import ArtifactStore
         from evolve.llm.cache import LLMCache
 
-        self.artifacts = ArtifactStore(artifacts) if isinstance(artifacts, (str, bytes)) or hasattr(
-            artifacts, "__fspath__") else artifacts
+        self.artifacts = (
+            ArtifactStore(artifacts)
+            if isinstance(artifacts, (str, bytes)) or hasattr(artifacts, "__fspath__")
+            else artifacts
+        )
         self._cache = LLMCache(self.artifacts)
 
     def __call__(self, system: System, role: str) -> Any:
@@ -110,16 +115,36 @@ class Reflexion:
     finally solved) or ``"none"`` (recall only).
     """
 
-    def __init__(self, agent: Callable | str, system: System | None = None, *, evaluator: Callable | str | None = None,
-                 reward: Callable | str | None = None, threshold: float = 1.0, max_attempts: int = 3,
-                 max_reflections: int = 3, reflector_role: str = "policy", reflect: str = "model",
-                 memory: Any = None, recall_k: int = 2, min_similarity: float | None = 0.3, inject: str = "system",
-                 inject_roles: Sequence[str] | None = None, temperature: float | None = None,
-                 llm_provider: Callable | None = None, artifacts: Any = None, timeout: float | None = None,
-                 seed: int = 0, on_attempt: Callable[[AttemptEvent], Any] | None = None,
-                 task_text: Callable[[Any], str] | None = None, max_reflection_chars: int = 600,
-                 reflection_max_tokens: int = 256, reflect_prompt: str = REFLECT_SYSTEM,
-                 lesson_template: str = "{feedback}", remember: str = "all") -> None:
+    def __init__(
+        self,
+        agent: Callable | str,
+        system: System | None = None,
+        *,
+        evaluator: Callable | str | None = None,
+        reward: Callable | str | None = None,
+        threshold: float = 1.0,
+        max_attempts: int = 3,
+        max_reflections: int = 3,
+        reflector_role: str = "policy",
+        reflect: str = "model",
+        memory: Any = None,
+        recall_k: int = 2,
+        min_similarity: float | None = 0.3,
+        inject: str = "system",
+        inject_roles: Sequence[str] | None = None,
+        temperature: float | None = None,
+        llm_provider: Callable | None = None,
+        artifacts: Any = None,
+        timeout: float | None = None,
+        seed: int = 0,
+        on_attempt: Callable[[AttemptEvent], Any] | None = None,
+        task_text: Callable[[Any], str] | None = None,
+        max_reflection_chars: int = 600,
+        reflection_max_tokens: int = 256,
+        reflect_prompt: str = REFLECT_SYSTEM,
+        lesson_template: str = "{feedback}",
+        remember: str = "all",
+    ) -> None:
         from evolve.registry import import_path
 
         judge = evaluator if evaluator is not None else reward
@@ -138,8 +163,10 @@ class Reflexion:
         if max_attempts < 1 or max_reflections < 0:
             raise ValueError("max_attempts must be >= 1 and max_reflections >= 0")
         if system is not None and reflect == "model" and reflector_role not in system.models:
-            raise ValueError(f"the system has no model role {reflector_role!r} to reflect with; "
-                             f"it has {sorted(system.models)} (or use reflect='feedback')")
+            raise ValueError(
+                f"the system has no model role {reflector_role!r} to reflect with; "
+                f"it has {sorted(system.models)} (or use reflect='feedback')"
+            )
         lesson_template.format(feedback="", output="", attempt=1, score=0.0)  # fail now, not mid-run
         self.system, self.threshold, self.max_attempts = system, float(threshold), int(max_attempts)
         self.max_reflections, self.reflector_role, self.reflect = int(max_reflections), reflector_role, reflect
@@ -165,13 +192,27 @@ class Reflexion:
         system = self.system
 
         def attempt(i: int, lessons: tuple[str, ...]) -> Trajectory:
-            return run_agent(self._lesson_agent(lessons), system, task, self.llm_provider, seed=base + i,
-                             sample=i, temperature=self.temperature if i else None, timeout=self.timeout)
+            return run_agent(
+                self._lesson_agent(lessons),
+                system,
+                task,
+                self.llm_provider,
+                seed=base + i,
+                sample=i,
+                temperature=self.temperature if i else None,
+                timeout=self.timeout,
+            )
 
         def reflector(i: int, messages: list) -> tuple[str | None, LLMCall | None, str | None]:
             role = self.reflector_role
-            traj = run_agent(lambda t, ctx: ctx.llm(role).complete(messages, max_tokens=self.reflection_max_tokens).text,
-                             system, task, self.llm_provider, seed=10_000 + base + i, timeout=self.timeout)
+            traj = run_agent(
+                lambda t, ctx: ctx.llm(role).complete(messages, max_tokens=self.reflection_max_tokens).text,
+                system,
+                task,
+                self.llm_provider,
+                seed=10_000 + base + i,
+                timeout=self.timeout,
+            )
             calls = [s for s in traj.steps if isinstance(s, LLMCall)]
             error = traj.error.splitlines()[0].removeprefix("agent raised ") if traj.error else None
             return traj.output, (calls[0] if calls else None), error
@@ -186,8 +227,9 @@ class Reflexion:
 
         def attempt(i: int, lessons: tuple[str, ...]) -> Trajectory:
             temp = ctx.temperature if i == 0 or self.temperature is None else self.temperature
-            lctx = LessonContext(ctx, lessons, self.inject, roles=self.inject_roles, seed=ctx.seed + i,
-                                 temperature=temp)
+            lctx = LessonContext(
+                ctx, lessons, self.inject, roles=self.inject_roles, seed=ctx.seed + i, temperature=temp
+            )
             n0, t0, output, error = len(ctx.steps), time.monotonic(), None, None
             try:
                 output = self.agent(task, lctx)
@@ -199,8 +241,17 @@ class Reflexion:
                 lctx.close()
             steps = tuple(ctx.steps[n0:])
             tokens = sum(s.prompt_tokens + s.completion_tokens for s in steps if isinstance(s, LLMCall))
-            return Trajectory(task_id=str(task["id"]), system_id=ctx.system.id, steps=steps, output=jsonable(output),
-                              error=error, tokens=tokens, duration=time.monotonic() - t0, sample=i, temperature=temp)
+            return Trajectory(
+                task_id=str(task["id"]),
+                system_id=ctx.system.id,
+                steps=steps,
+                output=jsonable(output),
+                error=error,
+                tokens=tokens,
+                duration=time.monotonic() - t0,
+                sample=i,
+                temperature=temp,
+            )
 
         def reflector(i: int, messages: list) -> tuple[str | None, LLMCall | None, str | None]:
             n0 = len(ctx.steps)
@@ -215,8 +266,13 @@ class Reflexion:
             return text, (calls[0] if calls else None), error
 
         def record(rec: Reflection) -> None:
-            ctx.add_step(ToolCall(name="reflexion", args={"attempt": rec.attempt, "score": rec.score,
-                                                          "source": rec.source, "reason": rec.reason}, result=rec.text))
+            ctx.add_step(
+                ToolCall(
+                    name="reflexion",
+                    args={"attempt": rec.attempt, "score": rec.score, "source": rec.source, "reason": rec.reason},
+                    result=rec.text,
+                )
+            )
 
         return self._loop(_with_id(task), n, attempt, reflector, on_lesson=record)
 
@@ -226,8 +282,14 @@ class Reflexion:
         r = traj.reward
         return traj.error is None and r is not None and r.error is None and r.score >= self.threshold
 
-    def _loop(self, task: dict, n: int, attempt: Callable[[int, tuple], Trajectory], reflector: Reflector,
-              on_lesson: Callable[[Reflection], None] | None = None) -> ReflexionResult:
+    def _loop(
+        self,
+        task: dict,
+        n: int,
+        attempt: Callable[[int, tuple], Trajectory],
+        reflector: Reflector,
+        on_lesson: Callable[[Reflection], None] | None = None,
+    ) -> ReflexionResult:
         res = ReflexionResult(task_id=str(task["id"]))
         self._recall(task, res)
         for i in range(n):
@@ -262,12 +324,17 @@ class Reflexion:
 
     def _reflect(self, task: dict, traj: Trajectory, i: int, prior: Sequence[str], reflector: Reflector) -> Reflection:
         feedback = feedback_text(traj, self.threshold)
-        fallback = clip(self.lesson_template.format(feedback=feedback, output=output_text(traj, 300), attempt=i + 1,
-                                                    score=traj.score), self.max_reflection_chars)
+        fallback = clip(
+            self.lesson_template.format(
+                feedback=feedback, output=output_text(traj, 300), attempt=i + 1, score=traj.score
+            ),
+            self.max_reflection_chars,
+        )
         if self.reflect == "feedback":
             return Reflection(i, fallback, "feedback", traj.score)
-        messages = reflection_messages(describe_task(task, traj, self.task_text), traj, feedback, prior,
-                                       self.reflect_prompt)
+        messages = reflection_messages(
+            describe_task(task, traj, self.task_text), traj, feedback, prior, self.reflect_prompt
+        )
         try:
             text, call, error = reflector(i, messages)
         except RolloutTimeout:
@@ -275,8 +342,9 @@ class Reflexion:
         except Exception as e:  # noqa: BLE001
             text, call, error = None, None, f"{type(e).__name__}: {e}"
         if error is not None:
-            return Reflection(i, fallback, "feedback", traj.score, reason=f"the reflector failed: {error}"[:300],
-                              call=call)
+            return Reflection(
+                i, fallback, "feedback", traj.score, reason=f"the reflector failed: {error}"[:300], call=call
+            )
         lesson, why = clean_reflection(text, self.max_reflection_chars)
         if call is not None and call.finish_reason == "length":
             lesson, why = None, f"reflection too long (cut at reflection_max_tokens={self.reflection_max_tokens})"
@@ -300,8 +368,12 @@ class Reflexion:
         if self.memory is None or self.recall_k <= 0:
             return
         try:
-            hits = self.memory.search(describe_task(task, None, self.task_text), self.recall_k, kinds="lesson",
-                                      min_similarity=self.min_similarity)
+            hits = self.memory.search(
+                describe_task(task, None, self.task_text),
+                self.recall_k,
+                kinds="lesson",
+                min_similarity=self.min_similarity,
+            )
             for hit in hits:
                 lesson = str(hit.item.metadata.get("lesson") or hit.text)
                 if lesson not in res.recalled:
@@ -318,8 +390,14 @@ class Reflexion:
         desc = clip(describe_task(task, None, self.task_text), 400)
         try:
             for rec in res.records:
-                meta = {"task_id": res.task_id, "attempt": rec.attempt, "score": rec.score, "source": rec.source,
-                        "solved": res.success, "lesson": rec.text}
+                meta = {
+                    "task_id": res.task_id,
+                    "attempt": rec.attempt,
+                    "score": rec.score,
+                    "source": rec.source,
+                    "solved": res.success,
+                    "lesson": rec.text,
+                }
                 mid = self.memory.add(memory_text(desc, rec.text), kind="lesson", metadata=meta)
                 if mid not in res.lessons_written:
                     res.lessons_written.append(mid)

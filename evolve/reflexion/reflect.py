@@ -42,8 +42,9 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)].rstrip() + "..."
 
 
-def describe_task(task: Any, trajectory: Trajectory | None = None, task_text: Callable[[Any], str] | None = None,
-                  limit: int = 1200) -> str:
+def describe_task(
+    task: Any, trajectory: Trajectory | None = None, task_text: Callable[[Any], str] | None = None, limit: int = 1200
+) -> str:
     """What the reflector (and the memory search) is told the task was: ``task_text(task)`` when
     given; else the first user message the agent sent in ``trajectory`` (lessons removed); else
     the task's descriptive string fields (never fields named like gold / answer / expected)."""
@@ -85,8 +86,9 @@ def feedback_text(trajectory: Trajectory, threshold: float) -> str:
     return f"the answer scored {trajectory.score:.2f}, below the {threshold:.2f} needed"
 
 
-def reflection_messages(task_desc: str, trajectory: Trajectory, feedback: str, prior: Sequence[str],
-                        system_prompt: str = REFLECT_SYSTEM) -> list[Message]:
+def reflection_messages(
+    task_desc: str, trajectory: Trajectory, feedback: str, prior: Sequence[str], system_prompt: str = REFLECT_SYSTEM
+) -> list[Message]:
     """The reflector's prompt: the task, the attempt's answer and tool errors, the feedback, and the
     lessons already in context."""
     errors = [f"- {s.name}: {clip(s.error, 200)}" for s in trajectory.steps if isinstance(s, ToolCall) and s.error]
@@ -120,5 +122,13 @@ def clean_reflection(text: Any, max_chars: int) -> tuple[str | None, str | None]
     return t, None
 
 
-__all__ = ["REFLECT_SYSTEM", "Reflection", "clean_reflection", "clip", "describe_task", "feedback_text",
-           "output_text", "reflection_messages"]
+__all__ = [
+    "REFLECT_SYSTEM",
+    "Reflection",
+    "clean_reflection",
+    "clip",
+    "describe_task",
+    "feedback_text",
+    "output_text",
+    "reflection_messages",
+]

@@ -40,13 +40,17 @@ def same_tasks(a: Any, b: Any, split: str, ids: Iterable[str]) -> tuple[list[str
         sa, sb = ha.get(split) or {}, hb.get(split) or {}
         same = [t for t in ids if t in sa and sa[t] == sb.get(t)]
         left = len(ids) - len(same)
-        return same, (f"{left} task{'s' if left != 1 else ''} with the same id hold other content in the two runs "
-                      "(another seed or dataset): not paired") if left else None
+        return same, (
+            f"{left} task{'s' if left != 1 else ''} with the same id hold other content in the two runs "
+            "(another seed or dataset): not paired"
+        ) if left else None
     if _loaded_with(a) is not None and _loaded_with(a) == _loaded_with(b):
         return ids, None
     older = a.run_dir if not isinstance(ha, dict) else b.run_dir
-    return [], (f"{older} was made by an older evolvekit that did not record its tasks' content, and the two runs "
-                "were not made with the same dataset settings, seed and task folder: no task can be paired")
+    return [], (
+        f"{older} was made by an older evolvekit that did not record its tasks' content, and the two runs "
+        "were not made with the same dataset settings, seed and task folder: no task can be paired"
+    )
 
 
 __all__ = ["same_tasks"]

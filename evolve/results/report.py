@@ -56,8 +56,9 @@ class RunReport(dict):
         e = self.get(which)
         if not e:
             return None
-        return SystemScores(e["system_id"], *(SplitScore(e[s]["score"], e[s]["n"]) if s in e else None
-                                              for s in ("val", "test")))
+        return SystemScores(
+            e["system_id"], *(SplitScore(e[s]["score"], e[s]["n"]) if s in e else None for s in ("val", "test"))
+        )
 
     @property
     def baseline(self) -> SystemScores | None:
@@ -96,8 +97,19 @@ class RunReport(dict):
 
 
 # the distributions whose versions can change a recorded number (sampling, training, embeddings, clients)
-TRACKED = ("evolvekit", "torch", "transformers", "peft", "safetensors", "numpy", "litellm", "dspy", "chromadb",
-           "sentence-transformers", "networkx")
+TRACKED = (
+    "evolvekit",
+    "torch",
+    "transformers",
+    "peft",
+    "safetensors",
+    "numpy",
+    "litellm",
+    "dspy",
+    "chromadb",
+    "sentence-transformers",
+    "networkx",
+)
 
 
 def environment() -> dict[str, Any]:
@@ -115,8 +127,11 @@ def _scores(session: Session, system_id: str, score_test: bool = True) -> dict[s
     """``{split: {task_id: score}}`` on val and test (the memoised evaluation rollouts; without
     ``score_test``, test only as far as it is stored)."""
     system = session.archive.get_system(system_id)
-    out = {split: session.task_scores(system, split) for split in ("val", "test") if session.tasks(split)
-           and (score_test or split == "val")}
+    out = {
+        split: session.task_scores(system, split)
+        for split in ("val", "test")
+        if session.tasks(split) and (score_test or split == "val")
+    }
     if not score_test:
         stored = session.archive.task_scores(system_id, "test")
         if stored:
@@ -147,9 +162,11 @@ def failure_check(session: Session, *, baseline: bool) -> str | None:
         who, show = "the candidates", "SYSTEM  (evolve archive list " + str(session.run_dir) + " lists them)"
     if not n or len(msgs) / n <= limit:
         return None
-    return (f"{who} failed on {len(msgs)} of {n} evaluation rollouts ({100 * len(msgs) / n:.0f}%, more than "
-            f"failures.max_share = {limit:g}); most common: {describe_common(msgs)}; the trajectories: "
-            f"evolve archive show {session.run_dir} {show}")
+    return (
+        f"{who} failed on {len(msgs)} of {n} evaluation rollouts ({100 * len(msgs) / n:.0f}%, more than "
+        f"failures.max_share = {limit:g}); most common: {describe_common(msgs)}; the trajectories: "
+        f"evolve archive show {session.run_dir} {show}"
+    )
 
 
 def failures(session: Session) -> dict[str, Any]:
@@ -158,8 +175,9 @@ def failures(session: Session) -> dict[str, Any]:
     arch = session.archive
     out: dict[str, Any] = {}
     for (split, _phase), c in sorted(arch.rollout_counts().items()):
-        row = out.setdefault(split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0,
-                                     "kinds": [], "world_kinds": []})
+        row = out.setdefault(
+            split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0, "kinds": [], "world_kinds": []}
+        )
         row["rollouts"] += c["rollouts"]
         row["failed"] += c["failed"]
         row["reward_errors"] += c["reward_errors"]
@@ -171,8 +189,9 @@ def failures(session: Session) -> dict[str, Any]:
     for e in arch.events("world_failure"):
         world.setdefault(e.get("split", "?"), []).append(e.get("message", ""))
     for split, msgs in world.items():
-        row = out.setdefault(split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0,
-                                     "kinds": [], "world_kinds": []})
+        row = out.setdefault(
+            split, {"rollouts": 0, "failed": 0, "reward_errors": 0, "world_failures": 0, "kinds": [], "world_kinds": []}
+        )
         row["world_failures"] = len(msgs)
         row["world_kinds"] = [list(k) for k in most_common(msgs, 5)]
     return out
@@ -186,8 +205,9 @@ def read_report(run_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def write_report(session: Session, stop_reason: str, *, score_test: bool = True,
-                 used_by_run: dict[str, Any] | None = None) -> RunReport:
+def write_report(
+    session: Session, stop_reason: str, *, score_test: bool = True, used_by_run: dict[str, Any] | None = None
+) -> RunReport:
     """Write ``report.json`` and ``report.md``; with ``score_test=False`` (a run that failed) the
     test split is not scored and the report shows what is stored. ``used_by_run``: the budget used
     before the final scoring (default: all of it)."""
@@ -236,11 +256,15 @@ def why_current(arch: Any, current_id: str, deploy: Any) -> str:
     reason, at = (moves[-1][1], moves[-1][2]) if moves else ("", 0.0)
     when = datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if at else ""
     if reason == "rollback":
-        return (f"it was rolled back to on {when} (evolve archive rollback or evolve rollback), and no system the run "
-                "evolved since scored above the best one")
+        return (
+            f"it was rolled back to on {when} (evolve archive rollback or evolve rollback), and no system the run "
+            "evolved since scored above the best one"
+        )
     if deploy is not None:
-        return ("the run has a deploy policy: its best system is proposed, not made current; evolve promote decides "
-                "what is served")
+        return (
+            "the run has a deploy policy: its best system is proposed, not made current; evolve promote decides "
+            "what is served"
+        )
     return f"it was made current ({reason or 'unknown'}) on {when}"
 
 
@@ -272,18 +296,28 @@ def to_markdown(report: dict[str, Any]) -> str:
         if g is not None and not math.isnan(g):
             c = (report.get("paired") or {}).get(split)
             lines.append(f"\n{split} gain: " + (describe(c) if c and c.get("n") else f"{100 * g:+.1f} points"))
-    lines += ["", "## Generations", "",
-              "| gen | best val | children | accepted | rollouts | LLM calls | tokens | seconds |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Generations",
+        "",
+        "| gen | best val | children | accepted | rollouts | LLM calls | tokens | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for g in report.get("generations", []):
-        lines.append(f"| {g['index']} | {g['best_val']:.3f} | {g.get('children', 0)} | {g.get('accepted', 0)} | "
-                     f"{g.get('rollouts', 0)} | {g.get('calls', '—')} | {g.get('tokens', 0)} | {g.get('seconds', 0)} |")
+        lines.append(
+            f"| {g['index']} | {g['best_val']:.3f} | {g.get('children', 0)} | {g.get('accepted', 0)} | "
+            f"{g.get('rollouts', 0)} | {g.get('calls', '—')} | {g.get('tokens', 0)} | {g.get('seconds', 0)} |"
+        )
     u = report.get("budget_used_by_run") or report.get("budget_used", {})
     a = report.get("budget_used", {})
-    lines += ["", f"Budget used by the run: {u.get('rollouts', 0)} rollouts, {u.get('calls', 0)} LLM calls, "
-              f"{u.get('tokens', 0)} tokens, ${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. "
-              f"Stopped: {report.get('stop_reason')}. With the final test scoring (outside the budget): "
-              f"{a.get('rollouts', 0)} rollouts, {a.get('calls', 0)} LLM calls, ${a.get('cost', 0):.4f}.", ""]
+    lines += [
+        "",
+        f"Budget used by the run: {u.get('rollouts', 0)} rollouts, {u.get('calls', 0)} LLM calls, "
+        f"{u.get('tokens', 0)} tokens, ${u.get('cost', 0):.4f}, {u.get('seconds', 0)} s. "
+        f"Stopped: {report.get('stop_reason')}. With the final test scoring (outside the budget): "
+        f"{a.get('rollouts', 0)} rollouts, {a.get('calls', 0)} LLM calls, ${a.get('cost', 0):.4f}.",
+        "",
+    ]
     lines += _failures_md(report)
     env = report.get("environment")
     if env:
@@ -302,19 +336,25 @@ def _failures_md(report: dict[str, Any]) -> list[str]:
     lines = ["## Failures", ""]
     if not any(r["failed"] or r["reward_errors"] or r["world_failures"] for r in fails.values()) and not rng:
         return lines + ["No rollout failed: no agent or reward error, and the world never failed under one.", ""]
-    lines += ["Failed rollouts score 0 (the agent raised or timed out; the reward failed). World failures (the model "
-              "unreachable, a rate limit, a dead worker) were retried and are never scores.", "",
-              "| split | rollouts | agent failed | reward failed | world failures retried | most common |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "Failed rollouts score 0 (the agent raised or timed out; the reward failed). World failures (the model "
+        "unreachable, a rate limit, a dead worker) were retried and are never scores.",
+        "",
+        "| split | rollouts | agent failed | reward failed | world failures retried | most common |",
+        "|---|---|---|---|---|---|",
+    ]
     for split, r in fails.items():
         kinds = r["kinds"] or r["world_kinds"]
         common = "; ".join(f"`{k}` ×{n}" for k, n in kinds[:2]) if kinds else ""
-        lines.append(f"| {split} | {r['rollouts']} | {r['failed']} | {r['reward_errors']} | {r['world_failures']} | "
-                     f"{common} |")
+        lines.append(
+            f"| {split} | {r['rollouts']} | {r['failed']} | {r['reward_errors']} | {r['world_failures']} | {common} |"
+        )
     lo, hi = report.get("reward_range") or [0, 1]
     for split, r in rng.items():
-        lines.append(f"\n{r['n']} {split} rollouts scored outside the reward range [{lo:g}, {hi:g}] "
-                     f"(from {r['min']:g} to {r['max']:g}).")
+        lines.append(
+            f"\n{r['n']} {split} rollouts scored outside the reward range [{lo:g}, {hi:g}] "
+            f"(from {r['min']:g} to {r['max']:g})."
+        )
     return lines + [""]
 
 

@@ -54,8 +54,16 @@ def main(argv: list[str] | None = None) -> dict:
     from evolve.scoring.session import Session
     from evolve.task.taskfile import load_task
 
-    cfg, base = load_task(args.task, [*args.overrides, f"seed={args.seed}", "operators=[]",
-                                      f"dataset.params.n_test={args.n_test}", "budget.seconds=1000000"])
+    cfg, base = load_task(
+        args.task,
+        [
+            *args.overrides,
+            f"seed={args.seed}",
+            "operators=[]",
+            f"dataset.params.n_test={args.n_test}",
+            "budget.seconds=1000000",
+        ],
+    )
     out = Path(args.out)
     session = Session(cfg, base_dir=base, run_dir=out, resume=True)
     tasks = session.tasks("test")
@@ -67,19 +75,28 @@ def main(argv: list[str] | None = None) -> dict:
             system, archive = _system(Path(run), which or "baseline")
             for art in find_artifact_refs(system):  # its base weights and adapter, into this scoring's store
                 archive.artifacts.copy_to(art, session.archive.artifacts)
-            trajs = session.rollouts(system, tasks, split="test", tag="eval:test",
-                                     description=f"{label} {system.id[:8]}")
+            trajs = session.rollouts(
+                system, tasks, split="test", tag="eval:test", description=f"{label} {system.id[:8]}"
+            )
             scores = {str(t.task_id): t.score for t in trajs}
-            row = {"label": label, "run": run, "system": system.id, "n": len(scores),
-                   "accuracy": sum(scores.values()) / len(scores)}
+            row = {
+                "label": label,
+                "run": run,
+                "system": system.id,
+                "n": len(scores),
+                "accuracy": sum(scores.values()) / len(scores),
+            }
             if ref is None:
                 ref = scores
             else:
                 row["vs_first"] = paired(ref, scores)
             rows.append(row)
             d = row.get("vs_first")
-            print(f"{label:>12} {system.id[:12]} {row['accuracy']:.1%} (n={row['n']})"
-                  + (f"  {100 * d['diff']:+.1f} ±{100 * d['ci95']:.1f} (p={d['p']:.2g})" if d else ""), flush=True)
+            print(
+                f"{label:>12} {system.id[:12]} {row['accuracy']:.1%} (n={row['n']})"
+                + (f"  {100 * d['diff']:+.1f} ±{100 * d['ci95']:.1f} (p={d['p']:.2g})" if d else ""),
+                flush=True,
+            )
     session.close()
     (out / "rescore.json").write_text(json.dumps({"seed": args.seed, "n_test": len(tasks), "rows": rows}, indent=1))
     return {"rows": rows}

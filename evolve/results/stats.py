@@ -53,8 +53,18 @@ def paired(a: Mapping[Any, float], b: Mapping[Any, float]) -> dict[str, Any]:
     common = [k for k in a if k in b]
     n = len(common)
     if n == 0:
-        return {"n": 0, "a": None, "b": None, "diff": None, "ci95": None, "low": None, "high": None,
-                "b_only": 0, "a_only": 0, "p": None}
+        return {
+            "n": 0,
+            "a": None,
+            "b": None,
+            "diff": None,
+            "ci95": None,
+            "low": None,
+            "high": None,
+            "b_only": 0,
+            "a_only": 0,
+            "p": None,
+        }
     xa, xb = [float(a[k]) for k in common], [float(b[k]) for k in common]
     d = [y - x for x, y in zip(xa, xb)]
     mean = sum(d) / n
@@ -70,8 +80,18 @@ def paired(a: Mapping[Any, float], b: Mapping[Any, float]) -> dict[str, Any]:
             low, high = max(-1.0, low), min(1.0, high)
     b_only = sum(1 for x in d if x > 0)
     a_only = sum(1 for x in d if x < 0)
-    return {"n": n, "a": sum(xa) / n, "b": sum(xb) / n, "diff": mean, "ci95": ci, "low": low, "high": high,
-            "b_only": b_only, "a_only": a_only, "p": sign_test(b_only, a_only)}
+    return {
+        "n": n,
+        "a": sum(xa) / n,
+        "b": sum(xb) / n,
+        "diff": mean,
+        "ci95": ci,
+        "low": low,
+        "high": high,
+        "b_only": b_only,
+        "a_only": a_only,
+        "p": sign_test(b_only, a_only),
+    }
 
 
 def bounds(c: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -106,8 +126,12 @@ def interval_text(c: Mapping[str, Any]) -> str:
     if lh is None:
         return ""
     low, high, ci, diff = *lh, c.get("ci95"), c.get("diff")
-    if ci is not None and diff is not None and math.isclose(low, diff - ci, abs_tol=1e-12) \
-            and math.isclose(high, diff + ci, abs_tol=1e-12):
+    if (
+        ci is not None
+        and diff is not None
+        and math.isclose(low, diff - ci, abs_tol=1e-12)
+        and math.isclose(high, diff + ci, abs_tol=1e-12)
+    ):
         return f"95% CI ±{100 * ci:.1f}"
     return f"95% CI [{100 * low:+.1f}, {100 * high:+.1f}]"
 
@@ -118,8 +142,10 @@ def describe(c: Mapping[str, Any]) -> str:
     if not c.get("n"):
         return "no task in common"
     ci = interval_text(c)
-    return (f"{100 * c['diff']:+.1f} points ({ci + '; ' if ci else ''}{c['b_only']} tasks better with the best "
-            f"system, {c['a_only']} with the baseline; sign test p={c['p']:.3g}, n={c['n']})")
+    return (
+        f"{100 * c['diff']:+.1f} points ({ci + '; ' if ci else ''}{c['b_only']} tasks better with the best "
+        f"system, {c['a_only']} with the baseline; sign test p={c['p']:.3g}, n={c['n']})"
+    )
 
 
 def wilson(mean: float, n: int, z: float = Z) -> tuple[float, float]:

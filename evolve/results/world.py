@@ -45,8 +45,7 @@ class WorldSection:
         for name, sid in (("baseline", baseline_id), ("best", best_id or baseline_id)):
             system = session.archive.get_system(sid)
             stored = {split for split in ("val", "test") if session.archive.task_scores(sid, split)}
-            out[name] = {split: world_summary(session, system, split) for split in ("val", "test")
-                         if split in stored}
+            out[name] = {split: world_summary(session, system, split) for split in ("val", "test") if split in stored}
         return {"world_summary": out}
 
     def markdown(self, report: dict[str, Any]) -> list[str]:

@@ -41,8 +41,13 @@ def starting_system(session: Run) -> System:
     hook = getattr(session.agent, "initial_prompts", None)
     if not prompts and callable(hook):  # e.g. a DSPy program's own instructions and demos
         prompts = dict(hook(dict(task.workflow), session.base_dir))
-    system = System(workflow=dict(task.workflow), models=models, prompts=prompts,
-                    tools=initial_tools(task, session.base_dir), memory=initial_memory(task, session.base_dir))
+    system = System(
+        workflow=dict(task.workflow),
+        models=models,
+        prompts=prompts,
+        tools=initial_tools(task, session.base_dir),
+        memory=initial_memory(task, session.base_dir),
+    )
     archive.add_system(system, operator="init", generation=0, rationale="the starting system")
     archive.put_state("baseline", system.id)
     return system
@@ -63,7 +68,8 @@ def initial_memory(task: TaskConfig, base_dir: Path) -> dict[str, Any]:
         path = Path(str(spec["store"])).expanduser()
         path = path if path.is_absolute() else base_dir / path
         if not (path / "memory.db").exists():
-            raise ConfigError(f"no memory store at {path} (a folder made by evolve.memory.MemoryStore)",
-                              path="memory.store")
+            raise ConfigError(
+                f"no memory store at {path} (a folder made by evolve.memory.MemoryStore)", path="memory.store"
+            )
         spec["store"] = str(path.resolve())
     return spec

@@ -61,12 +61,26 @@ def _operator_costs(task: TaskConfig, plan: RunPlan) -> list[dict[str, Any]]:
         est = getattr(op, "estimate", None)
         if callable(est):
             e = dict(est(plan))
-            out.append({"name": cfg.name, "declared": True, "rollouts": int(e.get("rollouts", 0)),
-                        "llm_calls": int(e.get("llm_calls", 0)), "children": int(e.get("children", 1))})
+            out.append(
+                {
+                    "name": cfg.name,
+                    "declared": True,
+                    "rollouts": int(e.get("rollouts", 0)),
+                    "llm_calls": int(e.get("llm_calls", 0)),
+                    "children": int(e.get("children", 1)),
+                }
+            )
         else:
             children = cfg.params.get("children", getattr(getattr(op, "p", None), "children", 1))
-            out.append({"name": cfg.name, "declared": False, "rollouts": 0, "llm_calls": 0,
-                        "children": int(children if isinstance(children, int) else 1)})
+            out.append(
+                {
+                    "name": cfg.name,
+                    "declared": False,
+                    "rollouts": 0,
+                    "llm_calls": 0,
+                    "children": int(children if isinstance(children, int) else 1),
+                }
+            )
     return out
 
 
@@ -77,19 +91,25 @@ def _pricing(task: TaskConfig) -> dict[str, Any]:
     prompt = math.ceil(sum(len(v) for v in task.prompts.values()) / 4)
     max_tokens = m.params.get("max_tokens")
     completion = int(max_tokens) if isinstance(max_tokens, int) else DEFAULT_COMPLETION_TOKENS
-    out: dict[str, Any] = {"role": role, "backend": m.backend, "model": m.name, "prompt_tokens": prompt,
-                           "completion_tokens": completion,
-                           "tokens_note": "estimate: prompt = characters of the prompt components / 4 (task inputs "
-                                          "and earlier turns not counted), completion = "
-                                          + ("max_tokens" if isinstance(max_tokens, int)
-                                             else f"{DEFAULT_COMPLETION_TOKENS} (max_tokens unset)")}
+    out: dict[str, Any] = {
+        "role": role,
+        "backend": m.backend,
+        "model": m.name,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "tokens_note": "estimate: prompt = characters of the prompt components / 4 (task inputs "
+        "and earlier turns not counted), completion = "
+        + ("max_tokens" if isinstance(max_tokens, int) else f"{DEFAULT_COMPLETION_TOKENS} (max_tokens unset)"),
+    }
     if m.backend == "litellm":
         from evolve.llm.litellm import import_litellm
 
         costs = import_litellm().model_cost
         entry = costs.get(m.name) or costs.get(m.name.split("/", 1)[-1])
         if entry and "input_cost_per_token" in entry:
-            usd = prompt * float(entry["input_cost_per_token"]) + completion * float(entry.get("output_cost_per_token", 0))
+            usd = prompt * float(entry["input_cost_per_token"]) + completion * float(
+                entry.get("output_cost_per_token", 0)
+            )
             out.update(usd_per_call=usd, price="litellm's local cost map")
         else:
             out.update(usd_per_call=None, price=f"unknown: {m.name!r} is not in litellm's local cost map")
@@ -104,14 +124,24 @@ def _row(phase: str, rollouts: int, cpr: float, op_calls: int, price: dict[str, 
     calls = math.ceil(rollouts * cpr - 1e-9)
     per_call = price["prompt_tokens"] + price["completion_tokens"]
     usd = price["usd_per_call"]
-    return {"phase": phase, "rollouts": rollouts, "calls": calls, "op_calls": op_calls,
-            "tokens": (calls + op_calls) * per_call, "usd": None if usd is None else (calls + op_calls) * usd, **extra}
+    return {
+        "phase": phase,
+        "rollouts": rollouts,
+        "calls": calls,
+        "op_calls": op_calls,
+        "tokens": (calls + op_calls) * per_call,
+        "usd": None if usd is None else (calls + op_calls) * usd,
+        **extra,
+    }
 
 
 def _total(rows: list[dict[str, Any]], phase: str) -> dict[str, Any]:
     usd = [r["usd"] for r in rows]
-    return {"phase": phase, **{k: sum(r[k] for r in rows) for k in ("rollouts", "calls", "op_calls", "tokens")},
-            "usd": None if any(u is None for u in usd) else sum(usd)}
+    return {
+        "phase": phase,
+        **{k: sum(r[k] for r in rows) for k in ("rollouts", "calls", "op_calls", "tokens")},
+        "usd": None if any(u is None for u in usd) else sum(usd),
+    }
 
 
 def _stop(task: TaskConfig, rows: list[dict[str, Any]], cpr: float, price: dict[str, Any]) -> dict[str, Any] | None:
@@ -141,8 +171,13 @@ def _stop(task: TaskConfig, rows: list[dict[str, Any]], cpr: float, price: dict[
             if fit < r["rollouts"]:
                 n = seen + fit
                 if best is None or n < best["rollouts"]:
-                    best = {"budget": kind, "limit": text, "phase": r["phase"], "rollouts": n,
-                            "calls": math.ceil(n * cpr - 1e-9)}
+                    best = {
+                        "budget": kind,
+                        "limit": text,
+                        "phase": r["phase"],
+                        "rollouts": n,
+                        "calls": math.ceil(n * cpr - 1e-9),
+                    }
                 break
             used += r["rollouts"] * per_rollout
             seen += r["rollouts"]
@@ -155,18 +190,24 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
 
     splits = load_splits(task.dataset, Path(base_dir), task.seed)
     eng, b = task.engine, task.budget
-    sizes = {split: len(splits.get(split, [])[:limit] if limit else splits.get(split, []))
-             for split, limit in (("train", None), ("val", eng.val_size), ("test", eng.test_size))}
+    sizes = {
+        split: len(splits.get(split, [])[:limit] if limit else splits.get(split, []))
+        for split, limit in (("train", None), ("val", eng.val_size), ("test", eng.test_size))
+    }
     m = min(eng.minibatch, sizes["train"])
     V, T = sizes["val"], sizes["test"]
-    cpr, cpr_source = float(b.calls_per_rollout or 1), "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1"
+    cpr, cpr_source = (
+        float(b.calls_per_rollout or 1),
+        "budget.calls_per_rollout" if b.calls_per_rollout else "assumed 1",
+    )
     from evolve.scoring.budget import calls_bound
 
     graph_bound = calls_bound(dict(task.workflow or {}))
     if not b.calls_per_rollout and graph_bound:
         cpr, cpr_source = float(graph_bound), "the starting workflow graph's bound"
-    plan = RunPlan(minibatch=m, train=sizes["train"], val=V, generations=b.generations, parents=eng.parents,
-                   calls_per_rollout=cpr)
+    plan = RunPlan(
+        minibatch=m, train=sizes["train"], val=V, generations=b.generations, parents=eng.parents, calls_per_rollout=cpr
+    )
     ops = _operator_costs(task, plan)
     price = _pricing(task)
     per_parent = {k: sum(o[k] for o in ops) for k in ("rollouts", "llm_calls", "children")}
@@ -176,24 +217,36 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     for g in range(1, b.generations + 1):
         parents = min(eng.parents, pool)
         children = parents * per_parent["children"]
-        rollouts = (parents * (m + per_parent["rollouts"] + s * V) + children * (m + V + 2 * s * V))
-        rows.append(_row(f"gen {g}", rollouts, cpr, parents * per_parent["llm_calls"], price,
-                         generation=g, parents=parents, children=children))
+        rollouts = parents * (m + per_parent["rollouts"] + s * V) + children * (m + V + 2 * s * V)
+        rows.append(
+            _row(
+                f"gen {g}",
+                rollouts,
+                cpr,
+                parents * per_parent["llm_calls"],
+                price,
+                generation=g,
+                parents=parents,
+                children=children,
+            )
+        )
         pool += children
     promoted = b.generations > 0 and per_parent["children"] > 0
     final = [_row("final test*", T * (2 if promoted else 1), cpr, 0, price)] if T else []
     notes = [
         "a maximum: children that fail stage 1 skip val, rediscovered children and memoised rollouts cost nothing",
-        f"LLM calls per rollout: {cpr:g}, " + (cpr_source if cpr_source != "assumed 1"
-                                              else "assumed (set budget.calls_per_rollout)"),
+        f"LLM calls per rollout: {cpr:g}, "
+        + (cpr_source if cpr_source != "assumed 1" else "assumed (set budget.calls_per_rollout)"),
         price["tokens_note"],
         f"money: {price['price']} (model {price['model']!r}, role {price['role']!r})",
         "*final test: the baseline and the promoted system scored on test, outside every budget",
     ]
     unknown = [o["name"] for o in ops if not o["declared"]]
     if unknown:
-        notes.append(f"operators without an estimate() (own rollouts and LLM calls unknown, counted as their "
-                     f"'children' or 1 child): {', '.join(unknown)}")
+        notes.append(
+            f"operators without an estimate() (own rollouts and LLM calls unknown, counted as their "
+            f"'children' or 1 child): {', '.join(unknown)}"
+        )
     if eng.reeval is not None:
         notes.append(f"engine.reeval: counts {s} more val samples for every child twice and every parent once")
     if b.seconds is not None:
@@ -201,9 +254,17 @@ def estimate_run(task: TaskConfig, base_dir: str | Path) -> dict[str, Any]:
     stop = _stop(task, rows, cpr, price)
     in_budget = _total(rows, "in the budget")
     return {
-        "task": task.name, "seed": task.seed, "sizes": {**sizes, "minibatch": m}, "calls_per_rollout": cpr,
+        "task": task.name,
+        "seed": task.seed,
+        "sizes": {**sizes, "minibatch": m},
+        "calls_per_rollout": cpr,
         "calls_per_rollout_source": cpr_source,
-        "operators": ops, "pricing": price, "phases": rows, "in_budget": in_budget,
+        "operators": ops,
+        "pricing": price,
+        "phases": rows,
+        "in_budget": in_budget,
         "final": final[0] if final else _total([], "final test*"),
-        "total": _total(rows + final, "total"), "stop": stop, "notes": notes,
+        "total": _total(rows + final, "total"),
+        "stop": stop,
+        "notes": notes,
     }

@@ -39,9 +39,12 @@ def choose_gate(splits: dict[str, list[dict]], share: float, seed: int) -> list[
     val = splits.get("val", [])
     n = round(share * len(val))
     if n < 1 or n >= len(val):
-        raise ConfigError(f"deploy.gate_share={share:g} of the {len(val)} val tasks leaves "
-                          f"{'no gate task' if n < 1 else 'no val task'}; give more val tasks, another share, or a "
-                          "suite a task file of its own (tasks: FILE.jsonl)", path="deploy.gate_share")
+        raise ConfigError(
+            f"deploy.gate_share={share:g} of the {len(val)} val tasks leaves "
+            f"{'no gate task' if n < 1 else 'no val task'}; give more val tasks, another share, or a "
+            "suite a task file of its own (tasks: FILE.jsonl)",
+            path="deploy.gate_share",
+        )
     rank = sorted(val, key=lambda t: hashlib.sha256(f"{seed}/gate/{t.get('id')}".encode()).hexdigest())
     return sorted(str(t.get("id")) for t in rank[:n])
 
@@ -52,10 +55,19 @@ def hold_out_gate(session: Any) -> None:
     archive, task = session.archive, session.task
     saved = archive.get_state(GATE_KEY)
     dep = task.deploy
-    gates = dep is not None and any(s.tasks == "gate" for s in ([dep.regression] if dep.regression else []) + list(dep.guards))
+    gates = dep is not None and any(
+        s.tasks == "gate" for s in ([dep.regression] if dep.regression else []) + list(dep.guards)
+    )
     if (gates or saved is not None) and not archive.usage()["rollouts"]:  # nothing scored yet: chosen now
-        now = {"ids": choose_gate(session.splits, task.deploy.gate_share, task.seed), "seed": task.seed,
-               "share": task.deploy.gate_share} if gates else None
+        now = (
+            {
+                "ids": choose_gate(session.splits, task.deploy.gate_share, task.seed),
+                "seed": task.seed,
+                "share": task.deploy.gate_share,
+            }
+            if gates
+            else None
+        )
         if now != saved:
             archive.put_state(GATE_KEY, now)
         saved = now

@@ -18,8 +18,14 @@ class RichObserver:
     def __init__(self) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
         self._task: Any = None  # rich's TaskID of the current phase
         self._header_shown = False
         self.run_dir: Path | None = None  # where the run writes (the Engine says, once it has opened it)
@@ -55,8 +61,17 @@ class RichObserver:
 
 
 # (header, width): 62 columns of text and 16 of gaps, so a row fits an 80-column terminal
-GENERATION_COLUMNS = (("gen", 3), ("best val", 8), ("best", 8), ("children", 8), ("accepted", 8), ("rollouts", 8),
-                      ("calls", 6), ("tokens", 6), ("seconds", 7))
+GENERATION_COLUMNS = (
+    ("gen", 3),
+    ("best val", 8),
+    ("best", 8),
+    ("children", 8),
+    ("accepted", 8),
+    ("rollouts", 8),
+    ("calls", 6),
+    ("tokens", 6),
+    ("seconds", 7),
+)
 
 
 def compact(n: Any) -> str:
@@ -75,10 +90,20 @@ def generation_table(row: dict[str, Any], *, header: bool = True) -> Any:
 
     t = Table(box=None, padding=(0, 1), pad_edge=False, show_header=header, header_style="bold")
     for name, width in GENERATION_COLUMNS:
-        t.add_column(name, width=width, no_wrap=True, overflow="ellipsis", justify="left" if name == "best" else "right")
-    t.add_row(str(row["index"]), f"{row['best_val']:.3f}", row["best"][:8], str(row.get("children", 0)),
-              str(row.get("accepted", 0)), compact(row.get("rollouts", 0)), compact(row.get("calls")),
-              compact(row.get("tokens", 0)), _seconds(float(row.get("seconds", 0) or 0)))
+        t.add_column(
+            name, width=width, no_wrap=True, overflow="ellipsis", justify="left" if name == "best" else "right"
+        )
+    t.add_row(
+        str(row["index"]),
+        f"{row['best_val']:.3f}",
+        row["best"][:8],
+        str(row.get("children", 0)),
+        str(row.get("accepted", 0)),
+        compact(row.get("rollouts", 0)),
+        compact(row.get("calls")),
+        compact(row.get("tokens", 0)),
+        _seconds(float(row.get("seconds", 0) or 0)),
+    )
     return t
 
 

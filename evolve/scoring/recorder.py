@@ -22,8 +22,18 @@ class RolloutRecorder:
     """Buffers one :meth:`Session.rollouts` call's results and world failures; :meth:`flush`
     writes them in one transaction (also called every 256 results or half second)."""
 
-    def __init__(self, archive: Any, observer: Any, *, split: str, phase: str, generation: int,
-                 seen: set[str], reward_range: tuple[float, float], on_result: Any = None) -> None:
+    def __init__(
+        self,
+        archive: Any,
+        observer: Any,
+        *,
+        split: str,
+        phase: str,
+        generation: int,
+        seen: set[str],
+        reward_range: tuple[float, float],
+        on_result: Any = None,
+    ) -> None:
         self.archive, self.obs = archive, observer
         self.split, self.phase, self.generation = split, phase, generation
         self._seen = seen  # failure kinds announced so far in this run (shared across batches)
@@ -47,9 +57,11 @@ class RolloutRecorder:
         elif traj.reward is not None and not self._range[0] <= traj.reward.score <= self._range[1]:
             if not self.out_of_range and "out of range" not in self._seen:
                 self._seen.add("out of range")
-                self.obs.message(f"warning: task {traj.task_id} scored {traj.reward.score:g}, outside the reward range "
-                                 f"[{self._range[0]:g}, {self._range[1]:g}] (set reward_range in the task file if "
-                                 "that is intended); the report counts such scores")
+                self.obs.message(
+                    f"warning: task {traj.task_id} scored {traj.reward.score:g}, outside the reward range "
+                    f"[{self._range[0]:g}, {self._range[1]:g}] (set reward_range in the task file if "
+                    "that is intended); the report counts such scores"
+                )
             self.out_of_range += 1
         if len(self._rows) >= 256 or time.monotonic() - self._last > 0.5:
             self.flush()
@@ -58,11 +70,24 @@ class RolloutRecorder:
         f = traj.infra
         assert f is not None
         self.world.append(traj)
-        self._events.append({"key": job.key, "split": self.split, "phase": self.phase, "generation": self.generation,
-                             "system": job.system.id, "task": traj.task_id, "attempt": attempt,
-                             "category": f.category, "retryable": f.retryable, "source": f.source,
-                             "message": f.message, "tokens": traj.tokens, "cost": traj.cost,
-                             "calls": sum(isinstance(s, LLMCall) for s in traj.steps)})
+        self._events.append(
+            {
+                "key": job.key,
+                "split": self.split,
+                "phase": self.phase,
+                "generation": self.generation,
+                "system": job.system.id,
+                "task": traj.task_id,
+                "attempt": attempt,
+                "category": f.category,
+                "retryable": f.retryable,
+                "source": f.source,
+                "message": f.message,
+                "tokens": traj.tokens,
+                "cost": traj.cost,
+                "calls": sum(isinstance(s, LLMCall) for s in traj.steps),
+            }
+        )
         self._announce(f.message, traj.task_id, f"not scored: the world failed ({f.category})")
         if len(self._events) >= 256:
             self.flush()
@@ -73,8 +98,10 @@ class RolloutRecorder:
             return
         self._seen.add(kind)
         first = message.strip().splitlines()[0] if message.strip() else "(no message)"
-        self.obs.message(f"{what} on task {task_id}: {first[:300]}" + (" (the first of its kind; the others are "
-                                                                       "counted)" if what == "failed" else ""))
+        self.obs.message(
+            f"{what} on task {task_id}: {first[:300]}"
+            + (" (the first of its kind; the others are counted)" if what == "failed" else "")
+        )
 
     def flush(self) -> None:
         if not self._rows and not self._events:
@@ -95,8 +122,10 @@ class RolloutRecorder:
         if self.failed:
             parts.append(f"{len(self.failed)} of {total} rollouts failed ({describe_common(self.failed)})")
         if self.world:
-            parts.append(f"{len(self.world)} world failure{'s' if len(self.world) != 1 else ''} retried "
-                         f"({by_category(self.world)})")
+            parts.append(
+                f"{len(self.world)} world failure{'s' if len(self.world) != 1 else ''} retried "
+                f"({by_category(self.world)})"
+            )
         if parts:
             self.obs.message(f"{description}: " + "; ".join(parts))
 

@@ -54,8 +54,15 @@ class RetryPolicy:
 class Retrying:
     """A runner wrapper that retries the world failing (see the module docstring)."""
 
-    def __init__(self, runner: Any, policy: RetryPolicy = RetryPolicy(), *, log: Callable[[str], None] | None = None,
-                 may_wait: Callable[[float], bool] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        runner: Any,
+        policy: RetryPolicy = RetryPolicy(),
+        *,
+        log: Callable[[str], None] | None = None,
+        may_wait: Callable[[float], bool] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.runner, self.policy = runner, policy
         self._log = log or (lambda text: None)
         self._may_wait = may_wait or (lambda seconds: True)
@@ -63,8 +70,12 @@ class Retrying:
         workers = int(getattr(runner, "workers", 4) or 4)
         self.breaker = policy.breaker or max(4, workers)
 
-    def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob],
-            on_failure: Callable[[RolloutJob, Trajectory, int], None] | None = None) -> Iterator[Result]:
+    def run(
+        self,
+        spec: WorkerSpec,
+        jobs: Sequence[RolloutJob],
+        on_failure: Callable[[RolloutJob, Trajectory, int], None] | None = None,
+    ) -> Iterator[Result]:
         note = on_failure or (lambda job, traj, attempt: None)
         pending = list(jobs)
         last: dict[str, Trajectory] = {}  # job key -> its latest world failure
@@ -78,10 +89,13 @@ class Retrying:
                 wait = self.policy.wait(attempt)
                 why = by_category(last[j.key] for j in pending if j.key in last)
                 if not self._may_wait(wait):
-                    raise InfraError(self._summary(pending, last, waited) + "; the run's time budget ends before the "
-                                     "next retry")
-                self._log(f"{len(pending)} rollout{'s' if len(pending) != 1 else ''} held back, the world failing "
-                          f"under them ({why}); retry {attempt} of {self.policy.retries} in {wait:g}s")
+                    raise InfraError(
+                        self._summary(pending, last, waited) + "; the run's time budget ends before the next retry"
+                    )
+                self._log(
+                    f"{len(pending)} rollout{'s' if len(pending) != 1 else ''} held back, the world failing "
+                    f"under them ({why}); retry {attempt} of {self.policy.retries} in {wait:g}s"
+                )
                 self._sleep(wait)
                 waited += wait
                 if len(pending) > 1:  # a probe first: while it fails, the others wait
@@ -94,8 +108,14 @@ class Retrying:
             if pending:
                 attempt += 1
 
-    def _batch(self, spec: WorkerSpec, jobs: list[RolloutJob], last: dict[str, Trajectory], attempt: int,
-               note: Callable[[RolloutJob, Trajectory, int], None]) -> Generator[Result, None, list[RolloutJob]]:
+    def _batch(
+        self,
+        spec: WorkerSpec,
+        jobs: list[RolloutJob],
+        last: dict[str, Trajectory],
+        attempt: int,
+        note: Callable[[RolloutJob, Trajectory, int], None],
+    ) -> Generator[Result, None, list[RolloutJob]]:
         """Run ``jobs`` once; yield the results, return the jobs to run again."""
         finished: set[str] = set()
         failed: list[RolloutJob] = []
@@ -112,13 +132,16 @@ class Retrying:
                 note(job, traj, attempt)
                 last[job.key] = traj
                 if not f.retryable:
-                    raise InfraError(f"{f.message}; this cannot be mended by retrying ({f.category}): fix it, "
-                                     "then continue the run")
+                    raise InfraError(
+                        f"{f.message}; this cannot be mended by retrying ({f.category}): fix it, then continue the run"
+                    )
                 failed.append(job)
                 in_a_row += 1
                 if in_a_row >= self.breaker and len(finished) < len(jobs):
-                    self._log(f"{in_a_row} rollouts in a row failed by the world ({f.category}); holding the other "
-                              f"{len(jobs) - len(finished)} back")
+                    self._log(
+                        f"{in_a_row} rollouts in a row failed by the world ({f.category}); holding the other "
+                        f"{len(jobs) - len(finished)} back"
+                    )
                     break
         finally:
             close = getattr(it, "close", None)
@@ -143,8 +166,10 @@ class Retrying:
     def _summary(self, pending: list[RolloutJob], last: dict[str, Trajectory], waited: float) -> str:
         why = describe_common(t.infra.message for t in last.values() if t.infra is not None)
         n, r = len(pending), self.policy.retries
-        return (f"the world kept failing: {n} rollout{'s' if n != 1 else ''} could not be run after {r} "
-                f"retr{'ies' if r != 1 else 'y'} over {waited:.1f}s; the most common failure: {why}")
+        return (
+            f"the world kept failing: {n} rollout{'s' if n != 1 else ''} could not be run after {r} "
+            f"retr{'ies' if r != 1 else 'y'} over {waited:.1f}s; the most common failure: {why}"
+        )
 
 
 def by_category(trajs: Iterator[Trajectory] | Sequence[Trajectory]) -> str:

@@ -17,11 +17,19 @@ from evolve.errors import RunDirError
 from evolve.task.config import TaskConfig
 from evolve.task.fingerprint import changes, fingerprint, same_run
 
-WAYS_ON = ("start it over with --fresh (the earlier run is moved aside, not deleted), or choose another --out")
+WAYS_ON = "start it over with --fresh (the earlier run is moved aside, not deleted), or choose another --out"
 
 
-def open_run(run_dir: Path, task: TaskConfig, base_dir: Path, *, resume: bool = False, fresh: bool = False,
-             evaluating: bool = False, observer: Any = None) -> Archive:
+def open_run(
+    run_dir: Path,
+    task: TaskConfig,
+    base_dir: Path,
+    *,
+    resume: bool = False,
+    fresh: bool = False,
+    evaluating: bool = False,
+    observer: Any = None,
+) -> Archive:
     """The run's archive in ``run_dir``, checked against ``task`` (see the module docstring).
     ``evaluating``: scoring a finished run (``evolve eval``), whose stored task is left as it is."""
     say = getattr(observer, "message", None) or (lambda text: None)
@@ -53,8 +61,12 @@ def open_run(run_dir: Path, task: TaskConfig, base_dir: Path, *, resume: bool = 
 
 def _check(archive: Archive, run_dir: Path, task: TaskConfig, base_dir: Path, resume: bool, evaluating: bool) -> None:
     saved = archive.get_state("task")
-    if saved is not None and not evaluating and archive.get_state("baseline") is None \
-            and not archive.usage()["rollouts"]:  # a start that failed before doing any work: replaced
+    if (
+        saved is not None
+        and not evaluating
+        and archive.get_state("baseline") is None
+        and not archive.usage()["rollouts"]
+    ):  # a start that failed before doing any work: replaced
         if not same_run(task, saved):
             archive.log_event("replaced", {"why": "the run held no work", "was": json.loads(saved)})
         saved = None
@@ -65,9 +77,11 @@ def _check(archive: Archive, run_dir: Path, task: TaskConfig, base_dir: Path, re
         raise RunDirError(f"{run_dir} already holds a run; continue it with --resume, {WAYS_ON}")
     elif not same_run(task, saved):
         what = "\n  ".join(changes(task, saved))
-        raise RunDirError(f"{run_dir} was started with a different task configuration:\n  {what}\n"
-                          "Resume it with the task file and --set values it was started with (only budget, "
-                          f"failures, deploy and track may change), {WAYS_ON}")
+        raise RunDirError(
+            f"{run_dir} was started with a different task configuration:\n  {what}\n"
+            "Resume it with the task file and --set values it was started with (only budget, "
+            f"failures, deploy and track may change), {WAYS_ON}"
+        )
     elif not evaluating and (was := json.loads(saved).get("budget")) != (now := task.budget.model_dump()):
         archive.put_state("task", fingerprint(task))  # a new budget: the run goes on under it, and says so
         archive.log_event("budget", {"was": was, "now": now})

@@ -72,8 +72,11 @@ def make_runner(cfg: Any) -> Any:
         unknown = sorted(set(cfg.params) - set(takes))
         if unknown:
             known = sorted(k for k, p in takes.items() if p.kind is p.KEYWORD_ONLY)
-            raise ConfigError(f"the {cfg.name} runner takes no parameter {', '.join(map(repr, unknown))}; it takes "
-                              f"{', '.join(known) or 'none'}", path="runner.params")
+            raise ConfigError(
+                f"the {cfg.name} runner takes no parameter {', '.join(map(repr, unknown))}; it takes "
+                f"{', '.join(known) or 'none'}",
+                path="runner.params",
+            )
     return cls(workers=cfg.workers, **cfg.params)
 
 
@@ -110,14 +113,19 @@ class Session:
         # everything a mistake can be found in is loaded before the run directory is touched, so that a
         # failed start leaves nothing in the way of the corrected run
         self.splits: Splits = load_splits(task.dataset, self.base_dir, task.seed)
-        self.spec = WorkerSpec(agent=agent or task.agent, reward=reward or task.reward,
-                               artifacts_root=str(self.run_dir / "artifacts"), search_path=str(self.base_dir))
+        self.spec = WorkerSpec(
+            agent=agent or task.agent,
+            reward=reward or task.reward,
+            artifacts_root=str(self.run_dir / "artifacts"),
+            search_path=str(self.base_dir),
+        )
         self.agent, self.reward = self._resolve_callables()
         self._preflight()
         self.runner = make_runner(task.runner)  # a bad runner setting is refused before anything is written
         try:
-            self.archive = open_run(self.run_dir, task, self.base_dir, resume=resume, fresh=fresh,
-                                    evaluating=evaluating, observer=self.obs)
+            self.archive = open_run(
+                self.run_dir, task, self.base_dir, resume=resume, fresh=fresh, evaluating=evaluating, observer=self.obs
+            )
             record(self.archive, self.splits)  # each task's content, so runs pair only identical tasks
             hold_out_gate(self)  # a deploy policy's gate split leaves val and train before anything is scored
         except BaseException:
@@ -125,8 +133,9 @@ class Session:
             raise
         self.state = RunState(self.archive)
         f = task.failures
-        self.retrying = Retrying(self.runner, RetryPolicy(f.retries, f.backoff, f.max_backoff), log=self.obs.message,
-                                 may_wait=self._may_wait)
+        self.retrying = Retrying(
+            self.runner, RetryPolicy(f.retries, f.backoff, f.max_backoff), log=self.obs.message, may_wait=self._may_wait
+        )
         self._budgeted = budgeted
         self._seen_failures: set[str] = set()  # failure kinds shown on the console so far
         self._t0 = time.monotonic()
@@ -200,12 +209,17 @@ class Session:
 
     def charge(self, completion: Any) -> None:
         """Record one model call an operator made itself (see :attr:`OperatorContext.charge`)."""
-        tokens = int(getattr(completion, "prompt_tokens", 0) or 0) + int(getattr(completion, "completion_tokens", 0) or 0)
+        tokens = int(getattr(completion, "prompt_tokens", 0) or 0) + int(
+            getattr(completion, "completion_tokens", 0) or 0
+        )
         self.state.charge_operator_llm(1, tokens, float(getattr(completion, "cost", 0.0) or 0.0))
 
     def budget_used(self, *, test: bool = False) -> dict[str, Any]:
-        return {**self.usage(test=test), "seconds": round(self.elapsed(), 2),
-                "generations": len(self.state.generations())}
+        return {
+            **self.usage(test=test),
+            "seconds": round(self.elapsed(), 2),
+            "generations": len(self.state.generations()),
+        }
 
     @property
     def budgeted(self) -> bool:
@@ -279,14 +293,31 @@ class Session:
         if missing:
             allowed, cut_by = self.check_budget(len(missing), system)
             run_now = missing[:allowed]
-            jobs = [RolloutJob(key=k, system=system, task=t, seed=job_seed(self.task.seed, k), sample=s,
-                               temperature=temperature, timeout=self.task.runner.timeout, logprobs=logprobs)
-                    for k, t, s in run_now]
+            jobs = [
+                RolloutJob(
+                    key=k,
+                    system=system,
+                    task=t,
+                    seed=job_seed(self.task.seed, k),
+                    sample=s,
+                    temperature=temperature,
+                    timeout=self.task.runner.timeout,
+                    logprobs=logprobs,
+                )
+                for k, t, s in run_now
+            ]
             what = description or f"{tag} {system.id[:8]}"
             self.obs.phase(what, len(jobs))
-            rec = RolloutRecorder(self.archive, self.obs, split=split, phase=phase, generation=generation,
-                                  seen=self._seen_failures, reward_range=self.task.reward_range,
-                                  on_result=self._count_calls)
+            rec = RolloutRecorder(
+                self.archive,
+                self.obs,
+                split=split,
+                phase=phase,
+                generation=generation,
+                seen=self._seen_failures,
+                reward_range=self.task.reward_range,
+                on_result=self._count_calls,
+            )
             try:
                 for job, traj in self.retrying.run(self.spec, jobs, on_failure=rec.world_failed):
                     done[job.key] = traj
@@ -305,9 +336,15 @@ class Session:
 
     def evaluation(self, system: System, split: str, *, generation: int = 0, samples: int = 1) -> list[Trajectory]:
         """``system``'s evaluation rollouts on ``split`` (tag ``eval:SPLIT``; memoised)."""
-        return self.rollouts(system, self.tasks(split), split=split, tag=f"eval:{split}", generation=generation,
-                             samples=samples, description=f"eval {split} {system.id[:8]}" + (
-                                 f" x{samples}" if samples > 1 else ""))
+        return self.rollouts(
+            system,
+            self.tasks(split),
+            split=split,
+            tag=f"eval:{split}",
+            generation=generation,
+            samples=samples,
+            description=f"eval {split} {system.id[:8]}" + (f" x{samples}" if samples > 1 else ""),
+        )
 
     def evaluate(self, system: System, split: str, generation: int = 0) -> tuple[float, int]:
         """``(mean score, n)`` of ``system`` on ``split``."""

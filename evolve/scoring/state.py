@@ -100,8 +100,9 @@ class RunState:
         return None if saved is None else [Candidate.model_validate(c) for c in saved]
 
     def save_proposals(self, generation: int, op_index: int, parent_id: str, cands: list[Candidate]) -> None:
-        self.archive.put_state(f"proposals/{generation}/{op_index}/{parent_id}",
-                               [c.model_dump(mode="json") for c in cands])
+        self.archive.put_state(
+            f"proposals/{generation}/{op_index}/{parent_id}", [c.model_dump(mode="json") for c in cands]
+        )
 
     # the curriculum's decision per generation (engine.curriculum: evolve.loop.curriculum)
     def curriculum(self, generation: int) -> dict[str, Any] | None:

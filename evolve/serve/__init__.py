@@ -10,7 +10,11 @@ from evolve.gateway.asgi import check_bind
 from evolve.gateway.local import serve_llm
 from evolve.gateway.run_route import ServeApp
 
-warnings.warn("evolve.serve is deprecated: import ServeApp from evolve.gateway.run_route, serve_llm from "
-              "evolve.gateway.local and check_bind from evolve.gateway.asgi", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.serve is deprecated: import ServeApp from evolve.gateway.run_route, serve_llm from "
+    "evolve.gateway.local and check_bind from evolve.gateway.asgi",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["ServeApp", "check_bind", "serve_llm"]

@@ -21,9 +21,11 @@ class ColdStart(Strict):
     """Stage 1 of the article: SFT of a freshly built tiny model on a small demo set (cached); with
     ``params.weights`` naming a pretrained checkpoint, LoRA SFT of that checkpoint on the demos."""
 
-    demos: str = Field(description="import path of demos(tasks, seed=..., ...) -> list of chat transcripts; it is "
-                       "also given those of instruction, template (the prompts' layout), augment, tools and memory it "
-                       "names (default: the world's coldstart.demos hook)")
+    demos: str = Field(
+        description="import path of demos(tasks, seed=..., ...) -> list of chat transcripts; it is "
+        "also given those of instruction, template (the prompts' layout), augment, tools and memory it "
+        "names (default: the world's coldstart.demos hook)"
+    )
     n_demos: int = Field(300, ge=1, description="training tasks the demos are made from")
     epochs: int = Field(30, ge=1, description="upper bound; the best validation checkpoint is kept")
     lr: float = Field(3e-3, gt=0, description="learning rate (AdamW)")
@@ -32,12 +34,17 @@ class ColdStart(Strict):
     n_eval: int = Field(100, ge=1, description="validation tasks used to pick the checkpoint")
     tiny: dict[str, Any] = Field(default_factory=dict, description="TinyConfig overrides (d_model, n_layers, ...)")
     tokenizer: Literal["char", "pointer"] = Field(
-        "pointer", description="pointer: words rare in the demos become copy pointers (evolve.policy.pointer)")
+        "pointer", description="pointer: words rare in the demos become copy pointers (evolve.policy.pointer)"
+    )
     keep_share: float = Field(0.05, gt=0, le=1, description="pointer: a word is vocabulary if in this share of demos")
     augment: int = Field(0, ge=0, description="extra renamed copies per demo, passed to the demos function")
-    pointer_words: str | None = Field(None, description=(
-        "pointer: import path of a callable(tasks) -> words that are always pointers, however frequent "
-        "(e.g. evolve.worlds.sql:name_words), so names seen in training are copied the way unseen ones are"))
+    pointer_words: str | None = Field(
+        None,
+        description=(
+            "pointer: import path of a callable(tasks) -> words that are always pointers, however frequent "
+            "(e.g. evolve.worlds.sql:name_words), so names seen in training are copied the way unseen ones are"
+        ),
+    )
 
     @model_validator(mode="after")
     def _pointer_options_need_the_pointer_tokenizer(self) -> ColdStart:
@@ -45,9 +52,11 @@ class ColdStart(Strict):
         given = sorted({"pointer_words", "keep_share"} & self.model_fields_set)
         if self.tokenizer == "char" and given:
             names, verb = " and ".join(given), "apply" if len(given) > 1 else "applies"
-            raise ValueError(f"{names} {verb} only with tokenizer: pointer (this cold start uses "
-                             f"tokenizer: char, which spells every word); remove {names} or set "
-                             f"tokenizer: pointer")
+            raise ValueError(
+                f"{names} {verb} only with tokenizer: pointer (this cold start uses "
+                f"tokenizer: char, which spells every word); remove {names} or set "
+                f"tokenizer: pointer"
+            )
         return self
 
 
@@ -55,12 +64,19 @@ class ModelConfig(Strict):
     """One model role of the starting system (``models: {policy: ...}``)."""
 
     backend: str = Field("local", description="local | litellm | scripted | a plugin's (evolve.registry.llm_backends)")
-    name: str = Field("tiny-char-llama", description="the model's name: a litellm model id (openai/gpt-4o-mini, "
-                      "anthropic/..., hosted_vllm/...), or a label for a local or scripted model")
-    params: dict[str, Any] = Field(default_factory=dict, description="the backend's settings (temperature, max_tokens, "
-                                   "api_base, api_key_env, weights, ...: evolve.llm.params lists each backend's)")
-    cold_start: ColdStart | None = Field(None, description="local only: build and SFT a tiny model (or LoRA SFT "
-                                         "params.weights) on demos before the run")
+    name: str = Field(
+        "tiny-char-llama",
+        description="the model's name: a litellm model id (openai/gpt-4o-mini, "
+        "anthropic/..., hosted_vllm/...), or a label for a local or scripted model",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the backend's settings (temperature, max_tokens, "
+        "api_base, api_key_env, weights, ...: evolve.llm.params lists each backend's)",
+    )
+    cold_start: ColdStart | None = Field(
+        None, description="local only: build and SFT a tiny model (or LoRA SFT params.weights) on demos before the run"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -74,9 +90,11 @@ class ModelConfig(Strict):
             # a pretrained checkpoint plus a cold start: LoRA SFT of the checkpoint on the demos
             tiny_only = sorted({"tiny", "tokenizer", "keep_share", "pointer_words"} & self.cold_start.model_fields_set)
             if tiny_only:
-                raise ValueError(f"cold_start.{', '.join(tiny_only)} describe(s) a tiny model built here, but "
-                                 "params.weights names ready-made weights (then the cold start is LoRA SFT on "
-                                 f"them, with their own tokenizer); remove {', '.join(tiny_only)} or params.weights")
+                raise ValueError(
+                    f"cold_start.{', '.join(tiny_only)} describe(s) a tiny model built here, but "
+                    "params.weights names ready-made weights (then the cold start is LoRA SFT on "
+                    f"them, with their own tokenizer); remove {', '.join(tiny_only)} or params.weights"
+                )
         return self
 
 
@@ -86,7 +104,9 @@ class DatasetConfig(Strict):
     source: str | None = Field(None, description="import path of a callable(seed=..., **params) -> {split: tasks}")
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of source")
     train: str | None = Field(None, description="JSONL file, one task per line (each with an 'id')")
-    val: str | None = Field(None, description="JSONL file of validation tasks (acceptance, the cold start's checkpoint)")
+    val: str | None = Field(
+        None, description="JSONL file of validation tasks (acceptance, the cold start's checkpoint)"
+    )
     test: str | None = Field(None, description="JSONL file of held-out tasks (the report's final scoring)")
 
     @model_validator(mode="after")
@@ -102,8 +122,10 @@ class DatasetConfig(Strict):
 class OperatorConfig(Strict):
     """One operator (``operators: [{name: star, params: {...}}]``); its params are validated by its own model."""
 
-    name: str = Field(description="a registered operator (star, grpo, toolforge, memory, topology, prompt_mutation, "
-                      "reflective, bootstrap_demos, prompt_crossover, prompt_choice, scripted) or an import path")
+    name: str = Field(
+        description="a registered operator (star, grpo, toolforge, memory, topology, prompt_mutation, "
+        "reflective, bootstrap_demos, prompt_crossover, prompt_choice, scripted) or an import path"
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="the operator's settings (docs/ has each layer's)")
 
 
@@ -112,19 +134,25 @@ class TrackerConfig(Strict):
     validated by its own model (docs/tracking.md has each tracker's)."""
 
     name: str = Field(description="mlflow | wandb | otel | a plugin's or an import path (evolve.registry.trackers)")
-    params: dict[str, Any] = Field(default_factory=dict, description="the tracker's settings, e.g. for mlflow: "
-                                   "tracking_uri, experiment, model_name, alias")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the tracker's settings, e.g. for mlflow: tracking_uri, experiment, model_name, alias",
+    )
 
 
 class RunnerConfig(Strict):
     """Where rollouts run."""
 
-    name: str = Field("thread", description="thread (in-process) | process (kills hung agents) | ray (a Ray "
-                      "cluster) | a plugin's")
+    name: str = Field(
+        "thread", description="thread (in-process) | process (kills hung agents) | ray (a Ray cluster) | a plugin's"
+    )
     workers: int = Field(32, ge=1, description="rollouts at once")
     timeout: float = Field(60.0, gt=0, description="seconds per rollout before it is recorded as failed")
-    params: dict[str, Any] = Field(default_factory=dict, description="the runner's own settings, e.g. for ray: "
-                                   "address, num_cpus, num_gpus, resources, artifacts (shared | ship), runtime_env")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the runner's own settings, e.g. for ray: "
+        "address, num_cpus, num_gpus, resources, artifacts (shared | ship), runtime_env",
+    )
 
 
 class BudgetConfig(Strict):
@@ -137,8 +165,11 @@ class BudgetConfig(Strict):
     usd: float | None = Field(None, gt=0, description="money, as litellm prices the calls")
     seconds: float | None = Field(None, gt=0, description="wall time, over all of a resumed run's sessions")
     calls_per_rollout: float | None = Field(
-        None, gt=0, description="LLM calls one rollout makes (at most): the dry run's estimate, and how many rollouts "
-        "may start within what is left of 'calls' (default: 1 for the estimate; the most seen so far in the run)")
+        None,
+        gt=0,
+        description="LLM calls one rollout makes (at most): the dry run's estimate, and how many rollouts "
+        "may start within what is left of 'calls' (default: 1 for the estimate; the most seen so far in the run)",
+    )
 
 
 class ReevalConfig(Strict):
@@ -158,20 +189,39 @@ class CurriculumConfig(Strict):
 
     band: tuple[float, float] = Field((0.2, 0.8), description="the success rate [low, high] each group is kept within")
     group_key: str = Field("generator", description="the training tasks' field that names their group")
-    level_key: str = Field("level", description="the training tasks' field that holds their difficulty level "
-                           "(a whole number, the lowest the easiest)")
-    start: int = Field(0, ge=0, description="where every group starts: its levels counted from the easiest, 0 first "
-                       "(its hardest when it has fewer)")
-    window: int = Field(1, ge=1, description="generations of the parents' minibatch rollouts that success is "
-                        "measured on (at the group's current level only)")
-    evidence: Literal["minibatch", "all"] = Field("minibatch", description="what success is measured on: the "
-                                                  "parents' minibatch rollouts (minibatch), or those and every "
-                                                  "rollout the operators sampled from the parents on training tasks "
-                                                  "in the same generations, e.g. STaR's and GRPO's samples (all)")
+    level_key: str = Field(
+        "level",
+        description="the training tasks' field that holds their difficulty level "
+        "(a whole number, the lowest the easiest)",
+    )
+    start: int = Field(
+        0,
+        ge=0,
+        description="where every group starts: its levels counted from the easiest, 0 first "
+        "(its hardest when it has fewer)",
+    )
+    window: int = Field(
+        1,
+        ge=1,
+        description="generations of the parents' minibatch rollouts that success is "
+        "measured on (at the group's current level only)",
+    )
+    evidence: Literal["minibatch", "all"] = Field(
+        "minibatch",
+        description="what success is measured on: the "
+        "parents' minibatch rollouts (minibatch), or those and every "
+        "rollout the operators sampled from the parents on training tasks "
+        "in the same generations, e.g. STaR's and GRPO's samples (all)",
+    )
     min_samples: int = Field(4, ge=1, description="rollouts of a group a move needs; with fewer, the group holds")
     solved_at: float = Field(1.0, description="a rollout is a success at this score or above")
-    off_band: float = Field(0.25, gt=0, le=1, description="weight factor of a group that stays out of the band (too "
-                            "easy at its hardest level, too hard at its easiest)")
+    off_band: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="weight factor of a group that stays out of the band (too "
+        "easy at its hardest level, too hard at its easiest)",
+    )
 
     @model_validator(mode="after")
     def _band(self) -> CurriculumConfig:
@@ -187,30 +237,41 @@ class EngineConfig(Strict):
     minibatch: int = Field(64, ge=1, description="training tasks per generation for stage-1 acceptance")
     parents: int = Field(1, ge=1, description="parents selected per generation")
     selector: str = Field("best", description="best | tournament | pareto | an import path (evolve.loop.selectors)")
-    selector_params: dict[str, Any] = Field(default_factory=dict, description="passed to the selector's "
-                                            "constructor, e.g. {objectives: [cost, latency]} for selector: pareto")
+    selector_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="passed to the selector's constructor, e.g. {objectives: [cost, latency]} for selector: pareto",
+    )
     min_gain: float = Field(0.0, description="stage 1: child must beat its parent on the minibatch by more than this")
     val_tolerance: float = Field(0.0, ge=0, description="stage 2: child may be at most this much worse on val")
     val_size: int | None = Field(None, ge=1, description="validation tasks used (default: all)")
     test_size: int | None = Field(None, ge=1, description="test tasks used (default: all)")
     reeval: ReevalConfig | None = Field(None, description="re-evaluate close calls on val (off by default)")
-    acceptance: str = Field("two_stage", description="two_stage (minibatch, then val) | val_only | paired (minibatch, "
-                            "then val and promotion on the paired interval) | an import path "
-                            "(evolve.loop.strategies.Acceptance)")
-    acceptance_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {z: 2.58} for paired (a 99% "
-                                              "interval; 1.96 by default)")
+    acceptance: str = Field(
+        "two_stage",
+        description="two_stage (minibatch, then val) | val_only | paired (minibatch, "
+        "then val and promotion on the paired interval) | an import path "
+        "(evolve.loop.strategies.Acceptance)",
+    )
+    acceptance_params: dict[str, Any] = Field(
+        default_factory=dict, description="e.g. {z: 2.58} for paired (a 99% interval; 1.96 by default)"
+    )
     minibatch_sampler: str = Field("random", description="random (anew each generation) | fixed | an import path")
     stopping: str = Field("budget", description="budget (the budgets alone) | plateau | an import path")
     stopping_params: dict[str, Any] = Field(default_factory=dict, description="e.g. {patience: 2} for plateau")
-    curriculum: CurriculumConfig | None = Field(None, description="training difficulty and mix that follow the "
-                                                "agent's success (off: a fixed mix, the training split as it is)")
+    curriculum: CurriculumConfig | None = Field(
+        None,
+        description="training difficulty and mix that follow the "
+        "agent's success (off: a fixed mix, the training split as it is)",
+    )
 
     @model_validator(mode="after")
     def _curriculum_draws_the_minibatch(self) -> EngineConfig:
         if self.curriculum is not None and self.minibatch_sampler != "random":
-            raise ValueError(f"engine.curriculum draws each generation's minibatch itself (fresh tasks at the "
-                             f"levels it chose); remove engine.minibatch_sampler ({self.minibatch_sampler!r}) or "
-                             "the curriculum")
+            raise ValueError(
+                f"engine.curriculum draws each generation's minibatch itself (fresh tasks at the "
+                f"levels it chose); remove engine.minibatch_sampler ({self.minibatch_sampler!r}) or "
+                "the curriculum"
+            )
         return self
 
 
@@ -229,8 +290,13 @@ class FailuresConfig(Strict):
     retries: int = Field(5, ge=0, description="re-runs of a rollout the world failed under")
     backoff: float = Field(2.0, ge=0, description="seconds before the first re-run; doubled for each next one")
     max_backoff: float = Field(60.0, ge=0, description="the longest wait between two re-runs (seconds)")
-    max_share: float = Field(0.5, ge=0, le=1, description="the share of the baseline's (or of the candidates') "
-                             "rollouts that may fail by the agent's or the reward's own error before the run fails")
+    max_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="the share of the baseline's (or of the candidates') "
+        "rollouts that may fail by the agent's or the reward's own error before the run fails",
+    )
 
 
 class TaskConfig(Strict):
@@ -238,39 +304,63 @@ class TaskConfig(Strict):
 
     name: str = Field("task", description="names the default run directory runs/NAME-seedN")
     seed: int = Field(0, description="all randomness derives from it (a seeded run with a deterministic model repeats)")
-    world: str | None = Field(None, description="a world (evolve.worlds): a registered name (sql, harbor, env, toy) or an import "
-                              "path; fills agent, reward, dataset.source, cold_start.demos and operators' world "
-                              "settings the task file leaves out")
+    world: str | None = Field(
+        None,
+        description="a world (evolve.worlds): a registered name (sql, harbor, env, toy) or an import "
+        "path; fills agent, reward, dataset.source, cold_start.demos and operators' world "
+        "settings the task file leaves out",
+    )
     agent: str = Field(description="import path of agent(task, ctx) -> output (or the world's)")
-    reward: str = Field(description="import path of reward(task, output[, trajectory]) -> float | Reward (or the "
-                        "world's)")
+    reward: str = Field(
+        description="import path of reward(task, output[, trajectory]) -> float | Reward (or the world's)"
+    )
     models: dict[str, ModelConfig] = Field(description="role -> model; the agent calls ctx.llm(role)")
     prompts: dict[str, str] = Field(default_factory=dict, description="the starting system's named prompt components")
-    workflow: dict[str, Any] = Field(default_factory=dict, description="settings the agent reads from "
-                                     "ctx.system.workflow; graph: a workflow graph (evolve.topology)")
-    tools: str | None = Field(None, description="a tool library JSON file, relative to the task file: {name: tool}, "
-                              "e.g. the tools.json the toolforge operator writes; the starting system gets it")
-    memory: dict[str, Any] = Field(default_factory=dict, description="the starting system's memory: {store: folder "
-                                   "(relative to the task file), version, k, kinds, ...}; the agent reads it")
+    workflow: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings the agent reads from ctx.system.workflow; graph: a workflow graph (evolve.topology)",
+    )
+    tools: str | None = Field(
+        None,
+        description="a tool library JSON file, relative to the task file: {name: tool}, "
+        "e.g. the tools.json the toolforge operator writes; the starting system gets it",
+    )
+    memory: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the starting system's memory: {store: folder "
+        "(relative to the task file), version, k, kinds, ...}; the agent reads it",
+    )
     dataset: DatasetConfig = Field(description="the tasks (or the world's)")
     operators: list[OperatorConfig] = Field(default_factory=list, description="each proposes children every generation")
     runner: RunnerConfig = Field(RunnerConfig(), description="where rollouts run")
     budget: BudgetConfig = Field(BudgetConfig(), description="when the run stops")
     engine: EngineConfig = Field(EngineConfig(), description="the loop's settings and strategies")
-    failures: FailuresConfig = Field(FailuresConfig(), description="retries of the world failing, when a run has failed")
-    reward_range: tuple[float, float] = Field((0.0, 1.0), description="the scores the reward is meant to give: "
-                                              "rollouts scored outside are counted in the report")
+    failures: FailuresConfig = Field(
+        FailuresConfig(), description="retries of the world failing, when a run has failed"
+    )
+    reward_range: tuple[float, float] = Field(
+        (0.0, 1.0),
+        description="the scores the reward is meant to give: rollouts scored outside are counted in the report",
+    )
     out: str | None = Field(None, description="run directory (default runs/<name>-seed<seed>)")
-    deploy: DeployConfig | None = Field(None, description="gates, canary and approval before a candidate serves "
-                                        "users (evolve promote); without it the best system is made current")
-    track: list[TrackerConfig] = Field(default_factory=list, description="trackers the run reports to as it goes "
-                                       "(MLflow, Weights & Biases, OpenTelemetry: docs/tracking.md); a resumed run "
-                                       "may change them")
+    deploy: DeployConfig | None = Field(
+        None,
+        description="gates, canary and approval before a candidate serves "
+        "users (evolve promote); without it the best system is made current",
+    )
+    track: list[TrackerConfig] = Field(
+        default_factory=list,
+        description="trackers the run reports to as it goes "
+        "(MLflow, Weights & Biases, OpenTelemetry: docs/tracking.md); a resumed run "
+        "may change them",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TaskConfig:
         if not self.models:
-            raise ValueError("'models' is empty; add at least one role, e.g. models: {policy: {backend: litellm, name: gpt-4o-mini}}")
+            raise ValueError(
+                "'models' is empty; add at least one role, e.g. models: {policy: {backend: litellm, name: gpt-4o-mini}}"
+            )
         lo, hi = self.reward_range
         if not (lo < hi) or any(x != x or x in (float("inf"), float("-inf")) for x in (lo, hi)):
             raise ValueError(f"reward_range must be two finite numbers [low, high] with low < high; got [{lo}, {hi}]")

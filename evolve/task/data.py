@@ -20,8 +20,10 @@ def _origin(given: bool) -> str:
 
 def read_jsonl(path: Path, field: str) -> list[dict[str, Any]]:
     if not path.exists():
-        raise ConfigError(f"dataset file {str(path)!r} does not exist; fix the path (relative paths start at the task file's folder)",
-                          path=field)
+        raise ConfigError(
+            f"dataset file {str(path)!r} does not exist; fix the path (relative paths start at the task file's folder)",
+            path=field,
+        )
     tasks = []
     first_line: dict[str, tuple[int, bool]] = {}  # id -> (line, whether the line gave it)
     try:
@@ -34,7 +36,9 @@ def read_jsonl(path: Path, field: str) -> list[dict[str, Any]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{i}: not valid JSON ({e.msg}); each line must be one JSON object", path=field) from None
+            raise ConfigError(
+                f"{path}:{i}: not valid JSON ({e.msg}); each line must be one JSON object", path=field
+            ) from None
         if not isinstance(row, dict):
             raise ConfigError(f"{path}:{i}: each line must be a JSON object, got {type(row).__name__}", path=field)
         given = "id" in row
@@ -42,8 +46,11 @@ def read_jsonl(path: Path, field: str) -> list[dict[str, Any]]:
         tid = str(row["id"])
         if tid in first_line:
             j, given_there = first_line[tid]
-            raise ConfigError(f"{path}:{i}: task id {tid!r} ({_origin(given)}) is already the id of line {j} "
-                              f"({_origin(given_there)}); give every task a unique 'id'", path=field)
+            raise ConfigError(
+                f"{path}:{i}: task id {tid!r} ({_origin(given)}) is already the id of line {j} "
+                f"({_origin(given_there)}); give every task a unique 'id'",
+                path=field,
+            )
         first_line[tid] = (i, given)
         tasks.append(row)
     if not tasks:
@@ -63,10 +70,15 @@ def load_splits(cfg: DatasetConfig, base: Path, seed: int, source: str = "task")
         try:
             splits = fn(**kwargs)
         except TypeError as e:
-            raise ConfigError(f"calling {cfg.source} with {kwargs} failed: {e}", path="dataset.params", source=source) from None
+            raise ConfigError(
+                f"calling {cfg.source} with {kwargs} failed: {e}", path="dataset.params", source=source
+            ) from None
         if not isinstance(splits, dict) or "train" not in splits or "val" not in splits:
-            raise ConfigError(f"{cfg.source} must return a dict with 'train' and 'val' (and 'test') task lists",
-                              path="dataset.source", source=source)
+            raise ConfigError(
+                f"{cfg.source} must return a dict with 'train' and 'val' (and 'test') task lists",
+                path="dataset.source",
+                source=source,
+            )
     else:
         splits = {}
         for name in ("train", "val", "test"):
@@ -80,6 +92,9 @@ def load_splits(cfg: DatasetConfig, base: Path, seed: int, source: str = "task")
         ids = [str(t.get("id")) for t in tasks]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
-            raise ConfigError(f"split {name!r} has the task id {dup!r} {ids.count(dup)} times; every task needs a "
-                              "unique 'id'", path="dataset", source=source)
+            raise ConfigError(
+                f"split {name!r} has the task id {dup!r} {ids.count(dup)} times; every task needs a unique 'id'",
+                path="dataset",
+                source=source,
+            )
     return splits

@@ -122,6 +122,10 @@ def _drop_new_defaults(model: type[BaseModel], data: dict, old: dict) -> None:
         ann = field.annotation  # recurse into a section (a model, or an optional model) only
         if typing.get_origin(ann) in (typing.Union, types.UnionType):
             ann = next((a for a in typing.get_args(ann) if a is not type(None)), None)
-        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(data[name], dict) \
-                and isinstance(old[name], dict):
+        if (
+            isinstance(ann, type)
+            and issubclass(ann, BaseModel)
+            and isinstance(data[name], dict)
+            and isinstance(old[name], dict)
+        ):
             _drop_new_defaults(ann, data[name], old[name])

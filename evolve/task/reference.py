@@ -77,7 +77,7 @@ def task_file_reference() -> str:
     for path, model in sections:
         title = f"`{path}`" if path else "top level"
         if path.startswith("models"):
-            title = f"`models.ROLE{path[len('models'):]}`"
+            title = f"`models.ROLE{path[len('models') :]}`"
         lines += [f"### {title}", ""]
         if _doc(model):
             lines += [_doc(model), ""]

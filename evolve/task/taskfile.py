@@ -37,7 +37,7 @@ def apply_override(data: dict, path: list[str], value: Any, item: str) -> None:
         last = i == len(path) - 1
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"--set {item!r}: {'.'.join(path[:i + 1])} is not an index of a list of {len(node)}")
+                raise ConfigError(f"--set {item!r}: {'.'.join(path[: i + 1])} is not an index of a list of {len(node)}")
             if last:
                 node[int(part)] = value
             else:
@@ -80,7 +80,9 @@ def inner_model(ann: Any) -> Any:
     return None
 
 
-def format_validation_error(e: ValidationError, source: str, root: type[BaseModel] | None = None, prefix: str = "") -> str:
+def format_validation_error(
+    e: ValidationError, source: str, root: type[BaseModel] | None = None, prefix: str = ""
+) -> str:
     lines = []
     for err in e.errors():
         loc = tuple(err["loc"])
@@ -163,8 +165,10 @@ def check_tracker(name: str, params: dict, *, path: str = "track", source: str =
         except ModuleNotFoundError:  # its parent package is missing
             found = False
         if not found:
-            raise MissingDependency(f"{source}: {path}: the {name} tracker needs the Python package {module!r}, which "
-                                    f"is not installed; install it with: pip install 'evolvekit[{extra}]'")
+            raise MissingDependency(
+                f"{source}: {path}: the {name} tracker needs the Python package {module!r}, which "
+                f"is not installed; install it with: pip install 'evolvekit[{extra}]'"
+            )
     params_model = getattr(cls, "Params", None)
     if params_model is not None:
         try:
@@ -196,8 +200,11 @@ def _apply_world(data: dict, source: str) -> None:
         given = ds.get("params")
         params = given if isinstance(given, dict) else {}
         if "source" in params:
-            raise ConfigError("dataset.source names a folder and dataset.params.source is set too; keep one",
-                              path="dataset.source", source=source)
+            raise ConfigError(
+                "dataset.source names a folder and dataset.params.source is set too; keep one",
+                path="dataset.source",
+                source=source,
+            )
         ds = data["dataset"] = {**ds, "params": {**params, "source": ds["source"]}}
         ds.pop("source")
     if ds is None or (isinstance(ds, dict) and not any(ds.get(k) for k in ("source", "train", "val", "test"))):
@@ -256,8 +263,10 @@ def _check_operators(task: TaskConfig, source: str) -> None:
                 hooks = getattr(cls, "world_params", {})
                 missing = [p for p in hooks if p not in op.params]
                 if missing and not task.world:
-                    msg += (f", or name a world that provides it (`world: sql` fills {', '.join(missing)} from its "
-                            f"{', '.join(hooks[p] for p in missing)} hook)")
+                    msg += (
+                        f", or name a world that provides it (`world: sql` fills {', '.join(missing)} from its "
+                        f"{', '.join(hooks[p] for p in missing)} hook)"
+                    )
                 raise ConfigError(msg) from None
         check_models = getattr(cls, "check_models", None)  # e.g. a weight operator's roles against models
         if check_models is not None:
@@ -268,15 +277,22 @@ def _check_operators(task: TaskConfig, source: str) -> None:
     from evolve.registry import acceptances, minibatch_samplers, stoppings
 
     eng = task.engine
-    for field, reg, name in (("engine.selector", selectors, eng.selector), ("runner.name", runners, task.runner.name),
-                             ("engine.acceptance", acceptances, eng.acceptance),
-                             ("engine.minibatch_sampler", minibatch_samplers, eng.minibatch_sampler),
-                             ("engine.stopping", stoppings, eng.stopping)):
+    for field, reg, name in (
+        ("engine.selector", selectors, eng.selector),
+        ("runner.name", runners, task.runner.name),
+        ("engine.acceptance", acceptances, eng.acceptance),
+        ("engine.minibatch_sampler", minibatch_samplers, eng.minibatch_sampler),
+        ("engine.stopping", stoppings, eng.stopping),
+    ):
         if name not in reg and ":" not in name:
-            raise ConfigError(f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source)
-    for field, reg, name, params in (("engine.acceptance", acceptances, eng.acceptance, eng.acceptance_params),
-                                     ("engine.minibatch_sampler", minibatch_samplers, eng.minibatch_sampler, {}),
-                                     ("engine.stopping", stoppings, eng.stopping, eng.stopping_params)):
+            raise ConfigError(
+                f"unknown {reg.kind} {name!r}; {did_you_mean(name, reg.names())}", path=field, source=source
+            )
+    for field, reg, name, params in (
+        ("engine.acceptance", acceptances, eng.acceptance, eng.acceptance_params),
+        ("engine.minibatch_sampler", minibatch_samplers, eng.minibatch_sampler, {}),
+        ("engine.stopping", stoppings, eng.stopping, eng.stopping_params),
+    ):
         try:
             reg.get(name)(**params)  # built once per run with these: check they build
         except UserError as e2:
@@ -290,8 +306,11 @@ def _check_operators(task: TaskConfig, source: str) -> None:
 
     for role, m in task.models.items():
         if m.backend not in llm_backends:
-            raise ConfigError(f"unknown {llm_backends.kind} {m.backend!r}; {did_you_mean(m.backend, llm_backends.names())}",
-                              path=f"models.{role}.backend", source=source)
+            raise ConfigError(
+                f"unknown {llm_backends.kind} {m.backend!r}; {did_you_mean(m.backend, llm_backends.names())}",
+                path=f"models.{role}.backend",
+                source=source,
+            )
         check_keys(role, m.backend, m.params, source)
 
 
@@ -321,15 +340,18 @@ def _check_selector_params(task: TaskConfig, source: str) -> None:
         try:
             params_model.model_validate(params)
         except ValidationError as e:
-            raise ConfigError(format_validation_error(e, source, params_model, prefix="engine.selector_params.")) from None
+            raise ConfigError(
+                format_validation_error(e, source, params_model, prefix="engine.selector_params.")
+            ) from None
         return
     try:
         inspect.signature(cls).bind(**params)
     except TypeError:
         accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
         takes = f"takes {accepted}" if accepted else "takes no parameters"
-        raise ConfigError(f"selector {name!r} {takes}; got {sorted(params)}", path="engine.selector_params",
-                          source=source) from None
+        raise ConfigError(
+            f"selector {name!r} {takes}; got {sorted(params)}", path="engine.selector_params", source=source
+        ) from None
 
 
 def run_dir_for(task: TaskConfig, base: Path) -> Path:
@@ -337,4 +359,3 @@ def run_dir_for(task: TaskConfig, base: Path) -> Path:
         out = Path(task.out)
         return out if out.is_absolute() else Path.cwd() / out
     return Path.cwd() / "runs" / f"{task.name}-seed{task.seed}"
-

@@ -177,9 +177,15 @@ def system_folder(run: TrackedRun, system_id: str, dest: Path, *, with_artifacts
         return run.archive.export(system_id, dest)
     dest.mkdir(parents=True, exist_ok=True)
     system = run.archive.get_system(system_id)
-    doc = {"format": "evolvekit-system/1", "id": system_id, "system": system.model_dump(mode="json"),
-           "record": run.archive.record(system_id).to_json(), "lineage": run.archive.lineage(system_id),
-           "artifacts": [], "exported_from": str(run.run_dir.resolve())}
+    doc = {
+        "format": "evolvekit-system/1",
+        "id": system_id,
+        "system": system.model_dump(mode="json"),
+        "record": run.archive.record(system_id).to_json(),
+        "lineage": run.archive.lineage(system_id),
+        "artifacts": [],
+        "exported_from": str(run.run_dir.resolve()),
+    }
     (dest / "system.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return dest
 

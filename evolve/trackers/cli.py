@@ -16,10 +16,12 @@ import typer
 
 def track_command(
     run_dir: Path = typer.Argument(..., help="The run directory (holds archive.sqlite)."),
-    to: str | None = typer.Option(None, "--to", help="mlflow, wandb, otel or an import path; default: the "
-                                     "trackers in the run's task file."),
-    param: list[str] = typer.Option([], "--param", help="A tracker parameter, e.g. --param "
-                                    "tracking_uri=http://127.0.0.1:5000 (repeatable)."),
+    to: str | None = typer.Option(
+        None, "--to", help="mlflow, wandb, otel or an import path; default: the trackers in the run's task file."
+    ),
+    param: list[str] = typer.Option(
+        [], "--param", help="A tracker parameter, e.g. --param tracking_uri=http://127.0.0.1:5000 (repeatable)."
+    ),
 ) -> None:
     """Send a run (finished or not) to MLflow, Weights & Biases or an OpenTelemetry collector."""
     from rich.console import Console
@@ -35,8 +37,10 @@ def track_command(
         configured = [(t.get("name"), dict(t.get("params") or {})) for t in run.task().get("track") or []]
         if to is None:
             if not configured:
-                raise UserError(f"the run in {run_dir} names no tracker in its task file; say where to send it: "
-                                "--to mlflow | wandb | otel")
+                raise UserError(
+                    f"the run in {run_dir} names no tracker in its task file; say where to send it: "
+                    "--to mlflow | wandb | otel"
+                )
             targets = [(name, {**params, **given}) for name, params in configured]
         else:
             base = next((params for name, params in configured if name == to), {})  # the task file's, if it has one
@@ -53,8 +57,10 @@ def track_command(
             except EvolveError:
                 raise
             except Exception as e:  # noqa: BLE001 - the destination failed while sending: what it took is kept
-                raise InfraError(f"the {t.name} tracker ({t.address}) failed while sending: {type(e).__name__}: "
-                                 f"{e}\nWhat it took is kept; run the same command again to send the rest") from None
+                raise InfraError(
+                    f"the {t.name} tracker ({t.address}) failed while sending: {type(e).__name__}: "
+                    f"{e}\nWhat it took is kept; run the same command again to send the rest"
+                ) from None
             out.print(Text(line))
 
 

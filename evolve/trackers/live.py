@@ -48,8 +48,10 @@ class _Sender(threading.Thread):
                 try:
                     self.tracker.close(self.status)
                 except Exception as e:  # noqa: BLE001 - the destination's failure is reported, never raised
-                    self.say(f"tracker {self.tracker.name} ({self.tracker.address}): could not end its run "
-                             f"({type(e).__name__}: {_short(e)})")
+                    self.say(
+                        f"tracker {self.tracker.name} ({self.tracker.address}): could not end its run "
+                        f"({type(e).__name__}: {_short(e)})"
+                    )
                 return
 
     def _sync(self) -> None:
@@ -59,8 +61,10 @@ class _Sender(threading.Thread):
             first = self.failing is None
             self.failing = f"{type(e).__name__}: {_short(e)}"
             if first:
-                self.say(f"tracker {self.tracker.name} ({self.tracker.address}) failed to send ({self.failing}); "
-                         "the run goes on, the next generation catches up")
+                self.say(
+                    f"tracker {self.tracker.name} ({self.tracker.address}) failed to send ({self.failing}); "
+                    "the run goes on, the next generation catches up"
+                )
             return
         if self.failing is not None:
             self.say(f"tracker {self.tracker.name}: caught up")
@@ -119,11 +123,15 @@ class Tracking:
         for s in self._senders:
             s.join(max(0.0, deadline - time.monotonic()))
             if s.is_alive():
-                self.say(f"tracker {s.tracker.name} ({s.tracker.address}) is still sending; the run ends without it. "
-                         f"Send the rest with: {s.hint()}")
+                self.say(
+                    f"tracker {s.tracker.name} ({s.tracker.address}) is still sending; the run ends without it. "
+                    f"Send the rest with: {s.hint()}"
+                )
             elif s.failing is not None:
-                self.say(f"tracker {s.tracker.name} ({s.tracker.address}) could not send everything ({s.failing}). "
-                         f"Send the rest with: {s.hint()}")
+                self.say(
+                    f"tracker {s.tracker.name} ({s.tracker.address}) could not send everything ({s.failing}). "
+                    f"Send the rest with: {s.hint()}"
+                )
         self._senders = []
 
 

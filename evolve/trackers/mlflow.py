@@ -49,8 +49,11 @@ class MLflowTracker:
 
     class Params(BaseModel):
         model_config = ConfigDict(frozen=True, extra="forbid")
-        tracking_uri: str | None = Field(None, description="http://HOST:PORT of an MLflow server, or any MLflow "
-                                         "tracking URI (default: $MLFLOW_TRACKING_URI)")
+        tracking_uri: str | None = Field(
+            None,
+            description="http://HOST:PORT of an MLflow server, or any MLflow "
+            "tracking URI (default: $MLFLOW_TRACKING_URI)",
+        )
         registry_uri: str | None = Field(None, description="the model registry (default: the tracking URI)")
         experiment: str | None = Field(None, description="experiment name (default: the task's name)")
         run_name: str | None = Field(None, description="the MLflow run's name (default: the run directory's)")
@@ -58,8 +61,9 @@ class MLflowTracker:
         model_registry: bool = Field(True, description="register each system made current, and move the alias")
         model_name: str | None = Field(None, description="registered model (default: evolve-TASK)")
         alias: str = Field("champion", pattern=r"^[\w\-]+$", description="the alias moved to the serving system")
-        system_artifacts: bool = Field(True, description="log a system with its artifacts (weights, adapters, "
-                                       "tool code); false: system.json only")
+        system_artifacts: bool = Field(
+            True, description="log a system with its artifacts (weights, adapters, tool code); false: system.json only"
+        )
         timeout: float = Field(10.0, gt=0, description="seconds to wait for the server when the run starts")
 
     def __init__(self, **params: Any) -> None:
@@ -78,8 +82,10 @@ class MLflowTracker:
 
     def open(self) -> None:
         if not self.uri:
-            raise TrackerError("the mlflow tracker needs a server: set track params.tracking_uri (e.g. "
-                               "http://127.0.0.1:5000) or MLFLOW_TRACKING_URI")
+            raise TrackerError(
+                "the mlflow tracker needs a server: set track params.tracking_uri (e.g. "
+                "http://127.0.0.1:5000) or MLFLOW_TRACKING_URI"
+            )
         if urllib.parse.urlparse(self.uri).scheme in ("http", "https"):
             self._probe()
 
@@ -94,17 +100,23 @@ class MLflowTracker:
         except urllib.error.HTTPError as e:
             body = e.read(2000).decode("utf-8", "replace")
             if e.code in (401, 403):
-                raise TrackerError(f"the mlflow tracker: the server at {self.uri} refused the credentials (HTTP "
-                                   f"{e.code}); set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME and "
-                                   "MLFLOW_TRACKING_PASSWORD") from None
+                raise TrackerError(
+                    f"the mlflow tracker: the server at {self.uri} refused the credentials (HTTP "
+                    f"{e.code}); set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME and "
+                    "MLFLOW_TRACKING_PASSWORD"
+                ) from None
             if "error_code" in body:  # MLflow's own answer (no such experiment): the server is there
                 return
-            raise TrackerError(f"the mlflow tracker: {self.uri} answers HTTP {e.code}, not as an MLflow tracking "
-                               "server; check track params.tracking_uri") from None
+            raise TrackerError(
+                f"the mlflow tracker: {self.uri} answers HTTP {e.code}, not as an MLflow tracking "
+                "server; check track params.tracking_uri"
+            ) from None
         except (urllib.error.URLError, OSError) as e:
             why = getattr(e, "reason", None) or e
-            raise TrackerError(f"the mlflow tracker cannot reach the MLflow server at {self.uri} ({why}); start it "
-                               "(mlflow server --host 127.0.0.1 --port 5000) or fix track params.tracking_uri") from None
+            raise TrackerError(
+                f"the mlflow tracker cannot reach the MLflow server at {self.uri} ({why}); start it "
+                "(mlflow server --host 127.0.0.1 --port 5000) or fix track params.tracking_uri"
+            ) from None
 
     # ------------------------------------------------------------------ sync
 
@@ -186,12 +198,12 @@ class MLflowTracker:
         changed = {k: v for k, v in want.items() if k in self._params and self._params[k] != v}
         items = sorted(new.items())
         for i in range(0, len(items), BATCH):
-            client.log_batch(run_id, params=[Param(k, v) for k, v in items[i:i + BATCH]])
-            self._params.update(items[i:i + BATCH])
+            client.log_batch(run_id, params=[Param(k, v) for k, v in items[i : i + BATCH]])
+            self._params.update(items[i : i + BATCH])
         if changed:  # MLflow keeps a param's first value: a resumed run's new budget is a tag
             tags = sorted(changed.items())
             for i in range(0, len(tags), BATCH):
-                client.log_batch(run_id, tags=[RunTag(f"evolve.changed.{k}", v) for k, v in tags[i:i + BATCH]])
+                client.log_batch(run_id, tags=[RunTag(f"evolve.changed.{k}", v) for k, v in tags[i : i + BATCH]])
         return len(new)
 
     def _log_metrics(self, client: Any, run_id: str, run: TrackedRun) -> int:
@@ -264,9 +276,14 @@ class MLflowTracker:
         for mv in client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'"):
             if (mv.tags or {}).get("evolve.system_id") == sid:  # registered before a crash: not twice
                 return str(mv.version)
-        mv = client.create_model_version(name, source=f"runs:/{run_id}/{path}", run_id=run_id,
-                                         tags={"evolve.system_id": sid, "evolve.run_dir": str(run.run_dir.resolve())},
-                                         description=f"evolvekit system {sid}", await_creation_for=0)
+        mv = client.create_model_version(
+            name,
+            source=f"runs:/{run_id}/{path}",
+            run_id=run_id,
+            tags={"evolve.system_id": sid, "evolve.run_dir": str(run.run_dir.resolve())},
+            description=f"evolvekit system {sid}",
+            await_creation_for=0,
+        )
         return str(mv.version)
 
     # ------------------------------------------------------------------ close
@@ -274,8 +291,9 @@ class MLflowTracker:
     def close(self, status: str | None) -> None:
         if status is None or self._run_id is None:
             return
-        self._mlflow_client().set_terminated(self._run_id, {"finished": "FINISHED", "killed": "KILLED"}.get(
-            status, "FAILED"))
+        self._mlflow_client().set_terminated(
+            self._run_id, {"finished": "FINISHED", "killed": "KILLED"}.get(status, "FAILED")
+        )
 
 
 def _name(key: str) -> str:

@@ -40,37 +40,53 @@ class OtelTracker:
 
     class Params(BaseModel):
         model_config = ConfigDict(frozen=True, extra="forbid")
-        endpoint: str | None = Field(None, description="the collector's OTLP/gRPC address, e.g. http://127.0.0.1:4317 "
-                                     "(default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT)")
-        headers: dict[str, str] = Field(default_factory=dict, description="sent with each export (an API key: "
-                                        "better in $OTEL_EXPORTER_OTLP_HEADERS, which is read too)")
+        endpoint: str | None = Field(
+            None,
+            description="the collector's OTLP/gRPC address, e.g. http://127.0.0.1:4317 "
+            "(default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT)",
+        )
+        headers: dict[str, str] = Field(
+            default_factory=dict,
+            description="sent with each export (an API key: better in $OTEL_EXPORTER_OTLP_HEADERS, which is read too)",
+        )
         capture_content: bool = Field(False, description="send messages, outputs, tool arguments and results")
         service: str = Field("evolvekit", description="the resource's service.name")
         timeout: float = Field(10.0, gt=0, description="seconds to wait for the collector (at start, per export)")
 
     def __init__(self, **params: Any) -> None:
         self.p = self.Params.model_validate(params)
-        self.endpoint = (self.p.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                         or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "")
+        self.endpoint = (
+            self.p.endpoint
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or ""
+        )
         self.address = self.endpoint or "(no endpoint)"
         self._exporter: Any = None
         self._systems: dict[str, Any] = {}
 
     def open(self) -> None:
         if not self.endpoint:
-            raise TrackerError("the otel tracker needs a collector: set track params.endpoint (e.g. "
-                               "http://127.0.0.1:4317) or OTEL_EXPORTER_OTLP_ENDPOINT")
+            raise TrackerError(
+                "the otel tracker needs a collector: set track params.endpoint (e.g. "
+                "http://127.0.0.1:4317) or OTEL_EXPORTER_OTLP_ENDPOINT"
+            )
         require_sdk()
         import grpc
 
         target = self.endpoint.split("://", 1)[-1].rstrip("/")
-        channel = (grpc.secure_channel(target, grpc.ssl_channel_credentials()) if self.endpoint.startswith("https://")
-                   else grpc.insecure_channel(target))
+        channel = (
+            grpc.secure_channel(target, grpc.ssl_channel_credentials())
+            if self.endpoint.startswith("https://")
+            else grpc.insecure_channel(target)
+        )
         try:
             grpc.channel_ready_future(channel).result(timeout=self.p.timeout)
         except grpc.FutureTimeoutError:
-            raise TrackerError(f"the otel tracker cannot reach the OTLP/gRPC collector at {self.endpoint} within "
-                               f"{self.p.timeout:g} s; start it or fix track params.endpoint") from None
+            raise TrackerError(
+                f"the otel tracker cannot reach the OTLP/gRPC collector at {self.endpoint} within "
+                f"{self.p.timeout:g} s; start it or fix track params.endpoint"
+            ) from None
         finally:
             channel.close()
 
@@ -87,9 +103,9 @@ class OtelTracker:
         n = 0
         for g in scan:
             rows = run.archive.trajectory_rows(generation=g)
-            todo = rows[sent.get(str(g), 0):]
+            todo = rows[sent.get(str(g), 0) :]
             for i in range(0, len(todo), CHUNK):
-                chunk = todo[i:i + CHUNK]
+                chunk = todo[i : i + CHUNK]
                 self._export(run, chunk)
                 sent[str(g)] = sent.get(str(g), 0) + len(chunk)
                 n += len(chunk)
@@ -111,8 +127,15 @@ class OtelTracker:
                 self.spans.append(span)
 
         collect = Collect()
-        provider = TracerProvider(resource=Resource.create({
-            "service.name": self.p.service, "evolve.task": run.task_name(), "evolve.run_dir": str(run.run_dir.resolve())}))
+        provider = TracerProvider(
+            resource=Resource.create(
+                {
+                    "service.name": self.p.service,
+                    "evolve.task": run.task_name(),
+                    "evolve.run_dir": str(run.run_dir.resolve()),
+                }
+            )
+        )
         provider.add_span_processor(collect)
         tracer = provider.get_tracer("evolve.trackers.otel")
         task_name = run.task_name()
@@ -123,8 +146,9 @@ class OtelTracker:
         result = self._exporter.export(collect.spans)
         provider.shutdown()
         if result != SpanExportResult.SUCCESS:
-            raise InfraError(f"the collector at {self.endpoint} did not take {len(collect.spans)} spans of "
-                               f"{len(rows)} rollouts")
+            raise InfraError(
+                f"the collector at {self.endpoint} did not take {len(collect.spans)} spans of {len(rows)} rollouts"
+            )
 
     def _rollout(self, tracer: Any, run: TrackedRun, row: Any, task_name: str) -> None:
         from opentelemetry import trace
@@ -138,13 +162,22 @@ class OtelTracker:
         start = end - max(int(t.duration * 1e9), steps_ns)
         llm = [s for s in t.steps if isinstance(s, LLMCall)]
         attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": task_name, "gen_ai.agent.id": t.system_id,
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": task_name,
+            "gen_ai.agent.id": t.system_id,
             "gen_ai.usage.input_tokens": sum(s.prompt_tokens for s in llm),
             "gen_ai.usage.output_tokens": sum(s.completion_tokens for s in llm),
-            "evolve.system.id": t.system_id, "evolve.task.id": str(t.task_id), "evolve.scoring.rollout.key": row.key,
-            "evolve.split": row.split, "evolve.phase": row.phase, "evolve.generation": int(row.generation),
-            "evolve.sample": int(t.sample), "evolve.score": float(t.score), "evolve.tokens": int(t.tokens),
-            "evolve.cost": float(t.cost), "evolve.duration": float(t.duration),
+            "evolve.system.id": t.system_id,
+            "evolve.task.id": str(t.task_id),
+            "evolve.scoring.rollout.key": row.key,
+            "evolve.split": row.split,
+            "evolve.phase": row.phase,
+            "evolve.generation": int(row.generation),
+            "evolve.sample": int(t.sample),
+            "evolve.score": float(t.score),
+            "evolve.tokens": int(t.tokens),
+            "evolve.cost": float(t.cost),
+            "evolve.duration": float(t.duration),
         }
         if t.reward is not None:
             attrs.update({f"evolve.reward.{k}": float(v) for k, v in t.reward.components.items()})
@@ -158,7 +191,9 @@ class OtelTracker:
             import json
 
             attrs["evolve.output"] = json.dumps(t.output, ensure_ascii=False, default=str)
-        root = tracer.start_span(f"invoke_agent {task_name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attrs)
+        root = tracer.start_span(
+            f"invoke_agent {task_name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attrs
+        )
         if t.error:
             root.set_status(Status(StatusCode.ERROR, t.error[:500]))
         ctx = trace.set_span_in_context(root)
@@ -166,13 +201,27 @@ class OtelTracker:
         for step in t.steps:
             took = int(step.duration * 1e9)
             if isinstance(step, LLMCall):
-                span = tracer.start_span(f"chat {step.model}", context=ctx, kind=SpanKind.CLIENT, start_time=at,
-                                         attributes=self._chat(t.system_id, step, run))
+                span = tracer.start_span(
+                    f"chat {step.model}",
+                    context=ctx,
+                    kind=SpanKind.CLIENT,
+                    start_time=at,
+                    attributes=self._chat(t.system_id, step, run),
+                )
             else:
-                span = tracer.start_span(f"execute_tool {step.name}", context=ctx, kind=SpanKind.INTERNAL,
-                                         start_time=at, attributes=tool_attributes(
-                                             name=step.name, error=step.error, capture_content=self.p.capture_content,
-                                             arguments=step.args, result=step.result))
+                span = tracer.start_span(
+                    f"execute_tool {step.name}",
+                    context=ctx,
+                    kind=SpanKind.INTERNAL,
+                    start_time=at,
+                    attributes=tool_attributes(
+                        name=step.name,
+                        error=step.error,
+                        capture_content=self.p.capture_content,
+                        arguments=step.args,
+                        result=step.result,
+                    ),
+                )
                 if step.error:
                     span.set_status(Status(StatusCode.ERROR, step.error[:500]))
             span.end(end_time=at + took)
@@ -191,11 +240,22 @@ class OtelTracker:
             provider = spec.name.split("/", 1)[0]
         else:
             provider = "litellm" if spec is not None and spec.backend == "litellm" else "evolve"
-        return {**chat_attributes(
-            provider=provider, request_model=call.model, response_model=call.model, finish_reason=call.finish_reason,
-            temperature=call.temperature, input_tokens=call.prompt_tokens, output_tokens=call.completion_tokens,
-            capture_content=self.p.capture_content, messages=[m.model_dump() for m in call.messages],
-            output=call.output), "evolve.role": call.role, "evolve.cost": float(call.cost or 0.0)}
+        return {
+            **chat_attributes(
+                provider=provider,
+                request_model=call.model,
+                response_model=call.model,
+                finish_reason=call.finish_reason,
+                temperature=call.temperature,
+                input_tokens=call.prompt_tokens,
+                output_tokens=call.completion_tokens,
+                capture_content=self.p.capture_content,
+                messages=[m.model_dump() for m in call.messages],
+                output=call.output,
+            ),
+            "evolve.role": call.role,
+            "evolve.cost": float(call.cost or 0.0),
+        }
 
     def close(self, status: str | None) -> None:
         if self._exporter is not None:

@@ -47,8 +47,9 @@ class WandbTracker:
         model_name: str | None = Field(None, description="the systems' artifact (default: evolve-TASK)")
         alias: str = Field("champion", pattern=r"^[\w\-.]+$", description="the alias of the serving system")
         system_artifacts: bool = Field(True, description="log a system with its artifacts; false: system.json only")
-        base_url: str | None = Field(None, description="online: the W&B server (default: $WANDB_BASE_URL, else "
-                                     "https://api.wandb.ai)")
+        base_url: str | None = Field(
+            None, description="online: the W&B server (default: $WANDB_BASE_URL, else https://api.wandb.ai)"
+        )
         timeout: float = Field(10.0, gt=0, description="online: seconds to wait for the server when the run starts")
 
     def __init__(self, **params: Any) -> None:
@@ -56,7 +57,9 @@ class WandbTracker:
         mode = self.p.mode or os.environ.get("WANDB_MODE") or "online"
         self.mode: Literal["online", "offline"] = "offline" if mode in ("offline", "dryrun") else "online"
         self.base_url = self.p.base_url or os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
-        self.address = self.base_url if self.mode == "online" else f"offline files under {self.p.dir or 'RUN_DIR'}/wandb"
+        self.address = (
+            self.base_url if self.mode == "online" else f"offline files under {self.p.dir or 'RUN_DIR'}/wandb"
+        )
         self._run: Any = None
         self._steps: set[int] | None = None
 
@@ -69,9 +72,11 @@ class WandbTracker:
         except urllib.error.HTTPError:  # it answered
             return
         except (urllib.error.URLError, OSError) as e:
-            raise TrackerError(f"the wandb tracker cannot reach the W&B server at {self.base_url} "
-                               f"({getattr(e, 'reason', None) or e}); check the network or track params.base_url, "
-                               "or use mode: offline (then `wandb sync` uploads the run later)") from None
+            raise TrackerError(
+                f"the wandb tracker cannot reach the W&B server at {self.base_url} "
+                f"({getattr(e, 'reason', None) or e}); check the network or track params.base_url, "
+                "or use mode: offline (then `wandb sync` uploads the run later)"
+            ) from None
 
     def _key(self, run: TrackedRun) -> str:
         return f"wandb {self.p.entity or ''}/{self.p.project or run.task_name()}"
@@ -84,12 +89,29 @@ class WandbTracker:
         folder = Path(self.p.dir) if self.p.dir else run.run_dir
         self.address = self.base_url if self.mode == "online" else f"offline files under {folder / 'wandb'}"
         task = {k: v for k, v in run.task().items() if k != "track"}
-        settings = wandb.Settings(silent=True, console="off", disable_git=True, disable_code=True, save_code=False,
-                                  x_disable_stats=True, x_disable_machine_info=True, base_url=self.base_url)
-        self._run = wandb.init(project=self.p.project or run.task_name(), entity=self.p.entity, id=run_id,
-                               resume="allow", mode=self.mode, dir=str(folder), name=self.p.run_name or run.name,
-                               group=self.p.group, tags=self.p.tags or None, settings=settings,
-                               reinit="create_new")
+        settings = wandb.Settings(
+            silent=True,
+            console="off",
+            disable_git=True,
+            disable_code=True,
+            save_code=False,
+            x_disable_stats=True,
+            x_disable_machine_info=True,
+            base_url=self.base_url,
+        )
+        self._run = wandb.init(
+            project=self.p.project or run.task_name(),
+            entity=self.p.entity,
+            id=run_id,
+            resume="allow",
+            mode=self.mode,
+            dir=str(folder),
+            name=self.p.run_name or run.name,
+            group=self.p.group,
+            tags=self.p.tags or None,
+            settings=settings,
+            reinit="create_new",
+        )
         self._run.config.update(task, allow_val_change=True)
         if not saved.get("id"):
             run.remember(self._key(run), {"id": run_id, "steps": []})

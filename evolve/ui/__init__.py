@@ -40,8 +40,10 @@ def serve(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0
     refuse_blank(token, "evolve ui: the token")
     loopback = is_loopback(host)
     if not loopback and not token:
-        raise ConfigError(f"evolve ui: binding to {host!r} shows your runs beyond this machine and needs a token "
-                          "(--token-env VAR); or bind to 127.0.0.1")
+        raise ConfigError(
+            f"evolve ui: binding to {host!r} shows your runs beyond this machine and needs a token "
+            "(--token-env VAR); or bind to 127.0.0.1"
+        )
     sources = Sources([Path(p) for p in paths])
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1", host.strip("[]"), host] if loopback else ["*"]
     return ASGIServer(build_app(sources, token=token, hosts=hosts), host, port, "evolve ui", sources.close)
@@ -54,8 +56,10 @@ def _check_installed() -> None:
         try:
             __import__(name)
         except ImportError:
-            raise MissingDependency(f"evolve ui needs the Python package {name!r}, which is not installed; "
-                                    "install it with: pip install 'evolvekit[ui]'") from None
+            raise MissingDependency(
+                f"evolve ui needs the Python package {name!r}, which is not installed; "
+                "install it with: pip install 'evolvekit[ui]'"
+            ) from None
 
 
 __all__ = ["serve"]

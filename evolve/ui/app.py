@@ -26,10 +26,16 @@ from evolve.ui.traffic import TrafficView
 STATIC = Path(__file__).parent / "static"
 SPLITS = ("train", "val", "test", "gate")  # what a rollout's split can be (the gate's own: evolve.deploy.gates)
 COOKIE = "evolve_ui_token"  # + the port: browsers share a host's cookies across its ports
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
-           "x-frame-options": "DENY"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+}
 
 
 def plotly_js() -> Path:
@@ -37,12 +43,15 @@ def plotly_js() -> Path:
     try:
         import plotly
     except ImportError:
-        raise UserError("evolve ui needs the Python package 'plotly' for its charts; "
-                        "pip install 'evolvekit[ui]'") from None
+        raise UserError(
+            "evolve ui needs the Python package 'plotly' for its charts; pip install 'evolvekit[ui]'"
+        ) from None
     path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     if not path.is_file():
-        raise UserError(f"the plotly package has no bundled plotly.min.js at {path}; reinstall it: "
-                        "pip install --force-reinstall plotly")
+        raise UserError(
+            f"the plotly package has no bundled plotly.min.js at {path}; reinstall it: "
+            "pip install --force-reinstall plotly"
+        )
     return path
 
 
@@ -59,9 +68,11 @@ class Sources:
         self.problems: dict[str, str] = {}
         for p in self.paths:
             if not p.is_dir():
-                raise UserError(f"evolve ui: {p} {'is not a folder' if p.exists() else 'does not exist'}; give run "
-                                "directories (each with archive.sqlite), folders of them (watched: a run started "
-                                "later appears), or a gateway's trace store folder")
+                raise UserError(
+                    f"evolve ui: {p} {'is not a folder' if p.exists() else 'does not exist'}; give run "
+                    "directories (each with archive.sqlite), folders of them (watched: a run started "
+                    "later appears), or a gateway's trace store folder"
+                )
         self.refresh()
 
     def _id(self, path: Path) -> str:
@@ -96,8 +107,11 @@ class Sources:
             if (p / "archive.sqlite").is_file() or (p / "traces.sqlite").is_file():
                 out.append(p)
             elif p.is_dir():
-                out += sorted(c for c in p.iterdir() if c.is_dir() and ((c / "archive.sqlite").is_file()
-                                                                         or (c / "traces.sqlite").is_file()))
+                out += sorted(
+                    c
+                    for c in p.iterdir()
+                    if c.is_dir() and ((c / "archive.sqlite").is_file() or (c / "traces.sqlite").is_file())
+                )
         return out
 
     def refresh(self) -> None:
@@ -212,8 +226,11 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
 
     def runs(request: Request) -> dict[str, Any]:
         found, stores, problems = sources.views()
-        return {"runs": [v.summary() for v in found], "traffic": [v.summary() for v in stores],
-                "problems": [{"path": p, "error": e} for p, e in problems.items()]}
+        return {
+            "runs": [v.summary() for v in found],
+            "traffic": [v.summary() for v in stores],
+            "problems": [{"path": p, "error": e} for p, e in problems.items()],
+        }
 
     def version(request: Request, rid: str) -> dict[str, Any]:
         return {"version": sources.run(rid).version()}
@@ -252,19 +269,38 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         Route("/api/runs/{rid}/matrix", api(lambda r, rid: system.matrix(sources.run(rid), qsplit(r, "val") or "val"))),
         Route("/api/runs/{rid}/deploy", api(deploy)),
         Route("/api/runs/{rid}/systems/{ref}", api(lambda r, rid, ref: system.detail(sources.run(rid), ref))),
-        Route("/api/runs/{rid}/systems/{ref}/rollouts", api(lambda r, rid, ref: system.rollouts(
-            sources.run(rid), ref, split=qsplit(r, None), phase=q(r, "phase"), failed=q(r, "failed") == "1",
-            task=q(r, "task"), offset=qint(r, "offset", 0), limit=qint(r, "limit", 50)))),
+        Route(
+            "/api/runs/{rid}/systems/{ref}/rollouts",
+            api(
+                lambda r, rid, ref: system.rollouts(
+                    sources.run(rid),
+                    ref,
+                    split=qsplit(r, None),
+                    phase=q(r, "phase"),
+                    failed=q(r, "failed") == "1",
+                    task=q(r, "task"),
+                    offset=qint(r, "offset", 0),
+                    limit=qint(r, "limit", 50),
+                )
+            ),
+        ),
         Route("/api/runs/{rid}/systems/{ref}/memory", api(lambda r, rid, ref: layers.memory(sources.run(rid), ref))),
         Route("/api/runs/{rid}/systems/{ref}/tools", api(lambda r, rid, ref: layers.tools(sources.run(rid), ref))),
-        Route("/api/runs/{rid}/systems/{ref}/workflow",
-              api(lambda r, rid, ref: layers.workflow(sources.run(rid), ref))),
+        Route(
+            "/api/runs/{rid}/systems/{ref}/workflow", api(lambda r, rid, ref: layers.workflow(sources.run(rid), ref))
+        ),
         Route("/api/runs/{rid}/rollouts/{seq}", api(lambda r, rid, seq: system.trajectory(sources.run(rid), seq))),
         Route("/api/compare", api(compare)),
         Route("/api/traffic/{tid}", api(lambda r, tid: sources.store(tid).summary())),
         Route("/api/traffic/{tid}/version", api(lambda r, tid: {"version": sources.store(tid).version()})),
-        Route("/api/traffic/{tid}/sessions", api(lambda r, tid: sources.store(tid).sessions(
-            offset=qint(r, "offset", 0), limit=qint(r, "limit", 50), route=q(r, "route"), system=q(r, "system")))),
+        Route(
+            "/api/traffic/{tid}/sessions",
+            api(
+                lambda r, tid: sources.store(tid).sessions(
+                    offset=qint(r, "offset", 0), limit=qint(r, "limit", 50), route=q(r, "route"), system=q(r, "system")
+                )
+            ),
+        ),
         Route("/api/traffic/{tid}/sessions/{sid}", api(lambda r, tid, sid: sources.store(tid).session(sid))),
     ]
 
@@ -290,9 +326,16 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
                 bearer = auth[7:] if auth.lower().startswith("bearer ") else ""
                 cookie = request.cookies.get(cookie_name, "")
                 if not any(hmac.compare_digest(x.encode(), token.encode()) for x in (bearer, cookie) if x):
-                    return await self._send(PlainTextResponse(
-                        "evolve ui: this dashboard needs its token: open the URL it printed (with ?token=...) or send "
-                        "Authorization: Bearer TOKEN", status_code=401), scope, receive, send)
+                    return await self._send(
+                        PlainTextResponse(
+                            "evolve ui: this dashboard needs its token: open the URL it printed (with ?token=...) or send "
+                            "Authorization: Bearer TOKEN",
+                            status_code=401,
+                        ),
+                        scope,
+                        receive,
+                        send,
+                    )
 
             # the data changes under a live run: never cached; the page's own files (plotly's 4.6 MB) may be
             cache = "max-age=600" if scope["path"].startswith("/static/") else "no-store"

@@ -14,13 +14,20 @@ from evolve.errors import UserError
 
 
 def ui_command(
-    paths: list[Path] | None = typer.Argument(None, help="Run directories, folders of runs, or a gateway's trace "
-                                                 "store folder (default: ./runs).", show_default=False),
+    paths: list[Path] | None = typer.Argument(
+        None,
+        help="Run directories, folders of runs, or a gateway's trace store folder (default: ./runs).",
+        show_default=False,
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback a token is required."),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port (0: any free port)."),
-    token_env: str | None = typer.Option(None, "--token-env", help="The variable holding the token visitors "
-                                            "must give; bound beyond loopback without one, a token is made and "
-                                            "printed."),
+    token_env: str | None = typer.Option(
+        None,
+        "--token-env",
+        help="The variable holding the token visitors "
+        "must give; bound beyond loopback without one, a token is made and "
+        "printed.",
+    ),
 ) -> None:
     """A local web dashboard of runs (lineage, diffs, decisions, curves, per-task wins and losses,
     trajectories, memory, tools, workflows) and of a gateway's traffic; read-only, live while a run writes."""
@@ -29,7 +36,9 @@ def ui_command(
 
     if not paths:
         if not Path("runs").is_dir():
-            raise UserError("evolve ui: no ./runs folder here; give run directories, e.g. evolve ui runs/sql_agent-seed0")
+            raise UserError(
+                "evolve ui: no ./runs folder here; give run directories, e.g. evolve ui runs/sql_agent-seed0"
+            )
         paths = [Path("runs")]
     token = None
     if token_env:

@@ -73,8 +73,14 @@ def verdicts(run: RunView) -> list[dict[str, Any]]:
         gen = where.split("-")[0].lstrip("g")
         for verdict in ("admitted", "rejected", "duplicates", "retired"):
             for e in report.get(verdict) or []:
-                out.append({"verdict": verdict.rstrip("s") if verdict != "duplicates" else "duplicate",
-                            "generation": int(gen) if gen.isdigit() else None, "work": where, **e})
+                out.append(
+                    {
+                        "verdict": verdict.rstrip("s") if verdict != "duplicates" else "duplicate",
+                        "generation": int(gen) if gen.isdigit() else None,
+                        "work": where,
+                        **e,
+                    }
+                )
     return out
 
 
@@ -84,4 +90,8 @@ def workflow(run: RunView, ref: str) -> dict[str, Any]:
 
     sid = resolve(run, ref)
     wf = dict(run.archive.get_system(sid).workflow or {})
-    return {"system": sid, "settings": {k: v for k, v in wf.items() if k != "graph"}, "graph": views.get("workflow")(wf)}
+    return {
+        "system": sid,
+        "settings": {k: v for k, v in wf.items() if k != "graph"},
+        "graph": views.get("workflow")(wf),
+    }

@@ -31,8 +31,15 @@ class Node:
     seq: int
 
 
-def visible(nodes: Sequence[Node], keep: Iterable[str], marked: Iterable[str], expanded: Iterable[str] = (),
-            *, mode: str = "auto", cap: int = CAP) -> tuple[set[str], str]:
+def visible(
+    nodes: Sequence[Node],
+    keep: Iterable[str],
+    marked: Iterable[str],
+    expanded: Iterable[str] = (),
+    *,
+    mode: str = "auto",
+    cap: int = CAP,
+) -> tuple[set[str], str]:
     """The ids to draw and how the view was cut (``"whole"``, ``"collapsed"`` or ``"lineage"``).
 
     ``keep``: systems always drawn when collapsed (the accepted ones); ``marked``: baseline, current,
@@ -112,8 +119,16 @@ def _children(nodes: Sequence[Node]) -> dict[str, list[str]]:
     return kids
 
 
-def picture(nodes: Sequence[Node], facts: Mapping[str, Mapping[str, Any]], *, keep: Iterable[str],
-            marked: Iterable[str], expanded: Iterable[str] = (), mode: str = "auto", cap: int = CAP) -> dict[str, Any]:
+def picture(
+    nodes: Sequence[Node],
+    facts: Mapping[str, Mapping[str, Any]],
+    *,
+    keep: Iterable[str],
+    marked: Iterable[str],
+    expanded: Iterable[str] = (),
+    mode: str = "auto",
+    cap: int = CAP,
+) -> dict[str, Any]:
     """The JSON the dashboard draws: ``nodes`` (each with its ``facts``, x, y and hidden children),
     ``edges`` ``[parent, child, position]`` among drawn systems, ``view`` and the counts."""
     keep = list(keep)
@@ -123,8 +138,24 @@ def picture(nodes: Sequence[Node], facts: Mapping[str, Mapping[str, Any]], *, ke
     out_nodes, edges = [], []
     for n in sorted((n for n in nodes if n.id in shown), key=lambda n: n.seq):
         x, y = pos[n.id]
-        out_nodes.append({"id": n.id, "generation": n.generation, "parents": list(n.parents), "x": x, "y": y,
-                          "hidden": hidden.get(n.id, 0), **facts.get(n.id, {})})
+        out_nodes.append(
+            {
+                "id": n.id,
+                "generation": n.generation,
+                "parents": list(n.parents),
+                "x": x,
+                "y": y,
+                "hidden": hidden.get(n.id, 0),
+                **facts.get(n.id, {}),
+            }
+        )
         edges += [[p, n.id, i] for i, p in enumerate(n.parents) if p in shown]
-    return {"nodes": out_nodes, "edges": edges, "view": view, "total": len(nodes), "shown": len(shown),
-            "kept": len(set(keep)), "generations": max((n.generation for n in nodes), default=0)}
+    return {
+        "nodes": out_nodes,
+        "edges": edges,
+        "view": view,
+        "total": len(nodes),
+        "shown": len(shown),
+        "kept": len(set(keep)),
+        "generations": max((n.generation for n in nodes), default=0),
+    }

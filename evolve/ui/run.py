@@ -62,7 +62,8 @@ class RunView:
         parts = self.sql(
             "SELECT (SELECT COALESCE(MAX(seq), 0) FROM systems), (SELECT COALESCE(MAX(seq), 0) FROM trajectories), "
             "(SELECT COALESCE(MAX(seq), 0) FROM events), (SELECT COALESCE(MAX(seq), 0) FROM pointer), "
-            "(SELECT COALESCE(MAX(updated_at), 0) FROM state)")[0]
+            "(SELECT COALESCE(MAX(updated_at), 0) FROM state)"
+        )[0]
         report = self.run_dir / "report.json"
         mtime = report.stat().st_mtime if report.exists() else 0
         return ".".join(str(p) for p in parts) + f".{mtime}.{self.status()}"
@@ -98,7 +99,8 @@ class RunView:
             "SELECT MAX(t) FROM (SELECT (SELECT created_at FROM trajectories ORDER BY seq DESC LIMIT 1) AS t "
             "UNION ALL SELECT (SELECT created_at FROM systems ORDER BY seq DESC LIMIT 1) "
             "UNION ALL SELECT (SELECT created_at FROM events ORDER BY seq DESC LIMIT 1) "
-            "UNION ALL SELECT MAX(updated_at) FROM state)")
+            "UNION ALL SELECT MAX(updated_at) FROM state)"
+        )
         return float(row[0][0] or 0.0)
 
     def status(self) -> str:
@@ -122,7 +124,8 @@ class RunView:
         row = self.sql(
             "SELECT MAX(t) FROM (SELECT (SELECT created_at FROM systems ORDER BY seq DESC LIMIT 1) AS t "
             "UNION ALL SELECT (SELECT created_at FROM trajectories WHERE phase != 'gate' ORDER BY seq DESC LIMIT 1) "
-            "UNION ALL SELECT (SELECT created_at FROM events WHERE kind NOT LIKE 'deploy%' ORDER BY seq DESC LIMIT 1))")
+            "UNION ALL SELECT (SELECT created_at FROM events WHERE kind NOT LIKE 'deploy%' ORDER BY seq DESC LIMIT 1))"
+        )
         return float(row[0][0] or 0.0)
 
     def score(self, system_id: str | None, split: str) -> dict[str, Any] | None:
@@ -134,7 +137,9 @@ class RunView:
             return None
         mean, sq, lo, hi, n = self.sql(
             "SELECT AVG(m), AVG(m * m), MIN(m), MAX(m), COUNT(*) FROM (SELECT AVG(score) AS m FROM trajectories "
-            "WHERE system_id = ? AND split = ? AND phase = 'eval' GROUP BY task_id)", (system_id, split))[0]
+            "WHERE system_id = ? AND split = ? AND phase = 'eval' GROUP BY task_id)",
+            (system_id, split),
+        )[0]
         if not n:
             return None
         low, high = interval(mean, sq, n, unit=0.0 <= lo and hi <= 1.0) or (None, None)
@@ -164,13 +169,23 @@ class RunView:
         def entry(sid: str | None) -> dict[str, Any] | None:
             return None if not sid else {"id": sid, "val": self.score(sid, "val"), "test": self.score(sid, "test")}
 
-        return {"id": self.id, "dir": self.shown, "name": task.get("name") or self.run_dir.name,
-                "world": task.get("world"), "seed": task.get("seed"), "stop_reason": report.get("stop_reason"),
-                "generation": max((g.index for g in gens), default=None), "systems": systems,
-                "used": used, "budget": budget, "baseline": entry(marks["baseline"]), "best": entry(marks["best"]),
-                "current": marks["current"],
-                "paired": {k: with_bounds(v) for k, v in report["paired"].items()} if report.get("paired") else None,
-                "operators": [o.get("name") for o in task.get("operators") or []]}
+        return {
+            "id": self.id,
+            "dir": self.shown,
+            "name": task.get("name") or self.run_dir.name,
+            "world": task.get("world"),
+            "seed": task.get("seed"),
+            "stop_reason": report.get("stop_reason"),
+            "generation": max((g.index for g in gens), default=None),
+            "systems": systems,
+            "used": used,
+            "budget": budget,
+            "baseline": entry(marks["baseline"]),
+            "best": entry(marks["best"]),
+            "current": marks["current"],
+            "paired": {k: with_bounds(v) for k, v in report["paired"].items()} if report.get("paired") else None,
+            "operators": [o.get("name") for o in task.get("operators") or []],
+        }
 
     # ------------------------------------------------------------------ per generation
 
@@ -188,16 +203,37 @@ class RunView:
                 born.setdefault(gen, []).append(val[sid][0])
         spent: dict[int, float] = {}
         if any(g.get("cost") is None for g in gens):  # rows of an evolvekit before they recorded their cost
-            spent = dict(self.sql("SELECT generation, COALESCE(SUM(cost), 0) FROM trajectories WHERE split != 'test' "
-                                  "GROUP BY generation"))
+            spent = dict(
+                self.sql(
+                    "SELECT generation, COALESCE(SUM(cost), 0) FROM trajectories WHERE split != 'test' "
+                    "GROUP BY generation"
+                )
+            )
         rows = []
         for g in gens:
             scores = born.get(g.index, [])
             cost = g.get("cost")
-            rows.append({**{k: g.get(k) for k in ("index", "best_val", "best", "children", "accepted", "rollouts",
-                                                  "calls", "tokens", "seconds")},
-                         "median_val": statistics.median(scores) if scores else None, "scored": len(scores),
-                         "cost": round(float(cost if cost is not None else spent.get(g.index, 0.0)), 6)})
+            rows.append(
+                {
+                    **{
+                        k: g.get(k)
+                        for k in (
+                            "index",
+                            "best_val",
+                            "best",
+                            "children",
+                            "accepted",
+                            "rollouts",
+                            "calls",
+                            "tokens",
+                            "seconds",
+                        )
+                    },
+                    "median_val": statistics.median(scores) if scores else None,
+                    "scored": len(scores),
+                    "cost": round(float(cost if cost is not None else spent.get(g.index, 0.0)), 6),
+                }
+            )
         return {"generations": rows}
 
     def curriculum(self) -> dict[str, Any] | None:
@@ -237,8 +273,10 @@ class RunView:
             parents: dict[str, list[tuple[int, str]]] = {}
             for child, pos, parent in self.sql("SELECT child, position, parent FROM lineage"):
                 parents.setdefault(child, []).append((pos, parent))
-            return [lineage.Node(sid, gen, tuple(p for _, p in sorted(parents.get(sid, ()))), seq)
-                    for seq, sid, gen in self.sql("SELECT seq, id, generation FROM systems ORDER BY seq")]
+            return [
+                lineage.Node(sid, gen, tuple(p for _, p in sorted(parents.get(sid, ()))), seq)
+                for seq, sid, gen in self.sql("SELECT seq, id, generation FROM systems ORDER BY seq")
+            ]
 
         return self.cached("nodes", build)
 
@@ -258,12 +296,17 @@ class RunView:
         facts = {}
         for n in nodes:
             d = decided.get(n.id)
-            facts[n.id] = {"operator": ops.get(n.id), "val": val[n.id][0] if n.id in val else None,
-                           "accepted": True if n.id in accepted else (False if d is not None else None),
-                           "why": d.get("why") if d else None, "deploy": deploy.get(n.id),
-                           "marks": [k for k, v in marks.items() if v == n.id]}
+            facts[n.id] = {
+                "operator": ops.get(n.id),
+                "val": val[n.id][0] if n.id in val else None,
+                "accepted": True if n.id in accepted else (False if d is not None else None),
+                "why": d.get("why") if d else None,
+                "deploy": deploy.get(n.id),
+                "marks": [k for k, v in marks.items() if v == n.id],
+            }
         keep = accepted | set(deploy)
-        pic = lineage.picture(nodes, facts, keep=keep, marked=[v for v in marks.values() if v], expanded=expanded,
-                              mode=mode)
+        pic = lineage.picture(
+            nodes, facts, keep=keep, marked=[v for v in marks.values() if v], expanded=expanded, mode=mode
+        )
         pic["marks"] = marks
         return pic

@@ -6,7 +6,10 @@ import warnings
 
 from evolve.world import HOOKS, World, load_world
 
-warnings.warn("evolve.worlds.base is deprecated: import World and load_world from evolve.world (or evolve.worlds)",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.worlds.base is deprecated: import World and load_world from evolve.world (or evolve.worlds)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["HOOKS", "World", "load_world"]

@@ -21,8 +21,15 @@ from typing import Any
 Entry = Callable[[Any, dict, Any], tuple[str, dict[str, Any]]]
 
 
-def solved_entries(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float, answer: str,
-                   entry: Entry, per_task: bool = False) -> list[dict]:
+def solved_entries(
+    trajectories: Sequence[Any],
+    tasks: dict[str, dict],
+    *,
+    threshold: float,
+    answer: str,
+    entry: Entry,
+    per_task: bool = False,
+) -> list[dict]:
     """Memory entries (``{"kind": "experience", "text", "metadata"}``) for the trajectories whose
     task is in ``tasks``, without an error, scored at least ``threshold``, with a non-empty
     ``output[answer]``; ``entry(trajectory, task, value)`` gives each one's text and metadata. One entry

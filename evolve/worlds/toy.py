@@ -47,5 +47,10 @@ def reply(messages: tuple[Message, ...], seed: int | None = None, temperature: f
     return str(a * b % 100)
 
 
-WORLD = World(name="toy", agent="evolve.worlds.toy:agent", reward="evolve.worlds.toy:reward",
-              dataset="evolve.worlds.toy:dataset", description="a + b with a scripted model: plumbing, not learning")
+WORLD = World(
+    name="toy",
+    agent="evolve.worlds.toy:agent",
+    reward="evolve.worlds.toy:reward",
+    dataset="evolve.worlds.toy:dataset",
+    description="a + b with a scripted model: plumbing, not learning",
+)

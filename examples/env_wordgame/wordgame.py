@@ -50,7 +50,8 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
-WORDS = tuple("""
+WORDS = tuple(
+    """
 about above actor acute admit adopt adult after again agent agree ahead alarm album alert alike alive allow
 alone along alter among anger angle angry apart apple apply arena argue arise array aside asset audio avoid
 award aware badly baker basic beach begin being below bench birth black blade blame blind block blood board
@@ -77,15 +78,18 @@ theme there thick thing think third those three threw throw tight timer tired ti
 tough tower track trade train treat trend trial tried truck truly trust truth twice under union unity until
 upper upset urban usage usual valid value video virus visit vital voice waste watch water wheel where which
 while white whole whose woman world worry worse worst worth would wound write wrong wrote yield young youth
-""".split())
+""".split()
+)
 assert len(set(WORDS)) == len(WORDS) and all(len(w) == 5 and w.isalpha() for w in WORDS)
 
 MAX_GUESSES = 6
 _FIVE = re.compile(r"(?<![A-Za-z])[A-Za-z]{5}(?![A-Za-z])")
 
-RULES = ("Guess the secret five-letter English word. After each guess you get one mark per letter: "
-         "G = right letter in the right place, Y = in the word but elsewhere, . = not in the word. "
-         "You have {n} guesses. Reply with one five-letter word.")
+RULES = (
+    "Guess the secret five-letter English word. After each guess you get one mark per letter: "
+    "G = right letter in the right place, Y = in the word but elsewhere, . = not in the word. "
+    "You have {n} guesses. Reply with one five-letter word."
+)
 
 
 def marks(secret: str, guess: str) -> str:
@@ -159,8 +163,13 @@ class Game:
             lines.append(f"No guesses left; the word was {self.secret!r}.")
         else:
             lines.append(f"Guess {n + 1} of {self.max_guesses}:")
-        return {"prompt": "\n".join(lines), "board": [{"guess": g, "marks": m} for g, m in self.board],
-                "guesses_left": self.max_guesses - n, "won": self.won, "message": self.message}
+        return {
+            "prompt": "\n".join(lines),
+            "board": [{"guess": g, "marks": m} for g, m in self.board],
+            "guesses_left": self.max_guesses - n,
+            "won": self.won,
+            "message": self.message,
+        }
 
     def state(self) -> dict[str, Any]:
         return {"episode_id": None, "step_count": len(self.board), "seed": self.seed, "done": self.done}
@@ -169,10 +178,14 @@ class Game:
 # ----------------------------------------------------------------------------- the action contract
 
 ACTION_SCHEMA = {
-    "title": "WordGameAction", "type": "object", "additionalProperties": False,
-    "properties": {"message": {"type": "string", "description": "text whose last five-letter word is the guess"},
-                   "guess": {"type": "string", "description": "the guess itself"},
-                   "metadata": {"type": "object"}},
+    "title": "WordGameAction",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "message": {"type": "string", "description": "text whose last five-letter word is the guess"},
+        "guess": {"type": "string", "description": "the guess itself"},
+        "metadata": {"type": "object"},
+    },
 }
 
 
@@ -182,7 +195,7 @@ def check_action(action: Any) -> dict[str, Any]:
         raise ValueError(f"an action is a JSON object, got {type(action).__name__}")
     extra = sorted(set(action) - {"message", "guess", "metadata"})
     if extra:
-        raise ValueError(f"unknown action field(s) {extra}; an action is {{\"message\": text}} or {{\"guess\": word}}")
+        raise ValueError(f'unknown action field(s) {extra}; an action is {{"message": text}} or {{"guess": word}}')
     if "message" not in action and "guess" not in action:
         raise ValueError("an action needs 'message' (or 'guess')")
     for k in ("message", "guess"):
@@ -249,14 +262,15 @@ def create_app() -> Any:
         try:
             data = await body(request)
             if not isinstance(data, dict) or "action" not in data:
-                raise ValueError("a step is {\"action\": {...}, \"session_id\": ...}")
+                raise ValueError('a step is {"action": {...}, "session_id": ...}')
             action = check_action(data["action"])
         except ValueError as e:
             return JSONResponse({"detail": str(e)}, status_code=422)
         game = sessions.get(data.get("session_id"))
         if game is None:
-            return JSONResponse({"detail": "unknown session_id: POST /reset first and send the session_id it gave"},
-                                status_code=404)
+            return JSONResponse(
+                {"detail": "unknown session_id: POST /reset first and send the session_id it gave"}, status_code=404
+            )
         try:
             return JSONResponse(_result(*game.step(action)))
         except RuntimeError as e:
@@ -272,8 +286,9 @@ def create_app() -> Any:
         return JSONResponse({"status": "healthy"})
 
     async def metadata(request: Request) -> JSONResponse:
-        return JSONResponse({"name": "wordgame", "description": "guess a secret five-letter word in six tries",
-                             "version": "1.0"})
+        return JSONResponse(
+            {"name": "wordgame", "description": "guess a secret five-letter word in six tries", "version": "1.0"}
+        )
 
     async def schema(request: Request) -> JSONResponse:
         return JSONResponse({"action": ACTION_SCHEMA, "observation": {"type": "object"}, "state": {"type": "object"}})
@@ -287,8 +302,9 @@ def create_app() -> Any:
                 try:
                     msg = json.loads(raw)
                 except json.JSONDecodeError as e:
-                    await websocket.send_json({"type": "error", "data": {"message": f"Invalid JSON: {e}",
-                                                                         "code": "INVALID_JSON"}})
+                    await websocket.send_json(
+                        {"type": "error", "data": {"message": f"Invalid JSON: {e}", "code": "INVALID_JSON"}}
+                    )
                     continue
                 kind = msg.get("type") if isinstance(msg, dict) else None
                 try:
@@ -311,8 +327,10 @@ def create_app() -> Any:
                     elif kind == "close":
                         break
                     else:
-                        reply = {"type": "error", "data": {"message": f"Unknown message type: {kind}",
-                                                           "code": "UNKNOWN_TYPE"}}
+                        reply = {
+                            "type": "error",
+                            "data": {"message": f"Unknown message type: {kind}", "code": "UNKNOWN_TYPE"},
+                        }
                 except _Invalid as e:
                     reply = {"type": "error", "data": {"message": str(e), "code": "VALIDATION_ERROR"}}
                 except Exception as e:  # noqa: BLE001 - as OpenEnv answers an environment that raised
@@ -322,9 +340,17 @@ def create_app() -> Any:
             return
         await websocket.close()
 
-    return Starlette(routes=[Route("/reset", reset, methods=["POST"]), Route("/step", step, methods=["POST"]),
-                             Route("/state", state), Route("/health", health), Route("/metadata", metadata),
-                             Route("/schema", schema), WebSocketRoute("/ws", ws)])
+    return Starlette(
+        routes=[
+            Route("/reset", reset, methods=["POST"]),
+            Route("/step", step, methods=["POST"]),
+            Route("/state", state),
+            Route("/health", health),
+            Route("/metadata", metadata),
+            Route("/schema", schema),
+            WebSocketRoute("/ws", ws),
+        ]
+    )
 
 
 class _Invalid(ValueError):
@@ -347,6 +373,7 @@ def player(messages: Any) -> str:
     """A scripted stand-in for a model (see the module docstring): with "feedback" in its system
     message it plays a word that fits every mark on the board of the last observation; without,
     it tries words from a fixed list in order. Deterministic."""
+
     def field(m: Any, key: str) -> str:
         return str(m.get(key, "") if isinstance(m, dict) else getattr(m, key, ""))
 

@@ -39,11 +39,18 @@ def main() -> None:
 
     def serve(req: dict) -> dict:
         r = client.chat.completions.create(
-            model=args.model, messages=[{"role": "user", "content": req["prompt"]}],
-            temperature=args.temperature, max_tokens=args.max_tokens,
-            extra_headers={"X-Evolve-Session": req["user"]})
-        return {"user": req["user"], "sql": clean(r.choices[0].message.content or ""), "call_id": r.id,
-                "system": r.system_fingerprint}
+            model=args.model,
+            messages=[{"role": "user", "content": req["prompt"]}],
+            temperature=args.temperature,
+            max_tokens=args.max_tokens,
+            extra_headers={"X-Evolve-Session": req["user"]},
+        )
+        return {
+            "user": req["user"],
+            "sql": clean(r.choices[0].message.content or ""),
+            "call_id": r.id,
+            "system": r.system_fingerprint,
+        }
 
     with ThreadPoolExecutor(args.concurrency) as pool:
         for out in pool.map(serve, requests):

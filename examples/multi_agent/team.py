@@ -24,24 +24,43 @@ RETRY = "{question}\n\nYour reply was judged wrong: {reply}\nAnswer again."
 READ = "evolve.worlds.reasoning_gym:read_answer"
 
 
-def workflow(max_tokens: int | None = None, verdict_tokens: int = 4, retries: int = 1,
-             stop: list[str] | None = None) -> dict[str, Any]:
+def workflow(
+    max_tokens: int | None = None, verdict_tokens: int = 4, retries: int = 1, stop: list[str] | None = None
+) -> dict[str, Any]:
     """The team's graph (JSON for ``System.workflow["graph"]``): the solver's replies cut at
     ``max_tokens`` and ``stop``, the verdict at ``verdict_tokens``, ``retries`` tries after a rejection."""
     cut: dict[str, Any] = {**({"max_tokens": max_tokens} if max_tokens else {}), **({"stop": stop} if stop else {})}
     return {
         "entry": "solve",
         "nodes": [
-            {"id": "solve", "type": "llm",
-             "params": {"role": "solver", "prompt": "{question}", "system": "instruction", "out": "reply", **cut}},
-            {"id": "verify", "type": "llm",
-             "params": {"role": "verifier", "prompt": VERIFY, "out": "verdict", "max_tokens": verdict_tokens}},
+            {
+                "id": "solve",
+                "type": "llm",
+                "params": {"role": "solver", "prompt": "{question}", "system": "instruction", "out": "reply", **cut},
+            },
+            {
+                "id": "verify",
+                "type": "llm",
+                "params": {"role": "verifier", "prompt": VERIFY, "out": "verdict", "max_tokens": verdict_tokens},
+            },
             {"id": "check", "type": "check", "params": {"fn": "evolve.policy.roles:accepted"}},
-            {"id": "retry", "type": "llm", "max_visits": retries,
-             "params": {"role": "solver", "prompt": RETRY, "system": "instruction", "out": "reply", **cut}},
-            {"id": "read", "type": "tool",
-             "params": {"fn": READ, "args": {"reply": "reply", "answer_format": "answer_format"}, "out": "answer",
-                        "name": "read_answer", "error_key": "extract_error"}},
+            {
+                "id": "retry",
+                "type": "llm",
+                "max_visits": retries,
+                "params": {"role": "solver", "prompt": RETRY, "system": "instruction", "out": "reply", **cut},
+            },
+            {
+                "id": "read",
+                "type": "tool",
+                "params": {
+                    "fn": READ,
+                    "args": {"reply": "reply", "answer_format": "answer_format"},
+                    "out": "answer",
+                    "name": "read_answer",
+                    "error_key": "extract_error",
+                },
+            },
             {"id": "answer", "type": "answer", "params": {"fields": ["reply", "answer", "extract_error"]}},
         ],
         "edges": [
@@ -67,8 +86,12 @@ def verifier_demos(tasks: list[dict], *, seed: int = 0) -> list[list[dict[str, s
         others = [t["answer"] for t in golds if t["answer"] != task["answer"]]
         right = i % 2 == 0 or not others
         reply = written(task["answer"] if right else rng.choice(others), fmt)
-        out.append([{"role": "user", "content": VERIFY.format(question=task["question"], reply=reply)},
-                    {"role": "assistant", "content": "yes" if right else "no"}])
+        out.append(
+            [
+                {"role": "user", "content": VERIFY.format(question=task["question"], reply=reply)},
+                {"role": "assistant", "content": "yes" if right else "no"},
+            ]
+        )
     rng.shuffle(out)
     return out
 
@@ -91,8 +114,13 @@ def solver_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> 
             continue
         system = instruction_of({"instruction": instruction}, fmt)
         user = RETRY.format(question=task["question"], reply=written(rng.choice(others), fmt))
-        out.append([{"role": "system", "content": system}, {"role": "user", "content": user},
-                    {"role": "assistant", "content": written(task["answer"], fmt)}])
+        out.append(
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": written(task["answer"], fmt)},
+            ]
+        )
     rng.shuffle(out)
     return out
 

@@ -45,6 +45,8 @@ def plain(seed: int, out: str | Path, *, mine: int, samples: int) -> Plain:
     rng = random.Random(f"tool_layer/{seed}")
     train = eng.tasks("train")
     mine_tasks = rng.sample(train, min(mine, len(train))) if mine else []
-    mined = eng.rollouts(system, mine_tasks, split="train", tag="mine", samples=samples, temperature=0.8) if mine else []
+    mined = (
+        eng.rollouts(system, mine_tasks, split="train", tag="mine", samples=samples, temperature=0.8) if mine else []
+    )
     eng.close()
     return Plain(seed, root, common, cfg, base, eng, system, test, test_trajs, mine_tasks, mined)

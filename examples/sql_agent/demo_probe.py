@@ -73,11 +73,16 @@ def main() -> None:
             return statistics.mean(t.score for t in eng.rollouts(system, tasks, split=split, tag="eval:test"))
 
         rows.append((acc(val, "val"), acc(ood, "test"), acc(test, "test")))
-        print(f"{'no demos' if not demos else f'set {i:2d} ({len(demos)})':12s}  val {rows[-1][0]:.3f}  "
-              f"held-out-domain val {rows[-1][1]:.3f}  test {rows[-1][2]:.3f}", flush=True)
+        print(
+            f"{'no demos' if not demos else f'set {i:2d} ({len(demos)})':12s}  val {rows[-1][0]:.3f}  "
+            f"held-out-domain val {rows[-1][1]:.3f}  test {rows[-1][2]:.3f}",
+            flush=True,
+        )
     r = np.array(rows)
-    print(f"correlation with test over {len(rows)} prompts: validation {np.corrcoef(r[:, 0], r[:, 2])[0, 1]:+.2f}, "
-          f"held-out-domain validation {np.corrcoef(r[:, 1], r[:, 2])[0, 1]:+.2f}")
+    print(
+        f"correlation with test over {len(rows)} prompts: validation {np.corrcoef(r[:, 0], r[:, 2])[0, 1]:+.2f}, "
+        f"held-out-domain validation {np.corrcoef(r[:, 1], r[:, 2])[0, 1]:+.2f}"
+    )
 
     skel = [mask("", sql_of(d))[1] for d in pool]
     groups: dict[tuple, list] = defaultdict(list)
@@ -89,8 +94,10 @@ def main() -> None:
         system = set_demos(start, [pool[i] for i in idx]) if idx else start
         scores += [t.score for t in eng.rollouts(system, tasks, split="test", tag="eval:test")]
     covered = sum(len(v) for k, v in groups.items() if k)
-    print(f"oracle per-task demo (own template, when the pool of {len(pool)} has it: {covered}/{len(test)} tasks): "
-          f"test {statistics.mean(scores):.3f} (no demos {rows[0][2]:.3f})")
+    print(
+        f"oracle per-task demo (own template, when the pool of {len(pool)} has it: {covered}/{len(test)} tasks): "
+        f"test {statistics.mean(scores):.3f} (no demos {rows[0][2]:.3f})"
+    )
     eng.close()
 
 

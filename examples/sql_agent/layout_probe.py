@@ -35,18 +35,30 @@ def main(argv: list[str] | None = None) -> dict:
 
     path = HERE / args.task if (HERE / args.task).exists() else Path(args.task)
     cfg, base = load_task(path, [f"seed={args.seed}"])
-    eng = Session(cfg, base_dir=base, run_dir=Path(args.out) / f"{path.stem}-seed{args.seed}", resume=True,
-                  budgeted=False)  # analysis scoring, outside every budget
+    eng = Session(
+        cfg, base_dir=base, run_dir=Path(args.out) / f"{path.stem}-seed{args.seed}", resume=True, budgeted=False
+    )  # analysis scoring, outside every budget
     start = eng.baseline()
     out = {}
     try:
         for name, template in LAYOUTS.items():
             system = set_template(start, template) if template else start
-            out[name] = {split: round(statistics.mean(t.score for t in eng.rollouts(
-                system, eng.tasks(split), split=split, tag=f"eval:{split}", description=f"{name} on {split}")), 4)
-                for split in ("val", "test")}
-            print(f"{path.name} seed {args.seed}: {name:9s} val {out[name]['val']:.3f}  test {out[name]['test']:.3f}",
-                  flush=True)
+            out[name] = {
+                split: round(
+                    statistics.mean(
+                        t.score
+                        for t in eng.rollouts(
+                            system, eng.tasks(split), split=split, tag=f"eval:{split}", description=f"{name} on {split}"
+                        )
+                    ),
+                    4,
+                )
+                for split in ("val", "test")
+            }
+            print(
+                f"{path.name} seed {args.seed}: {name:9s} val {out[name]['val']:.3f}  test {out[name]['test']:.3f}",
+                flush=True,
+            )
     finally:
         eng.close()
     return out

@@ -47,13 +47,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--mine", type=int, default=1500)
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--out", default="runs/tool_layer")
-    ap.add_argument("--arms", default="retry,reflexion,reflexion_turns,memory",
-                    help="which arms to run, of retry, reflexion, reflexion_turns, memory")
-    ap.add_argument("--render", default="full", choices=["full", "skeleton"],
-                    help="how recalled experiences are shown (the memory arm is named memory or memory_skeleton)")
-    ap.add_argument("--recall", default="similar", choices=["similar", "random"],
-                    help="random: k experiences drawn at random per task, in training demos and at test alike "
-                         "(the control for relevance; the arm's name gets _random)")
+    ap.add_argument(
+        "--arms",
+        default="retry,reflexion,reflexion_turns,memory",
+        help="which arms to run, of retry, reflexion, reflexion_turns, memory",
+    )
+    ap.add_argument(
+        "--render",
+        default="full",
+        choices=["full", "skeleton"],
+        help="how recalled experiences are shown (the memory arm is named memory or memory_skeleton)",
+    )
+    ap.add_argument(
+        "--recall",
+        default="similar",
+        choices=["similar", "random"],
+        help="random: k experiences drawn at random per task, in training demos and at test alike "
+        "(the control for relevance; the arm's name gets _random)",
+    )
     args = ap.parse_args(argv)
 
     from _layers import plain as plain_run
@@ -71,13 +82,33 @@ def main(argv: list[str] | None = None) -> dict:
     summary: dict = {"seed": args.seed, "plain": _acc(pl.test_trajs)}
 
     arms = {
-        "retry": reflexion_agent("evolve.worlds.sql:agent", "evolve.worlds.sql:reward", name="retry",
-                                 reflect="feedback", max_attempts=2, max_reflections=0, temperature=0.8),
-        "reflexion": reflexion_agent("evolve.worlds.sql:agent", "evolve.worlds.sql:reward", name="reflexion",
-                                     reflect="feedback", max_attempts=2, temperature=0.8),
-        "reflexion_turns": reflexion_agent("evolve.worlds.sql:agent", "evolve.worlds.sql:reward",
-                                           name="reflexion_turns", reflect="feedback", max_attempts=2, temperature=0.8,
-                                           inject="turns", lesson_template="error: {feedback}"),
+        "retry": reflexion_agent(
+            "evolve.worlds.sql:agent",
+            "evolve.worlds.sql:reward",
+            name="retry",
+            reflect="feedback",
+            max_attempts=2,
+            max_reflections=0,
+            temperature=0.8,
+        ),
+        "reflexion": reflexion_agent(
+            "evolve.worlds.sql:agent",
+            "evolve.worlds.sql:reward",
+            name="reflexion",
+            reflect="feedback",
+            max_attempts=2,
+            temperature=0.8,
+        ),
+        "reflexion_turns": reflexion_agent(
+            "evolve.worlds.sql:agent",
+            "evolve.worlds.sql:reward",
+            name="reflexion_turns",
+            reflect="feedback",
+            max_attempts=2,
+            temperature=0.8,
+            inject="turns",
+            lesson_template="error: {feedback}",
+        ),
     }
     for name, agent in arms.items():
         if name not in wanted:
@@ -92,25 +123,44 @@ def main(argv: list[str] | None = None) -> dict:
         work = out / "memory_op"
         work.mkdir(parents=True, exist_ok=True)
         op = MemoryOperator(store=str((out / "memory").resolve()), k=1, extract="evolve.worlds.sql:experiences")
-        ctx = OperatorContext(generation=1, seed=args.seed, rng=random.Random(0), train=pl.engine.tasks("train"),
-                              trajectories=mined, artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=print)
+        ctx = OperatorContext(
+            generation=1,
+            seed=args.seed,
+            rng=random.Random(0),
+            train=pl.engine.tasks("train"),
+            trajectories=mined,
+            artifacts=None,
+            workdir=work,
+            rollouts=lambda *a, **k: [],
+            log=print,
+        )
         (cand,) = op.propose(sa, ctx)
-        spec = {**cand.system.memory, **({"render": args.render} if args.render != "full" else {}),
-                **({"recall": "random"} if args.recall == "random" else {})}
+        spec = {
+            **cand.system.memory,
+            **({"render": args.render} if args.render != "full" else {}),
+            **({"recall": "random"} if args.recall == "random" else {}),
+        }
         (out / "memory_spec.json").write_text(json.dumps(spec))
-        cfg_m, _ = load_task(HERE / "task.yaml", common + [
-            f"memory={json.dumps(spec)}", "models.policy.cold_start.demos=evolve.worlds.sql:memory_demos"])
+        cfg_m, _ = load_task(
+            HERE / "task.yaml",
+            common + [f"memory={json.dumps(spec)}", "models.policy.cold_start.demos=evolve.worlds.sql:memory_demos"],
+        )
         eng = Session(cfg_m, base_dir=base, run_dir=out / f"memory-{content_hash(spec, 8)}", resume=True)
         sm = eng.baseline()
         trajs = eng.rollouts(sm, test, split="test", tag="eval:test")
         eng.close()
         arm = ("memory" if args.render == "full" else "memory_" + args.render) + (
-            "_random" if args.recall == "random" else "")
+            "_random" if args.recall == "random" else ""
+        )
         summary[arm] = _acc(trajs)
         summary["memory_items"] = cand.info.get("items")
         if args.recall == "similar":  # random recall has no similarity
-            sims = [s.result[0]["similarity"] for t in trajs for s in t.steps
-                    if getattr(s, "name", "") == "recall_memory" and s.result]
+            sims = [
+                s.result[0]["similarity"]
+                for t in trajs
+                for s in t.steps
+                if getattr(s, "name", "") == "recall_memory" and s.result
+            ]
             summary["memory_mean_similarity"] = round(statistics.mean(sims), 3) if sims else None
     path = out / "memory_summary.json"
     old = json.loads(path.read_text()) if path.exists() else {}

@@ -71,7 +71,9 @@ def search_calls(run_dir: Path) -> dict:
     """LLM calls and rollouts a run spent outside its test scoring."""
     con = sqlite3.connect(f"file:{run_dir / 'archive.sqlite'}?mode=ro", uri=True)
     try:
-        n, calls = con.execute("SELECT COUNT(*), COALESCE(SUM(calls), 0) FROM trajectories WHERE split != 'test'").fetchone()
+        n, calls = con.execute(
+            "SELECT COUNT(*), COALESCE(SUM(calls), 0) FROM trajectories WHERE split != 'test'"
+        ).fetchone()
     finally:
         con.close()
     return {"rollouts": int(n), "llm_calls": int(calls)}
@@ -99,8 +101,11 @@ def shown_template(test: list, trajs: list, nodemo: list, demos: list[dict]) -> 
     out = {}
     for name, want in (("fits", True), ("other", False)):
         idx = [i for i, f in enumerate(fit) if f == want]
-        out[name] = {"n": len(idx), "with": round(statistics.mean(trajs[i].score for i in idx), 4) if idx else None,
-                     "without": round(statistics.mean(nodemo[i].score for i in idx), 4) if idx else None}
+        out[name] = {
+            "n": len(idx),
+            "with": round(statistics.mean(trajs[i].score for i in idx), 4) if idx else None,
+            "without": round(statistics.mean(nodemo[i].score for i in idx), 4) if idx else None,
+        }
     return out
 
 
@@ -126,9 +131,15 @@ def spread(eng, start, test: list, nodemo: list, n: int, seed: int) -> dict:
         rows.append({"k": len(demos), "test": _acc(trajs), **shown_template(test, trajs, nodemo, demos)})
     accs = sorted(r["test"] for r in rows)
     base = _acc(nodemo)
-    return {"pool": len(pool), "sets": rows, "min": accs[0] if accs else None,
-            "median": statistics.median(accs) if accs else None, "max": accs[-1] if accs else None,
-            "above_no_demos": sum(a > base for a in accs), "below_no_demos": sum(a < base for a in accs)}
+    return {
+        "pool": len(pool),
+        "sets": rows,
+        "min": accs[0] if accs else None,
+        "median": statistics.median(accs) if accs else None,
+        "max": accs[-1] if accs else None,
+        "above_no_demos": sum(a > base for a in accs),
+        "below_no_demos": sum(a < base for a in accs),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -136,7 +147,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/prompt_layer")
     ap.add_argument("--arms", default="ours,bootstrap,mipro,plain", help="of ours, bootstrap, mipro, plain")
-    ap.add_argument("--budget", type=int, default=None, help="the DSPy optimisers' LLM calls (default: what ours spent)")
+    ap.add_argument(
+        "--budget", type=int, default=None, help="the DSPy optimisers' LLM calls (default: what ours spent)"
+    )
     ap.add_argument("--set", action="append", default=[], help="extra overrides for prompts.yaml")
     ap.add_argument("--spread", type=int, default=0, help="also score this many random demo sets on test (analysis)")
     ap.add_argument("--layouts", action="store_true", help="also score every schema layout alone (analysis)")
@@ -180,20 +193,35 @@ def main(argv: list[str] | None = None) -> dict:
     ours_trajs: list = []
     if report is not None:
         summary["ours_report"] = {k: report.get(k) for k in ("baseline", "best", "stop_reason")}
-        ours_trajs = score(best, OURS, llm_calls=spent["llm_calls"], rollouts=spent["rollouts"],
-              demos=len(_demos(best)), system_id=best.id, template=get_template(best),
-              generations=len(eng.state.generations()), shown=[d.get("input", "")[-120:] for d in _demos(best)])
+        ours_trajs = score(
+            best,
+            OURS,
+            llm_calls=spent["llm_calls"],
+            rollouts=spent["rollouts"],
+            demos=len(_demos(best)),
+            system_id=best.id,
+            template=get_template(best),
+            generations=len(eng.state.generations()),
+            shown=[d.get("input", "")[-120:] for d in _demos(best)],
+        )
     found = get_template(best) if OURS in arms else ""
     if found:  # where the gain comes from: the layout alone, without the demos
-        trajs = eng.rollouts(set_template(start, found), test, split="test", tag="eval:test",
-                             description="test ours' template alone")
+        trajs = eng.rollouts(
+            set_template(start, found), test, split="test", tag="eval:test", description="test ours' template alone"
+        )
         arms[OURS]["template_alone_test"] = _acc(trajs)
     budget = args.budget or spent["llm_calls"]
     summary["budget_llm_calls"] = budget
 
     # 2. DSPy's optimisers on the same weights, data, reward and budget
-    common = [f"seed={args.seed}", "agent=sql_program:agent", "prompts={}", "models.policy.cold_start=null",
-              f"models.policy.params.weights={weights}", *args.set]
+    common = [
+        f"seed={args.seed}",
+        "agent=sql_program:agent",
+        "prompts={}",
+        "models.policy.cold_start=null",
+        f"models.policy.params.weights={weights}",
+        *args.set,
+    ]
     for opt, label in (("bootstrap", "dspy.BootstrapFewShot"), ("mipro", "dspy.MIPROv2")):
         if opt not in wanted:
             continue
@@ -205,10 +233,15 @@ def main(argv: list[str] | None = None) -> dict:
 
             res = run_dspy_baseline(HERE / "prompts.yaml", opt, budget=budget, overrides=common, out=rd)
         demos = json.loads(res["compiled"]["prompts"].get("write.demos", "[]"))
-        arms[label] = {"test": round(res["compiled"]["score"], 4), "llm_calls": res["spent"]["llm_calls"],
-                       "demos": len(demos), "knobs": res["knobs"], "compile_seconds": res["compile_seconds"],
-                       "dspy_start_test": round(res["baseline"]["score"], 4),
-                       "instruction": res["compiled"]["prompts"].get("write.instruction", "")[:200]}
+        arms[label] = {
+            "test": round(res["compiled"]["score"], 4),
+            "llm_calls": res["spent"]["llm_calls"],
+            "demos": len(demos),
+            "knobs": res["knobs"],
+            "compile_seconds": res["compile_seconds"],
+            "dspy_start_test": round(res["baseline"]["score"], 4),
+            "instruction": res["compiled"]["prompts"].get("write.instruction", "")[:200],
+        }
         # the same demos through our native agent: equal scores say the two render them identically
         native = set_demos(start, [{k: d[k] for k in ("question", "gold_sql") if k in d} for d in demos])
         trajs = eng.rollouts(native, test, split="test", tag="eval:test", description=f"test {opt} demos, native")
@@ -216,8 +249,13 @@ def main(argv: list[str] | None = None) -> dict:
         if ours_trajs:  # paired on the same test tasks: ours right and this wrong, and the reverse
             arms[label]["ours_won_lost"] = paired(ours_trajs, trajs)
         if found:  # DSPy's demos under the layout our search found (DSPy's optimisers cannot search it)
-            with_t = eng.rollouts(set_template(native, found), test, split="test", tag="eval:test",
-                                  description=f"test {opt} demos, our template")
+            with_t = eng.rollouts(
+                set_template(native, found),
+                test,
+                split="test",
+                tag="eval:test",
+                description=f"test {opt} demos, our template",
+            )
             arms[label]["with_our_template_test"] = _acc(with_t)
         if demos:
             arms[label]["by_shown_template"] = shown_template(test, trajs, nodemo, demos)
@@ -231,9 +269,12 @@ def main(argv: list[str] | None = None) -> dict:
             system = set_template(start, alt) if alt else start
             # val only as the search scored it (new val rollouts here would count as search calls)
             val = eng.archive.task_scores(system.id, "val") if eng.archive.has_system(system.id) else {}
-            row = {"val": round(statistics.mean(val.values()), 4) if val else None,
-                   "test": _acc(eng.rollouts(system, test, split="test", tag="eval:test",
-                                             description=f"layout {alt!r} on test"))}
+            row = {
+                "val": round(statistics.mean(val.values()), 4) if val else None,
+                "test": _acc(
+                    eng.rollouts(system, test, split="test", tag="eval:test", description=f"layout {alt!r} on test")
+                ),
+            }
             summary["layouts"][alt or "(as given)"] = row
     if args.spread:
         summary["spread"] = spread(eng, start, test, nodemo, args.spread, args.seed)
@@ -259,15 +300,23 @@ def main(argv: list[str] | None = None) -> dict:
             extra += f"  (its template alone, no demos: {row['template_alone_test']:.3f}; {row['template']!r})"
         print(f"  {name:40s} {row['test']:.3f}  {row.get('llm_calls', 0):6d} calls  {row.get('demos', 0)} demos{extra}")
         if "by_shown_template" in row:
-            print("    " + "; ".join(f"{k} ({v['n']} tasks): {v['with']} with demos vs {v['without']} without"
-                                     for k, v in row["by_shown_template"].items() if v["n"]))
+            print(
+                "    "
+                + "; ".join(
+                    f"{k} ({v['n']} tasks): {v['with']} with demos vs {v['without']} without"
+                    for k, v in row["by_shown_template"].items()
+                    if v["n"]
+                )
+            )
     for alt, row in (summary.get("layouts") or {}).items():
         val = "not scored by the search" if row["val"] is None else f"{row['val']:.3f}"
         print(f"  layout {alt!r} alone, no demos: val {val}  test {row['test']:.3f}")
     if summary.get("spread"):
         sp = summary["spread"]
-        print(f"  {len(sp['sets'])} random demo sets from a pool of {sp['pool']}: test min {sp['min']}, median "
-              f"{sp['median']}, max {sp['max']}; above no demos {sp['above_no_demos']}, below {sp['below_no_demos']}")
+        print(
+            f"  {len(sp['sets'])} random demo sets from a pool of {sp['pool']}: test min {sp['min']}, median "
+            f"{sp['median']}, max {sp['max']}; above no demos {sp['above_no_demos']}, below {sp['below_no_demos']}"
+        )
     return summary
 
 

@@ -39,7 +39,8 @@ def _stats(trajs: list, names: set[str]) -> dict:
     toks = [sum(s.completion_tokens for s in t.steps if isinstance(s, LLMCall)) for t in trajs]
     used = [t for t in trajs if any(isinstance(s, ToolCall) and s.name in names for s in t.steps)]
     return {
-        "accuracy": round(statistics.mean(t.score for t in trajs), 4), "n": len(trajs),
+        "accuracy": round(statistics.mean(t.score for t in trajs), 4),
+        "n": len(trajs),
         "model_calls_per_task": round(statistics.mean(calls), 3),
         "completion_tokens_per_task": round(statistics.mean(toks), 2),
         "tasks_using_a_tool": len(used),
@@ -70,17 +71,30 @@ def main(argv: list[str] | None = None) -> dict:
     rng, mine_tasks, plain = random.Random(f"tool_layer/{args.seed}/op"), pl.mine_tasks, pl.engine
     work = out / "toolforge"
     work.mkdir(parents=True, exist_ok=True)
-    op = ToolForge(min_support=args.min_support, max_new=40, max_tools=40, retire=False, miner="evolve.worlds.sql:mine_tools")
-    ctx = OperatorContext(generation=1, seed=args.seed, rng=rng, train=plain.tasks("train"), trajectories=trajs,
-                          artifacts=plain.archive.artifacts, workdir=work, rollouts=lambda *a, **k: [], log=print)
+    op = ToolForge(
+        min_support=args.min_support, max_new=40, max_tools=40, retire=False, miner="evolve.worlds.sql:mine_tools"
+    )
+    ctx = OperatorContext(
+        generation=1,
+        seed=args.seed,
+        rng=rng,
+        train=plain.tasks("train"),
+        trajectories=trajs,
+        artifacts=plain.archive.artifacts,
+        workdir=work,
+        rollouts=lambda *a, **k: [],
+        log=print,
+    )
     cands = op.propose(sa, ctx)
     if not cands:
         sys.exit("toolforge admitted no tools; see " + str(work / "toolforge.json"))
     lib = ToolLibrary.from_system(cands[0].system)
     tools_file = save_library(lib, out / "tools.json")
 
-    cfg_b, _ = load_task(HERE / "task.yaml", common + [f"tools={tools_file.resolve()}",
-                                                       "models.policy.cold_start.demos=evolve.worlds.sql:tool_demos"])
+    cfg_b, _ = load_task(
+        HERE / "task.yaml",
+        common + [f"tools={tools_file.resolve()}", "models.policy.cold_start.demos=evolve.worlds.sql:tool_demos"],
+    )
     # one run directory per library: a resumed run must not reuse a baseline built with other tools
     run_b = out / f"tools-{content_hash(lib.to_json(), 8)}"
     with_tools = Session(cfg_b, base_dir=base, run_dir=run_b, resume=True)
@@ -91,17 +105,24 @@ def main(argv: list[str] | None = None) -> dict:
     names = set(lib.names())
     report = json.loads((work / "toolforge.json").read_text())
     summary = {
-        "seed": args.seed, "mined_from": {"tasks": len(mine_tasks), "samples": len(trajs),
-                                          "successes": sum(t.score >= 1 for t in trajs)},
-        "tools": {"admitted": len(report["admitted"]), "rejected": len(report["rejected"]),
-                  "duplicates": len(report["duplicates"]), "names": sorted(names)},
-        "plain": _stats(test_a, names), "with_tools": _stats(test_b, names),
+        "seed": args.seed,
+        "mined_from": {"tasks": len(mine_tasks), "samples": len(trajs), "successes": sum(t.score >= 1 for t in trajs)},
+        "tools": {
+            "admitted": len(report["admitted"]),
+            "rejected": len(report["rejected"]),
+            "duplicates": len(report["duplicates"]),
+            "names": sorted(names),
+        },
+        "plain": _stats(test_a, names),
+        "with_tools": _stats(test_b, names),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     a, b = summary["plain"], summary["with_tools"]
-    print(f"| {args.seed} | {a['accuracy']:.1%} | {b['accuracy']:.1%} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
-          f"{summary['tools']['admitted']} | {b['tasks_using_a_tool']}/{b['n']} | "
-          f"{a['completion_tokens_per_task']} → {b['completion_tokens_per_task']} |")
+    print(
+        f"| {args.seed} | {a['accuracy']:.1%} | {b['accuracy']:.1%} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
+        f"{summary['tools']['admitted']} | {b['tasks_using_a_tool']}/{b['n']} | "
+        f"{a['completion_tokens_per_task']} → {b['completion_tokens_per_task']} |"
+    )
     return summary
 
 

@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> dict:
     p = plain_run(args.seed, args.out, mine=0, samples=0)
     weights = p.engine.archive.artifacts.path(p.system.models["policy"].base)
     run_dir = p.out / "topology"
-    cfg, base = load_task(HERE / "topology.yaml", [f"seed={args.seed}", "models.policy.cold_start=null",
-                                                  f"models.policy.params.weights={weights}", *args.set])
+    cfg, base = load_task(
+        HERE / "topology.yaml",
+        [f"seed={args.seed}", "models.policy.cold_start=null", f"models.policy.params.weights={weights}", *args.set],
+    )
     report = Engine(cfg, base_dir=base, run_dir=run_dir, resume=True).run()
     # test scoring is outside the budget, as in the engine's own report
     eng = Session(cfg, base_dir=base, run_dir=run_dir, resume=True, budgeted=False)
@@ -67,8 +69,11 @@ def main(argv: list[str] | None = None) -> dict:
     arms: list[tuple[str, dict]] = [("single step (start)", graph_of(start).to_json())]
     for f in sorted(run_dir.glob("work/*/topology.json")):
         arms += [(f"searched: {row['signature']}", row["graph"]) for row in json.loads(f.read_text())["evaluated"]]
-    arms += [("promoted", graph_of(best).to_json()), ("hand-written: repair loop x3 (the default agent)", repair_loop(3)),
-             ("hand-written: vote n=5 T=0.8", vote(5, 0.8))]
+    arms += [
+        ("promoted", graph_of(best).to_json()),
+        ("hand-written: repair loop x3 (the default agent)", repair_loop(3)),
+        ("hand-written: vote n=5 T=0.8", vote(5, 0.8)),
+    ]
     test = eng.tasks("test")
     rows, seen = [], {}
     for name, graph in arms:
@@ -80,22 +85,37 @@ def main(argv: list[str] | None = None) -> dict:
         trajs = eng.rollouts(system, test, split="test", tag="eval:test", description=f"test {name[:40]}")
         per_task = {t.task_id: t.score for t in trajs}
         first = rows[0]["per_task"] if rows else per_task  # the single step's, task by task
-        rows.append({"arm": name, "names": [name], "workflow": wf.signature(), "test": _acc(trajs),
-                     "calls": _calls(trajs), "graph": wf.to_json(), "per_task": per_task,
-                     # paired against the single step on the same tasks: right where it was wrong, and the reverse
-                     "fixed": sum(1 for k, v in per_task.items() if v > first.get(k, 0.0)),
-                     "broken": sum(1 for k, v in per_task.items() if v < first.get(k, 0.0))})
+        rows.append(
+            {
+                "arm": name,
+                "names": [name],
+                "workflow": wf.signature(),
+                "test": _acc(trajs),
+                "calls": _calls(trajs),
+                "graph": wf.to_json(),
+                "per_task": per_task,
+                # paired against the single step on the same tasks: right where it was wrong, and the reverse
+                "fixed": sum(1 for k, v in per_task.items() if v > first.get(k, 0.0)),
+                "broken": sum(1 for k, v in per_task.items() if v < first.get(k, 0.0)),
+            }
+        )
         seen[system.id] = rows[-1]
     eng.close()
     for r in rows:
         r.pop("per_task")
-    summary = {"seed": args.seed, "tasks": len(test), "report": {k: report.get(k) for k in ("baseline", "best", "stop_reason")},
-               "arms": rows}
+    summary = {
+        "seed": args.seed,
+        "tasks": len(test),
+        "report": {k: report.get(k) for k in ("baseline", "best", "stop_reason")},
+        "arms": rows,
+    }
     (p.out / "topology_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     _plot(rows, p.out / "test_frontier.png", args.seed)
     for r in sorted(rows, key=lambda r: r["calls"]):
-        print(f"seed {args.seed}  {r['test']:.3f}  {r['calls']:5.2f} calls  +{r['fixed']}/-{r['broken']}  "
-              f"{' = '.join(r['names'])[:100]}")
+        print(
+            f"seed {args.seed}  {r['test']:.3f}  {r['calls']:5.2f} calls  +{r['fixed']}/-{r['broken']}  "
+            f"{' = '.join(r['names'])[:100]}"
+        )
     return summary
 
 
@@ -109,12 +129,20 @@ def _plot(rows: list[dict], path: Path, seed: int) -> None:
     for r in rows:
         promoted = "promoted" in r["names"]
         special = promoted or any(not n.startswith("searched") for n in r["names"])
-        ax.scatter(r["calls"], 100 * r["test"], s=70 if special else 25, marker="*" if promoted else "o",
-                   color="C3" if promoted else ("C1" if special else "C0"), zorder=3)
+        ax.scatter(
+            r["calls"],
+            100 * r["test"],
+            s=70 if special else 25,
+            marker="*" if promoted else "o",
+            color="C3" if promoted else ("C1" if special else "C0"),
+            zorder=3,
+        )
         if special:
             named = [n for n in r["names"] if not n.startswith("searched")]
             label = "promoted: " + r["workflow"] if promoted else named[0]
-            ax.annotate(label[:40], (r["calls"], 100 * r["test"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+            ax.annotate(
+                label[:40], (r["calls"], 100 * r["test"]), fontsize=7, xytext=(4, 4), textcoords="offset points"
+            )
     ax.set_xlabel("model calls per task (test)")
     ax.set_ylabel("execution accuracy on 300 test tasks (%)")
     ax.set_title(f"Workflows tried by the search (seed {seed}): test accuracy against cost", fontsize=10)

@@ -21,7 +21,14 @@ def gw(upstream, tmp_path):
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import from_flags
 
-    cfg = from_flags(upstream="openai/*", api_base=upstream.url, upstream_key_env=None, store=tmp_path / "traces",
-                     host="127.0.0.1", port=0, api_key_env=None)
+    cfg = from_flags(
+        upstream="openai/*",
+        api_base=upstream.url,
+        upstream_key_env=None,
+        store=tmp_path / "traces",
+        host="127.0.0.1",
+        port=0,
+        api_key_env=None,
+    )
     with GatewayServer(cfg) as server:
         yield server

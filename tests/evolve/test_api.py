@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _agent(task, ctx):
-    msgs = [Message(role="system", content=ctx.system.prompts["instruction"]),
-            Message(role="user", content=f"{task['a']} {task['b']}")]
+    msgs = [
+        Message(role="system", content=ctx.system.prompts["instruction"]),
+        Message(role="user", content=f"{task['a']} {task['b']}"),
+    ]
     return ctx.llm("policy").complete(msgs).text.strip()
 
 
@@ -28,11 +30,18 @@ def _reward(task, output):
 
 
 def _task(**changes) -> dict:
-    task = {"name": "adder", "agent": _agent, "reward": _reward,
-            "models": {"policy": {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.worlds.toy:reply"}}},
-            "prompts": {"instruction": "multiply"}, "dataset": {"source": "evolve.worlds.toy:dataset"},
-            "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": ["add", "add carefully"]}}],
-            "budget": {"generations": 2}}
+    task = {
+        "name": "adder",
+        "agent": _agent,
+        "reward": _reward,
+        "models": {"policy": {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.worlds.toy:reply"}}},
+        "prompts": {"instruction": "multiply"},
+        "dataset": {"source": "evolve.worlds.toy:dataset"},
+        "operators": [
+            {"name": "scripted", "params": {"component": "instruction", "choices": ["add", "add carefully"]}}
+        ],
+        "budget": {"generations": 2},
+    }
     task.update(changes)
     return task
 
@@ -66,7 +75,7 @@ def test_load_asks_for_a_function_it_cannot_import(tmp_path):
 
 def test_the_readme_python_snippet_runs_as_printed(tmp_path):
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Bring your own agent"):]
+    section = readme[readme.index("## Bring your own agent") :]
     code = re.search(r"```python runnable\n(.*?)```", section, re.S).group(1)
     (tmp_path / "snippet.py").write_text(code)
     r = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)

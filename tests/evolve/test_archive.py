@@ -23,22 +23,47 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def make_system(instruction: str = "Answer the question.", **kw) -> System:
-    return System(models={"policy": ModelSpec(backend="scripted", name="x")}, prompts={"instruction": instruction}, **kw)
+    return System(
+        models={"policy": ModelSpec(backend="scripted", name="x")}, prompts={"instruction": instruction}, **kw
+    )
 
 
-def make_traj(system_id: str, task: str = "t0", score: float | None = 0.5, *, sample: int = 0, tokens: int = 10,
-              cost: float = 0.01, error: str | None = None, big: bool = False) -> Trajectory:
+def make_traj(
+    system_id: str,
+    task: str = "t0",
+    score: float | None = 0.5,
+    *,
+    sample: int = 0,
+    tokens: int = 10,
+    cost: float = 0.01,
+    error: str | None = None,
+    big: bool = False,
+) -> Trajectory:
     steps = ()
     if big:
         steps = (
-            LLMCall(role="policy", model="m", messages=(Message(role="system", content="Be careful. " * 100),
-                                                        Message(role="user", content=f"task {task}")),
-                    output="SELECT 1;", token_ids=tuple(range(50)), logprobs=tuple(-i / 7 for i in range(50))),
+            LLMCall(
+                role="policy",
+                model="m",
+                messages=(
+                    Message(role="system", content="Be careful. " * 100),
+                    Message(role="user", content=f"task {task}"),
+                ),
+                output="SELECT 1;",
+                token_ids=tuple(range(50)),
+                logprobs=tuple(-i / 7 for i in range(50)),
+            ),
         )
     return Trajectory(
-        task_id=task, system_id=system_id, steps=steps, output="42", error=error,
+        task_id=task,
+        system_id=system_id,
+        steps=steps,
+        output="42",
+        error=error,
         reward=None if score is None else Reward(score=score, feedback=f"fb {task}"),
-        tokens=tokens, cost=cost, sample=sample,
+        tokens=tokens,
+        cost=cost,
+        sample=sample,
     )
 
 
@@ -175,13 +200,15 @@ def test_resolve_words(archive):
     i0 = archive.add_system(make_system("a"))
     i1 = archive.add_system(make_system("b"), parents=[i0], generation=1)
     i2 = archive.add_system(make_system("c"), parents=[i0], generation=1)
-    archive.add_trajectories([
-        ("k0", "val", "eval", 0, make_traj(i0, score=0.2)),
-        ("k1", "val", "eval", 1, make_traj(i1, score=0.9)),
-        ("k2", "val", "eval", 1, make_traj(i2, score=0.5)),
-        ("k3", "test", "eval", 1, make_traj(i2, score=1.0)),
-        ("k4", "val", "train", 1, make_traj(i2, score=1.0)),
-    ])
+    archive.add_trajectories(
+        [
+            ("k0", "val", "eval", 0, make_traj(i0, score=0.2)),
+            ("k1", "val", "eval", 1, make_traj(i1, score=0.9)),
+            ("k2", "val", "eval", 1, make_traj(i2, score=0.5)),
+            ("k3", "test", "eval", 1, make_traj(i2, score=1.0)),
+            ("k4", "val", "train", 1, make_traj(i2, score=1.0)),
+        ]
+    )
     archive.set_current(i2)
     assert archive.resolve("baseline") == i0
     assert archive.resolve("best") == archive.best() == i1
@@ -197,8 +224,17 @@ def test_trajectories_roundtrip_and_dedup(archive):
     small = make_traj(sid, "t1")
     big = make_traj(sid, "t2", big=True, error="boom")
     noreward = make_traj(sid, "t3", score=None)
-    assert archive.add_trajectories([("a", "val", "eval", 0, small), ("b", "val", "eval", 0, big),
-                                     ("c", "train", "rollout", 0, noreward), ("a", "val", "eval", 0, big)]) == 3
+    assert (
+        archive.add_trajectories(
+            [
+                ("a", "val", "eval", 0, small),
+                ("b", "val", "eval", 0, big),
+                ("c", "train", "rollout", 0, noreward),
+                ("a", "val", "eval", 0, big),
+            ]
+        )
+        == 3
+    )
     assert archive.add_trajectories([("a", "val", "eval", 0, small), ("b", "val", "eval", 0, big)]) == 0
     assert archive.add_trajectories([]) == 0
     got = archive.get_trajectories(["a", "b", "c", "missing", "a"])
@@ -233,8 +269,12 @@ def test_compressed_and_raw_blobs(tmp_path):
     c = sqlite3.connect(tmp_path / "r" / "archive.sqlite")
     encs = dict(c.execute("SELECT t.key, d.enc FROM trajectories t JOIN trajectory_data d USING (seq)").fetchall())
     assert encs == {"z": 1, "s": 0, "r": 0}  # short blobs stay raw even when compressing
-    size_z, size_r = (c.execute("SELECT length(d.data) FROM trajectories t JOIN trajectory_data d USING (seq) WHERE key = ?",
-                                (k,)).fetchone()[0] for k in ("z", "r"))
+    size_z, size_r = (
+        c.execute(
+            "SELECT length(d.data) FROM trajectories t JOIN trajectory_data d USING (seq) WHERE key = ?", (k,)
+        ).fetchone()[0]
+        for k in ("z", "r")
+    )
     assert size_z < size_r / 2
     assert c.execute("SELECT enc FROM systems").fetchone()[0] == 1
     c.close()
@@ -251,14 +291,16 @@ def test_many_keys_chunked(archive):
 
 def test_scores(archive):
     sid = archive.add_system(make_system())
-    archive.add_trajectories([
-        ("1", "val", "eval", 0, make_traj(sid, "a", 1.0, sample=0)),
-        ("2", "val", "eval", 0, make_traj(sid, "a", 0.0, sample=1)),
-        ("3", "val", "eval", 0, make_traj(sid, "b", 0.5)),
-        ("4", "val", "eval", 0, make_traj(sid, "c", None, error="crash")),  # no reward counts 0
-        ("5", "test", "eval", 0, make_traj(sid, "a", 0.25)),
-        ("6", "val", "train", 0, make_traj(sid, "a", 1.0)),
-    ])
+    archive.add_trajectories(
+        [
+            ("1", "val", "eval", 0, make_traj(sid, "a", 1.0, sample=0)),
+            ("2", "val", "eval", 0, make_traj(sid, "a", 0.0, sample=1)),
+            ("3", "val", "eval", 0, make_traj(sid, "b", 0.5)),
+            ("4", "val", "eval", 0, make_traj(sid, "c", None, error="crash")),  # no reward counts 0
+            ("5", "test", "eval", 0, make_traj(sid, "a", 0.25)),
+            ("6", "val", "train", 0, make_traj(sid, "a", 1.0)),
+        ]
+    )
     assert archive.score(sid, "val") == pytest.approx((1.5 / 4, 4))
     assert archive.score(sid, "val", "train") == (1.0, 1)
     assert archive.score(sid, "nope") is None
@@ -272,10 +314,16 @@ def test_scores(archive):
 def test_usage_counts_and_cache(tmp_path):
     with Archive(tmp_path / "r") as a:
         assert a.usage() == {"rollouts": 0, "tokens": 0, "cost": 0.0, "calls": 0}
-        a.add_trajectories([(f"k{i}", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5, big=True)) for i in range(3)])
+        a.add_trajectories(
+            [(f"k{i}", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5, big=True)) for i in range(3)]
+        )
         assert a.usage() == {"rollouts": 3, "tokens": 300, "cost": 1.5, "calls": 3}  # one LLMCall step each
-        a.add_trajectories([("k0", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5)),
-                            ("k9", "val", "eval", 0, make_traj("s", tokens=1, cost=0.25))])
+        a.add_trajectories(
+            [
+                ("k0", "val", "eval", 0, make_traj("s", tokens=100, cost=0.5)),
+                ("k9", "val", "eval", 0, make_traj("s", tokens=1, cost=0.25)),
+            ]
+        )
         assert a.usage() == {"rollouts": 4, "tokens": 301, "cost": 1.75, "calls": 3}
         with Archive(tmp_path / "r") as other:  # another connection writes: the cache notices
             other.add_trajectories([("o", "val", "eval", 0, make_traj("s", tokens=9, cost=0.0, big=True))])
@@ -294,8 +342,11 @@ def test_usage_counts_and_cache(tmp_path):
         assert a.usage(test=False) == {"rollouts": 5, "tokens": 310, "cost": 1.75, "calls": 4}
         assert a.usage()["rollouts"] == 6
         assert a.max_calls() == 1
-        assert a.rollout_metrics("s", "val") == {"cost": pytest.approx(1.75 / 5), "calls": pytest.approx(4 / 5),
-                                                 "latency": 0.0}
+        assert a.rollout_metrics("s", "val") == {
+            "cost": pytest.approx(1.75 / 5),
+            "calls": pytest.approx(4 / 5),
+            "latency": 0.0,
+        }
         assert a.rollout_metrics("nobody", "val") == {}
 
 
@@ -325,8 +376,13 @@ def test_append_only(archive):
     archive.add_trajectories([("k", "val", "eval", 0, make_traj(sid))])
     archive.set_current(sid)
     c = sqlite3.connect(archive.path)
-    for stmt in ("UPDATE trajectories SET score = 1", "DELETE FROM trajectories", "DELETE FROM systems",
-                 "UPDATE pointer SET reason = 'x'", "DELETE FROM trajectory_data"):
+    for stmt in (
+        "UPDATE trajectories SET score = 1",
+        "DELETE FROM trajectories",
+        "DELETE FROM systems",
+        "UPDATE pointer SET reason = 'x'",
+        "DELETE FROM trajectory_data",
+    ):
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             c.execute(stmt)
     c.close()
@@ -405,8 +461,11 @@ def test_export_with_artifacts(archive, tmp_path):
     tool = archive.artifacts.put_bytes(b"def f(): return 1\n", "tool_code")
     base = make_system()
     i0 = archive.add_system(base)
-    s1 = System(models={"policy": ModelSpec(backend="local", name="tiny", adapter=adapter)}, prompts={"instruction": "x"},
-                tools={"f": {"code": tool.model_dump(mode="json"), "doc": "f"}})
+    s1 = System(
+        models={"policy": ModelSpec(backend="local", name="tiny", adapter=adapter)},
+        prompts={"instruction": "x"},
+        tools={"f": {"code": tool.model_dump(mode="json"), "doc": "f"}},
+    )
     i1 = archive.add_system(s1, parents=[i0], operator="sft", generation=1)
     archive.add_trajectories([("k", "val", "eval", 1, make_traj(i1, score=0.75))])
     archive.set_current(i1)
@@ -441,8 +500,11 @@ def test_export_missing_artifact_leaves_nothing(archive, tmp_path):
 
 
 def test_find_artifact_refs():
-    v = {"a": {"sha256": "x", "kind": "k", "size": 3}, "b": [{"sha256": "y", "kind": "k2"}, {"sha256": "x", "kind": "k"}],
-         "c": {"sha256": "z"}}
+    v = {
+        "a": {"sha256": "x", "kind": "k", "size": 3},
+        "b": [{"sha256": "y", "kind": "k2"}, {"sha256": "x", "kind": "k"}],
+        "c": {"sha256": "z"},
+    }
     assert [(r.sha256, r.kind, r.size) for r in find_artifact_refs(v)] == [("x", "k", 3), ("y", "k2", 0)]
 
 
@@ -460,7 +522,9 @@ def test_diff():
     assert d[3] == ("prompts.instruction", "one\ntwo", "one\nthree")
     assert d[4] == ("prompts.extra", None, "new")
     assert diff(a, a) == []
-    c = b.replace(models={"policy": ModelSpec(backend="scripted", name="x", adapter={"sha256": "def", "kind": "adapter"})})
+    c = b.replace(
+        models={"policy": ModelSpec(backend="scripted", name="x", adapter={"sha256": "def", "kind": "adapter"})}
+    )
     assert diff(b, c) == [("models.policy.adapter.sha256", "abc", "def")]
 
 
@@ -512,9 +576,12 @@ def test_sigkill_leaves_whole_transactions(tmp_path):
         assert c.execute("SELECT COUNT(*) - COUNT(DISTINCT key) FROM trajectories").fetchone()[0] == 0
         n_traj = c.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0]
         assert c.execute("SELECT COUNT(*) FROM trajectory_data").fetchone()[0] == n_traj
-        assert c.execute(
-            "SELECT COUNT(*) FROM trajectories t LEFT JOIN trajectory_data d USING (seq) WHERE d.seq IS NULL"
-        ).fetchone()[0] == 0
+        assert (
+            c.execute(
+                "SELECT COUNT(*) FROM trajectories t LEFT JOIN trajectory_data d USING (seq) WHERE d.seq IS NULL"
+            ).fetchone()[0]
+            == 0
+        )
         c.close()
         with Archive(run, create=False) as a:
             # each batch is one transaction: its system, state and event are all there or none

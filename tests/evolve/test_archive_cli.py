@@ -29,13 +29,33 @@ def run(tmp_path) -> dict:
         rows = []
         for sid, val, test in ((i0, 0.25, 0.2), (i1, 0.75, 0.7), (i2, 0.5, None)):
             for t in range(4):
-                rows.append((f"{sid}-v{t}", "val", "eval", 0,
-                             Trajectory(task_id=f"task{t}", system_id=sid, output="x",
-                                        reward=Reward(score=val, feedback=f"feedback for task{t} [red]not markup[/red]"))))
+                rows.append(
+                    (
+                        f"{sid}-v{t}",
+                        "val",
+                        "eval",
+                        0,
+                        Trajectory(
+                            task_id=f"task{t}",
+                            system_id=sid,
+                            output="x",
+                            reward=Reward(score=val, feedback=f"feedback for task{t} [red]not markup[/red]"),
+                        ),
+                    )
+                )
                 if test is not None:
-                    rows.append((f"{sid}-t{t}", "test", "eval", 0,
-                                 Trajectory(task_id=f"task{t}", system_id=sid, reward=Reward(score=test))))
-        rows.append((f"{i2}-crash", "val", "rollout", 2, Trajectory(task_id="task9", system_id=i2, error="agent timed out")))
+                    rows.append(
+                        (
+                            f"{sid}-t{t}",
+                            "test",
+                            "eval",
+                            0,
+                            Trajectory(task_id=f"task{t}", system_id=sid, reward=Reward(score=test)),
+                        )
+                    )
+        rows.append(
+            (f"{i2}-crash", "val", "rollout", 2, Trajectory(task_id="task9", system_id=i2, error="agent timed out"))
+        )
         a.add_trajectories(rows)
         a.set_current(i0, "init")
         a.set_current(i2)

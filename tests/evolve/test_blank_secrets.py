@@ -28,8 +28,14 @@ def run(tmp_path_factory) -> Path:
 
 
 def _evolve(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evolve", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "evolve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
@@ -37,10 +43,16 @@ def _evolve(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_each_server_refuses_a_blank_secret(run, host, blank):
     cases = [
         (_evolve("serve", str(run), "--host", host, "--port", "0", "--api-key", blank), "is blank"),
-        (_evolve("gateway", "--upstream", "openai/x", "--host", host, "--port", "0", "--api-key-env", "KEY",
-                 KEY=blank), "api_key_env"),
-        (_evolve("ui", str(run), "--host", host, "--port", "0", "--token-env", "TOKEN", TOKEN=blank),
-         "--token-env TOKEN"),
+        (
+            _evolve(
+                "gateway", "--upstream", "openai/x", "--host", host, "--port", "0", "--api-key-env", "KEY", KEY=blank
+            ),
+            "api_key_env",
+        ),
+        (
+            _evolve("ui", str(run), "--host", host, "--port", "0", "--token-env", "TOKEN", TOKEN=blank),
+            "--token-env TOKEN",
+        ),
     ]
     for r, says in cases:
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (r.args, r.stderr)

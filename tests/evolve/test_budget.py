@@ -34,7 +34,10 @@ operator_registry.register("unestimated", Unestimated)
 
 def level_task(**over) -> dict:
     task = {
-        "name": "levels", "seed": 0, "agent": "tests.helpers.agents:level_agent", "reward": "tests.helpers.agents:level_reward",
+        "name": "levels",
+        "seed": 0,
+        "agent": "tests.helpers.agents:level_agent",
+        "reward": "tests.helpers.agents:level_reward",
         "models": {"policy": {"backend": "scripted", "name": "echo", "params": {"echo": True, "cost_per_call": 0.001}}},
         "prompts": {"level": "0"},
         "dataset": {"source": "tests.helpers.agents:level_dataset"},
@@ -54,8 +57,9 @@ def level_task(**over) -> dict:
 
 def calls_outside_test(run_dir) -> int:
     with Archive(run_dir, create=False) as a:
-        return sum(isinstance(step, LLMCall) for r in a.trajectory_rows() if r.split != "test"
-                   for step in r.trajectory.steps)
+        return sum(
+            isinstance(step, LLMCall) for r in a.trajectory_rows() if r.split != "test" for step in r.trajectory.steps
+        )
 
 
 def test_dry_run_counts_exactly_what_the_run_then_spends(tmp_path, monkeypatch):
@@ -121,22 +125,29 @@ def test_the_final_test_scoring_never_counts_against_a_resumed_runs_budget(tmp_p
 def test_call_budget_with_several_calls_per_rollout(tmp_path):
     # unset calls_per_rollout: the first batch assumes 1 call, later ones the most seen (2): never over by more
     # than the first batch's surprise, and here the first batch (6 rollouts, 12 calls) fits
-    report = evolve.run(level_task(agent="tests.helpers.agents:level_agent_two_calls", budget={"generations": 3, "calls": 41}),
-                        out=tmp_path / "a")
+    report = evolve.run(
+        level_task(agent="tests.helpers.agents:level_agent_two_calls", budget={"generations": 3, "calls": 41}),
+        out=tmp_path / "a",
+    )
     assert "call budget of 41" in report["stop_reason"]
     assert report["budget_used_by_run"]["calls"] == 40
     # declared: only the rollouts that fit start, even in the first batch (5 calls: 2 rollouts)
-    report = evolve.run(level_task(agent="tests.helpers.agents:level_agent_two_calls",
-                                   budget={"generations": 1, "calls": 5, "calls_per_rollout": 2}), out=tmp_path / "b")
+    report = evolve.run(
+        level_task(
+            agent="tests.helpers.agents:level_agent_two_calls",
+            budget={"generations": 1, "calls": 5, "calls_per_rollout": 2},
+        ),
+        out=tmp_path / "b",
+    )
     assert report["budget_used_by_run"]["calls"] == 4 and "call budget of 5" in report["stop_reason"]
 
 
 def test_dry_run_without_declared_estimates_reprices_and_caps(tmp_path):
-    task = level_task(operators=[{"name": "scripted", "params": {"component": "level", "choices": ["1", "2", "3"],
-                                                                "children": 2}}],
-                      budget={"generations": 3, "usd": 0.05, "calls_per_rollout": 2},
-                      models={"policy": {"backend": "scripted", "name": "echo",
-                                         "params": {"echo": True, "cost_per_call": 0.001}}})
+    task = level_task(
+        operators=[{"name": "scripted", "params": {"component": "level", "choices": ["1", "2", "3"], "children": 2}}],
+        budget={"generations": 3, "usd": 0.05, "calls_per_rollout": 2},
+        models={"policy": {"backend": "scripted", "name": "echo", "params": {"echo": True, "cost_per_call": 0.001}}},
+    )
     est = evolve.dry_run(task)
     assert est["calls_per_rollout_source"] == "budget.calls_per_rollout"
     assert [r["calls"] for r in est["phases"]] == [2 * r["rollouts"] for r in est["phases"]]
@@ -149,8 +160,10 @@ def test_dry_run_without_declared_estimates_reprices_and_caps(tmp_path):
 
 def test_dry_run_prices_litellm_models_from_the_local_cost_map():
     pytest.importorskip("litellm")
-    task = level_task(models={"policy": {"backend": "litellm", "name": "openai/gpt-4o-mini",
-                                         "params": {"max_tokens": 100}}}, prompts={"level": "x" * 400})
+    task = level_task(
+        models={"policy": {"backend": "litellm", "name": "openai/gpt-4o-mini", "params": {"max_tokens": 100}}},
+        prompts={"level": "x" * 400},
+    )
     est = evolve.dry_run(task)
     p = est["pricing"]
     assert (p["prompt_tokens"], p["completion_tokens"]) == (100, 100)
@@ -183,8 +196,12 @@ def test_a_v1_archive_is_migrated_with_its_call_counts(tmp_path):
     filled from the stored JSON, and stays append-only."""
     run = tmp_path / "r"
     with Archive(run) as a:
-        a.add_trajectories([("big", "val", "eval", 0, make_traj("s", big=True).model_copy(update={"duration": 2.5})),
-                            ("small", "val", "eval", 0, make_traj("s"))])
+        a.add_trajectories(
+            [
+                ("big", "val", "eval", 0, make_traj("s", big=True).model_copy(update={"duration": 2.5})),
+                ("small", "val", "eval", 0, make_traj("s")),
+            ]
+        )
     c = sqlite3.connect(run / "archive.sqlite")  # rebuild it as schema v1 wrote it
     c.executescript("""
         DROP TRIGGER trajectories_no_update; DROP TRIGGER trajectories_no_delete;
@@ -198,7 +215,7 @@ def test_a_v1_archive_is_migrated_with_its_call_counts(tmp_path):
         a.add_trajectories([("more", "val", "eval", 0, make_traj("s", big=True))])
         assert a.usage()["calls"] == 2
     c = sqlite3.connect(run / "archive.sqlite")
-    assert [v for v, in c.execute("SELECT version FROM schema_version ORDER BY version")] == [1, SCHEMA_VERSION]
+    assert [v for (v,) in c.execute("SELECT version FROM schema_version ORDER BY version")] == [1, SCHEMA_VERSION]
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         c.execute("UPDATE trajectories SET calls = 9")
     c.close()
@@ -222,10 +239,16 @@ def test_operator_model_calls_count_against_the_budget(tmp_path):
     from tests.prompts.test_prompts import feedback_reward
 
     task = yaml.safe_load((DATA / "toy.yaml").read_text())
-    reflector = {"backend": "scripted", "name": "reflector",
-                 "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "no idea"}}}
-    task.update(operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3}}],
-                budget={"generations": 1}, engine={"minibatch": 6})
+    reflector = {
+        "backend": "scripted",
+        "name": "reflector",
+        "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "no idea"}},
+    }
+    task.update(
+        operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3}}],
+        budget={"generations": 1},
+        engine={"minibatch": 6},
+    )
     task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
     est = evolve.dry_run(task, base_dir=DATA)
     assert est["phases"][1]["op_calls"] == 1
@@ -243,10 +266,16 @@ def test_a_call_budget_stops_operator_calls_before_they_are_made(tmp_path):
     from tests.prompts.test_prompts import feedback_reward
 
     task = yaml.safe_load((DATA / "toy.yaml").read_text())
-    reflector = {"backend": "scripted", "name": "reflector",
-                 "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "```\nelse\n```"}}}
-    task.update(operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3, "children": 4}}],
-                engine={"minibatch": 6}, budget={"generations": 1, "calls": 13})
+    reflector = {
+        "backend": "scripted",
+        "name": "reflector",
+        "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "```\nelse\n```"}},
+    }
+    task.update(
+        operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3, "children": 4}}],
+        engine={"minibatch": 6},
+        budget={"generations": 1, "calls": 13},
+    )
     task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
     report = evolve.run(task, out=tmp_path / "r", reward=feedback_reward, base_dir=DATA)
     assert report["stop_reason"].startswith("call budget of 13 LLM calls spent")

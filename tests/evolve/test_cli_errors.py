@@ -19,8 +19,9 @@ DATA = Path(__file__).parents[1] / "data"
 
 
 def cli(*args, cwd, timeout=300, **kw):
-    return subprocess.run([sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw
+    )
 
 
 def test_every_entry_point_given_bad_input_answers_without_a_traceback():
@@ -44,8 +45,9 @@ def test_version_help_python_m_and_completion(tmp_path):
     r = cli(cwd=tmp_path)  # bare: the help, as a usage error
     assert r.returncode == 2 and "Usage" in r.stdout + r.stderr and "Traceback" not in r.stderr
     env = {**os.environ, "_EVOLVE_COMPLETE": "complete_bash", "COMP_WORDS": "evolve ru", "COMP_CWORD": "1"}
-    r = subprocess.run([sys.executable, "-m", "evolve"], env=env, capture_output=True, text=True, timeout=60,
-                       cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert r.returncode == 0 and r.stdout.split() == ["run"]
 
 
@@ -61,10 +63,15 @@ def test_ctrl_c_exits_130_and_prints_the_command_that_resumes(tmp_path):
     task = _toy(tmp_path)
     out = tmp_path / "run"
     sets = ["--set", "models.policy.params.delay=0.2", "--set", "budget.generations=1"]  # seconds, not a blink
-    p = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--out", str(out), *sets],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         # a terminal's foreground job: Ctrl-C is delivered, whatever an earlier test left ignored
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "evolve", "run", str(task), "--out", str(out), *sets],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a terminal's foreground job: Ctrl-C is delivered, whatever an earlier test left ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not stored_rollouts(out):  # interrupted once some work is done
         time.sleep(0.05)
@@ -99,7 +106,8 @@ def test_a_start_that_failed_after_the_archive_was_made_is_replaced_by_the_next(
         "from evolve.errors import UserError\nfrom evolve.worlds.toy import agent as _agent\n\n"
         "def agent(task, ctx):\n    return _agent(task, ctx)\n\n"
         "def _prompts(workflow, base_dir):\n    raise UserError('the program file is broken')\n\n"
-        "agent.initial_prompts = _prompts\n")
+        "agent.initial_prompts = _prompts\n"
+    )
     task = _toy(tmp_path, agent="hooked:agent", prompts={})
     r = cli("run", str(task), "--out", "run", cwd=tmp_path)
     assert r.returncode == 2 and "the program file is broken" in r.stderr and (tmp_path / "run").exists()
@@ -123,9 +131,12 @@ def test_a_changed_task_file_says_what_changed_and_fresh_starts_over_without_del
     assert r.returncode == 2 and "holds the working directory" in r.stderr
 
 
-@pytest.mark.parametrize("host_args, needle", [
-    (["--port", "99999"], "Invalid value for '--port'"),
-])
+@pytest.mark.parametrize(
+    "host_args, needle",
+    [
+        (["--port", "99999"], "Invalid value for '--port'"),
+    ],
+)
 def test_serve_port_problems_are_one_line(tmp_path, host_args, needle):
     r = cli("serve", str(tmp_path), *host_args, cwd=tmp_path)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr

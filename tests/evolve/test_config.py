@@ -26,8 +26,10 @@ def test_valid_file_loads_with_defaults():
 
 
 def test_set_overrides_any_field():
-    cfg = validate_task(BASE, ["budget.generations=1", "operators.0.params.children=2", "seed=7",
-                               "models.policy.params.temperature=0.5"])
+    cfg = validate_task(
+        BASE,
+        ["budget.generations=1", "operators.0.params.children=2", "seed=7", "models.policy.params.temperature=0.5"],
+    )
     assert cfg.budget.generations == 1 and cfg.operators[0].params["children"] == 2 and cfg.seed == 7
     assert cfg.models["policy"].params["temperature"] == 0.5
 
@@ -68,26 +70,44 @@ def test_missing_required_and_cross_field():
 
 
 def test_pointer_options_with_the_char_tokenizer_are_refused_not_ignored():
-    cold = ["models.policy.backend=local", "models.policy.params={}", "models.policy.cold_start.demos=evolve.worlds.sql:demos"]
+    cold = [
+        "models.policy.backend=local",
+        "models.policy.params={}",
+        "models.policy.cold_start.demos=evolve.worlds.sql:demos",
+    ]
     ok = validate_task(BASE, cold + ["models.policy.cold_start.pointer_words=evolve.worlds.sql:name_words"])
     assert ok.models["policy"].cold_start.pointer_words == "evolve.worlds.sql:name_words"
-    msg = _err(BASE, cold + ["models.policy.cold_start.tokenizer=char",
-                             "models.policy.cold_start.pointer_words=evolve.worlds.sql:name_words"])
+    msg = _err(
+        BASE,
+        cold
+        + [
+            "models.policy.cold_start.tokenizer=char",
+            "models.policy.cold_start.pointer_words=evolve.worlds.sql:name_words",
+        ],
+    )
     assert "models.policy.cold_start" in msg and "pointer_words applies only with tokenizer: pointer" in msg
-    assert "keep_share" in _err(BASE, cold + ["models.policy.cold_start.tokenizer=char",
-                                              "models.policy.cold_start.keep_share=0.1"])
+    assert "keep_share" in _err(
+        BASE, cold + ["models.policy.cold_start.tokenizer=char", "models.policy.cold_start.keep_share=0.1"]
+    )
     assert validate_task(BASE, cold + ["models.policy.cold_start.tokenizer=char"]).models["policy"].cold_start
 
 
 def test_workflow_graph_is_validated_at_load():
-    graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "lmm", "params": {"prompt": "{a}"}},
-                                       {"id": "answer", "type": "answer", "params": {"key": "text"}}],
-             "edges": [{"src": "ask", "dst": "answer"}]}
+    graph = {
+        "entry": "ask",
+        "nodes": [
+            {"id": "ask", "type": "lmm", "params": {"prompt": "{a}"}},
+            {"id": "answer", "type": "answer", "params": {"key": "text"}},
+        ],
+        "edges": [{"src": "ask", "dst": "answer"}],
+    }
     data = {**BASE, "agent": "evolve.topology:agent", "workflow": {"graph": graph}}
     msg = _err(data)  # a typo would fail every rollout, and the run would "succeed" with score 0
     assert "t.yaml: workflow.graph: invalid workflow graph" in msg and "did you mean 'llm'" in msg
     assert "workflow.graph" in _err(data, ["workflow.graph.entry=nowhere"])
-    assert "workflow.graph: invalid workflow graph:\n  - nodes: Field required" in _err(data, ["workflow.graph={entry: a}"])
+    assert "workflow.graph: invalid workflow graph:\n  - nodes: Field required" in _err(
+        data, ["workflow.graph={entry: a}"]
+    )
     assert "workflow.graph: " in _err(data, ["workflow.graph=[1]"])
     graph["nodes"][0]["type"] = "llm"
     assert validate_task(data).workflow["graph"] == graph
@@ -95,15 +115,27 @@ def test_workflow_graph_is_validated_at_load():
 
 def test_topology_palette_is_checked_at_load():
     def topology(palette):
-        return {**BASE, "operators": [{"name": "scripted", "params": {"choices": ["a"]}},
-                                      {"name": "topology", "params": {"palette": palette}}]}
+        return {
+            **BASE,
+            "operators": [
+                {"name": "scripted", "params": {"choices": ["a"]}},
+                {"name": "topology", "params": {"palette": palette}},
+            ],
+        }
 
     assert "operators.1.params.palette" in _err(topology([{"name": "r", "kind": "loop"}]))  # malformed
     msg = _err(topology([{"name": "c", "kind": "step", "type": "chek", "params": {"expr": "ok"}}]))
     assert "t.yaml: operators.1.params.palette: " in msg and "'chek' does not exist" in msg  # no such node type
-    msg = _err(topology([{"name": "v", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"},
-                          "grid": {"n": [3, 64]}}]))
-    assert "operators.1.params.palette" in msg and "v: params" in msg and "n: Input should be less than or equal to 32" in msg
+    msg = _err(
+        topology(
+            [{"name": "v", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [3, 64]}}]
+        )
+    )
+    assert (
+        "operators.1.params.palette" in msg
+        and "v: params" in msg
+        and "n: Input should be less than or equal to 32" in msg
+    )
     validate_task(topology("evolve.worlds.sql.workflow:PALETTE"))  # an import path
 
 
@@ -121,17 +153,21 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "evolve.cli.commands", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "evolve.cli.commands", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize("mutate, needle", [
-    (lambda d: d.update(reward="evolve.worlds.toy:rewrd"), "has no 'rewrd'"),
-    (lambda d: d.update(agent="no_such_module:agent"), "cannot import module 'no_such_module'"),
-    (lambda d: d.update(dataset={"train": "missing.jsonl", "val": "missing.jsonl"}), "does not exist"),
-    (lambda d: d["budget"].update(generatons=1), "did you mean 'generations'"),
-    (lambda d: d.update(operators=[{"name": "sar"}]), "unknown operator 'sar'"),
-])
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda d: d.update(reward="evolve.worlds.toy:rewrd"), "has no 'rewrd'"),
+        (lambda d: d.update(agent="no_such_module:agent"), "cannot import module 'no_such_module'"),
+        (lambda d: d.update(dataset={"train": "missing.jsonl", "val": "missing.jsonl"}), "does not exist"),
+        (lambda d: d["budget"].update(generatons=1), "did you mean 'generations'"),
+        (lambda d: d.update(operators=[{"name": "sar"}]), "unknown operator 'sar'"),
+    ],
+)
 def test_cli_user_errors_exit_2_without_traceback(tmp_path, mutate, needle):
     data = yaml.safe_load((DATA / "toy.yaml").read_text())
     mutate(data)
@@ -153,12 +189,20 @@ def test_cli_unreadable_dataset(tmp_path):
     assert r.returncode == 2 and "train.jsonl:2: not valid JSON" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("lines, said", [
-    ('{"a": 1}\n{"a": 2, "id": "train-1"}\n', "train.jsonl:2: task id 'train-1' (given there) is already the id of "
-                                              "line 1 (assigned"),
-    ('{"a": 1, "id": "train-2"}\n{"a": 2}\n', "train.jsonl:2: task id 'train-2' (assigned"),
-    ('{"id": "x"}\n{"id": "y"}\n{"id": "x"}\n', "train.jsonl:3: task id 'x' (given there) is already the id of line 1"),
-])
+@pytest.mark.parametrize(
+    "lines, said",
+    [
+        (
+            '{"a": 1}\n{"a": 2, "id": "train-1"}\n',
+            "train.jsonl:2: task id 'train-1' (given there) is already the id of line 1 (assigned",
+        ),
+        ('{"a": 1, "id": "train-2"}\n{"a": 2}\n', "train.jsonl:2: task id 'train-2' (assigned"),
+        (
+            '{"id": "x"}\n{"id": "y"}\n{"id": "x"}\n',
+            "train.jsonl:3: task id 'x' (given there) is already the id of line 1",
+        ),
+    ],
+)
 def test_a_jsonl_id_that_collides_is_named_with_its_file_and_line(tmp_path, lines, said):
     data = yaml.safe_load((DATA / "toy.yaml").read_text())
     (tmp_path / "train.jsonl").write_text(lines)

@@ -17,8 +17,9 @@ from evolve.task.config import CurriculumConfig
 from evolve.task.taskfile import validate_task
 
 SMOKE = Path(__file__).parents[2] / "examples" / "reasoning_gym" / "smoke.yaml"
-ANSWER = ("Solve the problem. End your reply with one line that gives the final answer alone, written as: "
-          "Answer: <answer>")
+ANSWER = (
+    "Solve the problem. End your reply with one line that gives the final answer alone, written as: Answer: <answer>"
+)
 SEEN: list[dict] = []  # what the recording operator was given, per call
 
 
@@ -56,8 +57,12 @@ def test_the_band_rule_moves_up_on_success_down_on_failure_and_holds_in_between(
 
 def test_the_mix_shifts_toward_groups_in_the_band_and_a_move_restores_full_weight():
     cfg = CurriculumConfig(off_band=0.25, min_samples=4)
-    train = [{"id": f"{g}{lv}{i}", "generator": g, "level": lv, "x": 0}
-             for g in ("a", "b", "c") for lv in (0, 1) for i in range(5)]
+    train = [
+        {"id": f"{g}{lv}{i}", "generator": g, "level": lv, "x": 0}
+        for g in ("a", "b", "c")
+        for lv in (0, 1)
+        for i in range(5)
+    ]
     groups = Groups.of(train, cfg)
     start = decide(cfg, groups, None, {}, 1)
     assert start["levels"] == {"a": 0, "b": 0, "c": 0} and start["mix"] == pytest.approx(dict.fromkeys("abc", 1 / 3))
@@ -79,14 +84,19 @@ def test_difficulty_follows_the_agents_success_up_and_down_in_a_run(tmp_path):
     assert rows == [(0, "start"), (1, "up"), (2, "up"), (1, "down"), (2, "up")]
     spell = [d["levels"]["spell_backward"] for d in decisions(tmp_path / "r")]
     assert spell == [0, 1, 2, 1, 2]
-    assert [g["levels"] for g in report["curriculum"]["generations"]] == [d["levels"] for d in decisions(tmp_path / "r")]
+    assert [g["levels"] for g in report["curriculum"]["generations"]] == [
+        d["levels"] for d in decisions(tmp_path / "r")
+    ]
 
 
 def test_the_mix_moves_to_the_generator_in_the_band_in_a_run(tmp_path):
-    gens = [{"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 3, "max_digits": 2}},  # always solved
-            {"name": "spell_backward", "config": {"min_word_len": 5, "max_word_len": 8}}]  # about half solved
-    report = evolve.run(task(dataset__params__generators=gens, engine__minibatch=24, budget__generations=3),
-                        out=tmp_path / "r")
+    gens = [
+        {"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 3, "max_digits": 2}},  # always solved
+        {"name": "spell_backward", "config": {"min_word_len": 5, "max_word_len": 8}},
+    ]  # about half solved
+    report = evolve.run(
+        task(dataset__params__generators=gens, engine__minibatch=24, budget__generations=3), out=tmp_path / "r"
+    )
     ds = decisions(tmp_path / "r")
     assert ds[1]["moves"] == {"chain_sum": "mastered", "spell_backward": "in band"}
     assert ds[1]["mix"]["spell_backward"] == pytest.approx(0.8)
@@ -129,20 +139,25 @@ class Recorder:
 
 def test_operators_train_at_the_chosen_levels_and_val_and_test_never_change(tmp_path):
     SEEN.clear()
-    with_c = evolve.run(task(operators=[{"name": "tests.evolve.test_curriculum:Recorder"}], budget__generations=3),
-                        out=tmp_path / "with")
+    with_c = evolve.run(
+        task(operators=[{"name": "tests.evolve.test_curriculum:Recorder"}], budget__generations=3),
+        out=tmp_path / "with",
+    )
     ds = decisions(tmp_path / "with")
     for seen in SEEN:
         levels = ds[seen["generation"] - 1]["levels"]
-        assert seen["train"] and all(t["split"] == "train" and t["level"] == levels[t["generator"]]
-                                     for t in seen["train"])
+        assert seen["train"] and all(
+            t["split"] == "train" and t["level"] == levels[t["generator"]] for t in seen["train"]
+        )
     assert {s["generation"]: {t["level"] for t in s["train"]} for s in SEEN} == {1: {0}, 2: {1}, 3: {2}}
     without = task(operators=[{"name": "tests.evolve.test_curriculum:Recorder"}], budget__generations=3)
     without["engine"].pop("curriculum")
     plain = evolve.run(without, out=tmp_path / "without")
     for split in ("val", "test"):
         a, b = Archive(tmp_path / "with", create=False), Archive(tmp_path / "without", create=False)
-        assert a.task_scores(with_c["baseline"]["system_id"], split) == b.task_scores(plain["baseline"]["system_id"], split)
+        assert a.task_scores(with_c["baseline"]["system_id"], split) == b.task_scores(
+            plain["baseline"]["system_id"], split
+        )
         assert with_c["baseline"][split] == plain["baseline"][split]
     # without a curriculum the operators see the whole training split
     assert {t["level"] for t in SEEN[-1]["train"]} == {0, 1, 2}
@@ -178,8 +193,15 @@ class Sampler:
 @pytest.mark.parametrize("evidence", ["minibatch", "all"])
 def test_with_evidence_all_the_operators_samples_count_beside_the_minibatch(tmp_path, evidence):
     ops = [{"name": "tests.evolve.test_curriculum:Sampler"}]
-    evolve.run(task(operators=ops, engine__minibatch=2, budget__generations=2,
-                    engine__curriculum={"min_samples": 4, "evidence": evidence}), out=tmp_path / "r")
+    evolve.run(
+        task(
+            operators=ops,
+            engine__minibatch=2,
+            budget__generations=2,
+            engine__curriculum={"min_samples": 4, "evidence": evidence},
+        ),
+        out=tmp_path / "r",
+    )
     first, second = decisions(tmp_path / "r")[:2]
     archive = Archive(tmp_path / "r", create=False)
     sampled = archive.outcomes(system_ids=first["parents"], generations=[1], explore=True)

@@ -60,8 +60,9 @@ def _serve(gw, run, rates: dict[str, float], n: int, seed: int = 0, until_decide
     served = []
     for i in range(n):
         sid = f"user-{seed}-{i}"
-        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "how many?"}],
-                                           extra_headers={"X-Evolve-Session": sid})
+        r = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "how many?"}], extra_headers={"X-Evolve-Session": sid}
+        )
         served.append(r.system_fingerprint)
         score = float(rng.random() < rates[r.system_fingerprint])
         assert post(f"{gw.url}/feedback", {"session_id": sid, "score": score})[0] == 201
@@ -75,9 +76,18 @@ def _gateway(run, tmp_path, up):
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import GatewayConfig
 
-    cfg = GatewayConfig.model_validate({"port": 0, "store": tmp_path / "traces", "routes": [
-        {"upstream": {"model": "openai/*", "api_base": up.url}, "evolve": {
-            "run": run, "poll": 0.05, "apply": [{"component": "skill", "how": "prepend"}]}}]})
+    cfg = GatewayConfig.model_validate(
+        {
+            "port": 0,
+            "store": tmp_path / "traces",
+            "routes": [
+                {
+                    "upstream": {"model": "openai/*", "api_base": up.url},
+                    "evolve": {"run": run, "poll": 0.05, "apply": [{"component": "skill", "how": "prepend"}]},
+                }
+            ],
+        }
+    )
     return GatewayServer(cfg)
 
 
@@ -110,8 +120,9 @@ def test_a_candidate_that_passed_the_gates_but_is_worse_live_is_stopped_and_roll
 
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
         pinned = next(f"user-0-{i}" for i, s in enumerate(served) if s == sly)
-        again = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "and now?"}],
-                                               extra_headers={"X-Evolve-Session": pinned})
+        again = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "and now?"}], extra_headers={"X-Evolve-Session": pinned}
+        )
     with Archive(run, create=False) as a:
         dep = Deployment(a)
         assert a.current() == base and dep.state(sly) == "rolled_back" and sly in dep.blocked()
@@ -138,8 +149,9 @@ def _call(gw, sid: str) -> str:
     import openai
 
     client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "how many?"}],
-                                       extra_headers={"X-Evolve-Session": sid})
+    r = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "how many?"}], extra_headers={"X-Evolve-Session": sid}
+    )
     return r.system_fingerprint
 
 

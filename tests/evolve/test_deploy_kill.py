@@ -41,8 +41,13 @@ def test_kill_9_during_a_promotion_leaves_it_before_or_after(tmp_path):
     for trial in range(5):
         cand = _candidate(run, base, skill="8", delay="0.1", trial=str(trial))
         before = _consistent(run)
-        proc = subprocess.Popen([sys.executable, "-m", "evolve", "promote", str(task), str(run), "--system", cand],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evolve", "promote", str(task), str(run), "--system", cand],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         time.sleep(rng.uniform(1.0, 5.0))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -68,15 +73,27 @@ def test_kill_9_of_the_gateway_during_a_canary_keeps_one_decision_and_a_whole_tr
     assert promote(task, run, system=good)["state"] == "canary"
     rng = random.Random(1)
     with ScriptedUpstream() as up:
-        cfg = {"port": free_port(), "store": str(tmp_path / "traces"), "routes": [
-            {"upstream": {"model": "openai/*", "api_base": up.url},
-             "evolve": {"run": str(run), "poll": 0.05, "apply": [{"component": "skill", "how": "prepend"}]}}]}
+        cfg = {
+            "port": free_port(),
+            "store": str(tmp_path / "traces"),
+            "routes": [
+                {
+                    "upstream": {"model": "openai/*", "api_base": up.url},
+                    "evolve": {"run": str(run), "poll": 0.05, "apply": [{"component": "skill", "how": "prepend"}]},
+                }
+            ],
+        }
         (tmp_path / "gw.yaml").write_text(json.dumps(cfg))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         kills, n = 0, 0
         while kills < 6:
-            proc = subprocess.Popen([sys.executable, "-m", "evolve", "gateway", str(tmp_path / "gw.yaml")],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "evolve", "gateway", str(tmp_path / "gw.yaml")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
             try:
                 _wait_port(cfg["port"], proc)
                 stop = threading.Event()
@@ -87,12 +104,16 @@ def test_kill_9_of_the_gateway_during_a_canary_keeps_one_decision_and_a_whole_tr
                         n += 1
                         sid = f"u{k}-{n}"
                         try:
-                            st, r = post(f"http://127.0.0.1:{cfg['port']}/v1/chat/completions",
-                                         {"model": "m", "messages": [{"role": "user", "content": "q"}]},
-                                         {"x-evolve-session": sid})
+                            st, r = post(
+                                f"http://127.0.0.1:{cfg['port']}/v1/chat/completions",
+                                {"model": "m", "messages": [{"role": "user", "content": "q"}]},
+                                {"x-evolve-session": sid},
+                            )
                             rate = 0.95 if r.get("system_fingerprint") == good else 0.5
-                            post(f"http://127.0.0.1:{cfg['port']}/v1/feedback",
-                                 {"session_id": sid, "score": float(rng.random() < rate)})
+                            post(
+                                f"http://127.0.0.1:{cfg['port']}/v1/feedback",
+                                {"session_id": sid, "score": float(rng.random() < rate)},
+                            )
                         except OSError:
                             return
 

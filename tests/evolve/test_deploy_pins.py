@@ -19,19 +19,19 @@ from evolve.deploy import DeployError
 from evolve.deploy.manage import promote, status
 from tests.evolve.test_deploy import _candidate, _jsonl
 
-AGENT = '''
+AGENT = """
 def agent(task, ctx):
     return "right" if task["x"] % 10 < int(ctx.system.prompts.get("skill", "5")) else "wrong"
-'''
-GRADING = '''
+"""
+GRADING = """
 import deploy_tinypkg
 from evolve.types import canonical_json  # noqa: F401 - the toolkit, pinned by its version
 
 
 def grade(output):
     return deploy_tinypkg.ONE if output == "right" else 0.0
-'''
-REWARD = '''
+"""
+REWARD = """
 import json
 from pathlib import Path
 
@@ -47,7 +47,7 @@ def reward(task, output):
     if rules.exists():
         scale *= json.loads(rules.read_text())["scale"]
     return grade(output) * WEIGHT * scale
-'''
+"""
 MODULES = ("deploy_agent", "deploy_reward", "deploy_grading", "deploy_tinypkg", "deploy_editpkg")
 
 
@@ -75,16 +75,28 @@ def project(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     d = tmp_path / "task"
     d.mkdir()
-    for name, text in (("deploy_agent.py", AGENT), ("deploy_grading.py", GRADING), ("deploy_reward.py", REWARD),
-                       ("deploy_weights.json", '{"right": 1.0}'), ("deploy_table.json", '{"scale": 1.0}'),
-                       ("deploy_notes.txt", "how the graders were briefed\n")):
+    for name, text in (
+        ("deploy_agent.py", AGENT),
+        ("deploy_grading.py", GRADING),
+        ("deploy_reward.py", REWARD),
+        ("deploy_weights.json", '{"right": 1.0}'),
+        ("deploy_table.json", '{"scale": 1.0}'),
+        ("deploy_notes.txt", "how the graders were briefed\n"),
+    ):
         (d / name).write_text(text)
     rows = [{"id": f"n{i}", "x": i} for i in range(60)]
-    task = {"name": "pins", "seed": 0, "agent": "deploy_agent:agent", "reward": "deploy_reward:reward",
-            "models": {"policy": {"backend": "scripted", "name": "s"}}, "prompts": {"skill": "5"},
-            "dataset": {"train": _jsonl(d / "train.jsonl", rows[:20]), "val": _jsonl(d / "val.jsonl", rows[20:])},
-            "budget": {"generations": 0}, "runner": {"workers": 2},
-            "deploy": {"regression": {"tasks": "val", "min_tasks": 30}, "data_files": ["deploy_notes.txt"]}}
+    task = {
+        "name": "pins",
+        "seed": 0,
+        "agent": "deploy_agent:agent",
+        "reward": "deploy_reward:reward",
+        "models": {"policy": {"backend": "scripted", "name": "s"}},
+        "prompts": {"skill": "5"},
+        "dataset": {"train": _jsonl(d / "train.jsonl", rows[:20]), "val": _jsonl(d / "val.jsonl", rows[20:])},
+        "budget": {"generations": 0},
+        "runner": {"workers": 2},
+        "deploy": {"regression": {"tasks": "val", "min_tasks": 30}, "data_files": ["deploy_notes.txt"]},
+    }
     (d / "task.yaml").write_text(json.dumps(task))
     yield d, site
     for m in MODULES:
@@ -97,14 +109,20 @@ def _start(d: Path) -> tuple[Path, str]:
         return d / "run", a.current()
 
 
-@pytest.mark.parametrize("name, edit, whose", [
-    ("deploy_grading.py", GRADING.replace('if output == "right" else 0.0', "or 1.0"), "module deploy_grading, run "
-                                                                                      "by the reward"),
-    ("deploy_agent.py", AGENT.replace('"5"', '"9"'), "module deploy_agent, run by the agent"),
-    ("deploy_weights.json", '{"right": 2.0}', "read by the reward"),  # opened while the reward is imported
-    ("deploy_table.json", '{"scale": 9.0}', "read by the reward"),  # named in the reward's code
-    ("deploy_notes.txt", "anything goes\n", "read by the evaluation"),  # deploy.data_files
-])
+@pytest.mark.parametrize(
+    "name, edit, whose",
+    [
+        (
+            "deploy_grading.py",
+            GRADING.replace('if output == "right" else 0.0', "or 1.0"),
+            "module deploy_grading, run by the reward",
+        ),
+        ("deploy_agent.py", AGENT.replace('"5"', '"9"'), "module deploy_agent, run by the agent"),
+        ("deploy_weights.json", '{"right": 2.0}', "read by the reward"),  # opened while the reward is imported
+        ("deploy_table.json", '{"scale": 9.0}', "read by the reward"),  # named in the reward's code
+        ("deploy_notes.txt", "anything goes\n", "read by the evaluation"),  # deploy.data_files
+    ],
+)
 def test_a_change_to_what_the_evaluation_runs_is_refused_naming_the_file(project, name, edit, whose):
     d, _ = project
     run, base = _start(d)
@@ -112,8 +130,11 @@ def test_a_change_to_what_the_evaluation_runs_is_refused_naming_the_file(project
     (d / name).write_text(edit)
     for m in MODULES:
         sys.modules.pop(m, None)
-    with pytest.raises(DeployError, match=rf"the evaluation changed since it was pinned: {d / name} changed "
-                                          rf"\({whose}\).*--repin"):
+    with pytest.raises(
+        DeployError,
+        match=rf"the evaluation changed since it was pinned: {d / name} changed "
+        rf"\({whose}\).*--repin",
+    ):
         promote(d / "task.yaml", run, system=worse)
     with Archive(run, create=False) as a:
         assert a.current() == base
@@ -177,13 +198,19 @@ def test_a_file_a_gate_reads_refuses_until_a_person_accepts_it_by_a_command_that
     sha = hashlib.sha256(rules.read_bytes()).hexdigest()
     run, base = _start(d)
     good = _candidate(run, base, skill="8")
-    with pytest.raises(DeployError, match=rf"the evaluation read {rules} \(sha256 {sha}\), which the pins do not "
-                                          rf"hold; nothing was decided\..*--accept-read {rules}"):
+    with pytest.raises(
+        DeployError,
+        match=rf"the evaluation read {rules} \(sha256 {sha}\), which the pins do not "
+        rf"hold; nothing was decided\..*--accept-read {rules}",
+    ):
         promote(d / "task.yaml", run, system=good)
     scored = _gate_rollouts(run)
     for _ in range(2):  # never pinned on the second try: refused again, before anything is scored
-        with pytest.raises(DeployError, match=rf"the evaluation reads files no one has accepted yet: {rules} "
-                                              rf"\(sha256 {sha}\)"):
+        with pytest.raises(
+            DeployError,
+            match=rf"the evaluation reads files no one has accepted yet: {rules} "
+            rf"\(sha256 {sha}\)",
+        ):
             promote(d / "task.yaml", run, system=good)
     assert _gate_rollouts(run) == scored
     assert status(run)["unaccepted"] == {str(rules): sha}  # evolve status says what waits for a person
@@ -191,8 +218,11 @@ def test_a_file_a_gate_reads_refuses_until_a_person_accepts_it_by_a_command_that
     assert f"waiting for a person: the evaluation read {rules} (sha256 {sha})" in shown.output, shown.output
     with pytest.raises(DeployError, match="no one has accepted"):  # a re-pin does not accept it either
         promote(d / "task.yaml", run, system=good, repin=True)
-    res = CliRunner().invoke(app, ["promote", str(d / "task.yaml"), str(run), "--accept-read", str(rules),
-                                   "--by", "ana"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    res = CliRunner().invoke(
+        app,
+        ["promote", str(d / "task.yaml"), str(run), "--accept-read", str(rules), "--by", "ana"],
+        env={"COLUMNS": "400", "NO_COLOR": "1"},
+    )
     assert res.exit_code == 0, res.output
     assert f"{rules}\n  sha256 {sha}, 14 bytes" in res.output and '{"scale": 1.0}' in res.output
     assert "accepted by ana and pinned as they are now" in res.output
@@ -211,12 +241,18 @@ def test_accepting_a_file_is_refused_when_anything_else_changed_and_a_missing_fi
     run, base = _start(d)
     with pytest.raises(DeployError, match="read .*deploy_rules.json"):
         promote(d / "task.yaml", run, system=_candidate(run, base, skill="8"))
-    with pytest.raises(evolve.errors.UserError, match=rf"--accept-read nope.json: .*nope.json is not a file; name a "
-                                                      rf"file the refusal listed \({d / 'deploy_rules.json'}\)"):
+    with pytest.raises(
+        evolve.errors.UserError,
+        match=rf"--accept-read nope.json: .*nope.json is not a file; name a "
+        rf"file the refusal listed \({d / 'deploy_rules.json'}\)",
+    ):
         accept_reads(d / "task.yaml", run, ["nope.json"])
     (d / "deploy_weights.json").write_text('{"right": 5.0}')
-    with pytest.raises(DeployError, match=r"changed since it was pinned, besides the files to accept: .*"
-                                          r"deploy_weights.json changed.*--repin"):
+    with pytest.raises(
+        DeployError,
+        match=r"changed since it was pinned, besides the files to accept: .*"
+        r"deploy_weights.json changed.*--repin",
+    ):
         accept_reads(d / "task.yaml", run, [d / "deploy_rules.json"])
 
 
@@ -238,9 +274,11 @@ def test_a_reward_package_installed_in_place_is_pinned_by_content(project, monke
     src = d.parent / "elsewhere"
     _editable(site, src, "def ONE():\n    return 1.0\n", marked=marked)
     monkeypatch.syspath_prepend(str(src))  # what the .pth of an editable install does
-    (d / "deploy_grading.py").write_text(GRADING.replace("import deploy_tinypkg", "import deploy_tinypkg\n"
-                                                         "import deploy_editpkg").replace(
-        "deploy_tinypkg.ONE if", "deploy_tinypkg.ONE * deploy_editpkg.ONE() if"))
+    (d / "deploy_grading.py").write_text(
+        GRADING.replace("import deploy_tinypkg", "import deploy_tinypkg\nimport deploy_editpkg").replace(
+            "deploy_tinypkg.ONE if", "deploy_tinypkg.ONE * deploy_editpkg.ONE() if"
+        )
+    )
     run, base = _start(d)
     with Archive(run, create=False) as a:
         code = a.get_state("deploy.pins")["pins"]["code"]
@@ -253,7 +291,7 @@ def test_a_reward_package_installed_in_place_is_pinned_by_content(project, monke
         promote(d / "task.yaml", run, system=_candidate(run, base, skill="3"))
 
 
-PIP_E = '''
+PIP_E = """
 import json, sys
 from pathlib import Path
 import evolve
@@ -275,7 +313,7 @@ try:
 except DeployError as e:
     out = str(e)
 print(json.dumps({"modules": sorted(code["modules"]), "packages": code["packages"], "promote": out}))
-'''
+"""
 
 
 def test_a_reward_package_installed_with_pip_install_e_is_pinned_by_content(tmp_path):
@@ -286,35 +324,73 @@ def test_a_reward_package_installed_with_pip_install_e_is_pinned_by_content(tmp_
     pytest.importorskip("setuptools")
     src = tmp_path / "src"
     (src / "deploy_pipe").mkdir(parents=True)
-    (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
-                                        '"setuptools.build_meta"\n[project]\nname = "deploy-pipe"\nversion = "0.1"\n')
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+        '"setuptools.build_meta"\n[project]\nname = "deploy-pipe"\nversion = "0.1"\n'
+    )
     (src / "deploy_pipe" / "__init__.py").write_text("def one():\n    return 1.0\n")
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     here = sysconfig.get_paths()["purelib"]
-    there = Path(subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                 "['purelib'])"], check=True, capture_output=True, text=True).stdout.strip())
+    there = Path(
+        subprocess.run(
+            [str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (there / "zz_evolvekit.pth").write_text(f"import site; site.addsitedir({here!r})\n")  # this environment's packages
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index",
-                          "--prefix", str(env), "-e", str(src)], capture_output=True, text=True)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-index",
+            "--prefix",
+            str(env),
+            "-e",
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if pip.returncode != 0:
         pytest.skip(f"pip install -e cannot build offline here: {pip.stderr.strip()[-300:]}")
     d = tmp_path / "task"
     d.mkdir()
     (d / "deploy_agent.py").write_text(AGENT)
-    (d / "deploy_reward.py").write_text("import deploy_pipe\n\n\ndef reward(task, output):\n"
-                                        "    return deploy_pipe.one() if output == 'right' else 0.0\n")
+    (d / "deploy_reward.py").write_text(
+        "import deploy_pipe\n\n\ndef reward(task, output):\n"
+        "    return deploy_pipe.one() if output == 'right' else 0.0\n"
+    )
     rows = [{"id": f"n{i}", "x": i} for i in range(60)]
-    (d / "task.yaml").write_text(json.dumps({
-        "name": "pipe", "seed": 0, "agent": "deploy_agent:agent", "reward": "deploy_reward:reward",
-        "models": {"policy": {"backend": "scripted", "name": "s"}}, "prompts": {"skill": "5"},
-        "dataset": {"train": _jsonl(d / "train.jsonl", rows[:20]), "val": _jsonl(d / "val.jsonl", rows[20:])},
-        "budget": {"generations": 0}, "deploy": {"regression": {"tasks": "val", "min_tasks": 30}}}))
+    (d / "task.yaml").write_text(
+        json.dumps(
+            {
+                "name": "pipe",
+                "seed": 0,
+                "agent": "deploy_agent:agent",
+                "reward": "deploy_reward:reward",
+                "models": {"policy": {"backend": "scripted", "name": "s"}},
+                "prompts": {"skill": "5"},
+                "dataset": {"train": _jsonl(d / "train.jsonl", rows[:20]), "val": _jsonl(d / "val.jsonl", rows[20:])},
+                "budget": {"generations": 0},
+                "deploy": {"regression": {"tasks": "val", "min_tasks": 30}},
+            }
+        )
+    )
     init = (src / "deploy_pipe" / "__init__.py").resolve()
-    r = subprocess.run([str(env / "bin" / "python"), "-c", PIP_E, str(d), str(init)], capture_output=True, text=True,
-                       timeout=240)
+    r = subprocess.run(
+        [str(env / "bin" / "python"), "-c", PIP_E, str(d), str(init)], capture_output=True, text=True, timeout=240
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert "deploy_pipe" in got["modules"] and "deploy-pipe" not in got["packages"]
-    assert got["promote"].startswith(f"the evaluation changed since it was pinned: {init} changed (module deploy_pipe, "
-                                     "run by the reward)"), got["promote"]
+    assert got["promote"].startswith(
+        f"the evaluation changed since it was pinned: {init} changed (module deploy_pipe, run by the reward)"
+    ), got["promote"]

@@ -16,20 +16,20 @@ from evolve.deploy.manage import promote
 from tests.evolve.test_deploy import _jsonl
 
 SHARED = "def norm(text):\n    return text.strip().lower()\n"
-AGENT = '''
+AGENT = """
 from reach_shared import norm
 
 
 def agent(task, ctx):
     return norm(" RIGHT ") if task["x"] % 10 < int(ctx.system.prompts.get("skill", "5")) else "wrong"
-'''
-REWARD = '''
+"""
+REWARD = """
 from reach_shared import norm
 
 
 def reward(task, output):
     return 1.0 if norm(output) == "right" else 0.0
-'''
+"""
 MODULES = ("reach_shared", "reach_agent", "reach_reward")
 
 
@@ -41,10 +41,17 @@ def project(tmp_path):
     for name, text in (("reach_shared.py", SHARED), ("reach_agent.py", AGENT), ("reach_reward.py", REWARD)):
         (d / name).write_text(text)
     rows = [{"id": f"n{i}", "x": i} for i in range(160)]
-    task = {"name": "reach", "seed": 0, "agent": "reach_agent:agent", "reward": "reach_reward:reward",
-            "models": {"policy": {"backend": "scripted", "name": "s"}}, "prompts": {"skill": "5"},
-            "dataset": {"train": _jsonl(d / "train.jsonl", rows[:40]), "val": _jsonl(d / "val.jsonl", rows[40:])},
-            "budget": {"generations": 0}, "deploy": {"regression": {"min_tasks": 30}}}  # tasks: gate (of val)
+    task = {
+        "name": "reach",
+        "seed": 0,
+        "agent": "reach_agent:agent",
+        "reward": "reach_reward:reward",
+        "models": {"policy": {"backend": "scripted", "name": "s"}},
+        "prompts": {"skill": "5"},
+        "dataset": {"train": _jsonl(d / "train.jsonl", rows[:40]), "val": _jsonl(d / "val.jsonl", rows[40:])},
+        "budget": {"generations": 0},
+        "deploy": {"regression": {"min_tasks": 30}},
+    }  # tasks: gate (of val)
     (d / "task.yaml").write_text(json.dumps(task))
     evolve.run(str(d / "task.yaml"), out=d / "run")
     yield d
@@ -55,19 +62,30 @@ def project(tmp_path):
 def _with_tool(run: Path, code: str) -> str:
     with Archive(run, create=False) as a:
         base = a.get_system(a.current())
-        cand = base.replace(tools={"t": {"name": "t", "params": ["x"], "code": code, "doc": "a tool"}},
-                            prompts={"skill": "8"})
+        cand = base.replace(
+            tools={"t": {"name": "t", "params": ["x"], "code": code, "doc": "a tool"}}, prompts={"skill": "8"}
+        )
         a.add_system(cand, parents=(base.id,), operator="test", rationale="a tool", generation=1)
     return cand.id
 
 
-@pytest.mark.parametrize("code, named", [
-    ("def t(x):\n    rows = open('val.jsonl').read()\n    return rows\n", "its tools name the evaluation's file val.jsonl"),
-    ("def t(x):\n    open('reach_shared.py', 'w').write('def norm(text):\\n    return \"right\"\\n')\n    return x\n",
-     "its tools name the evaluation's file reach_shared.py"),
-    ("def t(x):\n    import reach_shared\n    reach_shared.norm = lambda s: 'right'\n    return x\n",
-     "its tools name the evaluation's module reach_shared"),
-])
+@pytest.mark.parametrize(
+    "code, named",
+    [
+        (
+            "def t(x):\n    rows = open('val.jsonl').read()\n    return rows\n",
+            "its tools name the evaluation's file val.jsonl",
+        ),
+        (
+            "def t(x):\n    open('reach_shared.py', 'w').write('def norm(text):\\n    return \"right\"\\n')\n    return x\n",
+            "its tools name the evaluation's file reach_shared.py",
+        ),
+        (
+            "def t(x):\n    import reach_shared\n    reach_shared.norm = lambda s: 'right'\n    return x\n",
+            "its tools name the evaluation's module reach_shared",
+        ),
+    ],
+)
 def test_a_tool_that_reads_the_gates_split_or_writes_a_module_the_reward_imports_is_refused(project, code, named):
     d = project
     before = (d / "reach_shared.py").read_text()
@@ -115,7 +133,8 @@ def test_a_memory_that_holds_a_gates_answer_or_names_the_reward_is_refused_and_i
         res = promote(task, run, system=lost.id)
         assert res["state"] == "rejected" and res["message"] == (
             f"refused before scoring: the memory store {tmp_path / 'gone'} is not on this machine, so its memory "
-            "cannot be checked")
+            "cannot be checked"
+        )
         assert db.read_bytes() == before and sorted(p.name for p in db.parent.glob("memory.db*")) == ["memory.db"]
     finally:
         sys.modules.pop("deploy_checks", None)

@@ -22,8 +22,10 @@ GOLDEN = DATA / "golden_toy_lineage.json"
 
 def lineage_of(run_dir: Path) -> list:
     a = Archive(run_dir, create=False)
-    rows = [{"id": r.id, "parents": list(r.parents), "operator": r.operator, "generation": r.generation}
-            for r in a.records()]
+    rows = [
+        {"id": r.id, "parents": list(r.parents), "operator": r.operator, "generation": r.generation}
+        for r in a.records()
+    ]
     decisions = [{k: e[k] for k in ("generation", "child", "accepted")} for e in a.events("decision")]
     out = {"systems": rows, "decisions": decisions, "current": a.current()}
     a.close()
@@ -35,7 +37,9 @@ def test_golden_lineage(tmp_path):
     got = lineage_of(tmp_path / "run")
     if os.environ.get("EVOLVE_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(got, indent=1) + "\n")
-    assert got == json.loads(GOLDEN.read_text()), "the seeded lineage changed; if deliberate, rerun with EVOLVE_UPDATE_GOLDEN=1"
+    assert got == json.loads(GOLDEN.read_text()), (
+        "the seeded lineage changed; if deliberate, rerun with EVOLVE_UPDATE_GOLDEN=1"
+    )
     # the scripted model is exact only for "add carefully": evolution must find it
     best = evolve.load(tmp_path / "run").system
     assert best.prompts["instruction"] == "add carefully"
@@ -74,7 +78,10 @@ def test_report_pairs_best_and_baseline_on_the_same_tasks(tmp_path):
     # +95 points: its interval, cut at +100, reads [low, high]
     assert "test gain: +" in md and re.search(r"95% CI \[\+\d+\.\d, \+100\.0\]", md) and "sign test p=" in md
     # re-scoring for the report is memoised: no new rollouts after the run
-    assert report["budget_used"]["rollouts"] == evolve.run(DATA / "toy.yaml", out=tmp_path / "run", resume=True)["budget_used"]["rollouts"]
+    assert (
+        report["budget_used"]["rollouts"]
+        == evolve.run(DATA / "toy.yaml", out=tmp_path / "run", resume=True)["budget_used"]["rollouts"]
+    )
 
 
 def test_same_seed_same_lineage_other_seed_differs(tmp_path):
@@ -116,10 +123,18 @@ def _crashing_agent(task, ctx):
 
 
 def test_failures_are_recorded_and_the_run_goes_on(tmp_path):
-    report = evolve.run(DATA / "toy.yaml", out=tmp_path / "r",
-                        overrides=["budget.generations=0", "runner.timeout=0.5", "dataset.params.n_val=12",
-                                   "failures.max_share=1"],  # 11 of 12 fail: the run would otherwise be failed
-                        agent=_crashing_agent, reward=_raising_reward)
+    report = evolve.run(
+        DATA / "toy.yaml",
+        out=tmp_path / "r",
+        overrides=[
+            "budget.generations=0",
+            "runner.timeout=0.5",
+            "dataset.params.n_val=12",
+            "failures.max_share=1",
+        ],  # 11 of 12 fail: the run would otherwise be failed
+        agent=_crashing_agent,
+        reward=_raising_reward,
+    )
     a = Archive(tmp_path / "r", create=False)
     trajs = a.trajectories(split="val")
     errors = [t.error for t in trajs if t.error]
@@ -130,8 +145,13 @@ def test_failures_are_recorded_and_the_run_goes_on(tmp_path):
 
 
 def _run_cli(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "evolve.cli.commands", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "evolve.cli.commands", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -158,7 +178,9 @@ def test_kill_9_and_resume_finishes_without_loss_or_duplicates(tmp_path):
     n_keys = db.execute("select count(distinct key) from trajectories").fetchone()[0]
     assert n == n_keys == n_ref
     assert lineage_of(run)["systems"] == lineage_of(ref)["systems"]
-    assert json.loads((run / "report.json").read_text())["best"] == json.loads((ref / "report.json").read_text())["best"]
+    assert (
+        json.loads((run / "report.json").read_text())["best"] == json.loads((ref / "report.json").read_text())["best"]
+    )
 
 
 def test_rollback_moves_the_pointer_and_load_follows(tmp_path):
@@ -181,20 +203,40 @@ def test_rollback_moves_the_pointer_and_load_follows(tmp_path):
 def test_cli_run_eval_and_archive_commands(tmp_path):
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "evolve.cli.commands"]
-    r = subprocess.run([*cli, "run", str(DATA / "toy.yaml"), "--out", str(run), "--set", "budget.generations=2"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [*cli, "run", str(DATA / "toy.yaml"), "--out", str(run), "--set", "budget.generations=2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "baseline vs evolved" in r.stdout and "held-out test gain" in r.stdout
-    r = subprocess.run([*cli, "eval", str(DATA / "toy.yaml"), str(run), "--system", "baseline", "--split", "val",
-                        "--set", "budget.generations=2"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            *cli,
+            "eval",
+            str(DATA / "toy.yaml"),
+            str(run),
+            "--system",
+            "baseline",
+            "--split",
+            "val",
+            "--set",
+            "budget.generations=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "on val: 0.0% (n=20)" in r.stdout
     r = subprocess.run([*cli, "archive", "list", str(run)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "scripted" in r.stdout
     r = subprocess.run([*cli, "archive", "show", str(run), "nonexistent"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    r = subprocess.run([*cli, "eval", str(DATA / "toy.yaml"), str(tmp_path / "nope")], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [*cli, "eval", str(DATA / "toy.yaml"), str(tmp_path / "nope")], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and "not an evolvekit run directory" in r.stderr
 
 
@@ -202,10 +244,16 @@ def test_agent_module_beside_the_task_file_is_found_at_run_and_load(tmp_path, mo
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "my_agent_mod.py").write_text(
         "def agent(task, ctx):\n    return str(task['a'] + task['b'])\n\n"
-        "def reward(task, output):\n    return float(output == str(task['answer']))\n")
-    data = {"name": "beside", "agent": "my_agent_mod:agent", "reward": "my_agent_mod:reward",
-            "models": {"policy": {"backend": "scripted", "name": "s"}},
-            "dataset": {"source": "evolve.worlds.toy:dataset"}, "budget": {"generations": 0}}
+        "def reward(task, output):\n    return float(output == str(task['answer']))\n"
+    )
+    data = {
+        "name": "beside",
+        "agent": "my_agent_mod:agent",
+        "reward": "my_agent_mod:reward",
+        "models": {"policy": {"backend": "scripted", "name": "s"}},
+        "dataset": {"source": "evolve.worlds.toy:dataset"},
+        "budget": {"generations": 0},
+    }
     import yaml
 
     (tmp_path / "proj" / "task.yaml").write_text(yaml.safe_dump(data))
@@ -250,8 +298,12 @@ def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes
     _finished(Engine(cfg, base_dir=base, run_dir=tmp_path / "r"))  # a run with work in it (an empty one is replaced)
     arch = Archive(tmp_path / "r")
     old = json.loads(arch.get_state("task"))
-    for section, field in (("budget", "calls"), ("budget", "calls_per_rollout"), ("engine", "selector_params"),
-                           ("engine", "reeval")):
+    for section, field in (
+        ("budget", "calls"),
+        ("budget", "calls_per_rollout"),
+        ("engine", "selector_params"),
+        ("engine", "reeval"),
+    ):
         del old[section][field]
     arch.put_state("task", json.dumps(old, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
     arch.close()
@@ -259,8 +311,12 @@ def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes
     cfg_b, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", "budget.calls=5"])
     Engine(cfg_b, base_dir=base, run_dir=tmp_path / "r", resume=True).archive.close()  # a new budget resumes
     for changed in ("engine.reeval={margin: 0.1}", "engine.selector_params={size: 2}"):
-        cfg2, _ = load_task(DATA / "toy.yaml", ["budget.generations=0", changed, "engine.selector=tournament"]
-                            if "selector" in changed else ["budget.generations=0", changed])
+        cfg2, _ = load_task(
+            DATA / "toy.yaml",
+            ["budget.generations=0", changed, "engine.selector=tournament"]
+            if "selector" in changed
+            else ["budget.generations=0", changed],
+        )
         with pytest.raises(RunDirError, match="different task configuration"):
             Engine(cfg2, base_dir=base, run_dir=tmp_path / "r", resume=True)
 

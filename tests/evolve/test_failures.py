@@ -35,8 +35,9 @@ def toy(**changes) -> dict:
 
 
 def report_scores(report: dict) -> tuple:
-    return tuple((report[w]["system_id"], report[w]["val"]["score"], report[w]["test"]["score"])
-                 for w in ("baseline", "best"))
+    return tuple(
+        (report[w]["system_id"], report[w]["val"]["score"], report[w]["test"]["score"]) for w in ("baseline", "best")
+    )
 
 
 def stored(run_dir: Path) -> int:
@@ -45,8 +46,9 @@ def stored(run_dir: Path) -> int:
 
 
 def cli(*args, cwd, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 # ----------------------------------------------------------------------------- classification
@@ -72,17 +74,28 @@ def test_the_world_failing_is_told_from_the_agent_failing():
         (ConnectionRefusedError(111, "refused"), "unreachable", True),
         (LLMError("m: down", category="unreachable"), "unreachable", True),
         (LLMError("m: closed"), "backend", False),
-        (__import__("evolve.sandbox", fromlist=["SandboxUnavailable"]).SandboxUnavailable("no bwrap"), "sandbox", False),
+        (
+            __import__("evolve.sandbox", fromlist=["SandboxUnavailable"]).SandboxUnavailable("no bwrap"),
+            "sandbox",
+            False,
+        ),
     ]
     for e, category, retryable in cases:
         f = classify(e)
         assert f is not None and (f.category, f.retryable) == (category, retryable), (e, f)
     # the agent's own failures: its logic, and requests the model refused
-    for e in (ValueError("bad"), KeyError("q"), TimeoutError("its own tool"), status(openai.BadRequestError, 400),
-              LLMError("prompt too long", category="request")):
+    for e in (
+        ValueError("bad"),
+        KeyError("q"),
+        TimeoutError("its own tool"),
+        status(openai.BadRequestError, 400),
+        LLMError("prompt too long", category="request"),
+    ):
         assert classify(e) is None, e
-    assert signature("agent raised ValueError: agent exploded on val-13\n  trace") == \
-        "agent raised ValueError: agent exploded on val-N"
+    assert (
+        signature("agent raised ValueError: agent exploded on val-13\n  trace")
+        == "agent raised ValueError: agent exploded on val-N"
+    )
 
 
 def _swallowing_agent(task, ctx):
@@ -116,20 +129,35 @@ def test_a_rollout_the_model_failed_under_is_marked_even_when_the_agent_catches_
 # ----------------------------------------------------------------------------- rewards at the boundary
 
 
-@pytest.mark.parametrize("value, expected", [
-    (np.float32(0.25), 0.25), (np.bool_(True), 1.0), (True, 1.0), (np.int64(1), 1.0), (np.array(0.5), 0.5),
-    ({"score": np.float64(0.75), "components": {"a": np.float32(1)}}, 0.75),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (np.float32(0.25), 0.25),
+        (np.bool_(True), 1.0),
+        (True, 1.0),
+        (np.int64(1), 1.0),
+        (np.array(0.5), 0.5),
+        ({"score": np.float64(0.75), "components": {"a": np.float32(1)}}, 0.75),
+    ],
+)
 def test_numpy_scalars_and_bools_are_rewards(value, expected):
     t = score(lambda task, out: value, {"id": "t"}, run_agent(lambda task, ctx: "o", System(), {"id": "t"}, None))
     assert t.reward.error is None and t.reward.score == expected
 
 
-@pytest.mark.parametrize("value, needle", [
-    (float("nan"), "finite"), (float("inf"), "finite"), (-float("inf"), "finite"), ("0.5", "got str"),
-    (None, "got NoneType"), ({"score": float("nan")}, "finite"), ({"points": 1}, "needs a 'score'"),
-    (np.array([1.0, 0.0]), "got ndarray"),
-])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        (float("nan"), "finite"),
+        (float("inf"), "finite"),
+        (-float("inf"), "finite"),
+        ("0.5", "got str"),
+        (None, "got NoneType"),
+        ({"score": float("nan")}, "finite"),
+        ({"points": 1}, "needs a 'score'"),
+        (np.array([1.0, 0.0]), "got ndarray"),
+    ],
+)
 def test_a_reward_that_is_not_a_finite_number_is_a_reward_error(value, needle):
     t = score(lambda task, out: value, {"id": "t"}, run_agent(lambda task, ctx: "o", System(), {"id": "t"}, None))
     assert t.reward.score == 0.0 and needle in t.reward.error and t.infra is None
@@ -158,8 +186,9 @@ def test_scores_outside_the_declared_range_are_reported(tmp_path):
     report = evolve.run(toy(), reward=_out_of_range, out=tmp_path / "r", overrides=["budget.generations=0"])
     assert report["out_of_range"]["val"]["n"] > 0 and report["out_of_range"]["val"]["max"] == 5.0
     assert "outside the reward range [0, 1]" in (tmp_path / "r" / "report.md").read_text()
-    ok = evolve.run(toy(reward_range=[0, 5]), reward=_out_of_range, out=tmp_path / "r2",
-                    overrides=["budget.generations=0"])
+    ok = evolve.run(
+        toy(reward_range=[0, 5]), reward=_out_of_range, out=tmp_path / "r2", overrides=["budget.generations=0"]
+    )
     assert ok["out_of_range"] == {}
 
 
@@ -183,7 +212,9 @@ def flaky(monkeypatch):
     def set_rate(rate: float) -> None:
         def build(spec, artifacts=None):
             lm = fake.build(spec, artifacts)
-            lm._faults = fake._check_faults({"rate": rate, "kinds": ["unreachable", "timeout", "rate_limit"], "seed": 1})
+            lm._faults = fake._check_faults(
+                {"rate": rate, "kinds": ["unreachable", "timeout", "rate_limit"], "seed": 1}
+            )
             return lm
 
         monkeypatch.setitem(llm_backends._objects, "scripted", build)
@@ -196,7 +227,9 @@ def test_faults_absorbed_by_retries_give_the_scores_of_a_run_without_them(tmp_pa
     flaky(0.3)
     faulty = evolve.run(toy(failures={"retries": 6, "backoff": 0.01}), out=tmp_path / "faulty")
     assert report_scores(faulty) == report_scores(clean)
-    assert faulty["lineage"] == clean["lineage"] and faulty["generations"][-1]["best"] == clean["generations"][-1]["best"]
+    assert (
+        faulty["lineage"] == clean["lineage"] and faulty["generations"][-1]["best"] == clean["generations"][-1]["best"]
+    )
     assert stored(tmp_path / "faulty") == stored(tmp_path / "clean")  # retried, never stored twice
     world = Archive(tmp_path / "faulty", create=False).events("world_failure")
     assert len(world) > 20 and {e["category"] for e in world} == {"unreachable", "timeout", "rate_limit"}
@@ -251,8 +284,9 @@ def test_a_server_that_is_down_is_probed_once_a_round_not_once_a_task():
 
     runner, waits, logs = _DownRunner(), [], []
     jobs = [RolloutJob(key=f"k{i}", system=System(), task={"id": f"t{i}"}) for i in range(20)]
-    retrying = Retrying(runner, RetryPolicy(retries=3, backoff=1.0, max_backoff=3.0), log=logs.append,
-                        sleep=waits.append)
+    retrying = Retrying(
+        runner, RetryPolicy(retries=3, backoff=1.0, max_backoff=3.0), log=logs.append, sleep=waits.append
+    )
     with pytest.raises(InfraError, match="20 rollouts could not be run after 3 retries over 6.0s"):
         list(retrying.run(None, jobs))
     # the first batch is cut after 4 failures in a row (as many as the runner's workers); each retry
@@ -276,8 +310,11 @@ def test_the_cli_exits_3_when_the_world_stays_down_and_says_how_to_resume(tmp_pa
 
 def _http_task(port: int, runner: str, out: Path) -> dict:
     data = toy(agent="evolve.worlds.toy:agent", out=str(out), prompts={"instruction": "add"})  # right 2 times in 3
-    data["models"]["policy"] = {"backend": "litellm", "name": "openai/toy", "params": {
-        "api_base": f"http://127.0.0.1:{port}/v1", "max_retries": 0, "timeout": 5, "temperature": 0.0}}
+    data["models"]["policy"] = {
+        "backend": "litellm",
+        "name": "openai/toy",
+        "params": {"api_base": f"http://127.0.0.1:{port}/v1", "max_retries": 0, "timeout": 5, "temperature": 0.0},
+    }
     data["runner"] = {"name": runner, "workers": 2 if runner == "process" else 4, "timeout": 30}
     data["budget"] = {"generations": 2}
     return data
@@ -335,11 +372,14 @@ def test_an_agent_that_fails_on_every_task_fails_the_run(tmp_path):
     assert "test" not in report["baseline"]  # a failed run is not scored on test
 
 
-@pytest.mark.parametrize("reward, code, needle", [
-    ("'str'", 1, "reward returned 'str'"),
-    ("None", 1, "reward returned None"),
-    ("numpy.float32(1.0)", 0, None),
-])
+@pytest.mark.parametrize(
+    "reward, code, needle",
+    [
+        ("'str'", 1, "reward returned 'str'"),
+        ("None", 1, "reward returned None"),
+        ("numpy.float32(1.0)", 0, None),
+    ],
+)
 def test_the_exit_code_says_whether_the_reward_worked(tmp_path, reward, code, needle):
     (tmp_path / "rew.py").write_text(f"import numpy\n\ndef reward(task, output):\n    return {reward}\n")
     f = tmp_path / "task.yaml"
@@ -360,10 +400,13 @@ def test_an_unreachable_server_exits_3(tmp_path, loopback_env):
     assert r.returncode == 3 and "Traceback" not in r.stderr and "unreachable" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("params, needle", [
-    ({"api_key_env": "EVOLVE_NO_SUCH_KEY"}, "'EVOLVE_NO_SUCH_KEY' (api_key_env) is not set"),
-    ({"temprature": 0.2}, "did you mean 'temperature'"),
-])
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        ({"api_key_env": "EVOLVE_NO_SUCH_KEY"}, "'EVOLVE_NO_SUCH_KEY' (api_key_env) is not set"),
+        ({"temprature": 0.2}, "did you mean 'temperature'"),
+    ],
+)
 def test_model_mistakes_are_found_before_the_run_directory_is_made(tmp_path, params, needle):
     task = _http_task(free_port(), "thread", tmp_path / "run")
     task["models"]["policy"]["params"].update(params)
@@ -384,9 +427,14 @@ def test_a_missing_scripted_reply_is_found_before_the_run_directory_is_made(tmp_
 
 
 def test_a_worker_that_dies_on_one_task_every_time_is_that_rollouts_failure(tmp_path):
-    task = toy(agent="tests.helpers.agents:maybe_crash", reward="tests.helpers.agents:exact", dataset={"train": "t.jsonl", "val": "v.jsonl"},
-               operators=[], budget={"generations": 0}, models={"policy": {"backend": "scripted", "name": "s",
-                                                                          "params": {"echo": True}}})
+    task = toy(
+        agent="tests.helpers.agents:maybe_crash",
+        reward="tests.helpers.agents:exact",
+        dataset={"train": "t.jsonl", "val": "v.jsonl"},
+        operators=[],
+        budget={"generations": 0},
+        models={"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
+    )
     task["runner"] = {"name": "process", "workers": 2, "timeout": 30}
     task["failures"] = {"retries": 2, "backoff": 0.01}
     rows = [{"id": f"v{i}", "q": f"q{i}", "answer": f"q{i}", **({"crash": True} if i == 0 else {})} for i in range(6)]
@@ -395,7 +443,9 @@ def test_a_worker_that_dies_on_one_task_every_time_is_that_rollouts_failure(tmp_
     report = evolve.run(task, base_dir=tmp_path, out=tmp_path / "r")
     assert report["baseline"]["val"]["score"] == pytest.approx(5 / 6, abs=1e-3)
     crashed = [t for t in Archive(tmp_path / "r", create=False).trajectories(split="val") if t.error]
-    assert len(crashed) == 1 and "worker process died" in crashed[0].error and "on each of 3 attempts" in crashed[0].error
+    assert (
+        len(crashed) == 1 and "worker process died" in crashed[0].error and "on each of 3 attempts" in crashed[0].error
+    )
     assert len(Archive(tmp_path / "r", create=False).events("world_failure")) == 3
 
 
@@ -406,12 +456,17 @@ def test_an_archive_that_stored_an_outage_as_a_score_gives_it_up_and_eval_runs_i
     f.write_text(yaml.safe_dump(task))
     evolve.run(f, out=tmp_path / "r")
     db = sqlite3.connect(tmp_path / "r" / "archive.sqlite")
-    seq, data = db.execute("SELECT t.seq, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
-                           "WHERE t.split = 'test' ORDER BY t.seq LIMIT 1").fetchone()
+    seq, data = db.execute(
+        "SELECT t.seq, d.data FROM trajectories t JOIN trajectory_data d ON d.seq = t.seq "
+        "WHERE t.split = 'test' ORDER BY t.seq LIMIT 1"
+    ).fetchone()
     old = json.loads(data)
-    old.update(output=None, reward={"score": 0.0, "components": {"failed": 1.0}, "feedback": "x", "error": None},
-               error="agent raised LLMError: model 'openai/x' at http://127.0.0.1:1/v1: failed after 4 attempts in "
-                     "3.1s (retryable): APIConnectionError: litellm.APIConnectionError: Connection error.\n  tb")
+    old.update(
+        output=None,
+        reward={"score": 0.0, "components": {"failed": 1.0}, "feedback": "x", "error": None},
+        error="agent raised LLMError: model 'openai/x' at http://127.0.0.1:1/v1: failed after 4 attempts in "
+        "3.1s (retryable): APIConnectionError: litellm.APIConnectionError: Connection error.\n  tb",
+    )
     for t in ("trajectories", "trajectory_data"):
         db.execute(f"DROP TRIGGER {t}_no_update")
     db.execute("UPDATE trajectory_data SET data = ? WHERE seq = ?", (json.dumps(old).encode(), seq))
@@ -432,8 +487,11 @@ class _MutatorDown:
     name = "mutator_down"
 
     def propose(self, parent, ctx):
-        raise LLMError("model 'openai/mutator' at http://127.0.0.1:1/v1: failed after 4 attempts (retryable, "
-                       "unreachable): APIConnectionError: Connection error.", category="unreachable")
+        raise LLMError(
+            "model 'openai/mutator' at http://127.0.0.1:1/v1: failed after 4 attempts (retryable, "
+            "unreachable): APIConnectionError: Connection error.",
+            category="unreachable",
+        )
 
 
 def test_an_operator_whose_model_is_down_stops_the_run_as_the_world_failing(tmp_path, monkeypatch):

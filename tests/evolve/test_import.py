@@ -5,9 +5,31 @@ import os
 import subprocess
 import sys
 
-HEAVY = ["torch", "transformers", "peft", "litellm", "chromadb", "sentence_transformers", "dspy", "docker",
-         "numpy", "typer", "rich", "safetensors", "httpx", "requests", "mlflow", "wandb", "opentelemetry", "grpc",
-         "ray", "starlette", "uvicorn", "plotly", "playwright"]
+HEAVY = [
+    "torch",
+    "transformers",
+    "peft",
+    "litellm",
+    "chromadb",
+    "sentence_transformers",
+    "dspy",
+    "docker",
+    "numpy",
+    "typer",
+    "rich",
+    "safetensors",
+    "httpx",
+    "requests",
+    "mlflow",
+    "wandb",
+    "opentelemetry",
+    "grpc",
+    "ray",
+    "starlette",
+    "uvicorn",
+    "plotly",
+    "playwright",
+]
 
 PROBE = f"""
 import sys, time, json

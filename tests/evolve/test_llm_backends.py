@@ -73,8 +73,10 @@ def test_scripted_callable_gets_seed_and_temperature_when_it_accepts_them():
     assert lm.complete(user("q"), seed=3, temperature=0.7).text == lm.complete(user("q"), seed=3, temperature=0.7).text
     assert lm.complete(user("q"), seed=4, temperature=0.7).text != lm.complete(user("q"), seed=3, temperature=0.7).text
     assert ScriptedLM("s", lambda msgs: "plain").complete(user("q"), seed=1).text == "plain"
-    assert ScriptedLM("s", lambda msgs, **kw: str(sorted(kw))).complete(user("q")).text == \
-        "['max_tokens', 'seed', 'stop', 'temperature']"
+    assert (
+        ScriptedLM("s", lambda msgs, **kw: str(sorted(kw))).complete(user("q")).text
+        == "['max_tokens', 'seed', 'stop', 'temperature']"
+    )
     full = Completion(text="given", model="m")
     assert ScriptedLM("s", lambda msgs: full).complete(user("q")) is full
 
@@ -135,12 +137,21 @@ def test_scripted_build_from_model_spec():
     lm = build_scripted(ModelSpec(backend="scripted", name="adder", params={"reply": "evolve.worlds.toy:reply"}), None)
     msgs = [Message(role="system", content="add carefully"), Message(role="user", content="2 3")]
     assert lm.complete(msgs).text == "5" and lm.name == "adder"
-    lm = llm_backends.get("scripted")(ModelSpec(backend="scripted", name="r", params={
-        "responses": ["x", "y"], "cost_per_call": 0.5, "temperature": 0.7, "max_tokens": 9}), None)
+    lm = llm_backends.get("scripted")(
+        ModelSpec(
+            backend="scripted",
+            name="r",
+            params={"responses": ["x", "y"], "cost_per_call": 0.5, "temperature": 0.7, "max_tokens": 9},
+        ),
+        None,
+    )
     assert [lm.complete(user("q")).text for _ in range(3)] == ["x", "y", "x"] and lm.cost_per_call == 0.5
     lm = build_scripted(ModelSpec(backend="scripted", name="d", params={"responses": {"q": "dict", "default": "-"}}))
     assert lm.complete(user("q")).text == "dict"
-    assert build_scripted(ModelSpec(backend="scripted", name="e", params={"echo": True})).complete(user("hey")).text == "hey"
+    assert (
+        build_scripted(ModelSpec(backend="scripted", name="e", params={"echo": True})).complete(user("hey")).text
+        == "hey"
+    )
     with pytest.raises(ConfigError, match="did you mean 'responses'"):
         build_scripted(ModelSpec(backend="scripted", name="t", params={"respones": ["a"]}))
     with pytest.raises(ConfigError, match="one of responses, reply or echo"):
@@ -234,7 +245,9 @@ def test_litellm_401_is_not_retried_and_the_key_is_redacted(server):
         lm.complete(user("hi"))
     msg = str(e.value)
     assert len(server.requests) == 1
-    assert "openai/test-model" in msg and "1 attempt " in msg and "AuthenticationError" in msg and "not retryable" in msg
+    assert (
+        "openai/test-model" in msg and "1 attempt " in msg and "AuthenticationError" in msg and "not retryable" in msg
+    )
     assert "sk-test-SECRET-1234" not in msg and "***" in msg
 
 
@@ -273,9 +286,19 @@ def test_litellm_garbage_replies(server):
 
 
 def test_litellm_build_from_model_spec_and_registry(server):
-    spec = ModelSpec(backend="litellm", name="openai/test-model", params={
-        "api_base": server.base, "api_key_env": "EVOLVE_TEST_KEY", "temperature": 0.2, "max_tokens": 8,
-        "max_retries": 0, "timeout": 5, "presence_penalty": 0.5})
+    spec = ModelSpec(
+        backend="litellm",
+        name="openai/test-model",
+        params={
+            "api_base": server.base,
+            "api_key_env": "EVOLVE_TEST_KEY",
+            "temperature": 0.2,
+            "max_tokens": 8,
+            "max_retries": 0,
+            "timeout": 5,
+            "presence_penalty": 0.5,
+        },
+    )
     lm = llm_backends.get("litellm")(spec, None)
     lm.complete(user("hi"))
     body = server.requests[0]
@@ -323,8 +346,10 @@ def test_litellm_missing_is_a_missing_dependency(monkeypatch):
 
 
 def test_importing_evolve_does_not_import_litellm():
-    code = ("import sys, evolve, evolve.runners, evolve.llm.fake, evolve.llm.litellm, evolve.registry; "
-            "print('litellm' in sys.modules)")
+    code = (
+        "import sys, evolve, evolve.runners, evolve.llm.fake, evolve.llm.litellm, evolve.registry; "
+        "print('litellm' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -355,8 +380,7 @@ def test_litellm_never_reaches_beyond_loopback(tmp_path):
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LITELLM_") and "proxy" not in k.lower()}
     env.pop("OPENAI_API_KEY", None)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "BAD []" in out.stdout
     print(out.stdout.strip())
@@ -366,11 +390,27 @@ def test_litellm_rollouts_through_the_thread_runner(server, tmp_path):
     from evolve.runners import RolloutJob, ThreadRunner, WorkerSpec
     from evolve.types import System
 
-    system = System(models={"policy": ModelSpec(backend="litellm", name="openai/test-model", params={
-        "api_base": server.base, "api_key_env": "EVOLVE_TEST_KEY", "max_retries": 0, "temperature": 0.0})})
-    spec = WorkerSpec("tests.helpers.agents:one_step", "tests.helpers.agents:exact", str(tmp_path), str(Path(__file__).parents[2]))
-    js = [RolloutJob(f"k{i}", system, {"id": f"t{i}", "q": f"q{i}", "answer": "hello from loopback"}, seed=i)
-          for i in range(8)]
+    system = System(
+        models={
+            "policy": ModelSpec(
+                backend="litellm",
+                name="openai/test-model",
+                params={
+                    "api_base": server.base,
+                    "api_key_env": "EVOLVE_TEST_KEY",
+                    "max_retries": 0,
+                    "temperature": 0.0,
+                },
+            )
+        }
+    )
+    spec = WorkerSpec(
+        "tests.helpers.agents:one_step", "tests.helpers.agents:exact", str(tmp_path), str(Path(__file__).parents[2])
+    )
+    js = [
+        RolloutJob(f"k{i}", system, {"id": f"t{i}", "q": f"q{i}", "answer": "hello from loopback"}, seed=i)
+        for i in range(8)
+    ]
     with ThreadRunner(workers=4) as runner:
         out = {j.key: t for j, t in runner.run(spec, js)}
         assert len(out) == 8 and all(t.ok and t.score == 1.0 and t.tokens == 15 for t in out.values())

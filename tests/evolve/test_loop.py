@@ -89,8 +89,11 @@ def test_paired_acceptance_keeps_only_a_gain_whose_val_interval_is_above_zero(tm
     events = Archive(tmp_path / "p", create=False).events("decision")
     promoted = [e for e in events if "; promoted (paired" in e["why"]]
     assert promoted and all(e["reeval"][-1]["paired"]["low"] > 0 for e in promoted)
-    assert all(re.search(r"paired [+-]\d+\.\d points \[[+-]\d+\.\d, [+-]\d+\.\d\] on 20 val tasks", e["why"])
-               for e in events if e["accepted"])
+    assert all(
+        re.search(r"paired [+-]\d+\.\d points \[[+-]\d+\.\d, [+-]\d+\.\d\] on 20 val tasks", e["why"])
+        for e in events
+        if e["accepted"]
+    )
     # at an interval no 20-task gain can clear, no child is kept as the best, though some beat their parent's mean
     strict = evolve.run(toy(acceptance="paired", acceptance_params={"z": 50}), out=tmp_path / "s")
     assert strict["best"]["system_id"] == strict["baseline"]["system_id"]
@@ -108,9 +111,11 @@ def test_the_old_loop_module_paths_still_resolve_with_a_deprecation_warning():
 
     from evolve.loop import acceptance, strategies
 
-    for old, name, new in [("evolve.loop.policies", "build_policies", strategies.build_strategies),
-                           ("evolve.loop.policies", "TwoStage", strategies.TwoStage),
-                           ("evolve.loop.judge", "judge", acceptance.judge)]:
+    for old, name, new in [
+        ("evolve.loop.policies", "build_policies", strategies.build_strategies),
+        ("evolve.loop.policies", "TwoStage", strategies.TwoStage),
+        ("evolve.loop.judge", "judge", acceptance.judge),
+    ]:
         sys.modules.pop(old, None)
         with pytest.warns(DeprecationWarning, match=old):
             assert getattr(importlib.import_module(old), name) is new

@@ -27,8 +27,10 @@ TASK = {"id": "t1", "question": "what is two plus two?", "answer": "4"}
 
 def make_system(workflow: dict | None = None, **roles: str) -> System:
     names = roles or {"policy": "scripted"}
-    return System(workflow=workflow or {}, models={r: ModelSpec(backend=b, name=r, params={"temperature": 0.0})
-                                                   for r, b in names.items()})
+    return System(
+        workflow=workflow or {},
+        models={r: ModelSpec(backend=b, name=r, params={"temperature": 0.0}) for r, b in names.items()},
+    )
 
 
 def qa_agent(task: dict, ctx) -> str:
@@ -85,9 +87,16 @@ def test_inject_merges_into_a_system_message_or_adds_one_or_goes_to_the_user():
 def test_the_reflection_in_context_makes_the_second_attempt_succeed():
     seen, events = [], []
     reflector = ScriptedLM("reflector", [LESSON])
-    rx = Reflexion(qa_agent, make_system(policy="scripted", reflector="scripted"), reward=exact,
-                   reflector_role="reflector", temperature=0.8, seed=5, on_attempt=events.append,
-                   llm_provider=provider(policy=policy_lm(seen), reflector=reflector))
+    rx = Reflexion(
+        qa_agent,
+        make_system(policy="scripted", reflector="scripted"),
+        reward=exact,
+        reflector_role="reflector",
+        temperature=0.8,
+        seed=5,
+        on_attempt=events.append,
+        llm_provider=provider(policy=policy_lm(seen), reflector=reflector),
+    )
     res = rx.solve(TASK)
     assert isinstance(res, ReflexionResult)
     assert res.success and res.output == "4" and [t.score for t in res.attempts] == [0.0, 1.0]
@@ -108,8 +117,14 @@ def test_the_reflection_in_context_makes_the_second_attempt_succeed():
     assert res.summary().startswith("task t1: solved on attempt 2 (score 1.00); 1 reflection (1 model)")
     # one attempt only: it fails, and no reflection is written (nobody would read it)
     reflector.calls = 0
-    one = Reflexion(qa_agent, make_system(policy="scripted", reflector="scripted"), reward=exact, max_attempts=1,
-                    reflector_role="reflector", llm_provider=provider(policy=policy_lm(), reflector=reflector))
+    one = Reflexion(
+        qa_agent,
+        make_system(policy="scripted", reflector="scripted"),
+        reward=exact,
+        max_attempts=1,
+        reflector_role="reflector",
+        llm_provider=provider(policy=policy_lm(), reflector=reflector),
+    )
     res1 = one.solve(TASK)
     assert not res1.success and res1.output == "four" and res1.reflections == [] and reflector.calls == 0
     assert "failed after 1 attempt " in res1.summary()
@@ -119,26 +134,43 @@ def test_user_injection_for_models_without_system_messages():
     def agent(task, ctx):
         return ctx.llm().complete([{"role": "user", "content": task["question"]}]).text
 
-    rx = Reflexion(agent, make_system(), reward=exact, inject="user", reflect="feedback",
-                   llm_provider=provider(policy=ScriptedLM("p", ["four", "4"])))
+    rx = Reflexion(
+        agent,
+        make_system(),
+        reward=exact,
+        inject="user",
+        reflect="feedback",
+        llm_provider=provider(policy=ScriptedLM("p", ["four", "4"])),
+    )
     res = rx.solve(TASK)
     assert res.success
     (msg,) = llm_calls(res.attempts[1])[0].messages
-    assert msg.role == "user" and msg.content == f"what is two plus two?\n\n{HEADER}\n- the answer 'four' is not in digits"
+    assert (
+        msg.role == "user" and msg.content == f"what is two plus two?\n\n{HEADER}\n- the answer 'four' is not in digits"
+    )
 
 
 def test_turns_injection_shows_the_earlier_answer_and_the_lesson_as_a_repair_turn():
     def agent(task, ctx):
         return ctx.llm().complete([{"role": "user", "content": task["question"]}]).text
 
-    rx = Reflexion(agent, make_system(), reward=exact, inject="turns", reflect="feedback",
-                   lesson_template="error: {feedback}", llm_provider=provider(policy=ScriptedLM("p", ["four", "4"])))
+    rx = Reflexion(
+        agent,
+        make_system(),
+        reward=exact,
+        inject="turns",
+        reflect="feedback",
+        lesson_template="error: {feedback}",
+        llm_provider=provider(policy=ScriptedLM("p", ["four", "4"])),
+    )
     res = rx.solve(TASK)
     assert res.success
     msgs = llm_calls(res.attempts[1])[0].messages
     assert [(m.role, m.content) for m in msgs] == [
-        ("user", "what is two plus two?"), ("assistant", "four"),
-        ("tool", "error: the answer 'four' is not in digits")]
+        ("user", "what is two plus two?"),
+        ("assistant", "four"),
+        ("tool", "error: the answer 'four' is not in digits"),
+    ]
 
 
 def test_only_the_last_max_reflections_stay_in_context():
@@ -146,8 +178,15 @@ def test_only_the_last_max_reflections_stay_in_context():
         return {"score": 0.0, "feedback": f"mistake number {trajectory.sample}"}
 
     lm = ScriptedLM("p", ["x"])
-    rx = Reflexion(qa_agent, make_system(), evaluator=judge, reflect="feedback", max_attempts=4, max_reflections=2,
-                   llm_provider=provider(policy=lm))
+    rx = Reflexion(
+        qa_agent,
+        make_system(),
+        evaluator=judge,
+        reflect="feedback",
+        max_attempts=4,
+        max_reflections=2,
+        llm_provider=provider(policy=lm),
+    )
     res = rx.solve(TASK)
     assert not res.success and len(res.attempts) == 4
     assert res.reflections == ["mistake number 0", "mistake number 1", "mistake number 2"]
@@ -179,17 +218,26 @@ def _raise(messages):
     raise ConnectionError("reflector offline")
 
 
-@pytest.mark.parametrize("reply, reason", [
-    ([""], "empty reflection"),
-    (["x" * 5000], "reflection too long (cut at reflection_max_tokens=256)"),
-    (["This lesson is long. " * 5], "reflection too long (104 chars > 60)"),
-    (["@#$%^ 12 !! ~~"], "reflection looks like garbage"),
-    (_raise, "the reflector failed: ConnectionError: reflector offline"),
-])
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        ([""], "empty reflection"),
+        (["x" * 5000], "reflection too long (cut at reflection_max_tokens=256)"),
+        (["This lesson is long. " * 5], "reflection too long (104 chars > 60)"),
+        (["@#$%^ 12 !! ~~"], "reflection looks like garbage"),
+        (_raise, "the reflector failed: ConnectionError: reflector offline"),
+    ],
+)
 def test_a_bad_reflection_is_replaced_by_the_feedback_with_the_reason(reply, reason):
-    rx = Reflexion(qa_agent, make_system(policy="scripted", reflector="scripted"), reward=exact,
-                   reflector_role="reflector", max_attempts=2, max_reflection_chars=60,
-                   llm_provider=provider(policy=ScriptedLM("p", ["four"]), reflector=ScriptedLM("r", reply)))
+    rx = Reflexion(
+        qa_agent,
+        make_system(policy="scripted", reflector="scripted"),
+        reward=exact,
+        reflector_role="reflector",
+        max_attempts=2,
+        max_reflection_chars=60,
+        llm_provider=provider(policy=ScriptedLM("p", ["four"]), reflector=ScriptedLM("r", reply)),
+    )
     res = rx.solve(TASK)
     (rec,) = res.records
     assert rec.source == "feedback" and rec.text == "the answer 'four' is not in digits"
@@ -207,16 +255,29 @@ def test_a_crashing_and_a_hanging_agent_are_failed_attempts():
     def crash(task, ctx):
         raise KeyError("boom")
 
-    res = Reflexion(crash, make_system(), reward=exact, reflect="feedback", max_attempts=2,
-                    llm_provider=provider(policy=ScriptedLM("p"))).solve(TASK)
+    res = Reflexion(
+        crash,
+        make_system(),
+        reward=exact,
+        reflect="feedback",
+        max_attempts=2,
+        llm_provider=provider(policy=ScriptedLM("p")),
+    ).solve(TASK)
     assert not res.success and res.reflections == ["agent raised KeyError: 'boom'"]
 
     def slow(task, ctx):
         time.sleep(0.06)
         return ctx.llm().complete([Message(role="user", content="hi")]).text
 
-    res = Reflexion(slow, make_system(), reward=exact, reflect="feedback", max_attempts=2, timeout=0.02,
-                    llm_provider=provider(policy=ScriptedLM("p"))).solve(TASK)
+    res = Reflexion(
+        slow,
+        make_system(),
+        reward=exact,
+        reflect="feedback",
+        max_attempts=2,
+        timeout=0.02,
+        llm_provider=provider(policy=ScriptedLM("p")),
+    ).solve(TASK)
     assert [t.error.split(":")[0] for t in res.attempts] == ["timeout", "timeout"]
     assert res.reflections[0].startswith("timeout")
 
@@ -251,8 +312,14 @@ def test_lessons_are_remembered_and_recalled_for_a_similar_task(tmp_path):
         return {"score": float(output == "right"), "feedback": "wrong count"}
 
     llms = provider(policy=ScriptedLM("p", reply), reflector=ScriptedLM("r", [lesson]))
-    rx = Reflexion(agent, make_system(policy="scripted", reflector="scripted"), evaluator=judge, memory=store,
-                   reflector_role="reflector", llm_provider=llms)
+    rx = Reflexion(
+        agent,
+        make_system(policy="scripted", reflector="scripted"),
+        evaluator=judge,
+        memory=store,
+        reflector_role="reflector",
+        llm_provider=llms,
+    )
     a = rx.solve({"id": "A", "question": "how many pets are older than 3?"})
     assert a.success and len(a.attempts) == 2 and a.recalled == [] and len(a.lessons_written) == 1
     item = store.get(a.lessons_written[0])
@@ -266,8 +333,15 @@ def test_lessons_are_remembered_and_recalled_for_a_similar_task(tmp_path):
     assert store.get(b.recalled_ids[0]).uses == 1 and store.get(b.recalled_ids[0]).strength > item.strength
     # the same lesson on the same task again adds nothing
     n = len(store)
-    again = Reflexion(agent, make_system(policy="scripted", reflector="scripted"), evaluator=judge, memory=store,
-                      reflector_role="reflector", recall_k=0, llm_provider=llms)
+    again = Reflexion(
+        agent,
+        make_system(policy="scripted", reflector="scripted"),
+        evaluator=judge,
+        memory=store,
+        reflector_role="reflector",
+        recall_k=0,
+        llm_provider=llms,
+    )
     a2 = again.solve({"id": "A", "question": "how many pets are older than 3?"})
     assert a2.lessons_written == a.lessons_written and len(store) == n
     # an unrelated task recalls nothing
@@ -294,8 +368,12 @@ def test_reflexion_agent_runs_every_attempt_inside_one_rollout():
     (step,) = [s for s in traj.steps if isinstance(s, ToolCall)]
     assert step.name == "reflexion" and step.result == LESSON and step.args["source"] == "model"
     # the system's workflow sets the number of attempts
-    one = run_agent(agent, make_system({"reflexion_attempts": 1}, policy="scripted", reflector="scripted"), TASK,
-                    provider(policy=lm, reflector=refl))
+    one = run_agent(
+        agent,
+        make_system({"reflexion_attempts": 1}, policy="scripted", reflector="scripted"),
+        TASK,
+        provider(policy=lm, reflector=refl),
+    )
     assert one.output == "four" and len(llm_calls(one)) == 1
 
 
@@ -307,13 +385,23 @@ def test_an_agent_on_the_openai_endpoint_sees_its_lessons():
 
     def api_agent(task: dict, ctx) -> str:
         client = openai.OpenAI(base_url=ctx.openai_base_url(), api_key="unused", max_retries=0, timeout=30)
-        r = client.chat.completions.create(model="m", messages=[{"role": "system", "content": "You answer questions."},
-                                                                {"role": "user", "content": task["question"]}])
+        r = client.chat.completions.create(
+            model="m",
+            messages=[
+                {"role": "system", "content": "You answer questions."},
+                {"role": "user", "content": task["question"]},
+            ],
+        )
         return r.choices[0].message.content.strip()
 
     agent = reflexion_agent(api_agent, exact, reflector_role="reflector", max_attempts=2)
-    traj = run_agent(agent, make_system(policy="scripted", reflector="scripted"), TASK,
-                     provider(policy=policy_lm(), reflector=ScriptedLM("r", [LESSON])), seed=2)
+    traj = run_agent(
+        agent,
+        make_system(policy="scripted", reflector="scripted"),
+        TASK,
+        provider(policy=policy_lm(), reflector=ScriptedLM("r", [LESSON])),
+        seed=2,
+    )
     assert traj.error is None and traj.output == "4"
     calls = llm_calls(traj)
     assert [c.role for c in calls] == ["policy", "reflector", "policy"] and LESSON in calls[2].messages[0].content
@@ -343,8 +431,11 @@ def test_the_sql_ready_agent_retries_with_the_feedback(tmp_path):
             assert len(calls) == attempts
             if attempts == 2:
                 assert calls[0].output == "select 12345" and "expected" in calls[1].messages[0].content
-                assert [s.name for s in traj.steps if isinstance(s, ToolCall)] == ["execute_sql", "reflexion",
-                                                                                   "execute_sql"]
+                assert [s.name for s in traj.steps if isinstance(s, ToolCall)] == [
+                    "execute_sql",
+                    "reflexion",
+                    "execute_sql",
+                ]
 
 
 # ----------------------------------------------------------------------------- a real (tiny) local model
@@ -355,15 +446,22 @@ def test_the_wrapper_runs_on_the_local_backend(one_torch_thread):
 
     tiny = make_tiny_llm(temperature=1.0)
     try:
+
         def agent(task, ctx):
             return ctx.llm().complete([Message(role="user", content=task["question"])], max_tokens=8).text
 
         def judge(task, output):
             return Reward(score=0.0, feedback="say 4")
 
-        rx = Reflexion(agent, make_system(policy="local", reflector="scripted"), evaluator=judge, max_attempts=3,
-                       reflector_role="reflector", temperature=1.0,
-                       llm_provider=provider(policy=tiny, reflector=ScriptedLM("r", ["Reply with the digit 4."])))
+        rx = Reflexion(
+            agent,
+            make_system(policy="local", reflector="scripted"),
+            evaluator=judge,
+            max_attempts=3,
+            reflector_role="reflector",
+            temperature=1.0,
+            llm_provider=provider(policy=tiny, reflector=ScriptedLM("r", ["Reply with the digit 4."])),
+        )
         res = rx.solve({"id": "t", "question": "2+2?"})
         assert not res.success and len(res.attempts) == 3 and all(t.error is None for t in res.attempts)
         assert res.reflections[:2] == ["Reply with the digit 4."] * 2
@@ -372,8 +470,9 @@ def test_the_wrapper_runs_on_the_local_backend(one_torch_thread):
         assert last.messages[0].content == f"{HEADER}\n- Reply with the digit 4."
         # the tiny model as its own reflector: the reflection prompt does not fit its 128-token
         # context, so the backend raises; the feedback stands in and the run goes on
-        rx2 = Reflexion(agent, make_system(policy="local"), evaluator=judge, max_attempts=2,
-                        llm_provider=provider(policy=tiny))
+        rx2 = Reflexion(
+            agent, make_system(policy="local"), evaluator=judge, max_attempts=2, llm_provider=provider(policy=tiny)
+        )
         res2 = rx2.solve({"id": "t", "question": "2+2?"})
         (rec,) = res2.records
         assert len(res2.attempts) == 2 and rec.source == "feedback" and rec.text == "say 4"

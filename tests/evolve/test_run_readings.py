@@ -96,12 +96,15 @@ def test_a_scores_interval_never_leaves_0_100(runs):
 def test_the_dashboard_prints_an_asymmetric_interval_as_low_high():
     if shutil.which("node") is None:
         pytest.skip("node is not installed: the page's formatting is checked with node")
-    code = ("import { score, gain } from './dom.js';\n"
-            "console.log(score({ mean: 1, n: 15, low: 0.7961, high: 1 }));\n"
-            "console.log(gain({ diff: 0.95, ci95: 0.098, low: 0.852, high: 1, n: 20 }));\n"
-            "console.log(gain({ diff: 0.1, ci95: 0.05, low: 0.05, high: 0.15, n: 300 }));\n")
-    out = subprocess.run(["node", "--input-type=module", "-e", code], cwd=JS, capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import { score, gain } from './dom.js';\n"
+        "console.log(score({ mean: 1, n: 15, low: 0.7961, high: 1 }));\n"
+        "console.log(gain({ diff: 0.95, ci95: 0.098, low: 0.852, high: 1, n: 20 }));\n"
+        "console.log(gain({ diff: 0.1, ci95: 0.05, low: 0.05, high: 0.15, n: 300 }));\n"
+    )
+    out = subprocess.run(
+        ["node", "--input-type=module", "-e", code], cwd=JS, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["100.0% [79.6, 100.0] (n=15)", "95.0 pts [85.2, 100.0]", "10.0 pts ±5.0"]
 
@@ -145,10 +148,18 @@ def test_a_run_says_it_is_running_while_its_engine_works(tmp_path):
         assert a.get_state("status") == "finished"
 
 
-ROUTES = ("/api/runs", "/api/runs/{rid}/summary", "/api/runs/{rid}/lineage?view=all", "/api/runs/{rid}/matrix",
-          "/api/runs/{rid}/deploy", "/api/runs/{rid}/systems/best", "/api/runs/{rid}/systems/best/memory",
-          "/api/runs/{rid}/systems/best/rollouts", "/api/runs/{rid}/rollouts/1",
-          "/api/compare?a={rid}:baseline&b={rid}:best")
+ROUTES = (
+    "/api/runs",
+    "/api/runs/{rid}/summary",
+    "/api/runs/{rid}/lineage?view=all",
+    "/api/runs/{rid}/matrix",
+    "/api/runs/{rid}/deploy",
+    "/api/runs/{rid}/systems/best",
+    "/api/runs/{rid}/systems/best/memory",
+    "/api/runs/{rid}/systems/best/rollouts",
+    "/api/runs/{rid}/rollouts/1",
+    "/api/compare?a={rid}:baseline&b={rid}:best",
+)
 
 
 def _read_everything(c: TestClient, rid: str, rollouts: bool = True) -> None:

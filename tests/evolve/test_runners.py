@@ -19,7 +19,9 @@ TESTS = str(Path(__file__).parents[1])
 SYSTEM = System(models={"policy": ModelSpec(backend="scripted", name="echo", params={"echo": True})})
 
 
-def spec(tmp_path: Path, agent: str = "tests.helpers.agents:one_step", reward: str = "tests.helpers.agents:exact") -> WorkerSpec:
+def spec(
+    tmp_path: Path, agent: str = "tests.helpers.agents:one_step", reward: str = "tests.helpers.agents:exact"
+) -> WorkerSpec:
     return WorkerSpec(agent=agent, reward=reward, artifacts_root=str(tmp_path / "artifacts"), search_path=TESTS)
 
 
@@ -79,7 +81,9 @@ def test_agent_and_reward_failures_are_recorded(runner, tmp_path):
     ts = tasks(6)
     ts[1]["boom"] = True
     ts[2]["boom_reward"] = True
-    out = collect(runner, spec(tmp_path, "tests.helpers.agents:boom_agent", "tests.helpers.agents:boom_reward"), jobs(ts))
+    out = collect(
+        runner, spec(tmp_path, "tests.helpers.agents:boom_agent", "tests.helpers.agents:boom_reward"), jobs(ts)
+    )
     bad = out["k/t1"]
     assert not bad.ok and "ValueError: agent exploded on t1" in bad.error and bad.score == 0.0
     assert bad.reward.components == {"failed": 1.0}
@@ -110,7 +114,12 @@ def test_thread_runner_watchdog_abandons_a_hanging_agent(tmp_path):
     assert all(t.ok for k, t, _ in order[:-1])
     assert runner.abandoned == 1
     # the runner goes on
-    assert all(t.ok for t in collect(runner, spec(tmp_path, "tests.helpers.agents:maybe_hang"), jobs(tasks(4), timeout=0.5)).values())
+    assert all(
+        t.ok
+        for t in collect(
+            runner, spec(tmp_path, "tests.helpers.agents:maybe_hang"), jobs(tasks(4), timeout=0.5)
+        ).values()
+    )
     runner.close()
 
 
@@ -127,8 +136,11 @@ def test_thread_runner_cooperative_deadline_and_system_exit(tmp_path):
 
     llm_backends.register("slow-test", lambda spec, artifacts: slow)
     runner = ThreadRunner(workers=2, grace=5)
-    out = collect(runner, WorkerSpec(two_calls, lambda t, o: 1.0, str(tmp_path)),
-                  [RolloutJob("a", system, {"id": "a"}, timeout=0.1)])
+    out = collect(
+        runner,
+        WorkerSpec(two_calls, lambda t, o: 1.0, str(tmp_path)),
+        [RolloutJob("a", system, {"id": "a"}, timeout=0.1)],
+    )
     assert out["a"].error.startswith("timeout:") and len(out["a"].steps) == 1  # the first call was recorded
     out = collect(runner, spec(tmp_path, "tests.helpers.agents:exit_agent"), jobs(tasks(2)))
     assert all("SystemExit" in t.error for t in out.values())
@@ -236,12 +248,20 @@ def test_the_shared_loop_fails_what_goes_wrong_and_yields_every_job_once():
     assert died.error == "scripted worker died (exit code 9) while running this rollout" and died.infra is not None
     assert died.infra.category == "worker" and died.infra.retryable
     assert out["k/3"].error == "runner: cannot send the job to a scripted worker: TypeError: cannot pickle"
-    assert re.fullmatch(r"timeout: killed after [\d.]+s \(limit 0.2s \+ 0.1s grace\); it was replaced", out["k/4"].error)
+    assert re.fullmatch(
+        r"timeout: killed after [\d.]+s \(limit 0.2s \+ 0.1s grace\); it was replaced", out["k/4"].error
+    )
     assert out["k/4"].infra is None  # a hung agent is the agent's fault, not the world's
     assert pool.replaced == 2 and pool.killed == 1 and len(pool.slots) <= 2
     # an iterator left early kills the workers still busy with its jobs
-    it = schedule(pool, [RolloutJob("h", SYSTEM, {"id": "h", "do": "hang"}), RolloutJob("o", SYSTEM, {"id": "o", "do": "ok"})],
-                  run=2, workers=2, grace=0.1, start_timeout=5)
+    it = schedule(
+        pool,
+        [RolloutJob("h", SYSTEM, {"id": "h", "do": "hang"}), RolloutJob("o", SYSTEM, {"id": "o", "do": "ok"})],
+        run=2,
+        workers=2,
+        grace=0.1,
+        start_timeout=5,
+    )
     assert next(it)[0].key == "o"
     it.close()
     assert pool.killed == 2 and not pool._busy
@@ -253,7 +273,9 @@ def test_the_shared_loop_fails_what_goes_wrong_and_yields_every_job_once():
 def test_worker_caches_llms_per_spec_and_closes_them(tmp_path):
     w = Worker(spec(tmp_path))
     a = w.llm(SYSTEM, "policy")
-    same = System(models={"policy": ModelSpec(backend="scripted", name="echo", params={"echo": True})}, prompts={"x": "y"})
+    same = System(
+        models={"policy": ModelSpec(backend="scripted", name="echo", params={"echo": True})}, prompts={"x": "y"}
+    )
     other = System(models={"policy": ModelSpec(backend="scripted", name="other", params={"echo": True})})
     assert w.llm(same, "policy") is a and w.llm(other, "policy") is not a
     b = w.llm(other, "policy")
@@ -262,7 +284,11 @@ def test_worker_caches_llms_per_spec_and_closes_them(tmp_path):
 
 
 def test_seeded_sampling_is_reproducible_and_varies_with_seed(tmp_path):
-    system = System(models={"policy": ModelSpec(backend="scripted", name="s", params={"reply": "tests.helpers.agents:seeded_reply"})})
+    system = System(
+        models={
+            "policy": ModelSpec(backend="scripted", name="s", params={"reply": "tests.helpers.agents:seeded_reply"})
+        }
+    )
     w = Worker(spec(tmp_path))
     task = {"id": "x", "q": "hi", "answer": "HI"}
 
@@ -303,7 +329,10 @@ def test_process_runner_kills_a_hanging_agent_and_its_children(tmp_path):
     assert all(is_gone(p) for p in pids), pids
     assert runner.restarts == 1 and elapsed < 10
     # the runner goes on with a fresh worker
-    assert all(t.ok for t in collect(runner, spec(tmp_path, "tests.helpers.agents:maybe_hang"), jobs(tasks(3), timeout=5)).values())
+    assert all(
+        t.ok
+        for t in collect(runner, spec(tmp_path, "tests.helpers.agents:maybe_hang"), jobs(tasks(3), timeout=5)).values()
+    )
     runner.close()
 
 
@@ -402,14 +431,20 @@ def test_a_job_that_reads_no_log_probs_says_so_to_the_rollout_and_its_model(runn
         ctx.llm().complete([{"role": "user", "content": "q"}], logprobs=True)  # what the rollout route passes
         return "x"
 
-    for backend, wanted, calls in [(Takes(), True, [{"logprobs": True}] * 2),
-                                   (Takes(), False, [{"logprobs": False}, {"logprobs": True}]),
-                                   (Plain(), False, [{}, {}])]:
+    for backend, wanted, calls in [
+        (Takes(), True, [{"logprobs": True}] * 2),
+        (Takes(), False, [{"logprobs": False}, {"logprobs": True}]),
+        (Plain(), False, [{}, {}]),
+    ]:
         seen.clear()
         traj = run_agent(agent, SYSTEM, {"id": "t"}, lambda system, role, b=backend: b, logprobs=wanted)
         assert traj.error is None and seen == calls
     # top_logprobs only reaches a backend that takes it; asking another is the agent's request error, not the world's
     seen.clear()
-    traj = run_agent(lambda task, ctx: ctx.llm().complete([{"role": "user", "content": "q"}], top_logprobs=2).text,
-                     SYSTEM, {"id": "t"}, lambda system, role: Plain())
+    traj = run_agent(
+        lambda task, ctx: ctx.llm().complete([{"role": "user", "content": "q"}], top_logprobs=2).text,
+        SYSTEM,
+        {"id": "t"},
+        lambda system, role: Plain(),
+    )
     assert seen == [] and "takes no top_logprobs" in traj.error and traj.infra is None

@@ -88,9 +88,15 @@ def test_engine_hands_per_task_scores_metrics_and_the_pool(tmp_path):
     Spy.seen.clear()
     PoolReader.seen.clear()
     PoolReader.before.clear()
-    task = level_task(engine={"minibatch": 4, "parents": 2, "selector": "spy",
-                              "selector_params": {"objectives": ["cost", "latency"]}},
-                      operators=[{"name": "pool_reader", "params": {"children": 2, "explore": 0}}])
+    task = level_task(
+        engine={
+            "minibatch": 4,
+            "parents": 2,
+            "selector": "spy",
+            "selector_params": {"objectives": ["cost", "latency"]},
+        },
+        operators=[{"name": "pool_reader", "params": {"children": 2, "explore": 0}}],
+    )
     report = evolve.run(task, out=tmp_path / "r")
     assert report["stop_reason"] == "generations done"
     gen1, gen2 = Spy.seen
@@ -112,9 +118,14 @@ def test_engine_hands_per_task_scores_metrics_and_the_pool(tmp_path):
 
 
 def noisy_task(choice: str, reeval: dict | None) -> dict:
-    return level_task(agent="tests.helpers.agents:kind_agent", reward="tests.helpers.agents:noisy_reward", prompts={"kind": "steady"},
-                      operators=[{"name": "scripted", "params": {"component": "kind", "choices": [choice]}}],
-                      budget={"generations": 1}, engine={"minibatch": 4, "reeval": reeval})
+    return level_task(
+        agent="tests.helpers.agents:kind_agent",
+        reward="tests.helpers.agents:noisy_reward",
+        prompts={"kind": "steady"},
+        operators=[{"name": "scripted", "params": {"component": "kind", "choices": [choice]}}],
+        budget={"generations": 1},
+        engine={"minibatch": 4, "reeval": reeval},
+    )
 
 
 def test_a_lucky_child_is_accepted_without_reeval(tmp_path):
@@ -149,8 +160,9 @@ def test_reeval_accepts_and_promotes_a_truly_better_child(tmp_path):
     (decision,) = a.events("decision")
     assert decision["accepted"] and "promoted" in decision["why"]
     assert [n["against"] for n in decision["reeval"]] == ["parent", "best"]
-    assert all(n["child_mean"] == pytest.approx(0.53) and n["other_mean"] == pytest.approx(0.5)
-               for n in decision["reeval"])
+    assert all(
+        n["child_mean"] == pytest.approx(0.53) and n["other_mean"] == pytest.approx(0.5) for n in decision["reeval"]
+    )
     assert a.current() == decision["child"]
     # its score from now on is the mean over all samples; a far-apart call is not re-evaluated
     assert a.get_state("reevaluated")[decision["child"]] == [pytest.approx(0.53), 1]
@@ -168,9 +180,14 @@ def test_a_child_better_on_the_means_is_promoted_over_a_lucky_parent(tmp_path):
     """The parent's first sample is lucky (0.53, later 0.40); the child scores 0.54, later 0.45.
     Stage 2 re-evaluates the close call (means 0.48 vs 0.44); promotion must then compare means
     too, not the child's mean against the parent's single lucky 0.53."""
-    task = level_task(agent="tests.helpers.agents:kind_agent", reward="tests.helpers.agents:noisy_reward", prompts={"kind": "lucky"},
-                      operators=[{"name": "scripted", "params": {"component": "kind", "choices": ["solid"]}}],
-                      budget={"generations": 1}, engine={"minibatch": 4, "reeval": {"margin": 0.02, "samples": 2}})
+    task = level_task(
+        agent="tests.helpers.agents:kind_agent",
+        reward="tests.helpers.agents:noisy_reward",
+        prompts={"kind": "lucky"},
+        operators=[{"name": "scripted", "params": {"component": "kind", "choices": ["solid"]}}],
+        budget={"generations": 1},
+        engine={"minibatch": 4, "reeval": {"margin": 0.02, "samples": 2}},
+    )
     report = evolve.run(task, out=tmp_path / "r")
     a = Archive(tmp_path / "r", create=False)
     (decision,) = a.events("decision")

@@ -25,8 +25,10 @@ from tests.helpers import greedy_answers, make_tiny_llm, two_system_run
 
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning"),
-              pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning"),
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say hi"}]
 
 
@@ -63,8 +65,9 @@ def tiny_server(tiny):
 
 def test_openai_client_matches_the_model_with_logprobs_and_token_ids(tiny, tiny_server):
     want = tiny.complete(MSGS, temperature=0.0, max_tokens=16)
-    r = client(tiny_server.url).chat.completions.create(model="tiny", messages=MSGS, temperature=0, max_tokens=16,
-                                                        logprobs=True)
+    r = client(tiny_server.url).chat.completions.create(
+        model="tiny", messages=MSGS, temperature=0, max_tokens=16, logprobs=True
+    )
     ch = r.choices[0]
     assert ch.message.content == want.text and ch.finish_reason == want.finish_reason
     assert ch.model_extra["token_ids"] == list(want.token_ids)
@@ -82,8 +85,9 @@ def test_openai_client_matches_the_model_with_logprobs_and_token_ids(tiny, tiny_
 
 def test_top_logprobs_name_the_likeliest_tokens(tiny, tiny_server):
     want = tiny.complete(MSGS, temperature=0.0, max_tokens=8, top_logprobs=3)
-    r = client(tiny_server.url).chat.completions.create(model="tiny", messages=MSGS, temperature=0, max_tokens=8,
-                                                        logprobs=True, top_logprobs=3)
+    r = client(tiny_server.url).chat.completions.create(
+        model="tiny", messages=MSGS, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == len(want.token_ids)
     for entry, step in zip(content, want.top_logprobs):
@@ -91,30 +95,45 @@ def test_top_logprobs_name_the_likeliest_tokens(tiny, tiny_server):
         assert [t.logprob for t in entry.top_logprobs] == pytest.approx([lp for _, lp in step], abs=1e-5)
         assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob, abs=1e-5)  # greedy: the token drawn
         assert entry.top_logprobs[0].bytes == list(entry.top_logprobs[0].token.encode())
-    bad = [({"top_logprobs": 3}, "needs 'logprobs': true"), ({"logprobs": True, "top_logprobs": 21}, "from 0 to 20"),
-           ({"logprobs": True, "top_logprobs": "3"}, "from 0 to 20")]
+    bad = [
+        ({"top_logprobs": 3}, "needs 'logprobs': true"),
+        ({"logprobs": True, "top_logprobs": 21}, "from 0 to 20"),
+        ({"logprobs": True, "top_logprobs": "3"}, "from 0 to 20"),
+    ]
     for extra, why in bad:
-        status, data, _ = raw(tiny_server.port, "POST", "/v1/chat/completions",
-                              json.dumps({"model": "tiny", "messages": MSGS, "max_tokens": 4, **extra}).encode())
+        status, data, _ = raw(
+            tiny_server.port,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({"model": "tiny", "messages": MSGS, "max_tokens": 4, **extra}).encode(),
+        )
         assert status == 400 and data["error"]["param"] == "top_logprobs" and why in data["error"]["message"]
 
 
 def test_streaming_and_n(tiny, tiny_server):
     want = tiny.complete(MSGS, temperature=0.0, max_tokens=16)
     stream = client(tiny_server.url).chat.completions.create(
-        model="tiny", messages=MSGS, temperature=0, max_tokens=16, stream=True, logprobs=True,
-        stream_options={"include_usage": True})
+        model="tiny",
+        messages=MSGS,
+        temperature=0,
+        max_tokens=16,
+        stream=True,
+        logprobs=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want.text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == want.finish_reason
     assert chunks[-1].usage.completion_tokens == len(want.token_ids)
-    r = client(tiny_server.url).chat.completions.create(model="tiny", messages=MSGS, n=2, temperature=1.0, seed=3,
-                                                        max_tokens=16)
+    r = client(tiny_server.url).chat.completions.create(
+        model="tiny", messages=MSGS, n=2, temperature=1.0, seed=3, max_tokens=16
+    )
     assert [c.index for c in r.choices] == [0, 1]
     assert r.usage.completion_tokens == sum(len(c.model_extra["token_ids"]) for c in r.choices)
-    again = client(tiny_server.url).chat.completions.create(model="tiny", messages=MSGS, n=2, temperature=1.0, seed=3,
-                                                            max_tokens=16)
+    again = client(tiny_server.url).chat.completions.create(
+        model="tiny", messages=MSGS, n=2, temperature=1.0, seed=3, max_tokens=16
+    )
     assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]  # seeded
 
 
@@ -123,14 +142,22 @@ def test_n_choices_are_sampled_in_one_batch_and_each_is_its_seeds_sample():
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
 
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
-    llm = LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=1.0, max_tokens=12,
-                             batch_wait=0.2, max_wait=0.5)
+    llm = LocalLM.from_model(
+        build_model(cfg, seed=0),
+        CharTokenizer(),
+        name="tiny",
+        temperature=1.0,
+        max_tokens=12,
+        batch_wait=0.2,
+        max_wait=0.5,
+    )
     try:
         alone = [llm.complete(MSGS, temperature=1.0, max_tokens=12, seed=5 + i) for i in range(4)]
         with serve_llm(llm, names=["tiny"]) as srv:
             before = llm.server.stats["batches"]
-            r = client(srv.url).chat.completions.create(model="tiny", messages=MSGS, n=4, temperature=1.0, seed=5,
-                                                        max_tokens=12)
+            r = client(srv.url).chat.completions.create(
+                model="tiny", messages=MSGS, n=4, temperature=1.0, seed=5, max_tokens=12
+            )
             assert llm.server.stats["batches"] - before == 1  # the four choices in one batch
         assert [c.model_extra["token_ids"] for c in r.choices] == [list(a.token_ids) for a in alone]
     finally:
@@ -141,8 +168,15 @@ def test_litellm_client(tiny, tiny_server):
     litellm = pytest.importorskip("litellm")
     assert os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True"  # set by conftest: no fetch of the cost map
     want = tiny.complete(MSGS, temperature=0.0, max_tokens=16)
-    r = litellm.completion(model="openai/tiny", api_base=tiny_server.url, api_key="unused", messages=MSGS,
-                           temperature=0, max_tokens=16, num_retries=0)
+    r = litellm.completion(
+        model="openai/tiny",
+        api_base=tiny_server.url,
+        api_key="unused",
+        messages=MSGS,
+        temperature=0,
+        max_tokens=16,
+        num_retries=0,
+    )
     assert r.choices[0].message.content == want.text
 
 
@@ -187,8 +221,18 @@ def test_errors_have_the_openai_shape_and_keep_the_connection():
         cases = [
             ("POST", "/v1/chat/completions", b"{not json", 400),
             ("POST", "/v1/chat/completions", json.dumps({"model": "flaky"}).encode(), 400),
-            ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400),
-            ("POST", "/v1/chat/completions", json.dumps({"model": "flaky", "messages": MSGS, "tools": [{"type": "function"}]}).encode(), 400),
+            (
+                "POST",
+                "/v1/chat/completions",
+                json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(),
+                400,
+            ),
+            (
+                "POST",
+                "/v1/chat/completions",
+                json.dumps({"model": "flaky", "messages": MSGS, "tools": [{"type": "function"}]}).encode(),
+                400,
+            ),
             ("POST", "/v1/chat/completions", json.dumps({"messages": MSGS, "temperature": "hot"}).encode(), 400),
             ("POST", "/v1/completions", ok, 404),
             ("GET", "/nowhere", None, 404),
@@ -205,19 +249,31 @@ def test_errors_have_the_openai_shape_and_keep_the_connection():
                 assert set(data["error"]) == {"message", "type", "param", "code"} and data["error"]["message"]
         sock = conn.sock
         status, data, conn = raw(srv.port, "POST", "/v1/chat/completions", ok, conn)
-        assert status == 200 and data["choices"][0]["message"]["content"] == "say hi" and conn.sock is sock  # one kept-alive connection for all of it
+        assert (
+            status == 200 and data["choices"][0]["message"]["content"] == "say hi" and conn.sock is sock
+        )  # one kept-alive connection for all of it
         # tools are offered in the prompt (evolve.gateway.local); a malformed one is a 400 naming it
         assert "tools[0] must be" in raw(srv.port, "POST", "/v1/chat/completions", cases[3][2])[1]["error"]["message"]
-        status, data, _ = raw(srv.port, "POST", "/v1/chat/completions", json.dumps(
-            {"model": "flaky", "messages": MSGS, "response_format": {"type": "json_object"}}).encode())
+        status, data, _ = raw(
+            srv.port,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({"model": "flaky", "messages": MSGS, "response_format": {"type": "json_object"}}).encode(),
+        )
         assert status == 400 and data["error"]["param"] == "response_format"  # what a local model cannot honour
-        status, data, _ = raw(srv.port, "POST", "/v1/chat/completions", json.dumps(
-            {"model": "flaky", "messages": MSGS, "logprobs": True, "top_logprobs": 2}).encode())
+        status, data, _ = raw(
+            srv.port,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({"model": "flaky", "messages": MSGS, "logprobs": True, "top_logprobs": 2}).encode(),
+        )
         assert status == 400 and data["error"]["param"] == "top_logprobs"  # its complete() takes no top_logprobs
         assert "not supported by the model 'flaky'" in data["error"]["message"]
         with pytest.raises(openai.InternalServerError, match="caught fire"):
             client(srv.url).chat.completions.create(model="flaky", messages=[{"role": "user", "content": "fail"}])
-        assert client(srv.url).chat.completions.create(model="flaky", messages=MSGS).choices[0].message.content == "say hi"
+        assert (
+            client(srv.url).chat.completions.create(model="flaky", messages=MSGS).choices[0].message.content == "say hi"
+        )
 
 
 # ----------------------------------------------------------------------------- serving a run
@@ -276,7 +332,9 @@ def test_a_request_in_flight_finishes_on_the_old_system_which_is_closed_after(tm
 
     from evolve.archive import Archive
 
-    slow = System(models={"policy": ModelSpec(backend="scripted", name="m", params={"responses": ["old"], "delay": 0.5})})
+    slow = System(
+        models={"policy": ModelSpec(backend="scripted", name="m", params={"responses": ["old"], "delay": 0.5})}
+    )
     fast = System(models={"policy": ModelSpec(backend="scripted", name="m", params={"responses": ["new"]})})
     with Archive(tmp_path / "run") as archive:
         archive.add_system(slow)
@@ -317,8 +375,13 @@ def test_cli_serves_prints_the_url_and_stops_on_ctrl_c(tmp_path):
         main(["serve", str(tmp_path / "run"), "--host", "0.0.0.0", "--port", "0"])
     assert e.value.code == 2
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVOLVE_SERVE_API_KEY": "k1"}
-    p = subprocess.Popen([sys.executable, "-m", "evolve.cli.commands", "serve", str(tmp_path / "run"), "--port", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "evolve.cli.commands", "serve", str(tmp_path / "run"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = p.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:\d+/v1", line)
@@ -350,17 +413,27 @@ def test_evolve_serve_and_gateway_local_are_one_server(tmp_path):
         archive.add_system(s)
         archive.set_current(s.id)
     chat = {"model": "echo", "messages": MSGS}
-    good = [("GET", "/v1/models", None), ("GET", "/healthz", None), ("POST", "/v1/chat/completions", chat),
-            ("POST", "/s/alice/v1/chat/completions", chat), ("GET", "/s/alice/v1/models", None),
-            ("POST", "/v1/messages", {"model": "echo", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})]
-    bad = [("POST", "/v1/chat/completions", b"{not json"), ("POST", "/v1/chat/completions", {"model": "echo"}),
-           ("POST", "/v1/chat/completions", {"messages": MSGS}),
-           ("POST", "/v1/chat/completions", {**chat, "temperature": "hot"}),
-           ("POST", "/v1/chat/completions", {**chat, "response_format": {"type": "json_object"}}),
-           ("POST", "/v1/chat/completions", {**chat, "tools": [{"type": "function"}]}),
-           ("POST", "/v1/messages", {"model": "echo", "messages": MSGS}),
-           ("GET", "/v1/chat/completions", None), ("POST", "/v1/completions", chat), ("GET", "/nowhere", None),
-           ("POST", "/r/sometoken/v1/chat/completions", chat)]
+    good = [
+        ("GET", "/v1/models", None),
+        ("GET", "/healthz", None),
+        ("POST", "/v1/chat/completions", chat),
+        ("POST", "/s/alice/v1/chat/completions", chat),
+        ("GET", "/s/alice/v1/models", None),
+        ("POST", "/v1/messages", {"model": "echo", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}),
+    ]
+    bad = [
+        ("POST", "/v1/chat/completions", b"{not json"),
+        ("POST", "/v1/chat/completions", {"model": "echo"}),
+        ("POST", "/v1/chat/completions", {"messages": MSGS}),
+        ("POST", "/v1/chat/completions", {**chat, "temperature": "hot"}),
+        ("POST", "/v1/chat/completions", {**chat, "response_format": {"type": "json_object"}}),
+        ("POST", "/v1/chat/completions", {**chat, "tools": [{"type": "function"}]}),
+        ("POST", "/v1/messages", {"model": "echo", "messages": MSGS}),
+        ("GET", "/v1/chat/completions", None),
+        ("POST", "/v1/completions", chat),
+        ("GET", "/nowhere", None),
+        ("POST", "/r/sometoken/v1/chat/completions", chat),
+    ]
 
     def answers(port):
         out = []
@@ -377,8 +450,8 @@ def test_evolve_serve_and_gateway_local_are_one_server(tmp_path):
             assert type(served.gateway) is type(gw.gateway) is Gateway
             assert type(served.gateway.routes[0].upstream) is type(gw.gateway.routes[0].upstream)
             mine, theirs = answers(served.port), answers(gw.port)
-    assert [st for st, _ in mine[:len(good)]] == [200] * len(good)
-    assert [st for st, _ in mine[len(good):]] == [400, 400, 400, 400, 400, 400, 400, 405, 404, 404, 404]
+    assert [st for st, _ in mine[: len(good)]] == [200] * len(good)
+    assert [st for st, _ in mine[len(good) :]] == [400, 400, 400, 400, 400, 400, 400, 405, 404, 404, 404]
     assert mine == theirs  # the same answers, the same JSON errors
     assert isinstance(rollout_route.server(), HTTPGateway)  # the rollouts' endpoint: the same server too
     assert [c.output for c in app.calls("alice")] == ["say hi"] and len(app.calls()) == 2  # chat, messages

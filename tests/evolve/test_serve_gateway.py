@@ -19,10 +19,16 @@ from evolve.types import LLMCall, ModelSpec, System
 from tests.helpers import DATA, make_tiny_llm
 
 openai = pytest.importorskip("openai")
-pytestmark = [pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning"),
-              pytest.mark.usefixtures("one_torch_thread")]
-SYSTEM = System(models={"policy": ModelSpec(name="tiny", params={"temperature": 0.0, "max_tokens": 16}),
-                        "critic": ModelSpec(backend="scripted", name="echo")})
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning"),
+    pytest.mark.usefixtures("one_torch_thread"),
+]
+SYSTEM = System(
+    models={
+        "policy": ModelSpec(name="tiny", params={"temperature": 0.0, "max_tokens": 16}),
+        "critic": ModelSpec(backend="scripted", name="echo"),
+    }
+)
 
 
 def ask(url: str, text: str = "say hi", **kw):
@@ -58,8 +64,13 @@ def test_openai_agent_is_recorded_in_its_trajectory(tiny):
     assert step.temperature == 0.0  # the role's default: the request gave none
     assert r.system_fingerprint == SYSTEM.id and traj.tokens == step.prompt_tokens + step.completion_tokens
     # the same rollout replayed natively gives the same step: the gateway is a native call
-    native = run_agent(lambda task, ctx: ctx.llm("policy").complete([{"role": "user", "content": task["q"]}]).text,
-                       SYSTEM, {"id": "t1", "q": "say hi"}, lambda system, role: tiny, seed=7)
+    native = run_agent(
+        lambda task, ctx: ctx.llm("policy").complete([{"role": "user", "content": task["q"]}]).text,
+        SYSTEM,
+        {"id": "t1", "q": "say hi"},
+        lambda system, role: tiny,
+        seed=7,
+    )
     assert native.steps[0].token_ids == step.token_ids and native.output == traj.output
     with pytest.raises(openai.NotFoundError):  # the rollout is over: its token is gone
         ask(seen["url"])
@@ -79,12 +90,18 @@ def test_an_agent_asking_top_logprobs_gets_them_where_the_model_gives_them(tiny)
             ask(ctx.openai_base_url("critic"), "x", logprobs=True, top_logprobs=2)
         return r.choices[0].message.content
 
-    traj = run_agent(agent, SYSTEM, {"id": "t1", "q": "say hi"}, lambda system, role: tiny if role == "policy"
-                     else ScriptedLM("echo"), seed=3)
+    traj = run_agent(
+        agent,
+        SYSTEM,
+        {"id": "t1", "q": "say hi"},
+        lambda system, role: tiny if role == "policy" else ScriptedLM("echo"),
+        seed=3,
+    )
     assert traj.error is None and len(traj.steps) == 1
     want = tiny.complete([{"role": "user", "content": "say hi"}], temperature=0.0, max_tokens=6, top_logprobs=2)
     assert [[t.token for t in e.top_logprobs] for e in seen["content"]] == [
-        [tiny.tokenizer.token_text(i) for i, _ in step] for step in want.top_logprobs]
+        [tiny.tokenizer.token_text(i) for i, _ in step] for step in want.top_logprobs
+    ]
 
 
 def test_exploration_temperature_wins_and_failures_are_recorded():
@@ -99,10 +116,16 @@ def test_exploration_temperature_wins_and_failures_are_recorded():
 
     traj = run_agent(agent, SYSTEM, {"id": "t"}, lambda s, r: lm, temperature=0.9)
     assert traj.error.startswith("agent raised RuntimeError")
-    assert [(s.role, s.output, s.temperature) for s in traj.steps] == [("critic", "one", 0.9)] + [("critic", "two", 0.9)] * 2
+    assert [(s.role, s.output, s.temperature) for s in traj.steps] == [("critic", "one", 0.9)] + [
+        ("critic", "two", 0.9)
+    ] * 2
     assert len(outs["b"].choices) == 2
-    traj = run_agent(lambda task, ctx: ask(ctx.openai_base_url("critic"), "x", temperature=0.3).choices[0].message.content,
-                     SYSTEM, {"id": "t"}, lambda s, r: lm)
+    traj = run_agent(
+        lambda task, ctx: ask(ctx.openai_base_url("critic"), "x", temperature=0.3).choices[0].message.content,
+        SYSTEM,
+        {"id": "t"},
+        lambda s, r: lm,
+    )
     assert traj.output == "x" and traj.steps[0].temperature == 0.3  # no rollout temperature: the request's
     with pytest.raises(KeyError, match="no model role 'judge'"):
         RolloutContext(SYSTEM, {"id": "t"}, lambda s, r: lm).openai_base_url("judge")
@@ -113,15 +136,24 @@ def test_litellm_agent_and_an_agent_configured_by_environment():
     lm = ScriptedLM("echo")
 
     def agent(task, ctx):
-        r = litellm.completion(model="openai/whatever", api_base=ctx.openai_base_url("critic"), api_key="x",
-                               messages=[{"role": "user", "content": "via litellm"}], num_retries=0)
+        r = litellm.completion(
+            model="openai/whatever",
+            api_base=ctx.openai_base_url("critic"),
+            api_key="x",
+            messages=[{"role": "user", "content": "via litellm"}],
+            num_retries=0,
+        )
         env = {**os.environ, **ctx.openai_env("critic")}
-        script = ("import json, os, urllib.request as u\n"
-                  "req = u.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=json.dumps("
-                  "{'model': 'm', 'messages': [{'role': 'user', 'content': 'from a subprocess'}]}).encode(), "
-                  "headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
-                  "print(json.load(u.urlopen(req))['choices'][0]['message']['content'])\n")
-        out = subprocess.run([sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=60)
+        script = (
+            "import json, os, urllib.request as u\n"
+            "req = u.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=json.dumps("
+            "{'model': 'm', 'messages': [{'role': 'user', 'content': 'from a subprocess'}]}).encode(), "
+            "headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+            "print(json.load(u.urlopen(req))['choices'][0]['message']['content'])\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=60
+        )
         return [r.choices[0].message.content, out.stdout.strip() or out.stderr]
 
     traj = run_agent(agent, SYSTEM, {"id": "t"}, lambda s, r: lm)
@@ -153,9 +185,13 @@ def test_concurrent_rollouts_share_one_gateway_and_stay_apart():
 def toy_openai_agent(task, ctx):
     """evolve.worlds.toy:agent, rewritten to use only the OpenAI client."""
     c = openai.OpenAI(base_url=ctx.openai_base_url(), api_key="unused", max_retries=0)
-    r = c.chat.completions.create(model="any", messages=[
-        {"role": "system", "content": ctx.system.prompts.get("instruction", "")},
-        {"role": "user", "content": f"{task['a']} {task['b']}"}])
+    r = c.chat.completions.create(
+        model="any",
+        messages=[
+            {"role": "system", "content": ctx.system.prompts.get("instruction", "")},
+            {"role": "user", "content": f"{task['a']} {task['b']}"},
+        ],
+    )
     return r.choices[0].message.content.strip()
 
 
@@ -163,8 +199,12 @@ def test_engine_run_with_an_openai_agent(tmp_path):
     import evolve
     from evolve.archive import Archive
 
-    report = evolve.run(DATA / "toy.yaml", out=tmp_path / "run", agent=toy_openai_agent,
-                        overrides=["budget.generations=1", "engine.minibatch=4"])
+    report = evolve.run(
+        DATA / "toy.yaml",
+        out=tmp_path / "run",
+        agent=toy_openai_agent,
+        overrides=["budget.generations=1", "engine.minibatch=4"],
+    )
     assert report["baseline"]["val"]["n"] > 0
     with Archive(tmp_path / "run", create=False) as archive:
         trajs = archive.trajectories()

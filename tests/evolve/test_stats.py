@@ -7,14 +7,17 @@ import pytest
 from evolve.results.stats import bounds, describe, interval, paired, sign_test, wilson
 
 
-@pytest.mark.parametrize("wins,losses,p", [
-    (24, 5, 0.0005461126565933228),   # scipy.stats.binomtest(24, 29).pvalue
-    (25, 13, 0.07295138851623051),
-    (12, 16, 0.5715881884098053),
-    (10, 0, 0.001953125),             # 2 / 2**10
-    (3, 3, 1.0),
-    (0, 0, 1.0),
-])
+@pytest.mark.parametrize(
+    "wins,losses,p",
+    [
+        (24, 5, 0.0005461126565933228),  # scipy.stats.binomtest(24, 29).pvalue
+        (25, 13, 0.07295138851623051),
+        (12, 16, 0.5715881884098053),
+        (10, 0, 0.001953125),  # 2 / 2**10
+        (3, 3, 1.0),
+        (0, 0, 1.0),
+    ],
+)
 def test_sign_test_matches_the_exact_binomial(wins, losses, p):
     assert sign_test(wins, losses) == pytest.approx(p, rel=1e-12)
     assert sign_test(losses, wins) == pytest.approx(p, rel=1e-12)
@@ -54,12 +57,15 @@ def test_describe_names_the_interval_and_the_counts():
     assert "n=300" in line
 
 
-@pytest.mark.parametrize("k,n,low,high", [
-    (15, 15, 0.7961166989641515, 1.0),        # scipy.stats.binomtest(k, n).proportion_ci(method="wilson")
-    (1, 12, 0.014865094404917123, 0.35387991114111694),
-    (0, 7, 0.0, 0.35433043506668743),
-    (12, 24, 0.3142742581957335, 0.6857257418042665),
-])
+@pytest.mark.parametrize(
+    "k,n,low,high",
+    [
+        (15, 15, 0.7961166989641515, 1.0),  # scipy.stats.binomtest(k, n).proportion_ci(method="wilson")
+        (1, 12, 0.014865094404917123, 0.35387991114111694),
+        (0, 7, 0.0, 0.35433043506668743),
+        (12, 24, 0.3142742581957335, 0.6857257418042665),
+    ],
+)
 def test_a_scores_interval_is_wilsons_and_stays_in_0_1(k, n, low, high):
     assert wilson(k / n, n) == pytest.approx((low, high), rel=2e-4, abs=1e-4)
     mean = k / n  # 0/1 scores: the mean of squares is the mean

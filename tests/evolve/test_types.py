@@ -9,8 +9,15 @@ from evolve.types import ArtifactRef, Candidate, LLMCall, Message, ModelSpec, Re
 def _system(**kw):
     return System(
         workflow={"max_turns": 3, "nested": {"a": [1, 2.5, None, True]}},
-        models={"policy": ModelSpec(backend="local", name="tiny", base=ArtifactRef(sha256="ab" * 32, kind="base_weights", size=10),
-                                    adapter=None, params={"temperature": 0.0})},
+        models={
+            "policy": ModelSpec(
+                backend="local",
+                name="tiny",
+                base=ArtifactRef(sha256="ab" * 32, kind="base_weights", size=10),
+                adapter=None,
+                params={"temperature": 0.0},
+            )
+        },
         prompts={"instruction": "Write SQL. ünïcödé ✓"},
         **kw,
     )
@@ -43,17 +50,34 @@ def test_replace_keeps_model_specs_typed():
 
 def test_trajectory_round_trip_with_both_step_kinds():
     t = Trajectory(
-        task_id="t1", system_id="abc",
+        task_id="t1",
+        system_id="abc",
         steps=(
-            LLMCall(role="policy", model="tiny", messages=(Message(role="user", content="q"),), output="select 1",
-                    prompt_token_ids=(1, 5, 6), token_ids=(40, 41, 2), logprobs=(-0.1, -1e-9, -3.25),
-                    temperature=1.0, finish_reason="stop", prompt_tokens=3, completion_tokens=3, cost=None, duration=0.01),
+            LLMCall(
+                role="policy",
+                model="tiny",
+                messages=(Message(role="user", content="q"),),
+                output="select 1",
+                prompt_token_ids=(1, 5, 6),
+                token_ids=(40, 41, 2),
+                logprobs=(-0.1, -1e-9, -3.25),
+                temperature=1.0,
+                finish_reason="stop",
+                prompt_tokens=3,
+                completion_tokens=3,
+                cost=None,
+                duration=0.01,
+            ),
             ToolCall(name="execute_sql", args={"sql": "select 1"}, result=[[1]], duration=0.002),
             ToolCall(name="execute_sql", args={"sql": "x"}, error="SQLError: near x"),
         ),
         output={"sql": "select 1", "rows": [[1]]},
         reward=Reward(score=1.0, components={"parses": 1.0, "matches": 1.0}, feedback="correct"),
-        tokens=6, cost=0.0, duration=0.5, sample=2, temperature=1.0,
+        tokens=6,
+        cost=0.0,
+        duration=0.5,
+        sample=2,
+        temperature=1.0,
     )
     back = Trajectory.model_validate_json(t.model_dump_json())
     assert back == t

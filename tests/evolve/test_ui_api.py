@@ -41,8 +41,11 @@ def test_the_runs_page_says_what_the_archive_holds(sql_run):
     r = got[0]
     with Archive(sql_run, create=False) as a:
         used = a.usage(test=False)
-        assert (r["used"]["rollouts"], r["used"]["calls"], r["used"]["tokens"]) == (used["rollouts"], used["calls"],
-                                                                                   used["tokens"])
+        assert (r["used"]["rollouts"], r["used"]["calls"], r["used"]["tokens"]) == (
+            used["rollouts"],
+            used["calls"],
+            used["tokens"],
+        )
         assert r["systems"] == len(a.records()) and r["status"] == "finished" and r["world"] == "sql"
         base, best = a.get_state("baseline"), a.get_state("best")
         assert r["baseline"]["id"] == base and r["best"]["id"] == best
@@ -103,8 +106,13 @@ def test_a_system_shows_its_diff_decision_evidence_and_task_wins(sql_run):
     with Archive(sql_run, create=False) as a:
         parent = a.record(d["id"]).parents[0]
         assert d["parents"] == [parent]
-        assert d["diff"] == [{"path": "prompts.instruction", "before": a.get_system(parent).prompts["instruction"],
-                              "after": a.get_system(d["id"]).prompts["instruction"]}]
+        assert d["diff"] == [
+            {
+                "path": "prompts.instruction",
+                "before": a.get_system(parent).prompts["instruction"],
+                "after": a.get_system(d["id"]).prompts["instruction"],
+            }
+        ]
         event = next(e for e in a.events("decision") if e["child"] == d["id"])
         assert d["decision"]["why"] == event["why"] and d["decision"]["accepted"] is True
         fixed, broke = _tasks_better_and_worse(a, parent, d["id"], "val")
@@ -131,7 +139,7 @@ def test_the_task_matrix_counts_match_the_archive(sql_run):
 def test_a_rollout_has_its_messages_tool_calls_and_reward(sql_run):
     c = client(sql_run)
     with sqlite3.connect(f"file:{sql_run / 'archive.sqlite'}?mode=ro", uri=True) as db:
-        (seq, key), = db.execute("SELECT seq, key FROM trajectories WHERE calls > 1 ORDER BY seq LIMIT 1").fetchall()
+        ((seq, key),) = db.execute("SELECT seq, key FROM trajectories WHERE calls > 1 ORDER BY seq LIMIT 1").fetchall()
     with Archive(sql_run, create=False) as a:
         stored = a.get_trajectories([key])[key]
     t = c.get(f"/api/runs/{sql_run.name}/rollouts/{seq}").json()
@@ -150,8 +158,9 @@ def test_two_systems_compare_side_by_side(sql_run):
     with Archive(sql_run, create=False) as a:
         base, best = a.get_state("baseline"), a.get_state("best")
         assert (r["a"]["id"], r["b"]["id"]) == (base, best)
-        assert (r["tasks"]["test"]["n_fixed"], r["tasks"]["test"]["n_broke"]) == _tasks_better_and_worse(a, base, best,
-                                                                                                         "test")
+        assert (r["tasks"]["test"]["n_fixed"], r["tasks"]["test"]["n_broke"]) == _tasks_better_and_worse(
+            a, base, best, "test"
+        )
     assert [d["path"] for d in r["diff"]] == ["prompts.instruction"]
 
 
@@ -179,17 +188,36 @@ def test_a_local_models_sampled_tokens_come_with_their_text(tmp_path):
 
     run, a_sys, _ = two_system_run(tmp_path)
     with Archive(run) as archive:
-        llm = build(a_sys.models["policy"].model_copy(update={"params": {
-            **a_sys.models["policy"].params, "temperature": 1.0}}), archive.artifacts)
+        llm = build(
+            a_sys.models["policy"].model_copy(update={"params": {**a_sys.models["policy"].params, "temperature": 1.0}}),
+            archive.artifacts,
+        )
         try:
             msgs = [Message(role="user", content="hi")]
             out = llm.complete(msgs, max_tokens=12)
         finally:
             getattr(llm, "close", lambda: None)()
-        step = LLMCall(role="policy", model="tiny", messages=tuple(msgs), output=out.text, token_ids=out.token_ids,
-                       logprobs=out.logprobs)
-        archive.add_trajectories([("k", "val", "eval", 0, Trajectory(task_id="t", system_id=a_sys.id, steps=(step,),
-                                                                       output=out.text, reward=Reward(score=0.0)))])
+        step = LLMCall(
+            role="policy",
+            model="tiny",
+            messages=tuple(msgs),
+            output=out.text,
+            token_ids=out.token_ids,
+            logprobs=out.logprobs,
+        )
+        archive.add_trajectories(
+            [
+                (
+                    "k",
+                    "val",
+                    "eval",
+                    0,
+                    Trajectory(
+                        task_id="t", system_id=a_sys.id, steps=(step,), output=out.text, reward=Reward(score=0.0)
+                    ),
+                )
+            ]
+        )
         seq = archive.trajectory_rows()[0]
     t = client(run).get("/api/runs/run/rollouts/1").json()
     llm_step = t["trajectory"]["steps"][0]
@@ -204,8 +232,18 @@ def test_a_trace_store_and_a_deployment(tmp_path):
 
     st = TraceStore(tmp_path / "traces")
     for i in range(3):
-        st.record(CallRecord(session_id=f"s{i}", api="openai", messages=[{"role": "user", "content": f"q{i}"}],
-                             model="m", route="r", output=f"a{i}", status="ok", system_id="sys1"))
+        st.record(
+            CallRecord(
+                session_id=f"s{i}",
+                api="openai",
+                messages=[{"role": "user", "content": f"q{i}"}],
+                model="m",
+                route="r",
+                output=f"a{i}",
+                status="ok",
+                system_id="sys1",
+            )
+        )
     st.feedback(session_id="s1", score=1.0, text="good")
     st.close()
     run, chain = big_archive(tmp_path / "dep", accepted=3, rejected_each=1)
@@ -226,16 +264,25 @@ def test_a_trace_store_and_a_deployment(tmp_path):
 
 def test_the_dashboard_never_writes_a_run(sql_run):
     def digest() -> str:  # the database and its write-ahead log (the -shm index is every reader's to update)
-        return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(sql_run.glob("archive.sqlite*"))
-                                       if not p.name.endswith("-shm"))).hexdigest()
+        return hashlib.sha256(
+            b"".join(p.read_bytes() for p in sorted(sql_run.glob("archive.sqlite*")) if not p.name.endswith("-shm"))
+        ).hexdigest()
 
     before = digest()
     c = client(sql_run)
     rid = sql_run.name
-    for path in ("/api/runs", f"/api/runs/{rid}/summary", f"/api/runs/{rid}/lineage?view=all", f"/api/runs/{rid}/matrix",
-                 f"/api/runs/{rid}/deploy", f"/api/runs/{rid}/systems/best", f"/api/runs/{rid}/systems/best/memory",
-                 f"/api/runs/{rid}/systems/best/tools", f"/api/runs/{rid}/systems/best/workflow",
-                 f"/api/runs/{rid}/rollouts/1"):
+    for path in (
+        "/api/runs",
+        f"/api/runs/{rid}/summary",
+        f"/api/runs/{rid}/lineage?view=all",
+        f"/api/runs/{rid}/matrix",
+        f"/api/runs/{rid}/deploy",
+        f"/api/runs/{rid}/systems/best",
+        f"/api/runs/{rid}/systems/best/memory",
+        f"/api/runs/{rid}/systems/best/tools",
+        f"/api/runs/{rid}/systems/best/workflow",
+        f"/api/runs/{rid}/rollouts/1",
+    ):
         assert c.get(path).status_code == 200, path
     assert digest() == before
     view = Sources([sql_run]).run(rid)
@@ -270,11 +317,23 @@ def test_what_the_review_found_stays_fixed(tmp_path, monkeypatch):
     base, child = System(prompts={"p": "a"}), System(prompts={"p": "b"})
     with Archive(tmp_path / "r") as a:
         a.add_system(base)
-        a.add_system(child, parents=[base.id], operator="op", generation=1, info={"curve": [{"step": 1, "loss": math.nan}]})
+        a.add_system(
+            child, parents=[base.id], operator="op", generation=1, info={"curve": [{"step": 1, "loss": math.nan}]}
+        )
         a.put_state("baseline", base.id)
-        a.add_trajectories([(f"k{t}{s}", "val", "eval", 0, Trajectory(task_id=f"t{t}", system_id=base.id, sample=s,
-                                                                      reward=Reward(score=float(s))))
-                            for t in range(3) for s in range(2)])
+        a.add_trajectories(
+            [
+                (
+                    f"k{t}{s}",
+                    "val",
+                    "eval",
+                    0,
+                    Trajectory(task_id=f"t{t}", system_id=base.id, sample=s, reward=Reward(score=float(s))),
+                )
+                for t in range(3)
+                for s in range(2)
+            ]
+        )
     c = client(tmp_path / "r")
     r = c.get("/api/runs").json()["runs"][0]
     assert r["baseline"]["val"]["n"] == 3 and r["baseline"]["val"]["mean"] == 0.5  # three tasks, not six rollouts

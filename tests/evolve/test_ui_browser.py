@@ -37,12 +37,30 @@ def runs(tmp_path_factory) -> Path:
     evil = System(prompts={"instruction": EVIL})
     with Archive(root / "evil") as a:
         a.add_system(System(prompts={"instruction": "plain"}))
-        a.add_system(evil, parents=[System(prompts={"instruction": "plain"}).id], operator="mutate", rationale=EVIL,
-                     generation=1)
-        steps = (LLMCall(role="policy", model="m", messages=(Message(role="user", content=EVIL),), output=EVIL),
-                 ToolCall(name="execute_sql", args={"sql": EVIL}, result=[[EVIL]]))
-        a.add_trajectories([("k", "val", "eval", 1, Trajectory(task_id="t1", system_id=evil.id, steps=steps, output=EVIL,
-                                                                 reward=Reward(score=0.0, feedback=EVIL)))])
+        a.add_system(
+            evil, parents=[System(prompts={"instruction": "plain"}).id], operator="mutate", rationale=EVIL, generation=1
+        )
+        steps = (
+            LLMCall(role="policy", model="m", messages=(Message(role="user", content=EVIL),), output=EVIL),
+            ToolCall(name="execute_sql", args={"sql": EVIL}, result=[[EVIL]]),
+        )
+        a.add_trajectories(
+            [
+                (
+                    "k",
+                    "val",
+                    "eval",
+                    1,
+                    Trajectory(
+                        task_id="t1",
+                        system_id=evil.id,
+                        steps=steps,
+                        output=EVIL,
+                        reward=Reward(score=0.0, feedback=EVIL),
+                    ),
+                )
+            ]
+        )
         a.put_state("baseline", System(prompts={"instruction": "plain"}).id)
         a.set_current(evil.id)
     layered_run(root)  # root/layers: memory, tools, a workflow graph
@@ -66,7 +84,7 @@ def page(runs):
 
 def stored(run: Path, seq: int) -> Trajectory:
     with sqlite3.connect(f"file:{run / 'archive.sqlite'}?mode=ro", uri=True) as db:
-        (key,), = db.execute("SELECT key FROM trajectories WHERE seq = ?", (seq,)).fetchall()
+        ((key,),) = db.execute("SELECT key FROM trajectories WHERE seq = ?", (seq,)).fetchall()
     with Archive(run, create=False) as a:
         return a.get_trajectories([key])[key]
 
@@ -92,8 +110,12 @@ def test_the_lineage_renders_every_system_and_a_click_shows_its_diff_and_scores(
     visit(page, "#/run/sql/lineage?sys=baseline")
     page.wait_for_selector("svg#lineage g.node")
     assert page.locator("svg#lineage g.node").count() == len(records)
-    want = {r.id: "baseline" if r.operator == "init" else "accepted" if r.id in accepted else "rejected" for r in records}
-    drawn = {g.get_attribute("data-id"): g.get_attribute("data-state") for g in page.locator("svg#lineage g.node").all()}
+    want = {
+        r.id: "baseline" if r.operator == "init" else "accepted" if r.id in accepted else "rejected" for r in records
+    }
+    drawn = {
+        g.get_attribute("data-id"): g.get_attribute("data-state") for g in page.locator("svg#lineage g.node").all()
+    }
     assert drawn == want  # every system finished: none drawn as undecided, only the starting one as the baseline
     page.locator(f'svg#lineage g.node[data-id="{best}"]').click()
     panel = page.locator(f'#system-panel [data-system="{best}"]')
@@ -118,7 +140,7 @@ def test_the_trajectory_viewer_shows_a_recorded_tool_call(page, runs):
     shot(page, "trajectory-sql")
     # a rewrite after an error: the error and the second call are both shown
     with sqlite3.connect(f"file:{runs / 'sql' / 'archive.sqlite'}?mode=ro", uri=True) as db:
-        (seq2,), = db.execute("SELECT seq FROM trajectories WHERE calls > 1 ORDER BY seq LIMIT 1").fetchall()
+        ((seq2,),) = db.execute("SELECT seq FROM trajectories WHERE calls > 1 ORDER BY seq LIMIT 1").fetchall()
     visit(page, f"#/run/sql/rollout/{seq2}")
     assert page.locator(".step.tool").count() == 2
     assert page.locator("pre.tool-error").first.inner_text() == stored(runs / "sql", seq2).steps[1].error
@@ -139,7 +161,9 @@ def test_the_task_matrix_counts_match_the_archive(page, runs):
             fixed, broke = sum(c[t] > p[t] for t in p), sum(c[t] < p[t] for t in p)
             assert rows.nth(i).get_attribute("data-system") == sid
             assert (int(rows.nth(i).get_attribute("data-fixed")), int(rows.nth(i).get_attribute("data-broke"))) == (
-                fixed, broke)
+                fixed,
+                broke,
+            )
             cells = rows.nth(i).locator("td").all_inner_texts()
             assert (cells[6], cells[7]) == (str(fixed), str(broke))  # what the reader sees
     shot(page, "tasks-sql")
@@ -163,7 +187,11 @@ def test_a_systems_memory_tools_and_workflow_graph(page):
     page.click("#system-panel [data-layer=workflow]")
     page.wait_for_selector("svg.workflow")
     assert sorted(page.locator("svg.workflow g.wf-node").evaluate_all("gs => gs.map(g => g.dataset.id)")) == [
-        "answer", "fix", "run", "write"]
+        "answer",
+        "fix",
+        "run",
+        "write",
+    ]
     page.locator("#layer").screenshot(path=str(artifacts() / "workflow-graph.png"))
     assert not page.errors
 
@@ -201,15 +229,32 @@ def test_text_that_looks_like_a_script_is_shown_and_never_run(page):
 
 def test_a_live_runs_new_generation_appears_without_a_reload(page, runs):
     live = runs / "live"
-    task = {"name": "live", "world": "toy", "seed": 0, "prompts": {"instruction": "multiply"},
-            "models": {"policy": {**SCRIPTED, "params": {**SCRIPTED["params"], "delay": 0.05}}},
-            "operators": [{"name": "scripted", "params": {"component": "instruction",  # a new child every generation
-                                                          "choices": [f"add, take {i}" for i in range(60)]}}],
-            "runner": {"name": "thread", "workers": 1, "timeout": 10}, "budget": {"generations": 60},
-            "engine": {"minibatch": 12}}
+    task = {
+        "name": "live",
+        "world": "toy",
+        "seed": 0,
+        "prompts": {"instruction": "multiply"},
+        "models": {"policy": {**SCRIPTED, "params": {**SCRIPTED["params"], "delay": 0.05}}},
+        "operators": [
+            {
+                "name": "scripted",
+                "params": {
+                    "component": "instruction",  # a new child every generation
+                    "choices": [f"add, take {i}" for i in range(60)],
+                },
+            }
+        ],
+        "runner": {"name": "thread", "workers": 1, "timeout": 10},
+        "budget": {"generations": 60},
+        "engine": {"minibatch": 12},
+    }
     (runs / "live.yaml").write_text(json.dumps(task))
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(runs / "live.yaml"), "--out", str(live)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolve", "run", str(runs / "live.yaml"), "--out", str(live)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while stored_rollouts(live) < 30 and time.monotonic() < deadline:

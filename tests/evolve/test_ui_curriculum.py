@@ -31,17 +31,29 @@ def curriculum_run(d: Path) -> Path:
     """Two groups of three levels: sums solved up to level 1 (up, up, then down from 2), words at every
     level (up, up, then mastered at the hardest)."""
     d.mkdir(parents=True, exist_ok=True)
-    train = [{"id": f"{g}-{lv}-{i}", "generator": g, "level": lv, "x": i}
-             for g in SOLVES for lv in range(3) for i in range(12)]
+    train = [
+        {"id": f"{g}-{lv}-{i}", "generator": g, "level": lv, "x": i}
+        for g in SOLVES
+        for lv in range(3)
+        for i in range(12)
+    ]
     (d / "train.jsonl").write_text("".join(json.dumps(t) + "\n" for t in train))
-    (d / "val.jsonl").write_text("".join(json.dumps({"id": f"v{i}", "generator": "sums", "level": 0}) + "\n"
-                                         for i in range(4)))
-    task = {"name": "levels", "seed": 0, "agent": agent, "reward": reward,
-            "models": {"policy": {"backend": "scripted", "name": "s"}}, "prompts": {"instruction": "a"},
-            "dataset": {"train": str(d / "train.jsonl"), "val": str(d / "val.jsonl")},
-            "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": ["b", "c", "d"]}}],
-            "engine": {"minibatch": 12, "curriculum": {"min_samples": 4}}, "budget": {"generations": 4},
-            "runner": {"name": "thread", "workers": 2}}
+    (d / "val.jsonl").write_text(
+        "".join(json.dumps({"id": f"v{i}", "generator": "sums", "level": 0}) + "\n" for i in range(4))
+    )
+    task = {
+        "name": "levels",
+        "seed": 0,
+        "agent": agent,
+        "reward": reward,
+        "models": {"policy": {"backend": "scripted", "name": "s"}},
+        "prompts": {"instruction": "a"},
+        "dataset": {"train": str(d / "train.jsonl"), "val": str(d / "val.jsonl")},
+        "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": ["b", "c", "d"]}}],
+        "engine": {"minibatch": 12, "curriculum": {"min_samples": 4}},
+        "budget": {"generations": 4},
+        "runner": {"name": "thread", "workers": 2},
+    }
     evolve.run(task, out=d / "run")
     return d / "run"
 
@@ -58,8 +70,9 @@ def test_the_summary_holds_each_generations_levels_shares_and_the_counts_that_de
         decisions = RunState(a).curricula()
     assert [r["generation"] for r in cur["generations"]] == [d["generation"] for d in decisions] == [1, 2, 3, 4]
     for row, d in zip(cur["generations"], decisions):
-        assert {k: row[k] for k in ("levels", "mix", "moves", "success", "band")} == \
-               {k: d[k] for k in ("levels", "mix", "moves", "success", "band")}
+        assert {k: row[k] for k in ("levels", "mix", "moves", "success", "band")} == {
+            k: d[k] for k in ("levels", "mix", "moves", "success", "band")
+        }
         assert row["minibatch"] == len(d["minibatch"]) and "parents" not in row
     moves = [r["moves"] for r in cur["generations"]]
     assert [m["sums"] for m in moves] == ["start", "up", "up", "down"]

@@ -33,8 +33,18 @@ def _sha(path: Path) -> str:
 def _store(folder: Path, n: int = 3) -> TraceStore:
     st = TraceStore(folder)
     for i in range(n):
-        st.record(CallRecord(session_id=f"s{i}", api="openai", messages=[{"role": "user", "content": f"q{i}"}],
-                             model="m", route="r", output=f"a{i}", status="ok", system_id="sys1"))
+        st.record(
+            CallRecord(
+                session_id=f"s{i}",
+                api="openai",
+                messages=[{"role": "user", "content": f"q{i}"}],
+                model="m",
+                route="r",
+                output=f"a{i}",
+                status="ok",
+                system_id="sys1",
+            )
+        )
     st.feedback(session_id="s1", score=1.0, text="good")
     return st
 
@@ -109,8 +119,10 @@ def test_the_page_is_never_told_the_servers_paths(tmp_path):
 def test_a_split_that_is_not_one_is_refused_naming_the_splits(tmp_path, split):
     run, chain = big_archive(tmp_path / "r", accepted=2, rejected_each=0)
     c = client(run)
-    for path in (f"/api/runs/{run.name}/matrix?split={split}",
-                 f"/api/runs/{run.name}/systems/{chain[0]}/rollouts?split={split}"):
+    for path in (
+        f"/api/runs/{run.name}/matrix?split={split}",
+        f"/api/runs/{run.name}/systems/{chain[0]}/rollouts?split={split}",
+    ):
         r = c.get(path, params=None)
         assert r.status_code == 400, (path, r.status_code)
         assert r.json()["error"] == f"split must be one of train, val, test, gate, got {split!r}"

@@ -28,9 +28,16 @@ SCRIPTED = {"backend": "scripted", "name": "toy", "params": {"reply": "evolve.wo
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("uisec") / "toy"
-    evolve.run({"world": "toy", "models": {"policy": SCRIPTED}, "prompts": {"instruction": "multiply"},
-                "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": ["add"]}}],
-                "budget": {"generations": 1}}, out=out)
+    evolve.run(
+        {
+            "world": "toy",
+            "models": {"policy": SCRIPTED},
+            "prompts": {"instruction": "multiply"},
+            "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": ["add"]}}],
+            "budget": {"generations": 1},
+        },
+        out=out,
+    )
     return out
 
 
@@ -43,7 +50,9 @@ def test_beyond_loopback_a_token_is_required(run):
     assert c.get("/api/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     first = c.get("/?token=s3cret")  # the printed URL: the token becomes a cookie and leaves the address bar
     assert first.status_code == 303 and "token" not in first.headers["location"]
-    assert "httponly" in first.headers["set-cookie"].lower() and "samesite=strict" in first.headers["set-cookie"].lower()
+    assert (
+        "httponly" in first.headers["set-cookie"].lower() and "samesite=strict" in first.headers["set-cookie"].lower()
+    )
     assert c.get("/api/runs").status_code == 200  # the cookie now
 
 
@@ -53,11 +62,19 @@ def test_a_foreign_host_header_is_refused_on_loopback(run):
     assert c.get("/api/runs", headers={"host": "evil.example:8765"}).status_code == 400  # DNS rebinding
 
 
-@pytest.mark.parametrize("path", [
-    "/static/../../../../etc/passwd", "/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/static/..%2F..%2Fapp.py",
-    "/api/runs/..%2F..%2Fetc/summary", "/api/runs/toy/systems/..%2F..%2F..%2Fetc%2Fpasswd",
-    "/api/runs/toy/rollouts/..%2F1", "/api/traffic/..%2F..%2Ftmp/sessions", "/static/vendor/../../app.py",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../../../../etc/passwd",
+        "/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/static/..%2F..%2Fapp.py",
+        "/api/runs/..%2F..%2Fetc/summary",
+        "/api/runs/toy/systems/..%2F..%2F..%2Fetc%2Fpasswd",
+        "/api/runs/toy/rollouts/..%2F1",
+        "/api/traffic/..%2F..%2Ftmp/sessions",
+        "/static/vendor/../../app.py",
+    ],
+)
 def test_paths_that_climb_out_find_nothing(run, path):
     c = TestClient(build_app(Sources([run]), hosts=["testserver"]))
     r = c.get(path)
@@ -95,10 +112,12 @@ def _evolve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_command_says_what_is_wrong_and_exits_2(run, tmp_path):
-    for args, words in ((["ui", str(tmp_path / "nope")], "does not exist"),
-                        (["ui"], "no ./runs folder"),
-                        (["ui", str(run / "archive.sqlite")], "is not a folder"),
-                        (["ui", str(run), "--token-env", "EVOLVE_UI_NO_SUCH_VAR"], "not set")):
+    for args, words in (
+        (["ui", str(tmp_path / "nope")], "does not exist"),
+        (["ui"], "no ./runs folder"),
+        (["ui", str(run / "archive.sqlite")], "is not a folder"),
+        (["ui", str(run), "--token-env", "EVOLVE_UI_NO_SUCH_VAR"], "not set"),
+    ):
         r = _evolve(*args, cwd=tmp_path)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert words in r.stdout + r.stderr and "Traceback" not in r.stderr
@@ -113,8 +132,13 @@ def test_the_command_serves_on_loopback(run, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "ui", str(run), "--port", str(port)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolve", "ui", str(run), "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.strip() == f"evolve ui at http://127.0.0.1:{port}/"

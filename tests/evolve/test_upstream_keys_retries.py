@@ -13,8 +13,11 @@ from tests.helpers.servers import FakeOpenAI
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ReadOnly.*:UserWarning")
 
-AMBIENT = {"OPENAI_API_KEY": "sk-ambient-openai", "ANTHROPIC_API_KEY": "sk-ambient-anthropic",
-           "HOSTED_VLLM_API_KEY": "sk-ambient-vllm"}
+AMBIENT = {
+    "OPENAI_API_KEY": "sk-ambient-openai",
+    "ANTHROPIC_API_KEY": "sk-ambient-anthropic",
+    "HOSTED_VLLM_API_KEY": "sk-ambient-vllm",
+}
 
 
 @pytest.fixture
@@ -55,7 +58,8 @@ def test_a_model_named_by_address_gets_the_key_of_its_api_key_env(server):
     from evolve.types import Message
 
     LiteLLM("openai/local", api_base=server.base, api_key_env="MY_SERVER_KEY", max_retries=0).complete(
-        [Message(role="user", content="hi")])
+        [Message(role="user", content="hi")]
+    )
     assert server.headers[-1]["authorization"] == "Bearer sk-mine"
 
 
@@ -70,8 +74,9 @@ def test_a_judge_model_named_by_address_gets_no_ambient_key(server):
         return json.dumps({"nonce": nonce, "scores": [{"answer": 1, "score": 1.0, "reason": "ok"}]})
 
     server.respond = respond
-    judge = LLMJudge({"backend": "litellm", "name": "openai/judge", "params": {"api_base": server.base,
-                                                                             "max_retries": 0}})
+    judge = LLMJudge(
+        {"backend": "litellm", "name": "openai/judge", "params": {"api_base": server.base, "max_retries": 0}}
+    )
     assert judge({"messages": [{"role": "user", "content": "q"}]}, "a").score == 1.0
     assert not any(secret in _sent(server) for secret in AMBIENT.values()), server.headers
 
@@ -89,8 +94,13 @@ def _gateway(upstream, tmp_path, **up):
     from evolve.gateway import GatewayServer
     from evolve.gateway.config import GatewayConfig
 
-    cfg = GatewayConfig.model_validate({"port": 0, "store": tmp_path / "t", "routes": [
-        {"name": "r", "upstream": {"model": "openai/*", "api_base": upstream.url, **up}}]})
+    cfg = GatewayConfig.model_validate(
+        {
+            "port": 0,
+            "store": tmp_path / "t",
+            "routes": [{"name": "r", "upstream": {"model": "openai/*", "api_base": upstream.url, **up}}],
+        }
+    )
     return GatewayServer(cfg)
 
 
@@ -107,12 +117,21 @@ def _ask(gw, model: str, stream: bool = False) -> int:
         return e.status_code
 
 
-@pytest.mark.parametrize("model,sent,status", [
-    ("fail-500", 3, 502), ("fail-429", 3, 429),  # transient: 1 + max_retries requests
-    ("fail-400", 1, 400), ("fail-401", 1, 502), ("fail-403", 1, 502), ("fail-404", 1, 404), ("fail-422", 1, 400),
-])
+@pytest.mark.parametrize(
+    "model,sent,status",
+    [
+        ("fail-500", 3, 502),
+        ("fail-429", 3, 429),  # transient: 1 + max_retries requests
+        ("fail-400", 1, 400),
+        ("fail-401", 1, 502),
+        ("fail-403", 1, 502),
+        ("fail-404", 1, 404),
+        ("fail-422", 1, 400),
+    ],
+)
 def test_a_route_sends_at_most_one_plus_max_retries_requests_and_never_retries_a_refusal(
-        upstream, tmp_path, loopback_env, model, sent, status):
+    upstream, tmp_path, loopback_env, model, sent, status
+):
     with _gateway(upstream, tmp_path, max_retries=2) as gw:
         for stream in (False, True):
             before = len(upstream.requests)

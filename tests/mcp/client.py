@@ -47,8 +47,13 @@ def http_server(root: Path, *flags: str) -> Iterator[tuple[subprocess.Popen, str
     """``evolve mcp --http --port 0`` as a process of its own; yields it and its URL."""
     log = root.parent / f"http-{time.monotonic_ns()}.log"
     with open(log, "w") as err:
-        proc = subprocess.Popen([*SERVER, "--root", str(root), "--http", "--port", "0", *flags], cwd=ROOT,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [*SERVER, "--root", str(root), "--http", "--port", "0", *flags],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -77,6 +77,7 @@ def test_a_run_folder_is_never_a_root_or_above_one_and_fresh_moves_only_a_run_fo
 def test_list_runs_shows_a_run_as_soon_as_it_is_started(root):
     """start_run answers before the run's archive exists; list_runs lists it at once (it used to
     omit it until the archive was written)."""
+
     async def main():
         async with stdio_session(root) as s:
             started = await ok(s, "start_run", {"path": "toy.yaml", "sets": ["budget.generations=1"]})

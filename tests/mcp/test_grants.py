@@ -24,9 +24,11 @@ SECRET = "sk-evolvekit-mcp-canary-77d1"
 def _litellm_task(root: Path, port: int, **params: Any) -> str:
     path = toy_task(root, "leaky.yaml")
     data = yaml.safe_load(path.read_text())
-    data["models"]["policy"] = {"backend": "litellm", "name": "openai/m",
-                                "params": {"api_base": f"http://127.0.0.1:{port}/v1",
-                                           "api_key_env": "EVOLVEKIT_TEST_SECRET", **params}}
+    data["models"]["policy"] = {
+        "backend": "litellm",
+        "name": "openai/m",
+        "params": {"api_base": f"http://127.0.0.1:{port}/v1", "api_key_env": "EVOLVEKIT_TEST_SECRET", **params},
+    }
     data["budget"] = {"generations": 1}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path.name
@@ -66,11 +68,13 @@ def test_a_clients_task_cannot_send_the_servers_variables_to_its_own_host(root, 
 
         async def main() -> None:
             none = await refused()
-            assert all("models.policy.params.api_key_env" in a and "--allow-key EVOLVEKIT_TEST_SECRET" in a
-                       for a in none), none
+            assert all(
+                "models.policy.params.api_key_env" in a and "--allow-key EVOLVEKIT_TEST_SECRET" in a for a in none
+            ), none
             key_only = await refused("--allow-key", "EVOLVEKIT_TEST_SECRET")
-            assert all("models.policy.params.api_base" in a and f"--allow-host 127.0.0.1:{port}" in a
-                       for a in key_only), key_only
+            assert all(
+                "models.policy.params.api_base" in a and f"--allow-host 127.0.0.1:{port}" in a for a in key_only
+            ), key_only
             other_host = await refused("--allow-key", "EVOLVEKIT_TEST_SECRET", "--allow-host", "127.0.0.1:1")
             assert "models.policy.params.api_base" in other_host[0]
 
@@ -89,18 +93,30 @@ def test_with_the_key_and_host_allowed_the_task_validates_and_the_rest_stays_ref
                 assert summary["models"]["policy"]["backend"] == "litellm"
                 for sets, field, needle in (
                     (["models.policy.params.api_key_env=HOME"], "models.policy.params.api_key_env", "--allow-key HOME"),
-                    (["models.policy.params.extra={base_url: 'http://evil.example:9/v1'}"],
-                     "models.policy.params.extra.base_url", "--allow-host evil.example:9"),
+                    (
+                        ["models.policy.params.extra={base_url: 'http://evil.example:9/v1'}"],
+                        "models.policy.params.extra.base_url",
+                        "--allow-host evil.example:9",
+                    ),
                     (["models.policy.params={}"], "models.policy.params.api_key_env", "names neither its key"),
                     (["dataset.params.build_network=host"], "dataset.params.build_network", "never a client"),
                     (["dataset.params.allow_env=[HOME]"], "dataset.params.allow_env.0", "--allow-key HOME"),
                     (["dataset.params.capabilities=docker"], "dataset.params.capabilities", "never a client"),
-                    (["track=[{name: mlflow, params: {tracking_uri: 'https://evil.example/'}}]"],
-                     "track.0.params.tracking_uri", "--allow-host evil.example"),
-                    (["track=[{name: otel, params: {endpoint: 'evil.example:4317'}}]"], "track.0.params.endpoint",
-                     "--allow-host evil.example:4317"),
-                    (["track=[{name: wandb, params: {base_url: 'http://evil.example'}}]"],
-                     "track.0.params.base_url", "--allow-host evil.example"),
+                    (
+                        ["track=[{name: mlflow, params: {tracking_uri: 'https://evil.example/'}}]"],
+                        "track.0.params.tracking_uri",
+                        "--allow-host evil.example",
+                    ),
+                    (
+                        ["track=[{name: otel, params: {endpoint: 'evil.example:4317'}}]"],
+                        "track.0.params.endpoint",
+                        "--allow-host evil.example:4317",
+                    ),
+                    (
+                        ["track=[{name: wandb, params: {base_url: 'http://evil.example'}}]"],
+                        "track.0.params.base_url",
+                        "--allow-host evil.example",
+                    ),
                 ):
                     err, answer = await call(s, "validate_task", {"path": name, "sets": sets})
                     assert err and field in answer and needle in answer, (sets, answer)

@@ -15,7 +15,7 @@ import yaml
 
 from tests.mcp.client import call, http_server, http_session, ok, stdio_session, toy_task
 
-HELPERS = '''
+HELPERS = """
 import os
 from subprocess import run
 
@@ -24,7 +24,7 @@ def agent(task, ctx):
     from evolve.worlds.toy import agent as toy_agent
 
     return toy_agent(task, ctx)
-'''
+"""
 
 
 def _task(root: Path, name: str, change: Any) -> str:
@@ -43,6 +43,7 @@ def _set(dotted: str, value: Any) -> Any:
         for key in keys[:-1]:
             node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
         node[keys[-1]] = value
+
     return change
 
 
@@ -62,14 +63,31 @@ def _code_cases(marker: Path) -> list[tuple[str, Any, str]]:
         ("reward", _set("reward", "subprocess:run"), foreign),
         ("world", _set("world", "os:system"), foreign),
         ("operators.0.name", _set("operators", [{"name": "os:system"}]), foreign),
-        ("operators.0.params.extract", _set("operators", [{"name": "memory", "params": {"extract": "os:system"}}]),
-         foreign),
-        ("operators.0.params.model.params.reply", _set("operators", [{"name": "prompt_mutation", "params": {
-            "model": {"backend": "scripted", "name": "m", "params": {"reply": "os:system"}}}}]), foreign),
+        (
+            "operators.0.params.extract",
+            _set("operators", [{"name": "memory", "params": {"extract": "os:system"}}]),
+            foreign,
+        ),
+        (
+            "operators.0.params.model.params.reply",
+            _set(
+                "operators",
+                [
+                    {
+                        "name": "prompt_mutation",
+                        "params": {"model": {"backend": "scripted", "name": "m", "params": {"reply": "os:system"}}},
+                    }
+                ],
+            ),
+            foreign,
+        ),
         ("models.policy.params.reply", _set("models.policy.params.reply", "os:system"), foreign),
         ("models.policy.cold_start.demos", _set("models.policy.cold_start", {"demos": "os:system"}), foreign),
-        ("dataset.params.server", lambda d: d.update(dataset={"source": "evolve.worlds.env:dataset",
-                                                              "params": {"server": "os:system"}}), foreign),
+        (
+            "dataset.params.server",
+            lambda d: d.update(dataset={"source": "evolve.worlds.env:dataset", "params": {"server": "os:system"}}),
+            foreign,
+        ),
         ("track.0.name", _set("track", [{"name": "subprocess:run"}]), foreign),
         ("runner.name", _set("runner.name", "os:system"), foreign),
         ("engine.stopping", _set("engine.stopping", "os:system"), foreign),
@@ -80,8 +98,11 @@ def _code_cases(marker: Path) -> list[tuple[str, Any, str]]:
         # the task's own module is imported, but what the path reaches through it is not the task's code
         ("agent", _set("agent", "helpers:os.system"), "reaches into the module 'os'"),
         ("agent", _set("agent", "helpers:os.environ"), "reaches into the module 'os'"),
-        ("dataset.source", lambda d: d.update(dataset={"source": "helpers:run",
-                                                       "params": {"args": ["touch", str(marker)]}}), "subprocess"),
+        (
+            "dataset.source",
+            lambda d: d.update(dataset={"source": "helpers:run", "params": {"args": ["touch", str(marker)]}}),
+            "subprocess",
+        ),
     ]
 
 
@@ -115,10 +136,17 @@ def test_an_import_path_in_any_field_may_name_only_the_tasks_own_code_or_evolvek
 
 def test_init_task_naming_os_system_runs_nothing_over_http(root):
     marker = root.parent / "PWNED"
-    args = {"path": "evil.yaml", "name": "evil", "description": "d", "agent": "evolve.worlds.toy:agent",
-            "reward": "evolve.worlds.toy:reward", "models": {"policy": {"backend": "scripted", "name": "m"}},
-            "dataset": {"source": "os:system", "params": {"command": f"touch {marker}"}}}
+    args = {
+        "path": "evil.yaml",
+        "name": "evil",
+        "description": "d",
+        "agent": "evolve.worlds.toy:agent",
+        "reward": "evolve.worlds.toy:reward",
+        "models": {"policy": {"backend": "scripted", "name": "m"}},
+        "dataset": {"source": "os:system", "params": {"command": f"touch {marker}"}},
+    }
     with http_server(root) as (proc, url):
+
         async def main():
             async with http_session(url) as s:
                 err, msg = await call(s, "init_task", args)
@@ -138,15 +166,27 @@ def _path_cases(out: Path) -> list[tuple[str, Any]]:
         ("track.0.params.tracking_uri", mlflow("postgresql://db.example/mlflow")),
         ("track.0.params.dir", _set("track", [{"name": "wandb", "params": {"dir": str(out)}}])),
         ("memory.store", _set("memory", {"store": str(out / "memory")})),
-        ("operators.0.params.store", _set("operators", [{"name": "memory", "params": {
-            "extract": "evolve.worlds.sql:experiences", "store": str(out / "memory")}}])),
+        (
+            "operators.0.params.store",
+            _set(
+                "operators",
+                [
+                    {
+                        "name": "memory",
+                        "params": {"extract": "evolve.worlds.sql:experiences", "store": str(out / "memory")},
+                    }
+                ],
+            ),
+        ),
         ("tools", _set("tools", str(out / "tools.json"))),
         ("out", _set("out", str(out / "run"))),
         ("dataset.train", lambda d: d.update(dataset={"train": "link_out/train.jsonl", "val": "val.jsonl"})),
         ("dataset.params.root", lambda d: d.update(world="sql", dataset={"params": {"root": "../../elsewhere"}})),
         ("deploy.regression.tasks", _set("deploy", {"regression": {"tasks": str(out / "suite.jsonl")}})),
-        ("models.policy.params.weights", _set("models.policy", {"backend": "local", "name": "m",
-                                                                "params": {"weights": str(out / "base.pt")}})),
+        (
+            "models.policy.params.weights",
+            _set("models.policy", {"backend": "local", "name": "m", "params": {"weights": str(out / "base.pt")}}),
+        ),
     ]
 
 
@@ -167,8 +207,11 @@ def test_a_path_bearing_field_must_stay_in_the_roots(root, tmp_path):
                 if not (err and field in msg and ("outside" in msg or "tracking URI" in msg)):
                     failures.append((field, err, str(msg)[:400]))
             assert not failures, failures
-            inside = _task(root, "inside.yaml", _set("track", [{"name": "mlflow", "params": {
-                "tracking_uri": "sqlite:///mlflow.db"}}]))  # relative to the run's folder: the first root
+            inside = _task(
+                root,
+                "inside.yaml",
+                _set("track", [{"name": "mlflow", "params": {"tracking_uri": "sqlite:///mlflow.db"}}]),
+            )  # relative to the run's folder: the first root
             err, msg = await call(s, "validate_task", {"path": inside})
             assert not err or "tracking_uri" not in msg, msg
         assert sorted(p.name for p in out.iterdir()) == ["train.jsonl"]

@@ -17,19 +17,40 @@ import pytest
 from tests.helpers import ROOT, stored_rollouts
 from tests.mcp.client import SERVER, call, http_server, http_session, ok, stdio_session, toy_task, until_done
 
-TOOLS = {"init_task", "validate_task", "dry_run", "start_run", "resume_run", "run_status", "wait_run", "stop_run",
-         "report", "compare_systems", "show_trajectory", "list_runs", "promote", "rollback", "deploy_status",
-         "traces_summary"}
+TOOLS = {
+    "init_task",
+    "validate_task",
+    "dry_run",
+    "start_run",
+    "resume_run",
+    "run_status",
+    "wait_run",
+    "stop_run",
+    "report",
+    "compare_systems",
+    "show_trajectory",
+    "list_runs",
+    "promote",
+    "rollback",
+    "deploy_status",
+    "traces_summary",
+}
 TOY = {
     "name": "toy",
     "description": "Adds two numbers.\nThe scripted model answers; the reward checks the sum.",
-    "agent": "evolve.worlds.toy:agent", "reward": "evolve.worlds.toy:reward",
-    "models": {"policy": {"backend": "scripted", "name": "scripted-adder",
-                          "params": {"reply": "evolve.worlds.toy:reply"}}},
+    "agent": "evolve.worlds.toy:agent",
+    "reward": "evolve.worlds.toy:reward",
+    "models": {
+        "policy": {"backend": "scripted", "name": "scripted-adder", "params": {"reply": "evolve.worlds.toy:reply"}}
+    },
     "prompts": {"instruction": "multiply"},
     "dataset": {"source": "evolve.worlds.toy:dataset"},
-    "operators": [{"name": "scripted", "params": {"component": "instruction",
-                                                  "choices": ["add", "add carefully", "subtract", "multiply"]}}],
+    "operators": [
+        {
+            "name": "scripted",
+            "params": {"component": "instruction", "choices": ["add", "add carefully", "subtract", "multiply"]},
+        }
+    ],
     "budget": {"generations": 2},
     "extra": {"runner": {"name": "thread", "workers": 4, "timeout": 10}, "engine": {"minibatch": 12}},
 }
@@ -49,8 +70,9 @@ async def _job(s, root: Path) -> str:
     summary = await ok(s, "validate_task", {"path": "tasks/adder.yaml"})
     assert summary["operators"] == ["scripted"] and summary["sizes"] == {"train": 40, "val": 20, "test": 20}
 
-    est = await ok(s, "dry_run", {"path": "tasks/adder.yaml", "sets": ["budget.generations=1"]},
-                   progress_callback=_ignore)  # a client asking for progress is answered the same
+    est = await ok(
+        s, "dry_run", {"path": "tasks/adder.yaml", "sets": ["budget.generations=1"]}, progress_callback=_ignore
+    )  # a client asking for progress is answered the same
     assert est["total"]["rollouts"] > 0 and "rollouts" in est["summary"]
     assert not (root / "runs").exists()  # a dry run writes nothing
 
@@ -122,7 +144,7 @@ def test_a_whole_job_over_streamable_http_with_a_token_and_a_rollback(root):
         assert proc.poll() is None
 
 
-SLOW_AGENT = '''
+SLOW_AGENT = """
 import time
 from pathlib import Path
 
@@ -133,7 +155,7 @@ def agent(task, ctx):
     if (Path(__file__).parent / "SLOW").exists():
         time.sleep(0.25)
     return toy_agent(task, ctx)
-'''
+"""
 
 
 def _alive(pid: int) -> bool:
@@ -147,11 +169,17 @@ def _alive(pid: int) -> bool:
 def test_killing_the_server_leaves_the_run_unharmed_and_resume_run_finishes_it(root):
     (root / "slow_toy.py").write_text(SLOW_AGENT)
     (root / "SLOW").touch()
-    toy_task(root, "slow.yaml", agent="slow_toy:agent", runner={"name": "thread", "workers": 2, "timeout": 30},
-             budget={"generations": 1})
+    toy_task(
+        root,
+        "slow.yaml",
+        agent="slow_toy:agent",
+        runner={"name": "thread", "workers": 2, "timeout": 30},
+        budget={"generations": 1},
+    )
     run = root / "runs" / "toy-seed0"
 
     with http_server(root) as (proc, url):
+
         async def start():
             async with http_session(url) as s:
                 return (await ok(s, "start_run", {"path": "slow.yaml"}))["run_id"]
@@ -172,6 +200,7 @@ def test_killing_the_server_leaves_the_run_unharmed_and_resume_run_finishes_it(r
     assert _alive(pid)
 
     with http_server(root) as (proc, url):  # a new server finds it, stops it, and resume_run finishes it
+
         async def finish():
             async with http_session(url) as s:
                 st = await ok(s, "run_status", {"run_id": rid})
@@ -189,8 +218,7 @@ def test_killing_the_server_leaves_the_run_unharmed_and_resume_run_finishes_it(r
                 async def note(done, total, message):
                     progress.append(message)
 
-                st = await ok(s, "wait_run", {"run_id": rid, "timeout_s": 60, "poll_s": 0.2},
-                              progress_callback=note)
+                st = await ok(s, "wait_run", {"run_id": rid, "timeout_s": 60, "poll_s": 0.2}, progress_callback=note)
                 assert st["state"] == "finished" and st["report_ready"], st
                 assert progress and progress[0].startswith("generation")
                 rep = await ok(s, "report", {"run_id": rid})
@@ -237,9 +265,17 @@ def _bad_calls(rid: str, outside: Path) -> list[tuple[str, dict, str]]:
         ("init_task", {"path": "new.yaml", **init, "models": "gpt-4o"}, "models"),
         ("init_task", {"path": "new.yaml", **init, "description": "x" * 1_000_000}, "description"),
         ("init_task", {"path": "new.yaml", **init, "extra": {"name": "other"}}, "extra repeats"),
-        ("init_task", {"path": "new.yaml", **init, "agent": "no_such_module:agent",
-                       "reward": "evolve.worlds.toy:reward", "dataset": {"source": "evolve.worlds.toy:dataset"}},
-         "no_such_module"),
+        (
+            "init_task",
+            {
+                "path": "new.yaml",
+                **init,
+                "agent": "no_such_module:agent",
+                "reward": "evolve.worlds.toy:reward",
+                "dataset": {"source": "evolve.worlds.toy:dataset"},
+            },
+            "no_such_module",
+        ),
         ("init_task", {"path": "new.yaml", **init, "models": {"policy": {"name": "m", "bogus": 1}}}, "bogus"),
         ("start_run", {"path": "toy.yaml", "out": str(outside / "run")}, "outside"),
         ("start_run", {"path": "toy.yaml", "out": rid}, "already holds a run"),
@@ -252,17 +288,17 @@ def _bad_calls(rid: str, outside: Path) -> list[tuple[str, dict, str]]:
         ("compare_systems", {"run_id": rid, "a": "zzzz"}, "zzzz"),
         ("compare_systems", {"run_id": rid, "b": "x; rm -rf /"}, "b"),
         ("compare_systems", {"run_id": rid, "other_run_id": "elsewhere"}, "unknown run"),
-        ("show_trajectory", {"run_id": rid, "seq": 10 ** 15}, "10"),
+        ("show_trajectory", {"run_id": rid, "seq": 10**15}, "10"),
         ("show_trajectory", {"run_id": rid, "seq": -1}, "seq"),
         ("show_trajectory", {"run_id": rid, "split": "prod"}, "split"),
-        ("show_trajectory", {"run_id": rid, "limit": 10 ** 6}, "limit"),
+        ("show_trajectory", {"run_id": rid, "limit": 10**6}, "limit"),
         ("list_runs", {"folder": "/"}, "outside"),
         ("promote", {"path": "toy.yaml", "run_id": rid}, "--allow-deploy"),
         ("rollback", {"run_id": rid}, "--allow-deploy"),
         ("deploy_status", {"run_id": rid, "traces": "nowhere"}, "does not exist"),
         ("traces_summary", {"store": "."}, "trace store"),
         ("traces_summary", {"store": "toy.yaml"}, "not a folder"),
-        ("traces_summary", {"store": "runs", "sessions": 10 ** 9}, "sessions"),
+        ("traces_summary", {"store": "runs", "sessions": 10**9}, "sessions"),
     ]
 
 
@@ -314,14 +350,26 @@ def test_beyond_loopback_a_blank_or_missing_token_is_refused_at_startup(tmp_path
 
 
 def test_a_blank_token_in_the_environment_is_refused_too(tmp_path):
-    r = subprocess.run([*SERVER, "--root", str(tmp_path), "--http", "--host", "0.0.0.0"], cwd=ROOT,
-                       env={**os.environ, "EVOLVE_MCP_TOKEN": "  "}, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [*SERVER, "--root", str(tmp_path), "--http", "--host", "0.0.0.0"],
+        cwd=ROOT,
+        env={**os.environ, "EVOLVE_MCP_TOKEN": "  "},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "blank" in r.stderr, r
 
 
 def test_a_root_that_is_not_a_folder_is_refused_at_startup(tmp_path):
-    r = subprocess.run([*SERVER, "--root", str(tmp_path / "nothing")], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [*SERVER, "--root", str(tmp_path / "nothing")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 2 and "not a folder" in r.stderr, r
 
 
@@ -331,9 +379,16 @@ def test_on_loopback_other_host_headers_are_refused(root, host):
     import httpx2
 
     with http_server(root, "--host", host) as (proc, url):
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "t", "version": "0"}}}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
         accept = {"Accept": "application/json, text/event-stream"}
         r = httpx2.post(url, json=init, headers={**accept, "Host": "evil.example:80"})
         assert r.status_code == 421 and "Invalid Host" in r.text

@@ -36,10 +36,23 @@ def test_fold_of_a_known_log_gives_the_known_view():
         _add(1, "check the schema first"),
         _add(2, "orders.amount is in cents", "fact"),
         _add(3, "use LEFT JOIN for unmatched rows"),
-        Event(4, "MERGE", "m4", {"kind": "lesson", "text": "schema first; LEFT JOIN keeps unmatched rows",
-                                 "hash": "h4", "sources": ["m1", "m3"]}),
-        Event(5, "SUPERSEDE", "m5", {"kind": "fact", "text": "orders.amount is in euros", "hash": "h5", "old": "m2",
-                                     "reason": "contradicted"}),
+        Event(
+            4,
+            "MERGE",
+            "m4",
+            {
+                "kind": "lesson",
+                "text": "schema first; LEFT JOIN keeps unmatched rows",
+                "hash": "h4",
+                "sources": ["m1", "m3"],
+            },
+        ),
+        Event(
+            5,
+            "SUPERSEDE",
+            "m5",
+            {"kind": "fact", "text": "orders.amount is in euros", "hash": "h5", "old": "m2", "reason": "contradicted"},
+        ),
         Event(6, "STRENGTHEN", "m4", {"by": 2}),
         Event(7, "USE", "m4", {"n": 1}),
         _add(8, "temporary note"),
@@ -52,7 +65,13 @@ def test_fold_of_a_known_log_gives_the_known_view():
     assert view["m5"].links == {"supersedes": "m2"}
     everything = fold(events, active_only=False)
     assert {k: v.status for k, v in everything.items()} == {
-        "m1": "merged", "m2": "superseded", "m3": "merged", "m4": "active", "m5": "active", "m8": "deleted"}
+        "m1": "merged",
+        "m2": "superseded",
+        "m3": "merged",
+        "m4": "active",
+        "m5": "active",
+        "m8": "deleted",
+    }
     assert everything["m2"].links["superseded_by"] == "m5" and everything["m2"].reason == "contradicted"
     assert everything["m8"].reason == "wrong"
     assert fold(events[:3]).keys() == {"m1", "m2", "m3"}  # the view at version 3
@@ -217,8 +236,19 @@ class ConceptEmbedder:
     """Words map to concepts (synonyms share one); other words (codes, names) embed to nothing."""
 
     name, dim = "concepts", 4
-    CONCEPTS: ClassVar[dict[str, int]] = {"car": 0, "automobile": 0, "vehicle": 0, "bread": 1, "bake": 1, "oven": 1,
-                "sql": 2, "join": 2, "query": 2, "museum": 3, "painting": 3}
+    CONCEPTS: ClassVar[dict[str, int]] = {
+        "car": 0,
+        "automobile": 0,
+        "vehicle": 0,
+        "bread": 1,
+        "bake": 1,
+        "oven": 1,
+        "sql": 2,
+        "join": 2,
+        "query": 2,
+        "museum": 3,
+        "painting": 3,
+    }
 
     def embed(self, texts):
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -237,11 +267,15 @@ def concept_store(tmp_path, request):
     s = MemoryStore(tmp_path / "concepts", embedder=ConceptEmbedder(), index_lag=0 if chroma else 64)
     if chroma:
         s.live.brute_max = 0
-    s.add_many([("fact", "The automobile would not start in the cold"),
-                ("lesson", "Bake bread in a hot oven"),
-                ("lesson", "An SQL join needs matching keys", {"task": "sql", "split": 1}),
-                ("fact", "Ticket QZ7781 was escalated to billing", {"task": "support"}),
-                ("experience", "Visited the museum to see a painting", {"task": "art", "done": True})])
+    s.add_many(
+        [
+            ("fact", "The automobile would not start in the cold"),
+            ("lesson", "Bake bread in a hot oven"),
+            ("lesson", "An SQL join needs matching keys", {"task": "sql", "split": 1}),
+            ("fact", "Ticket QZ7781 was escalated to billing", {"task": "support"}),
+            ("experience", "Visited the museum to see a painting", {"task": "art", "done": True}),
+        ]
+    )
     yield s
     s.close()
 
@@ -277,8 +311,10 @@ def test_search_over_many_items_uses_the_index_and_stays_exact(tmp_path):
     s = MemoryStore(tmp_path / "many", embedder=HashingEmbedder(64))
     s.live.brute_max = 100  # make the filtered paths go through chroma
     rng = random.Random(0)
-    texts = [f"note {i} about {rng.choice(['cats', 'dogs', 'owls'])} and {rng.choice(['rivers', 'hills'])} code{i}"
-             for i in range(3000)]
+    texts = [
+        f"note {i} about {rng.choice(['cats', 'dogs', 'owls'])} and {rng.choice(['rivers', 'hills'])} code{i}"
+        for i in range(3000)
+    ]
     ids = s.add_many([("lesson" if i % 4 else "fact", t, {"group": i % 10}) for i, t in enumerate(texts)])
     assert len(set(ids)) == 3000 and s.check()["ok"]
     top = s.search("code1234", 1)

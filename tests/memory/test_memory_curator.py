@@ -40,9 +40,11 @@ def _numbers(messages) -> dict[str, int]:
 
 
 def _seed(store):
-    return [store.add("check the schema before writing SQL"),
-            store.add("inspect table columns before writing SQL"),
-            store.add("SQL dates compare as ISO strings", "fact")]
+    return [
+        store.add("check the schema before writing SQL"),
+        store.add("inspect table columns before writing SQL"),
+        store.add("SQL dates compare as ISO strings", "fact"),
+    ]
 
 
 def test_llm_curator_applies_a_good_answer_with_ids_mapped_back(store):
@@ -52,13 +54,27 @@ def test_llm_curator_applies_a_good_answer_with_ids_mapped_back(store):
     def reply(messages):
         seen.append(messages)
         num = _numbers(messages)
-        return "```json\n" + json.dumps({"ops": [
-            {"op": "MERGE", "ids": [num["check the schema before writing SQL"],
-                                    num["inspect table columns before writing SQL"]],
-             "text": "inspect the schema and columns before writing SQL"},
-            {"op": "STRENGTHEN", "id": num["SQL dates compare as ISO strings"]},
-            {"op": "ADD", "text": "quote identifiers that clash with SQL keywords", "kind": "lesson"},
-            {"op": "NOOP"}]}) + "\n```"
+        return (
+            "```json\n"
+            + json.dumps(
+                {
+                    "ops": [
+                        {
+                            "op": "MERGE",
+                            "ids": [
+                                num["check the schema before writing SQL"],
+                                num["inspect table columns before writing SQL"],
+                            ],
+                            "text": "inspect the schema and columns before writing SQL",
+                        },
+                        {"op": "STRENGTHEN", "id": num["SQL dates compare as ISO strings"]},
+                        {"op": "ADD", "text": "quote identifiers that clash with SQL keywords", "kind": "lesson"},
+                        {"op": "NOOP"},
+                    ]
+                }
+            )
+            + "\n```"
+        )
 
     curator = LLMCurator(ScriptedLM(responses=reply), k=5)
     ops = curator.decide(store, [Evidence("check the schema and the columns before writing SQL")])
@@ -73,19 +89,25 @@ def test_llm_curator_applies_a_good_answer_with_ids_mapped_back(store):
     assert store.rejections() == []
 
 
-@pytest.mark.parametrize("answer, reason", [
-    ("sure! I would merge them", "no JSON"),
-    ('{"ops": [{"op": "ADD", "text": "x"', "malformed JSON"),
-    ('{"ops": [{"op": "DELETE", "id": 9, "reason": "stale"}]}', "unknown memory [9]"),
-    ('{"ops": [{"op": "DELETE", "id": "m1", "reason": "stale"}]}', "not a number"),
-    ('{"ops": [{"op": "DELETE", "id": 1}, {"op": "DELETE", "id": 2}, {"op": "DELETE", "id": 3}]}', "would delete 3"),
-    ('{"ops": [{"op": "DELETE", "id": 1}, {"op": "DELETE", "id": 2}]}', "would delete 2"),  # > half
-    ('{"ops": [{"op": "FORGET", "id": 1}]}', "unknown op"),
-    ('{"ops": [{"op": "ADD", "text": "  "}]}', "without a text"),
-    ('{"ops": [{"op": "MERGE", "ids": [1, 2], "text": "x"}, {"op": "DELETE", "id": 2}]}', "conflicting"),
-    ('{"ops": [{"op": "ADD", "text": "x", "kind": "opinion"}]}', "unknown kind"),
-    ('{"ops": {"op": "NOOP"}}', "expected"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        ("sure! I would merge them", "no JSON"),
+        ('{"ops": [{"op": "ADD", "text": "x"', "malformed JSON"),
+        ('{"ops": [{"op": "DELETE", "id": 9, "reason": "stale"}]}', "unknown memory [9]"),
+        ('{"ops": [{"op": "DELETE", "id": "m1", "reason": "stale"}]}', "not a number"),
+        (
+            '{"ops": [{"op": "DELETE", "id": 1}, {"op": "DELETE", "id": 2}, {"op": "DELETE", "id": 3}]}',
+            "would delete 3",
+        ),
+        ('{"ops": [{"op": "DELETE", "id": 1}, {"op": "DELETE", "id": 2}]}', "would delete 2"),  # > half
+        ('{"ops": [{"op": "FORGET", "id": 1}]}', "unknown op"),
+        ('{"ops": [{"op": "ADD", "text": "  "}]}', "without a text"),
+        ('{"ops": [{"op": "MERGE", "ids": [1, 2], "text": "x"}, {"op": "DELETE", "id": 2}]}', "conflicting"),
+        ('{"ops": [{"op": "ADD", "text": "x", "kind": "opinion"}]}', "unknown kind"),
+        ('{"ops": {"op": "NOOP"}}', "expected"),
+    ],
+)
 def test_llm_curator_rejects_bad_answers_changes_nothing_and_records_them(store, answer, reason):
     _seed(store)
     before, version = store.view(), store.version
@@ -104,10 +126,19 @@ def test_llm_curator_allows_a_delete_within_the_fraction_and_supersedes(store):
 
     def reply(messages):
         num = _numbers(messages)
-        return json.dumps({"ops": [
-            {"op": "DELETE", "id": num["inspect table columns before writing SQL"], "reason": "redundant"},
-            {"op": "SUPERSEDE", "id": num["SQL dates compare as ISO strings"],
-             "text": "SQL dates compare as timestamps", "reason": "contradicted"}]})
+        return json.dumps(
+            {
+                "ops": [
+                    {"op": "DELETE", "id": num["inspect table columns before writing SQL"], "reason": "redundant"},
+                    {
+                        "op": "SUPERSEDE",
+                        "id": num["SQL dates compare as ISO strings"],
+                        "text": "SQL dates compare as timestamps",
+                        "reason": "contradicted",
+                    },
+                ]
+            }
+        )
 
     ids = LLMCurator(ScriptedLM(responses=reply)).update(store, ["SQL dates are timestamps now"])
     assert store.get(b).status == "deleted" and store.get(c).links["superseded_by"] == ids[1]
@@ -128,18 +159,21 @@ def test_heuristic_curator_strengthens_merges_or_adds_by_similarity(store):
     base = store.add("Check the schema before writing the SQL query")
     curator = HeuristicCurator(same=0.9, similar=0.8)
     assert [(o.op, o.id) for o in curator.decide(store, ["Check the schema before writing an SQL query"])] == [
-        ("STRENGTHEN", base)]  # cosine 0.93: the same lesson again
+        ("STRENGTHEN", base)
+    ]  # cosine 0.93: the same lesson again
     assert [(o.op, o.id) for o in curator.decide(store, ["check the schema before writing the sql query"])] == [
-        ("STRENGTHEN", base)]  # exact duplicate: rediscovered
+        ("STRENGTHEN", base)
+    ]  # exact duplicate: rediscovered
     longer = "Check the schema before writing the SQL query for joins and filters"
     ops = curator.decide(store, [longer])  # cosine 0.87: merged, the longer text kept
     assert [(o.op, o.ids, o.text) for o in ops] == [("MERGE", (base,), longer)]
-    ops = curator.decide(store, ["Always inspect the table schema before you write the SQL query for joins",
-                                "Bake bread in a hot oven"])
+    ops = curator.decide(
+        store, ["Always inspect the table schema before you write the SQL query for joins", "Bake bread in a hot oven"]
+    )
     assert [o.op for o in ops] == ["ADD", "ADD"]
     ops = curator.decide(store, ["Check the schema before writing an SQL query", longer])  # both in one decision
     assert [o.op for o in ops] == ["STRENGTHEN", "MERGE"]
-    merged, = [i for i in apply(store, ops) if i != base]
+    (merged,) = [i for i in apply(store, ops) if i != base]
     assert store.get(merged).strength == 2.0 and store.get(base).status == "merged"  # the strengthen carried over
 
 
@@ -185,8 +219,10 @@ def test_the_old_policy_names_still_resolve_with_a_deprecation_warning():
         assert memory.LLMPolicy is LLMCurator
     with pytest.warns(DeprecationWarning, match="Curator"):
         assert base.Policy is base.Curator
-    for old, name, new in [("evolve.memory.policy", "HeuristicPolicy", HeuristicCurator),
-                           ("evolve.memory.llm_policy", "LLMPolicy", LLMCurator)]:
+    for old, name, new in [
+        ("evolve.memory.policy", "HeuristicPolicy", HeuristicCurator),
+        ("evolve.memory.llm_policy", "LLMPolicy", LLMCurator),
+    ]:
         sys.modules.pop(old, None)
         with pytest.warns(DeprecationWarning, match=old):
             assert getattr(importlib.import_module(old), name) is new

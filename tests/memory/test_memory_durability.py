@@ -34,8 +34,13 @@ def _raw(path):
 
 
 def _run(code: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], check=False, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _abandon(store):
@@ -71,7 +76,8 @@ def test_index_failure_after_the_log_commit_is_repaired_on_open(tmp_path, monkey
 @pytest.mark.parametrize("lag", [0, 64])
 def test_killed_between_log_and_index_loses_nothing(tmp_path, lag):
     path = tmp_path / "mem"
-    r = _run("""
+    r = _run(
+        """
         import os, sys
         from evolve.memory import HashingEmbedder, MemoryStore
         from evolve.memory.index import ChromaIndex
@@ -81,7 +87,10 @@ def test_killed_between_log_and_index_loses_nothing(tmp_path, lag):
         ChromaIndex.add = lambda *a, **k: os._exit(9)  # die hard at the index write after the log commit
         s.add("committed, then the process was killed")
         os._exit(9)  # with a lag there was no index write yet: die before any flush
-    """, str(path), str(lag))
+    """,
+        str(path),
+        str(lag),
+    )
     assert r.returncode == 9, r.stderr
     assert _raw(path) == (2, 1)
     s = _open(path)
@@ -92,7 +101,8 @@ def test_killed_between_log_and_index_loses_nothing(tmp_path, lag):
 
 def test_killed_after_the_index_write_before_the_watermark_reapplies_cleanly(tmp_path):
     path = tmp_path / "mem"
-    r = _run("""
+    r = _run(
+        """
         import os, sys
         from evolve.memory import HashingEmbedder, MemoryStore
         from evolve.memory.index import LiveIndex
@@ -102,7 +112,9 @@ def test_killed_after_the_index_write_before_the_watermark_reapplies_cleanly(tmp
         LiveIndex._set_watermark = lambda self, v: os._exit(9)  # the vectors are in chroma, the mark is not
         s.add_many([("fact", f"late fact {i}") for i in range(5)])
         s.sync()
-    """, str(path))
+    """,
+        str(path),
+    )
     assert r.returncode == 9, r.stderr
     assert _raw(path) == (15, 10)
     s = _open(path)  # the 5 vectors are added again: chroma keeps one of each
@@ -113,7 +125,8 @@ def test_killed_after_the_index_write_before_the_watermark_reapplies_cleanly(tmp
 
 def test_killed_inside_a_transaction_writes_nothing(tmp_path):
     path = tmp_path / "mem"
-    r = _run("""
+    r = _run(
+        """
         import os, sys
         from evolve.memory import HashingEmbedder, MemoryStore
         from evolve.memory.log import EventLog
@@ -127,7 +140,9 @@ def test_killed_inside_a_transaction_writes_nothing(tmp_path):
             return real(self, *a, **k)
         EventLog.append = append
         s.add_many([("lesson", "first of the batch"), ("lesson", "second of the batch")])
-    """, str(path))
+    """,
+        str(path),
+    )
     assert r.returncode == 9, r.stderr
     s = _open(path)
     assert [it.text for it in s.items()] == ["kept"] and s.version == 1 and s.check()["ok"]
@@ -205,8 +220,15 @@ def test_processes_lose_no_event_and_see_each_other(tmp_path):
             s.add(f"process {p} wrote item {i} zz{p}x{i}", "fact", {"proc": p})
         s.close()
     """
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(path), str(p)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), str(path), str(p)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in range(3)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-2000:] for o in outs]
     assert parent.version == 151 and len(parent) == 151

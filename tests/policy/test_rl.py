@@ -30,7 +30,9 @@ def test_advantages_under_each_estimator():
     g = ["a"] * 4 + ["b"] * 4
     std_a = math.sqrt(1 / 3)  # Bessel-corrected std of (1, 0, 0, 1)
     adv, zero = group_advantages(r, g, "grpo")
-    assert adv[:4].tolist() == pytest.approx([0.5 / (std_a + 1e-4), -0.5 / (std_a + 1e-4)] * 1 + [-0.5 / (std_a + 1e-4), 0.5 / (std_a + 1e-4)], rel=1e-6)
+    assert adv[:4].tolist() == pytest.approx(
+        [0.5 / (std_a + 1e-4), -0.5 / (std_a + 1e-4)] * 1 + [-0.5 / (std_a + 1e-4), 0.5 / (std_a + 1e-4)], rel=1e-6
+    )
     assert adv[4:].tolist() == [0, 0, 0, 0] and zero.tolist() == [False] * 4 + [True] * 4
     adv, _ = group_advantages(r, g, "dr_grpo")
     assert adv.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0])
@@ -38,8 +40,10 @@ def test_advantages_under_each_estimator():
     assert adv.tolist() == pytest.approx([1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3, 0, 0, 0, 0])
     adv, _ = group_advantages(r, g, "batch")  # group mean, std of all eight rewards
     std_all = math.sqrt(1.5 / 7)
-    assert adv.tolist() == pytest.approx([0.5 / (std_all + 1e-4), -0.5 / (std_all + 1e-4), -0.5 / (std_all + 1e-4),
-                                          0.5 / (std_all + 1e-4), 0, 0, 0, 0], rel=1e-6)
+    assert adv.tolist() == pytest.approx(
+        [0.5 / (std_all + 1e-4), -0.5 / (std_all + 1e-4), -0.5 / (std_all + 1e-4), 0.5 / (std_all + 1e-4), 0, 0, 0, 0],
+        rel=1e-6,
+    )
     adv, zero = group_advantages(r, g, "reinforce_pp")  # batch mean 0.75 and std: the all-1 group is signal too
     one, nil = 0.25 / (std_all + 1e-4), -0.75 / (std_all + 1e-4)
     assert adv.tolist() == pytest.approx([one, nil, nil, one, one, one, one, one], rel=1e-6)
@@ -78,8 +82,12 @@ def test_on_policy_loss_is_zero_and_its_gradient_is_reinforce():
         (g_ours,) = torch.autograd.grad(loss, logits)
         # REINFORCE with the same aggregation: -sum A_i * logp_it, weighted per loss type
         logp2 = token_logprobs(logits, targets, temperature=0.7)
-        w = {"grpo": 1 / (mask.sum(-1, keepdim=True) * 3), "dapo": 1 / mask.sum(), "bnpo": 1 / mask.sum(),
-             "dr_grpo": torch.tensor(1 / (3 * 5))}[loss_type]
+        w = {
+            "grpo": 1 / (mask.sum(-1, keepdim=True) * 3),
+            "dapo": 1 / mask.sum(),
+            "bnpo": 1 / mask.sum(),
+            "dr_grpo": torch.tensor(1 / (3 * 5)),
+        }[loss_type]
         reinforce = -(adv[:, None] * logp2 * mask * w).sum()
         (g_ref,) = torch.autograd.grad(reinforce, logits)
         assert torch.allclose(g_ours, g_ref, atol=1e-12), loss_type
@@ -87,19 +95,27 @@ def test_on_policy_loss_is_zero_and_its_gradient_is_reinforce():
             assert abs(float(loss.detach())) < 1e-12
 
 
-@pytest.mark.parametrize("ratio,adv,zero_grad", [
-    (1.5, 1.0, True),    # A > 0, ratio above 1 + eps_high: clipped, no gradient
-    (0.5, -1.0, True),   # A < 0, ratio below 1 - eps_low: clipped, no gradient
-    (1.5, -1.0, False),  # A < 0, ratio above the range: the pessimistic (unclipped) term, gradient flows
-    (0.5, 1.0, False),   # A > 0, ratio below the range: unclipped, gradient flows
-    (1.25, 1.0, False),  # inside the asymmetric range (1 + 0.28): not clipped
-    (0.79, -1.0, True),  # just below 1 - 0.2
-])
+@pytest.mark.parametrize(
+    "ratio,adv,zero_grad",
+    [
+        (1.5, 1.0, True),  # A > 0, ratio above 1 + eps_high: clipped, no gradient
+        (0.5, -1.0, True),  # A < 0, ratio below 1 - eps_low: clipped, no gradient
+        (1.5, -1.0, False),  # A < 0, ratio above the range: the pessimistic (unclipped) term, gradient flows
+        (0.5, 1.0, False),  # A > 0, ratio below the range: unclipped, gradient flows
+        (1.25, 1.0, False),  # inside the asymmetric range (1 + 0.28): not clipped
+        (0.79, -1.0, True),  # just below 1 - 0.2
+    ],
+)
 def test_clip_cases(ratio, adv, zero_grad):
     old = torch.tensor([[-1.0]], dtype=torch.float64)
     logp = (old + math.log(ratio)).clone().requires_grad_(True)
-    loss, stats = policy_loss(logp, old, torch.tensor([adv], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
-                              LossConfig(eps_low=0.2, eps_high=0.28))
+    loss, stats = policy_loss(
+        logp,
+        old,
+        torch.tensor([adv], dtype=torch.float64),
+        torch.ones(1, 1, dtype=torch.float64),
+        LossConfig(eps_low=0.2, eps_high=0.28),
+    )
     (g,) = torch.autograd.grad(loss, logp)
     if zero_grad:
         assert g.item() == 0.0 and stats["clip_low"] + stats["clip_high"] == 1.0
@@ -123,11 +139,17 @@ def test_gspo_sequence_ratio_is_the_geometric_mean_over_trained_tokens():
     old = torch.zeros(1, 3, dtype=torch.float64)
     logp = torch.tensor([[0.1, 0.3, 5.0]], dtype=torch.float64)  # the third position is masked (a tool token)
     mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
-    _, stats = policy_loss(logp, old, torch.tensor([1.0], dtype=torch.float64), mask,
-                           LossConfig(level="sequence", eps_high=1.0))
+    _, stats = policy_loss(
+        logp, old, torch.tensor([1.0], dtype=torch.float64), mask, LossConfig(level="sequence", eps_high=1.0)
+    )
     assert stats["ratio_mean"] == pytest.approx(math.exp(0.2))
-    loss, _ = policy_loss(logp, old, torch.tensor([1.0], dtype=torch.float64), mask,
-                          LossConfig(level="sequence", eps_high=1.0, loss_type="grpo"))
+    loss, _ = policy_loss(
+        logp,
+        old,
+        torch.tensor([1.0], dtype=torch.float64),
+        mask,
+        LossConfig(level="sequence", eps_high=1.0, loss_type="grpo"),
+    )
     assert float(loss) == pytest.approx(-math.exp(0.2))
 
 
@@ -158,8 +180,18 @@ def test_dapo_loss_splits_over_micro_batches_exactly():
     for lt in ("dapo", "grpo", "dr_grpo"):
         cfg = LossConfig(loss_type=lt, max_completion_length=5)
         full, _ = policy_loss(token_logprobs(logits, targets), old, adv, mask, cfg)
-        parts = sum(policy_loss(token_logprobs(logits[i:i + 2], targets[i:i + 2]), old[i:i + 2], adv[i:i + 2],
-                                mask[i:i + 2], cfg, num_seqs=4, num_tokens=float(mask.sum()))[0] for i in (0, 2))
+        parts = sum(
+            policy_loss(
+                token_logprobs(logits[i : i + 2], targets[i : i + 2]),
+                old[i : i + 2],
+                adv[i : i + 2],
+                mask[i : i + 2],
+                cfg,
+                num_seqs=4,
+                num_tokens=float(mask.sum()),
+            )[0]
+            for i in (0, 2)
+        )
         assert float(parts.detach()) == pytest.approx(float(full.detach()), abs=1e-12), lt
 
 
@@ -175,7 +207,8 @@ def test_temperature_is_applied_before_the_softmax():
     lp = token_logprobs(logits, torch.tensor([[0]]), temperature=0.5)
     assert lp.item() == pytest.approx(torch.log_softmax(logits / 0.5, -1)[0, 0, 0].item())
     assert token_logprobs(logits, torch.tensor([[0]]), temperature=0.0).item() == pytest.approx(
-        torch.log_softmax(logits, -1)[0, 0, 0].item())  # greedy draws report untempered log-probs
+        torch.log_softmax(logits, -1)[0, 0, 0].item()
+    )  # greedy draws report untempered log-probs
 
 
 # ----------------------------------------------------------------------------- TRL
@@ -184,8 +217,14 @@ def test_temperature_is_applied_before_the_softmax():
 def _ours(case: dict, t: dict, eps_low: float, eps_high: float, max_len: int):
     logp = t["logp"].clone().requires_grad_(True)
     old = t["old"] if case["off_policy"] else logp.detach()
-    cfg = LossConfig(loss_type=case["loss_type"], level=case["level"], beta=case["beta"], eps_low=eps_low,
-                     eps_high=eps_high, max_completion_length=max_len)
+    cfg = LossConfig(
+        loss_type=case["loss_type"],
+        level=case["level"],
+        beta=case["beta"],
+        eps_low=eps_low,
+        eps_high=eps_high,
+        max_completion_length=max_len,
+    )
     loss, _ = policy_loss(logp, old, t["adv"], t["mask"], cfg, ref_logp=t["ref"])
     loss.backward()
     return float(loss), logp.grad
@@ -218,9 +257,20 @@ def test_grpo_weights_a_trajectory_split_into_two_sequences_as_one_sample():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)  # 3 trained tokens in all
     old = logp - 0.1
     adv = torch.tensor([0.7, 0.7], dtype=torch.float64)  # one trajectory, one advantage
-    split, _ = policy_loss(logp, old, adv, mask, LossConfig(loss_type="grpo"), num_seqs=1,
-                           seq_weights=torch.tensor([1 / 3, 1 / 3], dtype=torch.float64))
-    merged, _ = policy_loss(torch.tensor([[-1.0, -2.0, -0.3]], dtype=torch.float64),
-                            torch.tensor([[-1.1, -2.1, -0.4]], dtype=torch.float64), adv[:1],
-                            torch.ones(1, 3, dtype=torch.float64), LossConfig(loss_type="grpo"))
+    split, _ = policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        LossConfig(loss_type="grpo"),
+        num_seqs=1,
+        seq_weights=torch.tensor([1 / 3, 1 / 3], dtype=torch.float64),
+    )
+    merged, _ = policy_loss(
+        torch.tensor([[-1.0, -2.0, -0.3]], dtype=torch.float64),
+        torch.tensor([[-1.1, -2.1, -0.4]], dtype=torch.float64),
+        adv[:1],
+        torch.ones(1, 3, dtype=torch.float64),
+        LossConfig(loss_type="grpo"),
+    )
     assert float(split) == pytest.approx(float(merged))

@@ -75,8 +75,10 @@ def fake_fit(tmp_path, monkeypatch):
         torch.manual_seed(len(made) + 1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            pm = get_peft_model(copy.deepcopy(build_model(CFG, seed=0)), LoraConfig(
-                r=4, lora_alpha=8, init_lora_weights=False, target_modules=["q_proj", "v_proj", "up_proj"]))
+            pm = get_peft_model(
+                copy.deepcopy(build_model(CFG, seed=0)),
+                LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, target_modules=["q_proj", "v_proj", "up_proj"]),
+            )
         with torch.no_grad():
             for n, w in pm.named_parameters():
                 if "lora_B" in n:
@@ -100,21 +102,39 @@ def reply(system: System, store: ArtifactStore, role: str, messages=VERIFY) -> s
 
 def call(role: str, messages, out: str, text: str | None = None) -> LLMCall:
     """A recorded call whose sampled ids are ``out`` (EOS appended) after the rendered chat."""
-    return LLMCall(role=role, model="tiny", messages=tuple(messages), output=out if text is None else text,
-                   prompt_token_ids=tuple(TOK.render_chat(messages, add_generation_prompt=True)),
-                   token_ids=tuple(TOK.encode(out)) + (TOK.eos_id,))
+    return LLMCall(
+        role=role,
+        model="tiny",
+        messages=tuple(messages),
+        output=out if text is None else text,
+        prompt_token_ids=tuple(TOK.render_chat(messages, add_generation_prompt=True)),
+        token_ids=tuple(TOK.encode(out)) + (TOK.eos_id,),
+    )
 
 
 def rollout(task: str, answer: str, verdict_text: str, score: float, sample: int = 0) -> Trajectory:
-    return Trajectory(task_id=task, system_id="s", sample=sample, output={"reply": answer},
-                      steps=(call("solver", SOLVE, answer), call("verifier", VERIFY, verdict_text)),
-                      reward=Reward(score=score))
+    return Trajectory(
+        task_id=task,
+        system_id="s",
+        sample=sample,
+        output={"reply": answer},
+        steps=(call("solver", SOLVE, answer), call("verifier", VERIFY, verdict_text)),
+        reward=Reward(score=score),
+    )
 
 
 def ctx_for(store: ArtifactStore, tmp_path: Path, trajs: list[Trajectory], generation: int = 0):
-    return SimpleNamespace(train=[{"id": f"t{i}"} for i in range(4)], rng=random.Random(0), log=lambda m: None,
-                           rollouts=lambda *a, **k: trajs, artifacts=store, workdir=tmp_path, extra={},
-                           generation=generation, seed=0)
+    return SimpleNamespace(
+        train=[{"id": f"t{i}"} for i in range(4)],
+        rng=random.Random(0),
+        log=lambda m: None,
+        rollouts=lambda *a, **k: trajs,
+        artifacts=store,
+        workdir=tmp_path,
+        extra={},
+        generation=generation,
+        seed=0,
+    )
 
 
 TRAIN = dict(tasks=4, samples=1, min_examples=1, lr=0.02, epochs=40, batch_size=4, r=4, alpha=8, replay=0.0)
@@ -124,7 +144,8 @@ TRAIN = dict(tasks=4, samples=1, min_examples=1, lr=0.02, epochs=40, batch_size=
 
 
 def test_a_child_that_trains_the_verifier_keeps_the_solvers_adapter_and_one_base_serves_each_its_own(
-        team, tmp_path, fake_fit):
+    team, tmp_path, fake_fit
+):
     store, parent = team
     base_reply = reply(parent, store, "solver")
     assert reply(parent, store, "verifier") == base_reply  # one base, no adapters: the same replies
@@ -152,7 +173,8 @@ def test_a_child_that_trains_the_verifier_keeps_the_solvers_adapter_and_one_base
     solver, verifier = build(grand.models["solver"], store), build(grand.models["verifier"], store)
     try:
         assert solver.server is verifier.server and sorted(solver.server.adapters()) == sorted(
-            [solver.adapter, verifier.adapter])
+            [solver.adapter, verifier.adapter]
+        )
         assert verifier.complete(VERIFY).text == reply(child, store, "verifier")  # the same adapter, the same reply
         assert solver.complete(VERIFY).text not in (base_reply, verifier.complete(VERIFY).text)
     finally:
@@ -174,8 +196,10 @@ def test_ctranslate2_serves_each_role_from_one_server_with_an_entry_per_adapter(
     store, parent = team
     trajs = [rollout(f"t{i}", "Answer: tac", "correct", 1.0, i) for i in range(4)]
     child = STaR(roles="verifier", **TRAIN).propose(parent, ctx_for(store, tmp_path, trajs))[0].system
-    ct2 = {r: s.model_copy(update={"params": {**s.params, "engine": "ctranslate2", "compute_type": "float32"}})
-           for r, s in child.models.items()}
+    ct2 = {
+        r: s.model_copy(update={"params": {**s.params, "engine": "ctranslate2", "compute_type": "float32"}})
+        for r, s in child.models.items()
+    }
     solver, verifier = build(ct2["solver"], store), build(ct2["verifier"], store)
     try:
         assert solver.server is verifier.server and solver.server.engine == "ctranslate2"
@@ -234,19 +258,36 @@ def test_rollback_of_one_role_restores_its_adapter_and_keeps_the_others(tmp_path
 
 
 def test_a_verifier_that_always_says_correct_is_rewarded_only_where_the_answer_was_right():
-    trajs = [rollout("a", "Answer: tac", "correct", 1.0), rollout("a", "Answer: cat", "correct", 0.0, 1),
-             rollout("b", "Answer: god", "Correct.", 1.0), rollout("b", "Answer: dgo", "correct", 0.0, 1)]
+    trajs = [
+        rollout("a", "Answer: tac", "correct", 1.0),
+        rollout("a", "Answer: cat", "correct", 0.0, 1),
+        rollout("b", "Answer: god", "Correct.", 1.0),
+        rollout("b", "Answer: dgo", "correct", 0.0, 1),
+    ]
     turns = verdict_turns(trajs, "verifier")
-    assert [(v.verdict, v.truth, v.reward) for v in turns] == [(True, True, 1.0), (True, False, 0.0),
-                                                                (True, True, 1.0), (True, False, 0.0)]
+    assert [(v.verdict, v.truth, v.reward) for v in turns] == [
+        (True, True, 1.0),
+        (True, False, 0.0),
+        (True, True, 1.0),
+        (True, False, 0.0),
+    ]
     honest = [rollout("a", "Answer: tac", "correct", 1.0), rollout("a", "Answer: cat", "incorrect", 0.0, 1)]
     assert [v.reward for v in verdict_turns(honest, "verifier")] == [1.0, 1.0]
 
 
 def test_a_verdict_on_a_rejected_answer_gets_its_truth_from_a_rollout_that_submitted_it_else_none():
-    retry = Trajectory(task_id="a", system_id="s", output={"reply": "Answer: tac"}, reward=Reward(score=1.0), steps=(
-        call("solver", SOLVE, "Answer: cat"), call("verifier", VERIFY, "incorrect"),   # rejected a wrong answer
-        call("solver", SOLVE, "Answer: tac"), call("verifier", VERIFY, "correct")))    # accepted the right one
+    retry = Trajectory(
+        task_id="a",
+        system_id="s",
+        output={"reply": "Answer: tac"},
+        reward=Reward(score=1.0),
+        steps=(
+            call("solver", SOLVE, "Answer: cat"),
+            call("verifier", VERIFY, "incorrect"),  # rejected a wrong answer
+            call("solver", SOLVE, "Answer: tac"),
+            call("verifier", VERIFY, "correct"),
+        ),
+    )  # accepted the right one
     other = rollout("a", "Answer: cat", "correct", 0.0, 1)  # another rollout submitted "cat": it scored 0
     turns = verdict_turns([retry, other], "verifier")
     assert [(v.step, v.truth, v.reward) for v in turns] == [(1, False, 1.0), (3, True, 1.0), (1, False, 0.0)]
@@ -257,8 +298,11 @@ def test_a_verdict_on_a_rejected_answer_gets_its_truth_from_a_rollout_that_submi
 def test_grpo_gives_a_verifier_the_advantages_of_its_verdicts_credit_per_task_group():
     from evolve.policy.rl import group_advantages
 
-    trajs = [rollout("a", "Answer: tac", "correct", 1.0), rollout("a", "Answer: cat", "correct", 0.0, 1),
-             rollout("a", "Answer: ca", "incorrect", 0.0, 2)]
+    trajs = [
+        rollout("a", "Answer: tac", "correct", 1.0),
+        rollout("a", "Answer: cat", "correct", 0.0, 1),
+        rollout("a", "Answer: ca", "incorrect", 0.0, 2),
+    ]
     seqs, info = GRPO()._batch(trajs, 128, role="verifier")
     want = group_advantages(torch.tensor([1.0, 0.0, 1.0]), ["a"] * 3, "grpo")[0].tolist()
     assert [s.advantage for s in seqs] == pytest.approx(want)
@@ -270,11 +314,23 @@ def test_grpo_gives_a_verifier_the_advantages_of_its_verdicts_credit_per_task_gr
 
 def test_verdicts_are_read_from_the_first_accepting_or_rejecting_word():
     assert [verdict(t) for t in ("correct", "Incorrect.", "Not correct", "yes, it is right", "wrong", "", "tac")] == [
-        True, False, False, True, False, None, None]
+        True,
+        False,
+        False,
+        True,
+        False,
+        None,
+        None,
+    ]
     assert accepted({"verdict": "correct"}) == (True, "")
     assert accepted({"verdict": "no"}) == (False, "A checker rejected the answer: no")
     assert [default_credit(r) for r in ("solver", "verifier", "code-reviewer", "judge_2", "writer")] == [
-        "outcome", "verdict", "verdict", "verdict", "outcome"]
+        "outcome",
+        "verdict",
+        "verdict",
+        "verdict",
+        "outcome",
+    ]
 
 
 # ----------------------------------------------------------------------------- the roles setting
@@ -282,8 +338,7 @@ def test_verdicts_are_read_from_the_first_accepting_or_rejecting_word():
 
 def test_roles_settings_and_their_errors_name_the_roles_that_exist():
     local = SimpleNamespace(backend="local", base="x")
-    models = {"solver": local, "verifier": local,
-              "judge": SimpleNamespace(backend="litellm", base=None)}
+    models = {"solver": local, "verifier": local, "judge": SimpleNamespace(backend="litellm", base=None)}
     assert trained_roles(RoleParams(roles="all"), models, 0) == ["solver", "verifier"]
     assert trained_roles(RoleParams(roles=["verifier", "solver"], schedule="alternate"), models, 1) == ["verifier"]
     assert trained_roles(RoleParams(roles=["verifier", "solver"], schedule="alternate"), models, 2) == ["solver"]
@@ -294,9 +349,14 @@ def test_roles_settings_and_their_errors_name_the_roles_that_exist():
         check_roles(RoleParams(roles="judge"), models)
     with pytest.raises(ConfigError, match="credit: unknown role 'critic'"):
         check_roles(RoleParams(roles="all", credit={"critic": "verdict"}), models)
-    for bad, message in [({"roles": []}, "roles is empty"), ({"roles": ["a", "a"]}, "'a' more than once"),
-                         ({"roles": ["all", "a"]}, "'all' stands alone"), ({"role": "a", "roles": "b"}, "not both"),
-                         ({"schedule": "turns"}, "joint"), ({"credit": {"a": "vibes"}}, "outcome")]:
+    for bad, message in [
+        ({"roles": []}, "roles is empty"),
+        ({"roles": ["a", "a"]}, "'a' more than once"),
+        ({"roles": ["all", "a"]}, "'all' stands alone"),
+        ({"role": "a", "roles": "b"}, "not both"),
+        ({"schedule": "turns"}, "joint"),
+        ({"credit": {"a": "vibes"}}, "outcome"),
+    ]:
         with pytest.raises(ValueError, match=message):
             STaR(**bad)
 
@@ -304,13 +364,21 @@ def test_roles_settings_and_their_errors_name_the_roles_that_exist():
 def test_a_task_file_naming_an_unknown_role_is_refused_at_load_with_the_path_and_the_roles():
     from evolve.task.taskfile import validate_task
 
-    data = {"name": "t", "agent": "evolve.topology:agent", "reward": "evolve.worlds.toy:reward",
-            "dataset": {"source": "evolve.worlds.toy:dataset"},
-            "models": {r: {"backend": "local", "name": "tiny", "params": {"weights": "base.st"}}
-                       for r in ("solver", "verifier")},
-            "operators": [{"name": "grpo", "params": {"roles": ["solver", "checker"]}}]}
-    with pytest.raises(ConfigError, match=r"operators\.0\.params.*unknown role 'checker'; the system's roles are "
-                                          r"solver, verifier"):
+    data = {
+        "name": "t",
+        "agent": "evolve.topology:agent",
+        "reward": "evolve.worlds.toy:reward",
+        "dataset": {"source": "evolve.worlds.toy:dataset"},
+        "models": {
+            r: {"backend": "local", "name": "tiny", "params": {"weights": "base.st"}} for r in ("solver", "verifier")
+        },
+        "operators": [{"name": "grpo", "params": {"roles": ["solver", "checker"]}}],
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"operators\.0\.params.*unknown role 'checker'; the system's roles are "
+        r"solver, verifier",
+    ):
         validate_task(data)
     data["operators"][0]["params"]["roles"] = "all"
     assert validate_task(data).operators[0].params["roles"] == "all"
@@ -325,19 +393,37 @@ def test_a_cold_starts_validation_probe_names_every_role_so_a_teams_graph_runs_o
     assert sorted(val.probe.models) == ["solver", "verifier"] and val.role == "verifier"
 
 
-def test_grpo_joint_updates_a_learner_per_role_on_its_own_turns_and_the_child_carries_both_adapters(team, tmp_path,
-                                                                                                   monkeypatch):
+def test_grpo_joint_updates_a_learner_per_role_on_its_own_turns_and_the_child_carries_both_adapters(
+    team, tmp_path, monkeypatch
+):
     store, parent = team
     parent = parent.replace(models={r: s.model_copy(update={"name": r}) for r, s in parent.models.items()})
     learners: dict[str, SimpleNamespace] = {}
 
     def learner(self, spec, ctx):
         role = spec.name
-        got = SimpleNamespace(seen=[], max_len=lambda: 128, close=lambda: None, replay=lambda wins: len(wins),
-                              adapter_bytes=lambda: f"{role}-{len(got.seen)}".encode())
-        got.update = lambda seqs: got.seen.append(seqs) or SimpleNamespace(
-            sequences=len(seqs), trained_tokens=1, loss=0.0, kl=0.0, clip_low=0.0, clip_high=0.0, mismatch=0.0,
-            extra={}, seconds=1.0, tokens=1)
+        got = SimpleNamespace(
+            seen=[],
+            max_len=lambda: 128,
+            close=lambda: None,
+            replay=lambda wins: len(wins),
+            adapter_bytes=lambda: f"{role}-{len(got.seen)}".encode(),
+        )
+        got.update = lambda seqs: (
+            got.seen.append(seqs)
+            or SimpleNamespace(
+                sequences=len(seqs),
+                trained_tokens=1,
+                loss=0.0,
+                kl=0.0,
+                clip_low=0.0,
+                clip_high=0.0,
+                mismatch=0.0,
+                extra={},
+                seconds=1.0,
+                tokens=1,
+            )
+        )
         learners[role] = got
         return got
 
@@ -355,10 +441,13 @@ def test_grpo_joint_updates_a_learner_per_role_on_its_own_turns_and_the_child_ca
     solver_seqs, verifier_seqs = learners["solver"].seen[0], learners["verifier"].seen[0]
     assert [s.reward for s in solver_seqs] == [1.0, 0.0]  # the team's outcome
     assert [s.reward for s in verifier_seqs] == [1.0, 0.0]  # yes on the right answer: 1; yes on the wrong one: 0
-    assert solver_seqs[0].ids[-1] == verifier_seqs[0].ids[-1] == TOK.eos_id and solver_seqs[0].ids != verifier_seqs[0].ids
+    assert (
+        solver_seqs[0].ids[-1] == verifier_seqs[0].ids[-1] == TOK.eos_id and solver_seqs[0].ids != verifier_seqs[0].ids
+    )
     for role in ("solver", "verifier"):
         assert store.path(cand.system.models[role].adapter).read_bytes() == f"{role}-1".encode()
     learners.clear()
-    GRPO(roles="all", schedule="alternate", steps=1, tasks_per_step=1, group_size=2, dev_tasks=1,
-         eval_every=1).propose(parent, SimpleNamespace(**{**vars(ctx), "generation": 2}))
+    GRPO(roles="all", schedule="alternate", steps=1, tasks_per_step=1, group_size=2, dev_tasks=1, eval_every=1).propose(
+        parent, SimpleNamespace(**{**vars(ctx), "generation": 2})
+    )
     assert list(learners) == ["verifier"]

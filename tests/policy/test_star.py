@@ -15,8 +15,12 @@ def traj(*steps, score=1.0):
 
 
 def test_final_turn_only_skips_rejected_attempts():
-    t = traj(call((1, 2), (10, 11)), ToolCall(name="execute_sql", error="SQLError: no such column"),
-             call((1, 2, 10, 11, 3), (12, 13)), ToolCall(name="execute_sql", result=[[1]]))
+    t = traj(
+        call((1, 2), (10, 11)),
+        ToolCall(name="execute_sql", error="SQLError: no such column"),
+        call((1, 2, 10, 11, 3), (12, 13)),
+        ToolCall(name="execute_sql", result=[[1]]),
+    )
     assert STaR()._examples([t]) == [((1, 2, 10, 11, 3), (12, 13))]
     both = STaR(turns="all")._examples([t])
     assert both == [((1, 2), (10, 11)), ((1, 2, 10, 11, 3), (12, 13))]
@@ -45,9 +49,16 @@ def test_its_samples_ask_for_no_log_probs():
     from evolve.types import ArtifactRef, ModelSpec, System
 
     asked: list[dict] = []
-    parent = System(models={"policy": ModelSpec(backend="local", name="tiny",
-                                                base=ArtifactRef(sha256="0" * 64, kind="base_weights"))})
-    ctx = SimpleNamespace(train=[{"id": f"t{i}"} for i in range(3)], rng=random.Random(0), log=lambda m: None,
-                          rollouts=lambda *a, **k: asked.append(k) or [])
+    parent = System(
+        models={
+            "policy": ModelSpec(backend="local", name="tiny", base=ArtifactRef(sha256="0" * 64, kind="base_weights"))
+        }
+    )
+    ctx = SimpleNamespace(
+        train=[{"id": f"t{i}"} for i in range(3)],
+        rng=random.Random(0),
+        log=lambda m: None,
+        rollouts=lambda *a, **k: asked.append(k) or [],
+    )
     assert STaR(tasks=2, samples=3, temperature=0.4).propose(parent, ctx) == []  # no successes: no child
     assert asked == [{"samples": 3, "temperature": 0.4, "tag": "star", "logprobs": False}]

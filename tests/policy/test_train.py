@@ -48,8 +48,10 @@ def greedy(model, texts: list[str], max_tokens: int = 8) -> list[str]:
 
 def test_examples_from_chat_and_masking():
     msgs = [
-        Message(role="system", content="sys"), Message(role="user", content="q1"),
-        Message(role="assistant", content="a1"), Message(role="tool", content="result"),
+        Message(role="system", content="sys"),
+        Message(role="user", content="q1"),
+        Message(role="assistant", content="a1"),
+        Message(role="tool", content="result"),
         Message(role="assistant", content="a2"),
     ]
     exs = examples_from_chat(TOK, msgs)
@@ -70,8 +72,15 @@ def test_examples_from_chat_and_masking():
 
 
 def test_examples_from_trajectory_keep_the_sampled_ids():
-    call = LLMCall(role="policy", model="m", messages=(Message(role="user", content="x"),), output="ab",
-                   prompt_token_ids=(1, 5, 50, 2, 6), token_ids=(60, 61, 2), logprobs=(-1.0, -1.0, -0.5))
+    call = LLMCall(
+        role="policy",
+        model="m",
+        messages=(Message(role="user", content="x"),),
+        output="ab",
+        prompt_token_ids=(1, 5, 50, 2, 6),
+        token_ids=(60, 61, 2),
+        logprobs=(-1.0, -1.0, -0.5),
+    )
     other = LLMCall(role="critic", model="m", messages=(), output="", prompt_token_ids=(1,), token_ids=(2,))
     traj = Trajectory(task_id="t", system_id="s", steps=(call, ToolCall(name="sql"), other))
     assert examples_from_trajectory(traj) == [Example((1, 5, 50, 2, 6), (60, 61, 2)), Example((1,), (2,))]
@@ -100,24 +109,37 @@ def run_copy_task(lengths: tuple[int, int], cfg: TinyConfig, steps: int, lr: flo
     """Train 'copy the word after w:' on random words; return (accuracy on unseen words, stats, logs)."""
     train_words, held = copy_data(2000, 120, lengths)
     val, test = held[:20], held[20:]
-    exs = [e for w in train_words for e in examples_from_chat(
-        TOK, [Message(role="user", content="w:" + w), Message(role="assistant", content=w)])]
+    exs = [
+        e
+        for w in train_words
+        for e in examples_from_chat(TOK, [Message(role="user", content="w:" + w), Message(role="assistant", content=w)])
+    ]
     model = build_model(cfg, seed=0)
 
     def accuracy(m, words) -> float:
         return sum(o == w for o, w in zip(greedy(m, ["w:" + w for w in words]), words)) / len(words)
 
     logs: list[dict] = []
-    stats = train(model, exs, steps=steps, lr=lr, batch_size=32, seed=0,
-                  eval_fn=lambda m: accuracy(m, val), eval_every=steps // 4, log=logs.append)
+    stats = train(
+        model,
+        exs,
+        steps=steps,
+        lr=lr,
+        batch_size=32,
+        seed=0,
+        eval_fn=lambda m: accuracy(m, val),
+        eval_every=steps // 4,
+        log=logs.append,
+    )
     return accuracy(model, test), stats, logs
 
 
 @pytest.mark.slow
 def test_sft_learns_to_copy_unseen_strings():
     """~2 s of SFT: a 2-layer model copies unseen 4-letter words exactly (chance: 26**-4)."""
-    acc, stats, logs = run_copy_task((4, 4), TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=64),
-                                     steps=100, lr=5e-3)
+    acc, stats, logs = run_copy_task(
+        (4, 4), TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=64), steps=100, lr=5e-3
+    )
     assert acc >= 0.8, (acc, stats)
     assert stats["loss"] < stats["first_loss"] / 4 and stats["tokens_per_sec"] > 0
     assert stats["best_score"] == max(s for _, s in stats["evals"]) and len(stats["evals"]) == 4
@@ -127,15 +149,21 @@ def test_sft_learns_to_copy_unseen_strings():
 @pytest.mark.slow
 def test_sft_learns_to_copy_words_of_varying_length():
     """Varying lengths need an induction-style copy (~200 steps, ~6 s of CPU)."""
-    acc, stats, _ = run_copy_task((3, 5), TinyConfig(d_model=96, n_layers=2, n_heads=4, d_ff=192, max_len=64),
-                                  steps=200, lr=3e-3)
+    acc, stats, _ = run_copy_task(
+        (3, 5), TinyConfig(d_model=96, n_layers=2, n_heads=4, d_ff=192, max_len=64), steps=200, lr=3e-3
+    )
     assert acc >= 0.6, (acc, stats)
 
 
 def toy_examples(n: int = 48, reply: str = "ok!") -> list[Example]:
     rng = random.Random(1)
-    chats = [[Message(role="user", content="".join(rng.choice("abcxyz") for _ in range(rng.randint(1, 10)))),
-              Message(role="assistant", content=reply)] for _ in range(n)]
+    chats = [
+        [
+            Message(role="user", content="".join(rng.choice("abcxyz") for _ in range(rng.randint(1, 10)))),
+            Message(role="assistant", content=reply),
+        ]
+        for _ in range(n)
+    ]
     return [e for c in chats for e in examples_from_chat(TOK, c)]
 
 
@@ -194,8 +222,11 @@ def test_train_lora_learns_and_leaves_the_base_alone(tmp_path):
     x = torch.tensor([TOK.render_chat([Message(role="user", content="abc")])])
     with torch.no_grad():
         assert not torch.allclose(tuned(x).logits, base(x).logits)
-    tuned_base = {k.replace("base_model.model.", "", 1).replace(".base_layer.", "."): v
-                  for k, v in params(tuned).items() if "lora_" not in k}
+    tuned_base = {
+        k.replace("base_model.model.", "", 1).replace(".base_layer.", "."): v
+        for k, v in params(tuned).items()
+        if "lora_" not in k
+    }
     assert same(tuned_base, before)  # attaching never merges into the base
     # continue training from the saved adapter on a new reply
     again = train_lora(tuned, toy_examples(reply="no"), init=tmp_path / "a.safetensors", steps=30, batch_size=16)
@@ -210,7 +241,9 @@ def test_a_base_file_is_named_by_its_weights_not_by_how_long_training_took(tmp_p
     clean = save_base(model, TOK, SMALL, tmp_path / "clean.safetensors", info={"best_step": 3})
     old = save_base(model, TOK, SMALL, tmp_path / "old.safetensors", info={"best_step": 3, "seconds": 12.5})
     assert old != clean  # what caches written before the fix hold: the wall time changed the name
-    assert drop_base_info(tmp_path / "old.safetensors", ["seconds"]) == clean == file_sha256(tmp_path / "old.safetensors")
+    assert (
+        drop_base_info(tmp_path / "old.safetensors", ["seconds"]) == clean == file_sha256(tmp_path / "old.safetensors")
+    )
     assert drop_base_info(tmp_path / "old.safetensors", ["seconds"]) is None  # nothing left to drop
     assert same(params(load_base(tmp_path / "old.safetensors")[0]), params(model))
 

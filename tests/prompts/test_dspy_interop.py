@@ -109,9 +109,12 @@ def test_components_from_a_two_predictor_program_change_what_the_lm_receives():
     comps = components_from_program(prog)
     assert sorted(comps) == ["check.predict.demos", "check.predict.instruction", "draft.demos", "draft.instruction"]
     assert comps["draft.demos"] == "[]" and "produce the fields `answer`" in comps["draft.instruction"]
-    new = {**comps, "draft.instruction": "DRAFT-MARKER: guess.",
-           "check.predict.instruction": f"CHECK-MARKER: verify; give {ALONE}.",
-           "draft.demos": json.dumps([{"question": "1 + 1?", "answer": "2", "id": "dropped"}])}
+    new = {
+        **comps,
+        "draft.instruction": "DRAFT-MARKER: guess.",
+        "check.predict.instruction": f"CHECK-MARKER: verify; give {ALONE}.",
+        "draft.demos": json.dumps([{"question": "1 + 1?", "answer": "2", "id": "dropped"}]),
+    }
     lm = ScriptedLM("fake", scripted_reply)
     seen = []
     lm_spy = ScriptedLM("spy", lambda msgs: (seen.append(msgs), lm.complete(msgs).text)[1])
@@ -140,16 +143,25 @@ def test_bad_components_fail_loudly():
     with pytest.raises(ValueError, match="not valid JSON"):
         apply_components(prog, {"draft.demos": "[{"})
     assert apply_components(prog, {"instruction": "not a predictor's component"}) is not prog  # ignored, copied
-    traj = run_agent(qa_agent, policy().replace(prompts={"self.demos": "{}"}), {"id": "t", "question": "1 + 2?"},
-                     lambda s, r: ScriptedLM("fake", scripted_reply))
+    traj = run_agent(
+        qa_agent,
+        policy().replace(prompts={"self.demos": "{}"}),
+        {"id": "t", "question": "1 + 2?"},
+        lambda s, r: ScriptedLM("fake", scripted_reply),
+    )
     assert traj.error.startswith("agent raised ValueError") and "must be a JSON list" in traj.error
 
 
 def test_a_dspy_program_as_agent_records_its_calls_with_token_ids():
     lm = ScriptedLM("fake", scripted_reply)
     system = policy(temperature=0.3, max_tokens=200).replace(prompts={"check.predict.instruction": f"Give {ALONE}."})
-    traj = run_agent(dspy_agent(make_two_step, inputs={"question": "q"}, output="answer"), system,
-                     {"id": "t1", "q": "20 + 22?"}, lambda s, r: lm, seed=3)
+    traj = run_agent(
+        dspy_agent(make_two_step, inputs={"question": "q"}, output="answer"),
+        system,
+        {"id": "t1", "q": "20 + 22?"},
+        lambda s, r: lm,
+        seed=3,
+    )
     assert traj.error is None and traj.output == "42"
     assert len(traj.steps) == 2 and all(isinstance(s, LLMCall) for s in traj.steps)
     for step in traj.steps:
@@ -158,29 +170,44 @@ def test_a_dspy_program_as_agent_records_its_calls_with_token_ids():
     assert "[[ ## draft ## ]]\nThe answer is 42." in traj.steps[1].messages[-1].content
     assert traj.tokens == sum(s.prompt_tokens + s.completion_tokens for s in traj.steps) > 0
     assert gateway.active() == 0  # the rollout's URL died with it
-    explore = run_agent(dspy_agent(make_qa, inputs=["question"]), policy(temperature=0.3),
-                        {"id": "t", "question": "1 + 1?"}, lambda s, r: lm, temperature=0.9)
+    explore = run_agent(
+        dspy_agent(make_qa, inputs=["question"]),
+        policy(temperature=0.3),
+        {"id": "t", "question": "1 + 1?"},
+        lambda s, r: lm,
+        temperature=0.9,
+    )
     assert explore.steps[0].temperature == 0.9 and explore.output == {"answer": "The answer is 2."}
 
 
 def test_generic_agent_from_the_workflow_and_starting_prompts():
-    workflow = {"dspy": {"program": "tests.prompts.test_dspy_interop:make_two_step", "inputs": ["question"], "output": "answer"}}
+    workflow = {
+        "dspy": {"program": "tests.prompts.test_dspy_interop:make_two_step", "inputs": ["question"], "output": "answer"}
+    }
     assert generic_agent.initial_prompts(workflow) == components_from_program(make_two_step())
     system = policy().replace(workflow=workflow, prompts={"check.predict.instruction": f"Say {ALONE}."})
-    traj = run_agent(generic_agent, system, {"id": "t", "question": "4 + 4?"},
-                     lambda s, r: ScriptedLM("f", scripted_reply))
+    traj = run_agent(
+        generic_agent, system, {"id": "t", "question": "4 + 4?"}, lambda s, r: ScriptedLM("f", scripted_reply)
+    )
     assert traj.error is None and traj.output == "8" and len(traj.steps) == 2
-    bad = run_agent(generic_agent, policy().replace(workflow={"dspy": {"program": "x:y"}}), {"id": "t"},
-                    lambda s, r: ScriptedLM("f", scripted_reply))
+    bad = run_agent(
+        generic_agent,
+        policy().replace(workflow={"dspy": {"program": "x:y"}}),
+        {"id": "t"},
+        lambda s, r: ScriptedLM("f", scripted_reply),
+    )
     assert "needs workflow.dspy.program" in bad.error
     typo = system.replace(workflow={"dspy": {**workflow["dspy"], "ouput": "answer"}})
-    assert "unknown setting(s) ['ouput']" in run_agent(generic_agent, typo, {"id": "t", "question": "1 + 1?"},
-                                                      lambda s, r: ScriptedLM("f", scripted_reply)).error
+    assert (
+        "unknown setting(s) ['ouput']"
+        in run_agent(
+            generic_agent, typo, {"id": "t", "question": "1 + 1?"}, lambda s, r: ScriptedLM("f", scripted_reply)
+        ).error
+    )
 
 
 def test_write_back_saves_a_program_carrying_the_evolved_components(tmp_path):
-    evolved = {"draft.instruction": "Guess first.",
-               "draft.demos": json.dumps([{"question": "q1", "answer": "a1"}])}
+    evolved = {"draft.instruction": "Guess first.", "draft.demos": json.dumps([{"question": "q1", "answer": "a1"}])}
     prog = write_back(make_two_step(), policy().replace(prompts=evolved), tmp_path / "out" / "program.json")
     assert components_from_program(prog)["draft.instruction"] == "Guess first."
     fresh = make_two_step()
@@ -213,12 +240,23 @@ def _tiny_task(tmp_path: Path, n=(6, 6, 6)) -> Path:
             a, b = next(rng), 7 * next(rng) % 50
             rows.append({"id": f"{split}{i}", "question": f"What is {a} + {b}?", "answer": str(a + b)})
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = {"name": "tiny", "seed": 0, "agent": "tests.prompts.test_dspy_interop:qa_agent", "reward": "tests.prompts.test_dspy_interop:exact",
-            "models": {"policy": {"backend": "scripted", "name": "fake", "params": {
-                "reply": "tests.prompts.test_dspy_interop:scripted_reply", "temperature": 0.0}}},
-            "dataset": {"train": "train.jsonl", "val": "val.jsonl", "test": "test.jsonl"},
-            "operators": [{"name": "no_such_operator"}],  # ignored by baselines
-            "runner": {"name": "thread", "workers": 4, "timeout": 60}, "budget": {"generations": 1, "rollouts": 1}}
+    task = {
+        "name": "tiny",
+        "seed": 0,
+        "agent": "tests.prompts.test_dspy_interop:qa_agent",
+        "reward": "tests.prompts.test_dspy_interop:exact",
+        "models": {
+            "policy": {
+                "backend": "scripted",
+                "name": "fake",
+                "params": {"reply": "tests.prompts.test_dspy_interop:scripted_reply", "temperature": 0.0},
+            }
+        },
+        "dataset": {"train": "train.jsonl", "val": "val.jsonl", "test": "test.jsonl"},
+        "operators": [{"name": "no_such_operator"}],  # ignored by baselines
+        "runner": {"name": "thread", "workers": 4, "timeout": 60},
+        "budget": {"generations": 1, "rollouts": 1},
+    }
     path = tmp_path / "task.yaml"
     path.write_text(json.dumps(task))
     return path
@@ -263,16 +301,22 @@ def test_baseline_refuses_what_it_cannot_run(tmp_path):
 
     for _ in range(2):  # an unfinished baseline's run directory is taken up again
         with pytest.raises(LLMError, match="made 3 calls to the model and none succeeded.*the model is down"):
-            run_dspy_baseline(_tiny_task(tmp_path), "bootstrap", budget=3, out=tmp_path / "r0",
-                              overrides=["models.policy.params.reply=tests.prompts.test_dspy_interop:broken_reply"])
+            run_dspy_baseline(
+                _tiny_task(tmp_path),
+                "bootstrap",
+                budget=3,
+                out=tmp_path / "r0",
+                overrides=["models.policy.params.reply=tests.prompts.test_dspy_interop:broken_reply"],
+            )
     with pytest.raises(UserError, match="at least 1 LLM call"):
         run_dspy_baseline(_tiny_task(tmp_path), "gepa", budget=0)
 
     with pytest.raises(UserError, match="did you mean 'mipro'"):
         run_dspy_baseline(_tiny_task(tmp_path), "mipo")
     with pytest.raises(ConfigError, match="is not a DSPy program"):
-        run_dspy_baseline(_tiny_task(tmp_path), "bootstrap", out=tmp_path / "r2",
-                          overrides=["agent=evolve.worlds.toy:agent"])
+        run_dspy_baseline(
+            _tiny_task(tmp_path), "bootstrap", out=tmp_path / "r2", overrides=["agent=evolve.worlds.toy:agent"]
+        )
 
 
 @pytest.mark.parametrize("optimizer", ["mipro", "gepa"])
@@ -319,11 +363,27 @@ def test_hosted_example_runs_end_to_end_against_a_local_server(tmp_path, local_o
 
     lm, api_base = local_openai
     own = _operators_written()
-    ops = [] if own else ["operators=[{name: scripted, params: {component: solve.predict.instruction, "
-                          "choices: ['Reply with " + ALONE + ".']}}]"]
-    report = evolve.run(EXAMPLE / "task.yaml", out=tmp_path / "run", overrides=[
-        api_base, *ops, "budget.generations=1", "engine.minibatch=6", "engine.val_size=6", "engine.test_size=10",
-        "runner.workers=4"])
+    ops = (
+        []
+        if own
+        else [
+            "operators=[{name: scripted, params: {component: solve.predict.instruction, "
+            "choices: ['Reply with " + ALONE + ".']}}]"
+        ]
+    )
+    report = evolve.run(
+        EXAMPLE / "task.yaml",
+        out=tmp_path / "run",
+        overrides=[
+            api_base,
+            *ops,
+            "budget.generations=1",
+            "engine.minibatch=6",
+            "engine.val_size=6",
+            "engine.test_size=10",
+            "runner.workers=4",
+        ],
+    )
     assert report["baseline"]["test"]["score"] == 0.0 and report["best"]["test"]["score"] == 1.0
     assert report["best"]["test"]["n"] == 10
     with Archive(tmp_path / "run", create=False) as archive:
@@ -342,15 +402,20 @@ def _takes_starting_prompts() -> bool:
     return any(p.exists() and "initial_prompts" in p.read_text() for p in (root / "engine.py", root / "bootstrap.py"))
 
 
-@pytest.mark.skipif(not _takes_starting_prompts(),
-                    reason="the engine does not yet take starting prompts from the agent's initial_prompts")
+@pytest.mark.skipif(
+    not _takes_starting_prompts(),
+    reason="the engine does not yet take starting prompts from the agent's initial_prompts",
+)
 def test_engine_takes_starting_prompts_from_the_program(tmp_path, local_openai):
     import evolve
     from evolve.archive import Archive
 
     _, api_base = local_openai
-    evolve.run(EXAMPLE / "task.yaml", out=tmp_path / "run", overrides=[
-        api_base, "operators=[]", "budget.generations=0", "engine.val_size=2", "engine.test_size=2"])
+    evolve.run(
+        EXAMPLE / "task.yaml",
+        out=tmp_path / "run",
+        overrides=[api_base, "operators=[]", "budget.generations=0", "engine.val_size=2", "engine.test_size=2"],
+    )
     with Archive(tmp_path / "run", create=False) as archive:
         prompts = archive.get_system("baseline").prompts
     assert sorted(prompts) == ["solve.predict.demos", "solve.predict.instruction"]
@@ -364,8 +429,21 @@ def test_baseline_cli_on_the_hosted_example(tmp_path, local_openai):
 
     _, api_base = local_openai
     t0 = time.monotonic()
-    res = CliRunner().invoke(baseline_app, ["dspy", str(EXAMPLE / "task.yaml"), "--optimizer", "bootstrap",
-                                            "--budget", "10", "--set", api_base, "--out", str(tmp_path / "b")])
+    res = CliRunner().invoke(
+        baseline_app,
+        [
+            "dspy",
+            str(EXAMPLE / "task.yaml"),
+            "--optimizer",
+            "bootstrap",
+            "--budget",
+            "10",
+            "--set",
+            api_base,
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert res.exit_code == 0, res.output + repr(res.exception)
     r = json.loads((tmp_path / "b" / "dspy_baseline.json").read_text())
     assert r["model"] == {"backend": "litellm", "name": "openai/gpt-4o-mini"}

@@ -31,8 +31,11 @@ def test_schema_sql_lays_the_tables_out_as_create_table_statements_sqlite_accept
     import sqlite3
 
     ddl = as_ddl(SCHEMA)
-    assert ddl.splitlines() == ["CREATE TABLE owner (id, name, city);", "CREATE TABLE pet (id, name, age, owner_id);",
-                                "CREATE TABLE toy (id, color, pet_id);"]
+    assert ddl.splitlines() == [
+        "CREATE TABLE owner (id, name, city);",
+        "CREATE TABLE pet (id, name, age, owner_id);",
+        "CREATE TABLE toy (id, color, pet_id);",
+    ]
     conn = sqlite3.connect(":memory:")
     conn.executescript(ddl)  # the layout is real DDL, not a look-alike
     assert [r[0] for r in conn.execute("select name from sqlite_master order by name")] == ["owner", "pet", "toy"]
@@ -41,23 +44,31 @@ def test_schema_sql_lays_the_tables_out_as_create_table_statements_sqlite_accept
     # the few-shot demos read the question back from this layout too
     from evolve.worlds.sql.fewshot import render_line
 
-    assert render_line({"input": text, "output": "select count(*) from pet"}, "full") == \
-        "e: how many pet are there? = select count(*) from pet\n"
+    assert (
+        render_line({"input": text, "output": "select count(*) from pet"}, "full")
+        == "e: how many pet are there? = select count(*) from pet\n"
+    )
 
 
 def test_schema_sql_pruned_is_the_pruned_tables_as_ddl():
     q = "list the city for each pet"
-    assert fill("{schema_sql_pruned}\n\nQuestion: {question}", SCHEMA, q) == \
-        "CREATE TABLE owner (id, name, city);\nCREATE TABLE pet (id, name, age, owner_id);\n\nQuestion: " + q
+    assert (
+        fill("{schema_sql_pruned}\n\nQuestion: {question}", SCHEMA, q)
+        == "CREATE TABLE owner (id, name, city);\nCREATE TABLE pet (id, name, age, owner_id);\n\nQuestion: " + q
+    )
     # a question that names no table keeps them all, like {schema_pruned}
     assert fill("{schema_sql_pruned}", SCHEMA, "nothing named here") == as_ddl(SCHEMA)
 
 
 def test_linked_puts_the_tables_the_question_names_first_and_keeps_the_rest_in_order():
-    assert linked(SCHEMA, "how many pet are older than 3?") == \
-        "schema: pet(id,name,age,owner_id) owner(id,name,city) toy(id,color,pet_id)"
-    assert linked(SCHEMA, "list the toy of each owner") == \
-        "schema: owner(id,name,city) toy(id,color,pet_id) pet(id,name,age,owner_id)"
+    assert (
+        linked(SCHEMA, "how many pet are older than 3?")
+        == "schema: pet(id,name,age,owner_id) owner(id,name,city) toy(id,color,pet_id)"
+    )
+    assert (
+        linked(SCHEMA, "list the toy of each owner")
+        == "schema: owner(id,name,city) toy(id,color,pet_id) pet(id,name,age,owner_id)"
+    )
     assert linked(SCHEMA, "nothing named here") == SCHEMA
 
 
@@ -75,9 +86,13 @@ def test_renderings_keep_what_surrounds_the_tables_and_read_names_case_blind():
     assert linked("owner(id,name) pet(id,owner_id)", "list each pet") == "pet(id,owner_id) owner(id,name)"
     text = "schema: owner(id,name) pet(id,owner_id)\nfk: pet.owner_id -> owner.id"
     assert linked(text, "each pet") == "schema: pet(id,owner_id) owner(id,name)\nfk: pet.owner_id -> owner.id"
-    assert linked("schema: Owner(id,Name) Pet(id,owner_id)", "list each pet") == "schema: Pet(id,owner_id) Owner(id,Name)"
-    assert pruned("schema: owner(id, name, city) pet(id, age, owner_id)", "the city of every one") == \
-        "schema: owner(id, name, city)"
+    assert (
+        linked("schema: Owner(id,Name) Pet(id,owner_id)", "list each pet") == "schema: Pet(id,owner_id) Owner(id,Name)"
+    )
+    assert (
+        pruned("schema: owner(id, name, city) pet(id, age, owner_id)", "the city of every one")
+        == "schema: owner(id, name, city)"
+    )
 
 
 def test_the_default_template_sends_exactly_the_message_every_cold_start_was_trained_on():
@@ -128,8 +143,10 @@ def parent_with(**prompts):
 
 
 def test_children_each_change_one_component_to_an_alternative_other_than_the_parents(tmp_path):
-    op = PromptChoice(choices={"template": ["A {question}", "B {question}", "C {question}"],
-                               "instruction": ["", "be brief"]}, children=10)
+    op = PromptChoice(
+        choices={"template": ["A {question}", "B {question}", "C {question}"], "instruction": ["", "be brief"]},
+        children=10,
+    )
     parent = parent_with(template="A {question}", instruction="")
     ctx, _ = make_ctx(tmp_path)
     kids = op.propose(parent, ctx)
@@ -146,8 +163,9 @@ def test_children_are_capped_drawn_by_the_rng_and_deterministic(tmp_path):
     parent = parent_with(template="0 {question}")
     runs = [[c.system.id for c in op.propose(parent, make_ctx(tmp_path / str(i), seed=3)[0])] for i in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 2
-    firsts = {op.propose(parent, make_ctx(tmp_path / f"s{k}", seed=k)[0])[0].system.prompts["template"]
-              for k in range(12)}
+    firsts = {
+        op.propose(parent, make_ctx(tmp_path / f"s{k}", seed=k)[0])[0].system.prompts["template"] for k in range(12)
+    }
     assert len(firsts) >= 3  # the order is the rng's, not the list's
     assert op.estimate(None)["children"] == 2
 
@@ -174,8 +192,10 @@ def test_json_components_take_structured_alternatives_and_bad_params_are_named()
     with pytest.raises(ValueError, match="one component twice: 'template' and 'policy.template'"):
         PromptChoice(choices={"template": ["A"], "policy.template": ["B"]})
     with pytest.raises(ValueError, match="refuses the alternative '{schema}.nq: {qestion}'"):
-        PromptChoice(choices={"template": ["", "{schema}\nq: {qestion}"]},
-                     checks={"template": "evolve.worlds.sql.render:check_template"})
+        PromptChoice(
+            choices={"template": ["", "{schema}\nq: {qestion}"]},
+            checks={"template": "evolve.worlds.sql.render:check_template"},
+        )
     with pytest.raises(ValueError, match="checks names 'format', which has no choices"):
         PromptChoice(choices={"template": ["A"]}, checks={"format": "evolve.worlds.sql.render:check_template"})
     with pytest.raises(ValueError, match="unknown kind 'instructon'"):
@@ -194,9 +214,16 @@ def test_the_engine_promotes_the_alternative_that_scores_best(tmp_path):
     import evolve
 
     task = yaml.safe_load((DATA / "toy.yaml").read_text())
-    task.update(operators=[{"name": "prompt_choice",
-                            "params": {"choices": {"instruction": ["multiply", "subtract", "add carefully"]}, "children": 2}}],
-                budget={"generations": 2}, engine={"minibatch": 6})
+    task.update(
+        operators=[
+            {
+                "name": "prompt_choice",
+                "params": {"choices": {"instruction": ["multiply", "subtract", "add carefully"]}, "children": 2},
+            }
+        ],
+        budget={"generations": 2},
+        engine={"minibatch": 6},
+    )
     task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
     report = evolve.run(task, out=tmp_path / "run", base_dir=DATA)
     assert evolve.load(tmp_path / "run").system.prompts["instruction"] == "add carefully"
@@ -242,15 +269,20 @@ def test_a_workflow_graphs_write_step_lays_out_the_prompt_by_the_template_as_the
     from tests.prompts.test_prompts import scripted
 
     spec, seen = scripted("graph-writer", "select 1")
-    system = System(prompts={"template": "{schema_linked}\nq: {question}"}, workflow={"graph": single_step()},
-                    models={"policy": ModelSpec(**spec)})
+    system = System(
+        prompts={"template": "{schema_linked}\nq: {question}"},
+        workflow={"graph": single_step()},
+        models={"policy": ModelSpec(**spec)},
+    )
     loaded = LoadedSystem(system, tmp_path, "evolve.topology.runtime:agent")
     try:
         loaded.run({"id": "t", "schema": SCHEMA, "question": "how many toy are red", "db": ":memory:"})
     finally:
         loaded.close()
-    assert seen[0][-1].content == "schema: toy(id,color,pet_id) owner(id,name,city) pet(id,name,age,owner_id)\n" \
-                                  "q: how many toy are red"
+    assert (
+        seen[0][-1].content == "schema: toy(id,color,pet_id) owner(id,name,city) pet(id,name,age,owner_id)\n"
+        "q: how many toy are red"
+    )
 
 
 @pytest.mark.parametrize("path", sorted((DATA.parent.parent / "examples").glob("*/*.yaml")), ids=lambda p: p.name)

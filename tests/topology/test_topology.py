@@ -51,15 +51,19 @@ def ambiguous():
 
 
 def make_system(wf: Workflow, roles=("policy",), prompts=None) -> System:
-    return System(workflow={"graph": wf.to_json()}, prompts=prompts or {},
-                  models={r: ModelSpec(backend="scripted", name=r) for r in roles})
+    return System(
+        workflow={"graph": wf.to_json()},
+        prompts=prompts or {},
+        models={r: ModelSpec(backend="scripted", name=r) for r in roles},
+    )
 
 
 def run(wf: Workflow, lms, task=None, roles=None, prompts=None, seed=0):
     lms = lms if isinstance(lms, dict) else {"policy": lms}
     system = make_system(wf, roles or tuple(lms), prompts)
-    return run_agent(agent, system, task or {"id": "t1", "question": "2+2?", "x": 21}, lambda s, role: lms[role],
-                     seed=seed)
+    return run_agent(
+        agent, system, task or {"id": "t1", "question": "2+2?", "x": 21}, lambda s, role: lms[role], seed=seed
+    )
 
 
 def node_order(traj) -> list[str]:
@@ -81,13 +85,25 @@ def test_validation_lists_each_problem():
     with pytest.raises(WorkflowError, match=r"dangling: its dst 'ansewr'.*did you mean 'answer'"):
         validate(Workflow(entry="a", nodes=(llm("a"), ANSWER), edges=(Edge(src="a", dst="ansewr"),)))
     with pytest.raises(WorkflowError, match=r"cycle .* has no bound; set max_visits"):
-        validate(Workflow(entry="a", nodes=(llm("a"), llm("b"), ANSWER),
-                          edges=(Edge(src="a", dst="b"), Edge(src="b", dst="a", when="not text"), Edge(src="b", dst="answer"))))
+        validate(
+            Workflow(
+                entry="a",
+                nodes=(llm("a"), llm("b"), ANSWER),
+                edges=(Edge(src="a", dst="b"), Edge(src="b", dst="a", when="not text"), Edge(src="b", dst="answer")),
+            )
+        )
     with pytest.raises(WorkflowError, match=r"type 'lm', which does not exist; did you mean 'llm'"):
         validate(Workflow(entry="a", nodes=(Node(id="a", type="lm"),)))
     with pytest.raises(WorkflowError) as err:
-        validate(Workflow(entry="v", nodes=(Node(id="v", type="vote", params={"chain": ["a"], "n": 1, "key": "text"}),
-                                            Node(id="a", type="llm", params={"promt": "x"}))))
+        validate(
+            Workflow(
+                entry="v",
+                nodes=(
+                    Node(id="v", type="vote", params={"chain": ["a"], "n": 1, "key": "text"}),
+                    Node(id="a", type="llm", params={"promt": "x"}),
+                ),
+            )
+        )
     text = str(err.value)
     assert "node 'v' (vote): params.n" in text and "node 'a' (llm): params.prompt: Field required" in text
     assert "params.promt: Extra inputs are not permitted" in text
@@ -95,13 +111,20 @@ def test_validation_lists_each_problem():
         validate(Workflow(entry="c", nodes=(Node(id="c", type="check", params={}),)))
     with pytest.raises(WorkflowError, match=r"node 'v' would run itself"):  # a vote in its own chain
         validate(Workflow(entry="v", nodes=(Node(id="v", type="vote", params={"chain": ["v"], "key": "text"}),)))
-    votes = (Node(id="v", type="vote", params={"chain": ["w"], "key": "text"}),
-             Node(id="w", type="vote", params={"chain": ["v"], "key": "text"}))
+    votes = (
+        Node(id="v", type="vote", params={"chain": ["w"], "key": "text"}),
+        Node(id="w", type="vote", params={"chain": ["v"], "key": "text"}),
+    )
     with pytest.raises(WorkflowError, match=r"run each other through their refs: (v -> w -> v|w -> v -> w)"):
         validate(Workflow(entry="v", nodes=votes))
     # bounded cycles are fine
-    validate(Workflow(entry="a", nodes=(llm("a", max_visits=3), ANSWER),
-                      edges=(Edge(src="a", dst="a", when="not text"), Edge(src="a", dst="answer"))))
+    validate(
+        Workflow(
+            entry="a",
+            nodes=(llm("a", max_visits=3), ANSWER),
+            edges=(Edge(src="a", dst="a", when="not text"), Edge(src="a", dst="answer")),
+        )
+    )
 
 
 def test_invalid_graph_fails_before_anything_runs_and_no_graph_is_a_clear_error():
@@ -119,17 +142,27 @@ def test_invalid_graph_fails_before_anything_runs_and_no_graph_is_a_clear_error(
 
 
 def test_nodes_run_in_edge_order_and_record_steps():
-    wf = Workflow(entry="twice", nodes=(
-        Node(id="answer", type="answer", params={"fields": ["y", "text"]}),
-        llm("ask", "double of {x} is {y}?"),
-        Node(id="twice", type="tool", params={"fn": f"{HERE}:double", "args": {"x": "x"}, "out": "y"}),
-    ), edges=(Edge(src="twice", dst="ask"), Edge(src="ask", dst="answer")))
+    wf = Workflow(
+        entry="twice",
+        nodes=(
+            Node(id="answer", type="answer", params={"fields": ["y", "text"]}),
+            llm("ask", "double of {x} is {y}?"),
+            Node(id="twice", type="tool", params={"fn": f"{HERE}:double", "args": {"x": "x"}, "out": "y"}),
+        ),
+        edges=(Edge(src="twice", dst="ask"), Edge(src="ask", dst="answer")),
+    )
     traj = run(wf, ScriptedLM("p", ["yes"]))
     assert traj.ok, traj.error
     assert node_order(traj) == ["twice", "ask", "answer"]
     assert traj.output == {"y": 42, "text": "yes"}
     kinds = [(s.kind, getattr(s, "name", None)) for s in traj.steps]
-    assert kinds == [("tool", "double"), ("tool", "node:twice"), ("llm", None), ("tool", "node:ask"), ("tool", "node:answer")]
+    assert kinds == [
+        ("tool", "double"),
+        ("tool", "node:twice"),
+        ("llm", None),
+        ("tool", "node:ask"),
+        ("tool", "node:answer"),
+    ]
     step = traj.steps[1]
     assert step.args == {"type": "tool", "visit": 1} and step.result == {"y": 42} and step.duration >= 0
     assert traj.steps[0].args == {"x": 21} and traj.steps[0].result == 42
@@ -138,12 +171,19 @@ def test_nodes_run_in_edge_order_and_record_steps():
 
 def test_conditional_edges_and_max_visits_bound_a_loop():
     def wf(bound):
-        return Workflow(entry="solve", nodes=(
-            llm("solve", max_visits=bound),
-            Node(id="check", type="check", params={"fn": f"{HERE}:needs_four"}),
-            ANSWER,
-        ), edges=(Edge(src="solve", dst="check"), Edge(src="check", dst="solve", when="not ok"),
-                  Edge(src="check", dst="answer")))
+        return Workflow(
+            entry="solve",
+            nodes=(
+                llm("solve", max_visits=bound),
+                Node(id="check", type="check", params={"fn": f"{HERE}:needs_four"}),
+                ANSWER,
+            ),
+            edges=(
+                Edge(src="solve", dst="check"),
+                Edge(src="check", dst="solve", when="not ok"),
+                Edge(src="check", dst="answer"),
+            ),
+        )
 
     traj = run(wf(5), ScriptedLM("p", ["five", "six", "4", "never"]))
     assert node_order(traj) == ["solve", "check"] * 3 + ["answer"] and traj.output == "4"
@@ -157,8 +197,12 @@ def test_conditional_edges_and_max_visits_bound_a_loop():
 
 
 def test_max_steps_is_a_backstop():
-    wf = Workflow(entry="a", max_steps=5, nodes=(llm("a", max_visits=50), ANSWER),
-                  edges=(Edge(src="a", dst="a", when="text != 'done'"), Edge(src="a", dst="answer")))
+    wf = Workflow(
+        entry="a",
+        max_steps=5,
+        nodes=(llm("a", max_visits=50), ANSWER),
+        edges=(Edge(src="a", dst="a", when="text != 'done'"), Edge(src="a", dst="answer")),
+    )
     traj = run(wf, ScriptedLM("p", ["again"]))
     assert traj.ok and node_order(traj) == ["a"] * 5 and traj.output is None
     cut = traj.steps[-1]
@@ -167,9 +211,15 @@ def test_max_steps_is_a_backstop():
 
 
 def test_a_crashing_node_fails_the_trajectory_cleanly():
-    wf = Workflow(entry="ask", nodes=(
-        llm("ask"), Node(id="parse", type="tool", params={"fn": "json:loads", "args": {"s": "text"}}), ANSWER,
-    ), edges=(Edge(src="ask", dst="parse"), Edge(src="parse", dst="answer")))
+    wf = Workflow(
+        entry="ask",
+        nodes=(
+            llm("ask"),
+            Node(id="parse", type="tool", params={"fn": "json:loads", "args": {"s": "text"}}),
+            ANSWER,
+        ),
+        edges=(Edge(src="ask", dst="parse"), Edge(src="parse", dst="answer")),
+    )
     traj = run(wf, ScriptedLM("p", ["not json"]))
     assert not traj.ok
     assert traj.error.startswith("agent raised NodeError: node 'parse' (tool) raised JSONDecodeError")
@@ -179,8 +229,9 @@ def test_a_crashing_node_fails_the_trajectory_cleanly():
     assert tool.name == "loads" and tool.error.startswith("JSONDecodeError")
     assert node.name == "node:parse" and node.error.startswith("JSONDecodeError") and node.result is None
     # with error_key the exception is data for the next edge instead
-    caught = wf.replace_node(Node(id="parse", type="tool",
-                                  params={"fn": "json:loads", "args": {"s": "text"}, "error_key": "error"}))
+    caught = wf.replace_node(
+        Node(id="parse", type="tool", params={"fn": "json:loads", "args": {"s": "text"}, "error_key": "error"})
+    )
     traj = run(caught, ScriptedLM("p", ["not json"]))
     assert traj.ok and node_order(traj) == ["ask", "parse", "answer"]
     assert traj.steps[-2].result["error"].startswith("JSONDecodeError") and traj.steps[-2].result["result"] is None
@@ -193,13 +244,18 @@ def test_conditions_on_values_without_a_length_or_a_container_and_failures_name_
     assert not holds("1 in y", {}) and holds("1 not in y", {}) and holds("not (1 in y)", {})  # None holds nothing
     assert holds("1 not in y", {"y": [2]}) and not holds("1 not in y", {"y": [1]}) and not holds("1 not in y", {"y": 5})
     tool = Node(id="t", type="tool", params={"fn": f"{HERE}:double", "args": {"x": "x"}, "out": "y"})
-    wf = Workflow(entry="t", nodes=(tool, llm("a", max_visits=1), ANSWER),  # y is 42: no length, that edge is not taken
-                  edges=(Edge(src="t", dst="a", when="len(y) > 0"), Edge(src="t", dst="answer")))
+    wf = Workflow(
+        entry="t",
+        nodes=(tool, llm("a", max_visits=1), ANSWER),  # y is 42: no length, that edge is not taken
+        edges=(Edge(src="t", dst="a", when="len(y) > 0"), Edge(src="t", dst="answer")),
+    )
     traj = run(wf, ScriptedLM("p", ["x"]))
     assert traj.ok and node_order(traj) == ["t", "answer"], traj.error
     odd = wf.replace_node(Node(id="t", type="tool", params={"fn": f"{HERE}:ambiguous", "out": "y"}))
-    traj = run(odd.with_nodes(odd.nodes, [Edge(src="t", dst="a", when="y == 1"), Edge(src="t", dst="answer")]),
-               ScriptedLM("p", ["x"]))
+    traj = run(
+        odd.with_nodes(odd.nodes, [Edge(src="t", dst="a", when="y == 1"), Edge(src="t", dst="answer")]),
+        ScriptedLM("p", ["x"]),
+    )
     assert "NodeError: edge t -> a when y == 1: the condition raised ValueError: the truth" in traj.error
 
 
@@ -209,28 +265,50 @@ def test_a_missing_template_key_is_named():
 
 
 def test_history_carries_the_conversation_and_prompt_components_fill_templates():
-    wf = Workflow(entry="one", nodes=(llm("one", "{question}", history=True, system="sys"),
-                                      llm("two", "{instruction} again", history=True, system="sys"), ANSWER),
-                  edges=(Edge(src="one", dst="two"), Edge(src="two", dst="answer")))
+    wf = Workflow(
+        entry="one",
+        nodes=(
+            llm("one", "{question}", history=True, system="sys"),
+            llm("two", "{instruction} again", history=True, system="sys"),
+            ANSWER,
+        ),
+        edges=(Edge(src="one", dst="two"), Edge(src="two", dst="answer")),
+    )
     traj = run(wf, ScriptedLM("p", ["first", "second"]), prompts={"sys": "Be brief.", "instruction": "Check"})
     calls = [s for s in traj.steps if isinstance(s, LLMCall)]
     assert [(m.role, m.content) for m in calls[1].messages] == [
-        ("system", "Be brief."), ("user", "2+2?"), ("assistant", "first"), ("user", "Check again")]
+        ("system", "Be brief."),
+        ("user", "2+2?"),
+        ("assistant", "first"),
+        ("user", "Check again"),
+    ]
     assert traj.output == "second"
 
 
 def test_reflect_sees_the_last_output_and_feedback_and_tools_take_constants():
-    wf = Workflow(entry="solve", nodes=(
-        llm("solve", "{question} {reflection}", max_visits=2),
-        Node(id="check", type="check", params={"fn": f"{HERE}:needs_four"}),
-        Node(id="reflect", type="reflect", params={"role": "critic"}),
-        Node(id="twice", type="tool", params={"fn": f"{HERE}:double", "args": {"x": {"const": 5}}, "out": "ten"}),
-        Node(id="answer", type="answer", params={"fields": ["text", "ten"]}),
-    ), edges=(Edge(src="solve", dst="check"), Edge(src="check", dst="reflect", when="not ok"),
-              Edge(src="reflect", dst="solve"), Edge(src="check", dst="twice"), Edge(src="twice", dst="answer")))
+    wf = Workflow(
+        entry="solve",
+        nodes=(
+            llm("solve", "{question} {reflection}", max_visits=2),
+            Node(id="check", type="check", params={"fn": f"{HERE}:needs_four"}),
+            Node(id="reflect", type="reflect", params={"role": "critic"}),
+            Node(id="twice", type="tool", params={"fn": f"{HERE}:double", "args": {"x": {"const": 5}}, "out": "ten"}),
+            Node(id="answer", type="answer", params={"fields": ["text", "ten"]}),
+        ),
+        edges=(
+            Edge(src="solve", dst="check"),
+            Edge(src="check", dst="reflect", when="not ok"),
+            Edge(src="reflect", dst="solve"),
+            Edge(src="check", dst="twice"),
+            Edge(src="twice", dst="answer"),
+        ),
+    )
     critic = ScriptedLM("c", lambda messages: "LESSON: add, do not spell")
-    traj = run(wf, {"policy": ScriptedLM("p", ["four", "4"]), "critic": critic},
-               task={"id": "t", "question": "2+2?", "reflection": ""})
+    traj = run(
+        wf,
+        {"policy": ScriptedLM("p", ["four", "4"]), "critic": critic},
+        task={"id": "t", "question": "2+2?", "reflection": ""},
+    )
     assert traj.ok, traj.error
     assert node_order(traj) == ["solve", "check", "reflect", "solve", "check", "twice", "answer"]
     calls = [s for s in traj.steps if isinstance(s, LLMCall)]
@@ -253,12 +331,15 @@ def vote_graph(n=5, exclude=None, chain_check=False, key="text") -> Workflow:
     return Workflow(entry="vote", nodes=tuple(nodes), edges=(Edge(src="vote", dst="answer"),))
 
 
-@pytest.mark.parametrize("replies, exclude, winner, votes", [
-    (["b", "a", "a", "c", "a"], None, "a", 3),  # majority, though b came first
-    (["z", "b", "z", "b", "c"], None, "z", 2),  # a 2-2 tie goes to the earliest sample
-    (["bad", "bad", "bad", "x", "y"], "not ok", "x", 1),  # excluded samples do not vote
-    (["bad", "bad", "bad", "bad", "bad"], "not ok", "bad", 5),  # unless all are excluded
-])
+@pytest.mark.parametrize(
+    "replies, exclude, winner, votes",
+    [
+        (["b", "a", "a", "c", "a"], None, "a", 3),  # majority, though b came first
+        (["z", "b", "z", "b", "c"], None, "z", 2),  # a 2-2 tie goes to the earliest sample
+        (["bad", "bad", "bad", "x", "y"], "not ok", "x", 1),  # excluded samples do not vote
+        (["bad", "bad", "bad", "bad", "bad"], "not ok", "bad", 5),  # unless all are excluded
+    ],
+)
 def test_vote_majority_exclusion_and_ties(replies, exclude, winner, votes):
     traj = run(vote_graph(exclude=exclude, chain_check=True), ScriptedLM("p", replies))
     assert traj.ok, traj.error
@@ -297,14 +378,26 @@ def test_solver_judge_graph_with_two_roles():
         judge_seen.append(messages)
         return "ACCEPT" if "42" in messages[-1].content else "REJECT"
 
-    wf = Workflow(entry="solve", nodes=(
-        llm("solve", "Solve: {question}", role="solver", out="solution"),
-        llm("judge", "Question: {question}\nProposed: {solution}\nACCEPT or REJECT?", role="judge", out="verdict",
-            system="judge_rules"),
-        Node(id="answer", type="answer", params={"fields": ["solution", "verdict"]}),
-    ), edges=(Edge(src="solve", dst="judge"), Edge(src="judge", dst="answer")))
-    traj = run(wf, {"solver": ScriptedLM("s", ["the answer is 42"]), "judge": ScriptedLM("j", judge)},
-               prompts={"judge_rules": "You are a strict judge."})
+    wf = Workflow(
+        entry="solve",
+        nodes=(
+            llm("solve", "Solve: {question}", role="solver", out="solution"),
+            llm(
+                "judge",
+                "Question: {question}\nProposed: {solution}\nACCEPT or REJECT?",
+                role="judge",
+                out="verdict",
+                system="judge_rules",
+            ),
+            Node(id="answer", type="answer", params={"fields": ["solution", "verdict"]}),
+        ),
+        edges=(Edge(src="solve", dst="judge"), Edge(src="judge", dst="answer")),
+    )
+    traj = run(
+        wf,
+        {"solver": ScriptedLM("s", ["the answer is 42"]), "judge": ScriptedLM("j", judge)},
+        prompts={"judge_rules": "You are a strict judge."},
+    )
     assert traj.ok, traj.error
     assert traj.output == {"solution": "the answer is 42", "verdict": "ACCEPT"}
     calls = [s for s in traj.steps if isinstance(s, LLMCall)]
@@ -321,8 +414,9 @@ def test_graph_round_trips_inside_a_system_and_changes_its_id():
     system = make_system(wf)
     again = System.model_validate_json(system.model_dump_json())
     assert again == system and again.id == system.id and graph_of(again) == wf and graph_of(again).id == wf.id
-    changed = make_system(wf.replace_node(Node(id="vote", type="vote", params={"chain": ["sample", "judge"], "n": 3,
-                                                                               "key": "text"})))
+    changed = make_system(
+        wf.replace_node(Node(id="vote", type="vote", params={"chain": ["sample", "judge"], "n": 3, "key": "text"}))
+    )
     assert changed.id != system.id and graph_of(changed) != wf
     assert graph_of(System()) is None
     copied = wf.model_copy(update={"entry": "sample"})  # pydantic's copy would keep the cached id
@@ -336,10 +430,21 @@ def test_graph_round_trips_inside_a_system_and_changes_its_id():
 
 
 def test_calls_upper_bound():
-    loop = Workflow(entry="solve", nodes=(
-        llm("plan"), llm("solve", max_visits=3), Node(id="check", type="check", params={"expr": "ok"}), ANSWER,
-    ), edges=(Edge(src="solve", dst="check"), Edge(src="check", dst="solve", when="not ok"),
-              Edge(src="check", dst="plan"), Edge(src="plan", dst="answer")))
+    loop = Workflow(
+        entry="solve",
+        nodes=(
+            llm("plan"),
+            llm("solve", max_visits=3),
+            Node(id="check", type="check", params={"expr": "ok"}),
+            ANSWER,
+        ),
+        edges=(
+            Edge(src="solve", dst="check"),
+            Edge(src="check", dst="solve", when="not ok"),
+            Edge(src="check", dst="plan"),
+            Edge(src="plan", dst="answer"),
+        ),
+    )
     assert calls_upper_bound(loop) == 3 + 3  # solve at most 3 times, plan once per check run
     assert calls_upper_bound(loop.with_nodes([*loop.nodes[:1], llm("solve"), *loop.nodes[2:]])) is None
     assert "at most 6" in render_text(loop)
@@ -372,9 +477,19 @@ def test_archive_show_prints_and_draws_the_graph(tmp_path):
 
 
 def test_report_markdown_includes_the_workflow():
-    report = {"task": "t", "seed": 0, "baseline": None, "best": None, "generations": [],
-              "workflow": {"system": "best", "system_id": "abcdef1234567890", "text": "workflow (entry a)",
-                           "image": "best_workflow.png"}}
+    report = {
+        "task": "t",
+        "seed": 0,
+        "baseline": None,
+        "best": None,
+        "generations": [],
+        "workflow": {
+            "system": "best",
+            "system_id": "abcdef1234567890",
+            "text": "workflow (entry a)",
+            "image": "best_workflow.png",
+        },
+    }
     md = to_markdown(report)
     assert "## Workflow of the best system (`abcdef123456`)" in md and "workflow (entry a)" in md
     assert "![workflow graph](best_workflow.png)" in md
@@ -389,8 +504,9 @@ def test_engine_runs_a_graph_system_and_reports_its_workflow(tmp_path):
     from tests.helpers import DATA
 
     task = yaml.safe_load((DATA / "toy.yaml").read_text())
-    graph = Workflow(entry="add", nodes=(llm("add", "{a} {b}", system="instruction"), ANSWER),
-                     edges=(Edge(src="add", dst="answer"),))
+    graph = Workflow(
+        entry="add", nodes=(llm("add", "{a} {b}", system="instruction"), ANSWER), edges=(Edge(src="add", dst="answer"),)
+    )
     task.update(agent="evolve.topology:agent", workflow={"graph": graph.to_json()})
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
     report = evolve.run(tmp_path / "task.yaml", out=tmp_path / "run")

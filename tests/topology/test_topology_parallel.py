@@ -55,14 +55,22 @@ def test_a_failing_parallel_sample_fails_the_trajectory_and_keeps_every_samples_
     def reply(messages, seed=None, temperature=None):
         return "not json" if seed == 3000 else "1"  # branch 2's first call: fork seed 2 + 1, times 1000 calls
 
-    wf = Workflow.from_json({
-        "entry": "vote", "nodes": [
-            {"id": "vote", "type": "vote", "params": {"chain": ["sample", "parse"], "n": 4, "key": "result",
-                                                      "parallel": 4}},
-            {"id": "sample", "type": "llm", "params": {"prompt": "{question}"}},
-            {"id": "parse", "type": "tool", "params": {"fn": "json:loads", "args": {"s": "text"}}},
-            {"id": "answer", "type": "answer", "params": {"key": "result"}}],
-        "edges": [{"src": "vote", "dst": "answer"}]})
+    wf = Workflow.from_json(
+        {
+            "entry": "vote",
+            "nodes": [
+                {
+                    "id": "vote",
+                    "type": "vote",
+                    "params": {"chain": ["sample", "parse"], "n": 4, "key": "result", "parallel": 4},
+                },
+                {"id": "sample", "type": "llm", "params": {"prompt": "{question}"}},
+                {"id": "parse", "type": "tool", "params": {"fn": "json:loads", "args": {"s": "text"}}},
+                {"id": "answer", "type": "answer", "params": {"key": "result"}},
+            ],
+            "edges": [{"src": "vote", "dst": "answer"}],
+        }
+    )
     traj = run(wf, ScriptedLM("p", reply))
     assert not traj.ok and "node 'parse' (tool) raised JSONDecodeError" in traj.error
     assert sum(isinstance(s, LLMCall) for s in traj.steps) == 4  # every sample's steps are kept
@@ -97,8 +105,9 @@ def test_each_fork_gets_its_own_gateway_url_and_join_drops_them():
     from evolve.types import ModelSpec, System
 
     lm = ScriptedLM("p", ["a"])
-    ctx = RolloutContext(System(models={"policy": ModelSpec(backend="scripted", name="p")}), {"id": "t"},
-                         lambda s, r: lm)
+    ctx = RolloutContext(
+        System(models={"policy": ModelSpec(backend="scripted", name="p")}), {"id": "t"}, lambda s, r: lm
+    )
     forks = [ctx.fork(0), ctx.fork(1)]
     urls = [f.openai_base_url() for f in forks]
     assert urls[0] != urls[1] and not ctx._gateway  # each branch routes to itself; the parent holds none

@@ -49,28 +49,58 @@ class FakeTypes(dict):  # what validate() needs of a registry: __contains__, get
         return sorted(self)
 
 
-TYPES = FakeTypes({"sql.write": Kind(calls=True), "sql.execute": Kind(), "sql.rewrite": Kind(calls=True),
-                   "vote": Kind(VoteP, refs=True), "check": Kind(CheckP), "reflect": Kind(calls=True),
-                   "answer": Kind(), "strict": Kind(StrictP)})
+TYPES = FakeTypes(
+    {
+        "sql.write": Kind(calls=True),
+        "sql.execute": Kind(),
+        "sql.rewrite": Kind(calls=True),
+        "vote": Kind(VoteP, refs=True),
+        "check": Kind(CheckP),
+        "reflect": Kind(calls=True),
+        "answer": Kind(),
+        "strict": Kind(StrictP),
+    }
+)
 PALETTE = [
-    {"name": "repair", "type": "sql.rewrite", "kind": "loop", "at": "sql.execute", "when": ["error", "error or empty"],
-     "max_visits": [1, 2, 3]},
-    {"name": "vote", "kind": "wrap", "chain_types": ["sql.write", "sql.execute"],
-     "params": {"key": "rows", "exclude_when": "error"}, "grid": {"n": [3, 5, 8], "temperature": [0.5, 0.8, 1.0]}},
+    {
+        "name": "repair",
+        "type": "sql.rewrite",
+        "kind": "loop",
+        "at": "sql.execute",
+        "when": ["error", "error or empty"],
+        "max_visits": [1, 2, 3],
+    },
+    {
+        "name": "vote",
+        "kind": "wrap",
+        "chain_types": ["sql.write", "sql.execute"],
+        "params": {"key": "rows", "exclude_when": "error"},
+        "grid": {"n": [3, 5, 8], "temperature": [0.5, 0.8, 1.0]},
+    },
     {"name": "check", "type": "check", "kind": "step", "params": {"expr": "rows"}},
     {"name": "reflect", "type": "reflect", "kind": "step"},
 ]
-ROOT = Workflow(entry="write", nodes=(Node(id="write", type="sql.write"), Node(id="run", type="sql.execute"),
-                                     Node(id="answer", type="answer")),
-                edges=(Edge(src="write", dst="run"), Edge(src="run", dst="answer")))
+ROOT = Workflow(
+    entry="write",
+    nodes=(Node(id="write", type="sql.write"), Node(id="run", type="sql.execute"), Node(id="answer", type="answer")),
+    edges=(Edge(src="write", dst="run"), Edge(src="run", dst="answer")),
+)
 
 
 def features(wf: Workflow) -> dict:
-    f = {"loop": None, "when": None, "vote": None, "checks": len(wf.of_type("check")),
-         "reflects": len(wf.of_type("reflect"))}
+    f = {
+        "loop": None,
+        "when": None,
+        "vote": None,
+        "checks": len(wf.of_type("check")),
+        "reflects": len(wf.of_type("reflect")),
+    }
     for e in wf.edges:  # a repair loop: a conditional edge into a rewrite that goes back to an execute
-        if e.when and wf.node(e.dst).type == "sql.rewrite" and any(
-                wf.node(o.dst).type == "sql.execute" for o in wf.out_edges(e.dst)):
+        if (
+            e.when
+            and wf.node(e.dst).type == "sql.rewrite"
+            and any(wf.node(o.dst).type == "sql.execute" for o in wf.out_edges(e.dst))
+        ):
             f["loop"], f["when"] = wf.node(e.dst).max_visits, e.when
     for v in wf.of_type("vote"):
         if [wf.node(c).type for c in v.params["chain"]] == ["sql.write", "sql.execute"]:
@@ -112,19 +142,31 @@ def apply(wf: Workflow, describe: str) -> Workflow:
 
 
 def test_palette_errors_name_the_item_and_the_fix():
-    bad = [{"name": "repair", "kind": "loop", "type": "sql.rewrite"},  # no `at`
-           {"name": "v", "kind": "wrap", "chain_types": ["a"], "params": {"n": 3}, "grid": {"n": [3, 5]}},
-           {"name": "c", "kind": "step", "type": "check", "when": "error"},
-           {"name": "x", "kind": "splice", "type": "check"},
-           {"name": "l", "kind": "loop", "type": "t", "at": "a", "when": ["open('x')"]}]
+    bad = [
+        {"name": "repair", "kind": "loop", "type": "sql.rewrite"},  # no `at`
+        {"name": "v", "kind": "wrap", "chain_types": ["a"], "params": {"n": 3}, "grid": {"n": [3, 5]}},
+        {"name": "c", "kind": "step", "type": "check", "when": "error"},
+        {"name": "x", "kind": "splice", "type": "check"},
+        {"name": "l", "kind": "loop", "type": "t", "at": "a", "when": ["open('x')"]},
+    ]
     with pytest.raises(PaletteError) as e:
         Palette.parse(bad)
     msg = str(e.value)
-    for part in ("palette[0] (repair)", "needs at", "in both params and grid", "belong to loop items",
-                 "palette[3] (x)", "kind", "palette[4] (l)", "not allowed"):
+    for part in (
+        "palette[0] (repair)",
+        "needs at",
+        "in both params and grid",
+        "belong to loop items",
+        "palette[3] (x)",
+        "kind",
+        "palette[4] (l)",
+        "not allowed",
+    ):
         assert part in msg, (part, msg)
     with pytest.raises(PaletteError, match="named 'a'"):
-        Palette.parse([{"name": "a", "kind": "step", "type": "check"}, {"name": "a", "kind": "step", "type": "reflect"}])
+        Palette.parse(
+            [{"name": "a", "kind": "step", "type": "check"}, {"name": "a", "kind": "step", "type": "reflect"}]
+        )
     with pytest.raises(PaletteError, match="non-empty list"):
         Palette.parse([])
     pal = Palette.parse(PALETTE)
@@ -142,34 +184,52 @@ def test_each_edit_kind_produces_the_expected_valid_graphs():
     for pairs in kinds.values():
         for _, wf in pairs:
             validate(wf, TYPES)
-    (loop_edit, loop), = kinds["loop"]
+    ((loop_edit, loop),) = kinds["loop"]
     assert loop_edit.describe() == "loop repair at run when error (x1)"
-    assert [(e.src, e.dst, e.when) for e in loop.out_edges("run")] == [("run", "repair", "error"), ("run", "answer", None)]
+    assert [(e.src, e.dst, e.when) for e in loop.out_edges("run")] == [
+        ("run", "repair", "error"),
+        ("run", "answer", None),
+    ]
     assert loop.node("repair").max_visits == 1 and loop.out_edges("repair")[0].dst == "run"
-    (_, wrapped), = kinds["wrap"]
+    ((_, wrapped),) = kinds["wrap"]
     vote = wrapped.node("vote")
-    assert wrapped.entry == "vote" and vote.params == {"chain": ["write", "run"], "key": "rows", "exclude_when": "error",
-                                                       "n": 3, "temperature": 0.5}
+    assert wrapped.entry == "vote" and vote.params == {
+        "chain": ["write", "run"],
+        "key": "rows",
+        "exclude_when": "error",
+        "n": 3,
+        "temperature": 0.5,
+    }
     assert [(e.src, e.dst) for e in wrapped.edges] == [("vote", "answer")]  # the vote runs the chain itself
     steps = {e.describe(): wf for e, wf in kinds["step"]}
-    assert set(steps) == {f"insert {k} between {a} and {b}" for k in ("check", "reflect")
-                          for a, b in (("write", "run"), ("run", "answer"))}
+    assert set(steps) == {
+        f"insert {k} between {a} and {b}"
+        for k in ("check", "reflect")
+        for a, b in (("write", "run"), ("run", "answer"))
+    }
     chk = steps["insert check between write and run"]
     assert [(e.src, e.dst) for e in chk.edges] == [("write", "check"), ("check", "run"), ("run", "answer")]
 
     after = by_kind(loop)  # the loop's node can now be tuned, rewired and removed
     assert {e.describe() for e, _ in after["set"]} == {"set repair.max_visits=2", "set repair.max_visits=3"}
-    (rw, rewired), = after["rewire"]
-    assert rw.describe() == "rewire run -> repair when error or empty" and rewired.out_edges("run")[0].when == "error or empty"
+    ((rw, rewired),) = after["rewire"]
+    assert (
+        rw.describe() == "rewire run -> repair when error or empty"
+        and rewired.out_edges("run")[0].when == "error or empty"
+    )
     removed = {e.describe(): wf for e, wf in after["remove"]}
     assert removed["remove repair"].id == normalize(ROOT).id  # the self-loop run -> run is dropped
     assert "insert check between write and run" in {e.describe() for e, _ in after["step"]}
     assert "loop" not in after  # one repair loop per node
 
     tuned = by_kind(wrapped)
-    assert {e.describe() for e, _ in tuned["set"]} == {"set vote.n=5", "set vote.n=8", "set vote.temperature=0.8",
-                                                       "set vote.temperature=1.0"}
-    (unwrap, back), = tuned["remove"]
+    assert {e.describe() for e, _ in tuned["set"]} == {
+        "set vote.n=5",
+        "set vote.n=8",
+        "set vote.temperature=0.8",
+        "set vote.temperature=1.0",
+    }
+    ((unwrap, back),) = tuned["remove"]
     assert unwrap.describe() == "remove vote (unwrap its chain)" and back.id == normalize(ROOT).id
 
 
@@ -177,7 +237,10 @@ def test_wrap_and_loop_commute_and_unwrap_undoes_wrap():
     a = apply(apply(ROOT, "loop repair at run when error (x1)"), "wrap write -> run in vote")
     b = apply(apply(ROOT, "wrap write -> run in vote"), "loop repair at vote when error (x1)")
     assert a.id == b.id  # one graph, two edit paths: one node of the search tree
-    assert [(e.src, e.dst, e.when) for e in a.out_edges("vote")] == [("vote", "repair", "error"), ("vote", "answer", None)]
+    assert [(e.src, e.dst, e.when) for e in a.out_edges("vote")] == [
+        ("vote", "repair", "error"),
+        ("vote", "answer", None),
+    ]
     assert [(e.src, e.dst, e.when) for e in a.out_edges("run")] == [("run", "repair", "error"), ("run", "answer", None)]
     assert features(a) == {"loop": 1, "when": "error", "vote": (3, 0.5), "checks": 0, "reflects": 0}
     undone = apply(a, "remove vote (unwrap its chain)")
@@ -194,8 +257,10 @@ def test_invalid_results_are_dropped():
         validate(wf, TYPES)
     # a chained node cannot be removed (the vote would refer to nothing), even when any node may go
     wrapped = apply(ROOT, "wrap write -> run in vote")
-    assert {e.targets for e, _ in enumerate_edits(wrapped, PALETTE, TYPES, remove="any")
-            if e.kind == "remove"} == {("vote",), ("answer",)}
+    assert {e.targets for e, _ in enumerate_edits(wrapped, PALETTE, TYPES, remove="any") if e.kind == "remove"} == {
+        ("vote",),
+        ("answer",),
+    }
     with pytest.raises(WorkflowError):
         validate(wrapped.with_nodes([n for n in wrapped.nodes if n.id != "run"]), TYPES)
     # max_nodes drops growth; results are distinct graphs
@@ -274,8 +339,9 @@ def test_experience_changes_which_edit_is_tried():
     exp.record(root_id, loop, -0.01)
     result = search(ROOT, evaluate, PALETTE, TYPES, max_evals=8, experience=exp)
     assert not any(n.parent == root_id and n.edit == loop for n in result.nodes)
-    assert any(n.parent == root_id and n.edit == loop
-               for n in search(ROOT, evaluate, PALETTE, TYPES, max_evals=8).nodes)
+    assert any(
+        n.parent == root_id and n.edit == loop for n in search(ROOT, evaluate, PALETTE, TYPES, max_evals=8).nodes
+    )
     # the search records what it tried, per parent, and the records round-trip through JSON
     rows = result.experience.records(root_id)
     assert rows and {r["outcome"] for r in rows} <= {"helped", "hurt"}
@@ -318,17 +384,28 @@ def _synthetic_rollouts(log: list):
         f = features(wf)
         calls = (f["vote"][0] if f["vote"] else 1) + (f["loop"] or 0) + f["reflects"]
         step = LLMCall(role="policy", model="m", messages=(Message(role="user", content="q"),), output="a")
-        return [Trajectory(task_id=str(t["id"]), system_id=system.id, steps=(step,) * calls,
-                           reward=Reward(score=score)) for t in tasks for _ in range(samples)]
+        return [
+            Trajectory(task_id=str(t["id"]), system_id=system.id, steps=(step,) * calls, reward=Reward(score=score))
+            for t in tasks
+            for _ in range(samples)
+        ]
 
     return rollouts
 
 
 def _ctx(tmp_path, gen: int, name: str, rollouts) -> OperatorContext:
     (tmp_path / "work" / name).mkdir(parents=True)
-    return OperatorContext(generation=gen, seed=0, rng=random.Random(gen), train=[{"id": f"t{i}", "q": f"q{i}"}
-                           for i in range(10)], trajectories=[], artifacts=None, workdir=tmp_path / "work" / name,
-                           rollouts=rollouts, log=lambda m: None)
+    return OperatorContext(
+        generation=gen,
+        seed=0,
+        rng=random.Random(gen),
+        train=[{"id": f"t{i}", "q": f"q{i}"} for i in range(10)],
+        trajectories=[],
+        artifacts=None,
+        workdir=tmp_path / "work" / name,
+        rollouts=rollouts,
+        log=lambda m: None,
+    )
 
 
 def test_operator_proposes_the_best_workflows_and_writes_its_report(tmp_path, monkeypatch):
@@ -365,6 +442,7 @@ def test_operator_params_are_checked():
     op = TopologySearch(palette="evolve.worlds.sql.workflow:PALETTE")  # an import path to a list works too
     assert op.palette.item("repair").max_visits == [1, 2, 3]
     from evolve.worlds.sql.workflow import single_step, vote  # a vote of 16 and a repair loop x3, not stacked
+
     assert [op.calls_per_rollout_max(Workflow.from_json(g())) for g in (single_step, vote)] == [19, 19]
 
 
@@ -384,15 +462,24 @@ def test_operator_end_to_end_through_the_runtime(tmp_path):
         trajs = [run_agent(agent, system, task, lambda s, role: lm, seed=i) for i, task in enumerate(tasks)]
         return [t.model_copy(update={"reward": Reward(score=float(t.output == "right"))}) for t in trajs]
 
-    root = Workflow(entry="gen", nodes=(Node(id="gen", type="llm", params={"prompt": "{q}"}),
-                                       Node(id="answer", type="answer", params={"key": "text"})),
-                    edges=(Edge(src="gen", dst="answer"),))
+    root = Workflow(
+        entry="gen",
+        nodes=(
+            Node(id="gen", type="llm", params={"prompt": "{q}"}),
+            Node(id="answer", type="answer", params={"key": "text"}),
+        ),
+        edges=(Edge(src="gen", dst="answer"),),
+    )
     parent = System(workflow={"graph": root.to_json()}, models={"policy": ModelSpec(backend="scripted", name="s")})
-    palette = [{"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [3, 5]}},
-               {"name": "check", "type": "check", "kind": "step", "params": {"expr": "text"}}]
-    cand, = TopologySearch(palette=palette, max_evals=10, search_tasks=3).propose(parent, _ctx(tmp_path, 0, "g0", rollouts))
+    palette = [
+        {"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [3, 5]}},
+        {"name": "check", "type": "check", "kind": "step", "params": {"expr": "text"}},
+    ]
+    (cand,) = TopologySearch(palette=palette, max_evals=10, search_tasks=3).propose(
+        parent, _ctx(tmp_path, 0, "g0", rollouts)
+    )
     graph = Workflow.from_json(cand.system.workflow["graph"])
-    vote, = graph.of_type("vote")
+    (vote,) = graph.of_type("vote")
     assert graph.entry == vote.id and vote.params["chain"] == ["gen"] and vote.params["n"] == 3
     assert cand.info["score"] == 1.0 and cand.info["calls"] == 3.0
     assert cand.info["root_score"] == 0.0 and cand.info["root_calls"] == 1.0

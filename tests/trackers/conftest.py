@@ -13,8 +13,12 @@ import yaml
 from tests.helpers import DATA
 
 # MLflow's and W&B's own telemetry (DO_NOT_TRACK=1 is not what MLflow looks for: it wants "true")
-for key, value in {"MLFLOW_DISABLE_TELEMETRY": "true", "WANDB_ERROR_REPORTING": "false",
-                   "WANDB_DISABLE_CODE": "true", "WANDB_SILENT": "true"}.items():
+for key, value in {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "WANDB_ERROR_REPORTING": "false",
+    "WANDB_DISABLE_CODE": "true",
+    "WANDB_SILENT": "true",
+}.items():
     os.environ.setdefault(key, value)
 
 

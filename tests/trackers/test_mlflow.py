@@ -32,13 +32,34 @@ NAMES = ("best_val", "median_val", "children", "accepted", "rollouts", "calls", 
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
     log = open(root / "server.log", "w")
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
-                             str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                             "--artifacts-destination", str(root / "artifacts")],
-                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 240
     while True:
@@ -93,7 +114,11 @@ def test_a_run_is_read_back_through_mlflows_client(tmp_path, server, client):
     assert got.info.status == "FINISHED" and got.info.run_name == "run"
     assert client.get_experiment(got.info.experiment_id).name == "read-back"
     p = got.data.params
-    assert p["budget.generations"] == "4" and p["operators.0.name"] == "scripted" and p["prompts.instruction"] == "multiply"
+    assert (
+        p["budget.generations"] == "4"
+        and p["operators.0.name"] == "scripted"
+        and p["prompts.instruction"] == "multiply"
+    )
     assert p["engine.minibatch"] == "12" and not any(k.startswith("track") for k in p)
     history = _history(client, run_id)
     assert sorted(history) == [g["index"] for g in report["generations"]] == [0, 1, 2, 3, 4]
@@ -102,8 +127,9 @@ def test_a_run_is_read_back_through_mlflows_client(tmp_path, server, client):
             assert history[g["index"]][key] == pytest.approx(g[key]), (g["index"], key)
     assert history[1]["median_val"] == 0.65 and "median_val" not in history[3]
     assert {f.path for f in client.list_artifacts(run_id, "report")} == {"report/report.json", "report/report.md"}
-    assert json.loads(Path(client.download_artifacts(run_id, "report/report.json", str(tmp_path))).read_text()) == \
-        json.loads((tmp_path / "run" / "report.json").read_text())
+    assert json.loads(
+        Path(client.download_artifacts(run_id, "report/report.json", str(tmp_path))).read_text()
+    ) == json.loads((tmp_path / "run" / "report.json").read_text())
     assert got.data.tags["evolve.best_test"] == str(report["best"]["test"]["score"])
     with Archive(tmp_path / "run", create=False) as a:
         current = a.current()
@@ -139,8 +165,16 @@ def test_evolve_track_sends_a_run_afterwards_and_moves_the_alias_after_a_rollbac
     from evolve.cli.commands import main
 
     evolve.run(toy(name="later"), out=tmp_path / "run")
-    args = ["track", str(tmp_path / "run"), "--to", "mlflow", "--param", f"tracking_uri={server}",
-            "--param", "alias=prod"]
+    args = [
+        "track",
+        str(tmp_path / "run"),
+        "--to",
+        "mlflow",
+        "--param",
+        f"tracking_uri={server}",
+        "--param",
+        "alias=prod",
+    ]
     main(args)
     out = capsys.readouterr().out
     assert "5 generations" in out and "the report" in out and "(@prod)" in out

@@ -43,8 +43,12 @@ def _roots(col: Collector) -> list:
 
 def test_each_rollout_is_a_trace_of_gen_ai_spans_with_its_model_and_tool_calls(tmp_path):
     with Collector() as col:
-        task = toy(name="otel-toy", agent=agent_with_tools, budget={"generations": 2},
-                   track=[{"name": "otel", "params": {"endpoint": col.endpoint, "capture_content": True}}])
+        task = toy(
+            name="otel-toy",
+            agent=agent_with_tools,
+            budget={"generations": 2},
+            track=[{"name": "otel", "params": {"endpoint": col.endpoint, "capture_content": True}}],
+        )
         report = evolve.run(task, out=tmp_path / "run")
         with Archive(tmp_path / "run", create=False) as a:
             stored = {r.key: r for r in a.trajectory_rows()}
@@ -66,12 +70,18 @@ def test_each_rollout_is_a_trace_of_gen_ai_spans_with_its_model_and_tool_calls(t
             assert a["evolve.generation"] == row.generation and a["evolve.score"] == t.score
             assert json.loads(a["evolve.output"]) == t.output
             kids = sorted(children[root.span_id], key=lambda s: s.start_time_unix_nano)
-            assert [k.name for k in kids] == [("chat scripted-adder" if st.kind == "llm" else f"execute_tool {st.name}")
-                                              for st in t.steps]
+            assert [k.name for k in kids] == [
+                ("chat scripted-adder" if st.kind == "llm" else f"execute_tool {st.name}") for st in t.steps
+            ]
             for k, st in zip(kids, t.steps):
                 ka = Collector.attrs(k)
                 assert k.trace_id == root.trace_id
-                assert root.start_time_unix_nano <= k.start_time_unix_nano <= k.end_time_unix_nano <= root.end_time_unix_nano
+                assert (
+                    root.start_time_unix_nano
+                    <= k.start_time_unix_nano
+                    <= k.end_time_unix_nano
+                    <= root.end_time_unix_nano
+                )
                 if st.kind == "llm":
                     assert ka["gen_ai.operation.name"] == "chat" and ka["gen_ai.provider.name"] == "evolve"
                     assert ka["gen_ai.request.model"] == "scripted-adder"
@@ -93,8 +103,10 @@ def test_each_rollout_is_a_trace_of_gen_ai_spans_with_its_model_and_tool_calls(t
 
 def test_contents_stay_home_unless_asked(tmp_path):
     with Collector() as col:
-        evolve.run(toy(budget={"generations": 0}, track=[{"name": "otel", "params": {"endpoint": col.endpoint}}]),
-                   out=tmp_path / "run")
+        evolve.run(
+            toy(budget={"generations": 0}, track=[{"name": "otel", "params": {"endpoint": col.endpoint}}]),
+            out=tmp_path / "run",
+        )
         col.wait_for(1)
         for s in col.spans:
             a = Collector.attrs(s)

@@ -48,23 +48,43 @@ def test_the_metrics_are_the_archives_generation_rows_and_the_median_of_each_gen
 
 
 def test_the_task_settings_flattened_leave_out_where_the_run_reports():
-    task = {"name": "t", "budget": {"generations": 2, "usd": None}, "operators": [{"name": "star", "params": {"k": 1}}],
-            "prompts": {"a": "x"}, "reward_range": [0.0, 1.0], "track": [{"name": "mlflow"}], "memory": {}}
-    assert flat_params(task) == {"name": "t", "budget.generations": "2", "budget.usd": "null",
-                                 "operators.0.name": "star", "operators.0.params.k": "1", "prompts.a": "x",
-                                 "reward_range": "[0.0, 1.0]", "memory": "{}"}
+    task = {
+        "name": "t",
+        "budget": {"generations": 2, "usd": None},
+        "operators": [{"name": "star", "params": {"k": 1}}],
+        "prompts": {"a": "x"},
+        "reward_range": [0.0, 1.0],
+        "track": [{"name": "mlflow"}],
+        "memory": {},
+    }
+    assert flat_params(task) == {
+        "name": "t",
+        "budget.generations": "2",
+        "budget.usd": "null",
+        "operators.0.name": "star",
+        "operators.0.params.k": "1",
+        "prompts.a": "x",
+        "reward_range": "[0.0, 1.0]",
+        "memory": "{}",
+    }
 
 
-@pytest.mark.parametrize("track, where, says", [
-    ([{"name": "mlfow"}], "track.0.name", "unknown tracker 'mlfow'; did you mean 'mlflow'?"),
-    ([{"name": "otel"}, {"name": "wanb"}], "track.1.name", "did you mean 'wandb'?"),
-    ([{"name": "mlflow", "params": {"tracking_ur": "http://x"}}], "track.0.params.tracking_ur",
-     "unknown field; did you mean 'tracking_uri'?"),
-    ([{"name": "wandb", "params": {"mode": "sometimes"}}], "track.0.params.mode", "'online' or 'offline'"),
-    ([{"name": "otel", "params": {"timeout": 0}}], "track.0.params.timeout", "greater than 0"),
-    ([{"name": "tests.trackers.plugins:Nope"}], "track.0.name", "has no 'Nope'"),
-    ([{"name": "mlflow", "param": {}}], "track.0.param", "unknown field; did you mean 'params'?"),
-])
+@pytest.mark.parametrize(
+    "track, where, says",
+    [
+        ([{"name": "mlfow"}], "track.0.name", "unknown tracker 'mlfow'; did you mean 'mlflow'?"),
+        ([{"name": "otel"}, {"name": "wanb"}], "track.1.name", "did you mean 'wandb'?"),
+        (
+            [{"name": "mlflow", "params": {"tracking_ur": "http://x"}}],
+            "track.0.params.tracking_ur",
+            "unknown field; did you mean 'tracking_uri'?",
+        ),
+        ([{"name": "wandb", "params": {"mode": "sometimes"}}], "track.0.params.mode", "'online' or 'offline'"),
+        ([{"name": "otel", "params": {"timeout": 0}}], "track.0.params.timeout", "greater than 0"),
+        ([{"name": "tests.trackers.plugins:Nope"}], "track.0.name", "has no 'Nope'"),
+        ([{"name": "mlflow", "param": {}}], "track.0.param", "unknown field; did you mean 'params'?"),
+    ],
+)
 def test_a_mistake_in_the_track_section_is_found_when_the_task_file_is_validated(track, where, says):
     with pytest.raises(ConfigError) as e:
         validate_task(toy(track=track), source="task.yaml")
@@ -79,19 +99,28 @@ def test_a_tracker_whose_package_is_missing_names_the_install():
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "evolve", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("tracker, params, says", [
-    ("mlflow", {"tracking_uri": "http://127.0.0.1:{port}", "timeout": 2}, "cannot reach the MLflow server at "
-     "http://127.0.0.1:{port}"),
-    ("otel", {"endpoint": "http://127.0.0.1:{port}", "timeout": 1}, "cannot reach the OTLP/gRPC collector at "
-     "http://127.0.0.1:{port}"),
-    ("mlflow", {}, "needs a server: set track params.tracking_uri"),
-])
-def test_a_destination_that_does_not_answer_stops_the_run_before_its_directory_is_written(tmp_path, tracker, params,
-                                                                                           says):
+@pytest.mark.parametrize(
+    "tracker, params, says",
+    [
+        (
+            "mlflow",
+            {"tracking_uri": "http://127.0.0.1:{port}", "timeout": 2},
+            "cannot reach the MLflow server at http://127.0.0.1:{port}",
+        ),
+        (
+            "otel",
+            {"endpoint": "http://127.0.0.1:{port}", "timeout": 1},
+            "cannot reach the OTLP/gRPC collector at http://127.0.0.1:{port}",
+        ),
+        ("mlflow", {}, "needs a server: set track params.tracking_uri"),
+    ],
+)
+def test_a_destination_that_does_not_answer_stops_the_run_before_its_directory_is_written(
+    tmp_path, tracker, params, says
+):
     port = free_port()
     params = {k: v.format(port=port) if isinstance(v, str) else v for k, v in params.items()}
     task = write_task(tmp_path, toy(track=[{"name": tracker, "params": params}]))
@@ -104,10 +133,15 @@ def test_a_destination_that_does_not_answer_stops_the_run_before_its_directory_i
 def test_a_tracker_failing_mid_run_is_a_warning_and_catches_up_without_changing_results(tmp_path):
     log = tmp_path / "sent.jsonl"
     obs = Messages()
-    report = evolve.run(toy(track=[{"name": RECORDER, "params": {"log": str(log), "fail_first": 2}}]),
-                        out=tmp_path / "run", observer=obs)
+    report = evolve.run(
+        toy(track=[{"name": RECORDER, "params": {"log": str(log), "fail_first": 2}}]),
+        out=tmp_path / "run",
+        observer=obs,
+    )
     plain = evolve.run(toy(), out=tmp_path / "plain")
-    assert {k: report[k] for k in ("baseline", "best", "paired")} == {k: plain[k] for k in ("baseline", "best", "paired")}
+    assert {k: report[k] for k in ("baseline", "best", "paired")} == {
+        k: plain[k] for k in ("baseline", "best", "paired")
+    }
     lines = Recorder.read(log)
     assert [x["index"] for x in lines if x["event"] == "generation"] == [0, 1, 2, 3, 4]  # each once
     assert lines[0] == {"event": "open"} and lines[-1] == {"event": "close", "status": "finished"}
@@ -121,8 +155,11 @@ def test_a_tracker_still_failing_at_the_end_says_how_to_send_the_rest(tmp_path, 
 
     log = tmp_path / "sent.jsonl"
     obs = Messages()
-    evolve.run(toy(budget={"generations": 1}, track=[{"name": RECORDER, "params": {"log": str(log), "fail_first": 99}}]),
-               out=tmp_path / "run", observer=obs)
+    evolve.run(
+        toy(budget={"generations": 1}, track=[{"name": RECORDER, "params": {"log": str(log), "fail_first": 99}}]),
+        out=tmp_path / "run",
+        observer=obs,
+    )
     (end,) = obs.about("could not send everything")
     assert f"evolve track {tmp_path / 'run'} --to {RECORDER}" in end
     assert not [x for x in Recorder.read(log) if x["event"] == "generation"]
@@ -142,9 +179,11 @@ def test_a_hanging_tracker_does_not_hold_the_run(tmp_path, monkeypatch):
     RELEASE.clear()
     try:
         t0 = time.time()
-        report = evolve.run(toy(budget={"generations": 1}, track=[{"name": RECORDER, "params": {"log": str(log),
-                                                                                                "hang": True}}]),
-                            out=tmp_path / "run", observer=obs)
+        report = evolve.run(
+            toy(budget={"generations": 1}, track=[{"name": RECORDER, "params": {"log": str(log), "hang": True}}]),
+            out=tmp_path / "run",
+            observer=obs,
+        )
         assert time.time() - t0 < 30 and report["best"]["test"]["score"] is not None
         (still,) = obs.about("still sending")
         assert f"evolve track {tmp_path / 'run'} --to {RECORDER}" in still
@@ -165,8 +204,9 @@ def test_evolve_track_without_to_uses_the_run_task_files_trackers_or_says_to_nam
     from evolve.cli.commands import main
 
     log = tmp_path / "sent.jsonl"
-    evolve.run(toy(budget={"generations": 0}, track=[{"name": RECORDER, "params": {"log": str(log)}}]),
-               out=tmp_path / "run")
+    evolve.run(
+        toy(budget={"generations": 0}, track=[{"name": RECORDER, "params": {"log": str(log)}}]), out=tmp_path / "run"
+    )
     main(["track", str(tmp_path / "run")])
     assert "0 generations" in capsys.readouterr().out  # all sent already, live
     evolve.run(toy(budget={"generations": 0}), out=tmp_path / "plain")

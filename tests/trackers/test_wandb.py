@@ -35,8 +35,13 @@ def _logs(run_dir: Path, n: int = 1, timeout: float = 60) -> list[Path]:
 def _expected(run_dir: Path) -> tuple[dict[int, dict[str, float]], str, str]:
     with Archive(run_dir, create=False) as a:
         run = TrackedRun(a, run_dir)
-        return dict(run.metrics()), a.current(), run.recall(next(iter(
-            k.removeprefix("track/") for k in a.state_items("track/wandb") if k.endswith("/toy"))))["id"]
+        return (
+            dict(run.metrics()),
+            a.current(),
+            run.recall(
+                next(iter(k.removeprefix("track/") for k in a.state_items("track/wandb") if k.endswith("/toy")))
+            )["id"],
+        )
 
 
 def test_an_offline_run_holds_the_generations_config_report_and_promoted_system(tmp_path):
@@ -99,10 +104,16 @@ def test_online_without_a_reachable_server_is_refused_before_the_run_starts(tmp_
     from tests.helpers.upstream import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
-    task = write_task(tmp_path, toy(track=[{"name": "wandb", "params": {"mode": "online", "base_url": url,
-                                                                         "timeout": 2}}]))
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    task = write_task(
+        tmp_path, toy(track=[{"name": "wandb", "params": {"mode": "online", "base_url": url, "timeout": 2}}])
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "wandb tracker cannot reach" in r.stderr and url in r.stderr and "mode: offline" in r.stderr
     assert not (tmp_path / "run").exists()

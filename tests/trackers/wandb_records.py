@@ -26,11 +26,11 @@ def records(path: Path) -> list[Any]:
         if left < HEADER:  # the rest of a block too small for a header is padding
             pos += left
             continue
-        crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        crc, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
         if kind == 0 and length == 0:
             pos += left
             continue
-        chunk = data[pos + HEADER:pos + HEADER + length]
+        chunk = data[pos + HEADER : pos + HEADER + length]
         assert zlib.crc32(bytes([kind]) + chunk) & 0xFFFFFFFF == crc, f"bad checksum at {pos} in {path}"
         pos += HEADER + length
         if kind == FULL:
@@ -57,7 +57,8 @@ def history(recs: list[Any]) -> dict[int, dict[str, Any]]:
         if r.WhichOneof("record_type") == "history":
             row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
             out.setdefault(int(row.pop("_step", r.history.step.num)), {}).update(
-                {k: v for k, v in row.items() if not k.startswith("_")})
+                {k: v for k, v in row.items() if not k.startswith("_")}
+            )
     return out
 
 

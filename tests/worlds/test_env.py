@@ -58,14 +58,18 @@ def _app(reset=None, step=None, ws=None):
 
     routes = []
     if reset is not None:
+
         async def _reset(request):
             out = reset()
             return PlainTextResponse(out) if isinstance(out, str) else answer(out)
+
         routes.append(Route("/reset", _reset, methods=["POST"]))
     if step is not None:
+
         async def _step(request):
             out = step()
             return PlainTextResponse(out) if isinstance(out, str) else answer(out)
+
         routes.append(Route("/step", _step, methods=["POST"]))
     if ws is not None:
         routes.append(WebSocketRoute("/ws", ws))
@@ -98,8 +102,12 @@ def test_auto_takes_the_websocket_and_falls_back_to_http(server):
     env = connect(server, "auto", timeout=10)
     assert isinstance(env, WSEnv)
     env.close()
-    http_only = _serve(_app(reset=lambda: {"observation": "hi", "reward": None, "done": False},
-                            step=lambda: {"observation": "bye", "reward": 1, "done": True}))
+    http_only = _serve(
+        _app(
+            reset=lambda: {"observation": "hi", "reward": None, "done": False},
+            step=lambda: {"observation": "bye", "reward": 1, "done": True},
+        )
+    )
     try:
         env = connect(http_only.base, "auto", timeout=10)
         assert isinstance(env, HTTPEnv) and env.reset(seed=1).observation == "hi" and env.step({"message": "x"}).done
@@ -133,25 +141,28 @@ def test_splits_are_disjoint_seeds_fixed_by_the_task_file(server):
     assert dataset(url=server, first_seed=100, episodes={"train": 1, "val": 1, "test": 0})["val"][0]["seed"] == 101
 
 
-@pytest.mark.parametrize("params, match", [
-    ({}, "one of the two"),
-    ({"url": "http://127.0.0.1:1", "server": "wordgame:app"}, "one of the two"),
-    ({"url": "ftp://x"}, "not an environment server URL"),
-    ({"url": "http://127.0.0.1:99999"}, "bad port"),
-    ({"server": "wordgame"}, "not an import path"),
-    ({"server": "no_such_module_here:app"}, "cannot import module"),
-    ({"server": "wordgame:WORDS"}, "not an ASGI app"),
-    ({"server": "wordgame:app", "transport": "grpc"}, "transport 'grpc'"),
-    ({"server": "wordgame:app", "score": "mean"}, "score 'mean'"),
-    ({"server": "wordgame:app", "action": {"format": "xml"}}, "action must be"),
-    ({"server": "wordgame:app", "action": {"format": "json", "key": "m"}}, "goes with format: text"),
-    ({"server": "wordgame:app", "reset": {"seed": 3}}, "reset.seed"),
-    ({"server": "wordgame:app", "episodes": {"train": -1}}, "episodes must map"),
-    ({"server": "wordgame:app", "episodes": {"train": 0}}, "needs train and val"),
-    ({"server": "wordgame:app", "seeds": {"train": [1, 2], "val": [2]}}, "seed 2 is in more than one split"),
-    ({"server": "wordgame:app", "seeds": {"train": ["a"], "val": [2]}}, "non-negative integers"),
-    ({"server": "wordgame:app", "timeout": 0}, "timeout must be"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({}, "one of the two"),
+        ({"url": "http://127.0.0.1:1", "server": "wordgame:app"}, "one of the two"),
+        ({"url": "ftp://x"}, "not an environment server URL"),
+        ({"url": "http://127.0.0.1:99999"}, "bad port"),
+        ({"server": "wordgame"}, "not an import path"),
+        ({"server": "no_such_module_here:app"}, "cannot import module"),
+        ({"server": "wordgame:WORDS"}, "not an ASGI app"),
+        ({"server": "wordgame:app", "transport": "grpc"}, "transport 'grpc'"),
+        ({"server": "wordgame:app", "score": "mean"}, "score 'mean'"),
+        ({"server": "wordgame:app", "action": {"format": "xml"}}, "action must be"),
+        ({"server": "wordgame:app", "action": {"format": "json", "key": "m"}}, "goes with format: text"),
+        ({"server": "wordgame:app", "reset": {"seed": 3}}, "reset.seed"),
+        ({"server": "wordgame:app", "episodes": {"train": -1}}, "episodes must map"),
+        ({"server": "wordgame:app", "episodes": {"train": 0}}, "needs train and val"),
+        ({"server": "wordgame:app", "seeds": {"train": [1, 2], "val": [2]}}, "seed 2 is in more than one split"),
+        ({"server": "wordgame:app", "seeds": {"train": ["a"], "val": [2]}}, "non-negative integers"),
+        ({"server": "wordgame:app", "timeout": 0}, "timeout must be"),
+    ],
+)
 def test_bad_dataset_params_are_named(params, match):
     with pytest.raises(ConfigError, match=re.escape(match)):
         dataset(base_dir=EXAMPLE, **params)
@@ -163,9 +174,12 @@ def test_a_server_that_is_down_or_speaks_garbage_is_named_before_the_run():
     port = free_port()
     with pytest.raises(InfraError, match=rf"url: http://127.0.0.1:{port}\).*unreachable"):
         dataset(url=f"http://127.0.0.1:{port}", transport="http")
-    for answer, match in [("<html>oops</html>", "not JSON"), ({"obs": 1}, "without 'observation'"),
-                          ({"observation": 1, "reward": "high"}, "reward of high (str)"),
-                          ({"observation": 1, "done": "maybe"}, "done=maybe")]:
+    for answer, match in [
+        ("<html>oops</html>", "not JSON"),
+        ({"obs": 1}, "without 'observation'"),
+        ({"observation": 1, "reward": "high"}, "reward of high (str)"),
+        ({"observation": 1, "done": "maybe"}, "done=maybe"),
+    ]:
         s = _serve(_app(reset=lambda a=answer: a))
         try:
             with pytest.raises(InfraError, match=re.escape(match)):
@@ -178,29 +192,53 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):
     from tests.helpers.upstream import free_port
 
     task = tmp_path / "task.yaml"
-    task.write_text(json.dumps({"name": "down", "world": "env", "models": {"policy": {"backend": "scripted",
-                                "params": {"responses": ["crane"]}}},
-                                "dataset": {"params": {"url": f"http://127.0.0.1:{free_port()}"}}}))
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run")],
-                       capture_output=True, text=True, timeout=120)
+    task.write_text(
+        json.dumps(
+            {
+                "name": "down",
+                "world": "env",
+                "models": {"policy": {"backend": "scripted", "params": {"responses": ["crane"]}}},
+                "dataset": {"params": {"url": f"http://127.0.0.1:{free_port()}"}},
+            }
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 3 and "did not answer a reset before the run" in r.stderr and "Traceback" not in r.stderr
-    for params, said in [({"server": "nowhere:app"}, "cannot import module 'nowhere'"),
-                         ({"server": "wordgame:app", "episodes": {"train": 3}, "url_": "x"},
-                          "unexpected keyword argument 'url_'")]:
+    for params, said in [
+        ({"server": "nowhere:app"}, "cannot import module 'nowhere'"),
+        ({"server": "wordgame:app", "episodes": {"train": 3}, "url_": "x"}, "unexpected keyword argument 'url_'"),
+    ]:
         task.write_text(json.dumps({**json.loads(task.read_text()), "dataset": {"params": params}}))
-        r = subprocess.run([sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run2")],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "evolve", "run", str(task), "--out", str(tmp_path / "run2")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 2 and "Traceback" not in r.stderr and said in r.stderr, r.stderr
+
 
 # ----------------------------------------------------------------------------- episodes in a run
 
 
 def _task(server: str, **over) -> dict:
-    return {"name": "wordgame", "seed": 0, "world": "env",
-            "models": {"policy": {"backend": "scripted", "params": {"reply": "tests.worlds.test_env:play"}}},
-            "dataset": {"params": {"url": server, "episodes": {"train": 4, "val": 2, "test": 2}}},
-            "workflow": {"max_turns": 6}, "operators": [], "budget": {"generations": 0},
-            "runner": {"name": "thread", "workers": 2, "timeout": 60}, **over}
+    return {
+        "name": "wordgame",
+        "seed": 0,
+        "world": "env",
+        "models": {"policy": {"backend": "scripted", "params": {"reply": "tests.worlds.test_env:play"}}},
+        "dataset": {"params": {"url": server, "episodes": {"train": 4, "val": 2, "test": 2}}},
+        "workflow": {"max_turns": 6},
+        "operators": [],
+        "budget": {"generations": 0},
+        "runner": {"name": "thread", "workers": 2, "timeout": 60},
+        **over,
+    }
 
 
 def play(messages) -> str:
@@ -238,8 +276,11 @@ def test_a_refused_action_costs_a_turn_and_is_the_agents_own(server, tmp_path):
 def test_a_server_failing_mid_run_is_the_world_failing_never_a_score(tmp_path):
     """/reset answers, /step breaks (a 500, then garbage, then a hang past the timeout): each is a
     recorded infrastructure failure, the run stops with the cause, and no episode is scored."""
-    for step, category in [(lambda: (_ for _ in ()).throw(RuntimeError("boom")), "server"),
-                           (lambda: "not json", "server"), (lambda: time.sleep(3) or {"observation": 1}, "timeout")]:
+    for step, category in [
+        (lambda: (_ for _ in ()).throw(RuntimeError("boom")), "server"),
+        (lambda: "not json", "server"),
+        (lambda: time.sleep(3) or {"observation": 1}, "timeout"),
+    ]:
         s = _serve(_app(reset=lambda: {"observation": "go", "reward": None, "done": False}, step=step))
         try:
             task = _task(s.base, models={"policy": {"backend": "scripted", "params": {"responses": ["crane"]}}})
@@ -276,13 +317,29 @@ def test_a_served_model_is_lifted_by_the_prompt_layer_on_held_out_episodes(tmp_p
     from tests.helpers.servers import FakeOpenAI
 
     srv = FakeOpenAI(respond=respond)
-    policy = {"backend": "litellm", "name": "openai/scripted",
-              "params": {"api_base": srv.base, "api_key_env": "OPENAI_API_KEY", "max_retries": 0, "timeout": 10,
-                         "temperature": 0.0, "max_tokens": 16}}
+    policy = {
+        "backend": "litellm",
+        "name": "openai/scripted",
+        "params": {
+            "api_base": srv.base,
+            "api_key_env": "OPENAI_API_KEY",
+            "max_retries": 0,
+            "timeout": 10,
+            "temperature": 0.0,
+            "max_tokens": 16,
+        },
+    }
     try:
-        rep = evolve.run(EXAMPLE / "task.yaml", out=tmp_path / "run", overrides=[
-            f"models.policy={json.dumps(policy)}", "operators.1.params.embedder=hashing", "budget.generations=2",
-            "dataset.params.episodes={train: 12, val: 6, test: 16}"])
+        rep = evolve.run(
+            EXAMPLE / "task.yaml",
+            out=tmp_path / "run",
+            overrides=[
+                f"models.policy={json.dumps(policy)}",
+                "operators.1.params.embedder=hashing",
+                "budget.generations=2",
+                "dataset.params.episodes={train: 12, val: 6, test: 16}",
+            ],
+        )
     finally:
         srv.close()
     archive = Archive(tmp_path / "run")

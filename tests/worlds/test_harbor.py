@@ -40,13 +40,20 @@ def test_the_worlds_rooms_depend_downwards_only():
     from evolve.worlds.harbor.environment.base import PhasedEnvironment
 
     root = REPO / "evolve" / "worlds" / "harbor"
-    may = {"task": ("evolve.worlds.harbor.task",),
-           "environment": ("evolve.worlds.harbor.task", "evolve.worlds.harbor.environment")}
+    may = {
+        "task": ("evolve.worlds.harbor.task",),
+        "environment": ("evolve.worlds.harbor.task", "evolve.worlds.harbor.environment"),
+    }
     for room, prefixes in may.items():
         for f in sorted((root / room).glob("*.py")):
             for node in ast.walk(ast.parse(f.read_text())):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
                 for name in names:
                     if name.startswith("evolve.worlds.harbor"):
                         assert name.startswith(prefixes), f"{room}/{f.name} imports {name}"
@@ -57,24 +64,36 @@ def test_the_worlds_rooms_depend_downwards_only():
     assert switches == [root / "environment" / "__init__.py"]
 
 
-def mk(root: Path, name: str = "t", *, instruction: str = "Create /app/out.txt holding ok.", toml: str | None = None,
-       test: str | None = None, solve: str | None = "echo ok > /app/out.txt", dockerfile: str | None = None,
-       files: dict | None = None) -> Path:
+def mk(
+    root: Path,
+    name: str = "t",
+    *,
+    instruction: str = "Create /app/out.txt holding ok.",
+    toml: str | None = None,
+    test: str | None = None,
+    solve: str | None = "echo ok > /app/out.txt",
+    dockerfile: str | None = None,
+    files: dict | None = None,
+) -> Path:
     d = root / name
     (d / "environment").mkdir(parents=True)
     (d / "tests").mkdir()
     if instruction is not None:
         (d / "instruction.md").write_text(instruction)
-    (d / "task.toml").write_text(toml if toml is not None else
-                                 '[verifier]\ntimeout_sec = 10\n[agent]\ntimeout_sec = 30\n')
+    (d / "task.toml").write_text(
+        toml if toml is not None else "[verifier]\ntimeout_sec = 10\n[agent]\ntimeout_sec = 30\n"
+    )
     (d / "environment" / "Dockerfile").write_text(dockerfile or "FROM python:3.11-slim\nWORKDIR /app\n")
     for k, v in (files or {}).items():
         (d / "environment" / k).write_text(v)
     if test is not False:
-        (d / "tests" / "test.sh").write_text(test or '#!/bin/bash\nmkdir -p /logs/verifier\n'
-                                             'if [ "$(cat /app/out.txt 2>/dev/null)" = ok ]; then echo 1 > '
-                                             '/logs/verifier/reward.txt; else echo "out.txt is wrong"; echo 0 > '
-                                             '/logs/verifier/reward.txt; fi\n')
+        (d / "tests" / "test.sh").write_text(
+            test
+            or "#!/bin/bash\nmkdir -p /logs/verifier\n"
+            'if [ "$(cat /app/out.txt 2>/dev/null)" = ok ]; then echo 1 > '
+            '/logs/verifier/reward.txt; else echo "out.txt is wrong"; echo 0 > '
+            "/logs/verifier/reward.txt; fi\n"
+        )
     if solve is not None:
         (d / "solution").mkdir()
         (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve + "\n")
@@ -85,41 +104,66 @@ def mk(root: Path, name: str = "t", *, instruction: str = "Create /app/out.txt h
 
 
 def test_a_task_folder_loads_with_harbors_keys(tmp_path):
-    d = mk(tmp_path, toml='schema_version = "1.1"\n[task]\nname = "me/t"\n[metadata]\ndifficulty = "easy"\n'
-           'tags = ["x"]\n[verifier]\ntimeout_sec = 12\nenv = { MODE = "strict" }\n[agent]\ntimeout_sec = 34.5\n'
-           '[environment]\nbuild_timeout_sec = 56\nmemory = "1G"\ncpus = 1\nallow_internet = false\n')
+    d = mk(
+        tmp_path,
+        toml='schema_version = "1.1"\n[task]\nname = "me/t"\n[metadata]\ndifficulty = "easy"\n'
+        'tags = ["x"]\n[verifier]\ntimeout_sec = 12\nenv = { MODE = "strict" }\n[agent]\ntimeout_sec = 34.5\n'
+        '[environment]\nbuild_timeout_sec = 56\nmemory = "1G"\ncpus = 1\nallow_internet = false\n',
+    )
     t = load_task(d)
-    assert (t["id"], t["name"], t["verifier_timeout"], t["agent_timeout"], t["build_timeout"], t["memory_mb"]) == \
-        ("t", "me/t", 12.0, 34.5, 56.0, 1024)
+    assert (t["id"], t["name"], t["verifier_timeout"], t["agent_timeout"], t["build_timeout"], t["memory_mb"]) == (
+        "t",
+        "me/t",
+        12.0,
+        34.5,
+        56.0,
+        1024,
+    )
     assert t["verifier_env"] == {"MODE": "strict"} and t["metadata"]["difficulty"] == "easy" and t["has_solution"]
     json.dumps(t)  # a task ships to any worker as JSON
 
 
-@pytest.mark.parametrize("change, needle", [
-    (dict(instruction=None), "no instruction.md"),
-    (dict(test=False), "no tests/test.sh"),
-    (dict(instruction="  \n"), "instruction.md is empty"),
-    (dict(toml="[verifier]\ntimeout_secs = 10\n"), "unknown key 'timeout_secs' at the [verifier] (did you mean 'timeout_sec'"),
-    (dict(toml="[agnet]\ntimeout_sec = 10\n"), "unknown key 'agnet' at the top level (did you mean 'agent'"),
-    (dict(toml="[agent]\ntimeout_sec = -5\n"), "[agent] timeout_sec must be a positive number of seconds, got -5"),
-    (dict(toml="[agent]\ntimeout_sec = \"10m\"\n"), "must be a positive number of seconds, got '10m'"),
-    (dict(toml="[verifier]\ntimeout_sec = 100000\n"), "is over a day"),
-    (dict(toml="[agent\ntimeout_sec = 1\n"), "task.toml is not valid TOML"),
-    (dict(toml="[environment]\nos = \"windows\"\n"), "only Linux environments"),
-    (dict(toml="[verifier]\nenv = { KEY = \"${EVOLVEKIT_NO_SUCH_VAR}\" }\n"), "[verifier] env KEY = "
-     "'${EVOLVEKIT_NO_SUCH_VAR}' reads the host's environment variable EVOLVEKIT_NO_SUCH_VAR, which a task gets only "
-     "when you allow it: allow it in your task file (dataset.params.allow_env: [EVOLVEKIT_NO_SUCH_VAR])"),
-    (dict(toml="[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n"),
-     "network_mode = 'allowlist' (allowed_hosts): the harbor world has no egress filter"),
-    (dict(toml="[agent]\nnetwork_mode = \"internet\"\n"), "[agent] network_mode = 'internet'; use 'no-network' or"),
-    (dict(toml="[environment.healthcheck]\ncommand = \"true\"\n"), "[environment] healthcheck: a readiness healthcheck"),
-    (dict(toml="[[verifier.collect]]\ncommand = \"true\"\n"), "[[verifier.collect]] hooks"),
-    (dict(toml="[verifier]\nenvironment_mode = \"shared\"\n[verifier.environment]\ndocker_image = \"x\"\n"),
-     "environment_mode = 'shared' with a [verifier.environment]"),
-    (dict(toml="[agent]\nuser = true\n"), "[agent] user must be a user name or a uid"),
-    (dict(toml="multi_step_reward_strategy = \"max\"\n[[steps]]\nname = \"a\"\n"), "no steps/a/instruction.md"),
-    (dict(toml="[metadata]\nsplit = \"holdout\"\n"), "[metadata] split = 'holdout'; use one of train, val, test"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (dict(instruction=None), "no instruction.md"),
+        (dict(test=False), "no tests/test.sh"),
+        (dict(instruction="  \n"), "instruction.md is empty"),
+        (
+            dict(toml="[verifier]\ntimeout_secs = 10\n"),
+            "unknown key 'timeout_secs' at the [verifier] (did you mean 'timeout_sec'",
+        ),
+        (dict(toml="[agnet]\ntimeout_sec = 10\n"), "unknown key 'agnet' at the top level (did you mean 'agent'"),
+        (dict(toml="[agent]\ntimeout_sec = -5\n"), "[agent] timeout_sec must be a positive number of seconds, got -5"),
+        (dict(toml='[agent]\ntimeout_sec = "10m"\n'), "must be a positive number of seconds, got '10m'"),
+        (dict(toml="[verifier]\ntimeout_sec = 100000\n"), "is over a day"),
+        (dict(toml="[agent\ntimeout_sec = 1\n"), "task.toml is not valid TOML"),
+        (dict(toml='[environment]\nos = "windows"\n'), "only Linux environments"),
+        (
+            dict(toml='[verifier]\nenv = { KEY = "${EVOLVEKIT_NO_SUCH_VAR}" }\n'),
+            "[verifier] env KEY = "
+            "'${EVOLVEKIT_NO_SUCH_VAR}' reads the host's environment variable EVOLVEKIT_NO_SUCH_VAR, which a task gets only "
+            "when you allow it: allow it in your task file (dataset.params.allow_env: [EVOLVEKIT_NO_SUCH_VAR])",
+        ),
+        (
+            dict(toml='[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n'),
+            "network_mode = 'allowlist' (allowed_hosts): the harbor world has no egress filter",
+        ),
+        (dict(toml='[agent]\nnetwork_mode = "internet"\n'), "[agent] network_mode = 'internet'; use 'no-network' or"),
+        (
+            dict(toml='[environment.healthcheck]\ncommand = "true"\n'),
+            "[environment] healthcheck: a readiness healthcheck",
+        ),
+        (dict(toml='[[verifier.collect]]\ncommand = "true"\n'), "[[verifier.collect]] hooks"),
+        (
+            dict(toml='[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n'),
+            "environment_mode = 'shared' with a [verifier.environment]",
+        ),
+        (dict(toml="[agent]\nuser = true\n"), "[agent] user must be a user name or a uid"),
+        (dict(toml='multi_step_reward_strategy = "max"\n[[steps]]\nname = "a"\n'), "no steps/a/instruction.md"),
+        (dict(toml='[metadata]\nsplit = "holdout"\n'), "[metadata] split = 'holdout'; use one of train, val, test"),
+    ],
+)
 def test_a_folder_that_is_not_a_valid_task_is_named_with_the_fix(tmp_path, change, needle):
     d = mk(tmp_path, "bad-task", **change)
     with pytest.raises(TaskError) as e:
@@ -140,10 +184,15 @@ def test_finding_tasks_names_what_is_not_there(tmp_path):
 
 
 BAD = {  # task id: (status, a piece of the reason)
-    "run-before-workdir": ("unsupported", "line 2: RUN 'mkdir -p /opt/tool && echo x > /opt/tool/conf' exited 1 in "
-                                          "the sandbox"),
-    "host-var": ("unsupported", "env API_KEY = '${EVOLVEKIT_NO_SUCH_VAR}' reads the host's environment variable "
-                                "EVOLVEKIT_NO_SUCH_VAR, which a task gets only when you allow it"),
+    "run-before-workdir": (
+        "unsupported",
+        "line 2: RUN 'mkdir -p /opt/tool && echo x > /opt/tool/conf' exited 1 in the sandbox",
+    ),
+    "host-var": (
+        "unsupported",
+        "env API_KEY = '${EVOLVEKIT_NO_SUCH_VAR}' reads the host's environment variable "
+        "EVOLVEKIT_NO_SUCH_VAR, which a task gets only when you allow it",
+    ),
     "multi-step-no-reward": ("broken", "RewardFileNotFoundError: tests/test.sh wrote no reward file"),
     "bad-toml": ("invalid", "task.toml is not valid TOML"),
     "bad-split": ("invalid", "[metadata] split = 'holdout'"),
@@ -153,9 +202,16 @@ BAD = {  # task id: (status, a piece of the reason)
 def _folder_with_bad_tasks(root: Path) -> None:
     mk(root, "good-a")
     # a RUN before the first WORKDIR runs in /, as Docker runs it
-    mk(root, "good-b", dockerfile="FROM python:3.11-slim\nRUN mkdir -p /app && echo seed > /app/seed.txt\nWORKDIR /app\n")
-    mk(root, "run-before-workdir",
-       dockerfile="FROM python:3.11-slim\nRUN mkdir -p /opt/tool && echo x > /opt/tool/conf\nWORKDIR /app\n")
+    mk(
+        root,
+        "good-b",
+        dockerfile="FROM python:3.11-slim\nRUN mkdir -p /app && echo seed > /app/seed.txt\nWORKDIR /app\n",
+    )
+    mk(
+        root,
+        "run-before-workdir",
+        dockerfile="FROM python:3.11-slim\nRUN mkdir -p /opt/tool && echo x > /opt/tool/conf\nWORKDIR /app\n",
+    )
     mk(root, "host-var", toml='[environment]\nenv = { API_KEY = "${EVOLVEKIT_NO_SUCH_VAR}" }\n')
     mk(root, "bad-toml", toml="[agent\ntimeout_sec = 1\n")
     mk(root, "bad-split", toml='[metadata]\nsplit = "holdout"\n')
@@ -176,11 +232,19 @@ def test_one_bad_task_never_stops_a_run(tmp_path, capsys):
     the good ones, and each bad one is named with its status and reason, once, never scored."""
     root = tmp_path / "tasks"
     _folder_with_bad_tasks(root)
-    r = subprocess.run([sys.executable, "-m", "evolve", "harbor", "check", "--json", "-e", "sandbox", str(root)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve", "harbor", "check", "--json", "-e", "sandbox", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr[-3000:]
     rows = {row["id"]: row for row in map(json.loads, r.stdout.splitlines())}
-    assert {k: v["status"] for k, v in rows.items()} == {"good-a": "ok", "good-b": "ok", **{k: v[0] for k, v in BAD.items()}}
+    assert {k: v["status"] for k, v in rows.items()} == {
+        "good-a": "ok",
+        "good-b": "ok",
+        **{k: v[0] for k, v in BAD.items()},
+    }
     for tid, (_, why) in BAD.items():
         assert why in rows[tid]["why"], (tid, rows[tid]["why"])
     assert "docker backend" in rows["run-before-workdir"]["why"]
@@ -195,14 +259,26 @@ def test_one_bad_task_never_stops_a_run(tmp_path, capsys):
     assert "left out" not in capsys.readouterr().err
     # a whole run: the good tasks are scored, the bad ones reported, no traceback
     reply = {"Create /app/out.txt": "```bash\necho ok > /app/out.txt\n```", "default": "DONE"}
-    (tmp_path / "task.yaml").write_text(yaml.safe_dump({
-        "name": "h", "world": "harbor",
-        "dataset": {"source": "tasks", "params": {"environment": "sandbox",
-                                                  "splits": {"train": ["good-a"], "val": ["good-b"]}}},
-        "models": {"policy": {"backend": "scripted", "name": "m", "params": {"responses": reply}}},
-        "budget": {"generations": 0}}))
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "r")],
-                       capture_output=True, text=True, timeout=300)
+    (tmp_path / "task.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "h",
+                "world": "harbor",
+                "dataset": {
+                    "source": "tasks",
+                    "params": {"environment": "sandbox", "splits": {"train": ["good-a"], "val": ["good-b"]}},
+                },
+                "models": {"policy": {"backend": "scripted", "name": "m", "params": {"responses": reply}}},
+                "budget": {"generations": 0},
+            }
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     for tid, (status, why) in BAD.items():
         assert f"  - {tid} ({status}): " in r.stderr and why in r.stderr, tid
@@ -214,8 +290,11 @@ def test_one_bad_task_never_stops_a_run(tmp_path, capsys):
 
 
 def test_an_episode_runs_commands_in_the_tasks_environment_and_its_tests_score_it(tmp_path):
-    d = mk(tmp_path, files={"seed.txt": "from the image\n"},
-           dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY seed.txt /app/\nRUN cp seed.txt copied.txt\n")
+    d = mk(
+        tmp_path,
+        files={"seed.txt": "from the image\n"},
+        dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY seed.txt /app/\nRUN cp seed.txt copied.txt\n",
+    )
     t = load_task(d)
     traj = play(t, ["```bash\ncat copied.txt\n```", "```bash\necho ok > /app/out.txt\n```", "DONE"])
     assert traj.error is None and traj.score == 1.0, (traj.error, traj.reward)
@@ -233,17 +312,27 @@ def test_an_episode_runs_commands_in_the_tasks_environment_and_its_tests_score_i
 
 def test_a_process_that_built_environments_leaves_nothing_in_tmp(tmp_path):
     # the built environment is kept for the process's later episodes of the task; it went to /tmp for good
-    d = mk(tmp_path, files={"seed.txt": "x\n"},
-           dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY seed.txt /app/\nRUN cp seed.txt copied.txt\n")
+    d = mk(
+        tmp_path,
+        files={"seed.txt": "x\n"},
+        dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY seed.txt /app/\nRUN cp seed.txt copied.txt\n",
+    )
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    code = ("import sys\nfrom evolve.worlds.harbor import load_task\n"
-            "from evolve.worlds.harbor.environment import open_environment\n"
-            "t = load_task(sys.argv[1])\n"
-            "for _ in range(2):\n    e = open_environment(t, 'sandbox')\n"
-            "    assert e.exec('cat copied.txt', timeout=30).stdout == 'x\\n'\n    e.close()\n")
-    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=120,
-                       env={**__import__("os").environ, "TMPDIR": str(tmp)})
+    code = (
+        "import sys\nfrom evolve.worlds.harbor import load_task\n"
+        "from evolve.worlds.harbor.environment import open_environment\n"
+        "t = load_task(sys.argv[1])\n"
+        "for _ in range(2):\n    e = open_environment(t, 'sandbox')\n"
+        "    assert e.exec('cat copied.txt', timeout=30).stdout == 'x\\n'\n    e.close()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(d)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "TMPDIR": str(tmp)},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert list(tmp.iterdir()) == []
 
@@ -251,9 +340,11 @@ def test_a_process_that_built_environments_leaves_nothing_in_tmp(tmp_path):
 def test_the_agent_never_sees_the_solution_or_the_tests(tmp_path):
     d = mk(tmp_path, solve="echo ok > /app/out.txt  # SOLUTION-MARKER")
     (d / "tests" / "secret.txt").write_text("TESTS-MARKER\n")
-    look = ("ls -a /solution /tests 2>&1; find / -path /proc -prune -o \\( -name solve.sh -o -name secret.txt \\) -print 2>/dev/null; "
-            "grep -rs -e SOLUTION-MARKER -e TESTS-MARKER /app /logs /tmp /etc /root /home /work /opt /srv /mnt /var "
-            "2>/dev/null | head -3; echo searched")
+    look = (
+        "ls -a /solution /tests 2>&1; find / -path /proc -prune -o \\( -name solve.sh -o -name secret.txt \\) -print 2>/dev/null; "
+        "grep -rs -e SOLUTION-MARKER -e TESTS-MARKER /app /logs /tmp /etc /root /home /work /opt /srv /mnt /var "
+        "2>/dev/null | head -3; echo searched"
+    )
     traj = play(load_task(d), [f"```bash\n{look}\n```", "DONE"], {"max_tokens": 1000})
     out = [s for s in traj.steps if getattr(s, "name", None) == "shell"][0].result["stdout"]
     assert "searched" in out and "MARKER" not in out, out
@@ -268,8 +359,9 @@ def test_nothing_escapes_the_sandbox(tmp_path):
     d = mk(tmp_path)
     env = open_environment(load_task(d), "sandbox")
     try:
-        r = env.exec(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"",
-                     timeout=10)
+        r = env.exec(
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"", timeout=10
+        )
         assert r.exit_code != 0, r  # no network, not even loopback
         r = env.exec(f"touch /usr/evil; touch {REPO}/evil; touch /etc/evil; echo $?", timeout=10)
         assert not (REPO / "evil").exists() and not Path("/usr/evil").exists() and not Path("/etc/evil").exists()
@@ -294,8 +386,7 @@ def test_a_hung_command_is_killed_at_the_tasks_timeout_and_the_episode_still_sco
 
 
 def test_a_test_script_that_never_exits_is_the_world_failing_not_a_score(tmp_path):
-    d = mk(tmp_path, toml="[verifier]\ntimeout_sec = 2\n[agent]\ntimeout_sec = 30\n",
-           test="#!/bin/bash\nsleep 600\n")
+    d = mk(tmp_path, toml="[verifier]\ntimeout_sec = 2\n[agent]\ntimeout_sec = 30\n", test="#!/bin/bash\nsleep 600\n")
     t0 = time.monotonic()
     traj = play(load_task(d), ["DONE"])
     assert time.monotonic() - t0 < 20
@@ -313,19 +404,27 @@ def test_the_reward_is_harbors_and_no_reward_file_is_the_world_failing():
     score, comps, source = parse_reward(t, b'{"a": 1, "b": 0}', None)
     assert (score, comps) == (0.5, {"a": 1.0, "b": 0.0}) and "no 'reward' key: the mean of its 2 keys" in source
     assert parse_reward(t, None, b" 1\n") == (1.0, {"reward": 1.0}, "reward.txt")
-    for bad, kind in (((None, None), "RewardFileNotFoundError"), ((b"", None), "RewardFileEmptyError"),
-                      ((None, b""), "RewardFileEmptyError"), ((b"{not json", None), "VerifierOutputParseError"),
-                      ((b'{"reward": "high"}', None), "VerifierOutputParseError"),
-                      ((b"1", None), "VerifierOutputParseError"), ((b"{}", None), "VerifierOutputParseError"),
-                      ((None, b"passed"), "VerifierOutputParseError"), ((None, b"nan"), "VerifierOutputParseError")):
+    for bad, kind in (
+        ((None, None), "RewardFileNotFoundError"),
+        ((b"", None), "RewardFileEmptyError"),
+        ((None, b""), "RewardFileEmptyError"),
+        ((b"{not json", None), "VerifierOutputParseError"),
+        ((b'{"reward": "high"}', None), "VerifierOutputParseError"),
+        ((b"1", None), "VerifierOutputParseError"),
+        ((b"{}", None), "VerifierOutputParseError"),
+        ((None, b"passed"), "VerifierOutputParseError"),
+        ((None, b"nan"), "VerifierOutputParseError"),
+    ):
         with pytest.raises(InfraError) as e:
             parse_reward(t, *bad)
         assert e.value.category == "environment" and "Harbor task x" in str(e.value) and e.value.kind == kind, bad
 
 
 def test_a_test_that_writes_no_reward_is_the_world_failing_never_a_score(tmp_path):
-    for name, test in (("exit-0", "#!/bin/bash\necho all good\nexit 0\n"),
-                       ("exit-1", "#!/bin/bash\necho failed\nexit 1\n")):
+    for name, test in (
+        ("exit-0", "#!/bin/bash\necho all good\nexit 0\n"),
+        ("exit-1", "#!/bin/bash\necho failed\nexit 1\n"),
+    ):
         traj = play(load_task(mk(tmp_path, name, test=test)), ["DONE"])
         assert traj.infra is not None and traj.infra.category == "environment", (name, traj.score)
         assert "wrote no reward file" in traj.infra.message and "Its output: " in traj.infra.message
@@ -393,8 +492,10 @@ def test_splits_are_stable_by_folder_name(tmp_path):
 
 
 def test_solution_commands_and_demos(tmp_path):
-    d = mk(tmp_path, solve="set -euo pipefail\n# make it\ncd /app\ncat > x.py <<'EOF'\nprint(1)\nEOF\n"
-           "echo a \\\n  b > out.txt")
+    d = mk(
+        tmp_path,
+        solve="set -euo pipefail\n# make it\ncd /app\ncat > x.py <<'EOF'\nprint(1)\nEOF\necho a \\\n  b > out.txt",
+    )
     t = load_task(d)
     assert solution_commands(t) == ["cd /app", "cat > x.py <<'EOF'\nprint(1)\nEOF", "echo a \\\n  b > out.txt"]
     from evolve.worlds.harbor import demos
@@ -412,8 +513,9 @@ def test_every_example_task_is_sound():
     tasks = [load_task(p) for p in find_tasks(EXAMPLES)]
     assert len(tasks) >= 12
     verdicts = {t["id"]: check_task(t, "sandbox", cache=False) for t in tasks}
-    assert {k: v["status"] for k, v in verdicts.items()} == dict.fromkeys(verdicts, "ok"), \
-        {k: v["why"] for k, v in verdicts.items() if v["status"] != "ok"}
+    assert {k: v["status"] for k, v in verdicts.items()} == dict.fromkeys(verdicts, "ok"), {
+        k: v["why"] for k, v in verdicts.items() if v["status"] != "ok"
+    }
 
 
 # ----------------------------------------------------------------------------- end to end over loopback
@@ -428,17 +530,33 @@ def test_a_served_model_is_lifted_by_the_prompt_and_memory_layers_on_held_out_ta
     from tests.helpers.servers import FakeOpenAI
 
     fams = make_tasks(tmp_path / "tasks", 12)
-    splits = {"train": [f"{f}-{i}" for f in fams for i in range(6)], "val": [f"{f}-{i}" for f in fams for i in (7, 9)],
-              "test": [f"{f}-{i}" for f in fams for i in (6, 8, 10, 11)]}
+    splits = {
+        "train": [f"{f}-{i}" for f in fams for i in range(6)],
+        "val": [f"{f}-{i}" for f in fams for i in (7, 9)],
+        "test": [f"{f}-{i}" for f in fams for i in (6, 8, 10, 11)],
+    }
     srv = FakeOpenAI(respond=respond)
-    policy = {"backend": "litellm", "name": "openai/scripted",
-              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
+    policy = {
+        "backend": "litellm",
+        "name": "openai/scripted",
+        "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0},
+    }
     try:
-        rep = evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / "run", overrides=[
-            f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
-            f"dataset.params.splits={json.dumps(splits)}", "prompts={}",
-            "workflow={max_turns: 4, max_tokens: 256}", "operators.0.params.embedder=hashing",
-            "operators.1.params.minibatch=6", "runner.workers=4", "engine.minibatch=18"])
+        rep = evolve.run(
+            REPO / "examples" / "harbor" / "task.yaml",
+            out=tmp_path / "run",
+            overrides=[
+                f"models.policy={json.dumps(policy)}",
+                f"dataset.source={tmp_path / 'tasks'}",
+                f"dataset.params.splits={json.dumps(splits)}",
+                "prompts={}",
+                "workflow={max_turns: 4, max_tokens: 256}",
+                "operators.0.params.embedder=hashing",
+                "operators.1.params.minibatch=6",
+                "runner.workers=4",
+                "engine.minibatch=18",
+            ],
+        )
     finally:
         srv.close()
     test = splits["test"]
@@ -463,9 +581,22 @@ def test_the_offline_default_runs_over_the_example_tasks(tmp_path):
     """`evolve run examples/harbor/task.yaml`: the tiny model, cold-started on the train tasks'
     solutions, runs over the example tasks; whatever it scores comes from the tests, the world never
     failed under it, and the report is written."""
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(REPO / "examples" / "harbor" / "task.yaml"),
-                        "--out", str(tmp_path / "run"), "--set", "budget.generations=1"],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evolve",
+            "run",
+            str(REPO / "examples" / "harbor" / "task.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            "--set",
+            "budget.generations=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp_path / "run" / "report.json").read_text())
     assert rep["baseline"]["test"]["n"] == 4 and "held-out test gain" in r.stdout

@@ -52,8 +52,10 @@ def test_heredocs_become_plain_run_lines_and_the_image_map_applies():
     assert python == "python3 <<'PY' > /py.txt\nprint(\"x\" * 3)\nPY\n"  # the command with its heredoc
     assert "cat > /etc/app/conf.ini <<EOF\n[a]\nhome=$HOME\nEOF" in conf and "chmod 600 /etc/app/conf.ini" in conf
     assert "cat > /etc/two/A <<A\none\nA" in two and "cat > /etc/two/B <<B\ntwo\nB" in two
-    assert rewrite("FROM python:3.11-slim AS b\nCOPY --from=python:3.11-slim /x /y\n", {"python:3.11-slim": "p"}) \
+    assert (
+        rewrite("FROM python:3.11-slim AS b\nCOPY --from=python:3.11-slim /x /y\n", {"python:3.11-slim": "p"})
         == "FROM p AS b\nCOPY --from=p /x /y\n"
+    )
     assert rewrite("FROM ubuntu\n", {"ubuntu:latest": "u"}) == "FROM u\n"  # no tag: latest
 
 
@@ -74,8 +76,9 @@ def _task(tmp_path, name: str, dockerfile: str, test: str, solve: str, files: di
     for sub in ("environment", "tests", "solution"):
         (d / sub).mkdir(parents=True)
     (d / "instruction.md").write_text("Do it.")
-    (d / "task.toml").write_text("[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n"
-                                 "[environment]\nbuild_timeout_sec = 600\n")
+    (d / "task.toml").write_text(
+        "[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 600\n"
+    )
     (d / "environment" / "Dockerfile").write_text(dockerfile)
     for k, v in (files or {}).items():
         (d / "environment" / k).write_text(v)
@@ -98,31 +101,44 @@ def _episode(engine, folder, *, solve: bool = True, **more) -> dict:
 
 def test_public_shapes_build_on_the_engine_here(docker_engine, tmp_path):
     """RUN before WORKDIR, ENV PATH=...:$PATH, heredocs and an ubuntu base (through the image map)."""
-    d = _task(tmp_path, "shapes", dockerfile=(
-        "FROM ubuntu:24.04\n"
-        "RUN mkdir -p /opt/tool/bin && printf '#!/bin/sh\\necho tool-ok\\n' > /opt/tool/bin/tool && "
-        "chmod +x /opt/tool/bin/tool\n"
-        "ENV PATH=/opt/tool/bin:$PATH\n"
-        + HEREDOCS.split("\n", 2)[2].replace("RUN python3 <<'PY' > /py.txt\nprint(\"x\" * 3)\nPY\n", "")
-        + "COPY data.txt /app/\n"),
+    d = _task(
+        tmp_path,
+        "shapes",
+        dockerfile=(
+            "FROM ubuntu:24.04\n"
+            "RUN mkdir -p /opt/tool/bin && printf '#!/bin/sh\\necho tool-ok\\n' > /opt/tool/bin/tool && "
+            "chmod +x /opt/tool/bin/tool\n"
+            "ENV PATH=/opt/tool/bin:$PATH\n"
+            + HEREDOCS.split("\n", 2)[2].replace("RUN python3 <<'PY' > /py.txt\nprint(\"x\" * 3)\nPY\n", "")
+            + "COPY data.txt /app/\n"
+        ),
         files={"data.txt": "7\n"},
-        test=('ok=1; [ "$(tool)" = tool-ok ] || ok=0; [ "$(cat /hi.txt)" = "home /root" ] || ok=0\n'
-              "[ \"$(cat /raw.txt)\" = '$NOT_EXPANDED' ] || ok=0; grep -q home=/root /etc/app/conf.ini || ok=0\n"
-              '[ "$(stat -c %a /etc/app/conf.ini)" = 600 ] || ok=0; [ "$(cat /etc/two/A /etc/two/B)" = "$(printf '
-              "'one\\ntwo')\" ] || ok=0\n"
-              '[ "$(cat /app/data.txt)" = 7 ] && [ "$(pwd)" = /app ] || ok=0; echo $ok > /logs/verifier/reward.txt\n'),
-        solve="true\n")
+        test=(
+            'ok=1; [ "$(tool)" = tool-ok ] || ok=0; [ "$(cat /hi.txt)" = "home /root" ] || ok=0\n'
+            "[ \"$(cat /raw.txt)\" = '$NOT_EXPANDED' ] || ok=0; grep -q home=/root /etc/app/conf.ini || ok=0\n"
+            '[ "$(stat -c %a /etc/app/conf.ini)" = 600 ] || ok=0; [ "$(cat /etc/two/A /etc/two/B)" = "$(printf '
+            "'one\\ntwo')\" ] || ok=0\n"
+            '[ "$(cat /app/data.txt)" = 7 ] && [ "$(pwd)" = /app ] || ok=0; echo $ok > /logs/verifier/reward.txt\n'
+        ),
+        solve="true\n",
+    )
     got = _episode(docker_engine, d)
     assert got["score"] == 1.0, got
 
 
-def test_a_build_reaches_the_package_mirror_through_the_host_network_only_when_the_user_opts_in(docker_engine,
-                                                                                                tmp_path):
+def test_a_build_reaches_the_package_mirror_through_the_host_network_only_when_the_user_opts_in(
+    docker_engine, tmp_path
+):
     from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 
-    d = _task(tmp_path, "apt", dockerfile="FROM debian:bookworm\nRUN apt-get update -q && apt-get install -y -q "
-              "--no-install-recommends jq && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n",
-              test="echo '{\"a\": 1}' | jq -e '.a == 1' && echo 1 > /logs/verifier/reward.txt\n", solve="true\n")
+    d = _task(
+        tmp_path,
+        "apt",
+        dockerfile="FROM debian:bookworm\nRUN apt-get update -q && apt-get install -y -q "
+        "--no-install-recommends jq && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n",
+        test="echo '{\"a\": 1}' | jq -e '.a == 1' && echo 1 > /logs/verifier/reward.txt\n",
+        solve="true\n",
+    )
     if "bridge" not in {n.name for n in docker_engine.client.networks.list()}:  # the engine the tests start
         with pytest.raises(EnvironmentError_, match="the build ran without a network") as e:
             _episode(docker_engine, d)
@@ -134,13 +150,19 @@ def test_a_failed_build_is_the_tasks_environment_failing_and_leaves_no_container
     from evolve.worlds.harbor.environment.outcome import EnvironmentError_
 
     before = {c.id for c in docker_engine.client.containers.list(all=True)}
-    d = _task(tmp_path, "fails", dockerfile="FROM debian:bookworm\nRUN echo building && exit 3\nWORKDIR /app\n",
-              test="echo 1 > /logs/verifier/reward.txt\n", solve="true\n")
+    d = _task(
+        tmp_path,
+        "fails",
+        dockerfile="FROM debian:bookworm\nRUN echo building && exit 3\nWORKDIR /app\n",
+        test="echo 1 > /logs/verifier/reward.txt\n",
+        solve="true\n",
+    )
     with pytest.raises(EnvironmentError_, match="docker build of environment/ failed"):
         _episode(docker_engine, d)
     assert {c.id for c in docker_engine.client.containers.list(all=True)} == before
-    bad = _task(tmp_path, "open-heredoc", dockerfile="FROM debian:bookworm\nRUN <<EOF\necho\n",
-                test="true\n", solve="true\n")
+    bad = _task(
+        tmp_path, "open-heredoc", dockerfile="FROM debian:bookworm\nRUN <<EOF\necho\n", test="true\n", solve="true\n"
+    )
     with pytest.raises(EnvironmentError_, match="heredoc <<EOF is never closed") as e:
         _episode(docker_engine, bad)
     assert e.value.status == "unsupported"

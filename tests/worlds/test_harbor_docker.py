@@ -40,8 +40,16 @@ def task_of(engine, folder: Path, **more) -> dict:
     return engine.task(folder, backend="docker", **more)
 
 
-def mk(root: Path, name: str, *, toml: str = "", test: str, solve: str | None = None,
-       dockerfile: str = "FROM python:3.11-slim\nWORKDIR /app\n", instruction: str = "Do the task.") -> Path:
+def mk(
+    root: Path,
+    name: str,
+    *,
+    toml: str = "",
+    test: str,
+    solve: str | None = None,
+    dockerfile: str = "FROM python:3.11-slim\nWORKDIR /app\n",
+    instruction: str = "Do the task.",
+) -> Path:
     d = root / name
     (d / "environment").mkdir(parents=True)
     (d / "tests").mkdir()
@@ -85,9 +93,25 @@ def test_the_check_command_reports_harbors_trial_results(engine, tmp_path):
     """``evolve harbor check --json --image NAME=LOCAL``: per task, its nop and oracle trials as
     Harbor's result says them (rewards, exception type), the crash named, exit 1 for it."""
     images = [a for k, v in engine.images.items() for a in ("--image", f"{k}={v}")]
-    r = subprocess.run([sys.executable, "-m", "evolve", "harbor", "check", "--json", "--no-cache", "-e", "docker",
-                        *images, str(SHAPES / "verifier-crashes"), str(SHAPES / "stats-module-rewards")],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evolve",
+            "harbor",
+            "check",
+            "--json",
+            "--no-cache",
+            "-e",
+            "docker",
+            *images,
+            str(SHAPES / "verifier-crashes"),
+            str(SHAPES / "stats-module-rewards"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     rows = {row["id"]: row for row in map(json.loads, r.stdout.splitlines())}
     crash = rows["verifier-crashes"]
@@ -123,16 +147,19 @@ def test_one_persistent_shell_per_episode(engine, tmp_path):
     shell; a shell that does not come back (a loop in the shell itself) or exits is started again,
     and the episode says so."""
     t = task_of(engine, mk(tmp_path, "shell", test=SHELL_TEST), agent_timeout=120.0)
-    replies = ["```bash\nmkdir -p /tmp/work && cd /tmp/work\n```",
-               "```bash\nexport TOKEN=abc\n```",
-               "```bash\necho $TOKEN > state.txt; pwd\n```",
-               "```bash\npython3 -m http.server 8799 --bind 127.0.0.1 >/dev/null 2>&1 &\nsleep 1; echo started\n```",
-               "```bash\nsleep 300; echo after-the-kill\n```",
-               "```bash\necho $TOKEN; pwd\n```",
-               "```bash\nwhile :; do :; done\n```",
-               "```bash\necho ${TOKEN:-gone}; pwd\n```",
-               "```bash\nexit 3\n```",
-               "```bash\ncat /tmp/work/state.txt\n```", "DONE"]
+    replies = [
+        "```bash\nmkdir -p /tmp/work && cd /tmp/work\n```",
+        "```bash\nexport TOKEN=abc\n```",
+        "```bash\necho $TOKEN > state.txt; pwd\n```",
+        "```bash\npython3 -m http.server 8799 --bind 127.0.0.1 >/dev/null 2>&1 &\nsleep 1; echo started\n```",
+        "```bash\nsleep 300; echo after-the-kill\n```",
+        "```bash\necho $TOKEN; pwd\n```",
+        "```bash\nwhile :; do :; done\n```",
+        "```bash\necho ${TOKEN:-gone}; pwd\n```",
+        "```bash\nexit 3\n```",
+        "```bash\ncat /tmp/work/state.txt\n```",
+        "DONE",
+    ]
     traj = play(t, replies, {"command_timeout": 3, "max_turns": 12, "max_tokens": 400})
     assert traj.infra is None and traj.score == 1.0, (traj.infra, traj.reward)
     r = shells(traj)
@@ -160,13 +187,13 @@ def test_env_values_come_from_the_host_and_never_reach_the_task(engine, tmp_path
     t = task_of(engine, folder, allow_env=["EVOLVEKIT_GREETING_NAME"])
     assert t["verifier_env"] == {"EXPECTED_NAME": "${EVOLVEKIT_GREETING_NAME:-harbor}"}
     assert "Grace" not in json.dumps(t)
-    good = play(t, ["```bash\necho \"hello, $GREETING_NAME\" > /app/hello.txt; cat /app/hello.txt\n```", "DONE"])
+    good = play(t, ['```bash\necho "hello, $GREETING_NAME" > /app/hello.txt; cat /app/hello.txt\n```', "DONE"])
     assert good.score == 1.0 and shells(good)[0]["stdout"] == "hello, ***\n", good.reward  # Grace, masked
     wrong = play(t, ["```bash\necho 'hello, harbor' > /app/hello.txt\n```", "DONE"])
     assert wrong.score == 0.0  # the verifier's EXPECTED_NAME is the host's value too
     assert check_task(t, "docker", cache=False)["status"] == "ok"  # [solution] env reached solve.sh
     unallowed = task_of(engine, folder)  # set, but not allowed: the default
-    assert play(unallowed, ["```bash\necho \"hello, $GREETING_NAME\" > /app/hello.txt\n```", "DONE"]).score == 1.0
+    assert play(unallowed, ['```bash\necho "hello, $GREETING_NAME" > /app/hello.txt\n```', "DONE"]).score == 1.0
     monkeypatch.delenv("EVOLVEKIT_GREETING_NAME")
     assert check_task(task_of(engine, folder), "docker", cache=False)["trials"]["oracle"]["reward"] == 1.0
 
@@ -187,13 +214,32 @@ def test_the_network_a_task_asks_for(engine, tmp_path):
     and host is never given to a task) is unsupported, said so, never scored; Harbor's default
     (public, unset) runs without and the verdict says so."""
     bridge = "bridge" in {n.name for n in engine.client.networks.list()}
-    probe = ("#!/bin/bash\nif python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\" "
-             "2>/dev/null; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
-    none = check_task(task_of(engine, mk(tmp_path, "none", toml='[environment]\nnetwork_mode = "no-network"\n',
-                                         test=probe, solve="true")), "docker", cache=False)
+    probe = (
+        "#!/bin/bash\nif python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\" "
+        "2>/dev/null; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
+    none = check_task(
+        task_of(
+            engine, mk(tmp_path, "none", toml='[environment]\nnetwork_mode = "no-network"\n', test=probe, solve="true")
+        ),
+        "docker",
+        cache=False,
+    )
     assert none["trials"]["nop"]["reward"] == 0.0 and "network" not in none["untouched"]
-    asks = check_task(task_of(engine, mk(tmp_path, "asks", toml='[verifier]\ntimeout_sec = 30\nnetwork_mode = "public"\n',
-                                         test=probe, solve="true")), "docker", cache=False)
+    asks = check_task(
+        task_of(
+            engine,
+            mk(
+                tmp_path,
+                "asks",
+                toml='[verifier]\ntimeout_sec = 30\nnetwork_mode = "public"\n',
+                test=probe,
+                solve="true",
+            ),
+        ),
+        "docker",
+        cache=False,
+    )
     default = check_task(task_of(engine, mk(tmp_path, "default", test=probe, solve="true")), "docker", cache=False)
     if bridge:  # an engine with its default network gives it
         assert asks["trials"]["nop"]["exception_type"] is None and "network" not in default["untouched"]
@@ -208,8 +254,10 @@ def test_a_separate_verifier_sees_only_the_artifacts(engine, tmp_path):
     """environment_mode = 'separate': the tests run in a fresh container of the task's image, with
     the declared artifacts copied in through the engine; what else the agent did is not there."""
     t = task_of(engine, SHAPES / "primes-separate-verifier")
-    cmd = ("python3 -c \"import json; json.dump({'primes': [p for p in range(2, 50) if all(p % d for d in range(2, p))]}, "
-           "open('/app/result.json', 'w'))\"")
+    cmd = (
+        "python3 -c \"import json; json.dump({'primes': [p for p in range(2, 50) if all(p % d for d in range(2, p))]}, "
+        "open('/app/result.json', 'w'))\""
+    )
     assert play(t, [f"```bash\n{cmd}\n```", "DONE"]).score == 1.0
     messy = play(t, [f"```bash\n{cmd}; touch /app/scratch.txt\n```", "DONE"])
     assert messy.score == 1.0  # /app/scratch.txt stayed in the agent's container
@@ -225,15 +273,32 @@ def test_agent_oracle_and_nop_in_a_run(engine, tmp_path, which, want):
     """``agent: oracle`` / ``agent: nop`` in a task file select Harbor's own agents: every scored
     episode is the task's solution (1.0) or nothing (0.0), on the docker backend."""
     names = ["tool-config-port", "greet-in-steps", "stats-module-rewards", "serve-status-page"]
-    (tmp_path / "task.yaml").write_text(yaml.safe_dump({
-        "name": which, "world": "harbor", "agent": which,
-        "dataset": {"source": [str(SHAPES / n) for n in names],
-                    "params": {"environment": "docker", "images": engine.images, "check": False,
-                               "splits": {"train": names[:2], "val": names[2:3], "test": names[3:]}}},
-        "models": {"policy": {"backend": "scripted", "name": "unused"}},
-        "budget": {"generations": 0}}))
-    r = subprocess.run([sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "r")],
-                       capture_output=True, text=True, timeout=600)
+    (tmp_path / "task.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": which,
+                "world": "harbor",
+                "agent": which,
+                "dataset": {
+                    "source": [str(SHAPES / n) for n in names],
+                    "params": {
+                        "environment": "docker",
+                        "images": engine.images,
+                        "check": False,
+                        "splits": {"train": names[:2], "val": names[2:3], "test": names[3:]},
+                    },
+                },
+                "models": {"policy": {"backend": "scripted", "name": "unused"}},
+                "budget": {"generations": 0},
+            }
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve", "run", str(tmp_path / "task.yaml"), "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert rep["baseline"]["val"] == {"score": want, "n": 1} and rep["baseline"]["test"] == {"score": want, "n": 1}

@@ -24,8 +24,9 @@ def _image(client, tag: str, labels: dict) -> str:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
-    img, _ = client.images.build(fileobj=buf, custom_context=True, tag=tag, labels=labels, network_mode="none",
-                                 rm=True, forcerm=True)
+    img, _ = client.images.build(
+        fileobj=buf, custom_context=True, tag=tag, labels=labels, network_mode="none", rm=True, forcerm=True
+    )
     return img.id
 
 
@@ -40,8 +41,9 @@ def test_teardown_removes_what_this_session_made_and_nothing_of_a_users(docker_e
     if hasattr(session, "session"):
         session = dataclasses.replace(session, session=os.environ[name])
     # a user's own harbor run on the same engine, made while the tests run: labelled as the world labels it
-    users_ct = c.containers.run(de.DEBIAN, ["sleep", "300"], detach=True, labels={"evolvekit": "harbor"},
-                                network_mode="none")
+    users_ct = c.containers.run(
+        de.DEBIAN, ["sleep", "300"], detach=True, labels={"evolvekit": "harbor"}, network_mode="none"
+    )
     users_img = _image(c, "users-own/harbor-task:1", {"evolvekit": "harbor"})
     # what this session makes: a task's image and an episode's container
     d = tmp_path / "ours"

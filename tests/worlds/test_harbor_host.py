@@ -28,8 +28,15 @@ def engine(docker_engine):
         c.remove(force=True)
 
 
-def mk(root: Path, name: str, *, dockerfile: str = "FROM python:3.11-slim\nWORKDIR /app\n", toml: str = "",
-       test: str = "echo 1 > /logs/verifier/reward.txt\n", solve: str = "true") -> Path:
+def mk(
+    root: Path,
+    name: str,
+    *,
+    dockerfile: str = "FROM python:3.11-slim\nWORKDIR /app\n",
+    toml: str = "",
+    test: str = "echo 1 > /logs/verifier/reward.txt\n",
+    solve: str = "true",
+) -> Path:
     d = root / name
     for sub in ("environment", "tests", "solution"):
         (d / sub).mkdir(parents=True)
@@ -75,9 +82,14 @@ def test_a_tasks_build_never_reaches_a_service_on_the_hosts_loopback(engine, tmp
         srv.bind(("127.0.0.1", 0))
         srv.listen()
         port = srv.getsockname()[1]
-        d = mk(tmp_path, "reach-loopback", dockerfile=(
-            "FROM python:3.11-slim\nRUN python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
-            f"{port}), 5).sendall(b'from-the-build')\"\nWORKDIR /app\n"))
+        d = mk(
+            tmp_path,
+            "reach-loopback",
+            dockerfile=(
+                "FROM python:3.11-slim\nRUN python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+                f"{port}), 5).sendall(b'from-the-build')\"\nWORKDIR /app\n"
+            ),
+        )
         task = engine.task(d)
         with pytest.raises(EnvironmentError_, match="docker build of environment/ failed") as e:
             _episode(task, engine.client)
@@ -95,7 +107,7 @@ def test_a_task_folder_cannot_ask_for_the_host_network_and_a_bad_setting_is_name
     from evolve.errors import ConfigError
     from evolve.worlds.harbor.dataset import dataset
 
-    d = mk(tmp_path, "asks", toml="[environment]\nbuild_network = \"host\"\n")
+    d = mk(tmp_path, "asks", toml='[environment]\nbuild_network = "host"\n')
     with pytest.raises(ConfigError, match="unknown key 'build_network' at the \\[environment\\]"):
         load_task(d)
     with pytest.raises(ConfigError, match="build_network 'hostt' is not one of auto, none, host"):
@@ -120,29 +132,47 @@ def test_containers_have_no_raw_sockets_unless_docker_defaults_are_asked_for(eng
 # ----------------------------------------------------------------------------- item 2: ${VAR}
 
 
-def test_a_task_reads_a_host_variable_only_when_the_user_allowed_it_and_its_value_is_masked(engine, tmp_path,
-                                                                                           monkeypatch):
+def test_a_task_reads_a_host_variable_only_when_the_user_allowed_it_and_its_value_is_masked(
+    engine, tmp_path, monkeypatch
+):
     monkeypatch.setenv("EVOLVEKIT_TEST_SECRET", SECRET)
-    leak = mk(tmp_path, "leak", toml='[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET}" }\n',
-              test='echo "token: $TOKEN"; echo 1 > /logs/verifier/reward.txt\n')
+    leak = mk(
+        tmp_path,
+        "leak",
+        toml='[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET}" }\n',
+        test='echo "token: $TOKEN"; echo 1 > /logs/verifier/reward.txt\n',
+    )
     with pytest.raises(UnsupportedTask) as e:  # not allowed: never read, and the run says how to allow it
         engine.task(leak)
-    assert "EVOLVEKIT_TEST_SECRET" in e.value.reason and "dataset.params.allow_env: [EVOLVEKIT_TEST_SECRET]" in \
-        e.value.reason and "--allow-env EVOLVEKIT_TEST_SECRET" in e.value.reason
-    quiet = mk(tmp_path, "quiet", toml='[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET:-none}" }\n',
-               test='echo "token: $TOKEN"; [ "$TOKEN" = none ] && echo 1 > /logs/verifier/reward.txt\n')
+    assert (
+        "EVOLVEKIT_TEST_SECRET" in e.value.reason
+        and "dataset.params.allow_env: [EVOLVEKIT_TEST_SECRET]" in e.value.reason
+        and "--allow-env EVOLVEKIT_TEST_SECRET" in e.value.reason
+    )
+    quiet = mk(
+        tmp_path,
+        "quiet",
+        toml='[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET:-none}" }\n',
+        test='echo "token: $TOKEN"; [ "$TOKEN" = none ] && echo 1 > /logs/verifier/reward.txt\n',
+    )
     t = engine.task(quiet, backend="docker")  # not allowed, with a default: the default, and a note
     assert any("EVOLVEKIT_TEST_SECRET is not passed to tasks" in n for n in t["notes"])
     traj = play(t, ["DONE"])
     assert traj.score == 1.0 and SECRET not in traj.model_dump_json()
 
     # allowed: the tests and the agent's commands get it; its value is masked in all the run keeps
-    both = mk(tmp_path, "both", toml=('[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET}" }\n'
-                                      '[environment]\nenv = { API = "${EVOLVEKIT_TEST_SECRET}" }\n'),
-              test=f'echo "token: $TOKEN"; [ "$TOKEN" = {SECRET} ] && echo 1 > /logs/verifier/reward.txt\n')
+    both = mk(
+        tmp_path,
+        "both",
+        toml=(
+            '[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET}" }\n'
+            '[environment]\nenv = { API = "${EVOLVEKIT_TEST_SECRET}" }\n'
+        ),
+        test=f'echo "token: $TOKEN"; [ "$TOKEN" = {SECRET} ] && echo 1 > /logs/verifier/reward.txt\n',
+    )
     t = engine.task(both, allow_env=["EVOLVEKIT_TEST_SECRET"], backend="docker")
     assert t["allow_env"] == ["EVOLVEKIT_TEST_SECRET"] and SECRET not in json.dumps(t)
-    traj = play(t, ["```bash\necho \"api=$API\"; echo \"$API\" > /app/copy.txt\n```", "DONE"])
+    traj = play(t, ['```bash\necho "api=$API"; echo "$API" > /app/copy.txt\n```', "DONE"])
     assert traj.score == 1.0, traj.reward  # the tests saw the real value
     assert shells(traj)[0]["stdout"] == "api=***\n"
     assert "token: ***" in traj.reward.feedback and SECRET not in traj.reward.feedback
@@ -157,8 +187,12 @@ def test_a_task_reads_a_host_variable_only_when_the_user_allowed_it_and_its_valu
 
 def test_a_failing_verifier_that_prints_the_secret_is_masked_in_the_error(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVEKIT_TEST_SECRET", SECRET)
-    d = mk(tmp_path, "crash", toml='[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET}" }\n',
-           test='echo "the token is $TOKEN"; exit 1\n')  # no reward file: the world failing, its output quoted
+    d = mk(
+        tmp_path,
+        "crash",
+        toml='[verifier]\nenv = { TOKEN = "${EVOLVEKIT_TEST_SECRET}" }\n',
+        test='echo "the token is $TOKEN"; exit 1\n',
+    )  # no reward file: the world failing, its output quoted
     from evolve.worlds.harbor.environment import open_environment
 
     env = open_environment(engine.task(d, allow_env=["EVOLVEKIT_TEST_SECRET"]), "docker")
@@ -183,9 +217,25 @@ def test_the_check_command_lists_the_host_variables_each_task_reads(tmp_path, mo
     folder = Path(__file__).parents[2] / "examples" / "harbor_shapes" / "host-var-greeting"
     rows = {}
     for flags in ([], ["--allow-env", "EVOLVEKIT_GREETING_NAME"]):
-        r = subprocess.run([sys.executable, "-m", "evolve", "harbor", "check", "-e", "sandbox", "--no-cache", "--json",
-                            *flags, str(folder)], capture_output=True, text=True, timeout=300,
-                           env={**__import__("os").environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache")})
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "evolve",
+                "harbor",
+                "check",
+                "-e",
+                "sandbox",
+                "--no-cache",
+                "--json",
+                *flags,
+                str(folder),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**__import__("os").environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache")},
+        )
         assert SECRET not in r.stdout + r.stderr
         rows[bool(flags)] = json.loads(r.stdout.strip().splitlines()[-1])
     assert rows[False]["host_env"] == {"EVOLVEKIT_GREETING_NAME": "not allowed"} and rows[False]["status"] == "ok"

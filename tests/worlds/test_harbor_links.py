@@ -26,8 +26,10 @@ from tests.worlds.test_harbor import mk, play
 SECRET = "CANARY-SECRET-3f9a"
 # copies the agent's result file as it is (cp -P keeps a link a link), as a test that collects an
 # output file might; without one, writes 0
-COLLECT = ("#!/bin/bash\nmkdir -p /logs/verifier\ncp -P /app/result.txt /logs/verifier/reward.txt 2>/dev/null "
-           "|| echo 0 > /logs/verifier/reward.txt\n")
+COLLECT = (
+    "#!/bin/bash\nmkdir -p /logs/verifier\ncp -P /app/result.txt /logs/verifier/reward.txt 2>/dev/null "
+    "|| echo 0 > /logs/verifier/reward.txt\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -105,8 +107,12 @@ def test_links_in_a_tasks_files_are_never_followed(tmp_path, canary):
         open_environment(load_task(d), "sandbox")
     _no_secret(e.value)
     # a folder the task copies holds a link; a later COPY writes through it
-    d = mk(tmp_path / "t", "copy-through", files={"f.txt": "payload\n"},
-           dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY dir/ /app/dir/\nCOPY f.txt /app/dir/evil/\n")
+    d = mk(
+        tmp_path / "t",
+        "copy-through",
+        files={"f.txt": "payload\n"},
+        dockerfile="FROM python:3.11-slim\nWORKDIR /app\nCOPY dir/ /app/dir/\nCOPY f.txt /app/dir/evil/\n",
+    )
     (d / "environment" / "dir").mkdir()
     (d / "environment" / "dir" / "evil").symlink_to(canary)
     with pytest.raises(InfraError, match="COPY to /app/dir/evil/f.txt: /app/dir/evil is a symbolic link") as e:
@@ -127,21 +133,30 @@ def test_links_in_a_tasks_files_are_never_followed(tmp_path, canary):
 
 def test_links_the_build_plants_are_never_followed(tmp_path, canary):
     df = "FROM python:3.11-slim\nWORKDIR /app\n"
-    d = mk(tmp_path / "t", "copy-into-link", files={"f.txt": "payload\n"},
-           dockerfile=df + f"RUN ln -s {canary} /app/evil\nCOPY f.txt /app/evil/\n")
+    d = mk(
+        tmp_path / "t",
+        "copy-into-link",
+        files={"f.txt": "payload\n"},
+        dockerfile=df + f"RUN ln -s {canary} /app/evil\nCOPY f.txt /app/evil/\n",
+    )
     with pytest.raises(InfraError, match="COPY to /app/evil/f.txt: /app/evil is a symbolic link") as e:
         open_environment(load_task(d), "sandbox")
     assert e.value.status == "unsupported" and "docker backend" in str(e.value)
-    d = mk(tmp_path / "t", "workdir-through-link",
-           dockerfile=df + f"WORKDIR /app/w/made\nRUN mv /app/w /app/w.orig && ln -s {canary} /app/w\nWORKDIR /app/w/made\n"
-                           "RUN true\n")
+    d = mk(
+        tmp_path / "t",
+        "workdir-through-link",
+        dockerfile=df
+        + f"WORKDIR /app/w/made\nRUN mv /app/w /app/w.orig && ln -s {canary} /app/w\nWORKDIR /app/w/made\n"
+        "RUN true\n",
+    )
     with pytest.raises(InfraError, match="/app/w is a symbolic link"):
         open_environment(load_task(d), "sandbox")
     d = mk(tmp_path / "t", "verifier-link", dockerfile=df + f"RUN ln -s {canary} /logs/verifier\n")
     traj = play(load_task(d), ["```bash\necho ok > /app/out.txt\n```", "DONE"])
     assert traj.infra is None and traj.score == 1.0, (traj.infra, traj.score)
-    d = mk(tmp_path / "t", "reward-link", test=COLLECT,
-           dockerfile=df + f"RUN ln -s {canary / 'one.txt'} /app/result.txt\n")
+    d = mk(
+        tmp_path / "t", "reward-link", test=COLLECT, dockerfile=df + f"RUN ln -s {canary / 'one.txt'} /app/result.txt\n"
+    )
     _world_failed(play(load_task(d), ["DONE"]), "/logs/verifier/reward.txt is a symbolic link")
     untouched(canary)
 
@@ -152,15 +167,19 @@ def test_links_the_build_plants_are_never_followed(tmp_path, canary):
 def test_links_the_agent_plants_are_never_followed(tmp_path, canary):
     t = load_task(mk(tmp_path, "t", test=COLLECT))
     # /logs/verifier made a link: the host must neither delete the canary's reward files nor chown it
-    traj = play(t, [f"```bash\nrm -rf /logs/verifier && ln -s {canary} /logs/verifier && ln -s {canary} /app/x\n```",
-                    "DONE"])
+    traj = play(
+        t, [f"```bash\nrm -rf /logs/verifier && ln -s {canary} /logs/verifier && ln -s {canary} /app/x\n```", "DONE"]
+    )
     assert traj.infra is None and traj.score == 0.0, (traj.infra, traj.score)
     # the agent's result file a link to a host file holding 1: never read as the score
-    _world_failed(play(t, [f"```bash\nln -s {canary / 'one.txt'} /app/result.txt\n```", "DONE"]),
-                  "/logs/verifier/reward.txt is a symbolic link")
+    _world_failed(
+        play(t, [f"```bash\nln -s {canary / 'one.txt'} /app/result.txt\n```", "DONE"]),
+        "/logs/verifier/reward.txt is a symbolic link",
+    )
     # ... nor a host file's bytes into the error the reflective operator reads
-    _world_failed(play(t, [f"```bash\nln -s {canary / 'secret.txt'} /app/result.txt\n```", "DONE"]),
-                  "is a symbolic link")
+    _world_failed(
+        play(t, [f"```bash\nln -s {canary / 'secret.txt'} /app/result.txt\n```", "DONE"]), "is a symbolic link"
+    )
     untouched(canary)
 
 
@@ -168,8 +187,14 @@ def test_links_the_agent_plants_are_never_followed(tmp_path, canary):
 
 
 def test_links_solve_sh_plants_are_never_followed(tmp_path, canary):
-    t = load_task(mk(tmp_path, "t", test=COLLECT, solve=f"rm -rf /logs/verifier; ln -s {canary} /logs/verifier\n"
-                     f"ln -s {canary / 'one.txt'} /app/result.txt"))
+    t = load_task(
+        mk(
+            tmp_path,
+            "t",
+            test=COLLECT,
+            solve=f"rm -rf /logs/verifier; ln -s {canary} /logs/verifier\nln -s {canary / 'one.txt'} /app/result.txt",
+        )
+    )
     verdict = check_task(t, "sandbox", cache=False)
     assert verdict["status"] == "broken" and "reward.txt is a symbolic link" in verdict["why"], verdict
     _no_secret(verdict)
@@ -178,11 +203,22 @@ def test_links_solve_sh_plants_are_never_followed(tmp_path, canary):
 
 def test_links_test_sh_plants_are_never_followed(tmp_path, canary):
     for target in ("one.txt", "secret.txt"):
-        t = load_task(mk(tmp_path / target, "t", test=f"#!/bin/bash\nmkdir -p /logs/verifier\n"
-                         f"ln -s {canary / target} /logs/verifier/reward.txt\nln -s {canary} /app/x\n"))
+        t = load_task(
+            mk(
+                tmp_path / target,
+                "t",
+                test=f"#!/bin/bash\nmkdir -p /logs/verifier\n"
+                f"ln -s {canary / target} /logs/verifier/reward.txt\nln -s {canary} /app/x\n",
+            )
+        )
         _world_failed(play(t, ["DONE"]), "/logs/verifier/reward.txt is a symbolic link")
-    t = load_task(mk(tmp_path, "json", test=f"#!/bin/bash\nmkdir -p /logs\nrm -rf /logs/verifier\n"
-                     f"ln -s {canary} /logs/verifier\nexit 1\n"))
+    t = load_task(
+        mk(
+            tmp_path,
+            "json",
+            test=f"#!/bin/bash\nmkdir -p /logs\nrm -rf /logs/verifier\nln -s {canary} /logs/verifier\nexit 1\n",
+        )
+    )
     env = open_environment(t, "sandbox")
     try:
         for _ in range(2):  # a second verification finds the link the first test.sh left
@@ -207,8 +243,13 @@ def test_on_docker_files_come_out_through_the_engine_and_a_tasks_links_stay_link
     client = docker_engine.client
 
     toml = f'[environment]\ndocker_image = "{BASE}"\n[verifier]\ntimeout_sec = 30\n'
-    d = mk(tmp_path, "t", toml=toml, dockerfile=f"FROM {BASE}\nWORKDIR /app\n",
-           test="#!/bin/bash\nmkdir -p /logs/verifier\nln -s /etc/hostname /logs/verifier/reward.txt\nexit 0\n")
+    d = mk(
+        tmp_path,
+        "t",
+        toml=toml,
+        dockerfile=f"FROM {BASE}\nWORKDIR /app\n",
+        test="#!/bin/bash\nmkdir -p /logs/verifier\nln -s /etc/hostname /logs/verifier/reward.txt\nexit 0\n",
+    )
     (d / "tests" / "canary").symlink_to(canary)
     os.mkfifo(d / "tests" / "fifo")
     env = DockerEnvironment(docker_engine.task(d), client)

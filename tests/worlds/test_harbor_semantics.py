@@ -22,8 +22,10 @@ from evolve.worlds.harbor.task import TaskError, UnsupportedTask
 from tests.helpers.harbor import play, shells, use_sandbox, write
 
 REPO = Path(__file__).parents[2]
-REWARD = "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > " \
-         "/logs/verifier/reward.txt; echo 'not yet'; fi\n"
+REWARD = (
+    "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > "
+    "/logs/verifier/reward.txt; echo 'not yet'; fi\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,30 +33,45 @@ def sandbox_backend(monkeypatch):
     use_sandbox(monkeypatch)
 
 
-def single(root: Path, name: str = "t", toml: str = "", test: str | None = None, solve: str = "echo ok > /app/out.txt",
-           dockerfile: str = "FROM python:3.11-slim\nWORKDIR /app\n") -> Path:
-    return write(root / name, {
-        "instruction.md": "Write ok to /app/out.txt.\n", "task.toml": toml, "environment/Dockerfile": dockerfile,
-        "tests/test.sh": test or "#!/bin/bash\n" + REWARD.format(cond='[ "$(cat /app/out.txt 2>/dev/null)" = ok ]'),
-        "solution/solve.sh": "#!/bin/bash\n" + solve + "\n"})
+def single(
+    root: Path,
+    name: str = "t",
+    toml: str = "",
+    test: str | None = None,
+    solve: str = "echo ok > /app/out.txt",
+    dockerfile: str = "FROM python:3.11-slim\nWORKDIR /app\n",
+) -> Path:
+    return write(
+        root / name,
+        {
+            "instruction.md": "Write ok to /app/out.txt.\n",
+            "task.toml": toml,
+            "environment/Dockerfile": dockerfile,
+            "tests/test.sh": test or "#!/bin/bash\n" + REWARD.format(cond='[ "$(cat /app/out.txt 2>/dev/null)" = ok ]'),
+            "solution/solve.sh": "#!/bin/bash\n" + solve + "\n",
+        },
+    )
 
 
 def steps_task(root: Path, toml_extra: str = "", first_min: str = "") -> Path:
     """Two steps: make /app/a (its own tests and solution), then /app/b (the shared tests/test.sh,
     its own verifier env, a workdir with setup.sh)."""
-    return write(root / "steps", {
-        "task.toml": f'{toml_extra}[[steps]]\nname = "one"\n{first_min}\n[[steps]]\nname = "two"\n'
-                     '[steps.verifier]\nenv = { WANT = "b" }\n',
-        "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
-        "tests/test.sh": "#!/bin/bash\n" + REWARD.format(cond='[ -f "/app/$WANT" ] && [ -f /app/setup-ran ]'),
-        "steps/one/instruction.md": "Create /app/a.\n",
-        "steps/one/tests/test.sh": "#!/bin/bash\n" + REWARD.format(cond="[ -f /app/a ]"),
-        "steps/one/solution/solve.sh": "#!/bin/bash\ntouch /app/a\n",
-        "steps/two/instruction.md": "Create /app/b.\n",
-        "steps/two/workdir/seed.txt": "seed\n",
-        "steps/two/workdir/setup.sh": "#!/bin/bash\n[ -f seed.txt ] && touch /app/setup-ran\n",
-        "steps/two/solution/solve.sh": "#!/bin/bash\ntouch /app/b\n",
-    })
+    return write(
+        root / "steps",
+        {
+            "task.toml": f'{toml_extra}[[steps]]\nname = "one"\n{first_min}\n[[steps]]\nname = "two"\n'
+            '[steps.verifier]\nenv = { WANT = "b" }\n',
+            "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+            "tests/test.sh": "#!/bin/bash\n" + REWARD.format(cond='[ -f "/app/$WANT" ] && [ -f /app/setup-ran ]'),
+            "steps/one/instruction.md": "Create /app/a.\n",
+            "steps/one/tests/test.sh": "#!/bin/bash\n" + REWARD.format(cond="[ -f /app/a ]"),
+            "steps/one/solution/solve.sh": "#!/bin/bash\ntouch /app/a\n",
+            "steps/two/instruction.md": "Create /app/b.\n",
+            "steps/two/workdir/seed.txt": "seed\n",
+            "steps/two/workdir/setup.sh": "#!/bin/bash\n[ -f seed.txt ] && touch /app/setup-ran\n",
+            "steps/two/solution/solve.sh": "#!/bin/bash\ntouch /app/b\n",
+        },
+    )
 
 
 def world_agent(fn, task: dict):
@@ -67,18 +84,25 @@ def world_agent(fn, task: dict):
 
 
 def test_harbors_defaults_and_the_sections_the_world_reads(tmp_path):
-    t = load_task(single(tmp_path, toml='[agent]\nuser = "dev"\n[verifier]\nuser = 0\n[solution]\n'
-                         'env = { MODE = "fast", KEY = "${EVOLVEKIT_TEST_KEY:-none}" }\n[environment]\n'
-                         'allow_internet = false\ncpus = 2\nstorage_mb = 10240\n'))
+    t = load_task(
+        single(
+            tmp_path,
+            toml='[agent]\nuser = "dev"\n[verifier]\nuser = 0\n[solution]\n'
+            'env = { MODE = "fast", KEY = "${EVOLVEKIT_TEST_KEY:-none}" }\n[environment]\n'
+            "allow_internet = false\ncpus = 2\nstorage_mb = 10240\n",
+        )
+    )
     assert t["agent_timeout"] is None and t["verifier_timeout"] == 600.0 and t["build_timeout"] == 600.0
     assert (t["agent_user"], t["verifier_user"], t["cpus"]) == ("dev", "0", 2.0)
     assert t["solution_env"] == {"MODE": "fast", "KEY": "${EVOLVEKIT_TEST_KEY:-none}"}
     assert t["network"] == {"agent": "no-network", "verifier": "no-network", "declared": ["agent", "verifier"]}
-    assert t["notes"] == ["[environment] storage_mb = 10240 is not enforced (no disk quota here)",
-                          "task.toml: [solution] env KEY = '${EVOLVEKIT_TEST_KEY:-none}': the host's EVOLVEKIT_TEST_KEY "
-                          "is not passed to tasks, so its default is used; to pass it, allow it in your task file "
-                          "(dataset.params.allow_env: [EVOLVEKIT_TEST_KEY]) or on the command line (--allow-env "
-                          "EVOLVEKIT_TEST_KEY)"]
+    assert t["notes"] == [
+        "[environment] storage_mb = 10240 is not enforced (no disk quota here)",
+        "task.toml: [solution] env KEY = '${EVOLVEKIT_TEST_KEY:-none}': the host's EVOLVEKIT_TEST_KEY "
+        "is not passed to tasks, so its default is used; to pass it, allow it in your task file "
+        "(dataset.params.allow_env: [EVOLVEKIT_TEST_KEY]) or on the command line (--allow-env "
+        "EVOLVEKIT_TEST_KEY)",
+    ]
     assert load_task(single(tmp_path, "d"))["network"] == {"agent": "public", "verifier": "public", "declared": []}
     json.dumps(t)
 
@@ -86,9 +110,11 @@ def test_harbors_defaults_and_the_sections_the_world_reads(tmp_path):
 def test_test_sh_runs_by_its_own_shebang_and_its_output_is_kept(tmp_path):
     """Harbor runs tests/test.sh directly (chmod +x, its shebang), from the working directory, its
     output in /logs/verifier/test-stdout.txt; that output is the feedback."""
-    py = ("#!/usr/bin/env python3\nimport os, json\nprint('checked from', os.getcwd())\n"
-          "ok = open('/app/out.txt').read().strip() == 'ok' if os.path.exists('/app/out.txt') else False\n"
-          "json.dump({'reward': float(ok), 'style': 0.5}, open('/logs/verifier/reward.json', 'w'))\n")
+    py = (
+        "#!/usr/bin/env python3\nimport os, json\nprint('checked from', os.getcwd())\n"
+        "ok = open('/app/out.txt').read().strip() == 'ok' if os.path.exists('/app/out.txt') else False\n"
+        "json.dump({'reward': float(ok), 'style': 0.5}, open('/logs/verifier/reward.json', 'w'))\n"
+    )
     t = load_task(single(tmp_path, test=py))
     traj = play(t, ["```bash\necho ok > /app/out.txt\n```", "DONE"])
     assert traj.score == 1.0 and traj.reward.components == {"reward": 1.0, "style": 0.5}, traj.reward
@@ -147,8 +173,12 @@ def test_oracle_and_nop_are_harbors_own_agents(tmp_path):
     out = world_agent(oracle, t).output
     assert out["verifier"]["score"] == 1.0 and [s["exit_code"] for s in out["solve"]] == [0, 0]
     assert world_agent(nop, t).output["verifier"]["score"] == 0.0
-    envy = single(tmp_path, "envy", toml='[solution]\nenv = { WORD = "${EVOLVEKIT_TEST_WORD:-ok}" }\n',
-                  solve='[ "$DEBIAN_FRONTEND" = noninteractive ] && echo "$WORD" > /app/out.txt')
+    envy = single(
+        tmp_path,
+        "envy",
+        toml='[solution]\nenv = { WORD = "${EVOLVEKIT_TEST_WORD:-ok}" }\n',
+        solve='[ "$DEBIAN_FRONTEND" = noninteractive ] && echo "$WORD" > /app/out.txt',
+    )
     verdict = check_task(load_task(envy), "sandbox", cache=False)
     assert verdict["status"] == "ok" and verdict["trials"]["oracle"]["rewards"] == {"reward": 1.0}
     assert verdict["trials"]["nop"] == {**verdict["trials"]["nop"], "reward": 0.0, "exception_type": None}
@@ -157,12 +187,22 @@ def test_oracle_and_nop_are_harbors_own_agents(tmp_path):
 # ----------------------------------------------------------------------------- what is refused, by name
 
 
-@pytest.mark.parametrize("toml, status, needle", [
-    ('[agent]\nuser = "dev"\n', "unsupported", "[agent] user = 'dev': the sandbox backend runs every command as its "
-                                               "one user"),
-    ('[verifier]\nenvironment_mode = "separate"\n', "unsupported", "a separate verifier environment"),
-    ('[environment]\nnetwork_mode = "public"\n', "unsupported", "its agent needs the network (network_mode = 'public'"),
-])
+@pytest.mark.parametrize(
+    "toml, status, needle",
+    [
+        (
+            '[agent]\nuser = "dev"\n',
+            "unsupported",
+            "[agent] user = 'dev': the sandbox backend runs every command as its one user",
+        ),
+        ('[verifier]\nenvironment_mode = "separate"\n', "unsupported", "a separate verifier environment"),
+        (
+            '[environment]\nnetwork_mode = "public"\n',
+            "unsupported",
+            "its agent needs the network (network_mode = 'public'",
+        ),
+    ],
+)
 def test_what_the_sandbox_cannot_carry_out_is_refused_by_name(tmp_path, toml, status, needle):
     verdict = check_task(load_task(single(tmp_path, toml=toml)), "sandbox", cache=False)
     assert verdict["status"] == status and needle in verdict["why"] and "docker backend" in verdict["why"], verdict
@@ -173,7 +213,7 @@ def test_features_not_run_yet_are_refused_by_name(tmp_path):
         '[environment.healthcheck]\ncommand = "true"\n': "[environment] healthcheck: a readiness healthcheck",
         '[environment]\nmcp_servers = [{ name = "x", command = "y", transport = "stdio" }]\n': "MCP servers",
         '[verifier]\nenvironment_mode = "separate"\n[[steps]]\nname = "a"\n': "a multi-step task with a separate "
-                                                                              "verifier environment",
+        "verifier environment",
         'artifacts = [{ source = "/app/x", service = "db" }]\n': "an artifact from another compose service",
     }
     for i, (toml, needle) in enumerate(cases.items()):
@@ -183,8 +223,16 @@ def test_features_not_run_yet_are_refused_by_name(tmp_path):
             load_task(d)
         assert needle in str(e.value), (toml, str(e.value))
     with pytest.raises(TaskError, match="step 'a' has no test"):
-        load_task(write(tmp_path / "nt", {"task.toml": '[[steps]]\nname = "a"\n', "steps/a/instruction.md": "A.\n",
-                                          "environment/Dockerfile": "FROM python:3.11-slim\n"}))
+        load_task(
+            write(
+                tmp_path / "nt",
+                {
+                    "task.toml": '[[steps]]\nname = "a"\n',
+                    "steps/a/instruction.md": "A.\n",
+                    "environment/Dockerfile": "FROM python:3.11-slim\n",
+                },
+            )
+        )
 
 
 # ----------------------------------------------------------------------------- the shell between commands
@@ -195,8 +243,17 @@ def test_the_sandbox_keeps_the_directory_and_exports_between_commands(tmp_path):
     /tmp and a background process do not outlive their command there: the docker backend keeps a
     real shell)."""
     t = load_task(single(tmp_path))
-    traj = play(t, ["```bash\nmkdir -p /app/w && cd /app/w\n```", "```bash\nexport WORD=ok\n```",
-                    "```bash\npwd; echo $WORD > /app/out.txt\n```", "```bash\nexit 4\n```", "```bash\npwd\n```", "DONE"])
+    traj = play(
+        t,
+        [
+            "```bash\nmkdir -p /app/w && cd /app/w\n```",
+            "```bash\nexport WORD=ok\n```",
+            "```bash\npwd; echo $WORD > /app/out.txt\n```",
+            "```bash\nexit 4\n```",
+            "```bash\npwd\n```",
+            "DONE",
+        ],
+    )
     r = shells(traj)
     assert r[2]["stdout"] == "/app/w\n" and traj.score == 1.0, (r, traj.reward)
     assert r[3]["exit_code"] == 4 and r[4]["stdout"] == "/app/w\n"

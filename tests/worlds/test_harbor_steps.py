@@ -26,11 +26,15 @@ from tests.helpers.harbor import play, shells, use_sandbox, write
 
 REPO = Path(__file__).parents[2]
 TALLY = REPO / "examples" / "harbor_shapes" / "tally-in-steps"
-REWARD = "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > " \
-         "/logs/verifier/reward.txt; fi\n"
-GOOD_TOOL = ("```bash\ncat > /app/tally.py <<'PY'\nimport sys, collections\nt = collections.Counter()\n"
-             "for l in open(sys.argv[1]):\n    if l.strip():\n        n, a = l.split()\n        t[n] += int(a)\n"
-             "for n in sorted(t):\n    print(n, t[n])\nPY\n```")
+REWARD = (
+    "mkdir -p /logs/verifier; if {cond}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > "
+    "/logs/verifier/reward.txt; fi\n"
+)
+GOOD_TOOL = (
+    "```bash\ncat > /app/tally.py <<'PY'\nimport sys, collections\nt = collections.Counter()\n"
+    "for l in open(sys.argv[1]):\n    if l.strip():\n        n, a = l.split()\n        t[n] += int(a)\n"
+    "for n in sorted(t):\n    print(n, t[n])\nPY\n```"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +46,7 @@ def two_steps(root: Path, check: str = "", top: str = "", first: str = "", setup
     """Step one: make /app/a; step two (``check``: its healthcheck table's lines): make /app/b."""
     files = {
         "task.toml": f'{top}[[steps]]\nname = "one"\n{first}\n[[steps]]\nname = "two"\n'
-                     + (f"[steps.healthcheck]\n{check}\n" if check else ""),
+        + (f"[steps.healthcheck]\n{check}\n" if check else ""),
         "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
         "steps/one/instruction.md": "Create /app/a.\n",
         "steps/one/tests/test.sh": "#!/bin/bash\n" + REWARD.format(cond="[ -f /app/a ]"),
@@ -76,22 +80,37 @@ def test_the_example_runs_its_step_healthcheck_and_scores_as_harbor():
     t = {**load_task(TALLY), "backend": "sandbox"}
     hc = t["steps"][1]["healthcheck"]
     assert t["steps"][0]["healthcheck"] is None
-    assert hc == {"command": "python3 /app/tally.py /app/sales.txt > /dev/null", "interval_sec": 0.5,
-                  "timeout_sec": 10.0, "start_period_sec": 0.0, "start_interval_sec": 5.0, "retries": 2}
+    assert hc == {
+        "command": "python3 /app/tally.py /app/sales.txt > /dev/null",
+        "interval_sec": 0.5,
+        "timeout_sec": 10.0,
+        "start_period_sec": 0.0,
+        "start_interval_sec": 5.0,
+        "retries": 2,
+    }
     assert world_agent(oracle, t).output["verifier"]["score"] == 1.0
     v = world_agent(nop, t).output["verifier"]
     assert v["score"] == 0.0 and v["components"] == {"reward": 0.0}
     assert [s.get("failed") for s in v["steps"]] == [None, "healthcheck"] and "components" not in v["steps"][1]
-    assert ("step 'report': its healthcheck failed before its agent (its healthcheck failed after 2 consecutive "
-            "retries: python3 /app/tally.py /app/sales.txt > /dev/null (exit 2, output: ") in v["stopped"]
+    assert (
+        "step 'report': its healthcheck failed before its agent (its healthcheck failed after 2 consecutive "
+        "retries: python3 /app/tally.py /app/sales.txt > /dev/null (exit 2, output: "
+    ) in v["stopped"]
 
     half = play(t, [GOOD_TOOL, "DONE", "DONE"])
     assert half.infra is None and half.score == 0.5, (half.infra, half.reward)
     assert asked(half)[-1].endswith("SUM the sum of all the amounts.") and "this week's sales" in asked(half)[-1]
     assert [s["step"] for s in half.output["verifier"]["steps"]] == ["tool", "report"]
 
-    crash = play(t, ["```bash\necho 'raise SystemExit(3)' > /app/tally.py\n```", "DONE",
-                     "```bash\ntouch /app/report.txt\n```", "DONE"])
+    crash = play(
+        t,
+        [
+            "```bash\necho 'raise SystemExit(3)' > /app/tally.py\n```",
+            "DONE",
+            "```bash\ntouch /app/report.txt\n```",
+            "DONE",
+        ],
+    )
     assert crash.infra is None and crash.score == 0.0
     assert len(asked(crash)) == 2 and not any("report.txt" in a for a in asked(crash))
     assert "its healthcheck failed after 2 consecutive retries" in crash.reward.feedback
@@ -113,8 +132,10 @@ def test_a_later_steps_failed_healthcheck_is_left_out_of_the_mean_and_is_final_s
     both = play(t, ["```bash\ntouch /app/a /app/ready\n```", "DONE", "DONE"])
     assert both.score == 0.5 and [s["step"] for s in both.output["verifier"]["steps"]] == ["one", "two"]
 
-    final = {**load_task(two_steps(tmp_path / "f", check, top='multi_step_reward_strategy = "final"\n')),
-             "backend": "sandbox"}
+    final = {
+        **load_task(two_steps(tmp_path / "f", check, top='multi_step_reward_strategy = "final"\n')),
+        "backend": "sandbox",
+    }
     lost = play(final, ["```bash\ntouch /app/a\n```", "DONE"])
     assert lost.infra is None and lost.score == 0.0 and lost.reward.components == {}
     assert "has no rewards: Harbor's reward is none, counted 0" in lost.output["verifier"]["source"]
@@ -133,15 +154,18 @@ def test_a_later_steps_failed_setup_sh_stops_the_steps_as_a_healthcheck_does(tmp
 def test_a_first_step_that_cannot_start_is_the_world_failing(tmp_path):
     """Nothing an agent did can fail step one's healthcheck: the world failing (never a score),
     which the check reports by Harbor's exception type."""
-    d = two_steps(tmp_path, first='[steps.healthcheck]\ncommand = "echo not ready; exit 1"\ninterval_sec = 0\n'
-                                  'retries = 1\n')
+    d = two_steps(
+        tmp_path, first='[steps.healthcheck]\ncommand = "echo not ready; exit 1"\ninterval_sec = 0\nretries = 1\n'
+    )
     t = load_task(d)
     traj = play(t, ["```bash\ntouch /app/a\n```", "DONE"])
     assert traj.infra is not None and "the first step cannot start" in str(traj.infra)
     verdict = check_task(t, "sandbox", cache=False)
     assert verdict["status"] == "broken" and verdict["trials"]["nop"]["exception_type"] == "HealthcheckError"
-    assert "its healthcheck failed after 1 consecutive retries: echo not ready; exit 1 (exit 1, output: 'not ready')" \
+    assert (
+        "its healthcheck failed after 1 consecutive retries: echo not ready; exit 1 (exit 1, output: 'not ready')"
         in verdict["why"]
+    )
 
 
 def test_a_healthcheck_passes_once_it_exits_0_in_the_real_environment(tmp_path):
@@ -152,9 +176,13 @@ def test_a_healthcheck_passes_once_it_exits_0_in_the_real_environment(tmp_path):
     traj = play(t, ["```bash\ntouch /app/a\n```", "DONE", "```bash\ncat /app/tries; touch /app/b\n```", "DONE"])
     assert traj.score == 1.0 and traj.output["verifier"].get("stopped") is None
     assert shells(traj)[-1]["stdout"].strip() == "3"
-    short = load_task(two_steps(tmp_path / "short", counter + "interval_sec = 0.05\nretries = 2\n", setup="touch seeded"))
-    assert play(short, ["```bash\ntouch /app/a\n```", "DONE", "DONE"]).output["verifier"]["steps"][1]["failed"] \
+    short = load_task(
+        two_steps(tmp_path / "short", counter + "interval_sec = 0.05\nretries = 2\n", setup="touch seeded")
+    )
+    assert (
+        play(short, ["```bash\ntouch /app/a\n```", "DONE", "DONE"]).output["verifier"]["steps"][1]["failed"]
         == "healthcheck"
+    )
 
 
 # ----------------------------------------------------------------------------- Docker's retry rules
@@ -169,8 +197,7 @@ class _Env:
     def sh(self, command: str, *, timeout: float | None, user: str | None = None) -> SimpleNamespace:
         code = self.codes[self.tries]
         self.tries += 1
-        return SimpleNamespace(exit_code=code if code is not None else -1, timed_out=code is None, stdout="",
-                               stderr="")
+        return SimpleNamespace(exit_code=code if code is not None else -1, timed_out=code is None, stdout="", stderr="")
 
 
 def _run(codes: list[int | None], **hc) -> tuple[str | None, _Env, list[float]]:
@@ -180,9 +207,19 @@ def _run(codes: list[int | None], **hc) -> tuple[str | None, _Env, list[float]]:
         slept.append(s)
         now[0] += s
 
-    step = {"name": "s", "agent_user": None, "healthcheck": {"command": "probe", "interval_sec": 5.0, "timeout_sec": 30.0,
-                                                             "start_period_sec": 0.0, "start_interval_sec": 1.0,
-                                                             "retries": 3, **hc}}
+    step = {
+        "name": "s",
+        "agent_user": None,
+        "healthcheck": {
+            "command": "probe",
+            "interval_sec": 5.0,
+            "timeout_sec": 30.0,
+            "start_period_sec": 0.0,
+            "start_interval_sec": 1.0,
+            "retries": 3,
+            **hc,
+        },
+    }
     return healthcheck(env, step, sleep=sleep, clock=lambda: now[0]), env, slept
 
 
@@ -199,27 +236,43 @@ def test_retries_count_consecutive_failures_after_the_start_period():
     assert why is None and env.tries == 6 and slept == [1.0, 1.0, 1.0, 5.0, 5.0]
     why, env, _ = _run([1, 1, 1, 1, 1, 1], start_period_sec=2.5)
     assert why is not None and env.tries == 6
-    with pytest.raises(EnvironmentError_, match=r"step 's': its healthcheck 'probe' did not finish within its "
-                                                r"timeout_sec \(30 s\)"):
+    with pytest.raises(
+        EnvironmentError_,
+        match=r"step 's': its healthcheck 'probe' did not finish within its "
+        r"timeout_sec \(30 s\)",
+    ):
         _run([1, None])
 
 
 # ----------------------------------------------------------------------------- a malformed table
 
 
-@pytest.mark.parametrize("table, needle", [
-    ('healthcheck = "true"', "[[steps]] 'two' healthcheck must be a table"),
-    ("[steps.healthcheck]\ninterval_sec = 1", "[[steps]] 'two' healthcheck: command must be a shell command"),
-    ('[steps.healthcheck]\ncommand = "  "', "command must be a shell command"),
-    ('[steps.healthcheck]\ncommand = "true"\nretries = -1', "retries must be a whole number from 0 to 1000, got -1"),
-    ('[steps.healthcheck]\ncommand = "true"\nretries = 1.5', "retries must be a whole number from 0 to 1000, got 1.5"),
-    ('[steps.healthcheck]\ncommand = "true"\ninterval_sec = "5"', "interval_sec must be a non-negative number of "
-                                                                   "seconds up to a day (86400), got '5'"),
-    ('[steps.healthcheck]\ncommand = "true"\ntimeout_sec = 0', "timeout_sec must be a positive number"),
-    ('[steps.healthcheck]\ncommand = "true"\nstart_period_sec = 1e6', "start_period_sec must be a non-negative "
-                                                                        "number of seconds up to a day"),
-    ('[steps.healthcheck]\ncommand = "true"\nintervall_sec = 1', "unknown key 'intervall_sec'"),
-])
+@pytest.mark.parametrize(
+    "table, needle",
+    [
+        ('healthcheck = "true"', "[[steps]] 'two' healthcheck must be a table"),
+        ("[steps.healthcheck]\ninterval_sec = 1", "[[steps]] 'two' healthcheck: command must be a shell command"),
+        ('[steps.healthcheck]\ncommand = "  "', "command must be a shell command"),
+        (
+            '[steps.healthcheck]\ncommand = "true"\nretries = -1',
+            "retries must be a whole number from 0 to 1000, got -1",
+        ),
+        (
+            '[steps.healthcheck]\ncommand = "true"\nretries = 1.5',
+            "retries must be a whole number from 0 to 1000, got 1.5",
+        ),
+        (
+            '[steps.healthcheck]\ncommand = "true"\ninterval_sec = "5"',
+            "interval_sec must be a non-negative number of seconds up to a day (86400), got '5'",
+        ),
+        ('[steps.healthcheck]\ncommand = "true"\ntimeout_sec = 0', "timeout_sec must be a positive number"),
+        (
+            '[steps.healthcheck]\ncommand = "true"\nstart_period_sec = 1e6',
+            "start_period_sec must be a non-negative number of seconds up to a day",
+        ),
+        ('[steps.healthcheck]\ncommand = "true"\nintervall_sec = 1', "unknown key 'intervall_sec'"),
+    ],
+)
 def test_a_malformed_healthcheck_is_an_invalid_task_naming_the_field(tmp_path, table, needle):
     d = two_steps(tmp_path)
     (d / "task.toml").write_text((d / "task.toml").read_text() + table + "\n")

@@ -77,7 +77,7 @@ def _family(root: Path, family: str, sizes: tuple[int, int]) -> dict:
             for tid in ids:
                 shutil.rmtree(root / tid)
     ids, (a, b) = fams[family], sizes
-    return {"train": ids[:a], "val": ids[a:a + b], "test": ids[a + b:]}
+    return {"train": ids[:a], "val": ids[a : a + b], "test": ids[a + b :]}
 
 
 def _served(respond_fn, tmp_path: Path, out: str, splits: dict, *extra: str) -> dict:
@@ -86,12 +86,23 @@ def _served(respond_fn, tmp_path: Path, out: str, splits: dict, *extra: str) -> 
     from tests.helpers.servers import FakeOpenAI
 
     srv = FakeOpenAI(respond=respond_fn)
-    policy = {"backend": "litellm", "name": "openai/scripted",
-              "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0}}
+    policy = {
+        "backend": "litellm",
+        "name": "openai/scripted",
+        "params": {"api_base": srv.base, "max_retries": 0, "timeout": 10, "temperature": 0.0},
+    }
     try:
-        return evolve.run(REPO / "examples" / "harbor" / "task.yaml", out=tmp_path / out, overrides=[
-            f"models.policy={json.dumps(policy)}", f"dataset.source={tmp_path / 'tasks'}",
-            f"dataset.params.splits={json.dumps(splits)}", "prompts={}", *extra])
+        return evolve.run(
+            REPO / "examples" / "harbor" / "task.yaml",
+            out=tmp_path / out,
+            overrides=[
+                f"models.policy={json.dumps(policy)}",
+                f"dataset.source={tmp_path / 'tasks'}",
+                f"dataset.params.splits={json.dumps(splits)}",
+                "prompts={}",
+                *extra,
+            ],
+        )
     finally:
         srv.close()
 
@@ -113,9 +124,17 @@ def test_toolforge_mines_a_shortcut_from_a_harbor_run_and_the_agent_runs_it(tmp_
     system lists it, the model calls it, the call runs `wc -l < PATH > /app/count.txt` in the task's
     environment and the task's own tests pass."""
     splits = _family(tmp_path / "tasks", "count", (5, 2))
-    rep = _served(_with_shortcuts, tmp_path, "run", splits, "workflow={max_turns: 3, max_tokens: 128}",
-                  "operators=[{name: toolforge, params: {min_support: 3, patience: 5}}]", "budget.generations=1",
-                  "engine.minibatch=5", "engine.min_gain=-1")
+    rep = _served(
+        _with_shortcuts,
+        tmp_path,
+        "run",
+        splits,
+        "workflow={max_turns: 3, max_tokens: 128}",
+        "operators=[{name: toolforge, params: {min_support: 3, patience: 5}}]",
+        "budget.generations=1",
+        "engine.minibatch=5",
+        "engine.min_gain=-1",
+    )
     archive = Archive(tmp_path / "run")
     tools = [r for r in archive.records() if r.operator == "toolforge"]
     assert tools, "toolforge proposed nothing"
@@ -159,17 +178,33 @@ def test_the_topology_search_finds_the_review_loop_the_tasks_need(tmp_path, sand
     from evolve.worlds.harbor.workflow import shell_loop
 
     splits = _family(tmp_path / "tasks", "word", (4, 2))
-    plain = _served(_reviewer, tmp_path, "plain", splits, "engine.minibatch=4",
-                    "workflow={max_turns: 3, max_tokens: 128}", "operators=[]", "budget.generations=0")
-    rep = _served(_reviewer, tmp_path, "run", splits, "engine.minibatch=4",
-                  f"workflow={json.dumps({'graph': shell_loop(3), 'max_tokens': 128})}",
-                  "operators=[{name: topology, params: {max_evals: 4, search_tasks: 4, widen: null}}]", "budget.generations=1")
+    plain = _served(
+        _reviewer,
+        tmp_path,
+        "plain",
+        splits,
+        "engine.minibatch=4",
+        "workflow={max_turns: 3, max_tokens: 128}",
+        "operators=[]",
+        "budget.generations=0",
+    )
+    rep = _served(
+        _reviewer,
+        tmp_path,
+        "run",
+        splits,
+        "engine.minibatch=4",
+        f"workflow={json.dumps({'graph': shell_loop(3), 'max_tokens': 128})}",
+        "operators=[{name: topology, params: {max_evals: 4, search_tasks: 4, widen: null}}]",
+        "budget.generations=1",
+    )
     a, b = Archive(tmp_path / "plain"), Archive(tmp_path / "run")
     base = rep["baseline"]["system_id"]
     # the starting graph is the hand-written loop: the same commands, the same scores
     assert rep["baseline"]["val"] == plain["baseline"]["val"] and rep["baseline"]["val"]["score"] == 0.0
-    assert ({t.task_id: t.output["commands"] for t in b.trajectories(base, "val")}
-            == {t.task_id: t.output["commands"] for t in a.trajectories(plain["baseline"]["system_id"], "val")})
+    assert {t.task_id: t.output["commands"] for t in b.trajectories(base, "val")} == {
+        t.task_id: t.output["commands"] for t in a.trajectories(plain["baseline"]["system_id"], "val")
+    }
     best = b.get_system(rep["best"]["system_id"])
     assert "harbor.review" in {n["type"] for n in best.workflow["graph"]["nodes"]}
     assert rep["best"]["test"]["score"] == 1.0 and rep["baseline"]["test"]["score"] == 0.0

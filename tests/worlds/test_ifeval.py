@@ -49,8 +49,12 @@ def test_verdicts_agree_with_the_reference_on_every_prompt(prompts: list[dict], 
         p = by_prompt[ref["prompt"]]
         got = verdicts(ref["response"], p["instruction_id_list"], p["kwargs"], loose=mode == "loose")
         if got != ref["follow_instruction_list"]:
-            differ.append((p["key"], [i for i, a, b in zip(p["instruction_id_list"], got, ref["follow_instruction_list"])
-                                      if a != b]))
+            differ.append(
+                (
+                    p["key"],
+                    [i for i, a, b in zip(p["instruction_id_list"], got, ref["follow_instruction_list"]) if a != b],
+                )
+            )
     # the one known difference: the reference's older letter-frequency checker replaced some characters by a
     # random letter before counting (shared/data/ifeval/reference/SOURCE.md)
     allowed = [(1122, ["keywords:letter_frequency"])] if mode == "loose" else []
@@ -69,8 +73,12 @@ def test_strict_and_loose_rules() -> None:
     assert verdicts("one two three", words, [{"num_words": 3, "relation": "at least"}]) == [True]
     assert verdicts("one two three", words, [{"num_words": 3, "relation": "less than"}]) == [False]
     sentences = ["length_constraints:number_sentences"]
-    assert verdicts("Dr. Smith came home. He slept.", sentences, [{"num_sentences": 2, "relation": "at least"}]) == [True]
-    assert verdicts("Dr. Smith came home. He slept.", sentences, [{"num_sentences": 3, "relation": "at least"}]) == [False]
+    assert verdicts("Dr. Smith came home. He slept.", sentences, [{"num_sentences": 2, "relation": "at least"}]) == [
+        True
+    ]
+    assert verdicts("Dr. Smith came home. He slept.", sentences, [{"num_sentences": 3, "relation": "at least"}]) == [
+        False
+    ]
     caps = ["change_case:capital_word_frequency"]
     assert verdicts("THE CAT sat. OK.", caps, [{"capital_frequency": 3, "capital_relation": "at least"}]) == [True]
     with pytest.raises(ValueError, match="unknown IFEval instruction"):
@@ -79,7 +87,7 @@ def test_strict_and_loose_rules() -> None:
 
 def _shingles(text: str) -> set[tuple[str, ...]]:
     w = re.findall(r"\w+", text.lower())
-    return {tuple(w[i:i + 3]) for i in range(len(w) - 2)}
+    return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
 
 
 def test_generated_prompts_never_equal_or_nearly_duplicate_a_test_prompt(prompts: list[dict]) -> None:
@@ -117,6 +125,7 @@ def test_splits_are_seeded_disjoint_and_checkable(prompts: list[dict]) -> None:
 
 def test_unseen_parameters_are_held_out_of_training() -> None:
     d = dataset(seed=0, n_train=1500, n_val=0, n_test=300, test="unseen")
+
     def words(tasks: list[dict]) -> set[str]:
         out = set()
         for t in tasks:
@@ -124,6 +133,7 @@ def test_unseen_parameters_are_held_out_of_training() -> None:
                 out.update(w for w in kw.get("keywords", []) + kw.get("forbidden_words", []) if w in WORDS)
                 out.update(v for k, v in kw.items() if k in ("keyword", "first_word"))
         return out
+
     assert words(d["train"]) and not any(held_out(w) for w in words(d["train"]))
     assert words(d["test"]) and all(held_out(w) for w in words(d["test"]))
     assert all(t["split"] == "unseen" for t in d["test"])
@@ -142,8 +152,13 @@ def test_dataset_errors_name_the_setting(tmp_path: Path) -> None:
         dataset(seed=0, path=str(bad), n_train=-1)
 
 
-TASK = {"id": "t", "split": "train", "prompt": "p",
-        "instruction_id_list": ["punctuation:no_comma", "startend:end_checker"], "kwargs": [{}, {"end_phrase": "Bye."}]}
+TASK = {
+    "id": "t",
+    "split": "train",
+    "prompt": "p",
+    "instruction_id_list": ["punctuation:no_comma", "startend:end_checker"],
+    "kwargs": [{}, {"end_phrase": "Bye."}],
+}
 
 
 def test_reward_components_and_feedback() -> None:
@@ -176,7 +191,9 @@ def test_summary_pools_instructions_as_the_reference_does() -> None:
 SMOKE = Path(__file__).resolve().parents[2] / "examples" / "ifeval" / "smoke.yaml"
 
 
-def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(prompts: list[dict], tmp_path: Path) -> None:
+def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(
+    prompts: list[dict], tmp_path: Path
+) -> None:
     import subprocess
     import sys
 
@@ -191,11 +208,17 @@ def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(prom
     assert 0 < got["figures"]["strict"] < 1
     assert got["echo"] == 1.0  # every reply repeats the prompt, and the summary says so
     assert report["baseline"]["test"]["score"] == pytest.approx(
-        sum(reward(t, {"reply": t["prompt"]}).score for t in d["test"]) / 60, abs=1e-4)  # the report rounds to 4 places
+        sum(reward(t, {"reply": t["prompt"]}).score for t in d["test"]) / 60, abs=1e-4
+    )  # the report rounds to 4 places
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## The world's figures" in md and "SmolLM2-135M-Instruct 29.9" in md
-    r = subprocess.run([sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"),
-                        "--system", "baseline"], check=False, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"), "--system", "baseline"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert f"average {100 * want['figures']['strict']:.1f}" in r.stdout
     assert f"prompt-level loose  {100 * want['figures']['prompt_loose']:.1f}" in r.stdout
@@ -228,12 +251,17 @@ def test_the_revise_agent_and_its_graph_measure_the_draft_and_rewrite_it(prompts
     Palette.parse(PALETTE).check(node_types)
     plain = evolve.run(_scripted(tmp_path), out=tmp_path / "plain")
     agent = evolve.run(_scripted(tmp_path, agent="revise"), out=tmp_path / "agent")
-    graph = evolve.run(_scripted(tmp_path, agent="evolve.topology:agent", workflow={"graph": draft_measure_revise()}),
-                       out=tmp_path / "graph")
-    one = evolve.run(_scripted(tmp_path, agent="evolve.topology:agent", workflow={"graph": single_step()}),
-                     out=tmp_path / "one")
+    graph = evolve.run(
+        _scripted(tmp_path, agent="evolve.topology:agent", workflow={"graph": draft_measure_revise()}),
+        out=tmp_path / "graph",
+    )
+    one = evolve.run(
+        _scripted(tmp_path, agent="evolve.topology:agent", workflow={"graph": single_step()}), out=tmp_path / "one"
+    )
     assert one["baseline"]["test"]["score"] == plain["baseline"]["test"]["score"]
-    assert graph["baseline"]["test"]["score"] == agent["baseline"]["test"]["score"] != plain["baseline"]["test"]["score"]
+    assert (
+        graph["baseline"]["test"]["score"] == agent["baseline"]["test"]["score"] != plain["baseline"]["test"]["score"]
+    )
     d = dataset(seed=0, path=str(IFEVAL / "input_data.jsonl"), n_train=40, n_val=20, n_test=60)
     want = sum(reward(t, {"reply": t["prompt"].lower().replace(",", "")}).score for t in d["test"]) / 60
     assert agent["baseline"]["test"]["score"] == pytest.approx(want, abs=1e-4)
@@ -258,8 +286,10 @@ def _satisfying(iid: str, kw: dict, request: str) -> str:
     if iid == "keywords:letter_frequency":
         return (kw["letter"] * rel_n(kw["let_relation"], kw["let_frequency"])) + " 1"
     if iid == "language:response_language":
-        return {"es": "Hola, esto es una respuesta escrita completamente en español para ti.",
-                "fr": "Bonjour, ceci est une réponse écrite entièrement en français pour vous."}.get(kw["language"], "")
+        return {
+            "es": "Hola, esto es una respuesta escrita completamente en español para ti.",
+            "fr": "Bonjour, ceci est une réponse écrite entièrement en français pour vous.",
+        }.get(kw["language"], "")
     if iid == "length_constraints:number_sentences":
         return " ".join(["This is one sentence."] * max(rel_n(kw["relation"], kw["num_sentences"]), 1))
     if iid == "length_constraints:number_paragraphs":

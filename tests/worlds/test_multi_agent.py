@@ -21,15 +21,22 @@ HERE = Path(__file__).parents[2] / "examples" / "multi_agent"
 sys.path.insert(0, str(HERE))
 import team  # noqa: E402
 
-SOLVER = {"backend": "scripted", "name": "rg-scripted",
-          "params": {"reply": "evolve.worlds.reasoning_gym.scripted:reply"}}
-WORDS = {"name": "spell_backward",
-         "levels": [{"min_word_len": 3, "max_word_len": 4}, {"min_word_len": 8, "max_word_len": 9}]}
+SOLVER = {
+    "backend": "scripted",
+    "name": "rg-scripted",
+    "params": {"reply": "evolve.worlds.reasoning_gym.scripted:reply"},
+}
+WORDS = {
+    "name": "spell_backward",
+    "levels": [{"min_word_len": 3, "max_word_len": 4}, {"min_word_len": 8, "max_word_len": 9}],
+}
 
 
 def test_the_task_files_graphs_are_the_teams_and_they_load_with_every_role_trained():
-    for name, graph in [("task.yaml", team.workflow(max_tokens=48, stop=["\n\n"])),
-                        ("tiny.yaml", team.workflow(verdict_tokens=6))]:
+    for name, graph in [
+        ("task.yaml", team.workflow(max_tokens=48, stop=["\n\n"])),
+        ("tiny.yaml", team.workflow(verdict_tokens=6)),
+    ]:
         data = yaml.safe_load((HERE / name).read_text())
         assert data["workflow"]["graph"] == graph, name
         task, _ = load_task(HERE / name)
@@ -40,8 +47,14 @@ def test_the_task_files_graphs_are_the_teams_and_they_load_with_every_role_train
 
 
 def test_the_verifiers_demos_are_the_verify_steps_message_with_yes_on_gold_answers_and_no_on_others():
-    tasks = [{"question": f"Spell this word backward (example: sun -> nus): {w}", "answer": w[::-1],
-              "answer_format": "answer_line"} for w in ("cat", "dog", "owl", "bee")]
+    tasks = [
+        {
+            "question": f"Spell this word backward (example: sun -> nus): {w}",
+            "answer": w[::-1],
+            "answer_format": "answer_line",
+        }
+        for w in ("cat", "dog", "owl", "bee")
+    ]
     demos = team.verifier_demos(tasks, seed=0)
     assert sorted(d[1]["content"] for d in demos) == ["no", "no", "yes", "yes"]
     for user, said in demos:
@@ -51,13 +64,22 @@ def test_the_verifiers_demos_are_the_verify_steps_message_with_yes_on_gold_answe
 
 
 def run_team(tmp_path, verifier_reply: str):
-    data = {"name": "team", "seed": 0, "world": "reasoning_gym", "agent": "evolve.topology:agent",
-            "models": {"solver": SOLVER, "verifier": {"backend": "scripted", "name": "always",
-                                                      "params": {"responses": {"Reply:": verifier_reply}}}},
-            "prompts": {"instruction": "Solve it. End with one line: Answer: <answer>"},
-            "workflow": {"graph": team.workflow()},
-            "dataset": {"params": {"generators": [WORDS], "n_train": 20, "n_val": 8, "n_test": 16}},
-            "operators": [], "budget": {"generations": 0}, "runner": {"name": "thread", "workers": 4}}
+    data = {
+        "name": "team",
+        "seed": 0,
+        "world": "reasoning_gym",
+        "agent": "evolve.topology:agent",
+        "models": {
+            "solver": SOLVER,
+            "verifier": {"backend": "scripted", "name": "always", "params": {"responses": {"Reply:": verifier_reply}}},
+        },
+        "prompts": {"instruction": "Solve it. End with one line: Answer: <answer>"},
+        "workflow": {"graph": team.workflow()},
+        "dataset": {"params": {"generators": [WORDS], "n_train": 20, "n_val": 8, "n_test": 16}},
+        "operators": [],
+        "budget": {"generations": 0},
+        "runner": {"name": "thread", "workers": 4},
+    }
     report = evolve.run(data, out=tmp_path / verifier_reply, base_dir=HERE)
     archive = Archive(tmp_path / verifier_reply, create=False)
     return report, archive.trajectories(report["baseline"]["system_id"], split="test")
@@ -78,8 +100,11 @@ def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says
         assert [s.role for s in t.steps if isinstance(s, LLMCall)] == ["solver", "verifier", "solver", "verifier"]
         retry = [s for s in t.steps if isinstance(s, LLMCall)][2]
         assert "judged wrong" in retry.messages[-1].content
-    final = [v for v in verdict_turns(trajs, "verifier") if v.step == max(
-        i for i, s in enumerate(trajs[v.traj].steps) if isinstance(s, LLMCall))]
+    final = [
+        v
+        for v in verdict_turns(trajs, "verifier")
+        if v.step == max(i for i, s in enumerate(trajs[v.traj].steps) if isinstance(s, LLMCall))
+    ]
     assert [v.reward for v in final] == [float(trajs[v.traj].score < 1.0) for v in final]
     assert any(v.reward == 1.0 for v in final) and any(v.reward == 0.0 for v in final)
 

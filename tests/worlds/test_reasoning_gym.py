@@ -23,8 +23,11 @@ from evolve.worlds.reasoning_gym.dataset import LEVEL_STRIDE, SPLIT_STRIDE  # no
 from evolve.worlds.reasoning_gym.scripted import reply  # noqa: E402
 
 SMOKE = Path(__file__).parents[2] / "examples" / "reasoning_gym" / "smoke.yaml"
-SUMS = {"name": "basic_arithmetic", "config": {"max_digits": 1, "allow_parentheses": False, "operators": ["+", "-"]},
-        "levels": [{"min_terms": 2, "max_terms": 2}, {"min_terms": 5, "max_terms": 5}]}
+SUMS = {
+    "name": "basic_arithmetic",
+    "config": {"max_digits": 1, "allow_parentheses": False, "operators": ["+", "-"]},
+    "levels": [{"min_terms": 2, "max_terms": 2}, {"min_terms": 5, "max_terms": 5}],
+}
 WORDS = {"name": "spell_backward", "config": {"min_word_len": 3, "max_word_len": 5}, "weight": 2}
 ANSWER = "Solve it. End with one line: Answer: <answer>"
 
@@ -61,16 +64,28 @@ def test_every_task_is_what_the_package_makes_from_its_seed_and_the_gold_answer_
         assert rg.reward(t, {"answer": t["answer"]}).score == 1.0
 
 
-@pytest.mark.parametrize("generators, message", [
-    (None, "name the generators"),
-    ([{"name": "spel_backward"}], "no generator 'spel_backward'; did you mean 'spell_backward'"),
-    ([{"name": "spell_backward", "config": {"max_len": 4}}], "spell_backward has no setting 'max_len'; its settings"),
-    ([{"name": "spell_backward", "config": {"seed": 4}}], r"\['seed'\] are set by the world"),
-    ([{"name": "spell_backward", "config": {"min_word_len": 9, "max_word_len": 4}}], "spell_backward refuses this config"),
-    ([{"name": "spell_backward"}, {"name": "spell_backward"}], "named twice; give it once, with its configs as levels"),
-    ([{"name": "spell_backward", "weight": 0}], "weight must be a positive number"),
-    ([{"name": "spell_backward", "levels": {"max_word_len": 4}}], "levels a list"),
-])
+@pytest.mark.parametrize(
+    "generators, message",
+    [
+        (None, "name the generators"),
+        ([{"name": "spel_backward"}], "no generator 'spel_backward'; did you mean 'spell_backward'"),
+        (
+            [{"name": "spell_backward", "config": {"max_len": 4}}],
+            "spell_backward has no setting 'max_len'; its settings",
+        ),
+        ([{"name": "spell_backward", "config": {"seed": 4}}], r"\['seed'\] are set by the world"),
+        (
+            [{"name": "spell_backward", "config": {"min_word_len": 9, "max_word_len": 4}}],
+            "spell_backward refuses this config",
+        ),
+        (
+            [{"name": "spell_backward"}, {"name": "spell_backward"}],
+            "named twice; give it once, with its configs as levels",
+        ),
+        ([{"name": "spell_backward", "weight": 0}], "weight must be a positive number"),
+        ([{"name": "spell_backward", "levels": {"max_word_len": 4}}], "levels a list"),
+    ],
+)
 def test_a_bad_generator_entry_is_a_config_error_that_names_where(generators, message):
     with pytest.raises(ConfigError, match=message) as e:
         rg.dataset(generators=generators, n_train=4, n_val=2, n_test=2)
@@ -85,8 +100,12 @@ def test_answers_are_read_in_the_tasks_format_and_a_missing_one_says_what_was_mi
     assert rg.extract("Answer: 4\nwait, no.\nAnswer: 5") == "5"  # the last one counts
     assert rg.extract("think <answer>4</answer> then <answer> 5 </answer>", "answer_tag") == "5"
     assert rg.extract("\nnus\nbecause", "first_line") == "nus" and rg.extract("so:\n5\n\n", "last_line") == "5"
-    for text, fmt, why in (("The answer is 5", "answer_line", "no 'Answer: ...' line"), ("Answer:  ", "answer_line",
-                           "'Answer:' line is empty"), ("5", "answer_tag", "no <answer>"), ("  ", "last_line", "empty")):
+    for text, fmt, why in (
+        ("The answer is 5", "answer_line", "no 'Answer: ...' line"),
+        ("Answer:  ", "answer_line", "'Answer:' line is empty"),
+        ("5", "answer_tag", "no <answer>"),
+        ("  ", "last_line", "empty"),
+    ):
         with pytest.raises(AnswerFormatError, match=why):
             rg.extract(text, fmt)
     assert [rg.written("5", f) for f in rg.FORMATS] == ["Answer: 5", "<answer>5</answer>", "5", "5"]
@@ -96,20 +115,27 @@ def test_the_reward_is_the_packages_score_and_its_feedback_never_holds_the_gold_
     tasks = splits()["test"]
     word = next(t for t in tasks if t["generator"] == "spell_backward")
     right = rg.reward(word, f"Let me see.\nAnswer: {word['answer']}")
-    assert (right.score, right.components, right.feedback) == (1.0, {"extracted": 1.0, "correct": 1.0},
-                                                               f"correct: answered {word['answer']!r}")
+    assert (right.score, right.components, right.feedback) == (
+        1.0,
+        {"extracted": 1.0, "correct": 1.0},
+        f"correct: answered {word['answer']!r}",
+    )
     none = rg.reward(word, "It is spelt backward, obviously.")
     assert (none.score, none.components["extracted"]) == (0.0, 0.0)
     assert none.feedback == "no answer could be read: no 'Answer: ...' line in the reply"
-    assert rg.reward(word, {"reply": "x", "answer": None, "extract_error": "the reply is empty"}).feedback == \
-        "no answer could be read: the reply is empty"
+    assert (
+        rg.reward(word, {"reply": "x", "answer": None, "extract_error": "the reply is empty"}).feedback
+        == "no answer could be read: the reply is empty"
+    )
     for t in tasks:
         wrong = rg.reward(t, "Answer: 123456789")
         assert wrong.score < 1 and t["answer"] not in wrong.feedback.replace("123456789", "")
         assert wrong.feedback.startswith("wrong: answered '123456789'") and "the expected answer is" in wrong.feedback
     # the reward scores against the package's own entry, regenerated, never the task's stored gold
     forged = dict(word, answer="forged")
-    assert rg.reward(forged, "Answer: forged").score == 0.0 and rg.reward(forged, f"Answer: {word['answer']}").score == 1
+    assert (
+        rg.reward(forged, "Answer: forged").score == 0.0 and rg.reward(forged, f"Answer: {word['answer']}").score == 1
+    )
     broken = rg.reward(dict(word, question="Spell this word backward: abc"), "Answer: cba")
     assert broken.score == 0.0 and "not what spell_backward generates" in broken.error
 
@@ -121,8 +147,10 @@ def test_the_agent_asks_once_under_the_instruction_and_returns_the_answer_it_rea
     assert msgs[0].content == rg.INSTRUCTIONS["answer_line"]  # no instruction component: the format's default
     demos = json.dumps([{"question": "Spell this word backward (example: sun -> nus): cat", "answer": "tac"}])
     msgs = rg.messages_for(task, {"instruction": ANSWER, "demos": demos, "template": "Q: {question}\nA:"})
-    assert msgs[0].content.startswith(ANSWER + "\n\nExamples:\n\nExample 1\nQuestion: Spell") and "Answer: tac" in \
-        msgs[0].content
+    assert (
+        msgs[0].content.startswith(ANSWER + "\n\nExamples:\n\nExample 1\nQuestion: Spell")
+        and "Answer: tac" in msgs[0].content
+    )
     assert msgs[1].content == f"Q: {task['question']}\nA:"
     out = reply(tuple(rg.messages_for(task, {"instruction": ANSWER})))
     assert out == f"Answer: {task['answer']}"  # the scripted solver knows short words
@@ -142,12 +170,19 @@ def test_cold_start_demos_are_the_agents_messages_with_the_gold_answer_in_the_fo
 
 
 def test_a_task_file_naming_the_world_gets_agent_reward_dataset_and_hooks():
-    cfg = validate_task({"world": "reasoning_gym", "models": {"policy": {"backend": "local", "cold_start": {}}},
-                         "dataset": {"params": {"generators": ["spell_backward"]}},
-                         "operators": [{"name": "memory", "params": {"embedder": "hashing"}}, {"name": "topology"}]})
-    assert (cfg.agent, cfg.reward, cfg.dataset.source) == ("evolve.worlds.reasoning_gym:agent",
-                                                           "evolve.worlds.reasoning_gym:reward",
-                                                           "evolve.worlds.reasoning_gym:dataset")
+    cfg = validate_task(
+        {
+            "world": "reasoning_gym",
+            "models": {"policy": {"backend": "local", "cold_start": {}}},
+            "dataset": {"params": {"generators": ["spell_backward"]}},
+            "operators": [{"name": "memory", "params": {"embedder": "hashing"}}, {"name": "topology"}],
+        }
+    )
+    assert (cfg.agent, cfg.reward, cfg.dataset.source) == (
+        "evolve.worlds.reasoning_gym:agent",
+        "evolve.worlds.reasoning_gym:reward",
+        "evolve.worlds.reasoning_gym:dataset",
+    )
     assert cfg.models["policy"].cold_start.demos == "evolve.worlds.reasoning_gym:demos"
     assert cfg.operators[0].params["extract"] == "evolve.worlds.reasoning_gym:experiences"
     assert cfg.operators[1].params["palette"] == "evolve.worlds.reasoning_gym.workflow:PALETTE"
@@ -174,8 +209,12 @@ def test_memory_recalls_solved_training_tasks_and_never_the_task_itself(tmp_path
     archive = Archive(tmp_path / "m", create=False)
     with_memory = [s for s in (archive.get_system(r.id) for r in archive.records()) if s.memory]
     assert with_memory, "the memory operator proposed no child"
-    recalled = [(t.task_id, step.result) for t in archive.trajectories(with_memory[0].id) for step in t.steps
-                if getattr(step, "name", None) == "recall_memory"]
+    recalled = [
+        (t.task_id, step.result)
+        for t in archive.trajectories(with_memory[0].id)
+        for step in t.steps
+        if getattr(step, "name", None) == "recall_memory"
+    ]
     assert recalled and any(r for _, r in recalled)
     assert all(item["answer"] and item["question"] for _, r in recalled for item in r)
     assert not any(item["task_id"] == tid for tid, r in recalled for item in r)
@@ -188,8 +227,13 @@ def test_the_agent_as_a_graph_scores_as_the_agent_does_and_the_palette_loads(tmp
 
     Palette.parse(PALETTE).check(node_types)
     data = yaml.safe_load(SMOKE.read_text())
-    data.update(agent="evolve.topology:agent", prompts={"instruction": ANSWER}, workflow={"graph": single_step()},
-                operators=[], budget={"generations": 0})
+    data.update(
+        agent="evolve.topology:agent",
+        prompts={"instruction": ANSWER},
+        workflow={"graph": single_step()},
+        operators=[],
+        budget={"generations": 0},
+    )
     data["engine"].pop("curriculum")
     graph = evolve.run(data, out=tmp_path / "g", base_dir=SMOKE.parent)
     data.update(agent="evolve.worlds.reasoning_gym:agent", workflow={})
@@ -220,9 +264,13 @@ def test_the_topology_search_finds_the_reformat_loop_for_a_model_that_explains(t
 
     data = yaml.safe_load(SMOKE.read_text())
     data["engine"].pop("curriculum")
-    data.update(agent="evolve.topology:agent", workflow={"graph": single_step()}, budget={"generations": 1},
-                prompts={"instruction": "Solve the problem and explain. End with: Answer: <answer>"},
-                operators=[{"name": "topology", "params": {"max_evals": 6, "search_tasks": 12}}])
+    data.update(
+        agent="evolve.topology:agent",
+        workflow={"graph": single_step()},
+        budget={"generations": 1},
+        prompts={"instruction": "Solve the problem and explain. End with: Answer: <answer>"},
+        operators=[{"name": "topology", "params": {"max_evals": 6, "search_tasks": 12}}],
+    )
     report = evolve.run(data, out=tmp_path / "t", base_dir=SMOKE.parent)
     assert report["baseline"]["test"]["score"] == 0.0 and report["best"]["test"]["score"] > 0.5
     best = Archive(tmp_path / "t", create=False).get_system(report["best"]["system_id"])
@@ -232,13 +280,21 @@ def test_the_topology_search_finds_the_reformat_loop_for_a_model_that_explains(t
 def test_reflexion_retries_on_the_feedback_which_never_tells_the_gold_answer(tmp_path):
     data = yaml.safe_load(SMOKE.read_text())
     data["engine"].pop("curriculum")
-    data.update(agent="evolve.worlds.reasoning_gym:reflexion_agent", prompts={"instruction": ANSWER}, operators=[],
-                budget={"generations": 0})
+    data.update(
+        agent="evolve.worlds.reasoning_gym:reflexion_agent",
+        prompts={"instruction": ANSWER},
+        operators=[],
+        budget={"generations": 0},
+    )
     report = evolve.run(data, out=tmp_path / "x", base_dir=SMOKE.parent)
     archive = Archive(tmp_path / "x", create=False)
     tasks = {t["id"]: t for t in rg.dataset(**data["dataset"]["params"])["test"]}
-    lessons = [(t.task_id, s.result) for t in archive.trajectories(report["baseline"]["system_id"], split="test")
-               for s in t.steps if getattr(s, "name", None) == "reflexion"]
+    lessons = [
+        (t.task_id, s.result)
+        for t in archive.trajectories(report["baseline"]["system_id"], split="test")
+        for s in t.steps
+        if getattr(s, "name", None) == "reflexion"
+    ]
     assert lessons, "no attempt failed: the scripted solver is wrong on long sums and words"
     assert all(str(lesson).startswith("wrong: answered") for _, lesson in lessons)  # the next attempt's lesson
     assert all(tasks[tid]["answer"] not in str(lesson) for tid, lesson in lessons)

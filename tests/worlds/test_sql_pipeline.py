@@ -18,11 +18,16 @@ pytestmark = pytest.mark.slow
 def small_task() -> dict:
     data = yaml.safe_load((TESTS.parent / "examples" / "sql_agent" / "task.yaml").read_text())
     data["dataset"]["params"] = {"n_train": 120, "n_val": 16, "n_test": 16}
-    data["models"]["policy"]["cold_start"].update(n_demos=24, epochs=2, eval_every=4, n_eval=8,
-                                                  tiny={"d_model": 64, "n_layers": 2, "n_heads": 2, "d_ff": 128})
+    data["models"]["policy"]["cold_start"].update(
+        n_demos=24, epochs=2, eval_every=4, n_eval=8, tiny={"d_model": 64, "n_layers": 2, "n_heads": 2, "d_ff": 128}
+    )
     # threshold 0: every sample counts as a success, so an adapter is trained whatever the accuracy
-    data["operators"] = [{"name": "star", "params": {"tasks": 12, "samples": 2, "threshold": 0.0, "turns": "all", "epochs": 1,
-                                                     "min_examples": 1}}]
+    data["operators"] = [
+        {
+            "name": "star",
+            "params": {"tasks": 12, "samples": 2, "threshold": 0.0, "turns": "all", "epochs": 1, "min_examples": 1},
+        }
+    ]
     data["budget"] = {"generations": 1}
     data["engine"] = {"minibatch": 8, "min_gain": -1.0, "val_tolerance": 1.0}  # accept the child: plumbing
     data["runner"] = {"name": "thread", "workers": 16, "timeout": 60}
@@ -74,8 +79,20 @@ def _rescored_on_more_tasks(tmp_path, child):
     task.write_text(yaml.safe_dump(small_task()))
     out = tmp_path / "rescore"
     run = tmp_path / "run"
-    rows = rescore.main(["--task", str(task), "--seed", "0", "--n-test", "32", "--out", str(out),
-                         f"sft={run}:baseline", f"star={run}:op:star"])["rows"]
+    rows = rescore.main(
+        [
+            "--task",
+            str(task),
+            "--seed",
+            "0",
+            "--n-test",
+            "32",
+            "--out",
+            str(out),
+            f"sft={run}:baseline",
+            f"star={run}:op:star",
+        ]
+    )["rows"]
     assert [r["n"] for r in rows] == [32, 32] and rows[1]["system"] == child.id
     d = rows[1]["vs_first"]
     assert abs(d["diff"] - (rows[1]["accuracy"] - rows[0]["accuracy"])) < 1e-9
@@ -83,7 +100,9 @@ def _rescored_on_more_tasks(tmp_path, child):
     scoring = Archive(out, create=False)
     assert scoring.artifacts.path(spec.adapter).exists() and scoring.artifacts.path(spec.base).exists()
     src = Archive(run, create=False)
-    scored = [{str(t.task_id): t.score for t in scoring.trajectories(system_id=r["system"], split="test")} for r in rows]
+    scored = [
+        {str(t.task_id): t.score for t in scoring.trajectories(system_id=r["system"], split="test")} for r in rows
+    ]
     assert [len(s) for s in scored] == [32, 32]
     # the run scored its baseline on test (its 16 tasks are the first of the 32): the same scores again
     mine = {str(t.task_id): t.score for t in src.trajectories(system_id=rows[0]["system"], split="test")}

@@ -35,8 +35,9 @@ def library(data) -> ToolLibrary:
         pytest.skip(str(e))
     trajs = []
     for t in data["train"]:  # what a perfect agent would have recorded
-        call = ToolCall(name="execute_sql", args={"db": t["db"], "sql": t["gold_sql"]},
-                        result=sql.execute(t["db"], t["gold_sql"]))
+        call = ToolCall(
+            name="execute_sql", args={"db": t["db"], "sql": t["gold_sql"]}, result=sql.execute(t["db"], t["gold_sql"])
+        )
         trajs.append(Trajectory(task_id=t["id"], system_id="s", steps=(call,), reward=Reward(score=1.0)))
     tools = mine_sql(trajs, min_support=3)
     assert len(tools) >= 5
@@ -60,7 +61,9 @@ def _run(task, system, replies):
 
 
 def test_a_tool_call_runs_in_the_sandbox_and_scores_like_its_sql(data, library):
-    system = library.apply_to(System(workflow={"max_turns": 2}, models={"policy": {"backend": "scripted", "name": "x"}}))
+    system = library.apply_to(
+        System(workflow={"max_turns": 2}, models={"policy": {"backend": "scripted", "name": "x"}})
+    )
     n = 0
     for task, tool, kwargs in list(_covered(data, library))[:6]:
         said = call_text(tool, kwargs)
@@ -74,7 +77,9 @@ def test_a_tool_call_runs_in_the_sandbox_and_scores_like_its_sql(data, library):
 
 
 def test_a_bad_call_is_an_error_the_model_sees_then_sql_still_works(data, library):
-    system = library.apply_to(System(workflow={"max_turns": 3}, models={"policy": {"backend": "scripted", "name": "x"}}))
+    system = library.apply_to(
+        System(workflow={"max_turns": 3}, models={"policy": {"backend": "scripted", "name": "x"}})
+    )
     task, tool, kwargs = next(iter(_covered(data, library)))
     too_few = f"{tool.name}({next(iter(kwargs.values()))})"
     first = tool.meta["idents"][0]
@@ -93,8 +98,9 @@ def test_tool_docs_tell_a_model_that_reads_of_each_tool_and_the_tiny_models_prom
     task, tool, kwargs = next(iter(_covered(data, library)))
 
     def first_prompt(workflow, prompts=None):
-        system = library.apply_to(System(workflow=workflow, prompts=prompts or {},
-                                         models={"policy": {"backend": "scripted", "name": "x"}}))
+        system = library.apply_to(
+            System(workflow=workflow, prompts=prompts or {}, models={"policy": {"backend": "scripted", "name": "x"}})
+        )
         traj = _run(task, system, [call_text(tool, kwargs)])
         assert traj.score == 1.0  # the call still runs and scores as its SQL
         return [s for s in traj.steps if getattr(s, "kind", "") == "llm"][0].messages
@@ -144,8 +150,15 @@ def test_a_task_files_tool_library_is_checked_and_given_to_the_starting_system(d
     from evolve.scoring.session import Session
     from evolve.task.taskfile import validate_task
 
-    cfg = validate_task({"agent": "evolve.worlds.sql:agent", "reward": "evolve.worlds.sql:reward", "tools": str(path),
-                         "models": {"policy": {"backend": "scripted", "name": "x"}},
-                         "dataset": {"source": "evolve.worlds.toy:dataset"}, "budget": {"generations": 0}})
+    cfg = validate_task(
+        {
+            "agent": "evolve.worlds.sql:agent",
+            "reward": "evolve.worlds.sql:reward",
+            "tools": str(path),
+            "models": {"policy": {"backend": "scripted", "name": "x"}},
+            "dataset": {"source": "evolve.worlds.toy:dataset"},
+            "budget": {"generations": 0},
+        }
+    )
     session = Session(cfg, base_dir=Path.cwd(), run_dir=tmp_path / "run")
     assert ToolLibrary.from_system(session.baseline()).to_json() == library.to_json()

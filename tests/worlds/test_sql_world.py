@@ -94,8 +94,9 @@ def test_test_names_and_domains_disjoint(data: dict[str, list[dict]]) -> None:
         assert shown == _db_names(t["db"])
 
 
-def test_val_from_held_out_domains_is_its_own_and_the_default_is_unchanged(tmp_path: Path,
-                                                                          data: dict[str, list[dict]]) -> None:
+def test_val_from_held_out_domains_is_its_own_and_the_default_is_unchanged(
+    tmp_path: Path, data: dict[str, list[dict]]
+) -> None:
     other = sql.build(tmp_path / "v", seed=0, val_side="test", **SIZES)
     for split in ("train", "test"):  # the same tasks as the default build
         assert [t["gold_sql"] for t in other[split]] == [t["gold_sql"] for t in data[split]]
@@ -145,7 +146,9 @@ def test_reward_wrong_error_and_garbage(data: dict[str, list[dict]]) -> None:
 def test_order_matters_only_with_order_by(data: dict[str, list[dict]]) -> None:
     checked = 0
     for t in (x for x in data["train"] if x["template"] == "order_limit"):
-        c, tab, o, d, k = re.fullmatch(r"select (\w+) from (\w+) order by (\w+) (asc|desc) limit (\d+)", t["gold_sql"]).groups()
+        c, tab, o, d, k = re.fullmatch(
+            r"select (\w+) from (\w+) order by (\w+) (asc|desc) limit (\d+)", t["gold_sql"]
+        ).groups()
         flip = "asc" if d == "desc" else "desc"
         rev = f"select {c} from (select {c}, {o} from {tab} order by {o} {d} limit {k}) order by {o} {flip}"
         gold = execute(t["db"], t["gold_sql"])
@@ -181,7 +184,9 @@ def test_execute_is_read_only_and_single_select(data: dict[str, list[dict]]) -> 
     assert len(execute(db, f"select * from {table} x, {table} y", max_rows=7)) == 7
     t0 = time.perf_counter()
     with pytest.raises(sql.SQLError, match="timed out"):
-        execute(db, f"select count(*) from {table} a, {table} b, {table} c, {table} d, {table} e, {table} f", timeout=0.2)
+        execute(
+            db, f"select count(*) from {table} a, {table} b, {table} c, {table} d, {table} e, {table} f", timeout=0.2
+        )
     assert time.perf_counter() - t0 < 2.0
 
 
@@ -220,7 +225,9 @@ def test_agent_recovers_from_an_error(data: dict[str, list[dict]]) -> None:
     out = sql.agent(t, ctx)
     assert out["turns"] == 2 and out["sql"] == t["gold_sql"] and out["rows"] == execute(t["db"], t["gold_sql"])
     first, second = ctx.policy.seen
-    assert [m.role for m in first] == ["system", "user"] and first[1].content == sql.prompt_text(t["schema"], t["question"])
+    assert [m.role for m in first] == ["system", "user"] and first[1].content == sql.prompt_text(
+        t["schema"], t["question"]
+    )
     assert [m.role for m in second] == ["system", "user", "assistant", "tool"]
     assert second[2].content == typo and second[3].content == f"error: no such column: {col}x"
     assert [c[0] for c in ctx.calls] == ["execute_sql", "execute_sql"] and ctx.calls[0][3]
@@ -262,18 +269,22 @@ def test_demos_are_laid_out_in_the_systems_template(data: dict[str, list[dict]])
         assert sql.messages_for(t, template=template)[0].content == chat[0]["content"]  # what the agent sends
     # the few-shot heads still find their prompt in that layout
     chats = fewshot_demos(tasks, seed=1, max_k=2, match=1.0, style="full", template=template)
-    assert all(c[0]["content"].endswith(as_ddl(t["schema"]) + "\n\nQuestion: " + t["question"]) for c, t in zip(chats, tasks))
+    assert all(
+        c[0]["content"].endswith(as_ddl(t["schema"]) + "\n\nQuestion: " + t["question"]) for c, t in zip(chats, tasks)
+    )
     assert any(c[0]["content"].startswith("e: ") for c in chats)
     # and the cold start hands the task file's template to the world's demos function
     from evolve.policy.sft import _demos
 
     task = SimpleNamespace(seed=0, prompts={"instruction": "sql please", "template": template})
-    session = SimpleNamespace(task=task, splits={"train": tasks, "val": tasks}, base_dir=Path("."),
-                              initial_tools=dict, initial_memory=dict)
+    session = SimpleNamespace(
+        task=task, splits={"train": tasks, "val": tasks}, base_dir=Path("."), initial_tools=dict, initial_memory=dict
+    )
     cs = SimpleNamespace(n_demos=3, n_eval=2, demos="evolve.worlds.sql:demos", augment=0)
     picked, chats, *_ = _demos(session, "policy", SimpleNamespace(cold_start=cs))
-    assert [c[1]["content"] for c in chats if len(c) == 3] == [sql.messages_for(t, template=template)[0].content
-                                                              for t in picked]
+    assert [c[1]["content"] for c in chats if len(c) == 3] == [
+        sql.messages_for(t, template=template)[0].content for t in picked
+    ]
 
 
 def test_corrupt_makes_failing_queries(data: dict[str, list[dict]]) -> None:
@@ -347,7 +358,9 @@ def test_every_smollm_layers_row_is_a_valid_task() -> None:
     (op,) = cfgs["sft_topology"].operators
     palette = op.params["palette"]
     # the world's palette, with the vote's samples sent to the batched model server at once
-    assert [{**it, "params": {k: v for k, v in it["params"].items() if k != "parallel"}} if it["name"] == "vote"
-            else it for it in palette] == PALETTE
+    assert [
+        {**it, "params": {k: v for k, v in it["params"].items() if k != "parallel"}} if it["name"] == "vote" else it
+        for it in palette
+    ] == PALETTE
     assert next(it for it in palette if it["name"] == "vote")["params"]["parallel"] == 8
     assert set(layers.SCORE_CHILD) <= set(layers.ROWS) and set(layers.AGAINST.values()) <= set(layers.ROWS)

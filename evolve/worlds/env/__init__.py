@@ -33,8 +33,17 @@ WORLD = World(
     dataset="evolve.worlds.env:dataset",
     hooks={"memory.extract": "evolve.worlds.env:experiences"},
     description="OpenEnv-style environments over HTTP or WebSocket (reset/step); a multi-turn agent, scored by "
-                "the environment's rewards",
+    "the environment's rewards",
 )
 
-__all__ = ["DEFAULT_INSTRUCTION", "WORLD", "agent", "dataset", "experiences", "reflexion_agent", "render", "reward",
-           "to_action"]
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "WORLD",
+    "agent",
+    "dataset",
+    "experiences",
+    "reflexion_agent",
+    "render",
+    "reward",
+    "to_action",
+]

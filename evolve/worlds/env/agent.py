@@ -81,8 +81,12 @@ def recall_text(examples: list[dict]) -> str:
         actions = meta.get("actions") or []
         if not actions:
             continue
-        lines.append(f"A similar episode that earned a return of {meta.get('return', 0):g}:\n"
-                     + ex["text"].strip()[:600] + "\nYour actions then:\n" + "\n".join(f"- {a}" for a in actions[:8]))
+        lines.append(
+            f"A similar episode that earned a return of {meta.get('return', 0):g}:\n"
+            + ex["text"].strip()[:600]
+            + "\nYour actions then:\n"
+            + "\n".join(f"- {a}" for a in actions[:8])
+        )
     return "\n\n".join(lines)
 
 
@@ -139,8 +143,9 @@ def agent(task: dict, ctx: Any) -> dict:
     rewards: list[float] = []
     invalid = turn = 0
     try:
-        first = ctx.tool("env.reset", lambda **kw: env.reset(**kw).as_json(), **{"seed": task["seed"],
-                                                                                 **(cfg.get("reset") or {})})
+        first = ctx.tool(
+            "env.reset", lambda **kw: env.reset(**kw).as_json(), **{"seed": task["seed"], **(cfg.get("reset") or {})}
+        )
         obs, done = first["observation"], bool(first["done"])
         first_text = render(obs, key, obs_chars)
         mem = getattr(ctx.system, "memory", None) or {}
@@ -154,8 +159,9 @@ def agent(task: dict, ctx: Any) -> dict:
             action, why = to_action(reply, spec)
             if action is None:
                 invalid += 1
-                messages.append(Message(role="user", content=f"That reply is not an action: {why}. Reply with one "
-                                                             "JSON object."))
+                messages.append(
+                    Message(role="user", content=f"That reply is not an action: {why}. Reply with one JSON object.")
+                )
                 continue
             try:
                 r = ctx.tool("env.step", lambda action: env.step(action).as_json(), action=action)
@@ -169,9 +175,17 @@ def agent(task: dict, ctx: Any) -> dict:
             messages.append(Message(role="user", content=render(obs, key, obs_chars)))
     finally:
         env.close()
-    return {"actions": [action_text(a, spec) for a in actions], "rewards": rewards, "return": sum(rewards),
-            "done": done, "turns": turn, "invalid": invalid, "first_observation": first_text,
-            "final_observation": render(obs, key, obs_chars), "transport": env.transport}
+    return {
+        "actions": [action_text(a, spec) for a in actions],
+        "rewards": rewards,
+        "return": sum(rewards),
+        "done": done,
+        "turns": turn,
+        "invalid": invalid,
+        "first_observation": first_text,
+        "final_observation": render(obs, key, obs_chars),
+        "transport": env.transport,
+    }
 
 
 def _reflexion_agent() -> Any:
@@ -179,13 +193,27 @@ def _reflexion_agent() -> Any:
     lesson's material; each attempt is a fresh episode of the same seed."""
     from evolve.reflexion import reflexion_agent as wrap
 
-    fn = wrap("evolve.worlds.env:agent", "evolve.worlds.env:reward", name="reflexion_agent", reflect="feedback",
-              max_attempts=2)
+    fn = wrap(
+        "evolve.worlds.env:agent",
+        "evolve.worlds.env:reward",
+        name="reflexion_agent",
+        reflect="feedback",
+        max_attempts=2,
+    )
     fn.__module__ = "evolve.worlds.env"
     return fn
 
 
 reflexion_agent = _reflexion_agent()  # ``agent: evolve.worlds.env:reflexion_agent`` in a task file
 
-__all__ = ["DEFAULT_INSTRUCTION", "TEXT_FIELDS", "action_text", "agent", "messages_for", "recall_text",
-           "reflexion_agent", "render", "to_action"]
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "TEXT_FIELDS",
+    "action_text",
+    "agent",
+    "messages_for",
+    "recall_text",
+    "reflexion_agent",
+    "render",
+    "to_action",
+]

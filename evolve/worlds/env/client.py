@@ -61,14 +61,19 @@ def check_url(url: Any, where: str = "dataset.params.url") -> str:
     """``url`` as an http(s) base URL without a trailing slash (``ws://`` and ``wss://`` are
     taken as their http twins), or ConfigError saying what is wrong."""
     if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"the environment server's URL must be a non-empty string like 'http://127.0.0.1:8000', "
-                          f"got {url!r}", path=where)
+        raise ConfigError(
+            f"the environment server's URL must be a non-empty string like 'http://127.0.0.1:8000', got {url!r}",
+            path=where,
+        )
     raw = url.strip()
     parts = urlsplit(raw)
     scheme = {"ws": "http", "wss": "https"}.get(parts.scheme.lower(), parts.scheme.lower())
     if scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{raw!r} is not an environment server URL; write it as http://HOST:PORT (or https://, "
-                          "ws://, wss://), e.g. http://127.0.0.1:8000", path=where)
+        raise ConfigError(
+            f"{raw!r} is not an environment server URL; write it as http://HOST:PORT (or https://, "
+            "ws://, wss://), e.g. http://127.0.0.1:8000",
+            path=where,
+        )
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
@@ -103,11 +108,17 @@ def parse_result(payload: Any, *, where: str) -> StepResult:
     wrong with it. ``reward`` may be missing or null (no reward yet: OpenEnv's default), a number
     or a bool; ``done`` missing is False."""
     if not isinstance(payload, dict):
-        raise InfraError(f"{where} answered {type(payload).__name__} {_snippet(payload)}, not an object with "
-                         "'observation', 'reward' and 'done'", category="server")
+        raise InfraError(
+            f"{where} answered {type(payload).__name__} {_snippet(payload)}, not an object with "
+            "'observation', 'reward' and 'done'",
+            category="server",
+        )
     if "observation" not in payload:
-        raise InfraError(f"{where} answered without 'observation' (keys: {sorted(payload)[:10]}); an OpenEnv-style "
-                         "server answers {\"observation\": ..., \"reward\": ..., \"done\": ...}", category="server")
+        raise InfraError(
+            f"{where} answered without 'observation' (keys: {sorted(payload)[:10]}); an OpenEnv-style "
+            'server answers {"observation": ..., "reward": ..., "done": ...}',
+            category="server",
+        )
     reward = payload.get("reward")
     if reward is not None:
         if isinstance(reward, bool):
@@ -117,8 +128,10 @@ def parse_result(payload: Any, *, where: str) -> StepResult:
             if not math.isfinite(reward):
                 raise InfraError(f"{where} answered a reward of {reward}, not a finite number", category="server")
         else:
-            raise InfraError(f"{where} answered a reward of {_snippet(reward)} ({type(reward).__name__}), not a "
-                             "number", category="server")
+            raise InfraError(
+                f"{where} answered a reward of {_snippet(reward)} ({type(reward).__name__}), not a number",
+                category="server",
+            )
     done = payload.get("done", False)
     if done is None:
         done = False
@@ -137,8 +150,10 @@ def _httpx() -> Any:
     try:
         import httpx
     except ImportError:
-        raise MissingDependency("world: env needs the Python package 'httpx', which is not installed; "
-                                "install it with: pip install 'evolvekit[env]'") from None
+        raise MissingDependency(
+            "world: env needs the Python package 'httpx', which is not installed; "
+            "install it with: pip install 'evolvekit[env]'"
+        ) from None
     return httpx
 
 
@@ -159,31 +174,43 @@ class HTTPEnv:
         try:
             r = self._client.post(path, json=body)
         except httpx.TimeoutException as e:
-            raise InfraError(f"{where} timed out: {type(e).__name__}: {e}", category="timeout", retryable=True) from None
+            raise InfraError(
+                f"{where} timed out: {type(e).__name__}: {e}", category="timeout", retryable=True
+            ) from None
         except httpx.TransportError as e:  # refused, reset, a broken answer
-            raise InfraError(f"{where} is unreachable: {type(e).__name__}: {e}", category="unreachable",
-                             retryable=True) from None
+            raise InfraError(
+                f"{where} is unreachable: {type(e).__name__}: {e}", category="unreachable", retryable=True
+            ) from None
         if r.status_code >= 400:
             detail = _detail(r)
             cat = http_category(r.status_code)
             if stepping and r.status_code in (400, 422):
                 raise ActionRejected(f"the environment refused the action (HTTP {r.status_code}): {detail}")
             if r.status_code == 404 and not stepping:
-                raise InfraError(f"{where} answered 404: the server has no /reset (an OpenEnv server in production "
-                                 f"mode serves only /ws: use transport: ws): {detail}", category="not_found")
+                raise InfraError(
+                    f"{where} answered 404: the server has no /reset (an OpenEnv server in production "
+                    f"mode serves only /ws: use transport: ws): {detail}",
+                    category="not_found",
+                )
             if r.status_code == 404:  # the episode's session is gone (expired, evicted, server restarted)
-                raise InfraError(f"{where} answered 404, the episode's session is gone: {detail}", category="server",
-                                 retryable=True)
+                raise InfraError(
+                    f"{where} answered 404, the episode's session is gone: {detail}", category="server", retryable=True
+                )
             if cat == "request":
                 cat = "config"
-            raise InfraError(f"{where} answered HTTP {r.status_code}: {detail}", category=cat,
-                             retryable=cat in ("server", "rate_limit", "timeout"))
+            raise InfraError(
+                f"{where} answered HTTP {r.status_code}: {detail}",
+                category=cat,
+                retryable=cat in ("server", "rate_limit", "timeout"),
+            )
         try:
             payload = r.json()
         except ValueError:
             kind = r.headers.get("content-type", "no content type")
-            raise InfraError(f"{where} answered something that is not JSON (HTTP {r.status_code}, {kind}): "
-                             f"{_snippet(r.text)!r}", category="server") from None
+            raise InfraError(
+                f"{where} answered something that is not JSON (HTTP {r.status_code}, {kind}): {_snippet(r.text)!r}",
+                category="server",
+            ) from None
         return parse_result(payload, where=where)
 
     def reset(self, **params: Any) -> StepResult:
@@ -221,9 +248,11 @@ def _websockets() -> Any:
         import websockets.exceptions  # noqa: F401
         import websockets.sync.client  # noqa: F401
     except ImportError:
-        raise MissingDependency("world: env with transport 'ws' needs the Python package 'websockets', which is "
-                                "not installed; install it with: pip install 'evolvekit[env]' (or use transport: "
-                                "http)") from None
+        raise MissingDependency(
+            "world: env with transport 'ws' needs the Python package 'websockets', which is "
+            "not installed; install it with: pip install 'evolvekit[env]' (or use transport: "
+            "http)"
+        ) from None
     return websockets
 
 
@@ -245,18 +274,23 @@ class WSEnv:
         self.base, self.url, self.timeout = base, ws_url(base), timeout
         where = f"environment server {self.url}"
         try:
-            self._ws = ws.sync.client.connect(self.url, open_timeout=timeout, close_timeout=2,
-                                              max_size=64 * 1024 * 1024,
-                                              **({"proxy": None} if _loopback(base) else {}))
+            self._ws = ws.sync.client.connect(
+                self.url,
+                open_timeout=timeout,
+                close_timeout=2,
+                max_size=64 * 1024 * 1024,
+                **({"proxy": None} if _loopback(base) else {}),
+            )
         except ws.exceptions.InvalidStatus as e:
-            raise NoWebSocket(f"{where} answered the WebSocket handshake with HTTP "
-                              f"{e.response.status_code}") from None
+            raise NoWebSocket(f"{where} answered the WebSocket handshake with HTTP {e.response.status_code}") from None
         except TimeoutError as e:
-            raise InfraError(f"{where} timed out opening the WebSocket: {e}", category="timeout",
-                             retryable=True) from None
+            raise InfraError(
+                f"{where} timed out opening the WebSocket: {e}", category="timeout", retryable=True
+            ) from None
         except (OSError, ws.exceptions.InvalidHandshake, ws.exceptions.ConnectionClosed) as e:
-            raise InfraError(f"{where} is unreachable: {type(e).__name__}: {e}", category="unreachable",
-                             retryable=True) from None
+            raise InfraError(
+                f"{where} is unreachable: {type(e).__name__}: {e}", category="unreachable", retryable=True
+            ) from None
 
     def _ask(self, message: dict[str, Any], what: str) -> StepResult:
         ws = _websockets()
@@ -265,19 +299,25 @@ class WSEnv:
             self._ws.send(json.dumps(message))
             raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError:
-            raise InfraError(f"{where} sent no answer within {self.timeout:g}s", category="timeout",
-                             retryable=True) from None
+            raise InfraError(
+                f"{where} sent no answer within {self.timeout:g}s", category="timeout", retryable=True
+            ) from None
         except (OSError, ws.exceptions.ConnectionClosed) as e:
-            raise InfraError(f"{where}: the connection broke: {type(e).__name__}: {e}", category="unreachable",
-                             retryable=True) from None
+            raise InfraError(
+                f"{where}: the connection broke: {type(e).__name__}: {e}", category="unreachable", retryable=True
+            ) from None
         try:
             answer = json.loads(raw)
         except (ValueError, TypeError):
-            raise InfraError(f"{where} answered something that is not JSON: {_snippet(raw)!r}",
-                             category="server") from None
+            raise InfraError(
+                f"{where} answered something that is not JSON: {_snippet(raw)!r}", category="server"
+            ) from None
         if not isinstance(answer, dict) or "type" not in answer:
-            raise InfraError(f"{where} answered {_snippet(answer)}, not an OpenEnv message "
-                             "({\"type\": \"observation\" | \"error\", \"data\": ...})", category="server")
+            raise InfraError(
+                f"{where} answered {_snippet(answer)}, not an OpenEnv message "
+                '({"type": "observation" | "error", "data": ...})',
+                category="server",
+            )
         data = answer.get("data")
         if answer["type"] == "error":
             err = data if isinstance(data, dict) else {}
@@ -286,11 +326,13 @@ class WSEnv:
                 raise ActionRejected(f"the environment refused the action ({code}): {text}")
             if code in _ACTION_CODES or code == "INVALID_JSON":
                 raise InfraError(f"{where} refused the request ({code}): {text}", category="config")
-            raise InfraError(f"{where} answered an error{f' ({code})' if code else ''}: {text}", category="server",
-                             retryable=True)
+            raise InfraError(
+                f"{where} answered an error{f' ({code})' if code else ''}: {text}", category="server", retryable=True
+            )
         if answer["type"] != "observation":
-            raise InfraError(f"{where} answered a message of type {_snippet(answer['type'])}, not 'observation'",
-                             category="server")
+            raise InfraError(
+                f"{where} answered a message of type {_snippet(answer['type'])}, not 'observation'", category="server"
+            )
         return parse_result(data, where=where)
 
     def reset(self, **params: Any) -> StepResult:
@@ -345,10 +387,21 @@ def connect(base: str, transport: str = "auto", *, timeout: float = 30.0) -> HTT
         try:
             return WSEnv(base, timeout=timeout)
         except NoWebSocket as e:
-            raise InfraError(f"{e}: it has no OpenEnv WebSocket endpoint; use transport: http if it serves /reset "
-                             "and /step", category="not_found") from None
+            raise InfraError(
+                f"{e}: it has no OpenEnv WebSocket endpoint; use transport: http if it serves /reset and /step",
+                category="not_found",
+            ) from None
     return HTTPEnv(base, timeout=timeout)
 
 
-__all__ = ["TRANSPORTS", "ActionRejected", "HTTPEnv", "StepResult", "WSEnv", "check_url", "connect", "parse_result",
-           "ws_url"]
+__all__ = [
+    "TRANSPORTS",
+    "ActionRejected",
+    "HTTPEnv",
+    "StepResult",
+    "WSEnv",
+    "check_url",
+    "connect",
+    "parse_result",
+    "ws_url",
+]

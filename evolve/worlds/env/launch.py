@@ -23,15 +23,21 @@ def load_app(path: Any, search: str | None = None, where: str = "dataset.params.
     from evolve.registry import import_path
 
     if not isinstance(path, str) or ":" not in path:
-        raise ConfigError(f"{path!r} is not an import path to an ASGI app; write it as 'package.module:app' (a module "
-                          "beside the task file works: 'wordgame:app')", path=where)
+        raise ConfigError(
+            f"{path!r} is not an import path to an ASGI app; write it as 'package.module:app' (a module "
+            "beside the task file works: 'wordgame:app')",
+            path=where,
+        )
     try:
         app = import_path(path, what="environment server", search=Path(search) if search else None)
     except UserError as e:
         raise ConfigError(str(e), path=where) from None
     if not callable(app):
-        raise ConfigError(f"{path!r} is a {type(app).__name__}, not an ASGI app (a callable such as a Starlette or "
-                          "FastAPI application)", path=where)
+        raise ConfigError(
+            f"{path!r} is a {type(app).__name__}, not an ASGI app (a callable such as a Starlette or "
+            "FastAPI application)",
+            path=where,
+        )
     return app
 
 
@@ -45,8 +51,10 @@ def serve(path: str, search: str | None = None) -> str:
         try:
             import uvicorn  # noqa: F401
         except ImportError:
-            raise MissingDependency("world: env with a server import path needs the Python package 'uvicorn', "
-                                    "which is not installed; install it with: pip install 'evolvekit[env]'") from None
+            raise MissingDependency(
+                "world: env with a server import path needs the Python package 'uvicorn', "
+                "which is not installed; install it with: pip install 'evolvekit[env]'"
+            ) from None
         from evolve.gateway.asgi import ASGIServer
 
         app = load_app(path, search)

@@ -61,9 +61,26 @@ WORLD = World(
         "topology.palette": "evolve.worlds.harbor.workflow:PALETTE",
     },
     description="Harbor task folders (instruction.md, task.toml, environment/, tests/); a shell agent in the "
-                "task's environment, scored by the task's own tests",
+    "task's environment, scored by the task's own tests",
     agents={"oracle": "evolve.worlds.harbor:oracle", "nop": "evolve.worlds.harbor:nop"},
 )
 
-__all__ = ["DEFAULT_INSTRUCTION", "WORLD", "TaskError", "agent", "dataset", "demos", "experiences", "find_tasks",
-           "load_task", "mine_commands", "nop", "oracle", "parse_reply", "reflexion_agent", "reward", "solution_commands", "split_of"]
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "WORLD",
+    "TaskError",
+    "agent",
+    "dataset",
+    "demos",
+    "experiences",
+    "find_tasks",
+    "load_task",
+    "mine_commands",
+    "nop",
+    "oracle",
+    "parse_reply",
+    "reflexion_agent",
+    "reward",
+    "solution_commands",
+    "split_of",
+]

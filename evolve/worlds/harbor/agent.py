@@ -45,7 +45,7 @@ def parse_reply(text: str) -> tuple[str | None, bool]:
     m = _FENCE.search(text)
     if m:
         command = m.group(1).strip()
-        rest = (text[:m.start()] + text[m.end():]).strip()
+        rest = (text[: m.start()] + text[m.end() :]).strip()
         done = bool(re.search(r"\bDONE\b", rest))
         return (command or None), done
     stripped = text.strip()
@@ -66,8 +66,11 @@ def observation(result: Any, obs_chars: int) -> str:
     out = out.strip()
     if len(out) > obs_chars:
         out = "…" + out[-obs_chars:]
-    head = (f"killed: the command did not finish in {result.duration_s:.0f} s" if result.timed_out
-            else f"exit code {result.exit_code}")
+    head = (
+        f"killed: the command did not finish in {result.duration_s:.0f} s"
+        if result.timed_out
+        else f"exit code {result.exit_code}"
+    )
     note = getattr(result, "note", "")
     return head + ("\n" + out if out else "\n(no output)") + (f"\n({note})" if note else "")
 
@@ -78,13 +81,18 @@ def recall_text(examples: list[dict]) -> str:
         cmds = (ex.get("metadata") or {}).get("commands") or []
         if not cmds:
             continue
-        lines.append("A similar task solved before:\n" + ex["text"].strip()[:600] + "\nCommands that solved it:\n"
-                     + "\n".join(f"$ {c}" for c in cmds[:8]))
+        lines.append(
+            "A similar task solved before:\n"
+            + ex["text"].strip()[:600]
+            + "\nCommands that solved it:\n"
+            + "\n".join(f"$ {c}" for c in cmds[:8])
+        )
     return "\n\n".join(lines)
 
 
-def messages_for(task: dict, instruction: str | None, examples: list[dict] | None = None,
-                 tools: dict[str, dict] | None = None) -> list[Message]:
+def messages_for(
+    task: dict, instruction: str | None, examples: list[dict] | None = None, tools: dict[str, dict] | None = None
+) -> list[Message]:
     """The messages an episode opens with (also the cold start's demos'); the system's shell
     shortcuts (:mod:`.tools`) are listed after the instruction."""
     from evolve.worlds.harbor.tools import menu
@@ -112,8 +120,9 @@ class Episode:
 
     _current: contextvars.ContextVar[Episode | None] = contextvars.ContextVar("harbor_episode", default=None)
 
-    def __init__(self, task: dict, ctx: Any, env: Any, tools: dict[str, dict], wf: dict,
-                 user: str | None = None) -> None:
+    def __init__(
+        self, task: dict, ctx: Any, env: Any, tools: dict[str, dict], wf: dict, user: str | None = None
+    ) -> None:
         self.task, self.ctx, self.env, self.tools, self.user = task, ctx, env, tools, user
         self.max_tokens = int(wf.get("max_tokens", 256))
         self.cap = float(wf.get("command_timeout", 60))
@@ -129,8 +138,10 @@ class Episode:
     def current(cls) -> Episode:
         ep = cls._current.get()
         if ep is None:
-            raise RuntimeError("harbor workflow steps run only inside the harbor agent (agent: "
-                               "evolve.worlds.harbor:agent), which opens the task's environment")
+            raise RuntimeError(
+                "harbor workflow steps run only inside the harbor agent (agent: "
+                "evolve.worlds.harbor:agent), which opens the task's environment"
+            )
         return ep
 
     def left(self) -> float:
@@ -161,8 +172,9 @@ class Episode:
         call = _shortcut_call(command, self.tools)
         if call is None:
             self.commands.append(command)
-            r = ctx.tool("shell", lambda command, timeout: _run(env, command, timeout, user), command=command,
-                         timeout=timeout)
+            r = ctx.tool(
+                "shell", lambda command, timeout: _run(env, command, timeout, user), command=command, timeout=timeout
+            )
             shown = observation(_Shown(r), self.obs_chars)
         elif isinstance(call, str):  # a shortcut called wrongly: the agent's own mistake, the turn spent
             shown = call
@@ -191,8 +203,7 @@ def agent(task: dict, ctx: Any) -> dict:
     prompts = getattr(system, "prompts", None) or {}
     max_turns = max(1, int(wf.get("max_turns", 10)))
     spec = getattr(system, "memory", None) or {}
-    examples = (ctx.tool("recall_memory", _recall, spec=spec, query=task["instruction"])
-                if spec.get("store") else [])
+    examples = ctx.tool("recall_memory", _recall, spec=spec, query=task["instruction"]) if spec.get("store") else []
     tools = shortcuts(system)
     graph = graph_of(system)
     episodes: list[Episode] = []
@@ -224,10 +235,15 @@ def agent(task: dict, ctx: Any) -> dict:
         out = run_episode(task, env, act, verify)
     finally:
         env.close()
-    return {"commands": [c for ep in episodes for c in ep.commands], "turns": sum(ep.turns for ep in episodes),
-            "done": bool(episodes) and episodes[-1].said_done, "agent_timed_out": any(ep.timed_out for ep in episodes),
-            "verifier": out["verifier"], "backend": env.backend,
-            "shell_restarts": getattr(env, "restarts", 0)}
+    return {
+        "commands": [c for ep in episodes for c in ep.commands],
+        "turns": sum(ep.turns for ep in episodes),
+        "done": bool(episodes) and episodes[-1].said_done,
+        "agent_timed_out": any(ep.timed_out for ep in episodes),
+        "verifier": out["verifier"],
+        "backend": env.backend,
+        "shell_restarts": getattr(env, "restarts", 0),
+    }
 
 
 def _shortcut_call(command: str, tools: dict[str, dict]) -> tuple[str, dict, str] | str | None:
@@ -250,8 +266,13 @@ def _shortcut_call(command: str, tools: dict[str, dict]) -> tuple[str, dict, str
 
 def _run(env: Any, command: str, timeout: float, user: str | None = None) -> dict:
     r = env.run(command, timeout=timeout, user=user)
-    out = {"exit_code": r.exit_code, "stdout": r.stdout[-8000:], "stderr": r.stderr[-4000:],
-           "timed_out": r.timed_out, "seconds": round(r.duration_s, 3)}
+    out = {
+        "exit_code": r.exit_code,
+        "stdout": r.stdout[-8000:],
+        "stderr": r.stderr[-4000:],
+        "timed_out": r.timed_out,
+        "seconds": round(r.duration_s, 3),
+    }
     if getattr(r, "note", ""):
         out["note"] = r.note
     return out
@@ -270,8 +291,13 @@ def _reflexion_agent() -> Any:
     fresh environment. Attempts from ``workflow.reflexion_attempts`` (2)."""
     from evolve.reflexion import reflexion_agent as wrap
 
-    fn = wrap("evolve.worlds.harbor:agent", "evolve.worlds.harbor:reward", name="reflexion_agent", reflect="feedback",
-              max_attempts=2)
+    fn = wrap(
+        "evolve.worlds.harbor:agent",
+        "evolve.worlds.harbor:reward",
+        name="reflexion_agent",
+        reflect="feedback",
+        max_attempts=2,
+    )
     fn.__module__ = "evolve.worlds.harbor"
     return fn
 

@@ -31,8 +31,10 @@ def cache_root() -> Path:
     return cache_dir("harbor")
 
 
-OFFLINE = (" (its verifier ran without a network: the task leaves network_mode at Harbor's default, public, "
-           "and this machine has no network for it; a task that needs the network cannot pass here)")
+OFFLINE = (
+    " (its verifier ran without a network: the task leaves network_mode at Harbor's default, public, "
+    "and this machine has no network for it; a task that needs the network cannot pass here)"
+)
 
 
 def _primary(rewards: dict | None) -> float | None:
@@ -48,8 +50,10 @@ CHECK_AGENT_CAP = 1800.0  # seconds solve.sh may take in a check when the task s
 def _capped(task: dict) -> dict:
     """``task`` with an agent timeout wherever it has none (Harbor's default): a check must end, so
     that one task whose solve.sh hangs is reported, not the whole run held."""
+
     def cap(d: dict) -> dict:
         return {**d, "agent_timeout": CHECK_AGENT_CAP} if d.get("agent_timeout") is None else d
+
     out = cap(task)
     if task.get("steps"):
         out["steps"] = [cap(s) for s in task["steps"]]
@@ -65,9 +69,18 @@ def trial(task: dict, backend: str, *, solve: bool) -> dict[str, Any]:
 
     task = _capped(task)
 
-    out: dict[str, Any] = {"agent": "oracle" if solve else "nop", "reward": None, "rewards": None, "score": None,
-                           "exception_type": None, "exception_message": None, "status": None, "verdict": None,
-                           "solve": [], "offline": False}
+    out: dict[str, Any] = {
+        "agent": "oracle" if solve else "nop",
+        "reward": None,
+        "rewards": None,
+        "score": None,
+        "exception_type": None,
+        "exception_message": None,
+        "status": None,
+        "verdict": None,
+        "solve": [],
+        "offline": False,
+    }
     env = None
     try:
         env = open_environment(task, backend)
@@ -77,18 +90,29 @@ def trial(task: dict, backend: str, *, solve: bool) -> dict[str, Any]:
             if not solve:
                 return
             r = env.solve(step if task.get("steps") else None)
-            out["solve"].append({"step": step["name"], "exit_code": r.exit_code, "timed_out": r.timed_out,
-                                 "output": ((r.stdout or "") + (r.stderr or ""))[-1500:]})
+            out["solve"].append(
+                {
+                    "step": step["name"],
+                    "exit_code": r.exit_code,
+                    "timed_out": r.timed_out,
+                    "output": ((r.stdout or "") + (r.stderr or ""))[-1500:],
+                }
+            )
             if r.timed_out and out["exception_type"] is None:  # Harbor grades it still
-                out.update(exception_type="AgentTimeoutError",
-                           exception_message="solve.sh did not finish within the agent's timeout_sec (or "
-                                             f"{CHECK_AGENT_CAP:g} s, a check's limit where the task sets none)")
+                out.update(
+                    exception_type="AgentTimeoutError",
+                    exception_message="solve.sh did not finish within the agent's timeout_sec (or "
+                    f"{CHECK_AGENT_CAP:g} s, a check's limit where the task sets none)",
+                )
 
         v = run_episode(task, env, act)["verifier"]
         out.update(verdict=v, rewards=v["components"], reward=_primary(v["components"]), score=v["score"])
     except InfraError as e:
-        out.update(exception_type=getattr(e, "kind", type(e).__name__),
-                   exception_message=getattr(e, "reason", str(e)), status=getattr(e, "status", "broken"))
+        out.update(
+            exception_type=getattr(e, "kind", type(e).__name__),
+            exception_message=getattr(e, "reason", str(e)),
+            status=getattr(e, "status", "broken"),
+        )
     finally:
         if env is not None:
             env.close()
@@ -111,8 +135,11 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
 
     resolved = resolve_backend(backend)
     # another image map, build network, capability set or allowed variable: checked again
-    setting = {k: task.get(k) for k in ("build_network", "capabilities", "allow_env") if task.get(k) not in
-               (None, "auto", "reduced", [])}
+    setting = {
+        k: task.get(k)
+        for k in ("build_network", "capabilities", "allow_env")
+        if task.get(k) not in (None, "auto", "reduced", [])
+    }
     mapped = json.dumps({**({"images": task["images"]} if task.get("images") else {}), **setting}, sort_keys=True)
     if set(json.loads(mapped)) == {"images"}:  # the image map alone: the key it always had
         mapped = json.dumps(task["images"], sort_keys=True)
@@ -124,8 +151,15 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
         except (OSError, json.JSONDecodeError):
             pass
     t0 = time.monotonic()
-    out: dict[str, Any] = {"id": task["id"], "backend": resolved, "untouched": None, "solved": None, "trials": {},
-                           "notes": list(task.get("notes") or []), "host_env": host_env(task)}
+    out: dict[str, Any] = {
+        "id": task["id"],
+        "backend": resolved,
+        "untouched": None,
+        "solved": None,
+        "trials": {},
+        "notes": list(task.get("notes") or []),
+        "host_env": host_env(task),
+    }
     nop = out["trials"]["nop"] = trial(task, resolved, solve=False)
     out["untouched"] = nop["verdict"]
     if nop["exception_type"]:
@@ -133,8 +167,11 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
         if nop["offline"]:
             out["why"] += OFFLINE
     elif nop["score"] >= 1.0:
-        out.update(status="broken", why=f"tests/test.sh passes on the untouched environment (reward {nop['score']:g}): "
-                   "it does not test the instruction")
+        out.update(
+            status="broken",
+            why=f"tests/test.sh passes on the untouched environment (reward {nop['score']:g}): "
+            "it does not test the instruction",
+        )
     elif not task.get("has_solution"):
         out.update(status="unverified", why="no solution/solve.sh, so nothing shows the task can be solved")
     else:
@@ -148,8 +185,11 @@ def check_task(task: dict, backend: str = "auto", *, cache: bool = True) -> dict
         elif orc["score"] >= 1.0:
             out.update(status="ok", why="")
         else:
-            out.update(status="broken", why=f"its own solution/solve.sh does not pass tests/test.sh (reward "
-                       f"{orc['score']:g}, solve.sh exit {last.get('exit_code')}): {(last.get('output') or '')[-300:]!r}")
+            out.update(
+                status="broken",
+                why=f"its own solution/solve.sh does not pass tests/test.sh (reward "
+                f"{orc['score']:g}, solve.sh exit {last.get('exit_code')}): {(last.get('output') or '')[-300:]!r}",
+            )
         if out["status"] != "ok" and orc["offline"]:
             out["why"] += OFFLINE
     if any(t["status"] is not None for t in out["trials"].values()):

@@ -15,8 +15,12 @@ from typing import Any
 
 import typer
 
-app = typer.Typer(name="harbor", no_args_is_help=True, add_completion=False,
-                  help="Harbor task folders: check that tasks load and that their solutions pass.")
+app = typer.Typer(
+    name="harbor",
+    no_args_is_help=True,
+    add_completion=False,
+    help="Harbor task folders: check that tasks load and that their solutions pass.",
+)
 
 
 @app.callback()
@@ -30,17 +34,33 @@ def check_command(
     environment: str = typer.Option("auto", "--environment", "-e", help="auto, sandbox or docker."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Check again even if this task content was checked."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per task on stdout."),
-    image: list[str] = typer.Option([], "--image", help="NAME=LOCAL: build a FROM (or docker_image) naming NAME on "
-                                    "the local image LOCAL (the image map, for machines that reach no registry); "
-                                    "repeat it for more."),
-    allow_env: list[str] = typer.Option([], "--allow-env", metavar="NAME", help="Let a task's ${NAME} read the "
-                                        "host's variable NAME (none is read otherwise; its value is masked in all "
-                                        "output); repeat it for more."),
-    build_network: str = typer.Option("auto", "--build-network", help="auto (the engine's bridge network, none "
-                                      "where it has none), none, or host: the machine's own network, for tasks "
-                                      "you trust with its loopback services."),
-    capabilities: str = typer.Option("reduced", "--capabilities", help="reduced (the capabilities published tasks "
-                                     "need) or docker (the engine's defaults) in the containers."),
+    image: list[str] = typer.Option(
+        [],
+        "--image",
+        help="NAME=LOCAL: build a FROM (or docker_image) naming NAME on "
+        "the local image LOCAL (the image map, for machines that reach no registry); "
+        "repeat it for more.",
+    ),
+    allow_env: list[str] = typer.Option(
+        [],
+        "--allow-env",
+        metavar="NAME",
+        help="Let a task's ${NAME} read the "
+        "host's variable NAME (none is read otherwise; its value is masked in all "
+        "output); repeat it for more.",
+    ),
+    build_network: str = typer.Option(
+        "auto",
+        "--build-network",
+        help="auto (the engine's bridge network, none "
+        "where it has none), none, or host: the machine's own network, for tasks "
+        "you trust with its loopback services.",
+    ),
+    capabilities: str = typer.Option(
+        "reduced",
+        "--capabilities",
+        help="reduced (the capabilities published tasks need) or docker (the engine's defaults) in the containers.",
+    ),
 ) -> None:
     """Check every task: it loads, its tests fail on the untouched environment, its solution passes."""
     from rich.console import Console
@@ -76,11 +96,22 @@ def check_command(
         try:
             task = load_task(folder, allow_env=allowed)
         except TaskError as e:
-            rows.append({"id": folder.name, "status": e.status, "why": e.reason, "seconds": 0.0, "backend": "",
-                         "trials": {}, "notes": [], "host_env": {}})
+            rows.append(
+                {
+                    "id": folder.name,
+                    "status": e.status,
+                    "why": e.reason,
+                    "seconds": 0.0,
+                    "backend": "",
+                    "trials": {},
+                    "notes": [],
+                    "host_env": {},
+                }
+            )
             continue
-        rows.append(check_task({**task, **settings, **({"images": images} if images else {})}, environment,
-                               cache=not no_cache))
+        rows.append(
+            check_task({**task, **settings, **({"images": images} if images else {})}, environment, cache=not no_cache)
+        )
     bad = sum(r["status"] in LEFT_OUT for r in rows)
     if as_json:
         for r in rows:
@@ -92,10 +123,16 @@ def check_command(
         for r in rows:
             style = {"ok": "green", "unverified": "yellow"}.get(r["status"], "red")
             trials = r.get("trials") or {}
-            t.add_row(r["id"], f"[{style}]{r['status']}[/{style}]", _said(trials.get("nop")),
-                      _said(trials.get("oracle")), r.get("backend", ""), f"{r.get('seconds', 0):.1f}",
-                      " ".join(f"{v} ({how})" for v, how in (r.get("host_env") or {}).items()),
-                      "; ".join([r.get("why", "")] + list(r.get("notes") or [])).strip("; "))
+            t.add_row(
+                r["id"],
+                f"[{style}]{r['status']}[/{style}]",
+                _said(trials.get("nop")),
+                _said(trials.get("oracle")),
+                r.get("backend", ""),
+                f"{r.get('seconds', 0):.1f}",
+                " ".join(f"{v} ({how})" for v, how in (r.get("host_env") or {}).items()),
+                "; ".join([r.get("why", "")] + list(r.get("notes") or [])).strip("; "),
+            )
         Console().print(t)
     raise typer.Exit(1 if bad else 0)
 

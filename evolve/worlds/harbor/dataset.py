@@ -27,7 +27,7 @@ LEFT_OUT = ("invalid", "unsupported", "broken")  # check statuses of a task that
 
 def split_of(task_id: str, val: float, test: float, salt: str = "") -> str:
     """``test`` for the first ``test`` share of the hash line, then ``val``, else ``train``."""
-    x = int(hashlib.sha256(f"harbor-split:{salt}:{task_id}".encode()).hexdigest()[:12], 16) / float(16 ** 12)
+    x = int(hashlib.sha256(f"harbor-split:{salt}:{task_id}".encode()).hexdigest()[:12], 16) / float(16**12)
     return "test" if x < test else "val" if x < test + val else "train"
 
 
@@ -42,10 +42,21 @@ def _resolve(source: Any, base_dir: Path | None) -> list[str]:
     return out
 
 
-def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val: float = 0.25, test: float = 0.25,
-            environment: str = "auto", check: bool = True, splits: dict | None = None,
-            split_salt: str = "", images: dict | None = None, build_network: str = "auto",
-            allow_env: list[str] | None = None, capabilities: str = "reduced") -> dict[str, list[dict]]:
+def dataset(
+    seed: int = 0,
+    source: Any = None,
+    base_dir: Path | None = None,
+    val: float = 0.25,
+    test: float = 0.25,
+    environment: str = "auto",
+    check: bool = True,
+    splits: dict | None = None,
+    split_salt: str = "",
+    images: dict | None = None,
+    build_network: str = "auto",
+    allow_env: list[str] | None = None,
+    capabilities: str = "reduced",
+) -> dict[str, list[dict]]:
     """``{"train", "val", "test"}`` lists of task dicts (:func:`.task.load_task`, plus ``split`` and
     ``backend``). ``source``: a task folder, a folder of them or a list (relative to the task file);
     ``val``/``test``: shares of the hash line; ``environment``: ``auto`` | ``sandbox`` | ``docker``;
@@ -61,8 +72,11 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     from evolve.worlds.harbor.task import TaskError, find_tasks, load_task
 
     if source is None:
-        raise ConfigError("the harbor world needs its tasks: dataset: {source: path/to/tasks} (a Harbor task "
-                          "folder, a folder of them, or a list)", path="dataset.source")
+        raise ConfigError(
+            "the harbor world needs its tasks: dataset: {source: path/to/tasks} (a Harbor task "
+            "folder, a folder of them, or a list)",
+            path="dataset.source",
+        )
     check_backend(environment)
     from evolve.worlds.harbor.environment.build import check_build_network
     from evolve.worlds.harbor.environment.docker import CAPABILITIES
@@ -72,26 +86,42 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     _report_host(build_network, [])  # before anything is built
     allowed = check_names(allow_env, "dataset.params.allow_env")
     if capabilities not in CAPABILITIES:
-        raise ConfigError(f"capabilities {capabilities!r}: use reduced (the default: the capabilities published "
-                          "tasks need) or docker (the engine's defaults)", path="dataset.params.capabilities")
-    if not isinstance(images or {}, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
-                                                     for k, v in (images or {}).items()):
-        raise ConfigError(f"dataset.params.images must map image names to local images, e.g. {{'ubuntu:24.04': "
-                          f"'my-ubuntu:24.04'}}, got {images!r}", path="dataset.params.images")
+        raise ConfigError(
+            f"capabilities {capabilities!r}: use reduced (the default: the capabilities published "
+            "tasks need) or docker (the engine's defaults)",
+            path="dataset.params.capabilities",
+        )
+    if not isinstance(images or {}, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in (images or {}).items()
+    ):
+        raise ConfigError(
+            f"dataset.params.images must map image names to local images, e.g. {{'ubuntu:24.04': "
+            f"'my-ubuntu:24.04'}}, got {images!r}",
+            path="dataset.params.images",
+        )
     if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
-        raise ConfigError(f"dataset.params val={val} and test={test} must be shares in [0, 1) summing below 1",
-                          path="dataset.params")
+        raise ConfigError(
+            f"dataset.params val={val} and test={test} must be shares in [0, 1) summing below 1", path="dataset.params"
+        )
     pinned: dict[str, str] = {}
     for name, ids in (splits or {}).items():
         if name not in SPLITS or not isinstance(ids, list):
-            raise ConfigError(f"dataset.params.splits: {name!r} must be one of {SPLITS} mapping to a list of task ids",
-                              path="dataset.params.splits")
+            raise ConfigError(
+                f"dataset.params.splits: {name!r} must be one of {SPLITS} mapping to a list of task ids",
+                path="dataset.params.splits",
+            )
         pinned.update({str(i): name for i in ids})
     tasks, excluded = [], []  # excluded: (task id, status, reason)
     for folder in find_tasks(_resolve(source, base_dir)):
         try:
-            tasks.append({**load_task(folder, allow_env=allowed), "images": dict(images or {}),
-                          "build_network": build_network, "capabilities": capabilities})
+            tasks.append(
+                {
+                    **load_task(folder, allow_env=allowed),
+                    "images": dict(images or {}),
+                    "build_network": build_network,
+                    "capabilities": capabilities,
+                }
+            )
         except TaskError as e:
             excluded.append((folder.name, e.status, e.reason))
     known = {t["id"] for t in tasks} | {tid for tid, _, _ in excluded}
@@ -99,8 +129,11 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     if unknown:
         from evolve.registry import did_you_mean
 
-        raise ConfigError(f"dataset.params.splits names task {unknown[0]!r}, which is not under the source "
-                          f"({did_you_mean(unknown[0], sorted(known))})", path="dataset.params.splits")
+        raise ConfigError(
+            f"dataset.params.splits names task {unknown[0]!r}, which is not under the source "
+            f"({did_you_mean(unknown[0], sorted(known))})",
+            path="dataset.params.splits",
+        )
     if environment in ("auto", "sandbox") and tasks:
         _need_sandbox(environment)
     out: dict[str, list[dict]] = {s: [] for s in SPLITS}
@@ -121,9 +154,12 @@ def dataset(seed: int = 0, source: Any = None, base_dir: Path | None = None, val
     _report_host("", [f"{t['id']}: {n}" for t in tasks for n in t.get("notes") or [] if "is not passed to tasks" in n])
     if not out["train"] or not out["val"]:
         counts = {s: len(v) for s, v in out.items()}
-        raise ConfigError(f"the Harbor tasks split into {counts} (after {len(excluded)} left out); a run needs "
-                          "train and val tasks: add tasks, change dataset.params val/test, or pin some with "
-                          "dataset.params.splits", path="dataset.params")
+        raise ConfigError(
+            f"the Harbor tasks split into {counts} (after {len(excluded)} left out); a run needs "
+            "train and val tasks: add tasks, change dataset.params val/test, or pin some with "
+            "dataset.params.splits",
+            path="dataset.params",
+        )
     return out
 
 
@@ -146,8 +182,11 @@ def _report_host(build_network: str, notes: list[str]) -> None:
     variable a task wanted and did not get."""
     lines = [f"harbor: {n}" for n in notes]
     if build_network == "host":
-        lines.insert(0, "harbor: WARNING: tasks' builds run on the HOST network (dataset.params.build_network: host): "
-                     "their Dockerfiles' RUN lines run as root with every service on this machine's loopback in reach")
+        lines.insert(
+            0,
+            "harbor: WARNING: tasks' builds run on the HOST network (dataset.params.build_network: host): "
+            "their Dockerfiles' RUN lines run as root with every service on this machine's loopback in reach",
+        )
     new = [x for x in lines if ("", "", x) not in _REPORTED]
     _REPORTED.update(("", "", x) for x in new)
     for line in new:
@@ -165,8 +204,10 @@ def _need_sandbox(environment: str) -> None:
     if why is not None:
         from evolve.errors import MissingDependency
 
-        raise MissingDependency(f"the harbor world's sandbox backend cannot run here: {why}. Install bubblewrap "
-                                "(apt install bubblewrap) or run a Docker engine (dataset.params.environment: docker)")
+        raise MissingDependency(
+            f"the harbor world's sandbox backend cannot run here: {why}. Install bubblewrap "
+            "(apt install bubblewrap) or run a Docker engine (dataset.params.environment: docker)"
+        )
 
 
 __all__ = ["LEFT_OUT", "SPLITS", "dataset", "report_excluded", "split_of"]

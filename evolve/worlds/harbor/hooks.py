@@ -24,8 +24,13 @@ def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshol
         if key in seen:
             continue
         seen.add(key)
-        out.append({"kind": "experience", "text": task["instruction"],
-                    "metadata": {"commands": list(cmds)[:12], "task_id": t.task_id}})
+        out.append(
+            {
+                "kind": "experience",
+                "text": task["instruction"],
+                "metadata": {"commands": list(cmds)[:12], "task_id": t.task_id},
+            }
+        )
     return out
 
 
@@ -67,8 +72,9 @@ def solution_commands(task: dict) -> list[str]:
     return cmds
 
 
-def demos(tasks: list[dict], *, instruction: str | None = None, seed: int = 0, augment: int = 0,
-          **_: Any) -> list[list[dict[str, str]]]:
+def demos(
+    tasks: list[dict], *, instruction: str | None = None, seed: int = 0, augment: int = 0, **_: Any
+) -> list[list[dict[str, str]]]:
     """Chat demos in the agent's message format from the tasks' own solutions: the opening
     messages, then one reply per solution command (each in a bash block) with a successful
     observation between, then ``DONE``. Tasks without a solution give none."""
@@ -79,8 +85,10 @@ def demos(tasks: list[dict], *, instruction: str | None = None, seed: int = 0, a
             continue
         chat = [m.model_dump() for m in messages_for(task, DEFAULT_INSTRUCTION if instruction is None else instruction)]
         for c in cmds:
-            chat += [{"role": "assistant", "content": f"```bash\n{c}\n```"},
-                     {"role": "user", "content": "exit code 0\n(no output)"}]
+            chat += [
+                {"role": "assistant", "content": f"```bash\n{c}\n```"},
+                {"role": "user", "content": "exit code 0\n(no output)"},
+            ]
         chat.append({"role": "assistant", "content": "DONE"})
         out.append(chat)
     return out

@@ -14,8 +14,10 @@ def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
     gives ``reward``), feedback the tests' output."""
     v = output.get("verifier") if isinstance(output, dict) else None
     if not isinstance(v, dict) or "score" not in v:
-        raise ValueError(f"Harbor task {task.get('id')}: the output has no verifier result; the harbor world's "
-                         "agent runs the tests (agent: evolve.worlds.harbor:agent or a wrapper that returns its output)")
+        raise ValueError(
+            f"Harbor task {task.get('id')}: the output has no verifier result; the harbor world's "
+            "agent runs the tests (agent: evolve.worlds.harbor:agent or a wrapper that returns its output)"
+        )
     notes = []
     if output.get("agent_timed_out"):
         limit = task.get("agent_timeout")
@@ -26,8 +28,11 @@ def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
         notes.append(v["stopped"])
     if v.get("network"):
         notes.append(f"the tests ran without a network ({v['network']})")
-    feedback = (f"tests/test.sh exit code {v.get('exit_code')} ({v.get('source')}): " + (v.get("output") or "(no output)")
-                + ("\n" + "; ".join(notes) if notes else ""))
+    feedback = (
+        f"tests/test.sh exit code {v.get('exit_code')} ({v.get('source')}): "
+        + (v.get("output") or "(no output)")
+        + ("\n" + "; ".join(notes) if notes else "")
+    )
     comps = {k: float(x) for k, x in (v.get("components") or {}).items()}
     return Reward(score=float(v["score"]), components=comps, feedback=feedback)
 

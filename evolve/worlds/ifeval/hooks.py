@@ -14,10 +14,17 @@ def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshol
     """Memory entries (``kind, text, metadata``): the prompt as the text, the reply that followed
     every instruction in the metadata; one per task. Only training tasks are given here (the
     memory operator reads the training split), so no test prompt becomes a memory."""
-    return solved_entries(trajectories, tasks, threshold=threshold, answer="reply", per_task=True,
-                          entry=lambda t, task, reply: (task["prompt"], {
-                              "reply": reply, "task_id": t.task_id,
-                              "instructions": ",".join(task["instruction_id_list"])}))
+    return solved_entries(
+        trajectories,
+        tasks,
+        threshold=threshold,
+        answer="reply",
+        per_task=True,
+        entry=lambda t, task, reply: (
+            task["prompt"],
+            {"reply": reply, "task_id": t.task_id, "instructions": ",".join(task["instruction_id_list"])},
+        ),
+    )
 
 
 __all__ = ["experiences", "summary"]

@@ -40,9 +40,14 @@ def reward(task: Mapping[str, Any], output: Any, trajectory: Any = None) -> Rewa
     strict = verdicts(reply, ids, kwargs)
     loose = verdicts(reply, ids, kwargs, loose=True)
     n = len(ids)
-    comps: dict[str, float] = {"instructions": float(n), "strict": float(sum(strict)), "loose": float(sum(loose)),
-                               "prompt_strict": float(all(strict)), "prompt_loose": float(all(loose)),
-                               "echo": float(bool(reply) and task["prompt"].strip().lower() in reply.lower())}
+    comps: dict[str, float] = {
+        "instructions": float(n),
+        "strict": float(sum(strict)),
+        "loose": float(sum(loose)),
+        "prompt_strict": float(all(strict)),
+        "prompt_loose": float(all(loose)),
+        "echo": float(bool(reply) and task["prompt"].strip().lower() in reply.lower()),
+    }
     for iid, ok in zip(ids, strict):
         comps[f"n:{iid}"] = comps.get(f"n:{iid}", 0.0) + 1
         comps[f"strict:{iid}"] = comps.get(f"strict:{iid}", 0.0) + float(ok)

@@ -33,10 +33,12 @@ RESAMPLES = 2000
 def _figures(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     n = len(rows)
     inst = sum(r["instructions"] for r in rows)
-    f = {"prompt_strict": sum(r["prompt_strict"] for r in rows) / n,
-         "prompt_loose": sum(r["prompt_loose"] for r in rows) / n,
-         "inst_strict": sum(r["strict"] for r in rows) / inst if inst else 0.0,
-         "inst_loose": sum(r["loose"] for r in rows) / inst if inst else 0.0}
+    f = {
+        "prompt_strict": sum(r["prompt_strict"] for r in rows) / n,
+        "prompt_loose": sum(r["prompt_loose"] for r in rows) / n,
+        "inst_strict": sum(r["strict"] for r in rows) / inst if inst else 0.0,
+        "inst_loose": sum(r["loose"] for r in rows) / inst if inst else 0.0,
+    }
     f["strict"] = (f["prompt_strict"] + f["inst_strict"]) / 2
     f["loose"] = (f["prompt_loose"] + f["inst_loose"]) / 2
     return f
@@ -53,8 +55,10 @@ def _bootstrap(rows: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, 
     inst = np.maximum(s[:, 0], 1.0)
     strict = (s[:, 3] / n + s[:, 1] / inst) / 2
     loose = (s[:, 4] / n + s[:, 2] / inst) / 2
-    return {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in (("strict", strict),
-                                                                                       ("loose", loose))}
+    return {
+        k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5)))
+        for k, v in (("strict", strict), ("loose", loose))
+    }
 
 
 def summary(tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Any]) -> dict[str, Any]:
@@ -81,21 +85,31 @@ def summary(tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Any]) -> dict[
                 t[1] += v
     types = {k: v[0] / v[1] for k, v in sorted(by_type.items()) if v[1]}
     echo = sum(r.get("echo", 0.0) for r in rows) / len(rows)
-    return {"n": len(rows), "figures": fig, "intervals": ci, "by_type": types, "echo": echo,
-            "lines": [*lines(fig, ci, len(rows)), f"  replies that repeat the whole prompt: {100 * echo:.1f}% (the prompt "
-                      f"alone scores {ECHO_FLOOR} strict on IFEval: bench/worlds/ifeval_floors.py)"]}
+    return {
+        "n": len(rows),
+        "figures": fig,
+        "intervals": ci,
+        "by_type": types,
+        "echo": echo,
+        "lines": [
+            *lines(fig, ci, len(rows)),
+            f"  replies that repeat the whole prompt: {100 * echo:.1f}% (the prompt "
+            f"alone scores {ECHO_FLOOR} strict on IFEval: bench/worlds/ifeval_floors.py)",
+        ],
+    }
 
 
 def lines(fig: Mapping[str, float], ci: Mapping[str, tuple[float, float]], n: int) -> list[str]:
     """The figures as text lines, the cards' scores beside them."""
     pct = {k: 100 * v for k, v in fig.items()}
-    out = [f"IFEval figures on {n} prompts:",
-           f"  prompt-level strict {pct['prompt_strict']:.1f}  instruction-level strict {pct['inst_strict']:.1f}  "
-           f"average {pct['strict']:.1f} [{100 * ci['strict'][0]:.1f}, {100 * ci['strict'][1]:.1f}]",
-           f"  prompt-level loose  {pct['prompt_loose']:.1f}  instruction-level loose  {pct['inst_loose']:.1f}  "
-           f"average {pct['loose']:.1f} [{100 * ci['loose'][0]:.1f}, {100 * ci['loose'][1]:.1f}]",
-           "  model cards (average prompt/inst, lighteval, bf16): "
-           + ", ".join(f"{k} {v:.1f}" for k, v in CARDS.items())]
+    out = [
+        f"IFEval figures on {n} prompts:",
+        f"  prompt-level strict {pct['prompt_strict']:.1f}  instruction-level strict {pct['inst_strict']:.1f}  "
+        f"average {pct['strict']:.1f} [{100 * ci['strict'][0]:.1f}, {100 * ci['strict'][1]:.1f}]",
+        f"  prompt-level loose  {pct['prompt_loose']:.1f}  instruction-level loose  {pct['inst_loose']:.1f}  "
+        f"average {pct['loose']:.1f} [{100 * ci['loose'][0]:.1f}, {100 * ci['loose'][1]:.1f}]",
+        "  model cards (average prompt/inst, lighteval, bf16): " + ", ".join(f"{k} {v:.1f}" for k, v in CARDS.items()),
+    ]
     return out
 
 

@@ -19,8 +19,13 @@ def measure(reply: str) -> str:
     stripped = text.strip()
     words = re.findall(r"\w+", stripped)
     letters = [c for c in stripped if c.isalpha()]
-    case = ("all lowercase" if letters and stripped.islower() else "all capitals" if letters and stripped.isupper()
-            else "mixed case")
+    case = (
+        "all lowercase"
+        if letters and stripped.islower()
+        else "all capitals"
+        if letters and stripped.isupper()
+        else "mixed case"
+    )
     blank = sum(1 for p in re.split(r"\n\s*\n", text) if p.strip())
     divided = sum(1 for p in re.split(r"\s?\*\*\*\s?", text) if p.strip())
     bullets = len(re.findall(r"^\s*(?:\*[^\*]|-).*$", text, flags=re.MULTILINE))

@@ -51,14 +51,20 @@ class Revise:
             measures = rt.ctx.tool("measure", measure, reply=reply)
         asked = revision(messages[:-1], reply, measures)
         wf = rt.ctx.system.workflow or {}
-        out = rt.llm(p.role).complete(asked, temperature=rt.temperature(state, None),
-                                      max_tokens=p.max_tokens or int(wf.get("max_tokens", MAX_TOKENS)))
+        out = rt.llm(p.role).complete(
+            asked,
+            temperature=rt.temperature(state, None),
+            max_tokens=p.max_tokens or int(wf.get("max_tokens", MAX_TOKENS)),
+        )
         return {"messages": [*asked, Message(role="assistant", content=out.text)], "reply": out.text}
 
 
 def _write(max_tokens: int) -> dict[str, Any]:
-    return {"id": "write", "type": "llm", "params": {"prompt": "{prompt}", "history": True, "out": "reply",
-                                                       "max_tokens": max_tokens}}
+    return {
+        "id": "write",
+        "type": "llm",
+        "params": {"prompt": "{prompt}", "history": True, "out": "reply", "max_tokens": max_tokens},
+    }
 
 
 _ANSWER = {"id": "answer", "type": "answer", "params": {"fields": ["reply"]}}
@@ -71,10 +77,11 @@ def single_step(max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
 
 def draft_measure_revise(max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
     """Draft, then rewrite given the draft's measurements, answer."""
-    return {"entry": "write",
-            "nodes": [_write(max_tokens), {"id": "revise", "type": "ifeval.revise", "params": {"measure": True}},
-                      _ANSWER],
-            "edges": [{"src": "write", "dst": "revise"}, {"src": "revise", "dst": "answer"}]}
+    return {
+        "entry": "write",
+        "nodes": [_write(max_tokens), {"id": "revise", "type": "ifeval.revise", "params": {"measure": True}}, _ANSWER],
+        "edges": [{"src": "write", "dst": "revise"}, {"src": "revise", "dst": "answer"}],
+    }
 
 
 #: The palette the topology search uses on this world (see :mod:`evolve.topology.edits`).

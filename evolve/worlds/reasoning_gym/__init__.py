@@ -54,5 +54,18 @@ WORLD = World(
     description="reasoning-gym's seeded generators at chosen difficulty levels; the package's own scorers",
 )
 
-__all__ = ["FORMATS", "INSTRUCTIONS", "WORLD", "agent", "dataset", "demos", "experiences", "extract", "messages_for",
-           "read_answer", "reflexion_agent", "reward", "written"]
+__all__ = [
+    "FORMATS",
+    "INSTRUCTIONS",
+    "WORLD",
+    "agent",
+    "dataset",
+    "demos",
+    "experiences",
+    "extract",
+    "messages_for",
+    "read_answer",
+    "reflexion_agent",
+    "reward",
+    "written",
+]

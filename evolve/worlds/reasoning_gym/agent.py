@@ -65,9 +65,17 @@ def recall(spec: dict | None, task: dict) -> list[dict]:
 
     k = int(spec.get("k", 1))
     hits = search({**spec, "k": k + 4}, task["question"]) if k > 0 else []
-    out = [{"id": h["id"], "question": h["text"], "answer": h["metadata"]["answer"],
-            "task_id": h["metadata"].get("task_id"), "similarity": h["similarity"]}
-           for h in hits if h["metadata"].get("task_id") != task.get("id") and h["metadata"].get("answer")]
+    out = [
+        {
+            "id": h["id"],
+            "question": h["text"],
+            "answer": h["metadata"]["answer"],
+            "task_id": h["metadata"].get("task_id"),
+            "similarity": h["similarity"],
+        }
+        for h in hits
+        if h["metadata"].get("task_id") != task.get("id") and h["metadata"].get("answer")
+    ]
     return out[:k]
 
 
@@ -76,8 +84,9 @@ def agent(task: dict, ctx: Any) -> dict:
     system = ctx.system
     wf = dict(getattr(system, "workflow", None) or {})
     spec = getattr(system, "memory", None) or {}
-    recalled = (ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"])
-                if spec.get("store") else [])
+    recalled = (
+        ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
+    )
     messages = messages_for(task, getattr(system, "prompts", None), recalled)
     stop = [str(s) for s in wf.get("stop") or []] or None
     reply = ctx.llm("policy").complete(messages, max_tokens=int(wf.get("max_tokens", 256)), stop=stop).text
@@ -93,8 +102,13 @@ def _reflexion_agent() -> Any:
     lesson; attempts from ``workflow.reflexion_attempts`` (2)."""
     from evolve.reflexion import reflexion_agent as wrap
 
-    fn = wrap("evolve.worlds.reasoning_gym:agent", "evolve.worlds.reasoning_gym:reward", name="reflexion_agent",
-              reflect="feedback", max_attempts=2)
+    fn = wrap(
+        "evolve.worlds.reasoning_gym:agent",
+        "evolve.worlds.reasoning_gym:reward",
+        name="reflexion_agent",
+        reflect="feedback",
+        max_attempts=2,
+    )
     fn.__module__ = "evolve.worlds.reasoning_gym"
     return fn
 

@@ -29,7 +29,7 @@ FORMATS = ("answer_line", "answer_tag", "last_line", "first_line")
 #: The system message a system without an ``instruction`` component is given, per format.
 INSTRUCTIONS = {
     "answer_line": "Solve the problem. End your reply with one line that gives the final answer alone, "
-                   "written as: Answer: <answer>",
+    "written as: Answer: <answer>",
     "answer_tag": "Solve the problem. Give the final answer alone between <answer> and </answer> tags.",
     "last_line": "Solve the problem. Give the final answer alone on the last line of your reply.",
     "first_line": "Reply with the final answer alone, on the first line, and nothing else.",
@@ -55,7 +55,7 @@ def _clean(text: str) -> str:
     text = text.strip()
     for mark in ("**", "`"):
         if len(text) > 2 * len(mark) and text.startswith(mark) and text.endswith(mark):
-            return text[len(mark):-len(mark)].strip()
+            return text[len(mark) : -len(mark)].strip()
     if text.endswith("**") and "**" not in text[:-2]:  # "**Answer: 42**": the bold's closing half
         text = text[:-2].rstrip()
     return text

@@ -45,8 +45,9 @@ def counts(n: int, gens: list[Generator]) -> list[list[int]]:
     return [shares(k, [1.0] * len(g.levels)) for k, g in zip(shares(n, [g.weight for g in gens]), gens)]
 
 
-def _level_tasks(g: Generator, level: int, split: str, k: int, n: int, seed: int, fmt: str,
-                 seen: set[str]) -> list[dict[str, Any]]:
+def _level_tasks(
+    g: Generator, level: int, split: str, k: int, n: int, seed: int, fmt: str, seen: set[str]
+) -> list[dict[str, Any]]:
     size = 4 * n + 100  # the items tried at most: generator and level own LEVEL_STRIDE seeds per split
     base = item_base(seed, k, level)
     ds = create(g.name, g.levels[level], base, size)
@@ -58,27 +59,48 @@ def _level_tasks(g: Generator, level: int, split: str, k: int, n: int, seed: int
         if item["question"] in seen:
             continue
         seen.add(item["question"])
-        out.append({"id": f"rg-{split}-{g.name}-L{level}-{len(out):05d}", "split": split, "generator": g.name,
-                    "level": level, "config": dict(g.levels[level]), "seed": base, "size": size, "index": index,
-                    "question": item["question"],
-                    "answer": None if item["answer"] is None else str(item["answer"]), "answer_format": fmt})
+        out.append(
+            {
+                "id": f"rg-{split}-{g.name}-L{level}-{len(out):05d}",
+                "split": split,
+                "generator": g.name,
+                "level": level,
+                "config": dict(g.levels[level]),
+                "seed": base,
+                "size": size,
+                "index": index,
+                "question": item["question"],
+                "answer": None if item["answer"] is None else str(item["answer"]),
+                "answer_format": fmt,
+            }
+        )
     if len(out) < n:
-        raise ConfigError(f"{g.name} at level {level} gave only {len(out)} distinct new questions in {size} tries "
-                          f"for {split} (asked for {n}); ask for fewer tasks, or widen that level's config",
-                          path="dataset.params")
+        raise ConfigError(
+            f"{g.name} at level {level} gave only {len(out)} distinct new questions in {size} tries "
+            f"for {split} (asked for {n}); ask for fewer tasks, or widen that level's config",
+            path="dataset.params",
+        )
     return out
 
 
-def dataset(seed: int = 0, generators: Any = None, n_train: int = 200, n_val: int = 50, n_test: int = 100,
-            answer_format: str = "answer_line") -> dict[str, list[dict[str, Any]]]:
+def dataset(
+    seed: int = 0,
+    generators: Any = None,
+    n_train: int = 200,
+    n_val: int = 50,
+    n_test: int = 100,
+    answer_format: str = "answer_line",
+) -> dict[str, list[dict[str, Any]]]:
     """``{"train", "val", "test"}`` task lists (see the module docstring). A task is ``id, split,
     generator, level, config, seed, size, index`` (where the package makes it from), ``question``,
     ``answer`` (the gold, for demos; None for generators that check an answer by simulation; the
     reward regenerates the package's own entry to score) and ``answer_format``
     (:mod:`evolve.worlds.reasoning_gym.answer`)."""
     if generators is None:
-        raise ConfigError("name the generators, e.g. generators: [{name: basic_arithmetic, config: {max_terms: 3}}]",
-                          path="dataset.params.generators")
+        raise ConfigError(
+            "name the generators, e.g. generators: [{name: basic_arithmetic, config: {max_terms: 3}}]",
+            path="dataset.params.generators",
+        )
     try:
         fmt = check_format(answer_format)
     except ValueError as e:
@@ -86,8 +108,9 @@ def dataset(seed: int = 0, generators: Any = None, n_train: int = 200, n_val: in
     sizes = {"train": n_train, "val": n_val, "test": n_test}
     for split, n in sizes.items():
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ConfigError(f"n_{split} must be a whole number of tasks (0 or more), not {n!r}",
-                              path="dataset.params")
+            raise ConfigError(
+                f"n_{split} must be a whole number of tasks (0 or more), not {n!r}", path="dataset.params"
+            )
     gens = parse(generators)
     if max(len(g.levels) for g in gens) > SPLIT_STRIDE // LEVEL_STRIDE:
         raise ConfigError(f"a generator has more than {SPLIT_STRIDE // LEVEL_STRIDE} levels", path="dataset.params")
@@ -98,8 +121,11 @@ def dataset(seed: int = 0, generators: Any = None, n_train: int = 200, n_val: in
         for g, per_level in zip(gens, counts(sizes[split], gens)):
             for level, n in enumerate(per_level):
                 if 4 * n + 100 > LEVEL_STRIDE:
-                    raise ConfigError(f"{n} {split} tasks of {g.name} at one level is more than this world's seed "
-                                      f"ranges hold ({(LEVEL_STRIDE - 100) // 4})", path="dataset.params")
+                    raise ConfigError(
+                        f"{n} {split} tasks of {g.name} at one level is more than this world's seed "
+                        f"ranges hold ({(LEVEL_STRIDE - 100) // 4})",
+                        path="dataset.params",
+                    )
                 tasks += _level_tasks(g, level, split, k, n, seed, fmt, seen[g.name]) if n else []
         out[split] = tasks
     return {s: out[s] for s in ("train", "val", "test")}

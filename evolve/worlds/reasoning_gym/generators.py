@@ -37,8 +37,10 @@ def package() -> Any:
     try:
         import reasoning_gym
     except ImportError:
-        raise MissingDependency("world: reasoning_gym needs the reasoning-gym package; install it with: "
-                                "pip install 'evolvekit[reasoning_gym]'") from None
+        raise MissingDependency(
+            "world: reasoning_gym needs the reasoning-gym package; install it with: "
+            "pip install 'evolvekit[reasoning_gym]'"
+        ) from None
     return reasoning_gym
 
 
@@ -54,29 +56,36 @@ def parse(entries: Any) -> list[Generator]:
     """``generators`` checked: names the package knows, configs its generators accept, positive
     weights, one entry per name. Every mistake is a :class:`ConfigError` naming where it is."""
     if not isinstance(entries, list) or not entries:
-        raise ConfigError("give a non-empty list of generators, e.g. [{name: basic_arithmetic, config: "
-                          "{max_terms: 3}}]", path=WHERE)
+        raise ConfigError(
+            "give a non-empty list of generators, e.g. [{name: basic_arithmetic, config: {max_terms: 3}}]", path=WHERE
+        )
     datasets = known()
     out: list[Generator] = []
     for i, e in enumerate(entries):
         where = f"{WHERE}.{i}"
         e = {"name": e} if isinstance(e, str) else e
         if not isinstance(e, dict):
-            raise ConfigError(f"a generator is a name or a mapping {{name, config, levels, weight}}, not "
-                              f"{type(e).__name__}", path=where)
+            raise ConfigError(
+                f"a generator is a name or a mapping {{name, config, levels, weight}}, not {type(e).__name__}",
+                path=where,
+            )
         unknown = sorted(set(e) - {"name", "config", "levels", "weight"})
         if unknown:
-            raise ConfigError(f"unknown key(s) {unknown}; a generator takes name, config, levels and weight",
-                              path=where)
+            raise ConfigError(
+                f"unknown key(s) {unknown}; a generator takes name, config, levels and weight", path=where
+            )
         name = e.get("name")
         if name not in datasets:
             from evolve.registry import did_you_mean
 
-            raise ConfigError(f"reasoning-gym has no generator {name!r}; {did_you_mean(str(name), list(datasets))}",
-                              path=f"{where}.name")
+            raise ConfigError(
+                f"reasoning-gym has no generator {name!r}; {did_you_mean(str(name), list(datasets))}",
+                path=f"{where}.name",
+            )
         if any(g.name == name for g in out):
-            raise ConfigError(f"{name} is named twice; give it once, with its configs as levels (easy to hard)",
-                              path=where)
+            raise ConfigError(
+                f"{name} is named twice; give it once, with its configs as levels (easy to hard)", path=where
+            )
         base = e.get("config") or {}
         levels = e.get("levels") or [{}]
         if not isinstance(base, dict) or not isinstance(levels, list) or not all(isinstance(c, dict) for c in levels):
@@ -133,8 +142,10 @@ def entry_of(task: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     ds = _create(task["generator"], key, int(task["seed"]), int(task["size"]))
     entry = _entry(task["generator"], key, int(task["seed"]), int(task["size"]), int(task["index"]))
     if entry["question"] != task["question"]:
-        raise ValueError(f"task {task.get('id')!r} is not what {task['generator']} generates from its seed and config "
-                         "(another reasoning-gym version made it?): rebuild the dataset")
+        raise ValueError(
+            f"task {task.get('id')!r} is not what {task['generator']} generates from its seed and config "
+            "(another reasoning-gym version made it?): rebuild the dataset"
+        )
     return ds, entry
 
 

@@ -13,8 +13,9 @@ from evolve.worlds.reasoning_gym.answer import written
 from evolve.worlds.reasoning_gym.generators import score
 
 
-def demos(tasks: list[dict], *, instruction: str = "", template: str = "", seed: int = 0,
-          memory: dict | None = None) -> list[list[dict[str, str]]]:
+def demos(
+    tasks: list[dict], *, instruction: str = "", template: str = "", seed: int = 0, memory: dict | None = None
+) -> list[list[dict[str, str]]]:
     """SFT chats ``[system, user, assistant]`` in the agent's exact messages (the same instruction
     and template; with ``memory``, the experiences the agent would recall), the assistant turn the
     gold answer written in the task's format (``Answer: 42``). Tasks whose gold answer the
@@ -38,10 +39,16 @@ def demos(tasks: list[dict], *, instruction: str = "", template: str = "", seed:
 def experiences(trajectories: Sequence[Any], tasks: dict[str, dict], *, threshold: float = 1.0) -> list[dict]:
     """Memory entries (``kind, text, metadata``) for the solved trajectories: the question as the
     text, the answer that scored in the metadata; one per task and answer."""
-    return solved_entries(trajectories, tasks, threshold=threshold, answer="answer",
-                          entry=lambda t, task, answer: (task["question"], {
-                              "answer": answer, "task_id": t.task_id, "generator": task.get("generator"),
-                              "level": task.get("level")}))
+    return solved_entries(
+        trajectories,
+        tasks,
+        threshold=threshold,
+        answer="answer",
+        entry=lambda t, task, answer: (
+            task["question"],
+            {"answer": answer, "task_id": t.task_id, "generator": task.get("generator"), "level": task.get("level")},
+        ),
+    )
 
 
 __all__ = ["demos", "experiences"]

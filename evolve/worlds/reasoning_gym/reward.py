@@ -47,19 +47,27 @@ def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
     on a malformed output."""
     answer, why = answer_of(task, output)
     if answer is None:
-        return Reward(score=0.0, components={"extracted": 0.0, "correct": 0.0},
-                      feedback=f"no answer could be read: {why}")
+        return Reward(
+            score=0.0, components={"extracted": 0.0, "correct": 0.0}, feedback=f"no answer could be read: {why}"
+        )
     try:
         got = score(task, answer)
     except Exception as e:  # noqa: BLE001 - a broken task or scorer is the reward's own failure
-        return Reward(score=0.0, components={"extracted": 1.0, "correct": 0.0}, feedback="the scorer failed",
-                      error=f"{type(e).__name__}: {e}")
+        return Reward(
+            score=0.0,
+            components={"extracted": 1.0, "correct": 0.0},
+            feedback="the scorer failed",
+            error=f"{type(e).__name__}: {e}",
+        )
     got = min(1.0, max(0.0, got))
     if got >= 1.0:
-        return Reward(score=1.0, components={"extracted": 1.0, "correct": 1.0},
-                      feedback=f"correct: answered {_shown(answer)}")
-    feedback = (f"wrong: answered {_shown(answer)} ({task['generator']}'s scorer gives {got:.2f}); "
-                f"the expected answer is {kind_of(task.get('answer'))}")
+        return Reward(
+            score=1.0, components={"extracted": 1.0, "correct": 1.0}, feedback=f"correct: answered {_shown(answer)}"
+        )
+    feedback = (
+        f"wrong: answered {_shown(answer)} ({task['generator']}'s scorer gives {got:.2f}); "
+        f"the expected answer is {kind_of(task.get('answer'))}"
+    )
     return Reward(score=got, components={"extracted": 1.0, "correct": 0.0}, feedback=feedback)
 
 

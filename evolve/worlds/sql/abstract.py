@@ -21,13 +21,17 @@ from typing import Any
 from evolve.toolforge.tool import Tool, ToolCase
 from evolve.types import ToolCall, Trajectory, content_hash
 
-_TOKEN = re.compile(r"""\s*(?:('(?:[^']|'')*')|(\d+(?:\.\d+)?)|([A-Za-z_][A-Za-z0-9_]*)|("(?:[^"]|"")*")|(<=|>=|<>|!=|==|\|\||[=<>(),*.+\-/%]))""")
-KEYWORDS = frozenset("""
+_TOKEN = re.compile(
+    r"""\s*(?:('(?:[^']|'')*')|(\d+(?:\.\d+)?)|([A-Za-z_][A-Za-z0-9_]*)|("(?:[^"]|"")*")|(<=|>=|<>|!=|==|\|\||[=<>(),*.+\-/%]))"""
+)
+KEYWORDS = frozenset(
+    """
 select from where and or not group by order having limit offset asc desc distinct as join inner left right outer
 cross on using is null like glob in between case when then else end union all intersect except exists collate
 count sum avg min max total lower upper length round abs cast coalesce ifnull nullif substr substring trim
 replace instr date time datetime julianday strftime typeof random integer real text numeric
-""".split())
+""".split()
+)
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 TOOL_CODE = '''import re
@@ -103,9 +107,14 @@ def shape_of(sql: str) -> tuple[str, tuple[str, ...], tuple[str, ...], dict] | N
     kwargs: dict[str, Any] = {}
     seen: dict[Any, str] = {}
     last_kw, n_t, n_c = "", 0, 0
-    aliases = {toks[i + 2][1].lower() for i in range(len(toks) - 2)  # ``from pet a``: structure, not a parameter
-               if toks[i][1].lower() in ("from", "join") and toks[i + 1][0] == "word"
-               and toks[i + 2][0] == "word" and toks[i + 2][1].lower() not in KEYWORDS}
+    aliases = {
+        toks[i + 2][1].lower()
+        for i in range(len(toks) - 2)  # ``from pet a``: structure, not a parameter
+        if toks[i][1].lower() in ("from", "join")
+        and toks[i + 1][0] == "word"
+        and toks[i + 2][0] == "word"
+        and toks[i + 2][1].lower() not in KEYWORDS
+    }
     for kind, text in toks:
         if kind == "word" and text.lower() in aliases:
             parts.append(text.lower())
@@ -138,8 +147,11 @@ def shape_of(sql: str) -> tuple[str, tuple[str, ...], tuple[str, ...], dict] | N
 
 
 def _name(template: str, taken: set[str]) -> str:
-    words = [w for w in re.findall(r"[a-z]+", re.sub(r"\{\w+\}", " ", template))
-             if w not in ("select", "from", "on", "as", "by") and len(w) > 1]  # not aliases
+    words = [
+        w
+        for w in re.findall(r"[a-z]+", re.sub(r"\{\w+\}", " ", template))
+        if w not in ("select", "from", "on", "as", "by") and len(w) > 1
+    ]  # not aliases
     ops = {"=": "eq", ">": "gt", "<": "lt", ">=": "ge", "<=": "le", "!=": "ne", "<>": "ne"}
     for op, word in ops.items():
         if f" {op} " in template:
@@ -159,14 +171,35 @@ def build_tool(shape: Shape, name: str, *, max_rows: int = 50, provenance: dict 
     params = ("db",) + shape.idents + shape.values
     doc = f"Run on database db: {readable(shape.template)}"
     code = TOOL_CODE.format(
-        template=shape.template, idents=list(shape.idents), values=list(shape.values), name=name,
-        signature=", ".join(params), doc=doc.replace('"""', "'''").replace("\\", "\\\\"),
-        ident_args=", ".join(shape.idents), value_args=", ".join(shape.values), ident_re=_IDENT, max_rows=max_rows)
+        template=shape.template,
+        idents=list(shape.idents),
+        values=list(shape.values),
+        name=name,
+        signature=", ".join(params),
+        doc=doc.replace('"""', "'''").replace("\\", "\\\\"),
+        ident_args=", ".join(shape.idents),
+        value_args=", ".join(shape.values),
+        ident_re=_IDENT,
+        max_rows=max_rows,
+    )
     cases = tuple(ToolCase(kwargs=kw, expect=rows, source=f"recorded:{tid}") for tid, kw, rows in shape.support)
-    return Tool(name=name, params=params, doc=doc, code=code, function=name, tests=cases, reads=("db",),
-                origin="abstraction", provenance=dict(provenance or {}),
-                meta={"template": shape.template, "idents": list(shape.idents), "values": list(shape.values),
-                      "support": shape.tasks})
+    return Tool(
+        name=name,
+        params=params,
+        doc=doc,
+        code=code,
+        function=name,
+        tests=cases,
+        reads=("db",),
+        origin="abstraction",
+        provenance=dict(provenance or {}),
+        meta={
+            "template": shape.template,
+            "idents": list(shape.idents),
+            "values": list(shape.values),
+            "support": shape.tasks,
+        },
+    )
 
 
 def successful_calls(trajectories: Sequence[Trajectory], *, tool: str = "execute_sql", threshold: float = 1.0):
@@ -179,9 +212,18 @@ def successful_calls(trajectories: Sequence[Trajectory], *, tool: str = "execute
             yield t.task_id, calls[-1]
 
 
-def mine_sql(trajectories: Sequence[Trajectory], *, tool: str = "execute_sql", sql_arg: str = "sql",
-             db_arg: str = "db", min_support: int = 3, max_cases: int = 6, max_tools: int = 20,
-             taken: Sequence[str] = (), provenance: dict | None = None) -> list[Tool]:
+def mine_sql(
+    trajectories: Sequence[Trajectory],
+    *,
+    tool: str = "execute_sql",
+    sql_arg: str = "sql",
+    db_arg: str = "db",
+    min_support: int = 3,
+    max_cases: int = 6,
+    max_tools: int = 20,
+    taken: Sequence[str] = (),
+    provenance: dict | None = None,
+) -> list[Tool]:
     """Tools for the SQL shapes that recur in at least ``min_support`` successful tasks, most
     supported first; each carries up to ``max_cases`` recorded cases to be checked in the sandbox."""
     shapes: dict[str, Shape] = {}

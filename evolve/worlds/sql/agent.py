@@ -49,11 +49,20 @@ def agent(task: dict, ctx: Any) -> dict:
     stop = stop_strings(wf)
     db = task["db"]
     spec = getattr(system, "memory", None) or {}
-    examples = ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
+    examples = (
+        ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"]) if spec.get("store") else []
+    )
     from evolve.prompts.components import get_template
 
-    messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
-                            str(wf.get("demo_style", "masked")), get_template(getattr(system, "prompts", None) or {}))
+    messages = messages_for(
+        task,
+        instruction,
+        examples,
+        spec.get("render", "full"),
+        demos_of(system),
+        str(wf.get("demo_style", "masked")),
+        get_template(getattr(system, "prompts", None) or {}),
+    )
     llm = ctx.llm("policy")
     sql, turn = "", 0
     box = toolbox(system)
@@ -78,8 +87,13 @@ def _reflexion_agent() -> Any:
     lesson (the tiny model cannot write reflections); attempts from workflow.reflexion_attempts (2)."""
     from evolve.reflexion import reflexion_agent as wrap
 
-    fn = wrap("evolve.worlds.sql:agent", "evolve.worlds.sql:reward", name="reflexion_agent", reflect="feedback",
-              max_attempts=2)
+    fn = wrap(
+        "evolve.worlds.sql:agent",
+        "evolve.worlds.sql:reward",
+        name="reflexion_agent",
+        reflect="feedback",
+        max_attempts=2,
+    )
     fn.__module__ = "evolve.worlds.sql"
     return fn
 

@@ -20,12 +20,36 @@ from evolve.worlds.sql.memory import render as render_memory
 from evolve.worlds.sql.prompt import messages_for
 from evolve.worlds.sql.render import fill
 
-_SQL_WORDS = {"select", "from", "where", "join", "on", "order", "by", "group", "limit", "asc", "desc",
-              "count", "max", "min", "avg", "sum", "a", "b", "id"}
+_SQL_WORDS = {
+    "select",
+    "from",
+    "where",
+    "join",
+    "on",
+    "order",
+    "by",
+    "group",
+    "limit",
+    "asc",
+    "desc",
+    "count",
+    "max",
+    "min",
+    "avg",
+    "sum",
+    "a",
+    "b",
+    "id",
+}
 
 
 def demos(
-    tasks: list[dict], *, instruction: str = "", retry_frac: float = 0.25, seed: int = 0, augment: int = 0,
+    tasks: list[dict],
+    *,
+    instruction: str = "",
+    retry_frac: float = 0.25,
+    seed: int = 0,
+    augment: int = 0,
     template: str = "",
 ) -> list[list[dict[str, str]]]:
     """SFT demos in the agent's exact message format, as ``{"role", "content"}`` dicts
@@ -48,11 +72,14 @@ def demos(
             try:
                 execute(task["db"], bad)
             except SQLError as e:
-                out.append(head + [
-                    {"role": "assistant", "content": bad},
-                    {"role": "tool", "content": error_text(e)},
-                    {"role": "assistant", "content": task["gold_sql"]},
-                ])
+                out.append(
+                    head
+                    + [
+                        {"role": "assistant", "content": bad},
+                        {"role": "tool", "content": error_text(e)},
+                        {"role": "assistant", "content": task["gold_sql"]},
+                    ]
+                )
                 break
     if augment:
         arng = random.Random(f"sql-augment:{seed}")
@@ -92,7 +119,9 @@ def corrupt(rng: random.Random, task: dict) -> str:
     tables, cols = schema_names(task["schema"])
     sql, names = task["gold_sql"], tables + cols
     bare = re.sub(r"'[^']*'", lambda m: " " * len(m.group()), sql)
-    spots = [m for m in re.finditer(r"\b[a-z_][a-z0-9_]*\b", bare) if m.group() in names and m.group() not in _SQL_WORDS]
+    spots = [
+        m for m in re.finditer(r"\b[a-z_][a-z0-9_]*\b", bare) if m.group() in names and m.group() not in _SQL_WORDS
+    ]
     x = rng.random()
     if x < 0.2:
         kw = rng.choice([k for k in (" from ", " where ", " by ", " on ") if k in sql])
@@ -120,9 +149,19 @@ def name_words(tasks: list[dict]) -> set[str]:
     return names
 
 
-def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, augment: int = 0, max_k: int = 4,
-                  match: float = 0.5, retry_frac: float = 0.0, style: str = "masked",
-                  pool: Sequence[dict] | None = None, template: str = "") -> list[list[dict[str, str]]]:
+def fewshot_demos(
+    tasks: list[dict],
+    *,
+    instruction: str = "",
+    seed: int = 0,
+    augment: int = 0,
+    max_k: int = 4,
+    match: float = 0.5,
+    retry_frac: float = 0.0,
+    style: str = "masked",
+    pool: Sequence[dict] | None = None,
+    template: str = "",
+) -> list[list[dict[str, str]]]:
     """Cold-start chats (see the module docstring): the plain demos of ``tasks``
     (:func:`demos`), each chat's prompt preceded by ``k`` demos,
     ``k`` uniform in 0..``max_k``, drawn from ``pool`` (default: ``tasks``) outside the task's
@@ -136,37 +175,61 @@ def fewshot_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0, au
     heads: dict[str, str] = {}
     for task in tasks:
         k = rng.randint(0, max_k)
-        others = [t for t in rng.sample(pool, min(len(pool), 4 * k + 4)) if t["db"] != task["db"]
-                  and t.get("template") != task.get("template")][:k]
+        others = [
+            t
+            for t in rng.sample(pool, min(len(pool), 4 * k + 4))
+            if t["db"] != task["db"] and t.get("template") != task.get("template")
+        ][:k]
         if k and rng.random() < match:
             same = [t for t in by_template.get(task.get("template", ""), []) if t["db"] != task["db"]]
             if same:
                 others = others[: k - 1]
                 others.insert(rng.randint(0, len(others)), rng.choice(same))
         heads[fill(template, task["schema"], task["question"])] = render_fewshot([task_demo(t) for t in others], style)
-    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
-                               template=template), heads)
+    return with_prefixes(
+        demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment, template=template),
+        heads,
+    )
 
 
-def memory_demos(tasks: list[dict], *, memory: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
-                 augment: int = 0, template: str = "") -> list[list[dict[str, str]]]:
+def memory_demos(
+    tasks: list[dict],
+    *,
+    memory: dict,
+    instruction: str = "",
+    retry_frac: float = 0.25,
+    seed: int = 0,
+    augment: int = 0,
+    template: str = "",
+) -> list[list[dict[str, str]]]:
     """The cold-start demos of :func:`evolve.worlds.sql.demos` with the experiences the agent would
     recall (same store, same settings) before each prompt, so the model learns to use them."""
     style = memory.get("render", "full")
     by_prompt = {fill(template, t["schema"], t["question"]): render_memory(recall(memory, t), style) for t in tasks}
-    return with_prefixes(demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
-                               template=template), by_prompt)
+    return with_prefixes(
+        demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment, template=template),
+        by_prompt,
+    )
 
 
-def tool_demos(tasks: list[dict], *, tools: dict, instruction: str = "", retry_frac: float = 0.25, seed: int = 0,
-               augment: int = 0, template: str = "") -> list[list[dict[str, str]]]:
+def tool_demos(
+    tasks: list[dict],
+    *,
+    tools: dict,
+    instruction: str = "",
+    retry_frac: float = 0.25,
+    seed: int = 0,
+    augment: int = 0,
+    template: str = "",
+) -> list[list[dict[str, str]]]:
     """The cold-start demos of :func:`evolve.worlds.sql.demos`, with every gold SQL that a tool's
     template covers written as the tool call (a repair demo's final turn too)."""
     lib = ToolLibrary({n: Tool.model_validate(t) for n, t in tools.items()})
     by_template = {t.meta["template"]: t for t in lib if "template" in t.meta}
     out = []
-    for chat in demos(tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment,
-                      template=template):
+    for chat in demos(
+        tasks, instruction=instruction, retry_frac=retry_frac, seed=seed, augment=augment, template=template
+    ):
         last = chat[-1]
         got = shape_of(last["content"])
         if got is not None and got[0] in by_template:

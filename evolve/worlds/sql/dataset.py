@@ -44,8 +44,9 @@ def generator_hash() -> str:
 
 def _params(seed: int, n_train: int, n_val: int, n_test: int, val_side: str = "train") -> dict[str, Any]:
     if val_side not in ("train", "test"):
-        raise ValueError(f"val_side must be 'train' (val from training domains) or 'test' (from held-out "
-                         f"domains), not {val_side!r}")
+        raise ValueError(
+            f"val_side must be 'train' (val from training domains) or 'test' (from held-out domains), not {val_side!r}"
+        )
     extra = {"val_side": val_side} if val_side != "train" else {}  # the default keeps earlier cache keys
     return {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test": n_test, "generator": generator_hash(), **extra}
 
@@ -65,16 +66,18 @@ def generate_split(split: str, side: str, n: int, seed: int, db_dir: Path, key: 
         finally:
             conn.close()
         for template, question, sql in qs:
-            tasks.append({
-                "id": f"sql-s{seed}-{split}-{len(tasks):05d}",
-                "split": split,
-                "domain": schema.domain,
-                "template": template,
-                "db": rel,
-                "schema": schema.render(),
-                "question": question,
-                "gold_sql": sql,
-            })
+            tasks.append(
+                {
+                    "id": f"sql-s{seed}-{split}-{len(tasks):05d}",
+                    "split": split,
+                    "domain": schema.domain,
+                    "template": template,
+                    "db": rel,
+                    "schema": schema.render(),
+                    "question": question,
+                    "gold_sql": sql,
+                }
+            )
         i += 1
     return tasks
 
@@ -84,7 +87,12 @@ def with_db_paths(tasks: dict[str, list[dict]], root: Path) -> dict[str, list[di
 
 
 def build(
-    root: str | Path, *, seed: int = 0, n_train: int = 2000, n_val: int = 200, n_test: int = 300,
+    root: str | Path,
+    *,
+    seed: int = 0,
+    n_train: int = 2000,
+    n_val: int = 200,
+    n_test: int = 300,
     val_side: str = "train",
 ) -> dict[str, list[dict]]:
     """Generate the databases and tasks under ``root`` (deterministic in ``seed``) and return
@@ -107,7 +115,9 @@ def build(
         try:
             sizes = {"train": n_train, "val": n_val, "test": n_test}
             sides = dict(SPLITS, val=val_side)
-            out = {split: generate_split(split, sides[split], sizes[split], seed, tmp / "db", key) for split, _ in SPLITS}
+            out = {
+                split: generate_split(split, sides[split], sizes[split], seed, tmp / "db", key) for split, _ in SPLITS
+            }
             (tmp / "tasks.json").write_text(json.dumps(out, indent=0))
             try:
                 os.rename(tmp, root / key)
@@ -132,8 +142,9 @@ def cache_root() -> Path:
     return cache_dir("sql_world")
 
 
-def dataset(seed: int = 0, root: str | Path | None = None, val_side: str = "train",
-            **sizes: int) -> dict[str, list[dict]]:
+def dataset(
+    seed: int = 0, root: str | Path | None = None, val_side: str = "train", **sizes: int
+) -> dict[str, list[dict]]:
     """:func:`build` into ``root``, by default a cache folder named by the seed, sizes, val side
     and generator hash (so repeated calls are instant). ``sizes``: ``n_train``, ``n_val``, ``n_test``."""
     if root is None:

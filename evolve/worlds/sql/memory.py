@@ -53,8 +53,9 @@ def recall(spec: dict | None, task: dict) -> list[dict]:
         return _random_recall(spec, task, k)
     if mode != "similar":
         raise ValueError(f"memory.recall is {mode!r}: use 'similar' (the default) or 'random'")
-    hits = view(spec).search(task["question"], k + 8, kinds=spec.get("kinds", ["experience"]),
-                             min_similarity=spec.get("min_similarity"))
+    hits = view(spec).search(
+        task["question"], k + 8, kinds=spec.get("kinds", ["experience"]), min_similarity=spec.get("min_similarity")
+    )
     out = []
     for h in hits:
         meta = h.item.metadata
@@ -71,8 +72,14 @@ def _random_recall(spec: dict, task: dict, k: int) -> list[dict]:
 
     kinds = set(spec.get("kinds", ["experience"]))
     items = sorted(view(spec).view().values(), key=lambda it: it.id)
-    pool = [it for it in items if it.kind in kinds and it.metadata.get("sql") and it.metadata.get("db") != task.get("db")
-            and it.metadata.get("task_id") != task.get("id")]
+    pool = [
+        it
+        for it in items
+        if it.kind in kinds
+        and it.metadata.get("sql")
+        and it.metadata.get("db") != task.get("db")
+        and it.metadata.get("task_id") != task.get("id")
+    ]
     picked = random.Random(f"recall/{task.get('id')}").sample(pool, min(k, len(pool)))
     return [{"id": it.id, "question": it.text, "sql": it.metadata["sql"], "similarity": None} for it in picked]
 
@@ -96,5 +103,3 @@ def render(examples: Sequence[dict], style: str = "full") -> str:
     if style == "skeleton":
         return "".join(f"e: {skeleton(e['sql'])}\n" for e in examples)
     return "".join(f"e: {e['question']} = {e['sql']}\n" for e in examples)
-
-

@@ -14,9 +14,15 @@ from evolve.worlds.sql.questions import prompt_text
 from evolve.worlds.sql.render import fill
 
 
-def messages_for(task: dict, instruction: str = "", examples: list[dict] | None = None,
-                 style: str = "full", demos: list[dict] | None = None, demo_style: str = "masked",
-                 template: str = "") -> list[Message]:
+def messages_for(
+    task: dict,
+    instruction: str = "",
+    examples: list[dict] | None = None,
+    style: str = "full",
+    demos: list[dict] | None = None,
+    demo_style: str = "masked",
+    template: str = "",
+) -> list[Message]:
     """The opening messages of an episode: an optional system instruction, then the prompt laid
     out by ``template`` (see :mod:`evolve.worlds.sql.render`; empty: ``schema: ...\\nq: ...``),
     after the few-shot demos (see :mod:`evolve.worlds.sql.fewshot`) and the recalled experiences
@@ -25,7 +31,9 @@ def messages_for(task: dict, instruction: str = "", examples: list[dict] | None 
     head = render_memory(examples, style) if examples else ""
     if demos:
         head = render_demos(demos, demo_style) + head
-    body = fill(template, task["schema"], task["question"]) if template else prompt_text(task["schema"], task["question"])
+    body = (
+        fill(template, task["schema"], task["question"]) if template else prompt_text(task["schema"], task["question"])
+    )
     out.append(Message(role="user", content=head + body))
     return out
 
@@ -53,8 +61,10 @@ def tool_lines(library: Any) -> str:
         lines.append(f"{t.name}({', '.join(p for p in t.params if p != 'db')}) = {readable(template)}")
     if not lines:
         return ""
-    return ("Instead of SQL you may answer with one call to one of these query tools, written as "
-            "name(arguments); it runs the query shown:\n" + "\n".join(lines))
+    return (
+        "Instead of SQL you may answer with one call to one of these query tools, written as "
+        "name(arguments); it runs the query shown:\n" + "\n".join(lines)
+    )
 
 
 def with_tool_docs(messages: list[Message], box: Any, workflow: dict) -> list[Message]:

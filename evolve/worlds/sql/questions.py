@@ -101,10 +101,14 @@ def select_where(rng: random.Random, s: Schema) -> Draft | None:
     if not cols:
         return None
     c = rng.choice(cols)
-    p = rng.choice((
-        "what are the {c} of {t} {cond}?", "list the {c} of {t} {cond}.",
-        "show the {c} of all {t} {cond}.", "give me the {c} of each {t} {cond}.",
-    ))
+    p = rng.choice(
+        (
+            "what are the {c} of {t} {cond}?",
+            "list the {c} of {t} {cond}.",
+            "show the {c} of all {t} {cond}.",
+            "give me the {c} of each {t} {cond}.",
+        )
+    )
     q = p.format(c=c, t=t.name, cond=_cond(rng, *f))
     return q, f"select {c} from {t.name} where {f[0]} {f[1]} {f[2]}", _some_not_all(len(t.rows))
 
@@ -114,10 +118,14 @@ def count_where(rng: random.Random, s: Schema) -> Draft | None:
     f = _filter(rng, t)
     if f is None:
         return None
-    p = rng.choice((
-        "how many {t} are there {cond}?", "count the {t} {cond}.",
-        "what is the number of {t} {cond}?", "find how many {t} exist {cond}.",
-    ))
+    p = rng.choice(
+        (
+            "how many {t} are there {cond}?",
+            "count the {t} {cond}.",
+            "what is the number of {t} {cond}?",
+            "find how many {t} exist {cond}.",
+        )
+    )
     q = p.format(t=t.name, cond=_cond(rng, *f))
     return q, f"select count(*) from {t.name} where {f[0]} {f[1]} {f[2]}", _count_pos
 
@@ -137,10 +145,14 @@ def aggregate(rng: random.Random, s: Schema) -> Draft | None:
     if parts is None:
         return None
     t, c, fn, fw = parts
-    p = rng.choice((
-        "what is the {fw} {c} of {t}?", "find the {fw} {c} among all {t}.",
-        "give the {fw} {c} over {t}.", "what is the {fw} {c} across {t}?",
-    ))
+    p = rng.choice(
+        (
+            "what is the {fw} {c} of {t}?",
+            "find the {fw} {c} among all {t}.",
+            "give the {fw} {c} over {t}.",
+            "what is the {fw} {c} across {t}?",
+        )
+    )
     return p.format(fw=fw, c=c, t=t.name), f"select {fn}({c}) from {t.name}", _not_null
 
 
@@ -152,10 +164,13 @@ def aggregate_where(rng: random.Random, s: Schema) -> Draft | None:
     f = _filter(rng, t, exclude=(c,))
     if f is None:
         return None
-    p = rng.choice((
-        "what is the {fw} {c} of {t} {cond}?", "find the {fw} {c} among {t} {cond}.",
-        "for {t} {cond}, what is the {fw} {c}?",
-    ))
+    p = rng.choice(
+        (
+            "what is the {fw} {c} of {t} {cond}?",
+            "find the {fw} {c} among {t} {cond}.",
+            "for {t} {cond}, what is the {fw} {c}?",
+        )
+    )
     q = p.format(fw=fw, c=c, t=t.name, cond=_cond(rng, *f))
     return q, f"select {fn}({c}) from {t.name} where {f[0]} {f[1]} {f[2]}", _not_null
 
@@ -183,10 +198,13 @@ def order_limit(rng: random.Random, s: Schema) -> Draft | None:
     if parts is None:
         return None
     t, c, o, d = parts
-    p = rng.choice((
-        "list the {c} of the {k} {t} with the {dw} {o}.", "what are the {c} of the {k} {t} with the {dw} {o}?",
-        "show the {c} of the {k} {t} having the {dw} {o}, in order.",
-    ))
+    p = rng.choice(
+        (
+            "list the {c} of the {k} {t} with the {dw} {o}.",
+            "what are the {c} of the {k} {t} with the {dw} {o}?",
+            "show the {c} of the {k} {t} having the {dw} {o}, in order.",
+        )
+    )
     q = p.format(c=c, k=k, t=t.name, dw=rng.choice(_DIR[d]), o=o)
     return q, f"select {c} from {t.name} order by {o} {d} limit {k}", bool
 
@@ -196,10 +214,13 @@ def argmax(rng: random.Random, s: Schema) -> Draft | None:
     if parts is None:
         return None
     t, c, o, d = parts
-    p = rng.choice((
-        "which {t} has the {dw} {o}? give its {c}.", "what is the {c} of the {t} with the {dw} {o}?",
-        "find the {c} of the {t} whose {o} is the {dw}.",
-    ))
+    p = rng.choice(
+        (
+            "which {t} has the {dw} {o}? give its {c}.",
+            "what is the {c} of the {t} with the {dw} {o}?",
+            "find the {c} of the {t} whose {o} is the {dw}.",
+        )
+    )
     q = p.format(c=c, t=t.name, dw=rng.choice(_DIR[d]), o=o)
     return q, f"select {c} from {t.name} order by {o} {d} limit 1", bool
 
@@ -223,10 +244,14 @@ def join(rng: random.Random, s: Schema) -> Draft | None:
         return None
     t1, t2, f = parts
     c = rng.choice(t1.data_columns()).name
-    p = rng.choice((
-        "what are the {c} of {t1} whose {t2} {jc}?", "list the {c} of {t1} whose {t2} {jc}.",
-        "show the {c} of every {t1} linked to a {t2} that {jc}.", "for {t1} whose {t2} {jc}, give the {c}.",
-    ))
+    p = rng.choice(
+        (
+            "what are the {c} of {t1} whose {t2} {jc}?",
+            "list the {c} of {t1} whose {t2} {jc}.",
+            "show the {c} of every {t1} linked to a {t2} that {jc}.",
+            "for {t1} whose {t2} {jc}, give the {c}.",
+        )
+    )
     q = p.format(c=c, t1=t1.name, t2=t2.name, jc=_jcond(rng, *f))
     return q, _join_sql(f"a.{c}", t1.name, t2.name, f), _some_not_all(len(t1.rows))
 
@@ -236,23 +261,32 @@ def join_count(rng: random.Random, s: Schema) -> Draft | None:
     if parts is None:
         return None
     t1, t2, f = parts
-    p = rng.choice((
-        "how many {t1} have a {t2} that {jc}?", "count the {t1} whose {t2} {jc}.",
-        "what is the number of {t1} whose {t2} {jc}?",
-    ))
+    p = rng.choice(
+        (
+            "how many {t1} have a {t2} that {jc}?",
+            "count the {t1} whose {t2} {jc}.",
+            "what is the number of {t1} whose {t2} {jc}?",
+        )
+    )
     q = p.format(t1=t1.name, t2=t2.name, jc=_jcond(rng, *f))
     return q, _join_sql("count(*)", t1.name, t2.name, f), _count_pos
 
 
 def group_count(rng: random.Random, s: Schema) -> Draft | None:
-    opts = [(t, c.name) for t in s.tables for c in t.columns if c.kind in ("cat", "fk") and len(set(t.values(c.name))) >= 2]
+    opts = [
+        (t, c.name) for t in s.tables for c in t.columns if c.kind in ("cat", "fk") and len(set(t.values(c.name))) >= 2
+    ]
     if not opts:
         return None
     t, g = rng.choice(opts)
-    p = rng.choice((
-        "for each {g}, how many {t} are there?", "count the {t} for each {g}.",
-        "how many {t} are there per {g}?", "show each {g} of {t} with its number of {t}.",
-    ))
+    p = rng.choice(
+        (
+            "for each {g}, how many {t} are there?",
+            "count the {t} for each {g}.",
+            "how many {t} are there per {g}?",
+            "show each {g} of {t} with its number of {t}.",
+        )
+    )
     n = len(t.rows)
     return p.format(g=g, t=t.name), f"select {g}, count(*) from {t.name} group by {g}", lambda rows: 2 <= len(rows) < n
 

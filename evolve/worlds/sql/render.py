@@ -51,7 +51,7 @@ def _relayout(schema_text: str, keep: list[str]) -> str:
     found = list(_TABLE.finditer(schema_text))
     if not found:
         return schema_text
-    head, tail = schema_text[:found[0].start()], schema_text[found[-1].end():]
+    head, tail = schema_text[: found[0].start()], schema_text[found[-1].end() :]
     return head + " ".join(keep) + tail
 
 
@@ -94,8 +94,12 @@ def pruned(schema_text: str, question: str) -> str:
         if i not in keep and cols[i] & w and any(f"{t[0].lower()}_id" in cols[k] for k in keep):
             keep.add(i)
     for i, t in enumerate(ts):  # a table that joins two kept tables that are not linked directly
-        if i not in keep and any(_linked_by_key(t, ts[a]) and _linked_by_key(t, ts[b]) and
-                                 not _linked_by_key(ts[a], ts[b]) for a in keep for b in keep if a < b):
+        if i not in keep and any(
+            _linked_by_key(t, ts[a]) and _linked_by_key(t, ts[b]) and not _linked_by_key(ts[a], ts[b])
+            for a in keep
+            for b in keep
+            if a < b
+        ):
             keep.add(i)
     return _relayout(schema_text, [m.group(0) for i, m in enumerate(found) if i in keep])
 
@@ -103,7 +107,9 @@ def pruned(schema_text: str, question: str) -> str:
 def as_ddl(schema_text: str) -> str:
     """``"schema: pet(id,name) owner(id,city)"`` -> ``"CREATE TABLE pet (id, name);\\nCREATE TABLE owner (id, city);"``
     (the column lists as given; text around the tables is dropped)."""
-    return "\n".join(f"CREATE TABLE {name} ({', '.join(c.strip() for c in cols)});" for name, cols in tables(schema_text))
+    return "\n".join(
+        f"CREATE TABLE {name} ({', '.join(c.strip() for c in cols)});" for name, cols in tables(schema_text)
+    )
 
 
 def _fields(template: str) -> set[str]:
@@ -111,17 +117,23 @@ def _fields(template: str) -> set[str]:
     try:
         parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as e:
-        raise TemplateError(f"prompt template {template!r} is not a format string ({e}); write fields as "
-                            f"{{schema}} and {{question}}, and a literal brace as {{{{ or }}}}") from None
+        raise TemplateError(
+            f"prompt template {template!r} is not a format string ({e}); write fields as "
+            f"{{schema}} and {{question}}, and a literal brace as {{{{ or }}}}"
+        ) from None
     fancy = [f for f, spec, conv in parsed if spec or conv]
     if fancy:
-        raise TemplateError(f"prompt template {template!r}: write the field {fancy[0]!r} plainly, as "
-                            f"{{{fancy[0].split('!')[0]}}}, without a format spec or conversion")
+        raise TemplateError(
+            f"prompt template {template!r}: write the field {fancy[0]!r} plainly, as "
+            f"{{{fancy[0].split('!')[0]}}}, without a format spec or conversion"
+        )
     names = {f for f, _, _ in parsed}
     bad = sorted(names - set(FIELDS))
     if bad:
-        raise TemplateError(f"prompt template {template!r} names {', '.join(bad)}; the SQL agent fills "
-                            f"{', '.join('{' + f + '}' for f in FIELDS)}")
+        raise TemplateError(
+            f"prompt template {template!r} names {', '.join(bad)}; the SQL agent fills "
+            f"{', '.join('{' + f + '}' for f in FIELDS)}"
+        )
     return names
 
 

@@ -64,7 +64,9 @@ def reward(task: dict, output: Any, trajectory: Any = None) -> Reward:
         db, gold_sql = task["db"], task["gold_sql"]
         gold = list(_gold_rows(str(db), gold_sql))
     except Exception as e:  # noqa: BLE001 - a broken task is the reward's own failure
-        return Reward(score=0.0, components=zero, feedback="cannot run the gold query", error=f"{type(e).__name__}: {e}")
+        return Reward(
+            score=0.0, components=zero, feedback="cannot run the gold query", error=f"{type(e).__name__}: {e}"
+        )
     sql = _output_sql(output)
     if not isinstance(sql, str) or not sql.strip():
         return Reward(score=0.0, components=zero, feedback="no sql was given")

@@ -135,7 +135,9 @@ class _Namer:
 
     def table(self) -> str:
         r = self.rng
-        return self._fresh(lambda: r.choice(self.nouns) if r.random() < 0.6 else vocab.pseudo_word(r, self.side, max_len=7))
+        return self._fresh(
+            lambda: r.choice(self.nouns) if r.random() < 0.6 else vocab.pseudo_word(r, self.side, max_len=7)
+        )
 
     def column(self, kind: str) -> str:
         r = self.rng

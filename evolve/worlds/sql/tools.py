@@ -39,11 +39,19 @@ def toolbox(system: Any) -> ToolBox | None:
 
 def expand_sql(tool: Tool, kwargs: dict) -> str:
     """The SQL an abstraction tool call stands for (names bare, values as SQL literals)."""
+
     def lit(v: Any) -> str:
         return "'" + v.replace("'", "''") + "'" if isinstance(v, str) else str(v)
 
     fill = {p: (kwargs[p] if p in tool.meta.get("idents", []) else lit(kwargs[p])) for p in tool.params if p != "db"}
-    return tool.meta["template"].format(**fill).replace(" ( ", "(").replace(" )", ")").replace(" , ", ", ").replace(" . ", ".")
+    return (
+        tool.meta["template"]
+        .format(**fill)
+        .replace(" ( ", "(")
+        .replace(" )", ")")
+        .replace(" , ", ", ")
+        .replace(" . ", ".")
+    )
 
 
 class NotACall(Exception):
@@ -67,5 +75,3 @@ def run_call(ctx: Any, box: ToolBox, text: str, db: str) -> tuple[str, Any]:
     kwargs = dict(zip(params, args))
     rows = box.call(ctx, name, db=db, **kwargs)
     return expand_sql(tool, kwargs), rows
-
-

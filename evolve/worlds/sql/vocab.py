@@ -128,9 +128,7 @@ def _build_tables() -> tuple[dict[str, str], dict[str, str], dict[str, tuple[str
                 side = "train" if i % 2 == 0 else "test"
                 side_of[w] = side
                 attrs[f"{kind}_{side}"].append(w)
-    nouns = {
-        d: tuple(w for w, dd in domain_of.items() if dd == d) for d in DOMAINS
-    }
+    nouns = {d: tuple(w for w, dd in domain_of.items() if dd == d) for d in DOMAINS}
     return side_of, domain_of, nouns, {k: tuple(v) for k, v in attrs.items()}
 
 

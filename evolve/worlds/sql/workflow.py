@@ -60,20 +60,37 @@ class Write:
         task, system = state["task"], rt.ctx.system
         instruction = (system.prompts or {}).get(p.instruction, "") or ""
         spec = system.memory or {}
-        examples = (rt.ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"])
-                    if spec.get("store") else [])
+        examples = (
+            rt.ctx.tool("recall_memory", lambda query: recall(spec, task), query=task["question"])
+            if spec.get("store")
+            else []
+        )
         from evolve.prompts.components import get_template
 
         # the system's demos and template component lay the prompt out as the agent's would
-        messages = messages_for(task, instruction, examples, spec.get("render", "full"), demos_of(system),
-                                str((system.workflow or {}).get("demo_style", "masked")),
-                                get_template(system.prompts or {}))
+        messages = messages_for(
+            task,
+            instruction,
+            examples,
+            spec.get("render", "full"),
+            demos_of(system),
+            str((system.workflow or {}).get("demo_style", "masked")),
+            get_template(system.prompts or {}),
+        )
         messages = with_tool_docs(messages, toolbox(system), system.workflow or {})
-        out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, None),
-                                      max_tokens=_max_tokens(rt, p.max_tokens), stop=stop_strings(system.workflow or {}))
+        out = rt.llm(p.role).complete(
+            messages,
+            temperature=rt.temperature(state, None),
+            max_tokens=_max_tokens(rt, p.max_tokens),
+            stop=stop_strings(system.workflow or {}),
+        )
         said = clean_sql(getattr(out, "text", ""))
-        return {"messages": [*messages, Message(role="assistant", content=said)], "said": said, "sql": said,
-                "turns": int(state.get("turns", 0)) + 1}
+        return {
+            "messages": [*messages, Message(role="assistant", content=said)],
+            "said": said,
+            "sql": said,
+            "turns": int(state.get("turns", 0)) + 1,
+        }
 
 
 class Execute:
@@ -110,12 +127,20 @@ class Rewrite:
             raise ValueError("sql.rewrite needs a conversation: put a sql.write step before it")
         feedback = state.get("error") or error_text(SQLError("no rows returned"))
         messages.append(Message(role="tool", content=feedback))
-        out = rt.llm(p.role).complete(messages, temperature=rt.temperature(state, None),
-                                      max_tokens=_max_tokens(rt, p.max_tokens),
-                                      stop=stop_strings(rt.ctx.system.workflow or {}))
+        out = rt.llm(p.role).complete(
+            messages,
+            temperature=rt.temperature(state, None),
+            max_tokens=_max_tokens(rt, p.max_tokens),
+            stop=stop_strings(rt.ctx.system.workflow or {}),
+        )
         said = clean_sql(getattr(out, "text", ""))
-        return {"messages": [*messages, Message(role="assistant", content=said)], "said": said, "sql": said,
-                "turns": int(state.get("turns", 0)) + 1, "error": None}
+        return {
+            "messages": [*messages, Message(role="assistant", content=said)],
+            "said": said,
+            "sql": said,
+            "turns": int(state.get("turns", 0)) + 1,
+            "error": None,
+        }
 
 
 # ----------------------------------------------------------------------------- ready-made graphs
@@ -125,8 +150,11 @@ _ANSWER = {"id": "answer", "type": "answer", "params": {"fields": ["sql", "rows"
 
 def single_step() -> dict:
     """Write and answer: one model call per task (JSON for ``System.workflow["graph"]``)."""
-    return {"entry": "write", "nodes": [{"id": "write", "type": "sql.write"}, _ANSWER],
-            "edges": [{"src": "write", "dst": "answer"}]}
+    return {
+        "entry": "write",
+        "nodes": [{"id": "write", "type": "sql.write"}, _ANSWER],
+        "edges": [{"src": "write", "dst": "answer"}],
+    }
 
 
 def repair_loop(max_turns: int = 3, when: str = "error") -> dict:
@@ -145,19 +173,45 @@ def vote(n: int = 5, temperature: float = 0.8, parallel: int = 1) -> dict:
     """Self-consistency: ``n`` write→execute samples at ``temperature``; the most common result
     rows win (samples that error do not vote unless all do). ``parallel`` samples run at once."""
     extra = {"parallel": parallel} if parallel > 1 else {}  # 1 (the default) keeps the graph's id as it was
-    return {"entry": "vote",
-            "nodes": [{"id": "vote", "type": "vote",
-                       "params": {"chain": ["write", "run"], "n": n, "temperature": temperature, "key": "rows",
-                                  "exclude_when": "error", **extra}},
-                      {"id": "write", "type": "sql.write"}, {"id": "run", "type": "sql.execute"}, _ANSWER],
-            "edges": [{"src": "vote", "dst": "answer"}]}
+    return {
+        "entry": "vote",
+        "nodes": [
+            {
+                "id": "vote",
+                "type": "vote",
+                "params": {
+                    "chain": ["write", "run"],
+                    "n": n,
+                    "temperature": temperature,
+                    "key": "rows",
+                    "exclude_when": "error",
+                    **extra,
+                },
+            },
+            {"id": "write", "type": "sql.write"},
+            {"id": "run", "type": "sql.execute"},
+            _ANSWER,
+        ],
+        "edges": [{"src": "vote", "dst": "answer"}],
+    }
 
 
 #: The palette the topology search uses on the SQL world (see :mod:`evolve.topology.edits`).
 PALETTE: list[dict[str, Any]] = [
     {"name": "execute", "type": "sql.execute", "kind": "step"},
-    {"name": "repair", "type": "sql.rewrite", "kind": "loop", "at": "sql.execute",
-     "when": ["error", "error or empty"], "max_visits": [1, 2, 3]},
-    {"name": "vote", "kind": "wrap", "chain_types": ["sql.write", "sql.execute"],
-     "params": {"key": "rows", "exclude_when": "error"}, "grid": {"n": [5, 8, 16, 3], "temperature": [0.8, 0.5, 1.0]}},
+    {
+        "name": "repair",
+        "type": "sql.rewrite",
+        "kind": "loop",
+        "at": "sql.execute",
+        "when": ["error", "error or empty"],
+        "max_visits": [1, 2, 3],
+    },
+    {
+        "name": "vote",
+        "kind": "wrap",
+        "chain_types": ["sql.write", "sql.execute"],
+        "params": {"key": "rows", "exclude_when": "error"},
+        "grid": {"n": [5, 8, 16, 3], "temperature": [0.8, 0.5, 1.0]},
+    },
 ]

@@ -62,8 +62,10 @@ def check_backend(name: str) -> str:
     if name not in BACKENDS:
         from evolve.registry import did_you_mean
 
-        raise ConfigError(f"environment {name!r} is not a backend ({did_you_mean(name, list(BACKENDS))})",
-                          path="dataset.params.environment")
+        raise ConfigError(
+            f"environment {name!r} is not a backend ({did_you_mean(name, list(BACKENDS))})",
+            path="dataset.params.environment",
+        )
     return name
 
 
@@ -101,5 +103,15 @@ def _open(task: dict, backend: str) -> Environment:
         raise EnvironmentError_(task, f"the sandbox environment could not be made: {type(e).__name__}: {e}") from None
 
 
-__all__ = ["BACKENDS", "DockerEnvironment", "Environment", "EnvironmentError_", "SandboxEnvironment", "check_backend",
-           "docker_client", "open_environment", "parse_reward", "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "DockerEnvironment",
+    "Environment",
+    "EnvironmentError_",
+    "SandboxEnvironment",
+    "check_backend",
+    "docker_client",
+    "open_environment",
+    "parse_reward",
+    "resolve_backend",
+]

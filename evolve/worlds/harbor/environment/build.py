@@ -117,12 +117,13 @@ def rewrite(text: str, images: dict[str, str] | None = None) -> str:
             m = re.match(r"((?:--\S+\s+)*)", rest)
             assert m is not None  # the pattern matches the empty string too
             flags = m.group(1)  # e.g. --mount=...: kept as they are
-            cmd = rest[len(flags):]
+            cmd = rest[len(flags) :]
             bare = _HEREDOC.sub("", cmd).strip() == ""
             if bare and len(bodies) == 1:  # the body is the script, as BuildKit runs it
                 body = bodies[0]
-                out.append(_script_line(body, shell, executable=body.startswith("#!")).replace(
-                    "RUN ", f"RUN {flags}", 1))
+                out.append(
+                    _script_line(body, shell, executable=body.startswith("#!")).replace("RUN ", f"RUN {flags}", 1)
+                )
             else:  # the command with its heredocs: the shell reads them as it would any heredoc
                 script = cmd + "\n" + "".join(b + w + "\n" for b, (_d, _q, w) in zip(bodies, marks))
                 out.append(_script_line(script, shell).replace("RUN ", f"RUN {flags}", 1))
@@ -135,8 +136,10 @@ def rewrite(text: str, images: dict[str, str] | None = None) -> str:
             dests = [p for p in parts if not p.startswith("--")]
             bad = [o for o in opts if not o.startswith(("--chmod=", "--chown="))]
             if bad or len(dests) != 1:
-                raise BuildfileError(f"Dockerfile line {i + 1}: {word} with a heredoc "
-                                     f"{'and ' + ' '.join(bad) if bad else 'needs one destination'} is not built here")
+                raise BuildfileError(
+                    f"Dockerfile line {i + 1}: {word} with a heredoc "
+                    f"{'and ' + ' '.join(bad) if bad else 'needs one destination'} is not built here"
+                )
             dest = dests[0]
             steps: list[str] = []
             for body, (_d, quote, w) in zip(bodies, marks):
@@ -146,8 +149,9 @@ def rewrite(text: str, images: dict[str, str] | None = None) -> str:
                 steps.append(f"cat > {shlex.quote(target)} <<{q}{w}{q}\n{body}{w}")
                 for o in opts:
                     name, _, value = o.partition("=")
-                    steps.append(f"{'chmod' if name == '--chmod' else 'chown'} {shlex.quote(value)} "
-                                  f"{shlex.quote(target)}")
+                    steps.append(
+                        f"{'chmod' if name == '--chmod' else 'chown'} {shlex.quote(value)} {shlex.quote(target)}"
+                    )
             out.append(_script_line("\n".join(steps) + "\n", shell))
         i = nxt
     return "\n".join(out) + "\n"
@@ -162,9 +166,12 @@ def check_build_network(value: Any, where: str = "dataset.params.build_network")
     if value not in BUILD_NETWORKS:
         from evolve.errors import ConfigError
 
-        raise ConfigError(f"build_network {value!r} is not one of {', '.join(BUILD_NETWORKS)} (auto: the engine's "
-                          "bridge network where it has one, else none; host: the machine's own network, your "
-                          "explicit choice only)", path=where)
+        raise ConfigError(
+            f"build_network {value!r} is not one of {', '.join(BUILD_NETWORKS)} (auto: the engine's "
+            "bridge network where it has one, else none; host: the machine's own network, your "
+            "explicit choice only)",
+            path=where,
+        )
     return value
 
 
@@ -174,9 +181,11 @@ def build_network(client: Any, wanted: str = "auto", task_id: str = "") -> str |
     ``none`` is none; ``host``, the user's explicit opt-in, is the host's network, logged as a warning."""
     check_build_network(wanted)
     if wanted == "host":
-        _log.warning("harbor: building %s on the HOST network (build_network: host, your opt-in): its Dockerfile's "
-                     "RUN lines run as root with every service on this machine's loopback in reach",
-                     task_id or "a task")
+        _log.warning(
+            "harbor: building %s on the HOST network (build_network: host, your opt-in): its Dockerfile's "
+            "RUN lines run as root with every service on this machine's loopback in reach",
+            task_id or "a task",
+        )
         return "host"
     if wanted == "none":
         return "none"
@@ -187,12 +196,14 @@ def build_network(client: Any, wanted: str = "auto", task_id: str = "") -> str |
     return None if "bridge" in names else "none"
 
 
-OFFLINE_BUILD = ("the build ran without a network (this engine has no bridge network, and a task's build never "
-                 "gets the host's): a Dockerfile that downloads (apt-get, pip, curl) cannot build here. Give its "
-                 "bases as local images (dataset.params.images, or evolve harbor check --image NAME=LOCAL), run "
-                 "it where the engine has its default bridge network, or, only for tasks you trust with this "
-                 "machine's network and its loopback services, opt in with dataset.params.build_network: host in "
-                 "your task file (evolve harbor check --build-network host)")
+OFFLINE_BUILD = (
+    "the build ran without a network (this engine has no bridge network, and a task's build never "
+    "gets the host's): a Dockerfile that downloads (apt-get, pip, curl) cannot build here. Give its "
+    "bases as local images (dataset.params.images, or evolve harbor check --image NAME=LOCAL), run "
+    "it where the engine has its default bridge network, or, only for tasks you trust with this "
+    "machine's network and its loopback services, opt in with dataset.params.build_network: host in "
+    "your task file (evolve harbor check --build-network host)"
+)
 
 
 _IMAGES: dict[str, str] = {}
@@ -249,9 +260,16 @@ def _build(task: dict, client: Any, dockerfile: str, tag: str) -> None:
         path = Path(d) / "Dockerfile"
         path.write_text(dockerfile)
         try:
-            client.images.build(path=str(Path(task["path"]) / "environment"), dockerfile=str(path), tag=tag,
-                                rm=True, forcerm=True, labels=labels(), network_mode=network,
-                                timeout=int(task["build_timeout"]))
+            client.images.build(
+                path=str(Path(task["path"]) / "environment"),
+                dockerfile=str(path),
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                labels=labels(),
+                network_mode=network,
+                timeout=int(task["build_timeout"]),
+            )
         except Exception as e:  # noqa: BLE001 - a failed build: the task's environment is broken
             why = f"docker build of environment/ failed: {type(e).__name__}: {tail(str(e), 800)}"
             raise EnvironmentError_(task, why + (f". Note: {OFFLINE_BUILD}" if network == "none" else "")) from None
@@ -267,8 +285,19 @@ def _check_context(task: dict) -> None:
     except Refused as e:
         k = str(e)
     if k not in (None, "file"):
-        raise EnvironmentError_(task, "environment/.dockerignore is not a regular file; the host reads a task's "
-                                "files without following links")
+        raise EnvironmentError_(
+            task,
+            "environment/.dockerignore is not a regular file; the host reads a task's files without following links",
+        )
 
 
-__all__ = ["BUILD_NETWORKS", "BuildfileError", "OFFLINE_BUILD", "build_network", "check_build_network", "labels", "rewrite", "task_image"]
+__all__ = [
+    "BUILD_NETWORKS",
+    "BuildfileError",
+    "OFFLINE_BUILD",
+    "build_network",
+    "check_build_network",
+    "labels",
+    "rewrite",
+    "task_image",
+]

@@ -38,6 +38,7 @@ def capabilities(setting: str) -> dict[str, Any]:
         raise ValueError(f"capabilities {setting!r}: use one of {', '.join(CAPABILITIES)}")
     return {"cap_drop": ["ALL"], "cap_add": list(KEPT_CAPS)}
 
+
 def docker_client(timeout: float = 3.0) -> Any:
     """A docker client whose engine answered a ping, or None (no SDK, no engine)."""
     try:
@@ -89,16 +90,26 @@ def networks(task: dict, client: Any) -> tuple[dict[str, str], list[str]]:
         elif "bridge" in names:
             out[phase] = "bridge"
         elif phase in net.get("declared", []):
-            raise EnvironmentError_(task, f"its {phase} needs the network (network_mode = 'public' in task.toml), and "
-                                    f"this Docker engine has no network for containers (it has {sorted(names)}; the "
-                                    "host network, the machine's own, is never given to a task): run it where the "
-                                    "engine has its default bridge network", status="unsupported", kind="Unsupported")
+            raise EnvironmentError_(
+                task,
+                f"its {phase} needs the network (network_mode = 'public' in task.toml), and "
+                f"this Docker engine has no network for containers (it has {sorted(names)}; the "
+                "host network, the machine's own, is never given to a task): run it where the "
+                "engine has its default bridge network",
+                status="unsupported",
+                kind="Unsupported",
+            )
         else:
             out[phase], denied = "none", denied + [phase]
     if out["agent"] != out["verifier"] and task.get("verifier_mode") != "separate":
-        raise EnvironmentError_(task, f"its agent runs on network {out['agent']!r} and its verifier on "
-                                f"{out['verifier']!r}; the docker backend does not switch a container's network "
-                                "between phases yet", status="unsupported", kind="Unsupported")
+        raise EnvironmentError_(
+            task,
+            f"its agent runs on network {out['agent']!r} and its verifier on "
+            f"{out['verifier']!r}; the docker backend does not switch a container's network "
+            "between phases yet",
+            status="unsupported",
+            kind="Unsupported",
+        )
     return out, denied
 
 
@@ -115,8 +126,9 @@ class DockerEnvironment(PhasedEnvironment):
     """The task's environment as a container built from its Dockerfile (see the module docstring)."""
 
     backend = "docker"
-    offline = ("none: the task leaves network_mode at Harbor's default (public), and this engine has no network "
-               "for containers")
+    offline = (
+        "none: the task leaves network_mode at Harbor's default (public), and this engine has no network for containers"
+    )
 
     def __init__(self, task: dict, client: Any = None) -> None:
         from evolve.worlds.harbor.environment.hostenv import resolve
@@ -127,15 +139,20 @@ class DockerEnvironment(PhasedEnvironment):
         self.restarts = 0  # times the episode's shell had to be started again
         self.client = client or docker_client()
         if self.client is None:
-            raise EnvironmentError_(task, "no Docker engine answers here (docker.from_env().ping() failed); use the "
-                                    "sandbox backend (world params: environment: sandbox)")
+            raise EnvironmentError_(
+                task,
+                "no Docker engine answers here (docker.from_env().ping() failed); use the "
+                "sandbox backend (world params: environment: sandbox)",
+            )
         self.networks, self.denied = networks(task, self.client)
         self.image = self._image()
         try:
             config = self.client.images.get(self.image).attrs.get("Config") or {}
         except Exception as e:  # noqa: BLE001 - docker.errors.ImageNotFound: the task's image is not here
-            raise EnvironmentError_(task, f"the image {self.image!r} is not available to the engine: "
-                                    f"{type(e).__name__}: {tail(str(e), 300)}") from None
+            raise EnvironmentError_(
+                task,
+                f"the image {self.image!r} is not available to the engine: {type(e).__name__}: {tail(str(e), 300)}",
+            ) from None
         self.workdir = task.get("workdir") or config.get("WorkingDir") or "/app"
         self.variables = resolve(task, task.get("environment_env"))
         self.container = self._start(self.image, self.networks["agent"])
@@ -144,16 +161,35 @@ class DockerEnvironment(PhasedEnvironment):
         mem = int(self.task.get("memory_mb") or 2048)
         try:
             ct = self.client.containers.run(
-                image, command=["sleep", "infinity"], detach=True, init=True, working_dir=self.workdir,
-                network_mode=network, network_disabled=network == "none", mem_limit=f"{mem}m", memswap_limit=f"{mem}m",
-                pids_limit=512, nano_cpus=int((self.task.get("cpus") or 1.0) * 1e9), environment=self.variables,
-                labels=labels(), **capabilities(self.task.get("capabilities") or "reduced"))
+                image,
+                command=["sleep", "infinity"],
+                detach=True,
+                init=True,
+                working_dir=self.workdir,
+                network_mode=network,
+                network_disabled=network == "none",
+                mem_limit=f"{mem}m",
+                memswap_limit=f"{mem}m",
+                pids_limit=512,
+                nano_cpus=int((self.task.get("cpus") or 1.0) * 1e9),
+                environment=self.variables,
+                labels=labels(),
+                **capabilities(self.task.get("capabilities") or "reduced"),
+            )
         except Exception as e:  # noqa: BLE001 - the engine refused: the world failing
             raise EnvironmentError_(self.task, f"the container did not start: {type(e).__name__}: {e}") from None
         try:
-            r = ct.exec_run(["sh", "-c", "mkdir -p /logs/verifier /logs/agent /logs/artifacts && chmod 777 /logs "
-                             "/logs/verifier /logs/agent /logs/artifacts && mkdir -p \"$1\"", "sh", self.workdir],
-                            user="0")
+            r = ct.exec_run(
+                [
+                    "sh",
+                    "-c",
+                    "mkdir -p /logs/verifier /logs/agent /logs/artifacts && chmod 777 /logs "
+                    '/logs/verifier /logs/agent /logs/artifacts && mkdir -p "$1"',
+                    "sh",
+                    self.workdir,
+                ],
+                user="0",
+            )
             if r.exit_code != 0:
                 raise EnvironmentError_(self.task, f"making /logs in the container failed: {r.output[-300:]!r}")
         except BaseException:
@@ -168,8 +204,15 @@ class DockerEnvironment(PhasedEnvironment):
 
     # -- commands ---------------------------------------------------------------------------------
 
-    def sh(self, command: str, *, timeout: float | None, env: dict | None = None, cwd: str | None = None,
-           user: str | None = None) -> Any:
+    def sh(
+        self,
+        command: str,
+        *,
+        timeout: float | None,
+        env: dict | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+    ) -> Any:
         """``bash -c command`` by its own ``docker exec`` (Harbor's ``environment.exec``), as
         ``user`` (None: the image's), killed at ``timeout`` seconds (None: no limit)."""
         from evolve.sandbox.shell import OUTPUT_CAP, ShellResult
@@ -181,8 +224,9 @@ class DockerEnvironment(PhasedEnvironment):
 
         def run() -> None:
             try:
-                box["r"] = self.container.exec_run(argv, workdir=cwd or self.workdir, environment=dict(env or {}),
-                                                   demux=True, user=user or "")
+                box["r"] = self.container.exec_run(
+                    argv, workdir=cwd or self.workdir, environment=dict(env or {}), demux=True, user=user or ""
+                )
             except Exception as e:  # noqa: BLE001
                 box["e"] = e
 
@@ -192,7 +236,9 @@ class DockerEnvironment(PhasedEnvironment):
         th.join(None if timeout is None else timeout + 15.0)
         if th.is_alive():
             self.close()
-            raise EnvironmentError_(self.task, f"docker exec did not return {(timeout or 0) + 15:.0f} s after its timeout")
+            raise EnvironmentError_(
+                self.task, f"docker exec did not return {(timeout or 0) + 15:.0f} s after its timeout"
+            )
         if "e" in box:
             raise EnvironmentError_(self.task, f"docker exec failed: {type(box['e']).__name__}: {box['e']}")
         res = box["r"]
@@ -201,9 +247,17 @@ class DockerEnvironment(PhasedEnvironment):
         code = res.exit_code
         timed_out = timeout is not None and code in (124, 137) and time.monotonic() - t0 >= timeout - 0.5
         if code in (126, 127) and "unable to find user" in (out + err):
-            raise EnvironmentError_(self.task, f"the image has no user {user!r} (task.toml names it): {err.strip()[-300:]}")
-        return ShellResult(None if timed_out else code, out[-OUTPUT_CAP:], err[-OUTPUT_CAP:], timed_out,
-                           time.monotonic() - t0, len(out) > OUTPUT_CAP or len(err) > OUTPUT_CAP)
+            raise EnvironmentError_(
+                self.task, f"the image has no user {user!r} (task.toml names it): {err.strip()[-300:]}"
+            )
+        return ShellResult(
+            None if timed_out else code,
+            out[-OUTPUT_CAP:],
+            err[-OUTPUT_CAP:],
+            timed_out,
+            time.monotonic() - t0,
+            len(out) > OUTPUT_CAP or len(err) > OUTPUT_CAP,
+        )
 
     def exec(self, command: str, *, timeout: float | None, env: dict | None = None, cwd: str | None = None) -> Any:
         """A one-shot command as the agent's user (the persistent shell is :meth:`run`)."""
@@ -219,11 +273,13 @@ class DockerEnvironment(PhasedEnvironment):
             self._close_shell()
         if self.shell is None:
             try:
-                self.shell = DockerShell(self.client, self.container, user=user,
-                                         workdir=self.workdir, env={}, cap=OUTPUT_CAP)
+                self.shell = DockerShell(
+                    self.client, self.container, user=user, workdir=self.workdir, env={}, cap=OUTPUT_CAP
+                )
             except Exception as e:  # noqa: BLE001 - no bash in the image, an unknown user: the world failing
-                raise EnvironmentError_(self.task, f"the episode's shell did not start: {type(e).__name__}: "
-                                        f"{tail(str(e), 400)}") from None
+                raise EnvironmentError_(
+                    self.task, f"the episode's shell did not start: {type(e).__name__}: {tail(str(e), 400)}"
+                ) from None
         try:
             return self.shell.run(command, timeout)
         except Exception as e:  # noqa: BLE001 - the engine went away under the shell
@@ -235,8 +291,15 @@ class DockerEnvironment(PhasedEnvironment):
         """Remove ``paths`` (as root) and make /logs' folders again, writable by every user."""
         import shlex
 
-        r = self.container.exec_run(["sh", "-c", f"rm -rf {' '.join(shlex.quote(p) for p in paths)}; mkdir -p "
-                                     "/logs/verifier /logs/agent && chmod 777 /logs/verifier /logs/agent"], user="0")
+        r = self.container.exec_run(
+            [
+                "sh",
+                "-c",
+                f"rm -rf {' '.join(shlex.quote(p) for p in paths)}; mkdir -p "
+                "/logs/verifier /logs/agent && chmod 777 /logs/verifier /logs/agent",
+            ],
+            user="0",
+        )
         if r.exit_code != 0:
             raise EnvironmentError_(self.task, f"clearing {paths} failed: {r.output[-300:]!r}")
 
@@ -254,8 +317,9 @@ class DockerEnvironment(PhasedEnvironment):
         except EnvironmentError_:
             raise
         except Exception as e:  # noqa: BLE001 - the engine refused the copy
-            raise EnvironmentError_(self.task, f"copying {folder}/ to {inside} failed: {type(e).__name__}: "
-                                    f"{tail(str(e), 300)}", kind=kind) from None
+            raise EnvironmentError_(
+                self.task, f"copying {folder}/ to {inside} failed: {type(e).__name__}: {tail(str(e), 300)}", kind=kind
+            ) from None
 
     def executable(self, inside: str) -> None:
         self.container.exec_run(["chmod", "+x", inside], user="0")
@@ -281,8 +345,12 @@ class DockerEnvironment(PhasedEnvironment):
             if member is None:
                 return None
             if not member.isfile():
-                raise EnvironmentError_(self.task, f"{inside} is not a regular file (a link or a folder); "
-                                        "tests/test.sh must write it as a regular file", kind="DownloadVerifierDirError")
+                raise EnvironmentError_(
+                    self.task,
+                    f"{inside} is not a regular file (a link or a folder); "
+                    "tests/test.sh must write it as a regular file",
+                    kind="DownloadVerifierDirError",
+                )
             f = tar.extractfile(member)
             return f.read() if f is not None else None
 

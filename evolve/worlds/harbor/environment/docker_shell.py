@@ -27,14 +27,18 @@ from typing import Any
 from evolve.sandbox.shell import ShellResult
 
 GRACE_S = 3.0  # after the kill, how long the shell has to print its sentinel
-RESTARTED = ("the shell did not come back after the command was killed, so a new shell was started in {wd}: "
-             "earlier cd and exported variables are gone (files and background processes stay)")
-EXITED = ("the shell exited (exit, exec or a closed stdin), so a new shell was started in {wd}: earlier cd and "
-          "exported variables are gone (files and background processes stay)")
+RESTARTED = (
+    "the shell did not come back after the command was killed, so a new shell was started in {wd}: "
+    "earlier cd and exported variables are gone (files and background processes stay)"
+)
+EXITED = (
+    "the shell exited (exit, exec or a closed stdin), so a new shell was started in {wd}: earlier cd and "
+    "exported variables are gone (files and background processes stay)"
+)
 
 # Kills every process whose environment holds EVOLVEKIT_COMMAND=$1 (what the command started, even
 # a child that left the shell's tree); bash only, no other tool of the image needed.
-_KILLER = r'''
+_KILLER = r"""
 want="EVOLVEKIT_COMMAND=$1"
 for d in /proc/[0-9]*; do
   pid=${d#/proc/}
@@ -44,7 +48,7 @@ for d in /proc/[0-9]*; do
   done 2>/dev/null < "$d/environ"
 done
 exit 0
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -107,10 +111,17 @@ class _Session:
 class DockerShell:
     """The episode's shell in ``container`` (see the module docstring)."""
 
-    def __init__(self, client: Any, container: Any, *, user: str | None, workdir: str, env: dict[str, str],
-                 cap: int) -> None:
-        self.client, self.container, self.user, self.workdir, self.env, self.cap = \
-            client, container, user, workdir, dict(env), cap
+    def __init__(
+        self, client: Any, container: Any, *, user: str | None, workdir: str, env: dict[str, str], cap: int
+    ) -> None:
+        self.client, self.container, self.user, self.workdir, self.env, self.cap = (
+            client,
+            container,
+            user,
+            workdir,
+            dict(env),
+            cap,
+        )
         self.nonce = secrets.token_hex(8)
         self.n = 0
         self.restarts = 0
@@ -119,9 +130,17 @@ class DockerShell:
 
     def _start(self) -> None:
         api = self.client.api
-        exec_id = api.exec_create(self.container.id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True,
-                                  stderr=True, tty=False, user=self.user or "", workdir=self.workdir,
-                                  environment=self.env)["Id"]
+        exec_id = api.exec_create(
+            self.container.id,
+            ["bash", "--noprofile", "--norc"],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            user=self.user or "",
+            workdir=self.workdir,
+            environment=self.env,
+        )["Id"]
         sock = api.exec_start(exec_id, socket=True, tty=False)
         sock = getattr(sock, "_sock", sock)
         sock.settimeout(None)
@@ -143,10 +162,12 @@ class DockerShell:
 
     def _send(self, command: str) -> None:
         self.n += 1
-        script = (f"__evk_c={shlex.quote(command)}\nEVOLVEKIT_COMMAND={self.nonce}_{self.n} eval \"$__evk_c\" "
-                  "</dev/null\n"
-                  f"__evk_rc=$?; printf '\\n__EVK_%s_%d_%d__\\n' {self.nonce} {self.n} $__evk_rc; "
-                  f"printf '\\n__EVK_%s_%d__\\n' {self.nonce} {self.n} >&2\n")
+        script = (
+            f'__evk_c={shlex.quote(command)}\nEVOLVEKIT_COMMAND={self.nonce}_{self.n} eval "$__evk_c" '
+            "</dev/null\n"
+            f"__evk_rc=$?; printf '\\n__EVK_%s_%d_%d__\\n' {self.nonce} {self.n} $__evk_rc; "
+            f"printf '\\n__EVK_%s_%d__\\n' {self.nonce} {self.n} >&2\n"
+        )
         self._live.sock.sendall(script.encode())
 
     def _done(self) -> tuple[int, int, int, int] | None:
@@ -161,7 +182,7 @@ class DockerShell:
         k = bufs[2].find(err_mark)
         if j < 0 or k < 0:
             return None
-        return int(bufs[1][i + len(out_mark):j]), i, k, j + 3
+        return int(bufs[1][i + len(out_mark) : j]), i, k, j + 3
 
     def _wait(self, deadline: float) -> tuple[int, int, int, int] | None:
         s = self._live
@@ -186,9 +207,9 @@ class DockerShell:
                 _, i, k, end = got
                 out, err = bytes(s.bufs[1][:i]), bytes(s.bufs[2][:k])
                 del s.bufs[1][:end]
-                del s.bufs[2][:k + len(self._marks()[1])]
+                del s.bufs[2][: k + len(self._marks()[1])]
             cut, s.cut = s.cut or len(out) > self.cap or len(err) > self.cap, False
-        dec = lambda b: b[-self.cap:].decode("utf-8", "replace")  # noqa: E731
+        dec = lambda b: b[-self.cap :].decode("utf-8", "replace")  # noqa: E731
         return dec(out), dec(err), cut
 
     def _roundtrip(self, command: str, timeout: float) -> ShellOutcome:
@@ -211,7 +232,7 @@ class DockerShell:
             self._restart()
             t0, note = time.monotonic(), EXITED.format(wd=self.workdir)
             self._send(command)
-        got = self._wait(t0 + (timeout if timeout is not None else 10 ** 9))
+        got = self._wait(t0 + (timeout if timeout is not None else 10**9))
         if got is None and not self._live.closed:  # its time is up: kill what it started, keep the shell
             until = time.monotonic() + GRACE_S
             while got is None and not self._live.closed and time.monotonic() < until:

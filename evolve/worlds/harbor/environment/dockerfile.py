@@ -17,8 +17,19 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-SKIPPED = {"USER", "CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "VOLUME", "HEALTHCHECK", "SHELL", "STOPSIGNAL",
-           "ONBUILD", "MAINTAINER"}
+SKIPPED = {
+    "USER",
+    "CMD",
+    "ENTRYPOINT",
+    "EXPOSE",
+    "LABEL",
+    "VOLUME",
+    "HEALTHCHECK",
+    "SHELL",
+    "STOPSIGNAL",
+    "ONBUILD",
+    "MAINTAINER",
+}
 
 
 class DockerfileError(ValueError):
@@ -67,9 +78,11 @@ def _lines(text: str) -> list[tuple[int, str]]:
 
 
 def _subst(text: str, env: dict[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)",
-                  lambda m: env.get(m.group(1) or m.group(3), m.group(2) or "") if (m.group(1) or m.group(3)) else m.group(0),
-                  text)
+    return re.sub(
+        r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)",
+        lambda m: env.get(m.group(1) or m.group(3), m.group(2) or "") if (m.group(1) or m.group(3)) else m.group(0),
+        text,
+    )
 
 
 def _args(rest: str) -> list[str]:
@@ -104,7 +117,7 @@ def parse(text: str) -> Plan:
         elif op == "ENV":
             parts = shlex.split(rest)
             if parts and "=" not in parts[0]:  # the old "ENV key value" form
-                env[parts[0]] = _subst(rest.strip()[len(parts[0]):].strip().strip('"'), {**args, **env})
+                env[parts[0]] = _subst(rest.strip()[len(parts[0]) :].strip().strip('"'), {**args, **env})
             else:
                 for p in parts:
                     k, _, v = p.partition("=")

@@ -32,9 +32,11 @@ def resolve(task: dict, table: dict[str, str] | None) -> dict[str, str]:
             out[key] = m.group(2)
         else:
             var = m.group(1)
-            why = (f"the host's environment variable {var} is not set in this process; export it before the run"
-                   if var in allowed else f"the host's environment variable {var} is not passed to tasks; "
-                   + HOW.format(var=var))
+            why = (
+                f"the host's environment variable {var} is not set in this process; export it before the run"
+                if var in allowed
+                else f"the host's environment variable {var} is not passed to tasks; " + HOW.format(var=var)
+            )
             raise EnvironmentError_(task, f"env {key} = {value!r}: {why}", kind="ValueError")
     return out
 
@@ -76,8 +78,9 @@ class MaskedEnvironment:
         try:
             return getattr(self._env, name)(*args, **kwargs)
         except EnvironmentError_ as e:
-            raise EnvironmentError_({"id": e.task_id}, mask(e.reason, self._hidden), status=e.status,
-                                    kind=e.kind) from None
+            raise EnvironmentError_(
+                {"id": e.task_id}, mask(e.reason, self._hidden), status=e.status, kind=e.kind
+            ) from None
 
     def _result(self, r: Any) -> Any:
         for attr in ("stdout", "stderr"):

@@ -37,8 +37,12 @@ def _environment_error(task_id: Any, reason: str, status: str, kind: str) -> Env
 
 def unsupported(task: dict, message: str) -> EnvironmentError_:
     """This backend cannot carry the task out: ``unsupported``, naming the docker backend."""
-    return EnvironmentError_(task, f"{message}; use the docker backend (dataset.params.environment: docker)",
-                             status="unsupported", kind="Unsupported")
+    return EnvironmentError_(
+        task,
+        f"{message}; use the docker backend (dataset.params.environment: docker)",
+        status="unsupported",
+        kind="Unsupported",
+    )
 
 
 def tail(text: str, n: int = FEEDBACK_CHARS) -> str:
@@ -55,24 +59,28 @@ def rewards_of(task: dict, reward_json: bytes | None, reward_txt: bytes | None) 
     file is the verifier failing (``RewardFileNotFoundError``), never a score by exit code."""
     if reward_json is not None:
         if not reward_json:
-            raise EnvironmentError_(task, "/logs/verifier/reward.json is empty; fix tests/test.sh",
-                                    kind="RewardFileEmptyError")
+            raise EnvironmentError_(
+                task, "/logs/verifier/reward.json is empty; fix tests/test.sh", kind="RewardFileEmptyError"
+            )
         try:
             data = json.loads(reward_json.decode("utf-8", "replace"))
         except json.JSONDecodeError as e:
             raise _parse_error(task, f"/logs/verifier/reward.json is not JSON ({e})") from None
         if not isinstance(data, dict):
-            raise _parse_error(task, f"/logs/verifier/reward.json must be an object mapping names to numbers, got "
-                               f"{str(data)[:200]}")
+            raise _parse_error(
+                task, f"/logs/verifier/reward.json must be an object mapping names to numbers, got {str(data)[:200]}"
+            )
         bad = [k for k, v in data.items() if not isinstance(v, (int, float)) or not math.isfinite(float(v))]
         if bad or not data:
-            raise _parse_error(task, f"/logs/verifier/reward.json must map names to finite numbers, got "
-                               f"{str(data)[:200]}")
+            raise _parse_error(
+                task, f"/logs/verifier/reward.json must map names to finite numbers, got {str(data)[:200]}"
+            )
         return {str(k): float(v) for k, v in data.items()}, "reward.json"
     if reward_txt is not None:
         if not reward_txt:
-            raise EnvironmentError_(task, "/logs/verifier/reward.txt is empty; fix tests/test.sh",
-                                    kind="RewardFileEmptyError")
+            raise EnvironmentError_(
+                task, "/logs/verifier/reward.txt is empty; fix tests/test.sh", kind="RewardFileEmptyError"
+            )
         text = reward_txt.decode("utf-8", "replace")
         try:
             value = float(text)
@@ -81,9 +89,12 @@ def rewards_of(task: dict, reward_json: bytes | None, reward_txt: bytes | None) 
         if not math.isfinite(value):
             raise _parse_error(task, f"/logs/verifier/reward.txt holds {text.strip()!r}")
         return {"reward": value}, "reward.txt"
-    raise EnvironmentError_(task, "tests/test.sh wrote no reward file (/logs/verifier/reward.txt or reward.json): "
-                            "the verifier failed (Harbor's RewardFileNotFoundError), so the episode is not scored",
-                            kind="RewardFileNotFoundError")
+    raise EnvironmentError_(
+        task,
+        "tests/test.sh wrote no reward file (/logs/verifier/reward.txt or reward.json): "
+        "the verifier failed (Harbor's RewardFileNotFoundError), so the episode is not scored",
+        kind="RewardFileNotFoundError",
+    )
 
 
 def primary(rewards: dict[str, float]) -> tuple[float, str]:
@@ -104,17 +115,28 @@ def parse_reward(task: dict, reward_json: bytes | None, reward_txt: bytes | None
     return score, rewards, source + how
 
 
-def verdict(task: dict, r: Any, reward_json: bytes | None, reward_txt: bytes | None, seconds: float,
-            output: str | None = None, timeout: float | None = None) -> dict:
+def verdict(
+    task: dict,
+    r: Any,
+    reward_json: bytes | None,
+    reward_txt: bytes | None,
+    seconds: float,
+    output: str | None = None,
+    timeout: float | None = None,
+) -> dict:
     """The tests' verdict (``score, components, source, exit_code, output, seconds``) from their
     command's result, the reward files read back and the tests' output (``output``, else the
     command's own)."""
     if r.timed_out:
-        raise EnvironmentError_(task, f"tests/test.sh did not finish within the verifier's timeout_sec "
-                                f"({timeout or task['verifier_timeout']:g} s) and was killed; give the test its own "
-                                "timeouts", kind="VerifierTimeoutError")
+        raise EnvironmentError_(
+            task,
+            f"tests/test.sh did not finish within the verifier's timeout_sec "
+            f"({timeout or task['verifier_timeout']:g} s) and was killed; give the test its own "
+            "timeouts",
+            kind="VerifierTimeoutError",
+        )
     if output is None:
-        output = (r.stdout + ("\n" + r.stderr if r.stderr.strip() else ""))
+        output = r.stdout + ("\n" + r.stderr if r.stderr.strip() else "")
     try:
         score, comps, source = parse_reward(task, reward_json, reward_txt)
     except EnvironmentError_ as e:
@@ -122,8 +144,14 @@ def verdict(task: dict, r: Any, reward_json: bytes | None, reward_txt: bytes | N
         if not shown:
             raise
         raise EnvironmentError_(task, f"{e.reason}. Its output: {shown}", status=e.status, kind=e.kind) from None
-    return {"score": score, "components": comps, "source": source, "exit_code": r.exit_code,
-            "output": tail(output.strip()), "seconds": round(seconds, 3)}
+    return {
+        "score": score,
+        "components": comps,
+        "source": source,
+        "exit_code": r.exit_code,
+        "output": tail(output.strip()),
+        "seconds": round(seconds, 3),
+    }
 
 
 def aggregate(task: dict, steps: list[dict]) -> dict:
@@ -144,13 +172,32 @@ def aggregate(task: dict, steps: list[dict]) -> dict:
             comps = {k: sum(s["components"].get(k, 0.0) for s in verified) / len(verified) for k in keys}
         score, how = primary(comps)
     left = len(steps) - len(verified)
-    return {"score": score, "components": comps, "source": f"{len(verified)} step(s) verified"
-            f"{f', {left} failed before its agent' if left else ''}, {strategy}{how}",
-            "exit_code": verified[-1]["exit_code"] if verified else None,
-            "output": tail("\n".join(f"[{s['step']}] {s['output'] if 'output' in s else s['failed'] + ' failed: ' + s['reason']}"
-                                     for s in steps)),
-            "seconds": round(sum(s.get("seconds", 0.0) for s in steps), 3), "steps": steps}
+    return {
+        "score": score,
+        "components": comps,
+        "source": f"{len(verified)} step(s) verified"
+        f"{f', {left} failed before its agent' if left else ''}, {strategy}{how}",
+        "exit_code": verified[-1]["exit_code"] if verified else None,
+        "output": tail(
+            "\n".join(
+                f"[{s['step']}] {s['output'] if 'output' in s else s['failed'] + ' failed: ' + s['reason']}"
+                for s in steps
+            )
+        ),
+        "seconds": round(sum(s.get("seconds", 0.0) for s in steps), 3),
+        "steps": steps,
+    }
 
 
-__all__ = ["FEEDBACK_CHARS", "TEXT_LIMIT", "EnvironmentError_", "aggregate", "parse_reward", "primary", "rewards_of",
-           "tail", "unsupported", "verdict"]
+__all__ = [
+    "FEEDBACK_CHARS",
+    "TEXT_LIMIT",
+    "EnvironmentError_",
+    "aggregate",
+    "parse_reward",
+    "primary",
+    "rewards_of",
+    "tail",
+    "unsupported",
+    "verdict",
+]

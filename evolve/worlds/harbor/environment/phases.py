@@ -35,11 +35,21 @@ OUTPUT_TAIL = 64 * 1024  # bytes of a script's output read back
 
 def single(task: dict) -> dict:
     """A single-step task as its one step (the shape of :func:`evolve.worlds.harbor.task.load_task`'s ``steps``)."""
-    return {"name": None, "instruction": task["instruction"], "agent_timeout": task.get("agent_timeout"),
-            "verifier_timeout": task["verifier_timeout"], "agent_user": task.get("agent_user"),
-            "verifier_user": task.get("verifier_user"), "verifier_env": {}, "min_reward": None,
-            "test_dirs": ["tests"], "test": "tests/test.sh",
-            "solution": "solution" if task.get("has_solution") else None, "workdir": None, "healthcheck": None}
+    return {
+        "name": None,
+        "instruction": task["instruction"],
+        "agent_timeout": task.get("agent_timeout"),
+        "verifier_timeout": task["verifier_timeout"],
+        "agent_user": task.get("agent_user"),
+        "verifier_user": task.get("verifier_user"),
+        "verifier_env": {},
+        "min_reward": None,
+        "test_dirs": ["tests"],
+        "test": "tests/test.sh",
+        "solution": "solution" if task.get("has_solution") else None,
+        "workdir": None,
+        "healthcheck": None,
+    }
 
 
 def steps_of(task: dict) -> list[dict]:
@@ -47,9 +57,15 @@ def steps_of(task: dict) -> list[dict]:
     fall back to the task's, as Harbor's do."""
     if not task.get("steps"):
         return [single(task)]
-    return [{**s, "agent_timeout": s["agent_timeout"] if s["agent_timeout"] is not None else task.get("agent_timeout"),
-             "agent_user": s["agent_user"] or task.get("agent_user"),
-             "verifier_user": s["verifier_user"] or task.get("verifier_user")} for s in task["steps"]]
+    return [
+        {
+            **s,
+            "agent_timeout": s["agent_timeout"] if s["agent_timeout"] is not None else task.get("agent_timeout"),
+            "agent_user": s["agent_user"] or task.get("agent_user"),
+            "verifier_user": s["verifier_user"] or task.get("verifier_user"),
+        }
+        for s in task["steps"]
+    ]
 
 
 def _script_output(env: Any, inside: str) -> str:
@@ -67,18 +83,31 @@ def verify(env: Any, step: dict | None = None) -> dict:
     t0 = time.monotonic()
     merged = {**task.get("verifier_env", {}), **(step.get("verifier_env") or {})}
     variables = resolve(task, merged)
-    env.reset(["/tests", "/logs/verifier/reward.txt", "/logs/verifier/reward.json"]
-              + (["/logs/verifier"] if step["name"] is not None else []))
+    env.reset(
+        ["/tests", "/logs/verifier/reward.txt", "/logs/verifier/reward.json"]
+        + (["/logs/verifier"] if step["name"] is not None else [])
+    )
     for i, folder in enumerate(step["test_dirs"]):
         env.upload(folder, "/tests", replace=i == 0, kind="AddTestsDirError")
     env.executable("/tests/test.sh")
-    r = env.sh("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1", timeout=step["verifier_timeout"],
-               env=variables, user=step.get("verifier_user"))
+    r = env.sh(
+        "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1",
+        timeout=step["verifier_timeout"],
+        env=variables,
+        user=step.get("verifier_user"),
+    )
     output = _script_output(env, "/logs/verifier/test-stdout.txt") if not r.timed_out else ""
     reward_json = env.fetch("/logs/verifier/reward.json", limit=TEXT_LIMIT)
     reward_txt = env.fetch("/logs/verifier/reward.txt", limit=TEXT_LIMIT)
-    out = verdict(task, r, reward_json, reward_txt, time.monotonic() - t0, output=output + r.stdout + r.stderr,
-                  timeout=step["verifier_timeout"])
+    out = verdict(
+        task,
+        r,
+        reward_json,
+        reward_txt,
+        time.monotonic() - t0,
+        output=output + r.stdout + r.stderr,
+        timeout=step["verifier_timeout"],
+    )
     if step["name"] is not None:
         out["step"] = step["name"]
     return out
@@ -90,14 +119,22 @@ def solve(env: Any, step: dict | None = None) -> Any:
     task = env.task
     step = step or single(task)
     if not step.get("solution"):
-        raise EnvironmentError_(task, f"no solution/solve.sh{' for step ' + repr(step['name']) if step['name'] else ''}: "
-                                "the oracle has nothing to run", kind="FileNotFoundError")
+        raise EnvironmentError_(
+            task,
+            f"no solution/solve.sh{' for step ' + repr(step['name']) if step['name'] else ''}: "
+            "the oracle has nothing to run",
+            kind="FileNotFoundError",
+        )
     variables = {**resolve(task, task.get("solution_env")), "DEBIAN_FRONTEND": "noninteractive"}
     env.reset(["/solution"])
     env.upload(step["solution"], "/solution")
     env.executable("/solution/solve.sh")
-    r = env.sh("(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1", timeout=step.get("agent_timeout"),
-               env=variables, user=step.get("agent_user"))
+    r = env.sh(
+        "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1",
+        timeout=step.get("agent_timeout"),
+        env=variables,
+        user=step.get("agent_user"),
+    )
     return _Solved(r, _script_output(env, "/logs/agent/oracle.txt") + r.stdout + r.stderr)
 
 
@@ -124,9 +161,13 @@ def start_step(env: Any, step: dict, first: bool) -> dict | None:
             script = env.workdir.rstrip("/") + "/setup.sh"
             r = env.sh(f"bash {script}", timeout=600.0, user=step.get("agent_user"))
             if r.timed_out or r.exit_code != 0:
-                return {"step": step["name"], "failed": "setup", "kind": "RuntimeError",
-                        "reason": f"{step['workdir']}/setup.sh {'timed out' if r.timed_out else f'exited {r.exit_code}'}"
-                                  f": {tail((r.stderr or r.stdout).strip(), 600)!r}"}
+                return {
+                    "step": step["name"],
+                    "failed": "setup",
+                    "kind": "RuntimeError",
+                    "reason": f"{step['workdir']}/setup.sh {'timed out' if r.timed_out else f'exited {r.exit_code}'}"
+                    f": {tail((r.stderr or r.stdout).strip(), 600)!r}",
+                }
     if step.get("healthcheck"):
         why = healthcheck(env, step)
         if why:
@@ -145,8 +186,12 @@ def healthcheck(env: Any, step: dict, *, sleep: Any = time.sleep, clock: Any = t
         in_start_period = clock() < start_period_end
         r = env.sh(hc["command"], timeout=hc["timeout_sec"], user=step.get("agent_user"))
         if r.timed_out:
-            raise EnvironmentError_(env.task, f"step {step['name']!r}: its healthcheck {hc['command']!r} did not finish "
-                                    f"within its timeout_sec ({hc['timeout_sec']:g} s)", kind="RuntimeError")
+            raise EnvironmentError_(
+                env.task,
+                f"step {step['name']!r}: its healthcheck {hc['command']!r} did not finish "
+                f"within its timeout_sec ({hc['timeout_sec']:g} s)",
+                kind="RuntimeError",
+            )
         if r.exit_code == 0:
             return None
         if in_start_period:
@@ -155,8 +200,10 @@ def healthcheck(env: Any, step: dict, *, sleep: Any = time.sleep, clock: Any = t
         failures += 1
         if failures >= hc["retries"]:
             out = tail(((r.stdout or "") + (r.stderr or "")).strip(), 600)
-            return (f"its healthcheck failed after {hc['retries']} consecutive retries: {hc['command']}"
-                    f" (exit {r.exit_code}{', output: ' + repr(out) if out else ''})")
+            return (
+                f"its healthcheck failed after {hc['retries']} consecutive retries: {hc['command']}"
+                f" (exit {r.exit_code}{', output: ' + repr(out) if out else ''})"
+            )
         sleep(hc["interval_sec"])
 
 

@@ -82,23 +82,30 @@ def _copy_sources(task: dict, ws: Any, step: Any) -> None:
             matches = glob(root, rel) if any(c in src for c in "*?[") else [rel]
             kinds = [kind(root, m) for m in matches]
         except Refused as e:
-            raise unsupported(task, f"{where}: COPY {src!r}: {e} (the sandbox backend copies a task's files "
-                              "without following links)") from None
+            raise unsupported(
+                task, f"{where}: COPY {src!r}: {e} (the sandbox backend copies a task's files without following links)"
+            ) from None
         if not matches or None in kinds:
             raise EnvironmentError_(task, f"{where}: COPY source {src!r} is not in environment/")
         for m, k in zip(matches, kinds):
             if k not in ("file", "dir"):
                 what = "a symbolic link" if k == "link" else "not a file or folder"
-                raise unsupported(task, f"{where}: COPY source {m} is {what} (the sandbox backend copies a task's "
-                                  "files without following links)")
+                raise unsupported(
+                    task,
+                    f"{where}: COPY source {m} is {what} (the sandbox backend copies a task's "
+                    "files without following links)",
+                )
             dest = step.dest
             if k == "file" and dest.endswith("/"):
                 dest = dest + posixpath.basename(m)
             try:
                 ws.put(dest.rstrip("/") or "/", root / m, within=root)
             except NotMounted:
-                raise unsupported(task, f"{where}: COPY into {dest}, which the sandbox backend does not mount "
-                                  "(it mounts only the folders WORKDIR and COPY name below /)") from None
+                raise unsupported(
+                    task,
+                    f"{where}: COPY into {dest}, which the sandbox backend does not mount "
+                    "(it mounts only the folders WORKDIR and COPY name below /)",
+                ) from None
             except Refused as e:
                 why = " (the sandbox backend never writes through a link)" if e.errno == errno.ELOOP else ""
                 raise unsupported(task, f"{where}: COPY to {dest}: {e}{why}") from None
@@ -111,19 +118,29 @@ def _refuse(task: dict) -> list[str]:
     """What the sandbox cannot carry out (``unsupported``, naming the docker backend); the phases it
     runs without the network Harbor's default would give them."""
     users = [f"[{k.split('_')[0]}] user = {task[k]!r}" for k in ("agent_user", "verifier_user") if task.get(k)]
-    users += [f"step {s['name']!r} {k.split('_')[0]} user" for s in task.get("steps") or []
-              for k in ("agent_user", "verifier_user") if s.get(k)]
+    users += [
+        f"step {s['name']!r} {k.split('_')[0]} user"
+        for s in task.get("steps") or []
+        for k in ("agent_user", "verifier_user")
+        if s.get(k)
+    ]
     if users:
         raise unsupported(task, f"task.toml sets {users[0]}: the sandbox backend runs every command as its one user")
     if task.get("verifier_mode") == "separate":
-        raise unsupported(task, "a separate verifier environment ([verifier] environment_mode = 'separate'), which "
-                          "the sandbox backend does not make")
+        raise unsupported(
+            task,
+            "a separate verifier environment ([verifier] environment_mode = 'separate'), which "
+            "the sandbox backend does not make",
+        )
     net = task.get("network") or {}
     wanted = [p for p in ("agent", "verifier") if net.get(p) == "public"]
     declared = [p for p in wanted if p in net.get("declared", [])]
     if declared:
-        raise unsupported(task, f"its {declared[0]} needs the network (network_mode = 'public' in task.toml), and "
-                          "the sandbox backend has none")
+        raise unsupported(
+            task,
+            f"its {declared[0]} needs the network (network_mode = 'public' in task.toml), and "
+            "the sandbox backend has none",
+        )
     return wanted
 
 
@@ -144,8 +161,11 @@ class SandboxEnvironment(PhasedEnvironment):
         tops = sorted(set(top_dirs(plan)) | {"/" + self.workdir.strip("/").split("/")[0], "/logs"})
         bad = [t for t in tops if t in READ_ONLY_TOPS or t == "/"]
         if bad:
-            raise unsupported(task, f"environment/Dockerfile writes into {bad[0]}, which the sandbox backend keeps "
-                              "read-only (it is the host's)")
+            raise unsupported(
+                task,
+                f"environment/Dockerfile writes into {bad[0]}, which the sandbox backend keeps "
+                "read-only (it is the host's)",
+            )
         self.env = {**plan.env, **resolve(task, task.get("environment_env"))}
         mem = int(task.get("memory_mb") or 1024)
         self.ws = Workspace(dict.fromkeys(tops), workdir=self.workdir, env=self.env, memory_mb=max(256, mem))
@@ -171,8 +191,10 @@ class SandboxEnvironment(PhasedEnvironment):
         for step in plan.steps:
             left = self.task["build_timeout"] - (time.monotonic() - t0)
             if left <= 0:
-                raise EnvironmentError_(self.task, f"building the environment took over its build_timeout_sec "
-                                        f"({self.task['build_timeout']:g} s)")
+                raise EnvironmentError_(
+                    self.task,
+                    f"building the environment took over its build_timeout_sec ({self.task['build_timeout']:g} s)",
+                )
             if step.kind == "copy":
                 _copy_sources(self.task, self.ws, step)
                 continue
@@ -181,10 +203,13 @@ class SandboxEnvironment(PhasedEnvironment):
             r = self.ws.exec(step.command, timeout=left, cwd=step.workdir, env=step.env)
             if r.error or r.timed_out or r.exit_code != 0:
                 why = r.error or ("timed out" if r.timed_out else f"exited {r.exit_code}")
-                raise unsupported(self.task, f"environment/Dockerfile line {step.line}: RUN {step.command[:200]!r} "
-                                  f"{why} in the sandbox: {tail(r.stderr or r.stdout, 600)!r}. The sandbox backend "
-                                  "runs RUN with the host's /usr, no network and a read-only root outside the "
-                                  "folders it mounts")
+                raise unsupported(
+                    self.task,
+                    f"environment/Dockerfile line {step.line}: RUN {step.command[:200]!r} "
+                    f"{why} in the sandbox: {tail(r.stderr or r.stdout, 600)!r}. The sandbox backend "
+                    "runs RUN with the host's /usr, no network and a read-only root outside the "
+                    "folders it mounts",
+                )
         template = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=_template_root()))
         for top in tops:
             (template / top.strip("/")).mkdir()
@@ -201,16 +226,25 @@ class SandboxEnvironment(PhasedEnvironment):
         try:
             self.ws.makedirs(inside)
         except NotMounted:
-            raise unsupported(self.task, f"environment/Dockerfile {why}: {inside} is not in a folder the sandbox "
-                              "backend mounts") from None
+            raise unsupported(
+                self.task, f"environment/Dockerfile {why}: {inside} is not in a folder the sandbox backend mounts"
+            ) from None
         except Refused as e:
-            raise unsupported(self.task, f"environment/Dockerfile {why}: {e} (the sandbox backend never makes "
-                              "folders through a link)") from None
+            raise unsupported(
+                self.task, f"environment/Dockerfile {why}: {e} (the sandbox backend never makes folders through a link)"
+            ) from None
 
     # -- commands ---------------------------------------------------------------------------------
 
-    def sh(self, command: str, *, timeout: float | None, env: dict | None = None, cwd: str | None = None,
-           user: str | None = None) -> Any:
+    def sh(
+        self,
+        command: str,
+        *,
+        timeout: float | None,
+        env: dict | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+    ) -> Any:
         if user:
             raise unsupported(self.task, f"a command as user {user!r}: the sandbox backend has one user")
         r = self.ws.exec(command, timeout=timeout if timeout is not None else 24 * 3600.0, env=env, cwd=cwd)
@@ -225,10 +259,12 @@ class SandboxEnvironment(PhasedEnvironment):
         """``command`` where the last one left: its working directory and exported variables (see
         the module docstring)."""
         state = SHELL_STATE
-        wrapped = (f'__s={state}; [ -f "$__s/env" ] && . "$__s/env" 2>/dev/null; '
-                   f'[ -f "$__s/cwd" ] && {{ cd "$(<"$__s/cwd")" 2>/dev/null || true; }}\n'
-                   "trap '__rc=$?; mkdir -p \"$__s\" && pwd > \"$__s/cwd\" && export -p > \"$__s/env\"; exit $__rc' EXIT\n"
-                   f"eval {shlex.quote(command)} </dev/null\n")
+        wrapped = (
+            f'__s={state}; [ -f "$__s/env" ] && . "$__s/env" 2>/dev/null; '
+            f'[ -f "$__s/cwd" ] && {{ cd "$(<"$__s/cwd")" 2>/dev/null || true; }}\n'
+            'trap \'__rc=$?; mkdir -p "$__s" && pwd > "$__s/cwd" && export -p > "$__s/env"; exit $__rc\' EXIT\n'
+            f"eval {shlex.quote(command)} </dev/null\n"
+        )
         return self.sh(wrapped, timeout=timeout, user=user)
 
     # -- files --------------------------------------------------------------------------------------
@@ -262,7 +298,9 @@ class SandboxEnvironment(PhasedEnvironment):
                     self.ws.remove(d)
                     self.ws.makedirs(d)
         except OSError as e:
-            raise EnvironmentError_(self.task, f"clearing {paths} failed on the host: {type(e).__name__}: {e}") from None
+            raise EnvironmentError_(
+                self.task, f"clearing {paths} failed on the host: {type(e).__name__}: {e}"
+            ) from None
 
     def upload(self, folder: str, inside: str, *, replace: bool = True, kind: str = "RuntimeError") -> None:
         from evolve.sandbox.beneath import Refused
@@ -275,10 +313,13 @@ class SandboxEnvironment(PhasedEnvironment):
             else:
                 self.ws.put(inside, root / folder, within=root)
         except (Refused, NotMounted) as e:
-            raise EnvironmentError_(self.task, f"{folder}/: {e}; a task's files are copied without following links",
-                                    kind=kind) from None
+            raise EnvironmentError_(
+                self.task, f"{folder}/: {e}; a task's files are copied without following links", kind=kind
+            ) from None
         except OSError as e:
-            raise EnvironmentError_(self.task, f"copying {folder}/ failed: {type(e).__name__}: {e}", kind=kind) from None
+            raise EnvironmentError_(
+                self.task, f"copying {folder}/ failed: {type(e).__name__}: {e}", kind=kind
+            ) from None
 
     def executable(self, inside: str) -> None:
         self.sh(f"chmod +x {shlex.quote(inside)}", timeout=30)
@@ -297,9 +338,12 @@ class SandboxEnvironment(PhasedEnvironment):
         except NotMounted:
             return None
         except Refused as e:
-            raise EnvironmentError_(self.task, f"{inside}: {e}; the host reads it without following links, so "
-                                    "tests/test.sh must write it as a regular file",
-                                    kind="DownloadVerifierDirError") from None
+            raise EnvironmentError_(
+                self.task,
+                f"{inside}: {e}; the host reads it without following links, so "
+                "tests/test.sh must write it as a regular file",
+                kind="DownloadVerifierDirError",
+            ) from None
 
     def close(self) -> None:
         self.ws.close()

@@ -47,15 +47,20 @@ def check_names(names: Any, where: str) -> list[str]:
         raise ConfigError(f"give a list of environment variable names, e.g. [MY_TOKEN], not {names!r}", path=where)
     bad = [n for n in names if not (isinstance(n, str) and _NAME.fullmatch(n))]
     if bad:
-        raise ConfigError(f"{bad[0]!r} is not an environment variable name (letters, digits and _, not starting "
-                          "with a digit)", path=where)
+        raise ConfigError(
+            f"{bad[0]!r} is not an environment variable name (letters, digits and _, not starting with a digit)",
+            path=where,
+        )
     return sorted(set(names))
 
 
 def tables(task: dict) -> Iterable[tuple[str, dict[str, str]]]:
     """``(section, env table)`` of every env table of ``task`` (as :func:`.load.load_task` keeps them)."""
-    for key, section in (("environment_env", "[environment]"), ("verifier_env", "[verifier]"),
-                         ("solution_env", "[solution]")):
+    for key, section in (
+        ("environment_env", "[environment]"),
+        ("verifier_env", "[verifier]"),
+        ("solution_env", "[solution]"),
+    ):
         yield section, task.get(key) or {}
     for step in task.get("steps") or []:
         yield f"[[steps]] {step['name']!r} verifier", step.get("verifier_env") or {}
@@ -82,15 +87,23 @@ def admit(task: dict, folder: Path, allowed: Iterable[str], errors: Any) -> dict
         var, where = r["var"], f"task.toml: {r['section']} env {r['key']} = {task_value(r)!r}"
         if var not in allowed:
             if r["default"] is None:
-                raise errors.unsupported(folder, f"{where} reads the host's environment variable {var}, which a "
-                                         f"task gets only when you allow it: {HOW.format(var=var)}")
+                raise errors.unsupported(
+                    folder,
+                    f"{where} reads the host's environment variable {var}, which a "
+                    f"task gets only when you allow it: {HOW.format(var=var)}",
+                )
             if var not in seen:
-                notes.append(f"{where}: the host's {var} is not passed to tasks, so its default is used; to pass "
-                             f"it, {HOW.format(var=var)}")
+                notes.append(
+                    f"{where}: the host's {var} is not passed to tasks, so its default is used; to pass "
+                    f"it, {HOW.format(var=var)}"
+                )
         elif r["default"] is None and var not in os.environ:
-            raise errors.unsupported(folder, f"{where} takes its value from the host's environment variable {var}, "
-                                     f"which is not set here; export {var} before the run (or write "
-                                     f"${{{var}:-default}})")
+            raise errors.unsupported(
+                folder,
+                f"{where} takes its value from the host's environment variable {var}, "
+                f"which is not set here; export {var} before the run (or write "
+                f"${{{var}:-default}})",
+            )
         seen.add(var)
     names = sorted({r["var"] for r in reads(task)})
     return {"allow_env": [n for n in names if n in allowed], "host_env": names, "notes": notes}

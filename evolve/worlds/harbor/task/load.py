@@ -45,15 +45,44 @@ from evolve.errors import ConfigError, MissingDependency
 # the older schema's, still found in published tasks.
 _NETWORK = {"network_mode", "allowed_hosts"}
 KNOWN: dict[str, set[str] | None] = {
-    "": {"schema_version", "version", "task", "metadata", "verifier", "agent", "environment", "solution", "source",
-         "multi_step_reward_strategy", "steps", "artifacts"},
+    "": {
+        "schema_version",
+        "version",
+        "task",
+        "metadata",
+        "verifier",
+        "agent",
+        "environment",
+        "solution",
+        "source",
+        "multi_step_reward_strategy",
+        "steps",
+        "artifacts",
+    },
     "task": {"name", "version", "description", "authors", "keywords"},
     "metadata": None,  # free-form
     "verifier": {"timeout_sec", "env", "user", "environment_mode", "environment", "collect", *_NETWORK},
     "agent": {"timeout_sec", "user", *_NETWORK},
-    "environment": {"build_timeout_sec", "docker_image", "os", "cpus", "memory_mb", "storage_mb", "gpus",
-                    "gpu_types", "tpu", "mcp_servers", "env", "skills_dir", "healthcheck", "workdir",
-                    "allow_internet", "memory", "storage", *_NETWORK},
+    "environment": {
+        "build_timeout_sec",
+        "docker_image",
+        "os",
+        "cpus",
+        "memory_mb",
+        "storage_mb",
+        "gpus",
+        "gpu_types",
+        "tpu",
+        "mcp_servers",
+        "env",
+        "skills_dir",
+        "healthcheck",
+        "workdir",
+        "allow_internet",
+        "memory",
+        "storage",
+        *_NETWORK,
+    },
     "solution": {"env"},
 }
 DEFAULTS = {"agent": None, "verifier": 600.0, "build": 600.0}  # Harbor's defaults, seconds (agent: no limit)
@@ -89,8 +118,9 @@ def _read(folder: Path, rel: str) -> str | None:
     try:
         data = read(folder, rel, limit=TEXT_LIMIT)
     except Refused as e:
-        raise TaskError(folder, f"{e}: a task's files are read without following links; put the file itself "
-                        "there") from None
+        raise TaskError(
+            folder, f"{e}: a task's files are read without following links; put the file itself there"
+        ) from None
     return None if data is None else data.decode("utf-8", "replace")
 
 
@@ -129,8 +159,11 @@ def _check_keys(data: dict, folder: Path) -> None:
         unknown = sorted(set(table) - known)
         if unknown:
             where = f"[{section}] " if section else "top level "
-            raise TaskError(folder, f"task.toml: unknown key {unknown[0]!r} at the {where}"
-                            f"({did_you_mean(unknown[0], sorted(known))}); Harbor's schema has {sorted(known)}")
+            raise TaskError(
+                folder,
+                f"task.toml: unknown key {unknown[0]!r} at the {where}"
+                f"({did_you_mean(unknown[0], sorted(known))}); Harbor's schema has {sorted(known)}",
+            )
 
 
 def _seconds(data: dict, section: str, key: str, default: float | None, folder: Path) -> float | None:
@@ -154,10 +187,11 @@ def _memory_mb(env: dict, folder: Path) -> int | None:
         text = str(env["memory"]).strip().lower()
         num = text.rstrip("bgkm")
         try:
-            return max(1, int(float(num) * _UNITS[text[len(num):]]))
+            return max(1, int(float(num) * _UNITS[text[len(num) :]]))
         except (ValueError, KeyError):
-            raise TaskError(folder, f"task.toml: [environment] memory = {env['memory']!r}: write e.g. '2G' or use "
-                            "memory_mb = 2048") from None
+            raise TaskError(
+                folder, f"task.toml: [environment] memory = {env['memory']!r}: write e.g. '2G' or use memory_mb = 2048"
+            ) from None
     return None
 
 
@@ -226,8 +260,11 @@ def load_task(folder: str | Path, allow_env: Iterable[str] = ()) -> dict[str, An
 def _instruction(folder: Path, rel: str) -> str:
     text = _read(folder, rel)
     if text is None:
-        raise TaskError(folder, f"not a Harbor task: no {rel} (a task folder holds instruction.md, task.toml, "
-                        "environment/ and tests/test.sh)")
+        raise TaskError(
+            folder,
+            f"not a Harbor task: no {rel} (a task folder holds instruction.md, task.toml, "
+            "environment/ and tests/test.sh)",
+        )
     text = strip_canary(text).strip()
     if not text:
         raise TaskError(folder, f"{rel} is empty: write what the agent must do")
@@ -248,23 +285,28 @@ def _steps(data: dict, folder: Path) -> list[dict] | None:
     for i, st in enumerate(raw, 1):
         name = st.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
-            raise TaskError(folder, f"task.toml: step {i} needs a name usable as a folder name (steps/<name>/), "
-                            f"got {name!r}")
+            raise TaskError(
+                folder, f"task.toml: step {i} needs a name usable as a folder name (steps/<name>/), got {name!r}"
+            )
         if name.casefold() in seen:
             raise TaskError(folder, f"task.toml: two steps are named {name!r}")
         seen.add(name.casefold())
         where = f"[[steps]] {name!r}"
         unknown = sorted(set(st) - S.STEP_KEYS)
         if unknown:
-            raise TaskError(folder, f"task.toml: {where}: unknown key {unknown[0]!r}; Harbor's steps have "
-                            f"{sorted(S.STEP_KEYS)}")
+            raise TaskError(
+                folder, f"task.toml: {where}: unknown key {unknown[0]!r}; Harbor's steps have {sorted(S.STEP_KEYS)}"
+            )
         agent, ver = st.get("agent") or {}, st.get("verifier") or {}
         if not isinstance(agent, dict) or not isinstance(ver, dict):
             raise TaskError(folder, f"task.toml: {where}: agent and verifier must be tables")
         for key in ("environment", "environment_mode", "collect", "network_mode", "allowed_hosts"):
             if ver.get(key) or (key in ("network_mode", "allowed_hosts") and agent.get(key)):
-                raise UnsupportedTask(folder, f"task.toml: {where} {key} (a step's own verifier environment or network "
-                                      "policy), which the harbor world does not run yet")
+                raise UnsupportedTask(
+                    folder,
+                    f"task.toml: {where} {key} (a step's own verifier environment or network "
+                    "policy), which the harbor world does not run yet",
+                )
         base = f"steps/{name}"
         for sub in ("tests", "solution", "workdir"):
             if _kind(folder, f"{base}/{sub}") not in (None, "dir"):
@@ -275,23 +317,27 @@ def _steps(data: dict, folder: Path) -> list[dict] | None:
         own_solution = _kind(folder, f"{base}/solution") == "dir"
         if own_solution and _kind(folder, f"{base}/solution/solve.sh") != "file":
             raise TaskError(folder, f"{base}/solution/ has no solve.sh")
-        out.append({
-            "name": name,
-            "instruction": _instruction(folder, f"{base}/instruction.md"),
-            "agent_timeout": _seconds({f"{where} agent": agent}, f"{where} agent", "timeout_sec", None, folder),
-            "verifier_timeout": _seconds({f"{where} verifier": ver}, f"{where} verifier", "timeout_sec", DEFAULTS["verifier"],
-                                         folder),
-            "agent_user": S.user(agent, f"{where} agent", folder, _Errors),
-            "verifier_user": S.user(ver, f"{where} verifier", folder, _Errors),
-            "verifier_env": S.env_table(ver, f"{where} verifier", folder, _Errors),
-            "min_reward": S.min_reward(st.get("min_reward"), where, folder, _Errors),
-            "test_dirs": [d for d in ("tests", f"{base}/tests") if _kind(folder, d) == "dir"],
-            "test": f"{base}/tests/test.sh" if own_test else "tests/test.sh",
-            "solution": f"{base}/solution" if own_solution else
-            ("solution" if _kind(folder, "solution/solve.sh") == "file" else None),
-            "workdir": f"{base}/workdir" if _kind(folder, f"{base}/workdir") == "dir" else None,
-            "healthcheck": S.healthcheck(st.get("healthcheck"), where, folder, _Errors),
-        })
+        out.append(
+            {
+                "name": name,
+                "instruction": _instruction(folder, f"{base}/instruction.md"),
+                "agent_timeout": _seconds({f"{where} agent": agent}, f"{where} agent", "timeout_sec", None, folder),
+                "verifier_timeout": _seconds(
+                    {f"{where} verifier": ver}, f"{where} verifier", "timeout_sec", DEFAULTS["verifier"], folder
+                ),
+                "agent_user": S.user(agent, f"{where} agent", folder, _Errors),
+                "verifier_user": S.user(ver, f"{where} verifier", folder, _Errors),
+                "verifier_env": S.env_table(ver, f"{where} verifier", folder, _Errors),
+                "min_reward": S.min_reward(st.get("min_reward"), where, folder, _Errors),
+                "test_dirs": [d for d in ("tests", f"{base}/tests") if _kind(folder, d) == "dir"],
+                "test": f"{base}/tests/test.sh" if own_test else "tests/test.sh",
+                "solution": f"{base}/solution"
+                if own_solution
+                else ("solution" if _kind(folder, "solution/solve.sh") == "file" else None),
+                "workdir": f"{base}/workdir" if _kind(folder, f"{base}/workdir") == "dir" else None,
+                "healthcheck": S.healthcheck(st.get("healthcheck"), where, folder, _Errors),
+            }
+        )
     return out
 
 
@@ -303,14 +349,19 @@ def _load(folder: Path) -> dict[str, Any]:
     _check_keys(data, folder)
     for sub in ("environment", "tests", "solution", "steps"):
         if _kind(folder, sub) not in (None, "dir"):
-            raise TaskError(folder, f"{sub} is not a folder (a symbolic link or a file); a task's files are read "
-                            "without following links")
+            raise TaskError(
+                folder,
+                f"{sub} is not a folder (a symbolic link or a file); a task's files are read without following links",
+            )
     steps = _steps(data, folder)
     if steps is None:
         instruction = _instruction(folder, "instruction.md")
         if _kind(folder, "tests/test.sh") != "file":
-            raise TaskError(folder, "not a Harbor task: no tests/test.sh (a task folder holds instruction.md, "
-                            "task.toml, environment/ and tests/test.sh)")
+            raise TaskError(
+                folder,
+                "not a Harbor task: no tests/test.sh (a task folder holds instruction.md, "
+                "task.toml, environment/ and tests/test.sh)",
+            )
     else:
         instruction = steps[0]["instruction"]
     env = data.get("environment") or {}
@@ -327,8 +378,9 @@ def _load(folder: Path) -> dict[str, Any]:
         raise TaskError(folder, f"task.toml: multi_step_reward_strategy = {strategy!r}; use 'mean' or 'final'")
     mode, verifier_image = S.verifier_mode(data, folder, _kind, _Errors)
     if mode == "separate" and steps is not None:
-        raise UnsupportedTask(folder, "a multi-step task with a separate verifier environment, which the harbor world "
-                              "does not run yet")
+        raise UnsupportedTask(
+            folder, "a multi-step task with a separate verifier environment, which the harbor world does not run yet"
+        )
     arts = S.artifacts(data, folder, _Errors)
     if arts and mode == "shared":
         notes.append("artifacts are not collected: the verifier shares the agent's environment")
@@ -337,8 +389,9 @@ def _load(folder: Path) -> dict[str, Any]:
         if data["steps"][names.index(st["name"])].get("artifacts"):
             notes.append(f"step {st['name']!r} artifacts are not collected")
     task_info = data.get("task") or {}
-    has_solution = (_kind(folder, "solution/solve.sh") == "file" if steps is None
-                    else all(st["solution"] for st in steps))
+    has_solution = (
+        _kind(folder, "solution/solve.sh") == "file" if steps is None else all(st["solution"] for st in steps)
+    )
     return {
         "id": folder.name,
         "name": str(task_info.get("name") or folder.name),
@@ -363,7 +416,9 @@ def _load(folder: Path) -> dict[str, Any]:
         "steps": steps,
         "multi_step_reward_strategy": strategy,
         "notes": notes,
-        "metadata": {k: v for k, v in (data.get("metadata") or {}).items() if isinstance(v, (str, int, float, bool, list))},
+        "metadata": {
+            k: v for k, v in (data.get("metadata") or {}).items() if isinstance(v, (str, int, float, bool, list))
+        },
         "has_solution": has_solution,
         "digest": digest(folder),
     }
@@ -377,21 +432,31 @@ def find_tasks(source: str | Path | list) -> list[Path]:
     for s in sources:
         p = Path(str(s)).expanduser().resolve()
         if not p.exists():
-            raise ConfigError(f"{s}: no such folder; give a Harbor task folder or a folder of them", path="dataset.source")
+            raise ConfigError(
+                f"{s}: no such folder; give a Harbor task folder or a folder of them", path="dataset.source"
+            )
         if (p / "instruction.md").exists() or (p / "tests").is_dir() or (p / "task.toml").is_file():
             out.append(p)
             continue
         subs = sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith((".", "_")))
-        tasks = [d for d in subs if (d / "instruction.md").exists() or (d / "task.toml").exists() or (d / "tests").is_dir()]
+        tasks = [
+            d for d in subs if (d / "instruction.md").exists() or (d / "task.toml").exists() or (d / "tests").is_dir()
+        ]
         if not tasks:
-            raise ConfigError(f"{p} holds no Harbor task folders (each with instruction.md, task.toml, environment/ "
-                              "and tests/test.sh)", path="dataset.source")
+            raise ConfigError(
+                f"{p} holds no Harbor task folders (each with instruction.md, task.toml, environment/ "
+                "and tests/test.sh)",
+                path="dataset.source",
+            )
         out.extend(tasks)
     seen: dict[str, Path] = {}
     for p in out:
         if p.name in seen and seen[p.name] != p:
-            raise ConfigError(f"two task folders are named {p.name!r} ({seen[p.name]} and {p}); a task's id is its "
-                              "folder name: rename one", path="dataset.source")
+            raise ConfigError(
+                f"two task folders are named {p.name!r} ({seen[p.name]} and {p}); a task's id is its "
+                "folder name: rename one",
+                path="dataset.source",
+            )
         seen[p.name] = p
     return list(seen.values())
 

@@ -31,9 +31,10 @@ def env_table(data: dict, section: str, folder: Path, errors: Any) -> dict[str, 
     """``[section] env`` as written (templates kept: which host variables a task may read, and
     when, is :mod:`.hostenv`'s)."""
     table = data.get("env") or {}
-    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
-                                              for k, v in table.items()):
-        raise errors.invalid(folder, f"task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = \"1\" }}")
+    if not isinstance(table, dict) or not all(
+        isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in table.items()
+    ):
+        raise errors.invalid(folder, f'task.toml: [{section}] env must be a table of strings, e.g. env = {{ A = "1" }}')
     return {k: str(v) for k, v in table.items()}
 
 
@@ -49,8 +50,11 @@ def user(data: dict, section: str, folder: Path, errors: Any) -> str | None:
 def _mode(table: dict, section: str, folder: Path, errors: Any, default: str | None) -> tuple[str | None, bool]:
     """(network mode, whether task.toml set it) of one section."""
     if table.get("allowed_hosts") or table.get("network_mode") == "allowlist":
-        raise errors.unsupported(folder, f"task.toml: [{section}] network_mode = 'allowlist' (allowed_hosts): the "
-                                 "harbor world has no egress filter to let only some hosts through yet")
+        raise errors.unsupported(
+            folder,
+            f"task.toml: [{section}] network_mode = 'allowlist' (allowed_hosts): the "
+            "harbor world has no egress filter to let only some hosts through yet",
+        )
     mode = table.get("network_mode")
     if mode is not None and mode not in NETWORK_MODES:
         raise errors.invalid(folder, f"task.toml: [{section}] network_mode = {mode!r}; use 'no-network' or 'public'")
@@ -82,14 +86,22 @@ def refusals(data: dict, folder: Path, errors: Any) -> list[str]:
     notes on what it runs without enforcing."""
     env = data.get("environment") or {}
     ver = data.get("verifier") or {}
-    for key, what in (("healthcheck", "a readiness healthcheck"), ("mcp_servers", "MCP servers for the agent"),
-                      ("tpu", "a TPU"), ("gpus", "GPUs")):
+    for key, what in (
+        ("healthcheck", "a readiness healthcheck"),
+        ("mcp_servers", "MCP servers for the agent"),
+        ("tpu", "a TPU"),
+        ("gpus", "GPUs"),
+    ):
         if env.get(key):
-            raise errors.unsupported(folder, f"task.toml: [environment] {key}: {what}, which the harbor world does not "
-                                     "provide yet")
+            raise errors.unsupported(
+                folder, f"task.toml: [environment] {key}: {what}, which the harbor world does not provide yet"
+            )
     if ver.get("collect"):
-        raise errors.unsupported(folder, "task.toml: [[verifier.collect]] hooks (commands in compose services), which "
-                                 "the harbor world does not run yet")
+        raise errors.unsupported(
+            folder,
+            "task.toml: [[verifier.collect]] hooks (commands in compose services), which "
+            "the harbor world does not run yet",
+        )
     notes = []
     for key, v in (("storage_mb", env.get("storage_mb")), ("storage", env.get("storage"))):
         if v is not None:
@@ -97,8 +109,10 @@ def refusals(data: dict, folder: Path, errors: Any) -> list[str]:
     if env.get("gpu_types"):
         notes.append("[environment] gpu_types has no effect without gpus")
     if env.get("skills_dir"):
-        notes.append(f"[environment] skills_dir = {env['skills_dir']!r} is not read: it is for Harbor's installed "
-                     "agents, and the harbor world's agents do not load skills")
+        notes.append(
+            f"[environment] skills_dir = {env['skills_dir']!r} is not read: it is for Harbor's installed "
+            "agents, and the harbor world's agents do not load skills"
+        )
     return notes
 
 
@@ -121,20 +135,31 @@ def verifier_mode(data: dict, folder: Path, kind: Any, errors: Any) -> tuple[str
     if venv is not None and not isinstance(venv, dict):
         raise errors.invalid(folder, "task.toml: [verifier] environment must be a table ([verifier.environment])")
     if mode == "shared" and venv is not None:
-        raise errors.invalid(folder, "task.toml: [verifier] environment_mode = 'shared' with a [verifier.environment]; "
-                             "omit one (Harbor refuses this too)")
+        raise errors.invalid(
+            folder,
+            "task.toml: [verifier] environment_mode = 'shared' with a [verifier.environment]; "
+            "omit one (Harbor refuses this too)",
+        )
     if mode is None:
         mode = "separate" if venv is not None else "shared"
     if mode == "shared":
         return mode, None
     if kind(folder, "tests/Dockerfile") is not None or kind(folder, "tests/docker-compose.yaml") is not None:
-        raise errors.unsupported(folder, "a separate verifier built from tests/Dockerfile (or a compose file), which "
-                                 "the harbor world does not build yet; give [verifier.environment] docker_image")
-    unknown = sorted(set(venv or {}) - {"docker_image", "network_mode", "allow_internet", "cpus", "memory_mb",
-                                          "build_timeout_sec", "os"})
+        raise errors.unsupported(
+            folder,
+            "a separate verifier built from tests/Dockerfile (or a compose file), which "
+            "the harbor world does not build yet; give [verifier.environment] docker_image",
+        )
+    unknown = sorted(
+        set(venv or {})
+        - {"docker_image", "network_mode", "allow_internet", "cpus", "memory_mb", "build_timeout_sec", "os"}
+    )
     if unknown:
-        raise errors.unsupported(folder, f"task.toml: [verifier.environment] {unknown[0]}, which the harbor world's "
-                                 "separate verifier does not carry out yet")
+        raise errors.unsupported(
+            folder,
+            f"task.toml: [verifier.environment] {unknown[0]}, which the harbor world's "
+            "separate verifier does not carry out yet",
+        )
     image = (venv or {}).get("docker_image")
     return mode, (str(image) if image else None)
 
@@ -145,8 +170,11 @@ def artifacts(data: dict, folder: Path, errors: Any) -> list[dict[str, str]]:
     for a in data.get("artifacts") or []:
         src = a if isinstance(a, str) else a.get("source") if isinstance(a, dict) else None
         if isinstance(a, dict) and (a.get("service") not in (None, "main") or a.get("exclude")):
-            raise errors.unsupported(folder, "task.toml: an artifact from another compose service or with exclude, "
-                                     "which the harbor world does not collect yet")
+            raise errors.unsupported(
+                folder,
+                "task.toml: an artifact from another compose service or with exclude, "
+                "which the harbor world does not collect yet",
+            )
         if not isinstance(src, str) or not src.startswith("/") or ".." in src.split("/"):
             raise errors.invalid(folder, f"task.toml: artifact {a!r} must name an absolute path without '..'")
         out.append({"source": src.rstrip("/") or "/"})
@@ -163,8 +191,13 @@ def min_reward(value: Any, where: str, folder: Path, errors: Any) -> dict[str, f
     raise errors.invalid(folder, f"task.toml: {where} min_reward must be a number or a table of numbers, got {value!r}")
 
 
-HEALTHCHECK_DEFAULTS = {"interval_sec": 5.0, "timeout_sec": 30.0, "start_period_sec": 0.0,
-                        "start_interval_sec": 5.0, "retries": 3}
+HEALTHCHECK_DEFAULTS = {
+    "interval_sec": 5.0,
+    "timeout_sec": 30.0,
+    "start_period_sec": 0.0,
+    "start_interval_sec": 5.0,
+    "retries": 3,
+}
 
 
 def healthcheck(value: Any, where: str, folder: Path, errors: Any) -> dict[str, Any] | None:
@@ -175,12 +208,13 @@ def healthcheck(value: Any, where: str, folder: Path, errors: Any) -> dict[str, 
         return None
     at = f"task.toml: {where} healthcheck"
     if not isinstance(value, dict):
-        raise errors.invalid(folder, f"{at} must be a table ([steps.healthcheck] with command = \"...\"), "
-                             f"got {value!r}")
+        raise errors.invalid(folder, f'{at} must be a table ([steps.healthcheck] with command = "..."), got {value!r}')
     unknown = sorted(set(value) - {"command", *HEALTHCHECK_DEFAULTS})
     if unknown:
-        raise errors.invalid(folder, f"{at}: unknown key {unknown[0]!r}; Harbor's healthcheck has "
-                             f"{sorted(['command', *HEALTHCHECK_DEFAULTS])}")
+        raise errors.invalid(
+            folder,
+            f"{at}: unknown key {unknown[0]!r}; Harbor's healthcheck has {sorted(['command', *HEALTHCHECK_DEFAULTS])}",
+        )
     command = value.get("command")
     if not isinstance(command, str) or not command.strip():
         raise errors.invalid(folder, f"{at}: command must be a shell command (exit 0 means healthy), got {command!r}")
@@ -193,13 +227,34 @@ def healthcheck(value: Any, where: str, folder: Path, errors: Any) -> dict[str, 
             out[key] = v
             continue
         positive = key == "timeout_sec"
-        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                or v < 0 or (positive and v == 0) or v > 86400):
-            raise errors.invalid(folder, f"{at}: {key} must be a {'positive' if positive else 'non-negative'} "
-                                 f"number of seconds up to a day (86400), got {v!r}")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < 0
+            or (positive and v == 0)
+            or v > 86400
+        ):
+            raise errors.invalid(
+                folder,
+                f"{at}: {key} must be a {'positive' if positive else 'non-negative'} "
+                f"number of seconds up to a day (86400), got {v!r}",
+            )
         out[key] = float(v)
     return out
 
 
-__all__ = ["HEALTHCHECK_DEFAULTS", "NETWORK_MODES", "STEP_KEYS", "artifacts", "cpus", "env_table", "healthcheck",
-           "min_reward", "network", "refusals", "user", "verifier_mode"]
+__all__ = [
+    "HEALTHCHECK_DEFAULTS",
+    "NETWORK_MODES",
+    "STEP_KEYS",
+    "artifacts",
+    "cpus",
+    "env_table",
+    "healthcheck",
+    "min_reward",
+    "network",
+    "refusals",
+    "user",
+    "verifier_mode",
+]

@@ -1,4 +1,5 @@
 """Tests for /app/search.py (stdlib only); prints each failing case."""
+
 import random
 import sys
 
@@ -16,6 +17,7 @@ if not callable(getattr(search, "binary_search", None)) or not callable(getattr(
 class Counting:
     """A sorted sequence (len and indexing only) that counts item reads, to tell a binary search
     from a linear scan."""
+
     reads = 0
 
     def __init__(self, data):
@@ -30,9 +32,22 @@ class Counting:
 
 
 fails = []
-cases = [([], 3), ([5], 5), ([5], 4), ([5], 6), ([1, 3], 1), ([1, 3], 3), ([1, 3], 2),
-         ([1, 2, 3, 4, 5], 5), ([1, 2, 3, 4, 5], 1), ([1, 2, 3, 4, 5], 0), ([1, 2, 3, 4, 5], 6),
-         ([-10, -3, 0, 7, 42, 99], 99), ([-10, -3, 0, 7, 42, 99], -10), ([-10, -3, 0, 7, 42, 99], 8)]
+cases = [
+    ([], 3),
+    ([5], 5),
+    ([5], 4),
+    ([5], 6),
+    ([1, 3], 1),
+    ([1, 3], 3),
+    ([1, 3], 2),
+    ([1, 2, 3, 4, 5], 5),
+    ([1, 2, 3, 4, 5], 1),
+    ([1, 2, 3, 4, 5], 0),
+    ([1, 2, 3, 4, 5], 6),
+    ([-10, -3, 0, 7, 42, 99], 99),
+    ([-10, -3, 0, 7, 42, 99], -10),
+    ([-10, -3, 0, 7, 42, 99], 8),
+]
 rng = random.Random(11)
 for _ in range(200):
     items = sorted(rng.sample(range(-100, 100), rng.randint(0, 30)))
@@ -60,11 +75,15 @@ if not fails:
         try:
             search.binary_search(big, t)
         except Exception as e:
-            fails.append(f"binary_search on a sorted sequence that supports only len() and indexing raised "
-                         f"{type(e).__name__}: {e}; a binary search needs nothing else")
+            fails.append(
+                f"binary_search on a sorted sequence that supports only len() and indexing raised "
+                f"{type(e).__name__}: {e}; a binary search needs nothing else"
+            )
             break
         if Counting.reads > 200:
-            fails.append(f"binary_search read {Counting.reads} items of a 100000-item list: it must stay a binary search")
+            fails.append(
+                f"binary_search read {Counting.reads} items of a 100000-item list: it must stay a binary search"
+            )
             break
     if search.contains([1, 2, 3], 3) is not True or search.contains([1, 2, 3], 4) is not False:
         fails.append("contains() gives wrong answers")

@@ -1,4 +1,5 @@
 """Tests for /app/rangeutils.py (stdlib only); prints each failing case."""
+
 import random
 import sys
 

@@ -1,4 +1,5 @@
 """Tests for /app/calendar_utils.py (stdlib only); prints each failing case."""
+
 import calendar
 import sys
 

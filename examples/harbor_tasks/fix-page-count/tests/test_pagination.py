@@ -1,4 +1,5 @@
 """Tests for /app/pagination.py (stdlib only); prints each failing case."""
+
 import random
 import sys
 
@@ -12,8 +13,22 @@ if not callable(getattr(pagination, "page_count", None)) or not callable(getattr
     print("FAIL: pagination must still define page_count(total_items, per_page) and page_slice(page, per_page)")
     sys.exit(1)
 
-cases = [(25, 10), (20, 10), (0, 10), (1, 10), (9, 10), (10, 10), (11, 10), (1, 1), (7, 1), (100, 7), (5, 100),
-         (10**20, 3), (10**20 + 1, 10**10), (3 * 10**18, 10**18)]
+cases = [
+    (25, 10),
+    (20, 10),
+    (0, 10),
+    (1, 10),
+    (9, 10),
+    (10, 10),
+    (11, 10),
+    (1, 1),
+    (7, 1),
+    (100, 7),
+    (5, 100),
+    (10**20, 3),
+    (10**20 + 1, 10**10),
+    (3 * 10**18, 10**18),
+]
 rng = random.Random(5)
 cases += [(rng.randint(0, 1000), rng.randint(1, 50)) for _ in range(100)]
 fails = []
