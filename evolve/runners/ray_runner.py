@@ -13,7 +13,8 @@ In a task file::
         resources: {}             # custom resources per actor, e.g. {sql_db: 1}
         artifacts: shared         # or ship
         runtime_env: {}           # passed to ray.init (working_dir, pip, env_vars)
-        model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.cluster.model_server)
+        model_server: {num_gpus: 1}   # local models served by one actor per base (evolve.cluster.model_server),
+                                      # or per role: {servers: per_role, roles: {solver: {resources: {a: 1}}}}
         train: {num_gpus: 1}      # weight operators and the SFT cold start train with these (evolve.cluster.training)
 
 Each actor builds a :class:`~evolve.runners.base.Worker` from the run's
@@ -74,15 +75,12 @@ class RayWorker:
             raise UserError(f"the run's artifact folder {spec.artifacts_root} is not visible on node "
                             f"{socket.gethostname()}; put the run directory on storage every node mounts at "
                             "the same path, or set runner.params.artifacts: ship")
-        llms = None
         if model_server is not None:
-            from evolve.cluster.model_server import RemoteCache
+            from evolve.cluster.model_server import serving_worker
 
-            root = spec.artifacts_root
-
-            def llms(cache: Any) -> Any:
-                return RemoteCache(cache, root, model_server, namespace)
-        self.worker = Worker(spec, own_process=True, llms=llms)
+            self.worker = serving_worker(spec, model_server, namespace)
+        else:
+            self.worker = Worker(spec, own_process=True)
 
     def ready(self) -> dict[str, Any]:
         import socket
@@ -278,6 +276,10 @@ class RayRunner:
                         "max_restarts": 0, "max_task_retries": 0}
         self.ship = artifacts == "ship"
         self.model_server = ({} if model_server is True else dict(model_server)) if model_server else None
+        if self.model_server is not None:
+            from evolve.cluster.model_server import check_model_server
+
+            check_model_server(self.model_server)
         if self.model_server is not None and self.ship:
             raise ConfigError("the model server reads the weights from the run's artifact folder: it needs "
                               "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
@@ -336,7 +338,11 @@ class RayRunner:
     def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
         spec = WorkerSpec(agent=as_import_path(spec.agent, "agent"), reward=as_import_path(spec.reward, "reward"),
                           artifacts_root=str(Path(spec.artifacts_root).resolve()), search_path=spec.search_path)
-        self._connect()
+        ray = self._connect()
+        if self.model_server is not None:
+            from evolve.cluster.model_server import check_servers
+
+            check_servers(ray, self.model_server, list({id(j.system): j.system for j in jobs}.values()))
         pool = self._pool
         if spec != pool.spec:
             pool.shutdown()

@@ -316,6 +316,74 @@ def test_the_sft_cold_start_trains_in_a_ray_task_and_builds_the_drivers_weights(
         evolve.run({**task, "runner": _ray_runner(cluster, num_gpus=1)}, out=tmp_path / "bad")
 
 
+# a two-role team on the tiny model: the solver answers, the verifier judges, a rejected answer is
+# tried once more (examples/multi_agent/team.py's graph, on the vowel world)
+TEAM = {"entry": "solve",
+        "nodes": [{"id": "solve", "type": "llm", "params": {"role": "solver", "prompt": "{q}", "out": "reply"}},
+                  {"id": "verify", "type": "llm", "params": {"role": "verifier", "prompt": "{q}: {reply}. Right?",
+                                                             "out": "verdict", "max_tokens": 3}},
+                  {"id": "check", "type": "check", "params": {"fn": "evolve.policy.roles:accepted"}},
+                  {"id": "retry", "type": "llm", "max_visits": 1,
+                   "params": {"role": "solver", "prompt": "{q}, not {reply}", "out": "reply"}},
+                  {"id": "answer", "type": "answer", "params": {"key": "reply"}}],
+        "edges": [{"src": "solve", "dst": "verify"}, {"src": "verify", "dst": "check"},
+                  {"src": "check", "dst": "retry", "when": "not ok"}, {"src": "check", "dst": "answer"},
+                  {"src": "retry", "dst": "verify"}]}
+
+
+def test_each_roles_own_model_server_sits_on_the_node_asked_for_and_answers_as_the_shared_server(cluster, tmp_path):
+    from evolve.cluster.model_server import PREFIX
+    from evolve.errors import ConfigError, UserError
+    from evolve.runners import RolloutJob, WorkerSpec
+    from evolve.runners.ray_runner import RayRunner
+
+    task = _vowel_task(tmp_path, agent="evolve.topology:agent", workflow={"graph": TEAM}, budget={"generations": 0})
+    tiny = task["models"].pop("policy")
+    task["models"] = {"solver": tiny, "verifier": tiny}  # one base, two roles
+    evolve.run(task, out=tmp_path / "run")
+    with Archive(tmp_path / "run", create=False) as a:
+        system = a.get_system(a.current())
+    assert system.models["solver"].base == system.models["verifier"].base
+    spec = WorkerSpec(agent="evolve.topology:agent", reward="tests.helpers.agents:vowel_reward",
+                      artifacts_root=str(tmp_path / "run" / "artifacts"))
+    jobs = [RolloutJob(key=f"k{i}", system=system, task={"id": f"t{i}", "q": "bcdfg"[i % 5] * (1 + i % 3)},
+                       seed=i, timeout=60) for i in range(12)]  # greedy: the task file's temperature 0
+
+    def servers():
+        return {e["name"]: ray.get(ray.get_actor(e["name"], namespace=e["namespace"]).stats.remote())
+                for e in ray.util.list_named_actors(all_namespaces=True) if e["name"].startswith(PREFIX)}
+
+    kw = {"workers": 2, "address": cluster.address, "node_ip_address": "127.0.0.2", "num_cpus": 0.5}
+    with RayRunner(**kw, model_server={"num_cpus": 0.5}) as r:  # the default: one server for the base
+        shared = {j.key: t for j, t in r.run(spec, jobs)}
+        assert [s["role"] for s in servers().values()] == [None]
+    pinned = {"num_cpus": 0.5, "servers": "per_role",
+              "roles": {"solver": {"resources": {"head": 0.01}}, "verifier": {"resources": {"node2": 0.01}}}}
+    with RayRunner(**kw, model_server=pinned) as r:
+        per_role = {j.key: t for j, t in r.run(spec, jobs)}
+        stats = {s["role"]: s for s in servers().values()}
+    calls = {role: sum(s.role == role for t in per_role.values() for s in t.steps if isinstance(s, LLMCall))
+             for role in ("solver", "verifier")}
+    assert sorted(stats) == ["solver", "verifier"] and min(calls.values()) >= len(jobs)
+    for role, ip in (("solver", "127.0.0.2"), ("verifier", "127.0.0.3")):  # head has head, the second node2
+        assert stats[role]["ip"] == ip, stats
+        assert stats[role]["by_role"] == {role: calls[role]} and stats[role]["calls"] == calls[role]
+    assert stats["solver"]["node"] != stats["verifier"]["node"]
+    for k, t in shared.items():  # the same scores, answers and sampled tokens as the shared server's
+        u = per_role[k]
+        assert t.error is None is u.error and t.score == u.score and t.output == u.output
+        assert [(s.role, s.token_ids) for s in t.steps if isinstance(s, LLMCall)] == [
+            (s.role, s.token_ids) for s in u.steps if isinstance(s, LLMCall)]
+    assert len({t.score for t in shared.values()}) > 1  # scores that differ by task: a comparison that can fail
+    # refused before a rollout starts: a role the system lacks, and a server no node can hold
+    with pytest.raises(ConfigError, match=r"model_server.roles.*unknown role 'judge'; .* solver, verifier"):
+        with RayRunner(**kw, model_server={"servers": "per_role", "roles": {"judge": {}}}) as r:
+            r.run(spec, jobs)
+    with pytest.raises(UserError, match=r"the server of role 'verifier' asks for \{CPU: 1, gpu_x: 1\}, which no node"):
+        with RayRunner(**kw, model_server={"servers": "per_role", "roles": {"verifier": {"resources": {"gpu_x": 1}}}}) as r:
+            r.run(spec, jobs)
+
+
 # the SQL quickstart (examples/sql_agent/task.yaml), reduced to a few minutes: a smaller tiny model
 # and demo set, fewer tasks, one generation; STaR learns every sample and its child is accepted, so
 # that a child is trained, scored on val, and compared
