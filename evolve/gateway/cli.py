@@ -33,6 +33,8 @@ def gateway_command(
     local: Path | None = typer.Option(None, "--local", help="One route for every model: the local model of this "
                                          "run directory's current system (followed as the archive promotes)."),
     role: str = typer.Option("policy", "--role", help="With --local: the system's model role."),
+    roles: str | None = typer.Option(None, "--roles", help="With --local: several roles of the system (a team), "
+                                        "'all' or a comma-separated list, each answering to its role's name."),
     store: Path | None = typer.Option(None, "--store", help="The trace store's folder (default: traces)."),
     host: str | None = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1); beyond loopback "
                                        "--api-key-env is required."),
@@ -55,6 +57,8 @@ def gateway_command(
             cfg = cfg.model_validate({**cfg.model_dump(), **over})
     elif upstream is not None or local is not None:
         cfg = from_flags(upstream=upstream, api_base=api_base, upstream_key_env=upstream_key_env, local=local, role=role,
+                         roles=None if roles is None else roles if roles == "all" else
+                         [x.strip() for x in roles.split(",") if x.strip()],
                          store=store or Path("traces"), host=host or "127.0.0.1", port=4000 if port is None else port,
                          api_key_env=api_key_env)
     else:
@@ -64,13 +68,15 @@ def gateway_command(
     server = GatewayServer(cfg, log=lambda m: err.print(m, markup=False))
     out = _out()
     out.print(f"gateway at {server.url} (OpenAI) and {server.base} (Anthropic); traces in {cfg.store}", markup=False)
-    for r in cfg.routes:
+    for r, built in zip(cfg.routes, server.gateway.routes, strict=True):
         if r.upstream is not None:
             what = f"{r.upstream.model}" + (f" at {r.upstream.api_base}" if r.upstream.api_base else "")
+        elif r.local is not None and r.local.roles is not None:
+            what = built.upstream.describe()
         else:
             assert r.local is not None  # a route has an upstream or a local model
             what = f"the local model of {r.local.run} ({r.local.role})"
-        out.print(f"  route {r.name}: {', '.join(r.match)} -> {what}", markup=False)
+        out.print(f"  route {r.name}: {', '.join(built.names())} -> {what}", markup=False)
     sys.stdout.flush()
     server.run()
 

@@ -22,6 +22,8 @@
       - name: mine
         match: ["sql-agent"]
         local: {run: runs/sql, role: policy}   # a run's current system's local model (followed)
+      - name: team           # no match: the model names below (a name the agent sends -> a role)
+        local: {run: runs/team, roles: {writer-model: writer, reviewer-model: reviewer}}  # or [writer, reviewer], all
       - name: support
         match: ["gpt-4o*"]
         upstream: {model: "openai/*"}
@@ -70,8 +72,31 @@ class LocalConfig(_Strict):
     run: Path = Field(description="a run directory: its current system's model answers (followed as the archive "
                                   "promotes or rolls back)")
     role: str = Field("policy", description="the system's model role to serve")
+    roles: dict[str, str] | list[str] | Literal["all"] | None = Field(None, description=(
+        "serve several roles of the system (a team: one adapter per role on one base), each under its own model "
+        "name: a list of roles or 'all' (each answers to its role's name), or {model name: role}; calls are "
+        "recorded under the role that answered"))
     system: str | None = Field(None, description="pin a system (id prefix, best, baseline) instead of following")
     poll: float = Field(1.0, gt=0, description="seconds between checks of the archive's current pointer")
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, v: dict[str, str] | list[str] | str | None) -> dict[str, str] | list[str] | str | None:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("roles is empty: give a list of roles, 'all', or {model name: role}")
+            dup = sorted({r for r in v if v.count(r) > 1})
+            if dup:
+                raise ValueError(f"roles lists {', '.join(map(repr, dup))} more than once")
+        if isinstance(v, dict) and not v:
+            raise ValueError("roles is empty: give {model name: role}, a list of roles, or 'all'")
+        return v
+
+    @model_validator(mode="after")
+    def _one_spelling(self) -> LocalConfig:
+        if self.roles is not None and "role" in self.model_fields_set:
+            raise ValueError("give 'role' (one role) or 'roles' (several, each under its own model name), not both")
+        return self
 
 
 class RuleConfig(_Strict):
@@ -120,8 +145,9 @@ class EvolveConfig(_Strict):
 
 class RouteConfig(_Strict):
     name: str = "default"
-    match: list[str] = Field(default_factory=lambda: ["*"], min_length=1,
-                             description="model names or globs this route answers")
+    match: list[str] | None = Field(None, min_length=1, description=(
+        "model names or globs this route answers; unset: every name ('*'), or on a local route with 'roles' the "
+        "roles' model names"))
     upstream: UpstreamConfig | None = Field(None, description="a model through litellm")
     local: LocalConfig | None = Field(None, description="the project's local model, from a run's archive")
     system: str | None = Field(None, description="the label recorded as the system that answered (upstream routes)")
@@ -131,6 +157,8 @@ class RouteConfig(_Strict):
 
     @model_validator(mode="after")
     def _one(self) -> RouteConfig:
+        if self.match is None and (self.local is None or self.local.roles is None):
+            object.__setattr__(self, "match", ["*"])  # the default: every model name
         if (self.upstream is None) == (self.local is None):
             raise ValueError(f"route {self.name!r} needs exactly one of 'upstream' (a model through litellm) or "
                              "'local' (a run's local model)")
@@ -214,14 +242,18 @@ def load_config(path: str | Path) -> GatewayConfig:
 
 
 def from_flags(*, upstream: str | None = None, api_base: str | None = None, upstream_key_env: str | None = None,
-               local: Path | None = None, role: str = "policy", store: Path = Path("traces"), host: str = "127.0.0.1",
+               local: Path | None = None, role: str = "policy", roles: list[str] | str | None = None,
+               store: Path = Path("traces"), host: str = "127.0.0.1",
                port: int = 4000, api_key_env: str | None = None, match: list[str] | None = None) -> GatewayConfig:
-    """One route for every model: ``upstream`` (a litellm model) or ``local`` (a run directory)."""
+    """One route for every model: ``upstream`` (a litellm model) or ``local`` (a run directory: its
+    ``role``, or ``roles``, each under its own name)."""
     try:
-        route = RouteConfig(match=match or ["*"],
+        names = {"match": match or ["*"]} if match or local is None or roles is None else {}  # roles: their names
+        route = RouteConfig(**names,
                             upstream=None if upstream is None else UpstreamConfig(
                                 model=upstream, api_base=api_base, api_key_env=upstream_key_env),
-                            local=None if local is None else LocalConfig(run=local, role=role))
+                            local=None if local is None else (LocalConfig(run=local, role=role) if roles is None
+                                                              else LocalConfig(run=local, roles=roles)))
         return GatewayConfig(host=host, port=port, store=store, api_key_env=api_key_env, routes=[route])
     except ValidationError as e:
         raise ConfigError(format_flags_error(e)) from None

@@ -16,11 +16,16 @@ Each task is one session::
      "request_messages": [...],                   # the first call as the agent sent it (OpenAI API)
      "answer": {"output", "tool_calls"},          # what was answered then
      "calls": [{"messages", "output", "tool_calls", "prompt_token_ids", "token_ids", "logprobs",
-                "system_id", "base", "adapter", "status"}, ...],
+                "system_id", "role", "base", "adapter", "status"}, ...],
      "score", "components", "feedback_text"}      # its feedback (the latest score; all texts)
 
 Operators that learn without re-running the agent read these fields: ``from_traces``
-(:mod:`evolve.policy.traces`) trains on the recorded token ids of positively scored sessions.
+(:mod:`evolve.policy.from_traces`) trains on the recorded token ids of positively scored sessions.
+
+A call's ``role`` is the system's model role that answered it (a local route records it; a team
+route, ``local: {roles: ...}``, answers each model name with its own role), None where unknown
+(an upstream route). ``sessions(..., role=R)`` keeps only R's calls (and the sessions that have
+one); ``from_traces`` with ``roles`` sorts the calls by role itself.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def session_task(s: dict[str, Any], ok: list[Any], fb: list[Any], score: float |
         "calls": [{"messages": c.messages, "output": c.output, "tool_calls": c.tool_calls,
                    "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
                    "system_id": c.system_id, "status": c.status,
-                   **{k: (c.params.get("served_by") or {}).get(k) for k in ("base", "adapter")}}
+                   **{k: (c.params.get("served_by") or {}).get(k) for k in ("role", "base", "adapter")}}
                   for c in ok],
         "score": score, "components": comps,
         "feedback_text": "\n".join(f.text for f in fb if f.text) or None,
@@ -76,11 +81,12 @@ def session_task(s: dict[str, Any], ok: list[Any], fb: list[Any], score: float |
 def sessions(store: str, *, base_dir: Path | None = None, route: str | None = None, system: str | None = None,
              since: float | None = None, until: float | None = None, feedback: str = "scored",
              min_score: float | None = None, val: float = 0.2, test: float = 0.0, seed: int = 0,
-             apply: list[dict] | None = None) -> dict[str, list[dict[str, Any]]]:
+             apply: list[dict] | None = None, role: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """Sessions of a trace store as train / val / test tasks (split by a hash of the session id, so
     a session keeps its split as the store grows). ``feedback``: any | scored (a score was given) |
     positive (score > 0, or >= ``min_score``) | unscored; ``route``, ``system`` (the system that
-    answered the first call, an id prefix), ``since`` / ``until`` (Unix times) filter. ``apply``
+    answered the first call, an id prefix), ``since`` / ``until`` (Unix times) filter; ``role``
+    keeps only the calls that role answered (a team's sessions as that role's tasks). ``apply``
     (the gateway's rules, e.g. ``[{component: policy.instruction, how: block}]``) is copied into
     each task for :func:`replay`."""
     from evolve.gateway.traces import TraceStore, scores_of
@@ -104,6 +110,8 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
             if since is not None and s["created"] < since or until is not None and s["created"] >= until:
                 continue
             ok = [c for c in st.calls(s["id"]) if c.status == "ok"]
+            if role is not None:
+                ok = [c for c in ok if (c.params.get("served_by") or {}).get("role") == role]
             if not ok:
                 continue
             fb = st.feedback_of(session_id=s["id"])
@@ -120,7 +128,7 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
         st.close()
     if not out["train"] and not out["val"]:
         raise ConfigError(f"the trace store {path} has no session that passes the filters (feedback={feedback!r}"
-                          f"{', route=' + repr(route) if route else ''}); record traffic and feedback first "
+                          f"{', route=' + repr(route) if route else ''}{', role=' + repr(role) if role else ''}); record traffic and feedback first "
                           "(evolve traces ls shows what is there)", path="dataset.params")
     return out
 

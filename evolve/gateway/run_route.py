@@ -15,7 +15,7 @@ import collections
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,7 +24,7 @@ from evolve.errors import UserError
 from evolve.gateway.asgi import check_bind, is_loopback, need_http
 from evolve.gateway.call_log import CallLog
 from evolve.gateway.local import ModelUpstream, tokenizer_of, top_logprobs_kw, top_logprobs_of
-from evolve.gateway.upstream import Route
+from evolve.gateway.upstream import Result, Route, Upstream
 from evolve.gateway.wire import GatewayError, Request
 from evolve.types import LLMCall
 
@@ -108,6 +108,80 @@ class LocalUpstream(ModelUpstream):
 
     def served(self, system_id: str | None) -> dict[str, Any] | None:
         return None if system_id is None else self._app.spec_of(system_id)
+
+
+class RolesUpstream(Upstream):
+    """Several roles of a run's current system (a team: one adapter per role on one base), each
+    under its own model name: ``roles`` is ``{model name: role}``, a list of roles or ``"all"`` (the
+    current system's roles), a role then answering to its own name. A call is answered by its name's
+    role (a :class:`LocalUpstream` each, following the archive; their models share one base in
+    memory, :func:`evolve.policy.local.build`) and recorded under that role (``served_by.role``)."""
+
+    serves_systems: ClassVar[bool] = True
+
+    def __init__(self, run: Path, roles: dict[str, str] | list[str] | str, system: str | None = None, *,
+                 follow: bool = True, poll: float = 1.0) -> None:
+        self.run, self.asked, self.system, self.follow, self.poll = Path(run), roles, system, follow, poll
+        self.by_name: dict[str, str] = {}
+        self.ups: dict[str, LocalUpstream] = {}
+
+    def open(self) -> RolesUpstream:
+        if self.ups:
+            return self
+        if isinstance(self.asked, dict):
+            self.by_name = dict(self.asked)
+        elif self.asked == "all":
+            from evolve.archive import Archive
+
+            with Archive(self.run, create=False) as archive:
+                have = list(archive.get_system(archive.resolve(self.system or "current")).models)
+            self.by_name = {r: r for r in have}
+        else:
+            self.by_name = {r: r for r in (self.asked if isinstance(self.asked, list) else [self.asked])}
+        try:
+            for role in dict.fromkeys(self.by_name.values()):
+                self.ups[role] = LocalUpstream(self.run, role, self.system, follow=self.follow, poll=self.poll).open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for up in self.ups.values():
+            up.close()
+        self.ups = {}
+
+    def role_of(self, model: str) -> LocalUpstream:
+        """The upstream of the role that answers the model name ``model`` (a 404 naming the served names)."""
+        self.open()
+        role = self.by_name.get(model)
+        if role is None:
+            raise GatewayError(404, f"the model {model!r} is no role of this team; it serves "
+                               f"{', '.join(f'{n} ({r})' for n, r in self.by_name.items())}",
+                               param="model", code="model_not_found")
+        return self.ups[role]
+
+    @property
+    def system_id(self) -> str | None:
+        return next((up.system_id for up in self.ups.values()), None)
+
+    def model_names(self) -> list[str]:
+        self.open()
+        return list(self.by_name)
+
+    def target(self, asked: str) -> str:
+        return f"local:{self.by_name.get(asked, asked)}"
+
+    def describe(self) -> str:
+        return (f"the local models of {self.run} ("
+                + ", ".join(f"{n} -> {r}" if n != r else r for n, r in self.by_name.items()) + ")")
+
+    async def complete(self, req: Request) -> Result:
+        return await self.role_of(req.model).complete(req)
+
+    async def stream(self, req: Request) -> AsyncIterator[Any]:
+        async for chunk in self.role_of(req.model).stream(req):
+            yield chunk
 
 
 @dataclass(eq=False)
@@ -386,4 +460,4 @@ class ServeApp:
         self.close()
 
 
-__all__ = ["CALLS_FILE", "LocalUpstream", "ServeApp"]
+__all__ = ["CALLS_FILE", "LocalUpstream", "RolesUpstream", "ServeApp"]

@@ -30,12 +30,17 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
             if r.local is not None:
                 from evolve.gateway.run_route import LocalUpstream
 
-                up: Any = LocalUpstream(r.local.run, r.local.role, r.local.system, poll=r.local.poll).open()
+                if r.local.roles is None:
+                    up: Any = LocalUpstream(r.local.run, r.local.role, r.local.system, poll=r.local.poll).open()
+                else:
+                    from evolve.gateway.run_route import RolesUpstream
+
+                    up = RolesUpstream(r.local.run, r.local.roles, r.local.system, poll=r.local.poll).open()
             else:
                 u = r.upstream
                 assert u is not None  # a route has a local model or an upstream
                 up = LiteLLMUpstream(u.model, u.api_base, u.api_key_env, u.timeout, u.max_retries, dict(u.params))
-            route = Route(r.name, list(r.match), up, r.system, sticky=r.sticky)
+            route = Route(r.name, list(r.match or []), up, r.system, sticky=r.sticky)
             routes.append(route)
             followed = r.local if r.local is not None else r.evolve
             if followed is not None:
