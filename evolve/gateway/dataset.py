@@ -279,7 +279,8 @@ def tool_steps(call: dict, later: list[dict]) -> list[Any]:
 def replay(task: dict, ctx: Any) -> Any:
     """A candidate answers a recorded session's first turn anew. The candidate's prompt components
     are applied to the agent's original messages by the task's ``apply`` rules (the gateway's);
-    offered tools are rendered into the prompt as on a local route. Returns the text, or
+    offered tools are rendered into the prompt as on a local route, and answered by the role that
+    answered the recorded call (a team's), else ``policy``. Returns the text, or
     ``{"text", "tool_calls"}`` when the answer calls a tool."""
     from evolve.gateway.apply import Rule, apply_rules
     from evolve.gateway.local import parse_tool_calls, render
@@ -288,7 +289,9 @@ def replay(task: dict, ctx: Any) -> Any:
     if task.get("apply"):
         rules = [Rule(**r) for r in task["apply"]]
         messages, _ = apply_rules(list(messages), rules, dict(ctx.system.prompts))
-    out = ctx.llm("policy").complete(render(list(messages), task.get("tools")))
+    role = ((task.get("calls") or [{}])[0] or {}).get("role")  # a team's session: the role that answered it
+    out = ctx.llm(role if role and role in ctx.system.models else "policy").complete(
+        render(list(messages), task.get("tools")))
     text, calls = parse_tool_calls(out.text, task.get("tools"))
     return out.text if calls is None else {"text": text, "tool_calls": calls}
 

@@ -191,3 +191,65 @@ def test_team_routes_are_configured_by_name_or_role():
         from evolve.policy.from_traces import FromTraces
 
         FromTraces(role="writer", roles=["writer"])
+
+
+@pytest.mark.slow
+def test_from_traces_trains_only_the_writers_adapter_on_the_writers_recorded_calls(tmp_path_factory, tmp_path):
+    """The team's traffic through the gateway, then an offline run with ``from_traces`` and
+    ``roles: [writer]``: the child's writer has a new adapter trained on the writer's calls only,
+    its reviewer is the parent's, and served again each name gets its own role's model."""
+    import openai
+
+    import evolve
+    from evolve.archive import Archive
+    from evolve.gateway import GatewayServer
+    from evolve.gateway.config import from_flags
+    from evolve.gateway.dataset import sessions
+    from evolve.policy.local import build
+    from evolve.types import Message
+
+    path, before, _ = _team_run(tmp_path_factory.mktemp("gw-team-train"))
+    with GatewayServer(from_flags(local=path, roles=["writer", "reviewer"], store=tmp_path / "traces", port=0)) as gw:
+        client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
+        for i in range(12):
+            for model, text in (("writer", f"topic {i}"), ("reviewer", f"review: draft {i}")):
+                client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
+                                               temperature=0.0, max_tokens=8, user=f"team-{i}")
+            gw.gateway.store.feedback(session_id=f"team-{i}", score=1.0 if i % 4 else 0.0)
+    weights = str(path.parent / "base.st")
+    local = {"backend": "local", "name": "tiny", "params": {"weights": weights, "temperature": 0.0, "max_tokens": 8}}
+    task = {
+        "name": "team-offline", "seed": 0,
+        "agent": "evolve.gateway.dataset:replay", "reward": "tests.evolve.test_gateway_dataset:agrees",
+        "models": {"writer": local, "reviewer": local},
+        "dataset": {"source": "evolve.gateway.dataset:sessions", "params": {"store": str(tmp_path / "traces"),
+                                                                            "val": 0.25}},
+        "operators": [{"name": "from_traces", "params": {"roles": ["writer"], "min_examples": 2, "epochs": 1,
+                                                         "r": 4, "replay": 0}}],
+        "budget": {"generations": 1},
+    }
+    report = evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
+    with Archive(tmp_path / "run", create=False) as archive:
+        kids = [r for r in archive.records() if r.operator == "from_traces"]
+        assert kids, report
+        child = archive.get_system(kids[0].id)
+        parent = archive.get_system(kids[0].parents[0])
+        assert child.models["writer"].adapter is not None and parent.models["writer"].adapter is None
+        assert child.models["reviewer"] == parent.models["reviewer"]
+        train_ids = {t["id"] for t in sessions(str(tmp_path / "traces"), val=0.25)["train"]}
+        n_pos = sum(1 for i in range(12) if i % 4 and f"team-{i}" in train_ids)
+        info = kids[0].info["roles"]["writer"]
+        assert n_pos >= 2 and info["examples"] == n_pos and info["other_role"] == len(train_ids)
+        archive.set_current(child.id)  # promoted
+        direct = {}
+        for role in ("writer", "reviewer"):
+            llm = build(child.models[role], archive.artifacts)
+            direct[role] = llm.complete([Message(role="user", content="fresh topic")], temperature=0.0,
+                                        max_tokens=8).text
+            llm.close()
+    with GatewayServer(from_flags(local=tmp_path / "run", roles="all", store=tmp_path / "traces2", port=0)) as gw:
+        client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
+        for role in ("writer", "reviewer"):
+            r = client.chat.completions.create(model=role, messages=[{"role": "user", "content": "fresh topic"}],
+                                               temperature=0.0, max_tokens=8)
+            assert r.system_fingerprint == child.id and r.choices[0].message.content == direct[role]
