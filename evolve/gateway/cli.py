@@ -47,6 +47,8 @@ def gateway_command(
     from evolve.gateway.config import from_flags, load_config
     from evolve.gateway.server import GatewayServer
 
+    if roles is not None and (local is None or role != "policy"):
+        raise UserError("--roles goes with --local RUN_DIR, instead of --role (several roles, each under its own name)")
     if sum(x is not None for x in (config, upstream, local)) > 1:
         raise UserError("give one of a gateway.yaml, --upstream or --local (a file's routes say what the flags would)")
     if config is not None:

@@ -168,10 +168,15 @@ def test_a_two_name_app_is_recorded_and_learned_role_by_role_and_served_each_rol
         calls = store.calls("after-promotion")
         assert [c.system_id for c in calls] == [after.id, after.id]
         assert [c.params["served_by"]["adapter"] for c in calls] == [after.models["writer"].adapter.sha256, None]
-        # a name the team does not have
+        # streamed, and a name the team does not have
         import openai
 
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
+        chunks = client.chat.completions.create(model="writer-model", stream=True, temperature=0.0, max_tokens=8,
+                                                messages=[{"role": "user", "content": "fresh topic"}],
+                                                extra_headers={"x-evolve-session": "streamed"})
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == direct["writer", after.id]
+        assert store.calls("streamed")[0].params["served_by"]["role"] == "writer"
         with pytest.raises(openai.NotFoundError, match="writer-model"):
             client.chat.completions.create(model="planner", messages=[{"role": "user", "content": "x"}])
 
@@ -253,3 +258,14 @@ def test_from_traces_trains_only_the_writers_adapter_on_the_writers_recorded_cal
             r = client.chat.completions.create(model=role, messages=[{"role": "user", "content": "fresh topic"}],
                                                temperature=0.0, max_tokens=8)
             assert r.system_fingerprint == child.id and r.choices[0].message.content == direct[role]
+
+
+def test_the_roles_flag_goes_with_a_local_run_instead_of_role(tmp_path, capsys):
+    from evolve.cli.commands import main
+
+    for args in (["gateway", "--upstream", "openai/x", "--roles", "a,b"],
+                 ["gateway", "--local", str(tmp_path), "--role", "a", "--roles", "b"]):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "--roles goes with --local" in err and "Traceback" not in err, (args, err)
