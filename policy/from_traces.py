@@ -34,10 +34,16 @@ class FromTraces:
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
         role: str = Field("policy", description="the model role trained when roles is not given")
-        roles: str | list[str] | None = Field(None, description=(
-            "the roles trained, each on the calls it answered: one name, a list, or 'all'; null: role"))
-        schedule: Schedule = Field("joint", description=(
-            "joint: every listed role in each proposal; alternate: one role per generation, in the listed order"))
+        roles: str | list[str] | None = Field(
+            None,
+            description=("the roles trained, each on the calls it answered: one name, a list, or 'all'; null: role"),
+        )
+        schedule: Schedule = Field(
+            "joint",
+            description=(
+                "joint: every listed role in each proposal; alternate: one role per generation, in the listed order"
+            ),
+        )
         min_score: float = Field(1.0, description="a session counts as a success at this feedback score or above")
         turns: Literal["final", "all"] = "final"
         dedupe: bool = True
@@ -74,15 +80,17 @@ class FromTraces:
     def estimate(self, plan: Any) -> dict[str, int]:
         return {"rollouts": 0, "llm_calls": 0, "children": 1}
 
-    def examples(self, tasks: list[dict], base: str,
-                 role: str | None = None) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], dict]:
+    def examples(
+        self, tasks: list[dict], base: str, role: str | None = None
+    ) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], dict]:
         """(prompt ids, sampled ids) of the calls to learn from ``tasks`` answered by ``base``, and
         counts. ``role``: only that role's calls, the session scored by its component ``role`` when
         it has one (with the single-role setting, only when the sessions hold several roles)."""
         out, seen = [], set()
         counts = {"sessions": 0, "successes": 0, "other_base": 0, "no_tokens": 0}
-        by_role = role is not None and (self.p.roles is not None or len(
-            {c.get("role") for t in tasks for c in t.get("calls") or []} - {None}) > 1)
+        by_role = role is not None and (
+            self.p.roles is not None or len({c.get("role") for t in tasks for c in t.get("calls") or []} - {None}) > 1
+        )
         if by_role:
             counts["other_role"] = 0
         for t in tasks:
@@ -115,8 +123,10 @@ class FromTraces:
         from evolve.policy.sft import trainable_spec
 
         p = self.p
-        specs = {r: trainable_spec(parent, r, ctx.log, self.name)
-                 for r in trained_roles(p.role_params(), parent.models, getattr(ctx, "generation", 0))}
+        specs = {
+            r: trainable_spec(parent, r, ctx.log, self.name)
+            for r in trained_roles(p.role_params(), parent.models, getattr(ctx, "generation", 0))
+        }
         specs = {r: s for r, s in specs.items() if s is not None}
         if not specs:
             return []
@@ -127,9 +137,11 @@ class FromTraces:
             c = counts[role]
             who = "" if p.roles is None else f"{role}: "
             mixed = f", {c['other_role']} answered by other roles" if "other_role" in c else ""
-            ctx.log(f"from_traces: {who}{c['successes']}/{c['sessions']} sessions scored >= {p.min_score:g}; "
-                    f"{len(examples)} recorded turns to learn ({c['other_base']} answered by another base, "
-                    f"{c['no_tokens']} without token ids{mixed})")
+            ctx.log(
+                f"from_traces: {who}{c['successes']}/{c['sessions']} sessions scored >= {p.min_score:g}; "
+                f"{len(examples)} recorded turns to learn ({c['other_base']} answered by another base, "
+                f"{c['no_tokens']} without token ids{mixed})"
+            )
             if len(examples) >= p.min_examples:
                 per_role[role] = examples
         if not per_role:
@@ -139,14 +151,32 @@ class FromTraces:
         child, stats, n_all = parent, {}, {}
         for role, examples in per_role.items():
             child, stats[role], n_all[role] = train_adapter_child(
-                child, specs[role], role, examples, ctx, r=p.r, alpha=p.alpha, lr=p.lr, epochs=p.epochs,
-                batch_size=p.batch_size, replay=p.replay)
-        by_role = {r: {**counts[r], "examples": len(ex), "replayed": n_all[r] - len(ex),
-                       "train_loss": stats[r].get("loss"), "curve": stats[r].get("curve")}
-                   for r, ex in per_role.items()}
+                child,
+                specs[role],
+                role,
+                examples,
+                ctx,
+                r=p.r,
+                alpha=p.alpha,
+                lr=p.lr,
+                epochs=p.epochs,
+                batch_size=p.batch_size,
+                replay=p.replay,
+            )
+        by_role = {
+            r: {
+                **counts[r],
+                "examples": len(ex),
+                "replayed": n_all[r] - len(ex),
+                "train_loss": stats[r].get("loss"),
+                "curve": stats[r].get("curve"),
+            }
+            for r, ex in per_role.items()
+        }
         info: dict[str, Any] = next(iter(by_role.values())) if p.roles is None else {"roles": by_role}
         why = "; ".join(
             f"{'' if p.roles is None else r + ': '}LoRA r={p.r} trained on {len(ex)} recorded turns of "
             f"{counts[r]['successes']} sessions scored >= {p.min_score:g} + {n_all[r] - len(ex)} replayed demos"
-            for r, ex in per_role.items())
+            for r, ex in per_role.items()
+        )
         return [Candidate(system=child, parents=(parent.id,), operator=self.name, rationale=why, info=info)]

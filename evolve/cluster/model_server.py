@@ -54,8 +54,9 @@ def check_model_server(ms: dict[str, Any]) -> None:
     """Refuse a ``runner.params.model_server`` the servers cannot honour, before the run starts."""
     unknown = sorted(set(ms) - set(MODEL_SERVER_KEYS))
     if unknown:
-        raise ConfigError(f"takes no key {', '.join(map(repr, unknown))}; it takes {', '.join(MODEL_SERVER_KEYS)}",
-                          path=PATH)
+        raise ConfigError(
+            f"takes no key {', '.join(map(repr, unknown))}; it takes {', '.join(MODEL_SERVER_KEYS)}", path=PATH
+        )
     servers = ms.get("servers", "per_base")
     if servers not in SERVERS:
         raise ConfigError(f"must be one of {list(SERVERS)}, got {servers!r}", path=f"{PATH}.servers")
@@ -66,17 +67,22 @@ def check_model_server(ms: dict[str, Any]) -> None:
     if not isinstance(roles, dict):
         raise ConfigError(f"must be a mapping of role names to server settings, got {roles!r}", path=f"{PATH}.roles")
     if servers != "per_role":
-        raise ConfigError("sets each role's own server: it needs servers: per_role (with per_base, the roles on "
-                          "a base share its server)", path=f"{PATH}.roles")
+        raise ConfigError(
+            "sets each role's own server: it needs servers: per_role (with per_base, the roles on "
+            "a base share its server)",
+            path=f"{PATH}.roles",
+        )
     for role, entry in roles.items():
         where = f"{PATH}.roles.{role}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"must be a mapping of server settings ({', '.join(SERVER_KEYS)}), got {entry!r}",
-                              path=where)
+            raise ConfigError(
+                f"must be a mapping of server settings ({', '.join(SERVER_KEYS)}), got {entry!r}", path=where
+            )
         bad = sorted(set(entry) - set(SERVER_KEYS))
         if bad:
-            raise ConfigError(f"takes no key {', '.join(map(repr, bad))}; a role's server takes "
-                              f"{', '.join(SERVER_KEYS)}", path=where)
+            raise ConfigError(
+                f"takes no key {', '.join(map(repr, bad))}; a role's server takes {', '.join(SERVER_KEYS)}", path=where
+            )
         _check_resources(entry, where)
 
 
@@ -100,8 +106,12 @@ def per_role(ms: dict[str, Any] | None) -> bool:
 def server_options(ms: dict[str, Any], role: str | None = None) -> dict[str, Any]:
     """The Ray actor options of a server: ``ms``'s, with ``role``'s own keys in their place."""
     o = {**{k: ms[k] for k in SERVER_KEYS if k in ms}, **((ms.get("roles") or {}).get(role) or {})}
-    return {"num_cpus": float(o.get("num_cpus", 1)), "num_gpus": float(o.get("num_gpus", 0)),
-            "resources": dict(o.get("resources") or {}), "max_concurrency": int(o.get("max_concurrency", 256))}
+    return {
+        "num_cpus": float(o.get("num_cpus", 1)),
+        "num_gpus": float(o.get("num_gpus", 0)),
+        "resources": dict(o.get("resources") or {}),
+        "max_concurrency": int(o.get("max_concurrency", 256)),
+    }
 
 
 def check_servers(ray: Any, ms: dict[str, Any], systems: Sequence[Any]) -> None:
@@ -113,8 +123,7 @@ def check_servers(ray: Any, ms: dict[str, Any], systems: Sequence[Any]) -> None:
     have = sorted({r for s in systems for r in s.models})
     for role in ms.get("roles") or {}:
         if have and role not in have:
-            raise ConfigError(f"unknown role {role!r}; the system's roles are {', '.join(have)}",
-                              path=f"{PATH}.roles")
+            raise ConfigError(f"unknown role {role!r}; the system's roles are {', '.join(have)}", path=f"{PATH}.roles")
     from evolve.cluster.ray_base import resources_text
 
     nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
@@ -124,9 +133,11 @@ def check_servers(ray: Any, ms: dict[str, Any], systems: Sequence[Any]) -> None:
         asks = {"CPU": o["num_cpus"], "GPU": o["num_gpus"], **o["resources"]}
         if not any(all(res.get(k, 0) >= v for k, v in asks.items() if v) for res in nodes):
             biggest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
-            raise UserError(f"{PATH}: the server of role {role!r} asks for {resources_text(asks)}, which no node of "
-                            f"the cluster has (the largest has {resources_text(biggest)}); lower it, or add a node "
-                            "that has it")
+            raise UserError(
+                f"{PATH}: the server of role {role!r} asks for {resources_text(asks)}, which no node of "
+                f"the cluster has (the largest has {resources_text(biggest)}); lower it, or add a node "
+                "that has it"
+            )
 
 
 class ModelServer:
@@ -156,9 +167,15 @@ class ModelServer:
 
         import ray
 
-        return {"calls": self.calls, "pid": os.getpid(), "models": len(self._cache), "role": self.role,
-                "by_role": dict(self.by_role), "ip": ray.util.get_node_ip_address(),
-                "node": ray.get_runtime_context().get_node_id()}
+        return {
+            "calls": self.calls,
+            "pid": os.getpid(),
+            "models": len(self._cache),
+            "role": self.role,
+            "by_role": dict(self.by_role),
+            "ip": ray.util.get_node_ip_address(),
+            "node": ray.get_runtime_context().get_node_id(),
+        }
 
     def close(self) -> None:
         self._cache.close()
@@ -175,21 +192,37 @@ class RemoteLLM:
         self.name = spec.name
         self._json = spec.model_dump_json()
 
-    def complete(self, messages: Sequence[Any], *, temperature: float | None = None, max_tokens: int | None = None,
-                 stop: Sequence[str] | None = None, seed: int | None = None, logprobs: bool = True,
-                 top_logprobs: int = 0) -> Any:
+    def complete(
+        self,
+        messages: Sequence[Any],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+        logprobs: bool = True,
+        top_logprobs: int = 0,
+    ) -> Any:
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
         from evolve.errors import LLMError
 
         msgs = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
-        kw = {"temperature": temperature, "max_tokens": max_tokens, "stop": list(stop) if stop else None, "seed": seed,
-              **({} if logprobs else {"logprobs": False}),  # the servers hold local models, which take them
-              **({"top_logprobs": int(top_logprobs)} if top_logprobs else {})}
+        kw = {
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "stop": list(stop) if stop else None,
+            "seed": seed,
+            **({} if logprobs else {"logprobs": False}),  # the servers hold local models, which take them
+            **({"top_logprobs": int(top_logprobs)} if top_logprobs else {}),
+        }
         try:
-            ref = (self.server.complete.remote(self._json, msgs, kw) if self.role is None
-                   else self.server.complete.remote(self._json, msgs, kw, self.role))
+            ref = (
+                self.server.complete.remote(self._json, msgs, kw)
+                if self.role is None
+                else self.server.complete.remote(self._json, msgs, kw, self.role)
+            )
             return ray.get(ref)
         except RayTaskError as e:  # the model itself raised: the backend's own error, as a local model's would
             cause = getattr(e, "cause", None)
@@ -197,8 +230,9 @@ class RemoteLLM:
         except RayActorError as e:
             self.server = self._find()
             whose = self.name if self.role is None else f"role {self.role!r}"
-            raise LLMError(f"the model server of {whose} died: {' '.join(str(e).split())[:300]}",
-                           category="server") from None
+            raise LLMError(
+                f"the model server of {whose} died: {' '.join(str(e).split())[:300]}", category="server"
+            ) from None
 
     def close(self) -> None:  # the server outlives its callers
         pass
@@ -219,15 +253,25 @@ class RemoteCache:
         import ray
 
         cls = ray.remote(ModelServer)
-        return cls.options(name=server_name(self.root, sha), namespace=self.namespace, get_if_exists=True,
-                           lifetime=None, **server_options(self.options)).remote(self.root)
+        return cls.options(
+            name=server_name(self.root, sha),
+            namespace=self.namespace,
+            get_if_exists=True,
+            lifetime=None,
+            **server_options(self.options),
+        ).remote(self.root)
 
     def _role_server(self, role: str) -> Any:
         import ray
 
         cls = ray.remote(ModelServer)
-        return cls.options(name=role_server_name(self.root, role), namespace=self.namespace, get_if_exists=True,
-                           lifetime=None, **server_options(self.options, role)).remote(self.root, role)
+        return cls.options(
+            name=role_server_name(self.root, role),
+            namespace=self.namespace,
+            get_if_exists=True,
+            lifetime=None,
+            **server_options(self.options, role),
+        ).remote(self.root, role)
 
     def for_role(self, role: str, spec: Any) -> RemoteLLM | None:
         """``role``'s local model answered by the role's own server (``servers: per_role``); None
@@ -318,5 +362,17 @@ def kill_servers(namespace: str, artifacts_root: str) -> int:
     return n
 
 
-__all__ = ["ModelServer", "RemoteCache", "RemoteLLM", "RoleWorker", "check_model_server", "check_servers",
-           "kill_servers", "per_role", "role_server_name", "server_name", "server_options", "serving_worker"]
+__all__ = [
+    "ModelServer",
+    "RemoteCache",
+    "RemoteLLM",
+    "RoleWorker",
+    "check_model_server",
+    "check_servers",
+    "kill_servers",
+    "per_role",
+    "role_server_name",
+    "server_name",
+    "server_options",
+    "serving_worker",
+]

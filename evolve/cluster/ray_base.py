@@ -22,8 +22,9 @@ def ray_module() -> Any:
 
 def resources_text(res: dict[str, Any]) -> str:
     """``{CPU: 2, GPU: 1, node2: 1}``: the resources that matter to a user, without Ray's own."""
-    shown = {k: v for k, v in res.items() if v and not k.startswith("node:") and k not in ("memory",
-                                                                                            "object_store_memory")}
+    shown = {
+        k: v for k, v in res.items() if v and not k.startswith("node:") and k not in ("memory", "object_store_memory")
+    }
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shown.items())) + "}"
 
 
@@ -33,7 +34,7 @@ def cause(e: BaseException) -> str:
     for marker in ("The actor died because", "The actor is dead because", "cause:"):
         i = text.find(marker)
         if i >= 0:
-            return text[i:i + 300]
+            return text[i : i + 300]
     return f"{type(e).__name__}: {text[:300]}"
 
 

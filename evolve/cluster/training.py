@@ -53,20 +53,28 @@ def check_train(train: dict[str, Any]) -> None:
 
     unknown = sorted(set(train) - set(TRAIN_KEYS))
     if unknown:
-        raise ConfigError(f"takes no key {', '.join(map(repr, unknown))}; it takes {', '.join(TRAIN_KEYS)}",
-                          path="runner.params.train")
+        raise ConfigError(
+            f"takes no key {', '.join(map(repr, unknown))}; it takes {', '.join(TRAIN_KEYS)}",
+            path="runner.params.train",
+        )
     res = train.get("resources") or {}
     if not isinstance(res, dict):
-        raise ConfigError(f"resources must be a mapping of resource names to amounts, got {res!r}",
-                          path="runner.params.train.resources")
+        raise ConfigError(
+            f"resources must be a mapping of resource names to amounts, got {res!r}",
+            path="runner.params.train.resources",
+        )
     for name, v in (*((k, train[k]) for k in ("num_cpus", "num_gpus", "timeout") if k in train), *res.items()):
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (name == "timeout" and v == 0):
-            raise ConfigError(f"{name} must be a number {'> 0' if name == 'timeout' else '>= 0'}, got {v!r}",
-                              path="runner.params.train")
+            raise ConfigError(
+                f"{name} must be a number {'> 0' if name == 'timeout' else '>= 0'}, got {v!r}",
+                path="runner.params.train",
+            )
     t = train.get("threads")
     if t is not None and (not isinstance(t, int) or isinstance(t, bool) or t < 1):
-        raise ConfigError(f"threads must be a whole number >= 1 (torch's intra-op threads), got {t!r}",
-                          path="runner.params.train.threads")
+        raise ConfigError(
+            f"threads must be a whole number >= 1 (torch's intra-op threads), got {t!r}",
+            path="runner.params.train.threads",
+        )
 
 
 def driver_threads() -> int | None:
@@ -92,8 +100,11 @@ class _Host:
     def where(self) -> dict[str, Any]:
         import ray
 
-        return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
-                "node": ray.get_runtime_context().get_node_id()}
+        return {
+            "ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+        }
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
         return getattr(self.obj, name)(*args, **kwargs)
@@ -114,9 +125,11 @@ class RayTrainer:
         self.train, self._connect, self.start_timeout = dict(train), connect, float(start_timeout)
         self.timeout = float(self.train.get("timeout", DAY))
         self.threads = int(self.train["threads"]) if self.train.get("threads") else driver_threads()
-        self.options: dict[str, Any] = {"num_cpus": float(self.train.get("num_cpus", 1)),
-                        "num_gpus": float(self.train.get("num_gpus", 0)),
-                        "resources": dict(self.train.get("resources") or {})}
+        self.options: dict[str, Any] = {
+            "num_cpus": float(self.train.get("num_cpus", 1)),
+            "num_gpus": float(self.train.get("num_gpus", 0)),
+            "resources": dict(self.train.get("resources") or {}),
+        }
         if self.threads:  # set when the actor's process starts (merged with the job's runtime_env)
             self.options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(self.threads)}}
 
@@ -127,16 +140,19 @@ class RayTrainer:
         nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
         if not any(all(res.get(k, 0) >= v for k, v in asks.items() if v) for res in nodes):
             biggest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
-            raise UserError(f"runner.params.train asks for {resources_text(asks)}, which no node of the cluster has "
-                            f"(the largest has {resources_text(biggest)}); lower it, or add a node that has it")
+            raise UserError(
+                f"runner.params.train asks for {resources_text(asks)}, which no node of the cluster has "
+                f"(the largest has {resources_text(biggest)}); lower it, or add a node that has it"
+            )
 
     def _get(self, ray: Any, ref: Any, what: str, timeout: float, on_timeout: Callable[[], None]) -> Any:
         try:
             return ray.get(ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             on_timeout()
-            raise InfraError(f"{what} did not finish within {timeout:g} s (runner.params.train.timeout); it was "
-                             "cancelled") from None
+            raise InfraError(
+                f"{what} did not finish within {timeout:g} s (runner.params.train.timeout); it was cancelled"
+            ) from None
         except ray.exceptions.RayTaskError as e:  # the training itself raised: its own error, as here
             raise (e.cause if isinstance(getattr(e, "cause", None), Exception) else e) from None
         except ray.exceptions.RayError as e:
@@ -180,9 +196,11 @@ class RayTrainer:
         with contextlib.suppress(Exception):
             total, free = resources_text(ray.cluster_resources()), resources_text(ray.available_resources())
             have = f"; the cluster has {total} ({free} free)"
-        return (f"no Ray node could start the training actor asking for {asks} (runner.params.train) within "
-                f"{self.start_timeout:g}s{have}: the rollout actors and model servers may hold what it needs. Lower "
-                "runner.params.train or the rollout actors' num_cpus / workers, or add nodes")
+        return (
+            f"no Ray node could start the training actor asking for {asks} (runner.params.train) within "
+            f"{self.start_timeout:g}s{have}: the rollout actors and model servers may hold what it needs. Lower "
+            "runner.params.train or the rollout actors' num_cpus / workers, or add nodes"
+        )
 
 
 class HostedActor:

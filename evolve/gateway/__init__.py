@@ -25,8 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
-_EXPORTS = {"GatewayServer": "server", "TraceStore": "traces", "CallRecord": "traces", "Feedback": "traces",
-            "GatewayConfig": "config", "load_config": "config", "Gateway": "app"}
+_EXPORTS = {
+    "GatewayServer": "server",
+    "TraceStore": "traces",
+    "CallRecord": "traces",
+    "Feedback": "traces",
+    "GatewayConfig": "config",
+    "load_config": "config",
+    "Gateway": "app",
+}
 
 
 def __getattr__(name: str) -> Any:

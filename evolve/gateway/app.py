@@ -54,9 +54,17 @@ class Gateway:
     """The gateway's state: its routes, its trace store (None: none kept), its API key (None: none
     asked); ``by_token(token)`` gives the route of a ``/r/<token>/`` path (None: 404)."""
 
-    def __init__(self, routes: list[Route], store: TraceStore | None, *, api_key: str | None = None,
-                 log: Any = None, loopback: bool = True, allow_origins: list[str] | tuple[str, ...] = (),
-                 by_token: Callable[[str], Route | None] | None = None) -> None:
+    def __init__(
+        self,
+        routes: list[Route],
+        store: TraceStore | None,
+        *,
+        api_key: str | None = None,
+        log: Any = None,
+        loopback: bool = True,
+        allow_origins: list[str] | tuple[str, ...] = (),
+        by_token: Callable[[str], Route | None] | None = None,
+    ) -> None:
         if not routes and by_token is None:
             raise UserError("the gateway needs at least one route (an upstream model to send calls to)")
         self.routes, self.store, self.api_key, self.log = routes, store, api_key, log
@@ -89,21 +97,26 @@ class Gateway:
 
         routes = []
         for prefix in ("", "/s/{session}", *(["/r/{token}"] if self.by_token is not None else [])):
-            routes += [HTTPRoute(prefix + "/v1/chat/completions", self._openai, methods=["POST"]),
-                       HTTPRoute(prefix + "/v1/messages", self._anthropic, methods=["POST"]),
-                       HTTPRoute(prefix + "/v1/models", self._models, methods=["GET"])]
+            routes += [
+                HTTPRoute(prefix + "/v1/chat/completions", self._openai, methods=["POST"]),
+                HTTPRoute(prefix + "/v1/messages", self._anthropic, methods=["POST"]),
+                HTTPRoute(prefix + "/v1/models", self._models, methods=["GET"]),
+            ]
         if self.store is not None:
             routes.append(HTTPRoute("/v1/feedback", self._feedback, methods=["POST"]))
-        routes += [HTTPRoute("/v1/evolve/system", self._system, methods=["GET"]),
-                   HTTPRoute("/healthz", self._health, methods=["GET"])]
+        routes += [
+            HTTPRoute("/v1/evolve/system", self._system, methods=["GET"]),
+            HTTPRoute("/healthz", self._health, methods=["GET"]),
+        ]
         return Starlette(routes=routes, exception_handlers={404: self._not_found, 405: self._not_allowed})
 
     # -- what every endpoint checks ----------------------------------------------------------------
 
     async def _not_found(self, request: Any, exc: Any) -> Any:
         api = "anthropic" if request.url.path.endswith("/messages") else "openai"
-        return error_response(api, GatewayError(404, f"Invalid URL ({request.method} {request.url.path})",
-                                                code="not_found"))
+        return error_response(
+            api, GatewayError(404, f"Invalid URL ({request.method} {request.url.path})", code="not_found")
+        )
 
     async def _not_allowed(self, request: Any, exc: Any) -> Any:
         api = "anthropic" if request.url.path.endswith("/messages") else "openai"
@@ -135,8 +148,13 @@ class Gateway:
         except GatewayError as e:
             return error_response("openai", e)
         names = list(dict.fromkeys(p for r in routes for p in r.names()))
-        return json_response(200, {"object": "list", "data": [{"id": n, "object": "model", "created": 0,
-                                                               "owned_by": "evolve-gateway"} for n in names]})
+        return json_response(
+            200,
+            {
+                "object": "list",
+                "data": [{"id": n, "object": "model", "created": 0, "owned_by": "evolve-gateway"} for n in names],
+            },
+        )
 
     async def _system(self, request: Any) -> Any:
         """The system a model name's route answers with now: its id and prompt components."""
@@ -144,8 +162,9 @@ class Gateway:
             return error_response("openai", GatewayError(401, _NO_KEY, code="invalid_api_key"))
         model = request.query_params.get("model")
         if not model:
-            return error_response("openai", GatewayError(400, "give ?model=<the model name the agent sends>",
-                                                         param="model"))
+            return error_response(
+                "openai", GatewayError(400, "give ?model=<the model name the agent sends>", param="model")
+            )
         try:
             route = pick(self.routes, model)
         except GatewayError as e:
@@ -160,8 +179,9 @@ class Gateway:
         sid = pinned or route.current_system()
         if route.source is not None:
             sid, prompts, _ = await anyio.to_thread.run_sync(route.source.resolve, pinned)
-        return json_response(200, {"route": route.name, "system_id": sid, "prompts": prompts,
-                                   "apply": [r.__dict__ for r in route.rules]})
+        return json_response(
+            200, {"route": route.name, "system_id": sid, "prompts": prompts, "apply": [r.__dict__ for r in route.rules]}
+        )
 
     async def _feedback(self, request: Any) -> Any:
         if not self._authorized(request):
@@ -170,12 +190,16 @@ class Gateway:
             self._check_origin(request)
             body = await read_json(request)
             if not isinstance(body, dict):
-                raise GatewayError(400, "feedback must be a JSON object: {session_id | call_id, score, components, "
-                                   "text, id}")
+                raise GatewayError(
+                    400, "feedback must be a JSON object: {session_id | call_id, score, components, text, id}"
+                )
             unknown = set(body) - {"session_id", "call_id", "score", "components", "text", "id", "source"}
             if unknown:
-                raise GatewayError(400, f"unknown feedback field(s) {sorted(unknown)}; known: session_id, call_id, "
-                                   "score, components, text, id, source")
+                raise GatewayError(
+                    400,
+                    f"unknown feedback field(s) {sorted(unknown)}; known: session_id, call_id, "
+                    "score, components, text, id, source",
+                )
             import anyio
 
             store = self.store
@@ -188,10 +212,12 @@ class Gateway:
         except GatewayError as e:
             return error_response("openai", e)
         except Exception as e:  # noqa: BLE001 - an answer in the API's shape, whatever broke
-            return error_response("openai", GatewayError(500, f"evolve gateway: internal error "
-                                                              f"({type(e).__name__}: {e})"))
-        return json_response(200 if not new else 201, {"id": fb.id, "session_id": fb.session_id,
-                                                       "call_id": fb.call_id, "recorded": new})
+            return error_response(
+                "openai", GatewayError(500, f"evolve gateway: internal error ({type(e).__name__}: {e})")
+            )
+        return json_response(
+            200 if not new else 201, {"id": fb.id, "session_id": fb.session_id, "call_id": fb.call_id, "recorded": new}
+        )
 
     async def _after_feedback(self) -> None:
         """A canary under way is tested on the new feedback (its decision acts at once)."""
@@ -220,15 +246,18 @@ class Gateway:
         except Exception as e:  # noqa: BLE001 - whatever broke, the agent gets an answer in its API's shape
             if self.log:
                 self.log(f"internal error on {request.url.path}: {type(e).__name__}: {e}")
-            return error_response(api, GatewayError(500, f"evolve gateway: internal error ({type(e).__name__}: {e})",
-                                                    code="internal_error"))
+            return error_response(
+                api,
+                GatewayError(500, f"evolve gateway: internal error ({type(e).__name__}: {e})", code="internal_error"),
+            )
 
     async def _chat_checked(self, request: Any, api: str) -> Any:
         """A chat call: who calls and what they ask; which session; which system answers; the answer."""
         t0, wall = time.perf_counter(), time.time()  # a call's time and latency both start here
         if not self._authorized(request):
-            raise GatewayError(401, f"{_NO_KEY}: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                               code="invalid_api_key")
+            raise GatewayError(
+                401, f"{_NO_KEY}: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", code="invalid_api_key"
+            )
         self._check_origin(request)
         body = await read_json(request)
         req = openai_request(body) if api == "openai" else anthropic_request(body)
@@ -248,8 +277,14 @@ class HTTPGateway(ASGIServer):
     :meth:`run` in the calling thread); :attr:`url` is the OpenAI base URL (``.../v1``), :attr:`base`
     the Anthropic one. Closing it closes the gateway (``on_close`` to do otherwise)."""
 
-    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0, what: str = "evolve gateway",
-                 on_close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        what: str = "evolve gateway",
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         self.gateway = gateway
         super().__init__(gateway.app(), host, port, what, on_close or gateway.close)
 

@@ -69,6 +69,7 @@ def demo_messages(value: str) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for d in demos if isinstance(demos, list) else []:
         if isinstance(d, dict) and "input" in d and "output" in d:
+
             def text(v: Any) -> str:
                 return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
@@ -156,14 +157,17 @@ def recall_text(items: list[dict], rule: RecallRule) -> str:
     lines = []
     for it in items:
         try:
-            lines.append(rule.format.format(text=it["text"], **{k: v for k, v in it["metadata"].items() if k != "text"}))
+            lines.append(
+                rule.format.format(text=it["text"], **{k: v for k, v in it["metadata"].items() if k != "text"})
+            )
         except Exception:  # noqa: BLE001 - a format that does not fit an item shows the item plainly
             lines.append(f"- {it['text']}")
     return rule.header + "\n" + "\n".join(lines) if lines else ""
 
 
-def apply_recall(messages: list[dict], memory: dict | None, rule: RecallRule | None,
-                 query_from: list[dict] | None = None) -> tuple[list[dict], list[str]]:
+def apply_recall(
+    messages: list[dict], memory: dict | None, rule: RecallRule | None, query_from: list[dict] | None = None
+) -> tuple[list[dict], list[str]]:
     """(the messages with the system's recalled memories inserted, the recalled item ids). The query
     is the last user message of ``query_from`` (the agent's own messages) or of ``messages``."""
     if rule is None or not memory or not memory.get("store"):
@@ -287,8 +291,9 @@ class Applied:
     tools: dict[str, Any] = field(default_factory=dict)
 
 
-async def apply_system(route: Route, req: Request, pinned: str | None, sent: list[dict],
-                       log: Callable[[str], None] | None = None) -> Applied:
+async def apply_system(
+    route: Route, req: Request, pinned: str | None, sent: list[dict], log: Callable[[str], None] | None = None
+) -> Applied:
     """Make ``req`` the request of system ``pinned`` (None: the route's current system), in place:
     the route's prompt rules and memory recall applied to its messages (the recall's query from
     ``sent``, the messages as the agent sent them), the system's served tools added to those on
@@ -302,7 +307,8 @@ async def apply_system(route: Route, req: Request, pinned: str | None, sent: lis
         if route.recall is not None:
             try:
                 req.messages, applied.recalled = await anyio.to_thread.run_sync(
-                    lambda: apply_recall(req.messages, memory, route.recall, sent))
+                    lambda: apply_recall(req.messages, memory, route.recall, sent)
+                )
             except Exception as e:  # noqa: BLE001 - memory that cannot be read never fails the call
                 if log:
                     log(f"recall failed on route {route.name} ({type(e).__name__}: {e}); answered without")
@@ -316,5 +322,14 @@ async def apply_system(route: Route, req: Request, pinned: str | None, sent: lis
     return applied
 
 
-__all__ = ["HOW", "WHERE", "Applied", "RecallRule", "Rule", "SystemSource", "apply_recall", "apply_rules",
-           "apply_system"]
+__all__ = [
+    "HOW",
+    "WHERE",
+    "Applied",
+    "RecallRule",
+    "Rule",
+    "SystemSource",
+    "apply_recall",
+    "apply_rules",
+    "apply_system",
+]

@@ -31,8 +31,10 @@ def refuse_blank(secret: str | None, what: str) -> None:
     binds (an unset variable expanded into ``--api-key "$KEY"``, a stray space): refuse it, naming
     ``what`` (e.g. "evolve serve: --api-key"), instead of starting a server that anyone can call."""
     if secret is not None and not secret.strip():
-        raise ConfigError(f"{what} is blank ({'empty' if not secret else 'only whitespace'}); give the real key or "
-                          "token, or leave it out and bind to 127.0.0.1")
+        raise ConfigError(
+            f"{what} is blank ({'empty' if not secret else 'only whitespace'}); give the real key or "
+            "token, or leave it out and bind to 127.0.0.1"
+        )
 
 
 def check_bind(host: str, api_key: str | None) -> None:
@@ -53,8 +55,10 @@ def need_http(what: str, extra: str = "gateway", names: tuple[str, ...] = ("star
         try:
             __import__(name)
         except ImportError:
-            raise MissingDependency(f"{what} needs the Python package {name!r}, which is not installed; "
-                                    f"install it with: pip install 'evolvekit[{extra}]'") from None
+            raise MissingDependency(
+                f"{what} needs the Python package {name!r}, which is not installed; "
+                f"install it with: pip install 'evolvekit[{extra}]'"
+            ) from None
 
 
 class ASGIServer:
@@ -71,8 +75,9 @@ class ASGIServer:
                 probe.bind((host.strip("[]"), port))
             except OSError as e:
                 on_close()
-                raise ConfigError(f"{what}: cannot listen on {host}:{port}: {e.strerror or e}; choose another "
-                                  "--port or --host") from None
+                raise ConfigError(
+                    f"{what}: cannot listen on {host}:{port}: {e.strerror or e}; choose another --port or --host"
+                ) from None
             if port == 0:
                 port = int(probe.getsockname()[1])
         self.port = port
@@ -89,8 +94,15 @@ class ASGIServer:
     def _uvicorn(self) -> Any:
         import uvicorn
 
-        config = uvicorn.Config(self.app, host=self.host.strip("[]"), port=self.port, log_level="warning",
-                                lifespan="off", access_log=False, timeout_keep_alive=30)
+        config = uvicorn.Config(
+            self.app,
+            host=self.host.strip("[]"),
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=30,
+        )
         return uvicorn.Server(config)
 
     def run(self) -> None:

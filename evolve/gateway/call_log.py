@@ -27,8 +27,10 @@ class CallLog:
 
     def record(self, session: str, system_id: str, call: LLMCall) -> None:
         """Keep ``call`` (answered by ``system_id`` in ``session``) and append it to the file."""
-        line = json.dumps({"session": session, "system_id": system_id, "time": time.time(),
-                           "call": call.model_dump(mode="json")}, ensure_ascii=False)
+        line = json.dumps(
+            {"session": session, "system_id": system_id, "time": time.time(), "call": call.model_dump(mode="json")},
+            ensure_ascii=False,
+        )
         with self._lock:
             calls = self._calls.get(session)
             if calls is None:

@@ -63,25 +63,51 @@ def session_task(s: dict[str, Any], ok: list[Any], fb: list[Any], score: float |
     for f in fb:
         comps.update(f.components)
     task = {
-        "id": s["id"], "session_id": s["id"], "route": s["route"], "system_id": first.system_id,
-        "messages": first.messages, "tools": first.tools,
+        "id": s["id"],
+        "session_id": s["id"],
+        "route": s["route"],
+        "system_id": first.system_id,
+        "messages": first.messages,
+        "tools": first.tools,
         "request_messages": original,
         "answer": {"output": first.output, "tool_calls": first.tool_calls},
-        "calls": [{"messages": c.messages, "output": c.output, "tool_calls": c.tool_calls,
-                   "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids, "logprobs": c.logprobs,
-                   "system_id": c.system_id, "status": c.status,
-                   **{k: (c.params.get("served_by") or {}).get(k) for k in ("role", "base", "adapter")}}
-                  for c in ok],
-        "score": score, "components": comps,
+        "calls": [
+            {
+                "messages": c.messages,
+                "output": c.output,
+                "tool_calls": c.tool_calls,
+                "prompt_token_ids": c.prompt_token_ids,
+                "token_ids": c.token_ids,
+                "logprobs": c.logprobs,
+                "system_id": c.system_id,
+                "status": c.status,
+                **{k: (c.params.get("served_by") or {}).get(k) for k in ("role", "base", "adapter")},
+            }
+            for c in ok
+        ],
+        "score": score,
+        "components": comps,
         "feedback_text": "\n".join(f.text for f in fb if f.text) or None,
     }
     return task
 
 
-def sessions(store: str, *, base_dir: Path | None = None, route: str | None = None, system: str | None = None,
-             since: float | None = None, until: float | None = None, feedback: str = "scored",
-             min_score: float | None = None, val: float = 0.2, test: float = 0.0, seed: int = 0,
-             apply: list[dict] | None = None, role: str | None = None) -> dict[str, list[dict[str, Any]]]:
+def sessions(
+    store: str,
+    *,
+    base_dir: Path | None = None,
+    route: str | None = None,
+    system: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    feedback: str = "scored",
+    min_score: float | None = None,
+    val: float = 0.2,
+    test: float = 0.0,
+    seed: int = 0,
+    apply: list[dict] | None = None,
+    role: str | None = None,
+) -> dict[str, list[dict[str, Any]]]:
     """Sessions of a trace store as train / val / test tasks (split by a hash of the session id, so
     a session keeps its split as the store grows). ``feedback``: any | scored (a score was given) |
     positive (score > 0, or >= ``min_score``) | unscored; ``route``, ``system`` (the system that
@@ -94,8 +120,10 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
     if feedback not in FEEDBACK:
         raise ConfigError(f"feedback must be one of {list(FEEDBACK)}, got {feedback!r}", path="dataset.params.feedback")
     if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
-        raise ConfigError(f"val ({val}) and test ({test}) are shares of the sessions: each in [0, 1), "
-                          "together below 1", path="dataset.params")
+        raise ConfigError(
+            f"val ({val}) and test ({test}) are shares of the sessions: each in [0, 1), together below 1",
+            path="dataset.params",
+        )
     path = Path(store)
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
@@ -127,14 +155,18 @@ def sessions(store: str, *, base_dir: Path | None = None, route: str | None = No
     finally:
         st.close()
     if not out["train"] and not out["val"]:
-        raise ConfigError(f"the trace store {path} has no session that passes the filters (feedback={feedback!r}"
-                          f"{', route=' + repr(route) if route else ''}{', role=' + repr(role) if role else ''}); record traffic and feedback first "
-                          "(evolve traces ls shows what is there)", path="dataset.params")
+        raise ConfigError(
+            f"the trace store {path} has no session that passes the filters (feedback={feedback!r}"
+            f"{', route=' + repr(route) if route else ''}{', role=' + repr(role) if role else ''}); record traffic and feedback first "
+            "(evolve traces ls shows what is there)",
+            path="dataset.params",
+        )
     return out
 
 
-def score_sessions(store: str | Path, reward: str, *, route: str | None = None, rescore: bool = False,
-                   base_dir: Path | None = None) -> dict[str, int]:
+def score_sessions(
+    store: str | Path, reward: str, *, route: str | None = None, rescore: bool = False, base_dir: Path | None = None
+) -> dict[str, int]:
     """Run a reward function offline over a store's sessions and record its verdicts as feedback
     (``source`` ``reward:<path>``; one per session and reward, so running it again adds nothing
     unless ``rescore``). ``reward(task, output)`` gets the session as a task (see the module
@@ -166,8 +198,14 @@ def score_sessions(store: str | Path, reward: str, *, route: str | None = None, 
                 comps = dict(getattr(r, "components", None) or {})
                 text = getattr(r, "feedback", None)
                 n = sum(1 for f in fb if f.source == source)
-                st.feedback(session_id=s["id"], score=score, components=comps or None, text=text or None,
-                            id=f"{source}:{s['id']}:{n if rescore else 0}", source=source)
+                st.feedback(
+                    session_id=s["id"],
+                    score=score,
+                    components=comps or None,
+                    text=text or None,
+                    id=f"{source}:{s['id']}:{n if rescore else 0}",
+                    source=source,
+                )
             except Exception:  # noqa: BLE001 - a reward that raises, or gives no finite score, scores nothing there
                 counts["failed"] += 1
                 continue
@@ -199,8 +237,9 @@ def experiences(trajectories: Any, tasks: dict[str, dict], *, threshold: float =
     return out
 
 
-def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: str | None = None,
-                          enough: int = 1) -> list[Any]:
+def recorded_trajectories(
+    tasks: list[dict], role: str = "policy", system_id: str | None = None, enough: int = 1
+) -> list[Any]:
     """Scored session tasks as trajectories of what was served: one LLM call per recorded call (the
     first with the agent's own messages, so the input shown is the user's, not what the gateway
     added), the session's score and its feedback text as the reward. For operators that reflect on
@@ -225,17 +264,28 @@ def recorded_trajectories(tasks: list[dict], role: str = "policy", system_id: st
         steps: list[Any] = []
         asked = t.get("request_messages")
         for i, c in enumerate(t["calls"]):
-            steps.append(LLMCall(role=role, model=str(c.get("system_id") or "served"),
-                                 messages=tuple(msg(m) for m in (asked if i == 0 and asked else c["messages"])
-                                                if isinstance(m, dict)),
-                                 output=(c.get("output") or "") + (
-                                     ("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False))
-                                     if c.get("tool_calls") else "")))
-            steps.extend(tool_steps(c, t["calls"][i + 1:]))
+            steps.append(
+                LLMCall(
+                    role=role,
+                    model=str(c.get("system_id") or "served"),
+                    messages=tuple(
+                        msg(m) for m in (asked if i == 0 and asked else c["messages"]) if isinstance(m, dict)
+                    ),
+                    output=(c.get("output") or "")
+                    + (("\n" + _json.dumps(c["tool_calls"], ensure_ascii=False)) if c.get("tool_calls") else ""),
+                )
+            )
+            steps.extend(tool_steps(c, t["calls"][i + 1 :]))
         last = t["calls"][-1]
-        out.append(Trajectory(task_id=str(t["id"]), system_id=str(t.get("system_id") or ""), steps=tuple(steps),
-                              output=last.get("output"),
-                              reward=Reward(score=float(t["score"]), feedback=t.get("feedback_text") or "")))
+        out.append(
+            Trajectory(
+                task_id=str(t["id"]),
+                system_id=str(t.get("system_id") or ""),
+                steps=tuple(steps),
+                output=last.get("output"),
+                reward=Reward(score=float(t["score"]), feedback=t.get("feedback_text") or ""),
+            )
+        )
     return out
 
 
@@ -264,15 +314,21 @@ def tool_steps(call: dict, later: list[dict]) -> list[Any]:
             args = {"arguments": fn.get("arguments")}
         text = results[tc["id"]]
         if text.startswith(TOOL_ERROR):
-            out.append(ToolCall(name=fn["name"], args=args if isinstance(args, dict) else {"arguments": args},
-                                error=text[len(TOOL_ERROR):]))
+            out.append(
+                ToolCall(
+                    name=fn["name"],
+                    args=args if isinstance(args, dict) else {"arguments": args},
+                    error=text[len(TOOL_ERROR) :],
+                )
+            )
             continue
         try:
             value: Any = _json.loads(text)
         except ValueError:
             value = text
-        out.append(ToolCall(name=fn["name"], args=args if isinstance(args, dict) else {"arguments": args},
-                            result=value))
+        out.append(
+            ToolCall(name=fn["name"], args=args if isinstance(args, dict) else {"arguments": args}, result=value)
+        )
     return out
 
 
@@ -291,7 +347,8 @@ def replay(task: dict, ctx: Any) -> Any:
         messages, _ = apply_rules(list(messages), rules, dict(ctx.system.prompts))
     role = ((task.get("calls") or [{}])[0] or {}).get("role")  # a team's session: the role that answered it
     out = ctx.llm(role if role and role in ctx.system.models else "policy").complete(
-        render(list(messages), task.get("tools")))
+        render(list(messages), task.get("tools"))
+    )
     text, calls = parse_tool_calls(out.text, task.get("tools"))
     return out.text if calls is None else {"text": text, "tool_calls": calls}
 

@@ -54,14 +54,26 @@ class Recorder:
                 self.log(f"could not record a failed call: {e}")
 
 
-def call_record(api: str, req: Request, route: Route, body: Any, applied: Applied, *, session: str, call_id: str,
-                ts: float) -> CallRecord:
+def call_record(
+    api: str, req: Request, route: Route, body: Any, applied: Applied, *, session: str, call_id: str, ts: float
+) -> CallRecord:
     """The record of a call not yet answered: ``req`` as the system answers it, ``body`` as the agent
     sent it."""
-    call = CallRecord(session_id=session, api=api, messages=req.messages, model=req.model, route=route.name,
-                      upstream_model=route.upstream.target(req.model), stream=req.stream, tools=req.tools,
-                      params={k: v for k, v in req.params.items() if k != "tools"}, request=body,
-                      system_id=applied.system_id, id=call_id, ts=ts)
+    call = CallRecord(
+        session_id=session,
+        api=api,
+        messages=req.messages,
+        model=req.model,
+        route=route.name,
+        upstream_model=route.upstream.target(req.model),
+        stream=req.stream,
+        tools=req.tools,
+        params={k: v for k, v in req.params.items() if k != "tools"},
+        request=body,
+        system_id=applied.system_id,
+        id=call_id,
+        ts=ts,
+    )
     if route.source is not None:
         call.params["evolve_applied"] = applied.rules
         if route.recall is not None:
@@ -70,8 +82,7 @@ def call_record(api: str, req: Request, route: Route, body: Any, applied: Applie
 
 
 def call_headers(call: CallRecord) -> dict[str, str]:
-    return {"x-evolve-call-id": call.id, "x-evolve-session": call.session_id,
-            "x-evolve-system": call.system_id or ""}
+    return {"x-evolve-call-id": call.id, "x-evolve-session": call.session_id, "x-evolve-system": call.system_id or ""}
 
 
 @dataclass
@@ -149,8 +160,15 @@ class Exchange:
                 choices[0] = {**choices[0], "message": msg, "finish_reason": res.finish_reason}
                 out["choices"] = choices
         else:
-            out = anthropic_message(call.id, req.model, res.text, res.tool_calls, res.finish_reason,
-                                    res.prompt_tokens, res.completion_tokens)
+            out = anthropic_message(
+                call.id,
+                req.model,
+                res.text,
+                res.tool_calls,
+                res.finish_reason,
+                res.prompt_tokens,
+                res.completion_tokens,
+            )
         call.response = out
         await self.recorder.record(call)
         return json_response(200, out, call_headers(call))
@@ -168,8 +186,7 @@ class Exchange:
         agent_tools = [t for t in req.tools or [] if (t.get("function") or {}).get("name") not in served]
         for n in range(tools.max_rounds):
             if n == tools.max_rounds - 1:  # the model must answer now: none of the served tools on offer
-                req.params = {k: v for k, v in req.params.items() if k not in ("tools", "tool_choice")
-                              or agent_tools}
+                req.params = {k: v for k, v in req.params.items() if k not in ("tools", "tool_choice") or agent_tools}
                 if agent_tools:
                     req.params["tools"] = agent_tools
             res = await self._complete()
@@ -187,22 +204,41 @@ class Exchange:
                 results.append(await anyio.to_thread.run_sync(tools.run, served[c["function"]["name"]], c))
             call = self.call
             call.params["gateway_tools"] = [c["function"]["name"] for c in ours]
-            call.response = {"text": res.text, "tool_calls": res.tool_calls, "finish_reason": res.finish_reason,
-                             "gateway_round": n}
+            call.response = {
+                "text": res.text,
+                "tool_calls": res.tool_calls,
+                "finish_reason": res.finish_reason,
+                "gateway_round": n,
+            }
             await self.recorder.record(call)
-            answers = ({"role": "tool", "tool_call_id": c["id"], "content": r}
-                       for c, r in zip(ours, results, strict=True))
+            answers = (
+                {"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(ours, results, strict=True)
+            )
             req.messages = [*req.messages, {"role": "assistant", "content": res.text, "tool_calls": ours}, *answers]
             self.t0 = time.perf_counter()
             self.call = CallRecord(
-                session_id=call.session_id, api=api, messages=req.messages, model=req.model, route=route.name,
-                upstream_model=call.upstream_model, stream=stream, tools=req.tools,
+                session_id=call.session_id,
+                api=api,
+                messages=req.messages,
+                model=req.model,
+                route=route.name,
+                upstream_model=call.upstream_model,
+                stream=stream,
+                tools=req.tools,
                 params={k: v for k, v in call.params.items() if k not in ("gateway_tools", "served_by")},
-                request=call.request, system_id=call.system_id, id=new_call_id(api), ts=time.time())
+                request=call.request,
+                system_id=call.system_id,
+                id=new_call_id(api),
+                ts=time.time(),
+            )
         if not stream:
             return await self._whole(res)
-        self.call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
-                              "finish_reason": res.finish_reason}
+        self.call.response = {
+            "streamed": True,
+            "text": res.text,
+            "tool_calls": res.tool_calls,
+            "finish_reason": res.finish_reason,
+        }
         await self.recorder.record(self.call)
         return self._replayed(res)
 
@@ -222,22 +258,33 @@ class Exchange:
                     yield a.tool_block(c)
                 yield a.finish(res.finish_reason, res.completion_tokens, res.prompt_tokens)
                 return
-            base = {"id": call.id, "object": "chat.completion.chunk", "created": int(call.ts), "model": req.model,
-                    "system_fingerprint": call.system_id}
+            base = {
+                "id": call.id,
+                "object": "chat.completion.chunk",
+                "created": int(call.ts),
+                "model": req.model,
+                "system_fingerprint": call.system_id,
+            }
             delta: dict[str, Any] = {"role": "assistant", "content": res.text or ""}
             if res.tool_calls:
                 delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(res.tool_calls)]
-            for chunk in ({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                          {"choices": [{"index": 0, "delta": {}, "finish_reason": res.finish_reason}]}):
+            for chunk in (
+                {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": res.finish_reason}]},
+            ):
                 yield f"data: {json.dumps({**base, **chunk}, ensure_ascii=False)}\n\n"
             if req.include_usage:
-                usage = {"prompt_tokens": res.prompt_tokens or 0, "completion_tokens": res.completion_tokens or 0,
-                         "total_tokens": (res.prompt_tokens or 0) + (res.completion_tokens or 0)}
+                usage = {
+                    "prompt_tokens": res.prompt_tokens or 0,
+                    "completion_tokens": res.completion_tokens or 0,
+                    "total_tokens": (res.prompt_tokens or 0) + (res.completion_tokens or 0),
+                }
                 yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={
-            **call_headers(call), "cache-control": "no-cache"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={**call_headers(call), "cache-control": "no-cache"}
+        )
 
     def _streamed(self, first: Any, chunks: Any) -> Any:
         """The upstream's stream passed on in the agent's API (``first``: its first chunk, already
@@ -281,8 +328,13 @@ class Exchange:
                 self._fill(res)
                 if res.finish_reason is None:
                     call.status, call.error = "error", "the upstream's stream ended without a finish reason"
-                call.response = {"streamed": True, "text": res.text, "tool_calls": res.tool_calls,
-                                 "finish_reason": res.finish_reason, "usage": answer.usage or None}
+                call.response = {
+                    "streamed": True,
+                    "text": res.text,
+                    "tool_calls": res.tool_calls,
+                    "finish_reason": res.finish_reason,
+                    "usage": answer.usage or None,
+                }
                 await self.recorder.record(call)  # before the stream's last event: a finished call is a stored call
                 recorded = True
                 if astream is not None:
@@ -299,12 +351,14 @@ class Exchange:
             except BaseException:  # the client went away (cancelled): the call is recorded as such
                 if not recorded:
                     with anyio.CancelScope(shield=True):
-                        await self.recorder.failed(call, GatewayError(499, "the client closed the stream before "
-                                                                      "its end"), self.t0)
+                        await self.recorder.failed(
+                            call, GatewayError(499, "the client closed the stream before its end"), self.t0
+                        )
                 raise
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={
-            **call_headers(call), "cache-control": "no-cache"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={**call_headers(call), "cache-control": "no-cache"}
+        )
 
 
 __all__ = ["Exchange", "Recorder", "call_headers", "call_record"]

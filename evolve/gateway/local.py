@@ -44,8 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from evolve.gateway.app import HTTPGateway
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-TOOLS_PREAMBLE = ("You may call tools. To call one, answer with only\n"
-                  '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>\n')
+TOOLS_PREAMBLE = (
+    'You may call tools. To call one, answer with only\n<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>\n'
+)
 MAX_N = 64
 
 
@@ -70,13 +71,25 @@ def render(messages: list[dict], tools: list[dict] | None) -> list[dict[str, str
             out.append({"role": "assistant", "content": "\n".join(parts)})
         elif role in ("tool", "function"):
             name = names.get(m.get("tool_call_id", ""), m.get("name", ""))
-            out.append({"role": "user", "content": "<tool_response>" + json.dumps(
-                {"name": name, "content": text_of(m.get("content"))}) + "</tool_response>"})
+            out.append(
+                {
+                    "role": "user",
+                    "content": "<tool_response>"
+                    + json.dumps({"name": name, "content": text_of(m.get("content"))})
+                    + "</tool_response>",
+                }
+            )
         else:
             out.append({"role": role or "user", "content": text_of(m.get("content"))})
     if tools:
-        specs = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
-                  "parameters": t["function"].get("parameters", {})} for t in tools]
+        specs = [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"].get("description", ""),
+                "parameters": t["function"].get("parameters", {}),
+            }
+            for t in tools
+        ]
         block = TOOLS_PREAMBLE + "Tools: <tools>" + json.dumps(specs) + "</tools>"
         if out and out[0]["role"] == "system":
             out[0] = {"role": "system", "content": out[0]["content"] + "\n\n" + block}
@@ -99,8 +112,13 @@ def parse_tool_calls(text: str, tools: list[dict] | None) -> tuple[str | None, l
         if not isinstance(obj, dict) or obj.get("name") not in offered:
             continue
         args = obj.get("arguments", {})
-        calls.append({"id": "call_" + secrets.token_hex(12), "type": "function",
-                      "function": {"name": obj["name"], "arguments": json.dumps(args if args is not None else {})}})
+        calls.append(
+            {
+                "id": "call_" + secrets.token_hex(12),
+                "type": "function",
+                "function": {"name": obj["name"], "arguments": json.dumps(args if args is not None else {})},
+            }
+        )
     if not calls:
         return text, None
     rest = _CALL.sub("", text).strip()
@@ -141,8 +159,10 @@ def logprobs_content(out: Any, tokenizer: Any) -> list[dict[str, Any]] | None:
         return {"token": text, "logprob": float(lp), "bytes": list(text.encode("utf-8"))}
 
     tops = getattr(out, "top_logprobs", None) or ()
-    return [{**entry(tid, lp), "top_logprobs": [entry(t, v) for t, v in (tops[k] if k < len(tops) else ())]}
-            for k, (tid, lp) in enumerate(zip(out.token_ids, out.logprobs))]
+    return [
+        {**entry(tid, lp), "top_logprobs": [entry(t, v) for t, v in (tops[k] if k < len(tops) else ())]}
+        for k, (tid, lp) in enumerate(zip(out.token_ids, out.logprobs))
+    ]
 
 
 # what OpenAI takes for top_logprobs
@@ -156,16 +176,18 @@ def top_logprobs_of(req: Request) -> int:
     if k is None:
         return 0
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_TOP_LOGPROBS:
-        raise GatewayError(400, f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {k!r}",
-                           param="top_logprobs")
+        raise GatewayError(
+            400, f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {k!r}", param="top_logprobs"
+        )
     if k and not req.params.get("logprobs"):
         raise GatewayError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
     return k
 
 
 def refuse_top_logprobs(what: str) -> GatewayError:
-    return GatewayError(400, f"top_logprobs is not supported by {what} (its complete() takes no top_logprobs)",
-                        param="top_logprobs")
+    return GatewayError(
+        400, f"top_logprobs is not supported by {what} (its complete() takes no top_logprobs)", param="top_logprobs"
+    )
 
 
 def top_logprobs_kw(top: int, llm: Any, what: str) -> dict[str, int]:
@@ -198,8 +220,11 @@ def _checked(req: Request) -> tuple[int, int | None, list[str] | None]:
         raise GatewayError(400, "'stop' must be a string or a list of strings", param="stop")
     fmt = p.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise GatewayError(400, "response_format other than {\"type\": \"text\"} is not supported by a local model",
-                           param="response_format")
+        raise GatewayError(
+            400,
+            'response_format other than {"type": "text"} is not supported by a local model',
+            param="response_format",
+        )
     if p.get("logit_bias"):
         raise GatewayError(400, "logit_bias is not supported by a local model", param="logit_bias")
     top_logprobs_of(req)
@@ -208,8 +233,11 @@ def _checked(req: Request) -> tuple[int, int | None, list[str] | None]:
         for j, part in enumerate(content if isinstance(content, list) else ()):
             if not (isinstance(part, str) or (isinstance(part, dict) and part.get("type") == "text")):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise GatewayError(400, f"messages[{i}].content[{j}]: only text content parts are supported by a "
-                                   f"local model, got {kind!r}", param=f"messages[{i}].content")
+                raise GatewayError(
+                    400,
+                    f"messages[{i}].content[{j}]: only text content parts are supported by a local model, got {kind!r}",
+                    param=f"messages[{i}].content",
+                )
     return int(n), seed, stop
 
 
@@ -221,8 +249,16 @@ class ModelUpstream(Upstream):
     role: str = "policy"
     _cap: Any = None
 
-    def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
-                 stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        seed: int | None,
+        req: Request,
+    ) -> tuple[Any, str | None, Any]:
         """One completion: (the :class:`~evolve.llm.base.Completion`, the id of the system that
         answered or None, the tokenizer that names its tokens or None)."""
         raise NotImplementedError
@@ -267,8 +303,14 @@ class ModelUpstream(Upstream):
 
         def one(i: int) -> tuple[Any, str | None, Any, float]:
             t0 = time.perf_counter()
-            out, sid, tok = self.generate(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop,
-                                          seed=None if seed is None else (seed + i) % 2**63, req=req)
+            out, sid, tok = self.generate(
+                msgs,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                stop=stop,
+                seed=None if seed is None else (seed + i) % 2**63,
+                req=req,
+            )
             return out, sid, tok, time.perf_counter() - t0
 
         def run() -> tuple[list[Any], str | None, Any, dict | None]:
@@ -282,12 +324,25 @@ class ModelUpstream(Upstream):
             for out, sid, _tok, took in got:  # recorded in the choices' order
                 if self.records:
                     used = temperature if temperature is not None else out.extra.get("temperature")
-                    self.recorded(req, LLMCall(
-                        role=self.role, model=out.model, messages=msgs, output=out.text,
-                        prompt_token_ids=out.prompt_token_ids, token_ids=out.token_ids, logprobs=out.logprobs,
-                        temperature=None if used is None else float(used), finish_reason=out.finish_reason,
-                        prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, cost=out.cost,
-                        duration=took), sid)
+                    self.recorded(
+                        req,
+                        LLMCall(
+                            role=self.role,
+                            model=out.model,
+                            messages=msgs,
+                            output=out.text,
+                            prompt_token_ids=out.prompt_token_ids,
+                            token_ids=out.token_ids,
+                            logprobs=out.logprobs,
+                            temperature=None if used is None else float(used),
+                            finish_reason=out.finish_reason,
+                            prompt_tokens=out.prompt_tokens,
+                            completion_tokens=out.completion_tokens,
+                            cost=out.cost,
+                            duration=took,
+                        ),
+                        sid,
+                    )
             _, sid, tok, _ = got[-1]
             return [g[0] for g in got], sid, tok, self.served(sid)
 
@@ -305,23 +360,45 @@ class ModelUpstream(Upstream):
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = calls
-            choices.append({"index": i, "message": message,
-                            "logprobs": {"content": logprobs_content(out, tok)} if logprobs else None,
-                            "finish_reason": "tool_calls" if calls else (out.finish_reason or "stop"),
-                            "token_ids": _ids(out.token_ids)})
+            choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": {"content": logprobs_content(out, tok)} if logprobs else None,
+                    "finish_reason": "tool_calls" if calls else (out.finish_reason or "stop"),
+                    "token_ids": _ids(out.token_ids),
+                }
+            )
         first = outs[0]
         done = sum(o.completion_tokens for o in outs)
-        raw = {"object": "chat.completion", "created": int(time.time()), "model": first.model, "choices": choices,
-               "usage": {"prompt_tokens": first.prompt_tokens, "completion_tokens": done,
-                         "total_tokens": first.prompt_tokens + done},
-               "prompt_token_ids": _ids(first.prompt_token_ids)}
+        raw = {
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": first.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": first.prompt_tokens,
+                "completion_tokens": done,
+                "total_tokens": first.prompt_tokens + done,
+            },
+            "prompt_token_ids": _ids(first.prompt_token_ids),
+        }
         answer = choices[0]
-        return Result(text=answer["message"]["content"], tool_calls=answer["message"].get("tool_calls"),
-                      finish_reason=answer["finish_reason"], model=first.model, prompt_tokens=first.prompt_tokens,
-                      completion_tokens=done, cost=None, raw=raw, prompt_token_ids=_ids(first.prompt_token_ids),
-                      token_ids=_ids(first.token_ids),
-                      logprobs=[float(x) for x in first.logprobs] if first.logprobs is not None else None,
-                      system_id=sid, served=served)
+        return Result(
+            text=answer["message"]["content"],
+            tool_calls=answer["message"].get("tool_calls"),
+            finish_reason=answer["finish_reason"],
+            model=first.model,
+            prompt_tokens=first.prompt_tokens,
+            completion_tokens=done,
+            cost=None,
+            raw=raw,
+            prompt_token_ids=_ids(first.prompt_token_ids),
+            token_ids=_ids(first.token_ids),
+            logprobs=[float(x) for x in first.logprobs] if first.logprobs is not None else None,
+            system_id=sid,
+            served=served,
+        )
 
     async def stream(self, req: Request) -> AsyncIterator[dict[str, Any] | Result]:
         """The whole answer first, then sent as chunks (a local model samples an answer at once)."""
@@ -330,14 +407,32 @@ class ModelUpstream(Upstream):
         for c in res.raw["choices"]:
             i, msg = c["index"], c["message"]
             head = {"prompt_token_ids": res.raw["prompt_token_ids"]} if i == 0 else {}
-            yield {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                        "finish_reason": None}], **head}
+            yield {
+                **base,
+                "choices": [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                ],
+                **head,
+            }
             if msg["content"] is not None:
-                yield {**base, "choices": [{"index": i, "delta": {"content": msg["content"]}, "logprobs": c["logprobs"],
-                                            "finish_reason": None, "token_ids": c["token_ids"]}]}
+                yield {
+                    **base,
+                    "choices": [
+                        {
+                            "index": i,
+                            "delta": {"content": msg["content"]},
+                            "logprobs": c["logprobs"],
+                            "finish_reason": None,
+                            "token_ids": c["token_ids"],
+                        }
+                    ],
+                }
             for k, call in enumerate(msg.get("tool_calls") or []):
                 yield {**base, "choices": [{"index": i, "delta": {"tool_calls": [{"index": k, **call}]}}]}
-            yield {**base, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": c["finish_reason"]}]}
+            yield {
+                **base,
+                "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": c["finish_reason"]}],
+            }
         yield {**base, "choices": [], "usage": res.raw["usage"]}
         yield res  # the whole answer, token ids and all, for the record (not sent)
 
@@ -369,16 +464,38 @@ class LLMUpstream(ModelUpstream):
     def describe(self) -> str:
         return f"the model {self.names[0]!r}"
 
-    def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
-                 stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
-        out = self.llm.complete([Message(**m) for m in messages], temperature=temperature, max_tokens=max_tokens,
-                                stop=stop, seed=seed, **top_logprobs_kw(top_logprobs_of(req), self.llm, self.describe()))
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        seed: int | None,
+        req: Request,
+    ) -> tuple[Any, str | None, Any]:
+        out = self.llm.complete(
+            [Message(**m) for m in messages],
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stop=stop,
+            seed=seed,
+            **top_logprobs_kw(top_logprobs_of(req), self.llm, self.describe()),
+        )
         return out, None, self._tok
 
 
-def serve_llm(llm: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
-              names: Sequence[str] = (), fingerprint: str | None = None, any_model: bool = False,
-              on_call: Callable[[LLMCall], None] | None = None) -> HTTPGateway:
+def serve_llm(
+    llm: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    names: Sequence[str] = (),
+    fingerprint: str | None = None,
+    any_model: bool = False,
+    on_call: Callable[[LLMCall], None] | None = None,
+) -> HTTPGateway:
     """Serve one LLM object behind the gateway's OpenAI (and Anthropic) endpoints, started on a
     background thread; ``close()`` it (the LLM stays open). ``names`` are the model names it answers
     to (``any_model``: every name), ``fingerprint`` is sent as ``system_fingerprint``, ``on_call``
@@ -393,6 +510,17 @@ def serve_llm(llm: Any, *, host: str = "127.0.0.1", port: int = 0, api_key: str 
     return HTTPGateway(gateway, host, port, "evolve serve").start()
 
 
-__all__ = ["LLMUpstream", "MAX_TOP_LOGPROBS", "ModelUpstream", "TOOLS_PREAMBLE", "logprobs_content",
-           "parse_tool_calls", "refuse_top_logprobs", "render", "serve_llm", "tokenizer_of", "top_logprobs_kw",
-           "top_logprobs_of"]
+__all__ = [
+    "LLMUpstream",
+    "MAX_TOP_LOGPROBS",
+    "ModelUpstream",
+    "TOOLS_PREAMBLE",
+    "logprobs_content",
+    "parse_tool_calls",
+    "refuse_top_logprobs",
+    "render",
+    "serve_llm",
+    "tokenizer_of",
+    "top_logprobs_kw",
+    "top_logprobs_of",
+]

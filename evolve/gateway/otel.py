@@ -35,13 +35,24 @@ def attributes(call: CallRecord, capture_content: bool = False) -> dict[str, Any
     """The span attributes of one call (the ``gen_ai`` mapping is :func:`evolve.otel.chat_attributes`)."""
     p = call.params or {}
     attrs = chat_attributes(
-        provider=_provider(call), request_model=call.model or "", response_model=call.upstream_model or "",
-        response_id=call.id, conversation_id=call.session_id, finish_reason=call.finish_reason,
-        temperature=p.get("temperature"), top_p=p.get("top_p"),
-        max_tokens=p.get("max_completion_tokens") or p.get("max_tokens"), input_tokens=call.prompt_tokens,
-        output_tokens=call.completion_tokens, error=None if call.status == "ok" else (call.error or "error"),
-        capture_content=capture_content, messages=call.messages, output=call.output, tool_calls=call.tool_calls,
-        tools=call.tools)
+        provider=_provider(call),
+        request_model=call.model or "",
+        response_model=call.upstream_model or "",
+        response_id=call.id,
+        conversation_id=call.session_id,
+        finish_reason=call.finish_reason,
+        temperature=p.get("temperature"),
+        top_p=p.get("top_p"),
+        max_tokens=p.get("max_completion_tokens") or p.get("max_tokens"),
+        input_tokens=call.prompt_tokens,
+        output_tokens=call.completion_tokens,
+        error=None if call.status == "ok" else (call.error or "error"),
+        capture_content=capture_content,
+        messages=call.messages,
+        output=call.output,
+        tool_calls=call.tool_calls,
+        tools=call.tools,
+    )
     attrs.update({"evolve.api": call.api, "evolve.route": call.route or "", "evolve.call.seq": int(call.seq or 0)})
     if call.system_id:
         attrs["evolve.system.id"] = call.system_id
@@ -51,8 +62,15 @@ def attributes(call: CallRecord, capture_content: bool = False) -> dict[str, Any
 class SpanExport:
     """Sends calls as spans through ``exporter`` (an OTLP exporter for ``endpoint`` by default)."""
 
-    def __init__(self, endpoint: str | None = None, *, exporter: Any = None, capture_content: bool = False,
-                 service: str = "evolve-gateway", batch: bool = True) -> None:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        exporter: Any = None,
+        capture_content: bool = False,
+        service: str = "evolve-gateway",
+        batch: bool = True,
+    ) -> None:
         require_sdk()
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -63,8 +81,9 @@ class SpanExport:
         self.capture_content = capture_content
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
         exporter_: Any = self._counted  # a SpanExporter by its methods: the SDK is imported only here
-        self.provider.add_span_processor(BatchSpanProcessor(exporter_, schedule_delay_millis=1000) if batch
-                                         else SimpleSpanProcessor(exporter_))
+        self.provider.add_span_processor(
+            BatchSpanProcessor(exporter_, schedule_delay_millis=1000) if batch else SimpleSpanProcessor(exporter_)
+        )
         self.tracer = self.provider.get_tracer("evolve.gateway")
 
     @property
@@ -79,8 +98,12 @@ class SpanExport:
         for call in calls:
             start = int(call.ts * 1e9)
             end = start + int((call.latency_s or 0.0) * 1e9)
-            span = self.tracer.start_span(f"chat {call.model or ''}".strip(), kind=SpanKind.CLIENT, start_time=start,
-                                          attributes=attributes(call, self.capture_content))
+            span = self.tracer.start_span(
+                f"chat {call.model or ''}".strip(),
+                kind=SpanKind.CLIENT,
+                start_time=start,
+                attributes=attributes(call, self.capture_content),
+            )
             if call.status != "ok":
                 span.set_status(Status(StatusCode.ERROR, (call.error or "")[:500]))
             span.end(end_time=end)

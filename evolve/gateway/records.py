@@ -100,8 +100,9 @@ def answer_message(call: CallRecord) -> dict[str, Any]:
     return msg
 
 
-def check_feedback(*, session_id: str | None, call_id: str | None, score: Any, components: Any, text: Any,
-                   id: Any, source: Any = None) -> Feedback:
+def check_feedback(
+    *, session_id: str | None, call_id: str | None, score: Any, components: Any, text: Any, id: Any, source: Any = None
+) -> Feedback:
     """Feedback from untrusted input, or a :class:`UserError` naming what is wrong."""
     import math
 

@@ -41,6 +41,7 @@ class Rollout(Protocol):
 
     def llm(self, role: str = "policy") -> Any: ...
 
+
 _LOCK = threading.Lock()
 _SERVER: HTTPGateway | None = None
 _PID: int | None = None
@@ -77,8 +78,16 @@ class RolloutUpstream(ModelUpstream):
     def describe(self) -> str:
         return f"the rollout's model ({self.role})"
 
-    def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
-                 stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        seed: int | None,
+        req: Request,
+    ) -> tuple[Any, str | None, Any]:
         from evolve.errors import RolloutTimeout
         from evolve.types import Message
 
@@ -87,9 +96,14 @@ class RolloutUpstream(ModelUpstream):
         if top and not llm.backend_takes("top_logprobs"):
             raise refuse_top_logprobs(self.describe())
         try:  # the rollout's own temperature wins; its seed too (the request's is ignored)
-            out = llm.complete([Message(**m) for m in messages], max_tokens=max_tokens, stop=stop,
-                               temperature=None if self.ctx.temperature is not None else temperature,
-                               logprobs=True if req.params.get("logprobs") else None, top_logprobs=top)
+            out = llm.complete(
+                [Message(**m) for m in messages],
+                max_tokens=max_tokens,
+                stop=stop,
+                temperature=None if self.ctx.temperature is not None else temperature,
+                logprobs=True if req.params.get("logprobs") else None,
+                top_logprobs=top,
+            )
         except RolloutTimeout:
             raise GatewayError(408, "the rollout ran past its time limit", code="rollout_timeout") from None
         return out, self.ctx.system.id, tokenizer_of(llm)

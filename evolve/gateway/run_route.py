@@ -66,8 +66,9 @@ class LocalUpstream(ModelUpstream):
 
     def open(self) -> LocalUpstream:
         if self._app is None:
-            self._app = ServeApp(self.run, role=self.role, system=self.system, follow=self.follow, poll=self.poll,
-                                 keep_earlier=2)
+            self._app = ServeApp(
+                self.run, role=self.role, system=self.system, follow=self.follow, poll=self.poll, keep_earlier=2
+            )
         return self
 
     def close(self) -> None:
@@ -85,12 +86,22 @@ class LocalUpstream(ModelUpstream):
     def system_id(self) -> str | None:
         return None if self._app is None else self._app.system_id
 
-    def generate(self, messages: list[dict[str, str]], *, temperature: float | None, max_tokens: int | None,
-                 stop: list[str] | None, seed: int | None, req: Request) -> tuple[Any, str | None, Any]:
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        seed: int | None,
+        req: Request,
+    ) -> tuple[Any, str | None, Any]:
         from evolve.errors import LLMError
 
         self.open()
-        kw = dict(temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, top_logprobs=top_logprobs_of(req))
+        kw = dict(
+            temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed, top_logprobs=top_logprobs_of(req)
+        )
         try:
             out, sid = self._app.complete(messages, system_id=req.system, **kw)
         except (LLMError, GatewayError, TypeError, ValueError):
@@ -98,8 +109,10 @@ class LocalUpstream(ModelUpstream):
         except Exception as e:  # noqa: BLE001 - the session's own system cannot be served: the current one
             if req.system is None:
                 raise
-            self._app.log(f"cannot serve system {req.system[:12]} to its session ({type(e).__name__}: {e}); "
-                          "serving the current system")
+            self._app.log(
+                f"cannot serve system {req.system[:12]} to its session ({type(e).__name__}: {e}); "
+                "serving the current system"
+            )
             out, sid = self._app.complete(messages, **kw)
         return out, sid, self._app.tokenizer(sid)
 
@@ -119,8 +132,15 @@ class RolesUpstream(Upstream):
 
     serves_systems: ClassVar[bool] = True
 
-    def __init__(self, run: Path, roles: dict[str, str] | list[str] | str, system: str | None = None, *,
-                 follow: bool = True, poll: float = 1.0) -> None:
+    def __init__(
+        self,
+        run: Path,
+        roles: dict[str, str] | list[str] | str,
+        system: str | None = None,
+        *,
+        follow: bool = True,
+        poll: float = 1.0,
+    ) -> None:
         self.run, self.asked, self.system, self.follow, self.poll = Path(run), roles, system, follow, poll
         self.by_name: dict[str, str] = {}
         self.ups: dict[str, LocalUpstream] = {}
@@ -156,9 +176,13 @@ class RolesUpstream(Upstream):
         self.open()
         role = self.by_name.get(model)
         if role is None:
-            raise GatewayError(404, f"the model {model!r} is no role of this team; it serves "
-                               f"{', '.join(f'{n} ({r})' for n, r in self.by_name.items())}",
-                               param="model", code="model_not_found")
+            raise GatewayError(
+                404,
+                f"the model {model!r} is no role of this team; it serves "
+                f"{', '.join(f'{n} ({r})' for n, r in self.by_name.items())}",
+                param="model",
+                code="model_not_found",
+            )
         return self.ups[role]
 
     @property
@@ -173,8 +197,11 @@ class RolesUpstream(Upstream):
         return f"local:{self.by_name.get(asked, asked)}"
 
     def describe(self) -> str:
-        return (f"the local models of {self.run} ("
-                + ", ".join(f"{n} -> {r}" if n != r else r for n, r in self.by_name.items()) + ")")
+        return (
+            f"the local models of {self.run} ("
+            + ", ".join(f"{n} -> {r}" if n != r else r for n, r in self.by_name.items())
+            + ")"
+        )
 
     async def complete(self, req: Request) -> Result:
         return await self.role_of(req.model).complete(req)
@@ -211,9 +238,18 @@ class ServeApp:
     appended as one JSON line ``{"session", "system_id", "time", "call": <LLMCall>}`` to
     ``<run_dir>/serve/calls.jsonl`` and kept in memory (the last ``keep`` per session) for :meth:`calls`."""
 
-    def __init__(self, run_dir: str | Path, *, role: str = "policy", system: str | None = None, follow: bool = True,
-                 poll: float = 1.0, keep: int = 10_000, log: Callable[[str], None] | None = None,
-                 keep_earlier: int = 0) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        role: str = "policy",
+        system: str | None = None,
+        follow: bool = True,
+        poll: float = 1.0,
+        keep: int = 10_000,
+        log: Callable[[str], None] | None = None,
+        keep_earlier: int = 0,
+    ) -> None:
         from evolve.archive import Archive
 
         self.run_dir = Path(run_dir)
@@ -253,8 +289,9 @@ class ServeApp:
         system = self.archive.get_system(system_id)
         spec = system.models.get(self.role)
         if spec is None:
-            raise UserError(f"system {system_id[:12]} has no model role {self.role!r}; it has "
-                            f"{sorted(system.models)}: pass --role")
+            raise UserError(
+                f"system {system_id[:12]} has no model role {self.role!r}; it has {sorted(system.models)}: pass --role"
+            )
         llm = build_llm(spec, self.archive.artifacts)  # a new one: the old handle closes after its requests
         names = list(dict.fromkeys([self.role, spec.name, system_id]))
         temp = spec.params.get("temperature")
@@ -295,8 +332,10 @@ class ServeApp:
                 if self._stop.is_set():
                     return
                 self._failed = cur
-                self.log(f"cannot serve the new current system {str(cur)[:12]}: {type(e).__name__}: {e}; "
-                         f"still serving {self._handle.system_id[:12]}")
+                self.log(
+                    f"cannot serve the new current system {str(cur)[:12]}: {type(e).__name__}: {e}; "
+                    f"still serving {self._handle.system_id[:12]}"
+                )
 
     def _acquire(self) -> _Handle:
         with self._lock:
@@ -359,18 +398,35 @@ class ServeApp:
         except Exception as e:  # noqa: BLE001
             self.log(f"closing the model of {h.system_id[:12]} failed: {type(e).__name__}: {e}")
 
-    def complete(self, messages: Any, *, temperature: float | None = None, max_tokens: int | None = None,
-                 stop: Any = None, seed: int | None = None, system_id: str | None = None,
-                 top_logprobs: int = 0) -> tuple[Any, str]:
+    def complete(
+        self,
+        messages: Any,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: Any = None,
+        seed: int | None = None,
+        system_id: str | None = None,
+        top_logprobs: int = 0,
+    ) -> tuple[Any, str]:
         """One completion by the system served now (or by ``system_id``: a session that began on an
         earlier system stays on it), unrecorded (its route records it: :meth:`record`, or the trace store): (the
         :class:`~evolve.llm.base.Completion`, the id of the system that answered). ``top_logprobs``
         > 0: a 400 where that system's model does not take it."""
-        h = self._acquire() if system_id is None or system_id == self._handle.system_id else self._acquire_other(system_id)
+        h = (
+            self._acquire()
+            if system_id is None or system_id == self._handle.system_id
+            else self._acquire_other(system_id)
+        )
         try:
-            out = h.llm.complete(messages, temperature=h.temperature if temperature is None else temperature,
-                                 max_tokens=max_tokens, stop=stop, seed=seed,
-                                 **top_logprobs_kw(top_logprobs, h.llm, f"the model of system {h.system_id[:12]}"))
+            out = h.llm.complete(
+                messages,
+                temperature=h.temperature if temperature is None else temperature,
+                max_tokens=max_tokens,
+                stop=stop,
+                seed=seed,
+                **top_logprobs_kw(top_logprobs, h.llm, f"the model of system {h.system_id[:12]}"),
+            )
         finally:
             self._release(h)
         return out, h.system_id
@@ -379,10 +435,15 @@ class ServeApp:
         """What a recorded call needs to say about the model that answered: its base and adapter
         (artifact refs), so token ids are only ever trained on with the tokenizer they came from."""
         spec = self.archive.get_system(system_id).models.get(self.role)
+
         def sha(ref: Any) -> str | None:
             return None if ref is None else ref.sha256
 
-        return {"role": self.role, "base": sha(getattr(spec, "base", None)), "adapter": sha(getattr(spec, "adapter", None))}
+        return {
+            "role": self.role,
+            "base": sha(getattr(spec, "base", None)),
+            "adapter": sha(getattr(spec, "adapter", None)),
+        }
 
     # ------------------------------------------------------------------ recording
 
@@ -409,8 +470,13 @@ class ServeApp:
 
     # ------------------------------------------------------------------ HTTP
 
-    def start(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
-              log: Callable[[str], None] | None = None) -> HTTPGateway:
+    def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> HTTPGateway:
         """Answer HTTP on a daemon thread: the gateway with one route, this run's model (no trace
         store: calls go to ``serve/calls.jsonl``); ``api_key`` defaults to ``$EVOLVE_SERVE_API_KEY``."""
         from evolve.gateway.app import Gateway, HTTPGateway

@@ -20,9 +20,11 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
     need_http("evolve gateway", names=("starlette", "uvicorn", "litellm"))
     key = cfg.api_key()
     if not key and not is_loopback(cfg.host):
-        raise ConfigError(f"evolve gateway: binding to {cfg.host!r} exposes your upstream models beyond this machine "
-                          "and needs an API key; set api_key_env (--api-key-env VAR, with the key in $VAR), or bind "
-                          "to 127.0.0.1")
+        raise ConfigError(
+            f"evolve gateway: binding to {cfg.host!r} exposes your upstream models beyond this machine "
+            "and needs an API key; set api_key_env (--api-key-env VAR, with the key in $VAR), or bind "
+            "to 127.0.0.1"
+        )
     cfg.check_upstream_keys()
     routes: list[Route] = []
     try:
@@ -62,15 +64,27 @@ def build(cfg: GatewayConfig, *, log: Any = None) -> Gateway:
                     from evolve.gateway.tools import ServedTools
 
                     tc = r.evolve.tools
-                    route.tools = ServedTools(None if tc.serve == "all" else list(tc.serve), tc.max_rounds,
-                                              [p.resolve() for p in tc.read_roots], tc.sandbox, dict(tc.limits))
-        gateway = Gateway(routes, TraceStore(cfg.store), api_key=key, log=log, loopback=is_loopback(cfg.host),
-                          allow_origins=cfg.allow_origins)
+                    route.tools = ServedTools(
+                        None if tc.serve == "all" else list(tc.serve),
+                        tc.max_rounds,
+                        [p.resolve() for p in tc.read_roots],
+                        tc.sandbox,
+                        dict(tc.limits),
+                    )
+        gateway = Gateway(
+            routes,
+            TraceStore(cfg.store),
+            api_key=key,
+            log=log,
+            loopback=is_loopback(cfg.host),
+            allow_origins=cfg.allow_origins,
+        )
         if cfg.otel is not None:
             from evolve.gateway.otel import SpanExport
 
-            gateway.spans = SpanExport(cfg.otel.endpoint, capture_content=cfg.otel.capture_content,
-                                       service=cfg.otel.service)
+            gateway.spans = SpanExport(
+                cfg.otel.endpoint, capture_content=cfg.otel.capture_content, service=cfg.otel.service
+            )
         return gateway
     except BaseException:
         close_routes(routes)

@@ -30,12 +30,17 @@ def new_call_id(api: str) -> str:
 async def session_of(request: Any, req: Request, store: TraceStore | None, call_id: str) -> str:
     """The session of ``req`` (its messages as the agent sent them), arriving as HTTP ``request``
     with the id ``call_id``; a 400 for a session named in the path or header that is no session id."""
-    for value, where in ((request.path_params.get("session"), "the /s/<session>/ path"),
-                         (request.headers.get(SESSION_HEADER), f"the {SESSION_HEADER} header")):
+    for value, where in (
+        (request.path_params.get("session"), "the /s/<session>/ path"),
+        (request.headers.get(SESSION_HEADER), f"the {SESSION_HEADER} header"),
+    ):
         if value:
             if not _SESSION.match(str(value)):
-                raise GatewayError(400, f"the session id from {where} must be 1-200 characters of letters, "
-                                   f"digits and _.:@~-; got {str(value)[:80]!r}")
+                raise GatewayError(
+                    400,
+                    f"the session id from {where} must be 1-200 characters of letters, "
+                    f"digits and _.:@~-; got {str(value)[:80]!r}",
+                )
             return str(value)
     if req.session_hint:  # the body's user / metadata field: any string the API takes is fine
         hint = str(req.session_hint)

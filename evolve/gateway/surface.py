@@ -29,13 +29,20 @@ def check_origin(request: Any, allow_origins: tuple[str, ...], loopback: bool) -
     header) are refused unless allowed, and on loopback the Host must name loopback (DNS rebinding)."""
     origin = request.headers.get("origin")
     if origin and origin not in allow_origins:
-        raise GatewayError(403, f"requests from web pages are refused (Origin {origin!r}); list the origin in "
-                           "the gateway's allow_origins to permit it", code="origin_not_allowed")
+        raise GatewayError(
+            403,
+            f"requests from web pages are refused (Origin {origin!r}); list the origin in "
+            "the gateway's allow_origins to permit it",
+            code="origin_not_allowed",
+        )
     if loopback:
         host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
         if host and host not in ("localhost", "127.0.0.1", "::1") and not host.startswith("127."):
-            raise GatewayError(403, f"Host {host!r} is not this machine's loopback; the gateway is bound to "
-                               "loopback", code="host_not_allowed")
+            raise GatewayError(
+                403,
+                f"Host {host!r} is not this machine's loopback; the gateway is bound to loopback",
+                code="host_not_allowed",
+            )
 
 
 async def read_json(request: Any) -> Any:

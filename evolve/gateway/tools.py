@@ -53,8 +53,11 @@ class ServedTools:
         if system is None:
             return {}
         theirs = {((t.get("function") or {}).get("name")) for t in agent_tools or [] if isinstance(t, dict)}
-        return {n: t for n, t in self.server.tools(system).items()
-                if n not in theirs and (self.names is None or n in self.names)}
+        return {
+            n: t
+            for n, t in self.server.tools(system).items()
+            if n not in theirs and (self.names is None or n in self.names)
+        }
 
     def schema(self, tool: Any) -> dict[str, Any]:
         return self.server.schema(tool)

@@ -62,12 +62,47 @@ CREATE INDEX IF NOT EXISTS feedback_call ON feedback(call_id);
 """
 
 
-_JSON_FIELDS = ("messages", "tools", "params", "tool_calls", "request", "response", "prompt_token_ids",
-                "token_ids", "logprobs")
-_CALL_COLUMNS = ("id", "session_id", "seq", "ts", "api", "route", "model", "upstream_model", "stream", "messages",
-                 "tools", "params", "output", "tool_calls", "finish_reason", "request", "response",
-                 "prompt_token_ids", "token_ids", "logprobs", "latency_s", "prompt_tokens", "completion_tokens",
-                 "cost", "system_id", "status", "error", "chain_key")
+_JSON_FIELDS = (
+    "messages",
+    "tools",
+    "params",
+    "tool_calls",
+    "request",
+    "response",
+    "prompt_token_ids",
+    "token_ids",
+    "logprobs",
+)
+_CALL_COLUMNS = (
+    "id",
+    "session_id",
+    "seq",
+    "ts",
+    "api",
+    "route",
+    "model",
+    "upstream_model",
+    "stream",
+    "messages",
+    "tools",
+    "params",
+    "output",
+    "tool_calls",
+    "finish_reason",
+    "request",
+    "response",
+    "prompt_token_ids",
+    "token_ids",
+    "logprobs",
+    "latency_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "system_id",
+    "status",
+    "error",
+    "chain_key",
+)
 
 
 def _dumps(value: Any) -> str | None:
@@ -86,8 +121,10 @@ class TraceStore:
         self.read_only = read_only
         if not self.file.exists():
             if not create or read_only:
-                raise UserError(f"no trace store at {self.dir} (no traces.sqlite); give the --store folder the "
-                                "gateway was started with")
+                raise UserError(
+                    f"no trace store at {self.dir} (no traces.sqlite); give the --store folder the "
+                    "gateway was started with"
+                )
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
             except OSError as e:
@@ -98,8 +135,10 @@ class TraceStore:
         if read_only:
             row = self._db().execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None or int(row[0]) > SCHEMA_VERSION:
-                raise UserError(f"{self.file} is not a trace store this evolvekit reads (schema "
-                                f"{row[0] if row else 'missing'}, reads {SCHEMA_VERSION})")
+                raise UserError(
+                    f"{self.file} is not a trace store this evolvekit reads (schema "
+                    f"{row[0] if row else 'missing'}, reads {SCHEMA_VERSION})"
+                )
             self.release()
             return
         self._db().executescript(_SCHEMA)  # CREATE ... IF NOT EXISTS: safe from several processes at once
@@ -108,8 +147,10 @@ class TraceStore:
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
-                raise UserError(f"the trace store {self.file} has schema {row[0]}, newer than this evolvekit "
-                                f"understands ({SCHEMA_VERSION}); upgrade evolvekit")
+                raise UserError(
+                    f"the trace store {self.file} has schema {row[0]}, newer than this evolvekit "
+                    f"understands ({SCHEMA_VERSION}); upgrade evolvekit"
+                )
 
     # -- connections --------------------------------------------------------------------------------
 
@@ -185,8 +226,10 @@ class TraceStore:
         with self._tx() as db:
             row = db.execute("SELECT n_calls FROM sessions WHERE id=?", (call.session_id,)).fetchone()
             if row is None:
-                db.execute("INSERT INTO sessions (id, created, updated, route, system_id, n_calls) VALUES (?,?,?,?,?,0)",
-                           (call.session_id, call.ts, call.ts, call.route, call.system_id))
+                db.execute(
+                    "INSERT INTO sessions (id, created, updated, route, system_id, n_calls) VALUES (?,?,?,?,?,0)",
+                    (call.session_id, call.ts, call.ts, call.route, call.system_id),
+                )
                 seq = 0
             else:
                 seq = int(row[0])
@@ -199,52 +242,84 @@ class TraceStore:
             for col in _CALL_COLUMNS:
                 v = getattr(call, col)
                 values.append(_dumps(v) if col in _JSON_FIELDS else (int(v) if col == "stream" else v))
-            db.execute(f"INSERT INTO calls ({','.join(_CALL_COLUMNS)}) VALUES ({','.join('?' * len(_CALL_COLUMNS))})",
-                       values)
-            db.execute("UPDATE sessions SET n_calls=n_calls+1, updated=MAX(updated, ?) WHERE id=?",
-                       (call.ts, call.session_id))
+            db.execute(
+                f"INSERT INTO calls ({','.join(_CALL_COLUMNS)}) VALUES ({','.join('?' * len(_CALL_COLUMNS))})", values
+            )
+            db.execute(
+                "UPDATE sessions SET n_calls=n_calls+1, updated=MAX(updated, ?) WHERE id=?", (call.ts, call.session_id)
+            )
         return call
 
-    def feedback(self, *, session_id: str | None = None, call_id: str | None = None, score: float | None = None,
-                 components: Mapping[str, float] | None = None, text: str | None = None, id: str | None = None,
-                 source: str | None = None) -> tuple[Feedback, bool]:
+    def feedback(
+        self,
+        *,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        score: float | None = None,
+        components: Mapping[str, float] | None = None,
+        text: str | None = None,
+        id: str | None = None,
+        source: str | None = None,
+    ) -> tuple[Feedback, bool]:
         """Attach a reward to a session or a call. Returns (the feedback as stored, whether it is new):
         feedback with an ``id`` already stored is recorded once (without an id, the id is a hash of
         its content, so an identical retry is recorded once too)."""
-        fb = check_feedback(session_id=session_id, call_id=call_id, score=score, components=components, text=text,
-                            id=id, source=source)
+        fb = check_feedback(
+            session_id=session_id, call_id=call_id, score=score, components=components, text=text, id=id, source=source
+        )
         with self._tx() as db:
             if fb.call_id is not None:
                 row = db.execute("SELECT session_id FROM calls WHERE id=?", (fb.call_id,)).fetchone()
                 if row is None:
-                    raise UserError(f"no call {fb.call_id!r} in the trace store; feedback names a call id the gateway "
-                                    "returned (the response's id) or a session")
+                    raise UserError(
+                        f"no call {fb.call_id!r} in the trace store; feedback names a call id the gateway "
+                        "returned (the response's id) or a session"
+                    )
                 if fb.session_id is not None and fb.session_id != row[0]:
                     raise UserError(f"call {fb.call_id!r} belongs to session {row[0]!r}, not {fb.session_id!r}")
                 fb = Feedback(fb.id, row[0], fb.call_id, fb.score, fb.components, fb.text, fb.ts, fb.source)
             elif db.execute("SELECT 1 FROM sessions WHERE id=?", (fb.session_id,)).fetchone() is None:
-                raise UserError(f"no session {fb.session_id!r} in the trace store; feedback may only follow a "
-                                "session's first call")
+                raise UserError(
+                    f"no session {fb.session_id!r} in the trace store; feedback may only follow a session's first call"
+                )
             old = db.execute("SELECT * FROM feedback WHERE id=?", (fb.id,)).fetchone()
             if old is not None:
                 stored = _feedback_row(old)
                 if (stored.session_id, stored.call_id) != (fb.session_id, fb.call_id):
-                    raise UserError(f"feedback {fb.id!r} was already given to "
-                                    f"{'call ' + repr(stored.call_id) if stored.call_id else 'session ' + repr(stored.session_id)}"
-                                    "; an id names one piece of feedback: choose another id")
+                    raise UserError(
+                        f"feedback {fb.id!r} was already given to "
+                        f"{'call ' + repr(stored.call_id) if stored.call_id else 'session ' + repr(stored.session_id)}"
+                        "; an id names one piece of feedback: choose another id"
+                    )
                 return stored, False
-            db.execute("INSERT INTO feedback (id, session_id, call_id, score, components, text, ts, source) "
-                       "VALUES (?,?,?,?,?,?,?,?)", (fb.id, fb.session_id, fb.call_id, fb.score,
-                                                    _dumps(fb.components), fb.text, fb.ts, fb.source))
+            db.execute(
+                "INSERT INTO feedback (id, session_id, call_id, score, components, text, ts, source) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (fb.id, fb.session_id, fb.call_id, fb.score, _dumps(fb.components), fb.text, fb.ts, fb.source),
+            )
         return fb, True
 
     # -- reading ------------------------------------------------------------------------------------
 
-    def calls(self, session_id: str | None = None, *, since: float | None = None, until: float | None = None,
-              route: str | None = None, system_id: str | None = None, status: str | None = None) -> list[CallRecord]:
+    def calls(
+        self,
+        session_id: str | None = None,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        route: str | None = None,
+        system_id: str | None = None,
+        status: str | None = None,
+    ) -> list[CallRecord]:
         where, args = [], []
-        for col, op, v in (("session_id", "=", session_id), ("ts", ">=", since), ("ts", "<", until),
-                           ("route", "=", route), ("system_id", "=", system_id), ("status", "=", status)):
+        for col, op, v in (
+            ("session_id", "=", session_id),
+            ("ts", ">=", since),
+            ("ts", "<", until),
+            ("route", "=", route),
+            ("system_id", "=", system_id),
+            ("status", "=", status),
+        ):
             if v is not None:
                 where.append(f"{col} {op} ?")
                 args.append(v)
@@ -257,8 +332,14 @@ class TraceStore:
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
         if last is None:
             return None
-        row = self._db().execute("SELECT session_id FROM calls WHERE chain_key=? AND status='ok' ORDER BY ts DESC "
-                                 "LIMIT 1", (chain_key(messages[:last + 1]),)).fetchone()
+        row = (
+            self._db()
+            .execute(
+                "SELECT session_id FROM calls WHERE chain_key=? AND status='ok' ORDER BY ts DESC LIMIT 1",
+                (chain_key(messages[: last + 1]),),
+            )
+            .fetchone()
+        )
         return None if row is None else str(row[0])
 
     def call(self, call_id: str) -> CallRecord | None:
@@ -271,16 +352,22 @@ class TraceStore:
         return None if row is None else (row[0], row[1])
 
     def sessions(self) -> list[dict[str, Any]]:
-        rows = self._db().execute("SELECT s.*, (SELECT COUNT(*) FROM feedback f WHERE f.session_id = s.id) AS n_feedback "
-                                  "FROM sessions s ORDER BY created")
+        rows = self._db().execute(
+            "SELECT s.*, (SELECT COUNT(*) FROM feedback f WHERE f.session_id = s.id) AS n_feedback "
+            "FROM sessions s ORDER BY created"
+        )
         return [dict(r) for r in rows]
 
-    def session_scores(self, since: float = 0.0, route: str | None = None) -> list[tuple[str, str | None, float | None]]:
+    def session_scores(
+        self, since: float = 0.0, route: str | None = None
+    ) -> list[tuple[str, str | None, float | None]]:
         """``(session id, system that answered its first call, its first score or None)`` of every
         session created at or after ``since`` (on ``route``), in one query: what a canary's test
         reads. The first score, so that a value once counted never changes under the test."""
-        q = ("SELECT s.id, s.system_id, (SELECT f.score FROM feedback f WHERE f.session_id = s.id AND f.score IS NOT "
-             "NULL ORDER BY f.ts, f.rowid LIMIT 1) FROM sessions s WHERE s.created >= ?")
+        q = (
+            "SELECT s.id, s.system_id, (SELECT f.score FROM feedback f WHERE f.session_id = s.id AND f.score IS NOT "
+            "NULL ORDER BY f.ts, f.rowid LIMIT 1) FROM sessions s WHERE s.created >= ?"
+        )
         args: list[Any] = [since]
         if route is not None:
             q += " AND s.route = ?"
@@ -299,7 +386,9 @@ class TraceStore:
 
     def counts(self) -> dict[str, int]:
         db = self._db()
-        return {t: int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("sessions", "calls", "feedback")}
+        return {
+            t: int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in ("sessions", "calls", "feedback")
+        }
 
     def integrity(self) -> list[str]:
         """Problems found (empty when sound): SQLite's own check, and sessions whose call count or
@@ -307,8 +396,9 @@ class TraceStore:
         db = self._db()
         problems = [r[0] for r in db.execute("PRAGMA integrity_check") if r[0] != "ok"]
         for sid, n, got, seqs in db.execute(
-                "SELECT s.id, s.n_calls, COUNT(c.id), GROUP_CONCAT(c.seq) FROM sessions s "
-                "LEFT JOIN calls c ON c.session_id = s.id GROUP BY s.id"):
+            "SELECT s.id, s.n_calls, COUNT(c.id), GROUP_CONCAT(c.seq) FROM sessions s "
+            "LEFT JOIN calls c ON c.session_id = s.id GROUP BY s.id"
+        ):
             if n != got or sorted(int(x) for x in (seqs or "").split(",") if x) != list(range(got)):
                 problems.append(f"session {sid}: n_calls {n}, {got} calls, seq {seqs}")
         return problems
@@ -324,8 +414,16 @@ class TraceStore:
 
 
 def _feedback_row(r: sqlite3.Row) -> Feedback:
-    return Feedback(r["id"], r["session_id"], r["call_id"], r["score"], json.loads(r["components"] or "{}"),
-                    r["text"], r["ts"], r["source"])
+    return Feedback(
+        r["id"],
+        r["session_id"],
+        r["call_id"],
+        r["score"],
+        json.loads(r["components"] or "{}"),
+        r["text"],
+        r["ts"],
+        r["source"],
+    )
 
 
 __all__ = ["CallRecord", "Feedback", "TraceStore", "answer_message", "chain_key", "check_feedback", "scores_of"]

@@ -31,8 +31,17 @@ from typing import Any, ClassVar
 
 from evolve.gateway.wire import GatewayError, Request
 
-_STATUS = {"rate_limit": 429, "timeout": 504, "unreachable": 502, "server": 502, "auth": 502, "not_found": 404,
-           "request": 400, "config": 500, "backend": 500}
+_STATUS = {
+    "rate_limit": 429,
+    "timeout": 504,
+    "unreachable": 502,
+    "server": 502,
+    "auth": 502,
+    "not_found": 404,
+    "request": 400,
+    "config": 500,
+    "backend": 500,
+}
 BACKOFF = 0.5  # seconds before the first retry of a transient upstream failure (doubled each time)
 _RNG = random.Random()
 
@@ -86,8 +95,9 @@ class StreamAnswer:
                 if tc.get("id") and key in self.calls and self.calls[key]["id"] not in (None, tc["id"]):
                     key = (i, len(self.calls))
                 self.keys[i] = key
-                slot = self.calls.setdefault(key, {"id": None, "type": "function",
-                                                   "function": {"name": "", "arguments": ""}})
+                slot = self.calls.setdefault(
+                    key, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 fn = tc.get("function") or {}
                 slot["id"] = tc.get("id") or slot["id"]
                 slot["function"]["name"] += fn.get("name") or ""
@@ -98,9 +108,14 @@ class StreamAnswer:
         return added
 
     def result(self) -> Result:
-        return Result(text="".join(self.text) if self.text else None, tool_calls=list(self.calls.values()) or None,
-                      finish_reason=self.finish, model=self.model, prompt_tokens=self.usage.get("prompt_tokens"),
-                      completion_tokens=self.usage.get("completion_tokens"))
+        return Result(
+            text="".join(self.text) if self.text else None,
+            tool_calls=list(self.calls.values()) or None,
+            finish_reason=self.finish,
+            model=self.model,
+            prompt_tokens=self.usage.get("prompt_tokens"),
+            completion_tokens=self.usage.get("completion_tokens"),
+        )
 
 
 def upstream_error(e: BaseException, where: str, secret: str | None = None) -> GatewayError:
@@ -112,8 +127,7 @@ def upstream_error(e: BaseException, where: str, secret: str | None = None) -> G
     if secret and len(secret) >= 4:
         message = message.replace(secret, "[key]")  # a provider that echoes the key does not get it stored
     if category == "auth":
-        message = (f"the upstream {where} refused the gateway's credentials ({message}); check the route's "
-                   "api_key_env")
+        message = f"the upstream {where} refused the gateway's credentials ({message}); check the route's api_key_env"
     elif category in ("unreachable", "timeout", "server", "rate_limit"):
         message = f"the upstream {where} failed ({category}): {message}"
     return GatewayError(status, message, code=f"upstream_{category}")
@@ -184,8 +198,15 @@ class LiteLLMUpstream(Upstream):
         from evolve.llm.litellm import api_key_for
 
         # the retries are ours (_open): litellm's (num_retries) and the SDK's (max_retries) are off
-        kw: dict[str, Any] = {**self.params, **req.params, "model": self.target(req.model), "messages": req.messages,
-                              "timeout": self.timeout, "num_retries": 0, "max_retries": 0}
+        kw: dict[str, Any] = {
+            **self.params,
+            **req.params,
+            "model": self.target(req.model),
+            "messages": req.messages,
+            "timeout": self.timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
         if self.api_base:
             kw["api_base"] = self.api_base
         key = api_key_for(self.api_base, self.api_key_env)
@@ -212,10 +233,13 @@ class LiteLLMUpstream(Upstream):
                 return await asyncio.wait_for(litellm.acompletion(**kw), max(deadline - loop.time(), 0.001))
             except Exception as e:  # noqa: BLE001 - every upstream failure becomes an API error for the agent
                 if type(e) is asyncio.TimeoutError:  # our deadline (wait_for), not the client's own timeout
-                    e = TimeoutError(f"no answer within the route's timeout of {self.timeout:g}s "
-                                     f"({attempt} request{'s' if attempt > 1 else ''})")
-                delay = retry_delay(e, attempt, BACKOFF, _RNG) if is_retryable(e) and attempt <= self.max_retries \
-                    else None
+                    e = TimeoutError(
+                        f"no answer within the route's timeout of {self.timeout:g}s "
+                        f"({attempt} request{'s' if attempt > 1 else ''})"
+                    )
+                delay = (
+                    retry_delay(e, attempt, BACKOFF, _RNG) if is_retryable(e) and attempt <= self.max_retries else None
+                )
                 if delay is None or loop.time() + delay >= deadline:
                     raise upstream_error(e, self.describe(), self._secret()) from None
                 await asyncio.sleep(delay)
@@ -228,11 +252,17 @@ class LiteLLMUpstream(Upstream):
         usage = raw.get("usage") or {}
         cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
         lp = ((choice.get("logprobs") or {}).get("content")) or None
-        return Result(text=msg.get("content"), tool_calls=msg.get("tool_calls") or None,
-                      finish_reason=choice.get("finish_reason"), model=raw.get("model"),
-                      prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                      cost=float(cost) if cost is not None else None, raw=raw,
-                      logprobs=[float(t.get("logprob")) for t in lp] if lp else None)
+        return Result(
+            text=msg.get("content"),
+            tool_calls=msg.get("tool_calls") or None,
+            finish_reason=choice.get("finish_reason"),
+            model=raw.get("model"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            cost=float(cost) if cost is not None else None,
+            raw=raw,
+            logprobs=[float(t.get("logprob")) for t in lp] if lp else None,
+        )
 
     async def stream(self, req: Request) -> AsyncIterator[dict[str, Any]]:
         """The upstream's chunks as OpenAI ``chat.completion.chunk`` dicts."""
@@ -293,8 +323,12 @@ def pick(routes: list[Route], model: str) -> Route:
         if r.matches(model):
             return r
     served = [p for r in routes for p in r.names()]
-    raise GatewayError(404, f"the model {model!r} is not served by this gateway; its routes match {served}",
-                       param="model", code="model_not_found")
+    raise GatewayError(
+        404,
+        f"the model {model!r} is not served by this gateway; its routes match {served}",
+        param="model",
+        code="model_not_found",
+    )
 
 
 __all__ = ["LiteLLMUpstream", "Result", "Route", "StreamAnswer", "Upstream", "pick", "upstream_error"]

@@ -18,17 +18,48 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # the request params passed on to the upstream (others are recorded and dropped)
-OPENAI_PARAMS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "n", "seed", "tools",
-                 "tool_choice", "parallel_tool_calls", "response_format", "presence_penalty", "frequency_penalty",
-                 "logprobs", "top_logprobs", "logit_bias", "user", "reasoning_effort")
+OPENAI_PARAMS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "n",
+    "seed",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "presence_penalty",
+    "frequency_penalty",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "user",
+    "reasoning_effort",
+)
 OPENAI_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
-_ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                          404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                          500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "api_error",
-                          529: "overloaded_error"}
-_OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-                       413: "invalid_request_error", 429: "rate_limit_error"}
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 class GatewayError(Exception):
@@ -47,8 +78,8 @@ class GatewayError(Exception):
         return {"type": "error", "error": {"type": kind, "message": self.message}}
 
 
-
 TOOL_ERROR = "[tool error] "  # a failed tool result, as the OpenAI format carries it (no is_error there)
+
 
 def bad(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, message, param=param)
@@ -76,8 +107,9 @@ class Request:
 
 def _finite(body: dict, key: str, lo: float, hi: float, where: str = "") -> None:
     v = body.get(key)
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                          or not lo <= v <= hi):
+    if v is not None and (
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi
+    ):
         raise bad(f"'{where}{key}' must be a number in [{lo:g}, {hi:g}], got {v!r}", key)
 
 
@@ -91,12 +123,14 @@ def _check_openai_tools(tools: Any) -> None:
     if tools is None:
         return
     if not isinstance(tools, list):
-        raise bad("'tools' must be a list of {\"type\": \"function\", \"function\": {...}} objects", "tools")
+        raise bad('\'tools\' must be a list of {"type": "function", "function": {...}} objects', "tools")
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise bad(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., \"parameters\": "
-                      "...}}}", f"tools[{i}]")
+            raise bad(
+                f'tools[{i}] must be {{"type": "function", "function": {{"name": ..., "parameters": ...}}}}}}',
+                f"tools[{i}]",
+            )
 
 
 def openai_request(body: Any) -> Request:
@@ -118,14 +152,25 @@ def openai_request(body: Any) -> Request:
         if c is not None and not isinstance(c, (str, list)):
             raise bad(f"messages[{i}].content must be a string or a list of content parts", f"messages[{i}].content")
         if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
-            raise bad(f"messages[{i}]: a tool message needs 'tool_call_id' (the id of the call it answers)",
-                      f"messages[{i}].tool_call_id")
+            raise bad(
+                f"messages[{i}]: a tool message needs 'tool_call_id' (the id of the call it answers)",
+                f"messages[{i}].tool_call_id",
+            )
         calls = m.get("tool_calls")
-        if calls is not None and (not isinstance(calls, list) or not all(
-                isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
-                for c in calls)):
-            raise bad(f"messages[{i}].tool_calls must be a list of {{\"id\", \"type\": \"function\", \"function\": "
-                      "{\"name\", \"arguments\"}}}", f"messages[{i}].tool_calls")
+        if calls is not None and (
+            not isinstance(calls, list)
+            or not all(
+                isinstance(c, dict)
+                and isinstance(c.get("function"), dict)
+                and isinstance(c["function"].get("name"), str)
+                for c in calls
+            )
+        ):
+            raise bad(
+                f'messages[{i}].tool_calls must be a list of {{"id", "type": "function", "function": '
+                '{"name", "arguments"}}}',
+                f"messages[{i}].tool_calls",
+            )
     _finite(body, "temperature", 0.0, 2.0)
     _finite(body, "top_p", 0.0, 1.0)
     for key in ("max_tokens", "max_completion_tokens", "n"):
@@ -142,21 +187,35 @@ def openai_request(body: Any) -> Request:
         raise bad("'metadata' must be an object of string values", "metadata")
     hint = (meta or {}).get("session_id") or body.get("user")
     params = {k: body[k] for k in OPENAI_PARAMS if body.get(k) is not None}
-    return Request("openai", model, [dict(m) for m in msgs], params, stream, bool((opts or {}).get("include_usage")),
-                   str(hint) if hint else None, body)
+    return Request(
+        "openai",
+        model,
+        [dict(m) for m in msgs],
+        params,
+        stream,
+        bool((opts or {}).get("include_usage")),
+        str(hint) if hint else None,
+        body,
+    )
 
 
 # ----------------------------------------------------------------------------- Anthropic Messages
 
-_STOP_TO_ANTHROPIC = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
-                      "content_filter": "refusal"}
+_STOP_TO_ANTHROPIC = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
 
 
 def text_of(content: Any) -> str:
     """The text of a message's content: a string, or the text of its parts (other parts skipped)."""
     if isinstance(content, list):
-        return "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
-                         if isinstance(p, (str, dict)))
+        return "\n".join(
+            p if isinstance(p, str) else str(p.get("text", "")) for p in content if isinstance(p, (str, dict))
+        )
     return str(content or "")
 
 
@@ -211,8 +270,13 @@ def anthropic_request(body: Any) -> Request:
             elif kind == "tool_use" and m["role"] == "assistant":
                 if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
                     raise bad(f"{where}.content.{j}: a tool_use block needs 'id' and 'name'", f"{where}.content.{j}")
-                calls.append({"id": b["id"], "type": "function",
-                              "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
+                calls.append(
+                    {
+                        "id": b["id"],
+                        "type": "function",
+                        "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})},
+                    }
+                )
             elif kind == "tool_result" and m["role"] == "user":
                 if not isinstance(b.get("tool_use_id"), str):
                     raise bad(f"{where}.content.{j}: a tool_result block needs 'tool_use_id'", f"{where}.content.{j}")
@@ -223,8 +287,11 @@ def anthropic_request(body: Any) -> Request:
             elif kind in ("thinking", "redacted_thinking"):
                 continue  # a model's earlier thinking is not sent on
             else:
-                raise bad(f"{where}.content.{j}: block type {kind!r} is not supported by the gateway "
-                          "(text, tool_use, tool_result are)", f"{where}.content.{j}")
+                raise bad(
+                    f"{where}.content.{j}: block type {kind!r} is not supported by the gateway "
+                    "(text, tool_use, tool_result are)",
+                    f"{where}.content.{j}",
+                )
         out.extend(results)
         if texts or calls:
             msg: dict[str, Any] = {"role": m["role"], "content": "\n".join(texts) if texts else None}
@@ -252,8 +319,16 @@ def anthropic_request(body: Any) -> Request:
                 raise bad(f"tools.{i}: a tool needs 'name' and 'input_schema'", f"tools.{i}")
             if t.get("type") not in (None, "custom") and "input_schema" not in t:
                 raise bad(f"tools.{i}: server tools ({t.get('type')!r}) are not supported by the gateway", f"tools.{i}")
-            conv.append({"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
-                                                          "parameters": t.get("input_schema") or {"type": "object"}}})
+            conv.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t["name"],
+                        "description": t.get("description", ""),
+                        "parameters": t.get("input_schema") or {"type": "object"},
+                    },
+                }
+            )
         params["tools"] = conv
     choice = body.get("tool_choice")
     if choice is not None:
@@ -290,19 +365,37 @@ def anthropic_content(text: str | None, tool_calls: list[dict] | None) -> list[d
             args = json.loads(fn.get("arguments") or "{}")
         except json.JSONDecodeError:
             args = {"_raw": fn.get("arguments")}
-        blocks.append({"type": "tool_use", "id": c.get("id") or "toolu_" + secrets.token_hex(12),
-                       "name": fn.get("name"), "input": args})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": c.get("id") or "toolu_" + secrets.token_hex(12),
+                "name": fn.get("name"),
+                "input": args,
+            }
+        )
     return blocks
 
 
-def anthropic_message(mid: str, model: str, text: str | None, tool_calls: list[dict] | None,
-                      finish_reason: str | None, prompt_tokens: int | None, completion_tokens: int | None
-                      ) -> dict[str, Any]:
+def anthropic_message(
+    mid: str,
+    model: str,
+    text: str | None,
+    tool_calls: list[dict] | None,
+    finish_reason: str | None,
+    prompt_tokens: int | None,
+    completion_tokens: int | None,
+) -> dict[str, Any]:
     """A whole answer as an Anthropic ``message`` object."""
-    return {"id": mid, "type": "message", "role": "assistant", "model": model,
-            "content": anthropic_content(text, tool_calls),
-            "stop_reason": _STOP_TO_ANTHROPIC.get(finish_reason or "stop", "end_turn"), "stop_sequence": None,
-            "usage": {"input_tokens": int(prompt_tokens or 0), "output_tokens": int(completion_tokens or 0)}}
+    return {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": anthropic_content(text, tool_calls),
+        "stop_reason": _STOP_TO_ANTHROPIC.get(finish_reason or "stop", "end_turn"),
+        "stop_sequence": None,
+        "usage": {"input_tokens": int(prompt_tokens or 0), "output_tokens": int(completion_tokens or 0)},
+    }
 
 
 class AnthropicStream:
@@ -318,10 +411,22 @@ class AnthropicStream:
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     def start(self, prompt_tokens: int | None = None) -> str:
-        return self.event("message_start", {"type": "message_start", "message": {
-            "id": self.mid, "type": "message", "role": "assistant", "model": self.model, "content": [],
-            "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": int(prompt_tokens or 0), "output_tokens": 0}}})
+        return self.event(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": self.mid,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": int(prompt_tokens or 0), "output_tokens": 0},
+                },
+            },
+        )
 
     def _close(self) -> str:
         if self.open is None:
@@ -335,10 +440,14 @@ class AnthropicStream:
             out += self._close()
             self.index += 1
             self.open = "text"
-            out += self.event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                                      "content_block": {"type": "text", "text": ""}})
-        return out + self.event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                                        "delta": {"type": "text_delta", "text": delta}})
+            out += self.event(
+                "content_block_start",
+                {"type": "content_block_start", "index": self.index, "content_block": {"type": "text", "text": ""}},
+            )
+        return out + self.event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self.index, "delta": {"type": "text_delta", "text": delta}},
+        )
 
     def tool_block(self, call: dict[str, Any]) -> str:
         """One whole tool_use block (sent once the call's id, name and arguments are all known)."""
@@ -351,29 +460,56 @@ class AnthropicStream:
         out = self._close()
         self.index += 1
         self.open = "tool"
-        block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or "toolu_" + secrets.token_hex(12),
-                 "name": fn.get("name") or "", "input": {}}
-        out += self.event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                                  "content_block": block})
-        out += self.event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                                  "delta": {"type": "input_json_delta", "partial_json": args}})
+        block: dict[str, Any] = {
+            "type": "tool_use",
+            "id": call.get("id") or "toolu_" + secrets.token_hex(12),
+            "name": fn.get("name") or "",
+            "input": {},
+        }
+        out += self.event(
+            "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block}
+        )
+        out += self.event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": self.index,
+                "delta": {"type": "input_json_delta", "partial_json": args},
+            },
+        )
         return out + self._close()
 
     def finish(self, finish_reason: str | None, completion_tokens: int | None, prompt_tokens: int | None = None) -> str:
         usage = {"output_tokens": int(completion_tokens or 0)}
         if prompt_tokens is not None:
             usage["input_tokens"] = int(prompt_tokens)
-        return (self._close()
-                + self.event("message_delta", {"type": "message_delta",
-                                               "delta": {"stop_reason": _STOP_TO_ANTHROPIC.get(finish_reason or "stop",
-                                                                                               "end_turn"),
-                                                         "stop_sequence": None},
-                                               "usage": usage})
-                + self.event("message_stop", {"type": "message_stop"}))
+        return (
+            self._close()
+            + self.event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": _STOP_TO_ANTHROPIC.get(finish_reason or "stop", "end_turn"),
+                        "stop_sequence": None,
+                    },
+                    "usage": usage,
+                },
+            )
+            + self.event("message_stop", {"type": "message_stop"})
+        )
 
     def error(self, err: GatewayError) -> str:
         return self.event("error", err.anthropic())
 
 
-__all__ = ["AnthropicStream", "GatewayError", "Request", "anthropic_message", "anthropic_request", "bad",
-           "openai_request", "text_of"]
+__all__ = [
+    "AnthropicStream",
+    "GatewayError",
+    "Request",
+    "anthropic_message",
+    "anthropic_request",
+    "bad",
+    "openai_request",
+    "text_of",
+]

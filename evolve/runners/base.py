@@ -80,13 +80,21 @@ def _never_called(task: Any, output: Any) -> float:  # the reward of a failed ro
     return 0.0
 
 
-def failed_trajectory(job: RolloutJob, error: str, duration: float = 0.0, *,
-                      infra: InfraFailure | None = None) -> Trajectory:
+def failed_trajectory(
+    job: RolloutJob, error: str, duration: float = 0.0, *, infra: InfraFailure | None = None
+) -> Trajectory:
     """A scored failed trajectory for ``job`` (score 0, ``error`` set) built outside the agent;
     with ``infra``, one the world failed under (see :mod:`evolve.failures`)."""
     task_id = job.task.get("id", job.key) if isinstance(job.task, dict) else job.key
-    t = Trajectory(task_id=str(task_id), system_id=job.system.id, error=error, duration=duration,
-                   sample=job.sample, temperature=job.temperature, infra=infra)
+    t = Trajectory(
+        task_id=str(task_id),
+        system_id=job.system.id,
+        error=error,
+        duration=duration,
+        sample=job.sample,
+        temperature=job.temperature,
+        infra=infra,
+    )
     return score(_never_called, job.task if isinstance(job.task, dict) else {}, t)
 
 
@@ -112,7 +120,9 @@ class Worker:
     are served elsewhere).
     """
 
-    def __init__(self, spec: WorkerSpec, *, own_process: bool = False, llms: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, spec: WorkerSpec, *, own_process: bool = False, llms: Callable[[Any], Any] | None = None
+    ) -> None:
         from evolve.registry import import_path
 
         self.spec = spec
@@ -121,8 +131,9 @@ class Worker:
         if own_process and spec.search_path and spec.search_path not in sys.path:
             sys.path.insert(0, spec.search_path)
         self.agent = import_path(spec.agent, what="agent", search=search) if isinstance(spec.agent, str) else spec.agent
-        self.reward = (import_path(spec.reward, what="reward", search=search)
-                       if isinstance(spec.reward, str) else spec.reward)
+        self.reward = (
+            import_path(spec.reward, what="reward", search=search) if isinstance(spec.reward, str) else spec.reward
+        )
         if not callable(self.agent):
             raise UserError(f"the agent {spec.agent!r} is not callable; an agent is a function agent(task, ctx)")
         try:
@@ -149,8 +160,10 @@ class Worker:
             return hit[1]
         llm = self._cache.peek(spec)
         if llm is None:
-            with self._build_lock, (contextlib.nullcontext() if self._own_process
-                                    else _on_sys_path(self.spec.search_path)):
+            with (
+                self._build_lock,
+                contextlib.nullcontext() if self._own_process else _on_sys_path(self.spec.search_path),
+            ):
                 llm = self._cache.get(spec)  # built once per distinct spec
         if len(self._by_id) > 4096:
             self._by_id.clear()
@@ -176,8 +189,17 @@ class Worker:
             self._preload(job.system)
             if on_start is not None:
                 on_start()
-            traj = run_agent(self.agent, job.system, job.task, self.llm, seed=job.seed, sample=job.sample,
-                             temperature=job.temperature, timeout=job.timeout, logprobs=job.logprobs)
+            traj = run_agent(
+                self.agent,
+                job.system,
+                job.task,
+                self.llm,
+                seed=job.seed,
+                sample=job.sample,
+                temperature=job.temperature,
+                timeout=job.timeout,
+                logprobs=job.logprobs,
+            )
             return score(self.reward, job.task, traj)
         except Exception as e:  # noqa: BLE001 - e.g. a task without "id"
             return failed_trajectory(job, f"runner: {type(e).__name__}: {e}", time.monotonic() - t0)

@@ -102,8 +102,9 @@ def _process_main(conn: Any, spec: WorkerSpec, parent_pid: int, parent_path: lis
             try:
                 data = traj.model_dump_json()
             except Exception as e:  # noqa: BLE001
-                data = failed_trajectory(job, f"runner: the trajectory is not JSON: {type(e).__name__}: {e}",
-                                         traj.duration).model_dump_json()
+                data = failed_trajectory(
+                    job, f"runner: the trajectory is not JSON: {type(e).__name__}: {e}", traj.duration
+                ).model_dump_json()
             conn.send(("done", token, idx, data))
     except (BrokenPipeError, ConnectionError, EOFError, OSError):
         pass  # the runner is gone (closed, or its process died): nothing to report to
@@ -133,8 +134,12 @@ class _Processes:
 
     def start(self) -> _Proc:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_process_main, args=(child, self.spec, os.getpid(), list(sys.path)),
-                                 name="evolve-worker", daemon=False)
+        proc = self._ctx.Process(
+            target=_process_main,
+            args=(child, self.spec, os.getpid(), list(sys.path)),
+            name="evolve-worker",
+            daemon=False,
+        )
         proc.start()
         child.close()
         w = _Proc(proc, parent)
@@ -167,7 +172,8 @@ class _Processes:
                             _, what, text = msg
                             self.shutdown()
                             raise (UserError if what == "user" else EvolveError)(
-                                f"a worker process could not start: {text}")
+                                f"a worker process could not start: {text}"
+                            )
                         elif kind == "started" and msg[1] == w.run and msg[2] == w.index:
                             w.started_at = time.monotonic()
                         elif kind == "done" and msg[1] == w.run and msg[2] == w.index:
@@ -181,8 +187,10 @@ class _Processes:
                     self.start_failures += 1
                     if self.start_failures >= self.MAX_START_FAILURES:
                         self.shutdown()
-                        raise UserError(f"worker processes keep dying before they are ready "
-                                        f"({_exit_text(code)}, {self.start_failures} times in a row)")
+                        raise UserError(
+                            f"worker processes keep dying before they are ready "
+                            f"({_exit_text(code)}, {self.start_failures} times in a row)"
+                        )
         return out
 
     def kill(self, w: _Proc) -> None:
@@ -190,8 +198,9 @@ class _Processes:
 
     def not_ready(self, w: _Proc) -> EvolveError:
         self.shutdown()
-        return UserError(f"a worker process did not start within {self.start_timeout:g}s "
-                         "(importing the agent or the reward hangs?)")
+        return UserError(
+            f"a worker process did not start within {self.start_timeout:g}s (importing the agent or the reward hangs?)"
+        )
 
     def _discard(self, w: _Proc, *, kill: bool) -> int | None:
         if kill:
@@ -247,8 +256,9 @@ class ProcessRunner:
     Workers live across ``run()`` calls with the same spec (their LLMs stay loaded).
     """
 
-    def __init__(self, workers: int = 2, *, grace: float = 5.0, start_method: str | None = None,
-                 start_timeout: float = 120.0) -> None:
+    def __init__(
+        self, workers: int = 2, *, grace: float = 5.0, start_method: str | None = None, start_timeout: float = 120.0
+    ) -> None:
         if workers < 1:
             raise UserError(f"a runner needs at least one worker; got workers={workers}")
         self.workers = int(workers)
@@ -269,15 +279,25 @@ class ProcessRunner:
 
     def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
         """Check the spec (import paths) now and return the iterator; workers start lazily."""
-        spec = WorkerSpec(agent=as_import_path(spec.agent, "agent"), reward=as_import_path(spec.reward, "reward"),
-                          artifacts_root=spec.artifacts_root, search_path=spec.search_path)
+        spec = WorkerSpec(
+            agent=as_import_path(spec.agent, "agent"),
+            reward=as_import_path(spec.reward, "reward"),
+            artifacts_root=spec.artifacts_root,
+            search_path=spec.search_path,
+        )
         if spec != self._pool.spec:
             self._pool.shutdown()
             self._pool.spec = spec
         self._token += 1
         self._pool.start_failures = 0
-        return schedule(self._pool, list(jobs), run=self._token, workers=self.workers, grace=self.grace,
-                        start_timeout=self.start_timeout)
+        return schedule(
+            self._pool,
+            list(jobs),
+            run=self._token,
+            workers=self.workers,
+            grace=self.grace,
+            start_timeout=self.start_timeout,
+        )
 
     def close(self) -> None:
         self._pool.shutdown()

@@ -7,7 +7,8 @@ import warnings
 
 from evolve.cluster.ray_base import INSTALL, cause, ray_module, resources_text
 
-warnings.warn("evolve.runners.ray_base moved to evolve.cluster.ray_base; import it from there",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.runners.ray_base moved to evolve.cluster.ray_base; import it from there", DeprecationWarning, stacklevel=2
+)
 
 __all__ = ["INSTALL", "cause", "ray_module", "resources_text"]

@@ -7,7 +7,10 @@ import warnings
 
 from evolve.cluster.model_server import PREFIX, ModelServer, RemoteCache, RemoteLLM, kill_servers, server_name
 
-warnings.warn("evolve.runners.ray_models moved to evolve.cluster.model_server; import it from there",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.runners.ray_models moved to evolve.cluster.model_server; import it from there",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["PREFIX", "ModelServer", "RemoteCache", "RemoteLLM", "kill_servers", "server_name"]

@@ -62,19 +62,23 @@ ARTIFACTS = ("shared", "ship")
 class RayWorker:
     """The body of a Ray actor: a :class:`Worker`, and (``ship``) a node-local artifact cache."""
 
-    def __init__(self, spec: WorkerSpec, ship: bool, model_server: dict[str, Any] | None = None,
-                 namespace: str = "evolvekit") -> None:
+    def __init__(
+        self, spec: WorkerSpec, ship: bool, model_server: dict[str, Any] | None = None, namespace: str = "evolvekit"
+    ) -> None:
         if ship:
             cache = Path(tempfile.gettempdir()) / "evolvekit-ray-artifacts"
             cache.mkdir(parents=True, exist_ok=True)
-            spec = WorkerSpec(agent=spec.agent, reward=spec.reward, artifacts_root=str(cache),
-                              search_path=spec.search_path)
+            spec = WorkerSpec(
+                agent=spec.agent, reward=spec.reward, artifacts_root=str(cache), search_path=spec.search_path
+            )
         elif not Path(spec.artifacts_root).is_dir():
             import socket
 
-            raise UserError(f"the run's artifact folder {spec.artifacts_root} is not visible on node "
-                            f"{socket.gethostname()}; put the run directory on storage every node mounts at "
-                            "the same path, or set runner.params.artifacts: ship")
+            raise UserError(
+                f"the run's artifact folder {spec.artifacts_root} is not visible on node "
+                f"{socket.gethostname()}; put the run directory on storage every node mounts at "
+                "the same path, or set runner.params.artifacts: ship"
+            )
         if model_server is not None:
             from evolve.cluster.model_server import serving_worker
 
@@ -126,8 +130,14 @@ class _Actors:
     noun, verb, aftermath = "ray worker", "killed", "the ray worker was replaced"
     reports_start = False  # an actor does not say when a rollout starts: its first of a system may build models
 
-    def __init__(self, options: dict[str, Any], ship: bool, model_server: dict[str, Any] | None, namespace: str,
-                 start_timeout: float) -> None:
+    def __init__(
+        self,
+        options: dict[str, Any],
+        ship: bool,
+        model_server: dict[str, Any] | None,
+        namespace: str,
+        start_timeout: float,
+    ) -> None:
         self.options, self.ship, self.model_server, self.namespace = options, ship, model_server, namespace
         self.start_timeout = start_timeout
         self.cls: Any = None  # ray.remote(RayWorker), once connected
@@ -242,38 +252,57 @@ class _Actors:
             have, total = resources_text(free), resources_text(ray.cluster_resources())
             if all(free.get(k, 0) >= v for k, v in asks.items() if v):  # room, but it did not come up in time
                 n = sum(not x.ready for x in self.slots)
-                return UserError(f"a ray worker asking for {wanted} did not start within {self.start_timeout:g}s "
-                                 f"although the cluster has room for it ({have} free of {total}); {n} workers were "
-                                 "still starting: the nodes start processes too slowly for this many workers. Raise "
-                                 "runner.params.start_timeout, or lower runner.workers")
-            return UserError(f"no Ray node could start a worker asking for {wanted} within "
-                             f"{self.start_timeout:g}s; the cluster has {total} ({have} free). "
-                             "Lower runner.params (num_cpus, num_gpus, resources), or add nodes")
+                return UserError(
+                    f"a ray worker asking for {wanted} did not start within {self.start_timeout:g}s "
+                    f"although the cluster has room for it ({have} free of {total}); {n} workers were "
+                    "still starting: the nodes start processes too slowly for this many workers. Raise "
+                    "runner.params.start_timeout, or lower runner.workers"
+                )
+            return UserError(
+                f"no Ray node could start a worker asking for {wanted} within "
+                f"{self.start_timeout:g}s; the cluster has {total} ({have} free). "
+                "Lower runner.params (num_cpus, num_gpus, resources), or add nodes"
+            )
         return UserError(f"no Ray node could start a worker asking for {wanted} within {self.start_timeout:g}s")
 
 
 class RayRunner:
     """``workers`` Ray actors; see the module docstring for the task file's ``params``."""
 
-    def __init__(self, workers: int = 2, *, address: str | None = None, num_cpus: float = 1.0,
-                 num_gpus: float = 0.0, resources: dict[str, float] | None = None, artifacts: str = "shared",
-                 runtime_env: dict[str, Any] | None = None, namespace: str = "evolvekit",
-                 node_ip_address: str | None = None, model_server: dict[str, Any] | bool | None = None,
-                 train: dict[str, Any] | None = None,
-                 grace: float = 5.0, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        address: str | None = None,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        resources: dict[str, float] | None = None,
+        artifacts: str = "shared",
+        runtime_env: dict[str, Any] | None = None,
+        namespace: str = "evolvekit",
+        node_ip_address: str | None = None,
+        model_server: dict[str, Any] | bool | None = None,
+        train: dict[str, Any] | None = None,
+        grace: float = 5.0,
+        start_timeout: float = 120.0,
+    ) -> None:
         if workers < 1:
             raise UserError(f"a runner needs at least one worker; got workers={workers}")
         if artifacts not in ARTIFACTS:
-            raise ConfigError(f"must be one of {list(ARTIFACTS)}, got {artifacts!r}",
-                              path="runner.params.artifacts")
+            raise ConfigError(f"must be one of {list(ARTIFACTS)}, got {artifacts!r}", path="runner.params.artifacts")
         for name, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), *((resources or {}).items())):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {v!r}", path="runner.params")
         self.workers = int(workers)
         self.address, self.namespace, self.runtime_env = address, namespace, dict(runtime_env or {})
         self.node_ip_address = node_ip_address
-        self.options = {"num_cpus": float(num_cpus), "num_gpus": float(num_gpus), "resources": dict(resources or {}),
-                        "max_restarts": 0, "max_task_retries": 0}
+        self.options = {
+            "num_cpus": float(num_cpus),
+            "num_gpus": float(num_gpus),
+            "resources": dict(resources or {}),
+            "max_restarts": 0,
+            "max_task_retries": 0,
+        }
         self.ship = artifacts == "ship"
         self.model_server = ({} if model_server is True else dict(model_server)) if model_server else None
         if self.model_server is not None:
@@ -281,8 +310,11 @@ class RayRunner:
 
             check_model_server(self.model_server)
         if self.model_server is not None and self.ship:
-            raise ConfigError("the model server reads the weights from the run's artifact folder: it needs "
-                              "artifacts: shared (storage every node mounts)", path="runner.params.model_server")
+            raise ConfigError(
+                "the model server reads the weights from the run's artifact folder: it needs "
+                "artifacts: shared (storage every node mounts)",
+                path="runner.params.model_server",
+            )
         self.grace, self.start_timeout = float(grace), float(start_timeout)
         self.train = dict(train) if train else None
         if self.train is not None:
@@ -290,8 +322,11 @@ class RayRunner:
 
             check_train(self.train)
         if self.train is not None and self.ship:
-            raise ConfigError("training reads the base weights from the run's artifact folder: it needs artifacts: "
-                              "shared (storage every node mounts)", path="runner.params.train")
+            raise ConfigError(
+                "training reads the base weights from the run's artifact folder: it needs artifacts: "
+                "shared (storage every node mounts)",
+                path="runner.params.train",
+            )
         self._pool = _Actors(self.options, self.ship, self.model_server, namespace, self.start_timeout)
         self._token = 0
         self._connected_here = False
@@ -315,9 +350,11 @@ class RayRunner:
             try:
                 ray.init(address=self.address, **kw)
             except ConnectionError as e:
-                raise InfraError(f"cannot reach the Ray cluster at {self.address!r}: {e} (is it up? If its nodes use "
-                                 "token authentication, this machine needs RAY_AUTH_MODE=token and the same token; "
-                                 "see docs/cluster.md)") from None
+                raise InfraError(
+                    f"cannot reach the Ray cluster at {self.address!r}: {e} (is it up? If its nodes use "
+                    "token authentication, this machine needs RAY_AUTH_MODE=token and the same token; "
+                    "see docs/cluster.md)"
+                ) from None
             self._connected_here = True
         if self._pool.cls is None:
             self._pool.cls = ray.remote(RayWorker)
@@ -336,8 +373,12 @@ class RayRunner:
         return self._trainer
 
     def run(self, spec: WorkerSpec, jobs: Sequence[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
-        spec = WorkerSpec(agent=as_import_path(spec.agent, "agent"), reward=as_import_path(spec.reward, "reward"),
-                          artifacts_root=str(Path(spec.artifacts_root).resolve()), search_path=spec.search_path)
+        spec = WorkerSpec(
+            agent=as_import_path(spec.agent, "agent"),
+            reward=as_import_path(spec.reward, "reward"),
+            artifacts_root=str(Path(spec.artifacts_root).resolve()),
+            search_path=spec.search_path,
+        )
         ray = self._connect()
         if self.model_server is not None:
             from evolve.cluster.model_server import check_servers
@@ -350,8 +391,9 @@ class RayRunner:
             pool.puts.clear()
         self._token += 1
         pool.lost = 0
-        return schedule(pool, list(jobs), run=self._token, workers=self.workers, grace=self.grace,
-                        start_timeout=self.start_timeout)
+        return schedule(
+            pool, list(jobs), run=self._token, workers=self.workers, grace=self.grace, start_timeout=self.start_timeout
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -375,7 +417,9 @@ def _start_failure(e: BaseException) -> EvolveError:
     text = " ".join(str(e).split())
     if "UserError" in text or "is not visible on node" in text:
         i = text.find("UserError")
-        return UserError("a ray worker could not start: " + text[i + len("UserError: "):][:600] if i >= 0 else text[:600])
+        return UserError(
+            "a ray worker could not start: " + text[i + len("UserError: ") :][:600] if i >= 0 else text[:600]
+        )
     return EvolveError(f"a ray worker could not start: {text[:800]}")
 
 

@@ -7,7 +7,8 @@ import warnings
 
 from evolve.cluster.training import DAY, TRAIN_KEYS, HostedActor, RayTrainer, check_train, driver_threads
 
-warnings.warn("evolve.runners.ray_train moved to evolve.cluster.training; import it from there",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "evolve.runners.ray_train moved to evolve.cluster.training; import it from there", DeprecationWarning, stacklevel=2
+)
 
 __all__ = ["DAY", "TRAIN_KEYS", "HostedActor", "RayTrainer", "check_train", "driver_threads"]

@@ -110,8 +110,9 @@ def deadline(slot: Slot, grace: float, start_timeout: float) -> float | None:
     return slot.started_at + limit if slot.started_at is not None else slot.sent_at + start_timeout + limit
 
 
-def schedule(pool: Pool[S], jobs: Sequence[RolloutJob], *, run: int, workers: int, grace: float,
-             start_timeout: float) -> Iterator[tuple[RolloutJob, Trajectory]]:
+def schedule(
+    pool: Pool[S], jobs: Sequence[RolloutJob], *, run: int, workers: int, grace: float, start_timeout: float
+) -> Iterator[tuple[RolloutJob, Trajectory]]:
     """Run ``jobs`` on ``pool`` with at most ``workers`` workers; yield ``(job, trajectory)`` once
     per job as they complete. ``run`` tells this call's jobs from another's on a shared pool."""
     n = len(jobs)
@@ -148,8 +149,12 @@ def schedule(pool: Pool[S], jobs: Sequence[RolloutJob], *, run: int, workers: in
                         sent = pool.submit(slot, jobs[idx])
                     except Exception as e:  # noqa: BLE001 - the job cannot be pickled or serialised
                         free(slot)
-                        emit(idx, failed_trajectory(jobs[idx], f"runner: cannot send the job to a {pool.noun}: "
-                                                    f"{type(e).__name__}: {e}"))
+                        emit(
+                            idx,
+                            failed_trajectory(
+                                jobs[idx], f"runner: cannot send the job to a {pool.noun}: {type(e).__name__}: {e}"
+                            ),
+                        )
                         continue
                     if not sent:  # the worker is dying: the job waits for another
                         free(slot)
@@ -176,8 +181,15 @@ def schedule(pool: Pool[S], jobs: Sequence[RolloutJob], *, run: int, workers: in
                 elif held is not None:  # its worker is gone (the pool removed it)
                     pool.replaced += 1
                     why = f"{f.why} while running this rollout"
-                    emit(held, failed_trajectory(jobs[held], why, time.monotonic() - (slot.started_at or slot.sent_at),
-                                                 infra=infra("worker", why, "runner")))
+                    emit(
+                        held,
+                        failed_trajectory(
+                            jobs[held],
+                            why,
+                            time.monotonic() - (slot.started_at or slot.sent_at),
+                            infra=infra("worker", why, "runner"),
+                        ),
+                    )
 
             # give up on the workers past their deadline
             now = time.monotonic()
@@ -194,9 +206,15 @@ def schedule(pool: Pool[S], jobs: Sequence[RolloutJob], *, run: int, workers: in
                 pool.kill(slot)
                 pool.replaced += 1
                 if held is not None:
-                    emit(held, failed_trajectory(
-                        jobs[held], f"timeout: {pool.verb} after {elapsed:.1f}s{phase} (limit {limit:g}s + {grace:g}s "
-                        f"grace); {pool.aftermath}", elapsed))
+                    emit(
+                        held,
+                        failed_trajectory(
+                            jobs[held],
+                            f"timeout: {pool.verb} after {elapsed:.1f}s{phase} (limit {limit:g}s + {grace:g}s "
+                            f"grace); {pool.aftermath}",
+                            elapsed,
+                        ),
+                    )
     finally:
         # abandoned early or failed: the workers still busy with this run's jobs are killed
         for slot in list(pool.slots):

@@ -29,8 +29,10 @@ class _Threads:
     dropped) and ends when its agent returns."""
 
     noun, verb = "thread", "abandoned"
-    aftermath = ("threads cannot be killed: it goes on in the background and its result is dropped (use the "
-                 "process runner for agents that hang)")
+    aftermath = (
+        "threads cannot be killed: it goes on in the background and its result is dropped (use the "
+        "process runner for agents that hang)"
+    )
     reports_start = True
 
     def __init__(self, worker: Worker, runner: ThreadRunner) -> None:
@@ -140,8 +142,9 @@ class ThreadRunner:
     def _iter(self, worker: Worker, jobs: list[RolloutJob]) -> Iterator[tuple[RolloutJob, Trajectory]]:
         pool = _Threads(worker, self)  # threads of their own per run: two runs at once do not meet
         try:
-            yield from schedule(pool, jobs, run=0, workers=self.workers, grace=self.grace,
-                                start_timeout=self.start_timeout)
+            yield from schedule(
+                pool, jobs, run=0, workers=self.workers, grace=self.grace, start_timeout=self.start_timeout
+            )
         finally:
             pool.close()
 

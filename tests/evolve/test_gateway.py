@@ -24,15 +24,18 @@ pytest.importorskip("uvicorn")
 def test_the_openai_sdk_sync_with_a_tool_round_trip_is_one_session_of_two_calls(gw):
     import openai
 
-    client = openai.OpenAI(base_url=gw.url, api_key="unused", default_headers={"X-Evolve-Session": "user-1"},
-                           max_retries=0)
+    client = openai.OpenAI(
+        base_url=gw.url, api_key="unused", default_headers={"X-Evolve-Session": "user-1"}, max_retries=0
+    )
     msgs = [{"role": "user", "content": "capital of France"}]
     first = client.chat.completions.create(model="gpt-test", messages=msgs, tools=TOOLS)
     call = first.choices[0].message.tool_calls[0]
     assert call.function.name == "lookup" and json.loads(call.function.arguments) == {"q": "capital of France"}
     assert first.choices[0].finish_reason == "tool_calls"
-    msgs += [first.choices[0].message.model_dump(exclude_none=True),
-             {"role": "tool", "tool_call_id": call.id, "content": "Paris"}]
+    msgs += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "Paris"},
+    ]
     raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=msgs, tools=TOOLS)
     second = raw.parse()
     assert second.choices[0].message.content == "the tool said: Paris"
@@ -53,19 +56,25 @@ def test_the_openai_sdk_async_and_streaming_text_and_tool_calls(gw):
 
     async def main():
         client = openai.AsyncOpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-        whole = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a b c"}],
-                                                     user="async-user")
-        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "one two"}],
-                                                      stream=True, stream_options={"include_usage": True},
-                                                      user="async-user")
+        whole = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "a b c"}], user="async-user"
+        )
+        stream = await client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "one two"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            user="async-user",
+        )
         text, ids, usage = [], set(), None
         async for chunk in stream:
             ids.add(chunk.id)
             if chunk.choices and chunk.choices[0].delta.content:
                 text.append(chunk.choices[0].delta.content)
             usage = chunk.usage or usage
-        tools = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x y"}],
-                                                     tools=TOOLS, stream=True, user="async-user")
+        tools = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x y"}], tools=TOOLS, stream=True, user="async-user"
+        )
         args, names = "", ""
         async for chunk in tools:
             for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
@@ -81,8 +90,9 @@ def test_the_openai_sdk_async_and_streaming_text_and_tool_calls(gw):
     assert len(calls) == 3 and {c.session_id for c in calls} == {"async-user"}
     assert calls[1].id in ids and calls[1].stream and calls[1].output == "echo: one two"
     assert calls[1].completion_tokens == 3
-    assert calls[2].tool_calls == [{"id": calls[2].tool_calls[0]["id"], "type": "function",
-                                    "function": {"name": "lookup", "arguments": args}}]
+    assert calls[2].tool_calls == [
+        {"id": calls[2].tool_calls[0]["id"], "type": "function", "function": {"name": "lookup", "arguments": args}}
+    ]
 
 
 # ----------------------------------------------------------------------------- the anthropic SDK
@@ -92,27 +102,35 @@ def test_the_anthropic_sdk_with_tools_whole_and_streamed_and_a_stateless_convers
     import anthropic
 
     client = anthropic.Anthropic(base_url=gw.base, api_key="unused", max_retries=0)
-    hello = client.messages.create(model="claude-test", max_tokens=64, system="be brief",
-                                   messages=[{"role": "user", "content": "hi"}])
+    hello = client.messages.create(
+        model="claude-test", max_tokens=64, system="be brief", messages=[{"role": "user", "content": "hi"}]
+    )
     assert hello.content[0].text == "echo: hi" and hello.stop_reason == "end_turn" and hello.id.startswith("msg_")
     msgs = [{"role": "user", "content": "weather in Oslo"}]
     first = client.messages.create(model="claude-test", max_tokens=64, messages=msgs, tools=ATOOLS)
     use = first.content[0]
     assert first.stop_reason == "tool_use" and use.type == "tool_use" and use.input == {"q": "weather in Oslo"}
-    msgs += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "rain"}]}]
+    msgs += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "rain"}]},
+    ]
     with client.messages.stream(model="claude-test", max_tokens=64, messages=msgs, tools=ATOOLS) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert streamed == "the tool said: rain" and final.stop_reason == "end_turn"
-    with client.messages.stream(model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "go"}],
-                                tools=ATOOLS) as stream:
+    with client.messages.stream(
+        model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "go"}], tools=ATOOLS
+    ) as stream:
         tool_final = stream.get_final_message()
     assert tool_final.content[0].type == "tool_use" and tool_final.content[0].input == {"q": "go"}
     assert final.usage.input_tokens > 0 and final.usage.output_tokens == 4
     # any string the API takes as a user is a session: one the gateway cannot use as an id is hashed
-    odd = client.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "u"}],
-                                 metadata={"user_id": "auth0|abc 123"})
+    odd = client.messages.create(
+        model="claude-test",
+        max_tokens=8,
+        messages=[{"role": "user", "content": "u"}],
+        metadata={"user_id": "auth0|abc 123"},
+    )
 
     calls = gw.gateway.store.calls()
     assert calls[-1].id == odd.id and calls[-1].session_id.startswith("u-")
@@ -133,9 +151,14 @@ def test_litellm_as_the_agents_client(gw):
     from evolve.llm.litellm import import_litellm
 
     litellm = import_litellm()
-    r = litellm.completion(model="openai/agent-model", api_base=gw.url, api_key="unused",
-                           messages=[{"role": "user", "content": "ping"}], extra_headers={"x-evolve-session": "ll"},
-                           num_retries=0)
+    r = litellm.completion(
+        model="openai/agent-model",
+        api_base=gw.url,
+        api_key="unused",
+        messages=[{"role": "user", "content": "ping"}],
+        extra_headers={"x-evolve-session": "ll"},
+        num_retries=0,
+    )
     assert r.choices[0].message.content == "echo: ping"
     (call,) = gw.gateway.store.calls()
     assert call.session_id == "ll" and call.model == "agent-model" and call.id == r.id
@@ -154,10 +177,15 @@ def test_the_openai_agents_sdk_runs_an_agent_with_a_tool_through_the_gateway(gw)
         seen.append(q)
         return f"found {q}"
 
-    client = AsyncOpenAI(base_url=gw.url, api_key="unused", default_headers={"X-Evolve-Session": "agents-sdk"},
-                         max_retries=0)
-    agent = agents.Agent(name="helper", instructions="Use the tool.", tools=[lookup],
-                         model=agents.OpenAIChatCompletionsModel(model="gpt-agent", openai_client=client))
+    client = AsyncOpenAI(
+        base_url=gw.url, api_key="unused", default_headers={"X-Evolve-Session": "agents-sdk"}, max_retries=0
+    )
+    agent = agents.Agent(
+        name="helper",
+        instructions="Use the tool.",
+        tools=[lookup],
+        model=agents.OpenAIChatCompletionsModel(model="gpt-agent", openai_client=client),
+    )
     result = agents.Runner.run_sync(agent, "the moon")
     assert seen == ["the moon"] and result.final_output == "the tool said: found the moon"
     calls = gw.gateway.store.calls("agents-sdk")
@@ -177,8 +205,13 @@ def test_a_langgraph_react_agent_with_a_tool_through_the_gateway(gw):
         """Look a thing up."""
         return f"found {q}"
 
-    llm = ChatOpenAI(model="gpt-graph", base_url=gw.url, api_key="unused", max_retries=0,
-                     default_headers={"X-Evolve-Session": "langgraph"})
+    llm = ChatOpenAI(
+        model="gpt-graph",
+        base_url=gw.url,
+        api_key="unused",
+        max_retries=0,
+        default_headers={"X-Evolve-Session": "langgraph"},
+    )
     graph = create_react_agent(llm, [lookup])
     out = graph.invoke({"messages": [("user", "the sea")]})
     assert out["messages"][-1].content == "the tool said: found the sea"
@@ -189,28 +222,42 @@ def test_a_langgraph_react_agent_with_a_tool_through_the_gateway(gw):
 # ----------------------------------------------------------------------------- bad input, failures, feedback
 
 
-BAD_OPENAI = [b"not json", b"[1, 2]", {"messages": [{"role": "user", "content": "x"}]},
-              {"model": "m"}, {"model": "m", "messages": []}, {"model": "m", "messages": ["hi"]},
-              {"model": "m", "messages": [{"role": "wizard", "content": "x"}]},
-              {"model": "m", "messages": [{"role": "tool", "content": "x"}]},
-              {"model": "m", "messages": [{"role": "user", "content": 3}]},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": float("inf")},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"},
-              {"model": "m", "messages": [{"role": "user", "content": "x"}], "metadata": "s"},
-              {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": ["x"]}]},
-              {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": None}]}]},
-              b"[" * 100_000, b'{"model": "m", "n": ' + b"9" * 5000 + b"}"]
-BAD_ANTHROPIC = [b"{", {"model": "m", "messages": [{"role": "user", "content": "x"}]},
-                 {"model": "m", "max_tokens": 5, "messages": []},
-                 {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
-                 {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]},
-                 {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
-                 {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{}]},
-                 {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
-                  "tool_choice": {"type": "sometimes"}}]
+BAD_OPENAI = [
+    b"not json",
+    b"[1, 2]",
+    {"messages": [{"role": "user", "content": "x"}]},
+    {"model": "m"},
+    {"model": "m", "messages": []},
+    {"model": "m", "messages": ["hi"]},
+    {"model": "m", "messages": [{"role": "wizard", "content": "x"}]},
+    {"model": "m", "messages": [{"role": "tool", "content": "x"}]},
+    {"model": "m", "messages": [{"role": "user", "content": 3}]},
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": float("inf")},
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"},
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "metadata": "s"},
+    {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": ["x"]}]},
+    {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": None}]}]},
+    b"[" * 100_000,
+    b'{"model": "m", "n": ' + b"9" * 5000 + b"}",
+]
+BAD_ANTHROPIC = [
+    b"{",
+    {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+    {"model": "m", "max_tokens": 5, "messages": []},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{}]},
+    {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "x"}],
+        "tool_choice": {"type": "sometimes"},
+    },
+]
 
 
 def _raw_post(url: str, body) -> tuple[int, dict]:
@@ -249,7 +296,8 @@ def test_an_upstream_failure_is_the_status_the_client_expects_and_recorded_as_an
         client.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "x"}], stream=True)
     with pytest.raises(anthropic.APIStatusError) as e:
         with anthropic.Anthropic(base_url=gw.base, api_key="u", max_retries=0).messages.stream(
-                model="fail-500", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as st:
+            model="fail-500", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        ) as st:
             st.get_final_message()
     assert e.value.status_code == 502
     gw.gateway.store.calls()  # the two streamed failures are recorded too
@@ -261,7 +309,8 @@ def test_an_upstream_failure_is_the_status_the_client_expects_and_recorded_as_an
     assert e.value.status_code == 502 and "upstream" in str(e.value)
     with pytest.raises(anthropic.APIStatusError) as e:
         anthropic.Anthropic(base_url=gw.base, api_key="u", max_retries=0).messages.create(
-            model="fail-500", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+            model="fail-500", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     assert e.value.status_code == 502
     calls = gw.gateway.store.calls()
     assert [c.status for c in calls] == ["error"] * 5 and calls[0].error.startswith("429")
@@ -284,23 +333,34 @@ def test_a_client_that_drops_a_stream_half_way_has_its_call_recorded_as_cut(gw):
 
 
 def test_feedback_over_http_is_idempotent_by_id_and_checks_what_it_is_about(gw):
-    status, r = post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
-                                                      "user": "fb-session"})
+    status, r = post(
+        gw.url + "/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "q"}], "user": "fb-session"},
+    )
     cid = r["id"]
     fb = {"id": "fb-1", "session_id": "fb-session", "score": 1.0, "components": {"correct": 1}, "text": "right"}
-    assert post(gw.url + "/feedback", fb) == (201, {"id": "fb-1", "session_id": "fb-session", "call_id": None,
-                                                     "recorded": True})
+    assert post(gw.url + "/feedback", fb) == (
+        201,
+        {"id": "fb-1", "session_id": "fb-session", "call_id": None, "recorded": True},
+    )
     assert post(gw.url + "/feedback", fb)[1]["recorded"] is False  # sent twice: recorded once
     status, by_call = post(gw.url + "/feedback", {"call_id": cid, "score": 0.5})
     assert status == 201 and by_call["session_id"] == "fb-session"
     assert post(gw.url + "/feedback", {"call_id": cid, "score": 0.5})[1]["recorded"] is False  # same content
-    for bad in ({"score": 1}, {"session_id": "nope", "score": 1}, {"call_id": "nope", "score": 1},
-                {"session_id": "fb-session"}, {"session_id": "fb-session", "score": "high"},
-                {"session_id": "fb-session", "score": 1, "stars": 5}, [1]):
+    for bad in (
+        {"score": 1},
+        {"session_id": "nope", "score": 1},
+        {"call_id": "nope", "score": 1},
+        {"session_id": "fb-session"},
+        {"session_id": "fb-session", "score": "high"},
+        {"session_id": "fb-session", "score": 1, "stars": 5},
+        [1],
+    ):
         status, err = post(gw.url + "/feedback", bad)
         assert status == 400 and err["error"]["message"], bad
-    post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}],
-                                         "user": "fb-other"})
+    post(
+        gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "q"}], "user": "fb-other"}
+    )
     status, err = post(gw.url + "/feedback", {**fb, "session_id": "fb-other"})
     assert status == 400 and "already given to session 'fb-session'" in err["error"]["message"]
     got = gw.gateway.store.feedback_of(session_id="fb-session")
@@ -317,8 +377,15 @@ def test_beyond_loopback_a_key_is_required_and_checked_in_each_apis_shape(upstre
     from evolve.gateway.config import from_flags
 
     def cfg(host, key_env):
-        return from_flags(upstream="openai/*", api_base=upstream.url, upstream_key_env=None, store=tmp_path / "t",
-                          host=host, port=0, api_key_env=key_env)
+        return from_flags(
+            upstream="openai/*",
+            api_base=upstream.url,
+            upstream_key_env=None,
+            store=tmp_path / "t",
+            host=host,
+            port=0,
+            api_key_env=key_env,
+        )
 
     with pytest.raises(ConfigError, match="needs an API key"):
         GatewayServer(cfg("0.0.0.0", None))
@@ -331,15 +398,23 @@ def test_beyond_loopback_a_key_is_required_and_checked_in_each_apis_shape(upstre
     with GatewayServer(cfg("127.0.0.1", "GW_KEY")) as gw:
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=gw.url, api_key="wrong", max_retries=0).chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "x"}])
+                model="m", messages=[{"role": "user", "content": "x"}]
+            )
         with pytest.raises(anthropic.AuthenticationError):
             anthropic.Anthropic(base_url=gw.base, api_key="wrong", max_retries=0).messages.create(
-                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
         ok = openai.OpenAI(base_url=gw.url, api_key="s3cret").chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}])
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
         assert ok.choices[0].message.content == "echo: x"
-        assert anthropic.Anthropic(base_url=gw.base, api_key="s3cret").messages.create(
-            model="m", max_tokens=5, messages=[{"role": "user", "content": "y"}]).content[0].text == "echo: y"
+        assert (
+            anthropic.Anthropic(base_url=gw.base, api_key="s3cret")
+            .messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "y"}])
+            .content[0]
+            .text
+            == "echo: y"
+        )
         assert gw.gateway.store.counts()["calls"] == 2
 
 
@@ -348,16 +423,25 @@ def test_the_upstream_key_is_sent_upstream_and_never_recorded(upstream, tmp_path
     from evolve.gateway.config import from_flags
 
     monkeypatch.setenv("UP_KEY", "sk-upstream-secret")
-    cfg = from_flags(upstream="openai/*", api_base=upstream.url, upstream_key_env="UP_KEY", store=tmp_path / "t",
-                     host="127.0.0.1", port=0, api_key_env=None)
+    cfg = from_flags(
+        upstream="openai/*",
+        api_base=upstream.url,
+        upstream_key_env="UP_KEY",
+        store=tmp_path / "t",
+        host="127.0.0.1",
+        port=0,
+        api_key_env=None,
+    )
     import openai
 
     with GatewayServer(cfg) as gw:
         openai.OpenAI(base_url=gw.url, api_key="agent-key").chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}])
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
     assert upstream.headers[-1]["authorization"] == "Bearer sk-upstream-secret"
     data = (tmp_path / "t" / "traces.sqlite").read_bytes() + b"".join(
-        p.read_bytes() for p in (tmp_path / "t").glob("traces.sqlite-*"))
+        p.read_bytes() for p in (tmp_path / "t").glob("traces.sqlite-*")
+    )
     assert b"sk-upstream-secret" not in data and b"agent-key" not in data
 
 
@@ -371,6 +455,8 @@ def test_a_gateway_yaml_with_a_mistake_is_a_clear_error(tmp_path):
     f.write_text("port: 4000\n")
     with pytest.raises(ConfigError, match="routes: required field is missing"):
         load_config(f)
-    f.write_text("store: here\nroutes:\n  - {name: a, upstream: {model: 'openai/*'}}\n  - {name: a, upstream: {model: m}}\n")
+    f.write_text(
+        "store: here\nroutes:\n  - {name: a, upstream: {model: 'openai/*'}}\n  - {name: a, upstream: {model: m}}\n"
+    )
     with pytest.raises(ConfigError, match="route names must be unique"):
         load_config(f)

@@ -42,9 +42,26 @@ def test_kill_9_under_32_concurrent_sessions_loses_no_finished_call(upstream, tm
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "gateway", "--upstream", "openai/*", "--api-base",
-                             upstream.url, "--store", str(tmp_path / "traces"), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evolve",
+            "gateway",
+            "--upstream",
+            "openai/*",
+            "--api-base",
+            upstream.url,
+            "--store",
+            str(tmp_path / "traces"),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         _wait_port(port, proc)
         done: dict[str, list[str]] = {}
@@ -57,9 +74,11 @@ def test_kill_9_under_32_concurrent_sessions_loses_no_finished_call(upstream, tm
             while not stop.is_set():
                 n += 1
                 try:
-                    status, r = post(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                      {"model": "slow-20", "messages": [{"role": "user", "content": f"{i} {n}"}]},
-                                      {"x-evolve-session": sid})
+                    status, r = post(
+                        f"http://127.0.0.1:{port}/v1/chat/completions",
+                        {"model": "slow-20", "messages": [{"role": "user", "content": f"{i} {n}"}]},
+                        {"x-evolve-session": sid},
+                    )
                 except OSError:
                     return  # the gateway died under this request: it never finished
                 if status == 200:
@@ -84,15 +103,16 @@ def test_kill_9_under_32_concurrent_sessions_loses_no_finished_call(upstream, tm
     assert finished <= set(stored)  # every call an agent saw finish is in the store
     assert len(stored) - len(finished) <= 32  # at most the ones in flight at the kill (answered, never received)
     for sid, ids in done.items():
-        assert [c.id for c in store.calls(sid)][:len(ids)] == ids  # in the order the agent made them
+        assert [c.id for c in store.calls(sid)][: len(ids)] == ids  # in the order the agent made them
     assert store.integrity() == []
 
 
 def test_the_traces_cli_lists_shows_and_takes_feedback(gw, capsys):
     from evolve.cli.commands import main
 
-    post(gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "cli"}],
-                                         "user": "cli-s"})
+    post(
+        gw.url + "/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "cli"}], "user": "cli-s"}
+    )
     store = str(gw.cfg.store)
     main(["traces", "ls", store])
     assert "cli-s" in capsys.readouterr().out
@@ -124,23 +144,24 @@ def test_traces_cli_on_a_missing_store_is_a_user_error(tmp_path, capsys):
 
 
 def test_import_evolve_gateway_loads_no_http_stack():
-    code = ("import sys, evolve, evolve.gateway, evolve.gateway.cli; "
-            "bad = [m for m in ('starlette', 'uvicorn', 'litellm') if m in sys.modules]; print(bad)")
+    code = (
+        "import sys, evolve, evolve.gateway, evolve.gateway.cli; "
+        "bad = [m for m in ('starlette', 'uvicorn', 'litellm') if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(ROOT), check=True)
     assert out.stdout.strip() == "[]"
-
-
 
 
 def test_the_gateway_commands_say_what_is_wrong_without_a_traceback(tmp_path, capsys):
     from evolve.cli.commands import main
 
     for args, code, says in (
-            (["gateway", str(tmp_path / "none.yaml")], 2, "no gateway config file"),
-            (["gateway"], 2, "needs a gateway.yaml, --upstream MODEL or --local RUN_DIR"),
-            (["gateway", "--upstream", "openai/x", "--local", str(tmp_path)], 2, "give one of"),
-            (["gateway", "--upstream", "openai/x", "--host", "0.0.0.0"], 2, "needs an API key"),
-            (["gateway", "--local", str(tmp_path / "nope")], 2, "not an evolvekit run directory")):
+        (["gateway", str(tmp_path / "none.yaml")], 2, "no gateway config file"),
+        (["gateway"], 2, "needs a gateway.yaml, --upstream MODEL or --local RUN_DIR"),
+        (["gateway", "--upstream", "openai/x", "--local", str(tmp_path)], 2, "give one of"),
+        (["gateway", "--upstream", "openai/x", "--host", "0.0.0.0"], 2, "needs an API key"),
+        (["gateway", "--local", str(tmp_path / "nope")], 2, "not an evolvekit run directory"),
+    ):
         with pytest.raises(SystemExit) as e:
             main(args)
         err = capsys.readouterr().err

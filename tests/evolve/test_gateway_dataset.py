@@ -18,16 +18,30 @@ def _store(tmp_path, n=10):
     st = TraceStore(tmp_path / "traces")
     for i in range(n):
         sid = f"s{i}"
-        call = CallRecord(session_id=sid, api="openai", route="sql" if i % 2 == 0 else "other",
-                          messages=[{"role": "user", "content": f"q{i}"}], output=f"a{i}",
-                          request={"messages": [{"role": "user", "content": f"q{i}"}]},
-                          prompt_token_ids=[1, i], token_ids=[i, 2], system_id="sysA",
-                          params={"served_by": {"base": "B" if i != 5 else "other", "adapter": None}})
+        call = CallRecord(
+            session_id=sid,
+            api="openai",
+            route="sql" if i % 2 == 0 else "other",
+            messages=[{"role": "user", "content": f"q{i}"}],
+            output=f"a{i}",
+            request={"messages": [{"role": "user", "content": f"q{i}"}]},
+            prompt_token_ids=[1, i],
+            token_ids=[i, 2],
+            system_id="sysA",
+            params={"served_by": {"base": "B" if i != 5 else "other", "adapter": None}},
+        )
         st.record(call)
         if i < 8:
             st.feedback(session_id=sid, score=1.0 if i % 4 else 0.0, text=f"note {i}")
-    st.record(CallRecord(session_id="failed", api="openai", messages=[{"role": "user", "content": "x"}],
-                         status="error", error="502: upstream"))
+    st.record(
+        CallRecord(
+            session_id="failed",
+            api="openai",
+            messages=[{"role": "user", "content": "x"}],
+            status="error",
+            error="502: upstream",
+        )
+    )
     return st
 
 
@@ -47,7 +61,9 @@ def test_sessions_become_tasks_split_by_session_and_filtered(tmp_path):
     pos = sessions("traces", base_dir=tmp_path, feedback="positive", route="sql", val=0.0)
     assert sorted(t["id"] for t in pos["train"]) == ["s2", "s6"]
     assert sorted(t["id"] for t in sessions("traces", base_dir=tmp_path, feedback="unscored", val=0.0)["train"]) == [
-        "s8", "s9"]
+        "s8",
+        "s9",
+    ]
     with pytest.raises(ConfigError, match="no session that passes"):
         sessions("traces", base_dir=tmp_path, route="nowhere")
     with pytest.raises(ConfigError, match="feedback must be one of"):
@@ -87,18 +103,31 @@ def test_an_offline_job_on_recorded_gateway_traffic_trains_on_the_served_token_i
     with GatewayServer(from_flags(local=path, store=tmp_path / "traces", port=0)) as gw:
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
         for i, q in enumerate(questions):
-            r = client.chat.completions.create(model="sql-agent", messages=[{"role": "user", "content": q}],
-                                               temperature=0.0, max_tokens=12, user=f"user-{i}")
+            r = client.chat.completions.create(
+                model="sql-agent",
+                messages=[{"role": "user", "content": q}],
+                temperature=0.0,
+                max_tokens=12,
+                user=f"user-{i}",
+            )
             gw.gateway.store.feedback(session_id=f"user-{i}", score=1.0 if i % 4 else 0.0)
             assert r.system_fingerprint == a.id
     task = {
-        "name": "offline", "seed": 0,
-        "agent": "evolve.gateway.dataset:replay", "reward": "tests.evolve.test_gateway_dataset:agrees",
-        "models": {"policy": {"backend": "local", "name": "tiny",
-                              "params": {"weights": str(path.parent / "base.st"), "temperature": 0.0,
-                                         "max_tokens": 12}}},
-        "dataset": {"source": "evolve.gateway.dataset:sessions", "params": {"store": str(tmp_path / "traces"),
-                                                                            "val": 0.25}},
+        "name": "offline",
+        "seed": 0,
+        "agent": "evolve.gateway.dataset:replay",
+        "reward": "tests.evolve.test_gateway_dataset:agrees",
+        "models": {
+            "policy": {
+                "backend": "local",
+                "name": "tiny",
+                "params": {"weights": str(path.parent / "base.st"), "temperature": 0.0, "max_tokens": 12},
+            }
+        },
+        "dataset": {
+            "source": "evolve.gateway.dataset:sessions",
+            "params": {"store": str(tmp_path / "traces"), "val": 0.25},
+        },
         "operators": [{"name": "from_traces", "params": {"min_examples": 2, "epochs": 1, "r": 4, "replay": 0}}],
         "budget": {"generations": 1},
     }
@@ -154,9 +183,13 @@ def test_rewarded_sessions_become_memories_that_the_gateway_recalls_into_request
     from tests.helpers.upstream import ScriptedUpstream
 
     st = TraceStore(tmp_path / "traces")
-    for i, (q, a) in enumerate([("how many singers are there", "select count(*) from singer"),
-                                ("list the concert names", "select name from concert"),
-                                ("oldest singer age", "select max(age) from singer")]):
+    for i, (q, a) in enumerate(
+        [
+            ("how many singers are there", "select count(*) from singer"),
+            ("list the concert names", "select name from concert"),
+            ("oldest singer age", "select max(age) from singer"),
+        ]
+    ):
         st.record(CallRecord(session_id=f"s{i}", api="openai", messages=[{"role": "user", "content": q}], output=a))
         st.feedback(session_id=f"s{i}", score=1.0 if i < 2 else 0.0)
     tasks = sessions(str(tmp_path / "traces"), val=0.0)["train"]
@@ -164,14 +197,30 @@ def test_rewarded_sessions_become_memories_that_the_gateway_recalls_into_request
     assert sorted(e["text"] for e in got) == ["how many singers are there", "list the concert names"]
     assert {e["metadata"]["answer"] for e in got} == {"select count(*) from singer", "select name from concert"}
 
-    task = {"name": "mem", "seed": 0, "agent": "evolve.gateway.dataset:replay",
-            "reward": "tests.evolve.test_gateway_dataset:agrees",
-            "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
-            "dataset": {"source": "evolve.gateway.dataset:sessions",
-                        "params": {"store": str(tmp_path / "traces"), "val": 0.0}},
-            "operators": [{"name": "memory", "params": {"extract": "evolve.gateway.dataset:experiences",
-                                                        "embedder": "hashing", "k": 1, "feedback": False}}],
-            "budget": {"generations": 1}, "engine": {"acceptance": "val_only", "min_gain": -1}}
+    task = {
+        "name": "mem",
+        "seed": 0,
+        "agent": "evolve.gateway.dataset:replay",
+        "reward": "tests.evolve.test_gateway_dataset:agrees",
+        "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
+        "dataset": {
+            "source": "evolve.gateway.dataset:sessions",
+            "params": {"store": str(tmp_path / "traces"), "val": 0.0},
+        },
+        "operators": [
+            {
+                "name": "memory",
+                "params": {
+                    "extract": "evolve.gateway.dataset:experiences",
+                    "embedder": "hashing",
+                    "k": 1,
+                    "feedback": False,
+                },
+            }
+        ],
+        "budget": {"generations": 1},
+        "engine": {"acceptance": "val_only", "min_gain": -1},
+    }
     evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
     with Archive(tmp_path / "run", create=False) as archive:
         (kid,) = [r for r in archive.records() if r.operator == "memory"]
@@ -180,17 +229,31 @@ def test_rewarded_sessions_become_memories_that_the_gateway_recalls_into_request
     assert memory["version"] >= 1 and memory["k"] == 1
 
     with ScriptedUpstream() as up:
-        cfg = GatewayConfig.model_validate({"port": 0, "store": tmp_path / "served", "routes": [
-            {"upstream": {"model": "openai/*", "api_base": up.url},
-             "evolve": {"run": tmp_path / "run", "recall": {"format": "- {text} => {answer}"}}}]})
+        cfg = GatewayConfig.model_validate(
+            {
+                "port": 0,
+                "store": tmp_path / "served",
+                "routes": [
+                    {
+                        "upstream": {"model": "openai/*", "api_base": up.url},
+                        "evolve": {"run": tmp_path / "run", "recall": {"format": "- {text} => {answer}"}},
+                    }
+                ],
+            }
+        )
         with GatewayServer(cfg) as gw:
             openai.OpenAI(base_url=gw.url, api_key="unused").chat.completions.create(
-                model="m", messages=[{"role": "system", "content": "You write SQL."},
-                                     {"role": "user", "content": "how many singers do we have"}])
+                model="m",
+                messages=[
+                    {"role": "system", "content": "You write SQL."},
+                    {"role": "user", "content": "how many singers do we have"},
+                ],
+            )
             (call,) = gw.gateway.store.calls()
         system = up.requests[-1]["messages"][0]["content"]
-    assert system == ("You write SQL.\n\nRelevant past experience:\n"
-                      "- how many singers are there => select count(*) from singer")
+    assert system == (
+        "You write SQL.\n\nRelevant past experience:\n- how many singers are there => select count(*) from singer"
+    )
     assert len(call.params["memory_recalled"]) == 1 and call.system_id == kid.id
 
 
@@ -207,24 +270,43 @@ def test_the_reflective_operator_rewrites_a_prompt_from_the_users_feedback_on_re
     from evolve.archive import Archive
 
     st = TraceStore(tmp_path / "traces")
-    for i, (q, a, score, text) in enumerate([
+    for i, (q, a, score, text) in enumerate(
+        [
             ("names of singers", "select nam from singer", 0.0, "column 'nam' does not exist; it is 'name'"),
             ("count concerts", "select count(*) from concert", 1.0, "right"),
-            ("ages of singers", "select ag from singer", 0.0, "use the real column: age")]):
+            ("ages of singers", "select ag from singer", 0.0, "use the real column: age"),
+        ]
+    ):
         st.record(CallRecord(session_id=f"s{i}", api="openai", messages=[{"role": "user", "content": q}], output=a))
         st.feedback(session_id=f"s{i}", score=score, text=text)
     SEEN_REFLECTIONS.clear()
-    task = {"name": "reflect", "seed": 0, "agent": "evolve.gateway.dataset:replay",
-            "reward": "tests.evolve.test_gateway_dataset:agrees",
-            "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
-            "prompts": {"instruction": "Write SQL."},
-            "dataset": {"source": "evolve.gateway.dataset:sessions",
-                        "params": {"store": str(tmp_path / "traces"), "val": 0.0}},
-            "operators": [{"name": "reflective", "params": {
-                "traces": True, "minibatch": 3,
-                "model": {"backend": "scripted", "name": "reflector",
-                          "params": {"reply": "tests.evolve.test_gateway_dataset:reflect_reply"}}}}],
-            "budget": {"generations": 1}}
+    task = {
+        "name": "reflect",
+        "seed": 0,
+        "agent": "evolve.gateway.dataset:replay",
+        "reward": "tests.evolve.test_gateway_dataset:agrees",
+        "models": {"policy": {"backend": "scripted", "name": "s", "params": {"echo": True}}},
+        "prompts": {"instruction": "Write SQL."},
+        "dataset": {
+            "source": "evolve.gateway.dataset:sessions",
+            "params": {"store": str(tmp_path / "traces"), "val": 0.0},
+        },
+        "operators": [
+            {
+                "name": "reflective",
+                "params": {
+                    "traces": True,
+                    "minibatch": 3,
+                    "model": {
+                        "backend": "scripted",
+                        "name": "reflector",
+                        "params": {"reply": "tests.evolve.test_gateway_dataset:reflect_reply"},
+                    },
+                },
+            }
+        ],
+        "budget": {"generations": 1},
+    }
     evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
     (prompt,) = SEEN_REFLECTIONS
     assert "column 'nam' does not exist; it is 'name'" in prompt and "use the real column: age" in prompt
@@ -244,18 +326,28 @@ def judge_reply(messages) -> str:
     n = prompt.count(f"</answer-{nonce}>")
     if "garbage" in prompt:
         return "I like them all"
-    return json.dumps({"nonce": nonce, "scores": [{"answer": i + 1, "score": 1.0 if i == 0 else 0.25,
-                                                   "reason": f"r{i + 1}"} for i in range(n)]})
+    return json.dumps(
+        {
+            "nonce": nonce,
+            "scores": [{"answer": i + 1, "score": 1.0 if i == 0 else 0.25, "reason": f"r{i + 1}"} for i in range(n)],
+        }
+    )
 
 
 def test_the_llm_judge_ranks_answers_against_what_was_served_and_the_users_feedback():
     from evolve.gateway.judge import LLMJudge
 
-    judge = LLMJudge({"backend": "scripted", "name": "judge",
-                      "params": {"reply": "tests.evolve.test_gateway_dataset:judge_reply"}}, rubric="correct SQL")
-    task = {"id": "s1", "messages": [{"role": "user", "content": "names of singers"}],
-            "answer": {"output": "select nam from singer", "tool_calls": None}, "score": 0.0,
-            "feedback_text": "the column is name"}
+    judge = LLMJudge(
+        {"backend": "scripted", "name": "judge", "params": {"reply": "tests.evolve.test_gateway_dataset:judge_reply"}},
+        rubric="correct SQL",
+    )
+    task = {
+        "id": "s1",
+        "messages": [{"role": "user", "content": "names of singers"}],
+        "answer": {"output": "select nam from singer", "tool_calls": None},
+        "score": 0.0,
+        "feedback_text": "the column is name",
+    }
     JUDGE_PROMPTS.clear()
     got = judge.rank(task, ["select name from singer", "select nam from singer"])
     assert [(r.score, r.feedback) for r in got] == [(1.0, "r1"), (0.25, "r2")]

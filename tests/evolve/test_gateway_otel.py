@@ -26,8 +26,9 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
         cfg = cfg.model_validate({**cfg.model_dump(), "otel": {"endpoint": col.endpoint}})
         with GatewayServer(cfg) as gw:
             client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-            r = client.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "secret words"}],
-                                               temperature=0.5, user="otel-s")
+            r = client.chat.completions.create(
+                model="gpt-x", messages=[{"role": "user", "content": "secret words"}], temperature=0.5, user="otel-s"
+            )
             with pytest.raises(openai.APIStatusError):
                 client.chat.completions.create(model="fail-500", messages=[{"role": "user", "content": "x"}])
         deadline = time.time() + 20
@@ -35,7 +36,9 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
             time.sleep(0.05)
         ok, failed = col.spans[:2]
         a = col.attrs(ok)
-        assert ok.name == "chat gpt-x" and a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
+        assert (
+            ok.name == "chat gpt-x" and a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
+        )
         assert a["gen_ai.response.id"] == r.id and a["gen_ai.conversation.id"] == "otel-s"
         assert a["gen_ai.request.temperature"] == 0.5 and a["gen_ai.usage.output_tokens"] == 3
         assert a["gen_ai.response.finish_reasons"] == ["stop"] and ok.end_time_unix_nano > ok.start_time_unix_nano
@@ -48,9 +51,9 @@ def test_calls_become_gen_ai_spans_at_a_real_otlp_collector_live_and_afterwards(
         while len(col.spans) < before + 2 and time.time() < deadline:
             time.sleep(0.05)
         again = col.attrs(col.spans[before])
-        assert "secret words" in again["gen_ai.input.messages"] and "echo: secret words" in again["gen_ai.output.messages"]
-
-
+        assert (
+            "secret words" in again["gen_ai.input.messages"] and "echo: secret words" in again["gen_ai.output.messages"]
+        )
 
 
 def test_otel_export_to_a_collector_that_is_not_there_fails_loudly(gw, capsys):

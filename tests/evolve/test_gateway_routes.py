@@ -21,21 +21,32 @@ pytest.importorskip("uvicorn")
 def test_local_tool_format_renders_history_and_parses_only_offered_tools():
     from evolve.gateway.local import parse_tool_calls, render
 
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "42"}]
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
     out = render(msgs, TOOLS)
     assert out[0]["role"] == "system" and out[0]["content"].startswith("be brief\n\nYou may call tools.")
     assert '"name": "lookup"' in out[0]["content"] and "<tools>" in out[0]["content"]
-    assert out[2] == {"role": "assistant", "content": '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>'}
+    assert out[2] == {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>',
+    }
     assert out[3] == {"role": "user", "content": '<tool_response>{"name": "lookup", "content": "42"}</tool_response>'}
     text, calls = parse_tool_calls('ok <tool_call>{"name": "lookup", "arguments": {"q": "y"}}</tool_call>', TOOLS)
     assert text == "ok" and calls[0]["function"] == {"name": "lookup", "arguments": '{"q": "y"}'}
     assert parse_tool_calls('<tool_call>{"name": "rm", "arguments": {}}</tool_call>', TOOLS)[1] is None
     assert parse_tool_calls("<tool_call>not json</tool_call>", TOOLS)[1] is None
     assert parse_tool_calls('<tool_call>{"name": "lookup"}</tool_call>', None) == (
-        '<tool_call>{"name": "lookup"}</tool_call>', None)
+        '<tool_call>{"name": "lookup"}</tool_call>',
+        None,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,24 +70,26 @@ def test_a_local_route_records_token_ids_and_follows_a_promotion_without_a_resta
     with Archive(path, create=False) as archive:
         archive.set_current(a.id)
     cfg = from_flags(local=path, store=tmp_path / "t", port=0)
-    cfg = cfg.model_validate({**cfg.model_dump(), "routes": [{**cfg.routes[0].model_dump(),
-                                                              "local": {"run": path, "poll": 0.05}}]})
+    cfg = cfg.model_validate(
+        {**cfg.model_dump(), "routes": [{**cfg.routes[0].model_dump(), "local": {"run": path, "poll": 0.05}}]}
+    )
     with GatewayServer(cfg) as gw:
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-        r1 = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                            user="s")
+        r1 = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16, user="s")
         assert r1.choices[0].message.content == want[a.id].text and r1.system_fingerprint == a.id
         with Archive(path, create=False) as other:  # the engine (or evolve archive rollback) moves the pointer
             other.set_current(b.id)
         deadline = time.monotonic() + 20
         while gw.gateway.routes[0].current_system() != b.id and time.monotonic() < deadline:
             time.sleep(0.02)
-        stream = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                                stream=True, user="new")
+        stream = client.chat.completions.create(
+            model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16, stream=True, user="new"
+        )
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == want[b.id].text  # a new session: the promoted system
-        again = client.chat.completions.create(model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16,
-                                               user="s")
+        again = client.chat.completions.create(
+            model="sql-agent", messages=msgs, temperature=0.0, max_tokens=16, user="s"
+        )
         assert again.choices[0].message.content == want[a.id].text  # a session goes on with its own system
         assert again.system_fingerprint == a.id
         calls = gw.gateway.store.calls()
@@ -101,7 +114,8 @@ def test_a_local_route_gives_top_logprobs(served_run, tmp_path):
     msgs = [{"role": "user", "content": "say hi"}]
     with GatewayServer(from_flags(local=path, store=tmp_path / "t", port=0)) as gw:
         r = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0).chat.completions.create(
-            model="m", messages=msgs, temperature=0.0, max_tokens=6, logprobs=True, top_logprobs=2)
+            model="m", messages=msgs, temperature=0.0, max_tokens=6, logprobs=True, top_logprobs=2
+        )
     content = r.choices[0].logprobs.content
     assert content and all(len(e.top_logprobs) == 2 for e in content)
     for e in content:  # greedy: the likeliest is the token drawn
@@ -124,10 +138,21 @@ def test_a_local_route_calls_an_offered_tool_in_the_documented_format(served_run
     def complete(self, messages, **kw):
         seen.append(messages)
         last = messages[-1]["content"]
-        text = ("the answer is 42" if last.startswith("<tool_response>")
-                else '<tool_call>{"name": "lookup", "arguments": {"q": "life"}}</tool_call>')
-        return Completion(text=text, model="tiny", token_ids=(1, 2, 3), prompt_token_ids=(4, 5), logprobs=(-0.1,) * 3,
-                          finish_reason="stop", prompt_tokens=2, completion_tokens=3), self.system_id
+        text = (
+            "the answer is 42"
+            if last.startswith("<tool_response>")
+            else '<tool_call>{"name": "lookup", "arguments": {"q": "life"}}</tool_call>'
+        )
+        return Completion(
+            text=text,
+            model="tiny",
+            token_ids=(1, 2, 3),
+            prompt_token_ids=(4, 5),
+            logprobs=(-0.1,) * 3,
+            finish_reason="stop",
+            prompt_tokens=2,
+            completion_tokens=3,
+        ), self.system_id
 
     monkeypatch.setattr(ServeApp, "complete", complete)
     path, a, b = served_run
@@ -137,8 +162,10 @@ def test_a_local_route_calls_an_offered_tool_in_the_documented_format(served_run
         r = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
         call = r.choices[0].message.tool_calls[0]
         assert r.choices[0].finish_reason == "tool_calls" and json.loads(call.function.arguments) == {"q": "life"}
-        msgs += [r.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+        msgs += [
+            r.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "42"},
+        ]
         r2 = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
         assert r2.choices[0].message.content == "the answer is 42"
         calls = gw.gateway.store.calls()
@@ -151,7 +178,8 @@ def test_a_local_route_calls_an_offered_tool_in_the_documented_format(served_run
 
 
 def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effect_without_a_restart(
-        upstream, tmp_path):
+    upstream, tmp_path
+):
     import openai
     import yaml
 
@@ -166,11 +194,30 @@ def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effe
         archive.add_system(a)
         archive.add_system(b, parents=[a.id], operator="reflective")
         archive.set_current(a.id)
-    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump({"port": 0, "store": "traces", "routes": [
-        {"name": "support", "match": ["gpt-*"], "upstream": {"model": "openai/*", "api_base": upstream.url},
-         "evolve": {"run": "run", "poll": 0.01, "apply": [{"component": "policy.instruction"},
-                                                         {"component": "policy.missing", "how": "append"}]}},
-        {"name": "plain", "match": ["*"], "upstream": {"model": "openai/*", "api_base": upstream.url}}]}))
+    (tmp_path / "gateway.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "port": 0,
+                "store": "traces",
+                "routes": [
+                    {
+                        "name": "support",
+                        "match": ["gpt-*"],
+                        "upstream": {"model": "openai/*", "api_base": upstream.url},
+                        "evolve": {
+                            "run": "run",
+                            "poll": 0.01,
+                            "apply": [
+                                {"component": "policy.instruction"},
+                                {"component": "policy.missing", "how": "append"},
+                            ],
+                        },
+                    },
+                    {"name": "plain", "match": ["*"], "upstream": {"model": "openai/*", "api_base": upstream.url}},
+                ],
+            }
+        )
+    )
     cfg = load_config(tmp_path / "gateway.yaml")
     assert cfg.store == tmp_path / "traces"
     agent_prompt = "You are the support agent. {{evolve:policy.instruction}} Be kind."
@@ -178,9 +225,11 @@ def test_a_runs_evolved_prompt_is_applied_per_request_and_a_promotion_takes_effe
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
 
         def ask(model: str, session: str | None = None):
-            client.chat.completions.create(model=model, messages=[
-                {"role": "system", "content": agent_prompt}, {"role": "user", "content": "hi"}],
-                extra_headers={"x-evolve-session": session} if session else None)
+            client.chat.completions.create(
+                model=model,
+                messages=[{"role": "system", "content": agent_prompt}, {"role": "user", "content": "hi"}],
+                extra_headers={"x-evolve-session": session} if session else None,
+            )
             return upstream.requests[-1]["messages"][0]["content"]
 
         assert ask("gpt-x") == "You are the support agent. Answer in French. Be kind."
@@ -209,19 +258,31 @@ def test_apply_rules_modes():
 
     msgs = [{"role": "user", "content": "q"}]
     p = {"k": "EVOLVED"}
-    assert apply_rules(msgs, [Rule("k", "prepend")], p) == ([{"role": "system", "content": "EVOLVED"},
-                                                             {"role": "user", "content": "q"}], ["k"])
+    assert apply_rules(msgs, [Rule("k", "prepend")], p) == (
+        [{"role": "system", "content": "EVOLVED"}, {"role": "user", "content": "q"}],
+        ["k"],
+    )
     assert apply_rules(msgs, [Rule("k", "block")], p) == (msgs, [])  # no system message, no placeholder
     assert apply_rules(msgs, [Rule("k", "append", "last_user")], p)[0][-1]["content"] == "q\n\nEVOLVED"
     sys_msgs = [{"role": "system", "content": "old"}, *msgs]
     assert apply_rules(sys_msgs, [Rule("k", "replace")], p)[0][0]["content"] == "EVOLVED"
     assert sys_msgs[0]["content"] == "old"  # the input is not changed
-    parts = [{"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]}]
+    parts = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}],
+        }
+    ]
     got = apply_rules(parts, [Rule("k", "prepend", "last_user")], p)[0][0]["content"]
     assert got == [{"type": "text", "text": "EVOLVED"}, *parts[0]["content"]]  # the image stays
     demos = {"policy.demos": json.dumps([{"input": "2+2", "output": "4"}, {"input": "3+3", "output": {"n": 6}}])}
     with_demos, used = apply_rules(sys_msgs, [Rule("policy.demos", "demos")], demos)
     assert used == ["policy.demos"] and with_demos == [
-        sys_msgs[0], {"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "3+3"}, {"role": "assistant", "content": '{"n": 6}'}, sys_msgs[1]]
+        sys_msgs[0],
+        {"role": "user", "content": "2+2"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+3"},
+        {"role": "assistant", "content": '{"n": 6}'},
+        sys_msgs[1],
+    ]
     assert apply_rules(sys_msgs, [Rule("policy.demos", "demos")], {"policy.demos": "not json"}) == (sys_msgs, [])

@@ -35,8 +35,10 @@ def _team_run(d):
     torch.manual_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                              init_lora_weights=False))
+        pm = get_peft_model(
+            copy.deepcopy(model),
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+        )
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_B" in n:
@@ -71,9 +73,13 @@ def _graph(base_url: str):
 
         def run(q: str) -> dict:
             client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-            ask = lambda model, text: client.chat.completions.create(  # noqa: E731
-                model=model, messages=[{"role": "user", "content": text}], temperature=0.0,
-                max_tokens=8).choices[0].message.content
+            ask = lambda model, text: (
+                client.chat.completions.create(  # noqa: E731
+                    model=model, messages=[{"role": "user", "content": text}], temperature=0.0, max_tokens=8
+                )
+                .choices[0]
+                .message.content
+            )
             draft = ask("writer-model", q)
             return {"q": q, "draft": draft, "review": ask("reviewer", f"review: {draft}")}
 
@@ -108,8 +114,16 @@ def test_a_two_name_app_is_recorded_and_learned_role_by_role_and_served_each_rol
 
     path, before, after = team_run
     # the model names the app sends -> the system's roles ("reviewer" by default: name = role)
-    cfg = GatewayConfig(port=0, store=tmp_path / "traces", routes=[RouteConfig(
-        name="team", local=LocalConfig(run=path, roles={"writer-model": "writer", "reviewer": "reviewer"}, poll=0.05))])
+    cfg = GatewayConfig(
+        port=0,
+        store=tmp_path / "traces",
+        routes=[
+            RouteConfig(
+                name="team",
+                local=LocalConfig(run=path, roles={"writer-model": "writer", "reviewer": "reviewer"}, poll=0.05),
+            )
+        ],
+    )
     with GatewayServer(cfg) as gw:
         route = gw.gateway.routes[0]
         assert sorted(route.names()) == ["reviewer", "writer-model"]
@@ -118,8 +132,9 @@ def test_a_two_name_app_is_recorded_and_learned_role_by_role_and_served_each_rol
         for i, q in enumerate(QUESTIONS):
             out = _graph(f"{gw.base}/s/team-{i}/v1")(q)
             assert out["draft"] is not None and out["review"] is not None
-            gw.gateway.store.feedback(session_id=f"team-{i}", score=1.0 if i % 3 else 0.0,
-                                      components={"reviewer": 0.0} if i == 1 else None)
+            gw.gateway.store.feedback(
+                session_id=f"team-{i}", score=1.0 if i % 3 else 0.0, components={"reviewer": 0.0} if i == 1 else None
+            )
         store = gw.gateway.store
         for i in range(len(QUESTIONS)):
             calls = store.calls(f"team-{i}")
@@ -135,15 +150,26 @@ def test_a_two_name_app_is_recorded_and_learned_role_by_role_and_served_each_rol
         assert all([c["role"] for c in t["calls"]] == ["writer"] for t in writer_tasks)
         sha = before.models["writer"].base.sha256
         ok = {f"team-{i}" for i in range(len(QUESTIONS)) if i % 3}
-        want = {r: [(tuple(c.prompt_token_ids), tuple(c.token_ids)) for s in sorted(ok)
-                    for c in store.calls(s) if c.params["served_by"]["role"] == r] for r in ("writer", "reviewer")}
+        want = {
+            r: [
+                (tuple(c.prompt_token_ids), tuple(c.token_ids))
+                for s in sorted(ok)
+                for c in store.calls(s)
+                if c.params["served_by"]["role"] == r
+            ]
+            for r in ("writer", "reviewer")
+        }
         op = FromTraces(roles=["writer", "reviewer"], min_score=1.0)
         got_w, counts_w = op.examples(every, sha, "writer")
         assert sorted(got_w) == sorted(set(want["writer"])) and counts_w["other_role"] == len(QUESTIONS)
         assert not set(got_w) & (set(want["reviewer"]) - set(want["writer"]))  # no reviewer call in it
         got_r, _ = op.examples(every, sha, "reviewer")  # team-1's feedback scored its reviewer 0
-        reviewer_ok = [(tuple(c.prompt_token_ids), tuple(c.token_ids)) for s in sorted(ok - {"team-1"})
-                       for c in store.calls(s) if c.params["served_by"]["role"] == "reviewer"]
+        reviewer_ok = [
+            (tuple(c.prompt_token_ids), tuple(c.token_ids))
+            for s in sorted(ok - {"team-1"})
+            for c in store.calls(s)
+            if c.params["served_by"]["role"] == "reviewer"
+        ]
         assert sorted(got_r) == sorted(set(reviewer_ok))
         # the single-role setting on a team's traffic also keeps to its role
         single, _ = FromTraces(role="writer", min_score=1.0).examples(every, sha, "writer")
@@ -156,8 +182,9 @@ def test_a_two_name_app_is_recorded_and_learned_role_by_role_and_served_each_rol
             for role in ("writer", "reviewer"):
                 for s in (before, after):
                     llm = build(s.models[role], archive.artifacts)
-                    direct[role, s.id] = llm.complete([Message(role="user", content="fresh topic")],
-                                                      temperature=0.0, max_tokens=8).text
+                    direct[role, s.id] = llm.complete(
+                        [Message(role="user", content="fresh topic")], temperature=0.0, max_tokens=8
+                    ).text
                     llm.close()
         deadline = time.time() + 30
         while any(up.system_id != after.id for up in ups.values()) and time.time() < deadline:
@@ -172,9 +199,14 @@ def test_a_two_name_app_is_recorded_and_learned_role_by_role_and_served_each_rol
         import openai
 
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
-        chunks = client.chat.completions.create(model="writer-model", stream=True, temperature=0.0, max_tokens=8,
-                                                messages=[{"role": "user", "content": "fresh topic"}],
-                                                extra_headers={"x-evolve-session": "streamed"})
+        chunks = client.chat.completions.create(
+            model="writer-model",
+            stream=True,
+            temperature=0.0,
+            max_tokens=8,
+            messages=[{"role": "user", "content": "fresh topic"}],
+            extra_headers={"x-evolve-session": "streamed"},
+        )
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == direct["writer", after.id]
         assert store.calls("streamed")[0].params["served_by"]["role"] == "writer"
         with pytest.raises(openai.NotFoundError, match="writer-model"):
@@ -218,19 +250,32 @@ def test_from_traces_trains_only_the_writers_adapter_on_the_writers_recorded_cal
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
         for i in range(12):
             for model, text in (("writer", f"topic {i}"), ("reviewer", f"review: draft {i}")):
-                client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
-                                               temperature=0.0, max_tokens=8, user=f"team-{i}")
+                client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": text}],
+                    temperature=0.0,
+                    max_tokens=8,
+                    user=f"team-{i}",
+                )
             gw.gateway.store.feedback(session_id=f"team-{i}", score=1.0 if i % 4 else 0.0)
     weights = str(path.parent / "base.st")
     local = {"backend": "local", "name": "tiny", "params": {"weights": weights, "temperature": 0.0, "max_tokens": 8}}
     task = {
-        "name": "team-offline", "seed": 0,
-        "agent": "evolve.gateway.dataset:replay", "reward": "tests.evolve.test_gateway_dataset:agrees",
+        "name": "team-offline",
+        "seed": 0,
+        "agent": "evolve.gateway.dataset:replay",
+        "reward": "tests.evolve.test_gateway_dataset:agrees",
         "models": {"writer": local, "reviewer": local},
-        "dataset": {"source": "evolve.gateway.dataset:sessions", "params": {"store": str(tmp_path / "traces"),
-                                                                            "val": 0.25}},
-        "operators": [{"name": "from_traces", "params": {"roles": ["writer"], "min_examples": 2, "epochs": 1,
-                                                         "r": 4, "replay": 0}}],
+        "dataset": {
+            "source": "evolve.gateway.dataset:sessions",
+            "params": {"store": str(tmp_path / "traces"), "val": 0.25},
+        },
+        "operators": [
+            {
+                "name": "from_traces",
+                "params": {"roles": ["writer"], "min_examples": 2, "epochs": 1, "r": 4, "replay": 0},
+            }
+        ],
         "budget": {"generations": 1},
     }
     report = evolve.run(task, base_dir=tmp_path, out=tmp_path / "run")
@@ -249,22 +294,26 @@ def test_from_traces_trains_only_the_writers_adapter_on_the_writers_recorded_cal
         direct = {}
         for role in ("writer", "reviewer"):
             llm = build(child.models[role], archive.artifacts)
-            direct[role] = llm.complete([Message(role="user", content="fresh topic")], temperature=0.0,
-                                        max_tokens=8).text
+            direct[role] = llm.complete(
+                [Message(role="user", content="fresh topic")], temperature=0.0, max_tokens=8
+            ).text
             llm.close()
     with GatewayServer(from_flags(local=tmp_path / "run", roles="all", store=tmp_path / "traces2", port=0)) as gw:
         client = openai.OpenAI(base_url=gw.url, api_key="unused", max_retries=0)
         for role in ("writer", "reviewer"):
-            r = client.chat.completions.create(model=role, messages=[{"role": "user", "content": "fresh topic"}],
-                                               temperature=0.0, max_tokens=8)
+            r = client.chat.completions.create(
+                model=role, messages=[{"role": "user", "content": "fresh topic"}], temperature=0.0, max_tokens=8
+            )
             assert r.system_fingerprint == child.id and r.choices[0].message.content == direct[role]
 
 
 def test_the_roles_flag_goes_with_a_local_run_instead_of_role(tmp_path, capsys):
     from evolve.cli.commands import main
 
-    for args in (["gateway", "--upstream", "openai/x", "--roles", "a,b"],
-                 ["gateway", "--local", str(tmp_path), "--role", "a", "--roles", "b"]):
+    for args in (
+        ["gateway", "--upstream", "openai/x", "--roles", "a,b"],
+        ["gateway", "--local", str(tmp_path), "--role", "a", "--roles", "b"],
+    ):
         with pytest.raises(SystemExit) as e:
             main(args)
         err = capsys.readouterr().err

@@ -55,8 +55,15 @@ def make_tiny_llm(temperature: float):
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
 
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
-    return LocalLM.from_model(build_model(cfg, seed=0), CharTokenizer(), name="tiny", temperature=temperature,
-                              max_tokens=16, batch_wait=0.001, max_wait=0.005)
+    return LocalLM.from_model(
+        build_model(cfg, seed=0),
+        CharTokenizer(),
+        name="tiny",
+        temperature=temperature,
+        max_tokens=16,
+        batch_wait=0.001,
+        max_wait=0.005,
+    )
 
 
 def two_system_run(d):
@@ -80,8 +87,10 @@ def two_system_run(d):
     torch.manual_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                              init_lora_weights=False))
+        pm = get_peft_model(
+            copy.deepcopy(model),
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+        )
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_B" in n:

@@ -99,8 +99,15 @@ def vowel_agent(task: dict, ctx: Any) -> Any:
 
 def vowel_demos(tasks: list[dict], **_: Any) -> list[list[dict]]:
     """Demo chats for the vowel world: the agent's two turns, answered with vowels."""
-    return [[{"role": "user", "content": str(t["q"])}, {"role": "assistant", "content": "aeio"},
-             {"role": "user", "content": "more"}, {"role": "assistant", "content": "ua"}] for t in tasks]
+    return [
+        [
+            {"role": "user", "content": str(t["q"])},
+            {"role": "assistant", "content": "aeio"},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "ua"},
+        ]
+        for t in tasks
+    ]
 
 
 def vowel_reward(task: dict, output: Any) -> float:
@@ -112,10 +119,13 @@ def vowel_reward(task: dict, output: Any) -> float:
 # Sum the squares of a list with at most 3 tool calls: the base agent squares one number per call
 # (and fails on long lists); a synthesised ``sum_squares`` tool solves any list in one call.
 
+
 def squares_dataset(seed: int = 0, n_train: int = 24, n_val: int = 8, n_test: int = 8) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for split, n in (("train", n_train), ("val", n_val), ("test", n_test)):
-        out[split] = [{"id": f"{split}-{i}", "xs": [(i * 3 + j + seed) % 7 for j in range(1 + i % 5)]} for i in range(n)]
+        out[split] = [
+            {"id": f"{split}-{i}", "xs": [(i * 3 + j + seed) % 7 for j in range(1 + i % 5)]} for i in range(n)
+        ]
     return out
 
 
@@ -161,9 +171,12 @@ def toolsmith(messages: tuple) -> str:
 # Every rollout makes exactly one LLM call (the scripted model echoes); the reward is the system's
 # prompts["level"] / 100, so every child of LevelUp passes both acceptance stages.
 
+
 def level_dataset(seed: int = 0, n_train: int = 30, n_val: int = 6, n_test: int = 5) -> dict[str, list[dict]]:
-    return {split: [{"id": f"{split}-{i}", "x": i} for i in range(n)]
-            for split, n in (("train", n_train), ("val", n_val), ("test", n_test))}
+    return {
+        split: [{"id": f"{split}-{i}", "x": i} for i in range(n)]
+        for split, n in (("train", n_train), ("val", n_val), ("test", n_test))
+    }
 
 
 def level_agent(task: dict, ctx: Any) -> Any:
@@ -198,9 +211,16 @@ class LevelUp:
         if self.explore:
             ctx.rollouts(parent, list(ctx.train)[: self.explore], tag="explore")
         level = int(parent.prompts.get("level", "0"))
-        return [Candidate(system=parent.replace(prompts={**parent.prompts, "level": str(level + i + 1),
-                                                         "from": f"{parent.id[:8]}/{i}"}),
-                          parents=(parent.id,), operator=self.name) for i in range(self.children)]
+        return [
+            Candidate(
+                system=parent.replace(
+                    prompts={**parent.prompts, "level": str(level + i + 1), "from": f"{parent.id[:8]}/{i}"}
+                ),
+                parents=(parent.id,),
+                operator=self.name,
+            )
+            for i in range(self.children)
+        ]
 
 
 # ----------------------------------------------------------------------------- a noisy grader
@@ -224,17 +244,27 @@ def noisy_reward(task: dict, output: Any, trajectory: Any) -> float:
 def vote_search_task(n: int, search: dict, budget: dict) -> dict:
     """A task file (as a dict) for the topology search on the vowel world: one ``llm`` step to
     start from, a palette that may wrap it in an ``n``-vote, ``search`` as the operator's params."""
-    graph = {"entry": "ask", "nodes": [{"id": "ask", "type": "llm", "params": {"prompt": "{q}"}},
-                                       {"id": "answer", "type": "answer", "params": {"key": "text"}}],
-             "edges": [{"src": "ask", "dst": "answer"}]}
+    graph = {
+        "entry": "ask",
+        "nodes": [
+            {"id": "ask", "type": "llm", "params": {"prompt": "{q}"}},
+            {"id": "answer", "type": "answer", "params": {"key": "text"}},
+        ],
+        "edges": [{"src": "ask", "dst": "answer"}],
+    }
     palette = [{"name": "vote", "kind": "wrap", "chain_types": ["llm"], "params": {"key": "text"}, "grid": {"n": [n]}}]
     return {
-        "name": "g", "seed": 0, "agent": "evolve.topology:agent", "reward": "tests.helpers.agents:vowel_reward",
+        "name": "g",
+        "seed": 0,
+        "agent": "evolve.topology:agent",
+        "reward": "tests.helpers.agents:vowel_reward",
         "models": {"policy": {"backend": "scripted", "name": "echo", "params": {"echo": True}}},
-        "workflow": {"graph": graph}, "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
+        "workflow": {"graph": graph},
+        "dataset": {"source": "tests.helpers.agents:vowel_dataset"},
         "operators": [{"name": "topology", "params": {"palette": palette, **search}}],
         "runner": {"name": "thread", "workers": 2, "timeout": 10},
-        "budget": budget, "engine": {"minibatch": 4},
+        "budget": budget,
+        "engine": {"minibatch": 4},
     }
 
 

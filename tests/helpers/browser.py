@@ -17,8 +17,16 @@ import pytest
 
 # As the machine's probe starts it: no sandbox as root, no GPU, and nothing that calls home
 # (this machine's closed network refuses those connections, many at a time).
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -44,8 +52,10 @@ def chromium() -> str:
         found = shutil.which("chromium")
         if found:
             return found
-    pytest.fail("the dashboard's browser tests need Chromium: install Debian's package (apt-get install chromium) "
-                "or set EVOLVE_SKIP_BROWSER=1 to skip them")
+    pytest.fail(
+        "the dashboard's browser tests need Chromium: install Debian's package (apt-get install chromium) "
+        "or set EVOLVE_SKIP_BROWSER=1 to skip them"
+    )
 
 
 def launch(playwright):

@@ -43,8 +43,16 @@ from typing import Any
 
 DEBIAN = "evolvekit-standin/debian:bookworm"
 PYTHON = "evolvekit-standin/python:3.11-slim"
-IMAGES = {"debian:bookworm": DEBIAN, "debian:12": DEBIAN, "ubuntu:24.04": DEBIAN, "ubuntu:22.04": DEBIAN,
-          "ubuntu:latest": DEBIAN, "python:3.11-slim": PYTHON, "python:3.12-slim": PYTHON, "python:3.13-slim": PYTHON}
+IMAGES = {
+    "debian:bookworm": DEBIAN,
+    "debian:12": DEBIAN,
+    "ubuntu:24.04": DEBIAN,
+    "ubuntu:22.04": DEBIAN,
+    "ubuntu:latest": DEBIAN,
+    "python:3.11-slim": PYTHON,
+    "python:3.12-slim": PYTHON,
+    "python:3.13-slim": PYTHON,
+}
 DOCKERD = ["dockerd", "--bridge=none", "--iptables=false", "--ip-masq=false"]
 PIDFILE = Path(tempfile.gettempdir()) / "evolvekit-tests-dockerd.json"
 SESSION_ENV = "EVOLVE_HARBOR_SESSION"
@@ -178,8 +186,7 @@ def orphan() -> int | None:
         pid = int(rec["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if rec.get("start") and _start_time(pid) == rec["start"] and rec.get("cmdline") and \
-            _cmdline(pid) == rec["cmdline"]:
+    if rec.get("start") and _start_time(pid) == rec["start"] and rec.get("cmdline") and _cmdline(pid) == rec["cmdline"]:
         return pid
     PIDFILE.unlink(missing_ok=True)  # gone, or the pid is another process's now
     return None
@@ -227,7 +234,8 @@ def _base_images(client: Any) -> str | None:
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / "Dockerfile").write_text(
                 f"FROM {DEBIAN}\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
-                "python-is-python3 && rm -rf /var/lib/apt/lists/*\n")
+                "python-is-python3 && rm -rf /var/lib/apt/lists/*\n"
+            )
             r = _run(["docker", "build", "--network", "host", "--force-rm", "-q", "-t", PYTHON, d], 900)
             if r.returncode != 0:
                 return f"building the Python stand-in failed: {r.stderr[-500:]}"

@@ -26,8 +26,24 @@ from evolve.llm.fake import ScriptedLM
 from evolve.rollout import run_agent, score
 from evolve.types import ModelSpec, System
 
-WORDS = ["apple", "banana", "cherry", "delta", "echo", "falcon", "garnet", "harbor", "indigo", "jasper", "kiwi",
-         "lemon", "mango", "nectar", "olive", "pepper"]
+WORDS = [
+    "apple",
+    "banana",
+    "cherry",
+    "delta",
+    "echo",
+    "falcon",
+    "garnet",
+    "harbor",
+    "indigo",
+    "jasper",
+    "kiwi",
+    "lemon",
+    "mango",
+    "nectar",
+    "olive",
+    "pepper",
+]
 LESSON = "Always end the files you write with a newline."
 
 _TOML = """schema_version = "1.1"
@@ -63,8 +79,10 @@ def _task(root: Path, name: str, family: str, instruction: str, files: dict[str,
 
 
 def _verdict(cond: str, fail_msg: str) -> str:
-    return (f"if {cond}; then echo 1 > /logs/verifier/reward.txt; echo passed; exit 0; fi\n"
-            f"echo 0 > /logs/verifier/reward.txt; echo {fail_msg!r}; exit 1\n")
+    return (
+        f"if {cond}; then echo 1 > /logs/verifier/reward.txt; echo passed; exit 0; fi\n"
+        f"echo 0 > /logs/verifier/reward.txt; echo {fail_msg!r}; exit 1\n"
+    )
 
 
 def make_tasks(root: Path, n: int = 10) -> dict[str, list[str]]:
@@ -73,28 +91,47 @@ def make_tasks(root: Path, n: int = 10) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"count": [], "word": [], "secret": []}
     for i in range(n):
         lines = "".join(f"row {j}\n" for j in range(3 + 2 * i))
-        _task(root, f"count-{i}", "count", f"Write the number of lines of /app/data_{i}.txt to /app/count.txt.",
-              {f"data_{i}.txt": lines},
-              _verdict(f'[ "$(tr -d "[:space:]" < /app/count.txt 2>/dev/null)" = "{3 + 2 * i}" ]',
-                       "count.txt does not hold the right number of lines"),
-              f"wc -l < /app/data_{i}.txt > /app/count.txt")
+        _task(
+            root,
+            f"count-{i}",
+            "count",
+            f"Write the number of lines of /app/data_{i}.txt to /app/count.txt.",
+            {f"data_{i}.txt": lines},
+            _verdict(
+                f'[ "$(tr -d "[:space:]" < /app/count.txt 2>/dev/null)" = "{3 + 2 * i}" ]',
+                "count.txt does not hold the right number of lines",
+            ),
+            f"wc -l < /app/data_{i}.txt > /app/count.txt",
+        )
         out["count"].append(f"count-{i}")
         w = WORDS[i % len(WORDS)]
-        _task(root, f"word-{i}", "word", f"Write the word {w} to /app/word.txt.", {"README": "word task\n"},
-              f'if [ -f /app/word.txt ] && [ "$(cat /app/word.txt)" = "{w}" ] && [ -z "$(tail -c1 /app/word.txt)" ]; then\n'
-              "  echo 1 > /logs/verifier/reward.txt; echo passed; exit 0; fi\n"
-              'if [ -f /app/word.txt ] && [ "$(cat /app/word.txt)" = "' + w + '" ]; then\n'
-              "  echo 0 > /logs/verifier/reward.txt; echo 'word.txt has the right word but must end with a newline'; "
-              "exit 1; fi\n"
-              "echo 0 > /logs/verifier/reward.txt; echo 'word.txt does not hold the word'; exit 1\n",
-              f"echo {w} > /app/word.txt")
+        _task(
+            root,
+            f"word-{i}",
+            "word",
+            f"Write the word {w} to /app/word.txt.",
+            {"README": "word task\n"},
+            f'if [ -f /app/word.txt ] && [ "$(cat /app/word.txt)" = "{w}" ] && [ -z "$(tail -c1 /app/word.txt)" ]; then\n'
+            "  echo 1 > /logs/verifier/reward.txt; echo passed; exit 0; fi\n"
+            'if [ -f /app/word.txt ] && [ "$(cat /app/word.txt)" = "' + w + '" ]; then\n'
+            "  echo 0 > /logs/verifier/reward.txt; echo 'word.txt has the right word but must end with a newline'; "
+            "exit 1; fi\n"
+            "echo 0 > /logs/verifier/reward.txt; echo 'word.txt does not hold the word'; exit 1\n",
+            f"echo {w} > /app/word.txt",
+        )
         out["word"].append(f"word-{i}")
         secret = f"s3cret-{i}-{WORDS[(i * 7) % len(WORDS)]}"
-        _task(root, f"secret-{i}", "secret", f"Decode the base64 file /app/secret_{i}.b64 and write the decoded "
-              "text to /app/secret.txt.", {f"secret_{i}.b64": base64.b64encode(secret.encode()).decode() + "\n"},
-              _verdict(f'[ "$(cat /app/secret.txt 2>/dev/null)" = "{secret}" ]',
-                       "secret.txt does not hold the decoded text"),
-              f"base64 -d /app/secret_{i}.b64 > /app/secret.txt")
+        _task(
+            root,
+            f"secret-{i}",
+            "secret",
+            f"Decode the base64 file /app/secret_{i}.b64 and write the decoded text to /app/secret.txt.",
+            {f"secret_{i}.b64": base64.b64encode(secret.encode()).decode() + "\n"},
+            _verdict(
+                f'[ "$(cat /app/secret.txt 2>/dev/null)" = "{secret}" ]', "secret.txt does not hold the decoded text"
+            ),
+            f"base64 -d /app/secret_{i}.b64 > /app/secret.txt",
+        )
         out["secret"].append(f"secret-{i}")
     return out
 

@@ -35,8 +35,11 @@ def leftovers(marker: str | None = None) -> list[tuple[int, int, str]]:
             found.append((pid, uid, cmd[:120]))
         elif "bwrap" in cmd.split(" ")[0]:
             try:
-                ppid = next(ln.split()[1] for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
-                            if ln.startswith("PPid:"))
+                ppid = next(
+                    ln.split()[1]
+                    for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if ln.startswith("PPid:")
+                )
             except (OSError, StopIteration):
                 continue
             if ppid == me:

@@ -41,24 +41,31 @@ class FakeOpenAI:
                     what = "ok"
                 if what in ("500", "429", "401", "404"):
                     key = server.headers[-1].get("authorization", "")
-                    return self.send(int(what), {"error": {"message": f"scripted {what}; got key {key}",
-                                                           "type": "x", "code": what}})
+                    return self.send(
+                        int(what), {"error": {"message": f"scripted {what}; got key {key}", "type": "x", "code": what}}
+                    )
                 if what == "garbage":
                     return self.send(200, b"<html>this is {not json")
                 text = server.respond(body.get("messages") or []) if server.respond else server.reply
-                choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                          "finish_reason": "stop"}
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                 if what == "none":
                     choice["message"]["content"] = None
                     choice["finish_reason"] = "content_filter"
                 if body.get("logprobs"):
-                    choice["logprobs"] = {"content": [
-                        {"token": "hello", "logprob": -0.25, "bytes": None, "top_logprobs": []},
-                        {"token": " from", "logprob": -1.5, "bytes": None, "top_logprobs": []},
-                    ]}
-                resp = {"id": "cmpl-1", "object": "chat.completion", "created": 1, "model": body.get("model", "?"),
-                        "choices": [] if what == "empty" else [choice],
-                        "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}
+                    choice["logprobs"] = {
+                        "content": [
+                            {"token": "hello", "logprob": -0.25, "bytes": None, "top_logprobs": []},
+                            {"token": " from", "logprob": -1.5, "bytes": None, "top_logprobs": []},
+                        ]
+                    }
+                resp = {
+                    "id": "cmpl-1",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": body.get("model", "?"),
+                    "choices": [] if what == "empty" else [choice],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15},
+                }
                 if what == "nochoices":
                     resp.pop("choices")
                 return self.send(200, resp)

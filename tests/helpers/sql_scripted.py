@@ -45,16 +45,28 @@ def reply(messages: Any, seed: int | None = None, temperature: float | None = No
     if luck < skill or (shown_error and luck < skill + 0.1):
         return gold
     if luck < skill + 0.1:
-        return "selec" + gold[len("select"):]  # rejected by the database; the next turn sees the error
+        return "selec" + gold[len("select") :]  # rejected by the database; the next turn sees the error
     return "select count(*) from sqlite_master"
 
 
 def task(**extra: Any) -> dict[str, Any]:
     """A three-generation SQL-world run with this model and a prompt operator choosing the instruction."""
-    return {"name": "sql-scripted", "world": "sql", "seed": 0,
-            "models": {"policy": {"backend": "scripted", "name": "sql-oracle",
-                                  "params": {"reply": "tests.helpers.sql_scripted:reply"}}},
-            "prompts": {"instruction": ""}, "dataset": {"params": dict(SIZES)},
-            "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": INSTRUCTIONS}}],
-            "runner": {"name": "thread", "workers": 4, "timeout": 30}, "budget": {"generations": 3},
-            "engine": {"minibatch": 12}, **extra}
+    return {
+        "name": "sql-scripted",
+        "world": "sql",
+        "seed": 0,
+        "models": {
+            "policy": {
+                "backend": "scripted",
+                "name": "sql-oracle",
+                "params": {"reply": "tests.helpers.sql_scripted:reply"},
+            }
+        },
+        "prompts": {"instruction": ""},
+        "dataset": {"params": dict(SIZES)},
+        "operators": [{"name": "scripted", "params": {"component": "instruction", "choices": INSTRUCTIONS}}],
+        "runner": {"name": "thread", "workers": 4, "timeout": 30},
+        "budget": {"generations": 3},
+        "engine": {"minibatch": 12},
+        **extra,
+    }

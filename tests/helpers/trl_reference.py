@@ -40,8 +40,10 @@ def tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3 - 0.05
     old = logp + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 0.8  # ratios well past the clip range
     ref = logp + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 0.6
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1]],
-                        dtype=torch.float64)
+    mask = torch.tensor(
+        [[1, 1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1]],
+        dtype=torch.float64,
+    )
     adv = torch.tensor([1.2, -0.7, 0.4, -0.9], dtype=torch.float64)
     return {"logp": logp, "old": old, "ref": ref, "mask": mask, "adv": adv}
 
@@ -52,22 +54,40 @@ def trl_loss(case: dict, t: dict[str, torch.Tensor]) -> tuple[float, list]:
 
     logp = t["logp"].clone().requires_grad_(True)
     old = logp.detach() if not case["off_policy"] else t["old"]
-    acc = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, reduce=lambda x, reduction="sum": x,
-                          num_processes=1, sync_gradients=True)
+    acc = SimpleNamespace(
+        gather=lambda x: x,
+        gather_for_metrics=lambda x: x,
+        reduce=lambda x, reduction="sum": x,
+        num_processes=1,
+        sync_gradients=True,
+    )
     me = SimpleNamespace(
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, aux_loss_enabled=False,
-        importance_sampling_level=case["level"], beta=case["beta"], loss_type=case["loss_type"],
-        epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, use_vllm=False, model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, max_completion_length=MAX_COMPLETION, accelerator=acc,
-        _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        aux_loss_enabled=False,
+        importance_sampling_level=case["level"],
+        beta=case["beta"],
+        loss_type=case["loss_type"],
+        epsilon_low=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        use_vllm=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=MAX_COMPLETION,
+        accelerator=acc,
+        _entropy_bonus_enabled=False,
+        _metrics=defaultdict(lambda: defaultdict(list)),
         args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
     )
     B, T = logp.shape
     inputs = {
-        "prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-        "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": t["mask"].long(),
-        "advantages": t["adv"], "num_items_in_batch": t["mask"].sum(),
+        "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": t["mask"].long(),
+        "advantages": t["adv"],
+        "num_items_in_batch": t["mask"].sum(),
     }
     if case["off_policy"]:
         inputs["old_per_token_logps"] = old
@@ -86,9 +106,15 @@ def main() -> None:
     for case in CASES:
         loss, grad = trl_loss(case, t)
         rows.append({**case, "loss": loss, "grad": grad})
-    data = {"trl_version": trl.__version__, "torch_version": torch.__version__, "eps_low": EPS_LOW,
-            "eps_high": EPS_HIGH, "max_completion_length": MAX_COMPLETION,
-            "tensors": {k: v.tolist() for k, v in t.items()}, "cases": rows}
+    data = {
+        "trl_version": trl.__version__,
+        "torch_version": torch.__version__,
+        "eps_low": EPS_LOW,
+        "eps_high": EPS_HIGH,
+        "max_completion_length": MAX_COMPLETION,
+        "tensors": {k: v.tolist() for k, v in t.items()},
+        "cases": rows,
+    }
     OUT.write_text(json.dumps(data, indent=1))
     print(f"wrote {len(rows)} cases from TRL {trl.__version__} to {OUT}", file=sys.stderr)
 

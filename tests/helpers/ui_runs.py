@@ -19,7 +19,9 @@ def big_archive(d: Path, accepted: int = 20, rejected_each: int = 24) -> tuple[P
             s = System(prompts={"p": f"accepted {g}"})
             a.add_system(s, parents=[parent] if parent else [], operator="op" if parent else "init", generation=g)
             for k in range(rejected_each if g < accepted - 1 else 0):
-                a.add_system(System(prompts={"p": f"rejected {g}.{k}"}), parents=[s.id], operator="op", generation=g + 1)
+                a.add_system(
+                    System(prompts={"p": f"rejected {g}.{k}"}), parents=[s.id], operator="op", generation=g + 1
+                )
             chain.append(s.id)
             parent = s.id
         a.put_state("baseline", chain[0])
@@ -43,11 +45,22 @@ def layered_run(d: Path) -> tuple[Path, System, System, tuple[int, int]]:
     store.add("join on the _id column", kind="experience")
     v2 = store.version
     store.close()
-    tool = {"name": "count_where", "params": ["db", "t", "c", "v"], "code": "def count_where(db, t, c, v): ...",
-            "tests": [{"kwargs": {"db": "x"}, "expect": 1}], "origin": "abstraction", "uses": 3, "successes": 2}
+    tool = {
+        "name": "count_where",
+        "params": ["db", "t", "c", "v"],
+        "code": "def count_where(db, t, c, v): ...",
+        "tests": [{"kwargs": {"db": "x"}, "expect": 1}],
+        "origin": "abstraction",
+        "uses": 3,
+        "successes": 2,
+    }
     parent = System(prompts={"p": "x"}, memory={"store": str(d / "mem"), "version": v1})
-    child = System(prompts={"p": "x"}, memory={"store": str(d / "mem"), "version": v2},
-                   tools={"count_where": tool}, workflow={"graph": repair_loop(3), "max_turns": 3})
+    child = System(
+        prompts={"p": "x"},
+        memory={"store": str(d / "mem"), "version": v2},
+        tools={"count_where": tool},
+        workflow={"graph": repair_loop(3), "max_turns": 3},
+    )
     run = d / "layers"
     with Archive(run) as a:
         a.add_system(parent)
@@ -56,8 +69,16 @@ def layered_run(d: Path) -> tuple[Path, System, System, tuple[int, int]]:
         a.set_current(child.id)
     work = run / "work" / f"g1-op0-{parent.id[:8]}"
     work.mkdir(parents=True)
-    (work / "toolforge.json").write_text(json.dumps({
-        "admitted": [{"tool": "count_where", "signature": "count_where(db, t, c, v)", "passed": 4, "total": 4}],
-        "rejected": [{"tool": "bad", "signature": "bad(db)", "passed": 1, "total": 4, "reason": "3 of 4 cases fail"}],
-        "duplicates": [], "retired": []}))
+    (work / "toolforge.json").write_text(
+        json.dumps(
+            {
+                "admitted": [{"tool": "count_where", "signature": "count_where(db, t, c, v)", "passed": 4, "total": 4}],
+                "rejected": [
+                    {"tool": "bad", "signature": "bad(db)", "passed": 1, "total": 4, "reason": "3 of 4 cases fail"}
+                ],
+                "duplicates": [],
+                "retired": [],
+            }
+        )
+    )
     return run, parent, child, (v1, v2)

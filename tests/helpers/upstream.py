@@ -50,15 +50,33 @@ def answer(body: dict) -> tuple[str | None, list[dict] | None, str]:
     named = {t["function"]["name"]: t["function"] for t in tools}
     if last.get("role") == "user" and text.startswith("call:") and text[5:].split(" ", 1)[0] in named:
         name, _, args = text[5:].partition(" ")
-        return None, [{"id": f"call_{abs(hash(text)) % 10**8}", "type": "function",
-                       "function": {"name": name, "arguments": args or "{}"}}], "tool_calls"
+        return (
+            None,
+            [
+                {
+                    "id": f"call_{abs(hash(text)) % 10**8}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": args or "{}"},
+                }
+            ],
+            "tool_calls",
+        )
     if tools and last.get("role") == "user" and body.get("tool_choice") != "none":
         fn = tools[0]["function"]
         props = list(((fn.get("parameters") or {}).get("properties") or {}).keys()) or ["input"]
         args = json.dumps({props[0]: _last_user_text(msgs)})
         n = sum(1 for m in msgs if m.get("role") == "tool")
-        return None, [{"id": f"call_{n}_{abs(hash(args)) % 10**8}", "type": "function",
-                       "function": {"name": fn["name"], "arguments": args}}], "tool_calls"
+        return (
+            None,
+            [
+                {
+                    "id": f"call_{n}_{abs(hash(args)) % 10**8}",
+                    "type": "function",
+                    "function": {"name": fn["name"], "arguments": args},
+                }
+            ],
+            "tool_calls",
+        )
     return f"echo: {_last_user_text(msgs)}", None, "stop"
 
 
@@ -95,19 +113,35 @@ class ScriptedUpstream:
             prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body.get("messages") or [])
             completion_tokens = len((text or "").split()) + (len(calls) * 5 if calls else 0)
             rid, created = f"chatcmpl-up{len(self.requests)}", int(time.time())
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                     "total_tokens": prompt_tokens + completion_tokens}
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            }
             if not body.get("stream"):
                 msg: dict[str, Any] = {"role": "assistant", "content": text}
                 if calls:
                     msg["tool_calls"] = calls
-                return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
-                                     "choices": [{"index": 0, "message": msg, "finish_reason": finish,
-                                                  "logprobs": None}], "usage": usage})
+                return JSONResponse(
+                    {
+                        "id": rid,
+                        "object": "chat.completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [{"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}],
+                        "usage": usage,
+                    }
+                )
 
             def chunk(delta: dict, finish_reason: str | None = None, **extra: Any) -> str:
-                c = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+                c = {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+                    **extra,
+                }
                 return f"data: {json.dumps(c)}\n\n"
 
             drip = int(model.split("-", 1)[1]) / 1000 if model.startswith("drip-") else 0.0
@@ -121,11 +155,21 @@ class ScriptedUpstream:
                             await asyncio.sleep(drip)
                         yield chunk({"content": w + (" " if i < len(words) - 1 else "")})
                 for i, c in enumerate(calls or []):
-                    yield chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                                 "function": {"name": c["function"]["name"], "arguments": ""}}]})
+                    yield chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": c["id"],
+                                    "type": "function",
+                                    "function": {"name": c["function"]["name"], "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
                     args = c["function"]["arguments"]
                     for k in range(0, len(args), 7):
-                        yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[k:k + 7]}}]})
+                        yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[k : k + 7]}}]})
                 yield chunk({}, finish)
                 if (body.get("stream_options") or {}).get("include_usage"):
                     yield f"data: {json.dumps({'id': rid, 'object': 'chat.completion.chunk', 'created': created, 'model': model, 'choices': [], 'usage': usage})}\n\n"
@@ -134,11 +178,13 @@ class ScriptedUpstream:
             return StreamingResponse(events(), media_type="text/event-stream")
 
         async def models(request: Any) -> Any:
-            return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model", "created": 0,
-                                                             "owned_by": "tests"}]})
+            return JSONResponse(
+                {"object": "list", "data": [{"id": "scripted", "object": "model", "created": 0, "owned_by": "tests"}]}
+            )
 
-        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
-                                 Route("/v1/models", models, methods=["GET"])])
+        return Starlette(
+            routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=["GET"])]
+        )
 
     def __enter__(self) -> ScriptedUpstream:
         import uvicorn
@@ -160,11 +206,23 @@ class ScriptedUpstream:
             self._thread.join(timeout=10)
 
 
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a thing up",
-                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
-                                                          "required": ["q"]}}}]
-ATOOLS = [{"name": "lookup", "description": "look a thing up",
-           "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "look a thing up",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        },
+    }
+]
+ATOOLS = [
+    {
+        "name": "lookup",
+        "description": "look a thing up",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    }
+]
 
 
 def post(url: str, body, headers: dict | None = None) -> tuple[int, dict]:
