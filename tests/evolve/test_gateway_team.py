@@ -73,13 +73,12 @@ def _graph(base_url: str):
 
         def run(q: str) -> dict:
             client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-            ask = lambda model, text: (
-                client.chat.completions.create(  # noqa: E731
-                    model=model, messages=[{"role": "user", "content": text}], temperature=0.0, max_tokens=8
-                )
-                .choices[0]
-                .message.content
-            )
+
+            def ask(model: str, text: str) -> str | None:
+                messages = [{"role": "user", "content": text}]
+                reply = client.chat.completions.create(model=model, messages=messages, temperature=0.0, max_tokens=8)
+                return reply.choices[0].message.content
+
             draft = ask("writer-model", q)
             return {"q": q, "draft": draft, "review": ask("reviewer", f"review: {draft}")}
 
