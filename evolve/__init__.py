@@ -26,13 +26,12 @@ imports only its own floor and those below (``tests/test_structure.py`` holds it
   retried, never scored), ``budget``, ``estimate`` (the dry run), ``recorder``, ``state``,
   ``rundir``, ``bootstrap``, ``holdout``, ``progress`` (the terminal's display);
 * ``results/`` — ``report`` (report.json/.md), ``stats`` (paired tests); ``reflexion/`` (Reflexion mode);
-* ``deploy/`` — promotion: gates, canary, approval, rollback;
+* ``deploy/`` — promotion: gates, canary, approval, rollback; ``evolve gateway``'s composition root;
 * ``trackers/`` — MLflow, W&B, OpenTelemetry;
 * ``loop/`` — ``engine`` (generations), ``strategies`` (acceptance, minibatch, stopping), ``acceptance``,
   ``selectors``, ``pool``, ``pareto``, ``operators`` (the protocol);
-* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``ui/``, ``mcp/``, the gateway's composition
-  root and command (``gateway.server``, ``gateway.cli``); ``serve/`` is a deprecated alias of serving
-  names now in ``gateway/``;
+* surfaces — ``api`` (``evolve.run``, ``evolve.load``), ``ui/``, ``mcp/``; ``serve/`` is a deprecated alias of
+  serving names now in ``gateway/``;
 * ``cli/`` — the command line.
 
 Each package's ``__init__`` says what it holds. ``scoring.rollout``, ``scoring.failures``,

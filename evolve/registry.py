@@ -240,7 +240,7 @@ commands = Registry(
     {
         "archive": "evolve.cli.archive:app",
         "baseline": "evolve.prompts.cli:baseline_app",
-        "traces": "evolve.gateway.cli:traces_app",
+        "traces": "evolve.cli.gateway:traces_app",
         "harbor": "evolve.worlds.harbor.cli:app",
     },
 )

@@ -168,11 +168,10 @@ FLOORS = (  # (name, how evolve/__init__.py's drawing marks it, its packages and
     ("deploy", "* ``deploy/``", ("evolve.deploy",)),
     ("trackers", "* ``trackers/``", ("evolve.trackers",)),
     ("the loop", "* ``loop/``", ("evolve.loop",)),
-    # the gateway's composition root and command (a config to a Gateway, with deploy's canary) are surfaces
     (
         "surfaces",
         "* surfaces",
-        ("evolve.api", "evolve.ui", "evolve.mcp", "evolve.serve", "evolve.gateway.server", "evolve.gateway.cli"),
+        ("evolve.api", "evolve.ui", "evolve.mcp", "evolve.serve"),
     ),
     ("the command line", "* ``cli/``", ("evolve.cli", "evolve.__main__")),
 )

@@ -231,7 +231,7 @@ def init(
 
 
 def _gateway_command() -> None:
-    from evolve.gateway.cli import (  # typer and rich only; starlette and uvicorn load when they run
+    from evolve.cli.gateway import (  # typer and rich only; starlette and uvicorn load when they run
         gateway_command,
         serve_command,
     )

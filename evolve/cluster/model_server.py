@@ -29,7 +29,7 @@ that only one node has::
             solver: {num_gpus: 1, resources: {big_gpu: 1}}
             verifier: {resources: {small_node: 1}}
 
-A rollout actor then routes each role's calls to its role's server (:class:`RoleWorker`); each
+A rollout actor then routes each role's calls to its role's server (:class:`evolve.runners.ray_runner.RoleWorker`); each
 server loads the base it serves, so two roles on one base hold it twice (once per server). A
 role listed under ``roles`` must be a role of the run's systems, and a server's resources must
 fit one node of the cluster: both are refused before any rollout starts.
@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from evolve.errors import ConfigError, UserError
-from evolve.runners.base import Worker
 
 PREFIX = "evolvekit-model-"
 SERVER_KEYS = ("num_cpus", "num_gpus", "resources", "max_concurrency")
@@ -306,30 +305,6 @@ class RemoteCache:
         return len(self._remote) + len(self._by_role) + len(self.inner)
 
 
-class RoleWorker(Worker):
-    """A :class:`~evolve.runners.base.Worker` that asks its :class:`RemoteCache` for each role's
-    own server (``servers: per_role``): the same spec in two roles is two models, each answered
-    where its role's server is. Other models (not local, or without base weights) as usual."""
-
-    def llm(self, system: Any, role: str) -> Any:
-        spec = system.models.get(role)
-        cache: Any = self._cache  # a RemoteCache: serving_worker builds it
-        remote = cache.for_role(role, spec) if spec is not None else None
-        return remote if remote is not None else super().llm(system, role)
-
-
-def serving_worker(spec: Any, model_server: dict[str, Any], namespace: str) -> Worker:
-    """A rollout actor's :class:`~evolve.runners.base.Worker` whose local models are answered by
-    the run's model servers: per base (:class:`RemoteCache`), or per role (a :class:`RoleWorker`)."""
-    root = spec.artifacts_root
-
-    def llms(cache: Any) -> Any:
-        return RemoteCache(cache, root, model_server, namespace)
-
-    cls = RoleWorker if per_role(model_server) else Worker
-    return cls(spec, own_process=True, llms=llms)
-
-
 def server_name(artifacts_root: str, sha: str) -> str:
     """A run's server for a base: the run's artifact folder is part of the name, so two runs on one
     cluster never share (or kill) each other's servers."""
@@ -366,7 +341,6 @@ __all__ = [
     "ModelServer",
     "RemoteCache",
     "RemoteLLM",
-    "RoleWorker",
     "check_model_server",
     "check_servers",
     "kill_servers",
@@ -374,5 +348,4 @@ __all__ = [
     "role_server_name",
     "server_name",
     "server_options",
-    "serving_worker",
 ]

@@ -15,6 +15,7 @@ served it". Configured by the task file's ``deploy:`` section; driven by ``evolv
 * :mod:`~evolve.deploy.gates` — the gate split held out from selection, the paired no-worse-than-active
   test and the guarded floors and ceilings;
 * :mod:`~evolve.deploy.canary` — the gateway's share of new sessions and the anytime-valid test on feedback;
+* :mod:`~evolve.deploy.gateway` — ``evolve gateway``'s composition root (:class:`GatewayServer`): a config to routes that follow deployments;
 * :mod:`~evolve.deploy.manage` — ``promote``, ``approve``, ``rollback``, ``status``;
 * :mod:`~evolve.deploy.cli` — the commands.
 """

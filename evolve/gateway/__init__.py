@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# The package's face hands names on, lazily (as ``evolve/__init__.py`` does): GatewayServer is the composition root
+# of ``evolve gateway`` (a config to routes, with deploy's canary), which stands above this engine in evolve.deploy.
 _EXPORTS = {
-    "GatewayServer": "server",
+    "GatewayServer": "evolve.deploy.gateway",
     "TraceStore": "traces",
     "CallRecord": "traces",
     "Feedback": "traces",
@@ -40,7 +42,8 @@ def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         import importlib
 
-        return getattr(importlib.import_module(f"evolve.gateway.{_EXPORTS[name]}"), name)
+        module = _EXPORTS[name]
+        return getattr(importlib.import_module(module if "." in module else f"evolve.gateway.{module}"), name)
     raise AttributeError(f"module 'evolve.gateway' has no attribute {name!r}")
 
 

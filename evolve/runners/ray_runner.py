@@ -59,6 +59,32 @@ from evolve.types import Trajectory
 ARTIFACTS = ("shared", "ship")
 
 
+class RoleWorker(Worker):
+    """A :class:`~evolve.runners.base.Worker` that asks its :class:`~evolve.cluster.model_server.RemoteCache` for each role's
+    own server (``servers: per_role``): the same spec in two roles is two models, each answered
+    where its role's server is. Other models (not local, or without base weights) as usual."""
+
+    def llm(self, system: Any, role: str) -> Any:
+        spec = system.models.get(role)
+        cache: Any = self._cache  # a RemoteCache: serving_worker builds it
+        remote = cache.for_role(role, spec) if spec is not None else None
+        return remote if remote is not None else super().llm(system, role)
+
+
+def serving_worker(spec: Any, model_server: dict[str, Any], namespace: str) -> Worker:
+    """A rollout actor's :class:`~evolve.runners.base.Worker` whose local models are answered by
+    the run's model servers: per base (:class:`~evolve.cluster.model_server.RemoteCache`), or per role (a :class:`RoleWorker`)."""
+    root = spec.artifacts_root
+
+    from evolve.cluster.model_server import RemoteCache, per_role
+
+    def llms(cache: Any) -> Any:
+        return RemoteCache(cache, root, model_server, namespace)
+
+    cls = RoleWorker if per_role(model_server) else Worker
+    return cls(spec, own_process=True, llms=llms)
+
+
 class RayWorker:
     """The body of a Ray actor: a :class:`Worker`, and (``ship``) a node-local artifact cache."""
 
@@ -80,8 +106,6 @@ class RayWorker:
                 "the same path, or set runner.params.artifacts: ship"
             )
         if model_server is not None:
-            from evolve.cluster.model_server import serving_worker
-
             self.worker = serving_worker(spec, model_server, namespace)
         else:
             self.worker = Worker(spec, own_process=True)

@@ -145,7 +145,7 @@ def test_traces_cli_on_a_missing_store_is_a_user_error(tmp_path, capsys):
 
 def test_import_evolve_gateway_loads_no_http_stack():
     code = (
-        "import sys, evolve, evolve.gateway, evolve.gateway.cli; "
+        "import sys, evolve, evolve.gateway, evolve.cli.gateway; "
         "bad = [m for m in ('starlette', 'uvicorn', 'litellm') if m in sys.modules]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(ROOT), check=True)

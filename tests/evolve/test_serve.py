@@ -403,10 +403,9 @@ def test_evolve_serve_and_gateway_local_are_one_server(tmp_path):
     --local RUN_DIR`: the same app answers the same paths, and a bad request gets the same JSON 4xx."""
     pytest.importorskip("starlette")
     from evolve.archive import Archive
-    from evolve.gateway import rollout_route
+    from evolve.gateway import GatewayServer, rollout_route
     from evolve.gateway.app import Gateway, HTTPGateway
     from evolve.gateway.config import from_flags
-    from evolve.gateway.server import GatewayServer
 
     with Archive(tmp_path / "run") as archive:
         s = System(models={"policy": ModelSpec(backend="scripted", name="echo", params={"echo": True})})

@@ -2,7 +2,8 @@
 and :class:`GatewayServer` (uvicorn, in the calling thread or on a background thread).
 
 The composition root of ``evolve gateway``: it wires deploy's canary and the run's systems into the
-engine's routes, so it stands on the surfaces' floor (above ``evolve.deploy``), not the engine's."""
+engine's routes, so it stands with deploy, above the HTTP engine (``evolve.gateway``), which knows
+nothing of deployments. ``evolve.gateway.GatewayServer`` hands this class on."""
 
 from __future__ import annotations
 

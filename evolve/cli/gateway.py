@@ -64,8 +64,8 @@ def gateway_command(
 ) -> None:
     """Stand an OpenAI- and Anthropic-compatible gateway in front of your agent's model: point the
     agent's base URL at it, every call is recorded in the trace store."""
+    from evolve.deploy.gateway import GatewayServer
     from evolve.gateway.config import from_flags, load_config
-    from evolve.gateway.server import GatewayServer
 
     if roles is not None and (local is None or role != "policy"):
         raise UserError("--roles goes with --local RUN_DIR, instead of --role (several roles, each under its own name)")
