@@ -146,23 +146,9 @@ class FromTraces:
                 per_role[role] = examples
         if not per_role:
             return []
-        from evolve.policy.star import train_adapter_child
+        from evolve.policy.star import train_roles
 
-        child, stats, n_all = parent, {}, {}
-        for role, examples in per_role.items():
-            child, stats[role], n_all[role] = train_adapter_child(
-                child,
-                specs[role],
-                role,
-                examples,
-                ctx,
-                r=p.r,
-                alpha=p.alpha,
-                lr=p.lr,
-                epochs=p.epochs,
-                batch_size=p.batch_size,
-                replay=p.replay,
-            )
+        child, stats, n_all = train_roles(parent, specs, per_role, ctx, p)
         by_role = {
             r: {
                 **counts[r],

@@ -109,21 +109,7 @@ class STaR:
         per_role = {r: ex for r, ex in per_role.items() if len(ex) >= p.min_examples}
         if not per_role:
             return []
-        child, stats, n_all = parent, {}, {}
-        for role, examples in per_role.items():
-            child, stats[role], n_all[role] = train_adapter_child(
-                child,
-                specs[role],
-                role,
-                examples,
-                ctx,
-                r=p.r,
-                alpha=p.alpha,
-                lr=p.lr,
-                epochs=p.epochs,
-                batch_size=p.batch_size,
-                replay=p.replay,
-            )
+        child, stats, n_all = train_roles(parent, specs, per_role, ctx, p)
         n_own = {r: len(ex) for r, ex in per_role.items()}
         info: dict[str, Any] = {
             "tasks": len(tasks),
@@ -205,6 +191,30 @@ def fit_adapter(
         import os
 
         return path.read_bytes(), {**dict(getattr(adapter, "stats", {}) or {}), "trained_in_pid": os.getpid()}
+
+
+def train_roles(
+    parent: System, specs: dict[str, Any], per_role: dict[str, list], ctx: Any, p: Any
+) -> tuple[System, dict[str, Any], dict[str, int]]:
+    """One child of ``parent`` with a new adapter for each role of ``per_role`` (role -> its examples),
+    trained in turn with ``p``'s LoRA settings (``r``, ``alpha``, ``lr``, ``epochs``, ``batch_size``,
+    ``replay``): (the child, each role's training stats, each role's examples with replay)."""
+    child, stats, n_all = parent, {}, {}
+    for role, examples in per_role.items():
+        child, stats[role], n_all[role] = train_adapter_child(
+            child,
+            specs[role],
+            role,
+            examples,
+            ctx,
+            r=p.r,
+            alpha=p.alpha,
+            lr=p.lr,
+            epochs=p.epochs,
+            batch_size=p.batch_size,
+            replay=p.replay,
+        )
+    return child, stats, n_all
 
 
 def train_adapter_child(

@@ -17,33 +17,11 @@ QUESTIONS = [f"topic {i}" for i in range(6)]
 def _team_run(d):
     """A run whose systems have two roles on one tiny base: ``before`` (no adapters, current) and
     ``after`` (the writer with a LoRA adapter, the reviewer as before)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("peft")
-    import copy
-    import warnings
-
-    from peft import LoraConfig, get_peft_model
-
     from evolve.archive import Archive
-    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
-    from evolve.policy.weights import adapter_from_model, save_base
     from evolve.types import ModelSpec, System
+    from tests.helpers import tiny_base_and_adapter
 
-    cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
-    model = build_model(cfg, seed=0)
-    save_base(model, CharTokenizer(), cfg, d / "base.st")
-    torch.manual_seed(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        pm = get_peft_model(
-            copy.deepcopy(model),
-            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
-        )
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.3)
-    adapter_from_model(pm).save(d / "adapter.st")
+    tiny_base_and_adapter(d)
     with Archive(d / "run") as archive:
         base = archive.artifacts.put_file(d / "base.st", "base_weights")
         ad = archive.artifacts.put_file(d / "adapter.st", "adapter")

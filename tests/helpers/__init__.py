@@ -66,9 +66,9 @@ def make_tiny_llm(temperature: float):
     )
 
 
-def two_system_run(d):
-    """A run in ``d / "run"`` with two systems whose tiny local models differ only by a LoRA adapter:
-    (the run directory, system a (current), system b (a STaR child of a)). Skips without torch/peft."""
+def tiny_base_and_adapter(d):
+    """A tiny local model's base file ``d / "base.st"`` and a LoRA adapter ``d / "adapter.st"`` that changes
+    what it says (random, seeded); skips without torch/peft."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
     import copy
@@ -76,10 +76,8 @@ def two_system_run(d):
 
     from peft import LoraConfig, get_peft_model
 
-    from evolve.archive import Archive
     from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
     from evolve.policy.weights import adapter_from_model, save_base
-    from evolve.types import ModelSpec, System
 
     cfg = TinyConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_len=128, init_std=0.05)
     model = build_model(cfg, seed=0)
@@ -96,6 +94,15 @@ def two_system_run(d):
             if "lora_B" in n:
                 p.normal_(0, 0.3)
     adapter_from_model(pm).save(d / "adapter.st")
+
+
+def two_system_run(d):
+    """A run in ``d / "run"`` with two systems whose tiny local models differ only by a LoRA adapter:
+    (the run directory, system a (current), system b (a STaR child of a)). Skips without torch/peft."""
+    tiny_base_and_adapter(d)
+    from evolve.archive import Archive
+    from evolve.types import ModelSpec, System
+
     with Archive(d / "run") as archive:
         base = archive.artifacts.put_file(d / "base.st", "base_weights")
         ad = archive.artifacts.put_file(d / "adapter.st", "adapter")
