@@ -278,7 +278,12 @@ def main() -> None:
     ap.add_argument("--out", default="runs/smollm_layers")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated rows (default: all): " + ", ".join(ROWS))
+    ap.add_argument("--rows-json", action="store_true", help="print the rows (task file, overrides) as JSON and stop")
     a = ap.parse_args()
+    if a.rows_json:
+        rows_json = {"task": str(TASK), "rows": {r: sets for r, (_, sets) in ROWS.items()}}
+        print(json.dumps({**rows_json, "score_child": list(SCORE_CHILD), "against": AGAINST}))
+        return
     from evolve._env import quiet_defaults
 
     quiet_defaults()

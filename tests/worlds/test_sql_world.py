@@ -342,17 +342,20 @@ def test_workflow_stop_cuts_the_talk_after_the_query(data: dict[str, list[dict]]
 
 
 def test_every_smollm_layers_row_is_a_valid_task() -> None:
-    # bench/layers/smollm_layers.py runs hour-long rows: an override that does not load would only show there
-    import importlib.util
+    # bench/layers/smollm_layers.py runs hour-long rows: an override that does not load would only show there.
+    # The bench is asked for its rows as a command, as a user runs it (a test imports no bench script).
+    import json
+    import subprocess
+    import sys
 
     from evolve.task.taskfile import load_task
     from evolve.worlds.sql.workflow import PALETTE
 
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("smollm_layers", root / "bench" / "layers" / "smollm_layers.py")
-    layers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(layers)
-    cfgs = {row: load_task(layers.TASK, sets)[0] for row, (_, sets) in layers.ROWS.items()}
+    bench = root / "bench" / "layers" / "smollm_layers.py"
+    out = subprocess.run([sys.executable, str(bench), "--rows-json"], capture_output=True, text=True, check=True)
+    layers = json.loads(out.stdout)
+    cfgs = {row: load_task(Path(layers["task"]), sets)[0] for row, sets in layers["rows"].items()}
     for row, cfg in cfgs.items():
         assert (cfg.models["policy"].cold_start is not None) == row.startswith("sft"), row
     (op,) = cfgs["sft_topology"].operators
@@ -363,4 +366,4 @@ def test_every_smollm_layers_row_is_a_valid_task() -> None:
         for it in palette
     ] == PALETTE
     assert next(it for it in palette if it["name"] == "vote")["params"]["parallel"] == 8
-    assert set(layers.SCORE_CHILD) <= set(layers.ROWS) and set(layers.AGAINST.values()) <= set(layers.ROWS)
+    assert set(layers["score_child"]) <= set(layers["rows"]) and set(layers["against"].values()) <= set(layers["rows"])
