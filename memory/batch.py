@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import model as M
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 
 @dataclass

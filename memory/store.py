@@ -28,7 +28,7 @@ from .model import Event, Item, LogError, fold, item_id, text_hash
 from .search import Hit, MemoryView, check_kinds, hybrid
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 
 def _made(results: Sequence[str | None]) -> list[str]:

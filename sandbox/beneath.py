@@ -164,7 +164,7 @@ def read(root: str | Path, rel: str, *, limit: int) -> bytes | None:
 def _remove_at(parent: int, name: str) -> None:
     st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=parent)  # type: ignore[call-arg]  # dir_fd is Python 3.11+: 3.10 raises TypeError
+        shutil.rmtree(name, dir_fd=parent)
     else:
         os.unlink(name, dir_fd=parent)
 

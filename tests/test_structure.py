@@ -7,10 +7,10 @@ module's private names."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import networkx as nx
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]

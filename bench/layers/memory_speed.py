@@ -113,7 +113,7 @@ def mem0_memory(folder: Path):
 
 
 def mem0_bulk_insert(m, entries: list[tuple[str, str]], vecs: np.ndarray) -> None:
-    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    now = dt.datetime.now(dt.UTC).isoformat()
     for b in range(0, len(entries), 5000):
         chunk = entries[b : b + 5000]
         payloads = [

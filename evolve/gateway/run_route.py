@@ -29,7 +29,7 @@ from evolve.gateway.wire import GatewayError, Request
 from evolve.types import LLMCall
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Self
+    from typing import Self
 
     from evolve.gateway.app import HTTPGateway
 

@@ -30,7 +30,7 @@ from .reflect import (
 )
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 log = logging.getLogger("evolve.reflexion")
 

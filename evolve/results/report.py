@@ -254,7 +254,7 @@ def why_current(arch: Any, current_id: str, deploy: Any) -> str:
 
     moves = [m for m in arch.pointer_history() if m[0] == current_id]
     reason, at = (moves[-1][1], moves[-1][2]) if moves else ("", 0.0)
-    when = datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if at else ""
+    when = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC") if at else ""
     if reason == "rollback":
         return (
             f"it was rolled back to on {when} (evolve archive rollback or evolve rollback), and no system the run "

@@ -34,12 +34,11 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from evolve.errors import ConfigError, MissingDependency
+from evolve.errors import ConfigError
 
 # Harbor 0.25's TaskConfig (harbor/models/task/config.py); "version" and environment.memory/storage are
 # the older schema's, still found in published tasks.
@@ -134,13 +133,8 @@ def _kind(folder: Path, rel: str) -> str | None:
 
 
 def _toml(text: str, where: Path) -> dict:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        try:
-            import tomli as tomllib
-        except ModuleNotFoundError:
-            raise MissingDependency("reading task.toml on Python 3.10 needs tomli: pip install tomli") from None
+    import tomllib
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
