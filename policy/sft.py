@@ -483,7 +483,7 @@ def cold_start_weights(session: Session, role: str, mc: ModelConfig) -> Path:
             "prompts": task.prompts,
             "workflow": task.workflow,
             "agent": task.agent,
-            "params": {k: v for k, v in mc.params.items() if k not in SERVING_PARAMS},
+            "params": trained_params(mc.params),
             "tokenizer": tok.to_dict(),
             **({"tools": tools} if tools else {}),
             **({"memory": memory} if memory else {}),

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,6 @@ def _kind(folder: Path, rel: str) -> str | None:
 
 
 def _toml(text: str, where: Path) -> dict:
-    import tomllib
-
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
