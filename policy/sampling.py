@@ -235,7 +235,11 @@ def sample(
         for t in range(T):
             r = rows
             logp = torch.log_softmax(logits * inv_t[r], dim=-1)
-            if by_cdf:
+            if by_cdf and not any(gens[o] is not None and alive[o] for o in r.tolist()):
+                # every live row greedy (an evaluation): the argmax, without the inverse CDF's float64
+                # cumulative sum over the vocabulary (13 ms a step for 32 rows of SmolLM2 on a CPU)
+                tok = logp.argmax(-1)
+            elif by_cdf:
                 rl = r.tolist()
                 u = torch.tensor(
                     [
