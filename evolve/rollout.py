@@ -78,6 +78,8 @@ class RecordedLLM:
             temperature = ctx.temperature if ctx.temperature is not None else self._defaults.get("temperature", 0.0)
         if max_tokens is None:
             max_tokens = self._defaults.get("max_tokens")
+        if ctx.max_tokens is not None:  # an exploration rollout's cap wins over a longer request
+            max_tokens = ctx.max_tokens if max_tokens is None else min(int(max_tokens), ctx.max_tokens)
         seed = ctx.seed * 1000 + len(ctx.steps)
         wanted = ctx.logprobs if logprobs is None else logprobs
         extra: dict = {"logprobs": False} if not wanted and takes(self._llm, "logprobs") else {}
@@ -126,6 +128,7 @@ class RolloutContext:
     llm_provider: LLMProvider
     seed: int = 0
     temperature: float | None = None  # overrides the model's default (exploration rollouts)
+    max_tokens: int | None = None  # caps every call's new tokens (exploration rollouts: e.g. STaR's samples)
     logprobs: bool = True  # False: whoever reads the rollout reads no log-probs (a backend may skip them)
     deadline: float | None = None  # time.monotonic() value
     steps: list = field(default_factory=list)
@@ -246,6 +249,7 @@ def run_agent(
     temperature: float | None = None,
     timeout: float | None = None,
     logprobs: bool = True,
+    max_tokens: int | None = None,
 ) -> Trajectory:
     """Run ``agent`` once; never raises for the agent's own failures."""
     t0 = time.monotonic()
@@ -255,6 +259,7 @@ def run_agent(
         llm_provider,
         seed=seed,
         temperature=temperature,
+        max_tokens=max_tokens,
         logprobs=logprobs,
         deadline=t0 + timeout if timeout else None,
     )

@@ -32,6 +32,17 @@ class STaR:
         samples: int = Field(4, ge=1, description="attempts per task (k)")
         temperature: float = Field(1.0, ge=0)
         threshold: float = Field(1.0, description="a trajectory counts as a success at this score or above")
+        max_tokens: int | None = Field(
+            None,
+            ge=1,
+            description="each sampled call generates at most this many tokens (default: the workflow's own "
+            "cap); long replies are most of a sampling's cost",
+        )
+        finished_only: bool = Field(
+            False,
+            description="learn only from attempts whose every model call ended by itself (end of turn or a "
+            "stop string), never from one cut at its token cap: a reply that loops until the cap is no example",
+        )
         turns: Literal["final", "all"] = "final"
         dedupe: bool = Field(True, description="learn each distinct (prompt, completion) once")
         r: int = Field(16, ge=1)
@@ -80,8 +91,20 @@ class STaR:
             return []
         tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
         # STaR learns from the token ids and reads no log-prob: CTranslate2 need not return its logits at T
-        trajs = ctx.rollouts(parent, tasks, samples=p.samples, temperature=p.temperature, tag="star", logprobs=False)
-        wins = [t for t in trajs if t.error is None and t.score >= p.threshold]
+        capped = {"max_tokens": p.max_tokens} if p.max_tokens is not None else {}
+        trajs = ctx.rollouts(
+            parent,
+            tasks,
+            samples=p.samples,
+            temperature=p.temperature,
+            tag="star" if p.max_tokens is None else f"star@{p.max_tokens}",
+            logprobs=False,
+            **capped,
+        )
+        wins = [t for t in trajs if t.error is None and t.score >= p.threshold and (not p.finished_only or ended(t))]
+        if p.finished_only:
+            cut = sum(1 for t in trajs if t.error is None and t.score >= p.threshold and not ended(t))
+            ctx.log(f"star: {cut} attempts that passed were cut at their token cap and are not learned from")
         solved = len({t.task_id for t in wins})
         said: str | None = f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks"
         if p.roles is None and p.credit_of(p.role) == "outcome":  # one role: the one line it always was
@@ -302,3 +325,9 @@ def success_turns(
             seen.add(key)
             out.append(key)
     return out
+
+
+def ended(traj: Trajectory) -> bool:
+    """Whether every model call of ``traj`` ended by itself (end of turn or a stop string), none cut
+    at its token cap (``finish_reason == "length"``)."""
+    return all(s.finish_reason != "length" for s in traj.steps if isinstance(s, LLMCall))

@@ -54,7 +54,8 @@ class OperatorContext:
     trajectories: Sequence[Trajectory]  # the parent's scored rollouts on this generation's minibatch
     artifacts: ArtifactStore
     workdir: Path  # scratch space for this operator call (inside the run directory)
-    # rollouts(system, tasks, samples=1, temperature=None, tag="explore", logprobs=True) -> list[Trajectory],
+    # rollouts(system, tasks, samples=1, temperature=None, tag="explore", logprobs=True, max_tokens=None)
+    # -> list[Trajectory],
     # memoised; logprobs=False when the operator reads none (a backend that pays extra for them skips them)
     rollouts: Callable[..., list[Trajectory]]
     log: Callable[[str], None] = print

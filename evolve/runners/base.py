@@ -33,6 +33,7 @@ class RolloutJob:
     temperature: float | None = None
     timeout: float | None = None
     logprobs: bool = True  # False: no one reads the rollout's log-probs (e.g. STaR's samples; see RolloutContext)
+    max_tokens: int | None = None  # caps every model call's new tokens (see RolloutContext)
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,7 @@ class Worker:
                 temperature=job.temperature,
                 timeout=job.timeout,
                 logprobs=job.logprobs,
+                max_tokens=job.max_tokens,
             )
             return score(self.reward, job.task, traj)
         except Exception as e:  # noqa: BLE001 - e.g. a task without "id"

@@ -280,12 +280,14 @@ class Session:
         temperature: float | None = None,
         description: str | None = None,
         logprobs: bool = True,
+        max_tokens: int | None = None,
     ) -> list[Trajectory]:
         """Roll ``system`` out on ``tasks`` (``samples`` each), memoised in the archive by key; in
         the order of ``tasks`` (and samples). ``split`` and ``tag`` say what the rollouts are for
         (``tag`` ``eval:*`` is an evaluation; other tags, e.g. ``star:g1:op0``, explore).
         ``logprobs=False``: the caller reads no log-probs, and a model whose engine pays extra for
-        them leaves them out of these trajectories."""
+        them leaves them out of these trajectories. ``max_tokens``: every model call of these rollouts
+        generates at most that many tokens (an exploration's cap; ``tag`` must tell capped rollouts apart)."""
         keys = [(f"{tag}/{system.id}/{t['id']}/{s}", t, s) for t in tasks for s in range(samples)]
         done = self.archive.get_trajectories([k for k, _, _ in keys])
         missing = [(k, t, s) for k, t, s in keys if k not in done]
@@ -303,6 +305,7 @@ class Session:
                     temperature=temperature,
                     timeout=self.task.runner.timeout,
                     logprobs=logprobs,
+                    max_tokens=max_tokens,
                 )
                 for k, t, s in run_now
             ]

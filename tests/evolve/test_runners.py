@@ -448,3 +448,36 @@ def test_a_job_that_reads_no_log_probs_says_so_to_the_rollout_and_its_model(runn
         lambda system, role: Plain(),
     )
     assert seen == [] and "takes no top_logprobs" in traj.error and traj.infra is None
+
+
+def test_a_jobs_token_cap_reaches_the_rollout_and_caps_every_call(runner, tmp_path):
+    """``RolloutJob.max_tokens`` (STaR's capped samples) reaches the rollout's context in a worker,
+    thread or process; each model call then asks for at most that many tokens, whatever the agent asked."""
+    from evolve.llm.base import Completion
+    from evolve.rollout import run_agent
+
+    js = [
+        RolloutJob(key=f"k/{t['id']}", system=SYSTEM, task=t, max_tokens=None if i else 7)
+        for i, t in enumerate(tasks(2))
+    ]
+    out = collect(runner, spec(tmp_path, agent="tests.helpers.agents:max_tokens_cap"), js)
+    assert [out[j.key].output for j in js] == [7, None]
+
+    seen: list = []
+
+    class Backend:
+        name = "b"
+
+        def complete(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None):
+            seen.append(max_tokens)
+            return Completion(text="x", model=self.name)
+
+    def agent(task, ctx):
+        for asked in (None, 500, 10):
+            ctx.llm().complete([{"role": "user", "content": "q"}], max_tokens=asked)
+        return "x"
+
+    for cap, calls in [(64, [64, 64, 10]), (None, [None, 500, 10])]:
+        seen.clear()
+        traj = run_agent(agent, SYSTEM, {"id": "t"}, lambda system, role: Backend(), max_tokens=cap)
+        assert traj.error is None and seen == calls

@@ -22,6 +22,11 @@ def logprobs_wanted(task: dict, ctx: Any) -> Any:
     return ctx.logprobs
 
 
+def max_tokens_cap(task: dict, ctx: Any) -> Any:
+    """The output is the rollout's token cap (``RolloutJob.max_tokens``, carried to the context)."""
+    return ctx.max_tokens
+
+
 def exact(task: dict, output: Any) -> float:
     return 1.0 if output == task.get("answer") else 0.0
 

@@ -62,3 +62,45 @@ def test_its_samples_ask_for_no_log_probs():
     )
     assert STaR(tasks=2, samples=3, temperature=0.4).propose(parent, ctx) == []  # no successes: no child
     assert asked == [{"samples": 3, "temperature": 0.4, "tag": "star", "logprobs": False}]
+
+
+def test_capped_samples_and_replies_cut_at_the_cap():
+    """``max_tokens`` caps STaR's samples (their own tag, so uncapped samples are not reused);
+    ``finished_only`` learns nothing from an attempt cut at its cap, even one the scorer passed."""
+    import random
+    from types import SimpleNamespace
+
+    from evolve.policy.star import ended
+    from evolve.types import ArtifactRef, ModelSpec, System
+
+    def cut(reason):
+        return LLMCall(
+            role="policy",
+            model="tiny",
+            messages=M,
+            output="x",
+            prompt_token_ids=(1,),
+            token_ids=(5,),
+            finish_reason=reason,
+        )
+
+    passed = [traj(cut("length")), traj(cut("stop")), traj(cut(None))]
+    assert [ended(t) for t in passed] == [False, True, True]
+    asked: list[dict] = []
+    said: list[str] = []
+    parent = System(
+        models={
+            "policy": ModelSpec(backend="local", name="tiny", base=ArtifactRef(sha256="0" * 64, kind="base_weights"))
+        }
+    )
+    ctx = SimpleNamespace(
+        train=[{"id": f"t{i}"} for i in range(3)],
+        rng=random.Random(0),
+        log=said.append,
+        rollouts=lambda *a, **k: asked.append(k) or passed,
+    )
+    star = STaR(tasks=2, samples=3, temperature=0.4, max_tokens=64, finished_only=True, min_examples=2)
+    assert star.propose(parent, ctx) == []  # one distinct example left: under min_examples
+    assert asked == [{"samples": 3, "temperature": 0.4, "tag": "star@64", "logprobs": False, "max_tokens": 64}]
+    assert "star: 1 attempts that passed were cut at their token cap and are not learned from" in said
+    assert any("2/3 samples succeeded" in m for m in said)
