@@ -54,6 +54,12 @@ class GRPO:
         tasks_per_step: int = Field(32, ge=1)
         group_size: int = Field(8, ge=2, description="rollouts per task (G)")
         temperature: float = Field(1.0, gt=0)
+        max_tokens: int | None = Field(
+            None,
+            ge=1,
+            description="each sampled call generates at most this many tokens (default: the workflow's own "
+            "cap); a reply cut there is scored as it stands, as TRL's max_completion_length does",
+        )
         estimator: Literal["grpo", "dr_grpo", "batch", "rloo", "reinforce_pp"] = "grpo"
         reward_weights: dict[str, float] = Field(
             default_factory=dict,
@@ -424,7 +430,14 @@ class GRPO:
                 break
             t0 = time.perf_counter()
             tasks = ctx.rng.sample(pool, min(p.tasks_per_step, len(pool)))
-            trajs = ctx.rollouts(current, tasks, samples=p.group_size, temperature=p.temperature, tag="grpo")
+            trajs = ctx.rollouts(
+                current,
+                tasks,
+                samples=p.group_size,
+                temperature=p.temperature,
+                tag="grpo" if p.max_tokens is None else f"grpo@{p.max_tokens}",
+                **({"max_tokens": p.max_tokens} if p.max_tokens is not None else {}),
+            )
             t_roll = time.perf_counter() - t0
             if step == 0:
                 check_components(trajs, p.reward_weights)

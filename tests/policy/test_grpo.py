@@ -516,3 +516,30 @@ def test_self_imitation_replays_the_policys_successes_through_the_ptx_term(tmp_p
     pools = [r["replay_pool"] for r in curve]
     assert pools[-1] > 0 and pools == sorted(pools)
     assert all(("ptx_nll" in r) == (n > 0) for r, n in zip(curve, pools))  # the term runs once successes exist
+
+
+def test_its_samples_take_the_token_cap():
+    """``max_tokens`` caps GRPO's sampled groups (under their own tag), not its greedy dev scoring."""
+    import random
+    from types import SimpleNamespace
+
+    from evolve.policy.grpo import GRPO
+
+    class Sampled(Exception):
+        pass
+
+    asked: list[dict] = []
+
+    def rollouts(system, tasks, **k):
+        asked.append(k)
+        if k["tag"] != "grpo-dev":
+            raise Sampled
+        return []
+
+    ctx = SimpleNamespace(rng=random.Random(0), log=lambda m: None, rollouts=rollouts, seed=0)
+    learner = SimpleNamespace(max_len=lambda: 99)
+    for cap, tag, extra in [(32, "grpo@32", {"max_tokens": 32}), (None, "grpo", {})]:
+        asked.clear()
+        with pytest.raises(Sampled):
+            GRPO(max_tokens=cap, steps=1, group_size=2)._steps(None, {}, ctx, {"policy": learner}, [], [{"id": "t"}])
+        assert asked[-1] == {"samples": 2, "temperature": 1.0, "tag": tag, **extra}
