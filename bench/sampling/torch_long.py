@@ -6,9 +6,13 @@ SmolLM2-135M-Instruct (the GGUF's weights, loaded in ``--dtype``) answers the sa
 to train): its chat template with the user message only, greedy, at most ``--max-new`` new tokens,
 ``--batch`` rows per call of :func:`evolve.policy.sampling.sample` (left padding, a preallocated KV cache,
 finished rows pruned). Per run: wall and the process's CPU seconds, tokens, replies at the cap; with
-``--profile``, torch's profiler table of the first call (which op the time goes to).
+``--profile``, torch's profiler table of the first call (which op the time goes to). ``--parts K``
+samples the same prompts again in calls of ``K`` rows and says how many replies differ from the first
+run's, token for token: whether a reply depends on which rows share its batch (a server's batches
+depend on timing), not timed.
 
     python bench/sampling/torch_long.py --n 32 --batch 32 --max-new 512 --dtype bfloat16 --threads 2
+    python bench/sampling/torch_long.py --n 32 --batch 32 --max-new 256 --parts 8
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--parts", type=int, help="sample the prompts again in calls of this many rows and compare")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not args.prompts.is_file():
@@ -68,6 +73,15 @@ def main() -> None:
         else:
             out += sample(model, part, eos_id=tok.eos_ids, temperatures=0.0, max_tokens=args.max_new)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
+    wall = round(time.perf_counter() - t0, 1)
+    differ = None
+    if args.parts:
+        again = []
+        for i in range(0, len(prompts), args.parts):
+            again += sample(
+                model, prompts[i : i + args.parts], eos_id=tok.eos_ids, temperatures=0.0, max_tokens=args.max_new
+            )
+        differ = sum(a.token_ids != b.token_ids for a, b in zip(out, again))
     result = {
         "machine": {
             "cpu": platform.processor() or platform.machine(),
@@ -81,10 +95,12 @@ def main() -> None:
         "max_new_tokens": args.max_new,
         "dtype": args.dtype,
         "profiled": args.profile,
-        "wall_s": round(time.perf_counter() - t0, 1),
+        "wall_s": wall,
         "cpu_s": round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 1),
         "tokens": sum(len(s.token_ids) for s in out),
         "at_cap": sum(s.finish_reason == "length" for s in out),
+        "parts": args.parts,
+        "replies_that_differ_in_parts": differ,
     }
     print(json.dumps(result, indent=1))
     if args.out:
