@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from evolve.loop.operators import OperatorContext
+from evolve.loop.operators import OperatorContext, capped
 from evolve.policy.roles import RoleParams, trained_roles, verdict_counts, verdict_turns
 from evolve.types import Candidate, System, Trajectory
 
@@ -431,12 +431,7 @@ class GRPO:
             t0 = time.perf_counter()
             tasks = ctx.rng.sample(pool, min(p.tasks_per_step, len(pool)))
             trajs = ctx.rollouts(
-                current,
-                tasks,
-                samples=p.group_size,
-                temperature=p.temperature,
-                tag="grpo" if p.max_tokens is None else f"grpo@{p.max_tokens}",
-                **({"max_tokens": p.max_tokens} if p.max_tokens is not None else {}),
+                current, tasks, samples=p.group_size, temperature=p.temperature, **capped("grpo", p.max_tokens)
             )
             t_roll = time.perf_counter() - t0
             if step == 0:

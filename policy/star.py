@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from evolve.loop.operators import OperatorContext
+from evolve.loop.operators import OperatorContext, capped
 from evolve.policy.roles import RoleParams, trained_roles, verdict_examples
 from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
 
@@ -91,20 +91,16 @@ class STaR:
             return []
         tasks = ctx.rng.sample(list(ctx.train), min(p.tasks, len(ctx.train)))
         # STaR learns from the token ids and reads no log-prob: CTranslate2 need not return its logits at T
-        capped = {"max_tokens": p.max_tokens} if p.max_tokens is not None else {}
         trajs = ctx.rollouts(
-            parent,
-            tasks,
-            samples=p.samples,
-            temperature=p.temperature,
-            tag="star" if p.max_tokens is None else f"star@{p.max_tokens}",
-            logprobs=False,
-            **capped,
+            parent, tasks, samples=p.samples, temperature=p.temperature, logprobs=False, **capped("star", p.max_tokens)
         )
-        wins = [t for t in trajs if t.error is None and t.score >= p.threshold and (not p.finished_only or ended(t))]
+        passed = [t for t in trajs if t.error is None and t.score >= p.threshold]
+        wins = [t for t in passed if ended(t)] if p.finished_only else passed
         if p.finished_only:
-            cut = sum(1 for t in trajs if t.error is None and t.score >= p.threshold and not ended(t))
-            ctx.log(f"star: {cut} attempts that passed were cut at their token cap and are not learned from")
+            ctx.log(
+                f"star: {len(passed) - len(wins)} attempts that passed were cut at their token cap "
+                "and are not learned from"
+            )
         solved = len({t.task_id for t in wins})
         said: str | None = f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks"
         if p.roles is None and p.credit_of(p.role) == "outcome":  # one role: the one line it always was

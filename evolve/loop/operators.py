@@ -67,6 +67,13 @@ class OperatorContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def capped(tag: str, max_tokens: int | None) -> dict[str, Any]:
+    """``ctx.rollouts`` keywords for samples capped at ``max_tokens`` new tokens a call (None: the
+    workflow's own cap): the cap, and a tag of their own (``star@512``) so that samples drawn under
+    another cap are never reused from the archive."""
+    return {"tag": tag} if max_tokens is None else {"tag": f"{tag}@{max_tokens}", "max_tokens": max_tokens}
+
+
 class ChargedLLM:
     """A model an operator calls itself, bound to ``ctx``: each call first asks ``ctx.may_call()``
     (a spent budget raises :class:`~evolve.errors.BudgetExhausted` before anything is sent), then

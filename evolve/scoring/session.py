@@ -287,7 +287,7 @@ class Session:
         (``tag`` ``eval:*`` is an evaluation; other tags, e.g. ``star:g1:op0``, explore).
         ``logprobs=False``: the caller reads no log-probs, and a model whose engine pays extra for
         them leaves them out of these trajectories. ``max_tokens``: every model call of these rollouts
-        generates at most that many tokens (an exploration's cap; ``tag`` must tell capped rollouts apart)."""
+        generates at most that many tokens (an exploration's cap; :func:`evolve.loop.operators.capped` gives such rollouts a tag of their own)."""
         keys = [(f"{tag}/{system.id}/{t['id']}/{s}", t, s) for t in tasks for s in range(samples)]
         done = self.archive.get_trajectories([k for k, _, _ in keys])
         missing = [(k, t, s) for k, t, s in keys if k not in done]
