@@ -41,6 +41,7 @@ import atexit
 import json
 import math
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -180,6 +181,26 @@ class CT2Server(LocalServer):
             return g
 
     # -- generation and scoring
+
+    def _serve(self, batch: list[Any]) -> None:
+        """One batch to its end (CTranslate2 generates whole batches)."""
+        t0 = time.perf_counter()
+        try:
+            with self._model_lock:
+                results = self._generate(batch)
+        except BaseException as e:  # noqa: BLE001 - the worker must survive: fail this batch, keep serving
+            err = self._failure(e)
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_exception(err)
+            return
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["tokens"] += sum(len(s.token_ids) for s in results)
+        self.stats["busy_s"] += time.perf_counter() - t0
+        for r, s in zip(batch, results):
+            if not r.future.done():
+                r.future.set_result(s)
 
     def _generate(self, batch: list[Any]) -> list[Sample]:
         eos = list(getattr(self.tok, "eos_ids", (self.tok.eos_id,)))

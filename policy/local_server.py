@@ -1,8 +1,9 @@
 """The local backend's server: one base model, LoRA adapters by name, one batching worker thread.
 
 :class:`LocalServer` gathers pending requests (up to ``max_batch``, waiting ``batch_wait``
-seconds for more), groups them by adapter and runs one batched generation with our own sampling
-loop (:func:`evolve.policy.tiny.sample`). :mod:`evolve.policy.local` wraps it in the LLM protocol.
+seconds for more), groups them by adapter and decodes them as one batch with our own sampling
+loop (:class:`evolve.policy.sampling.Decoder`), taking waiting requests into the running batch as
+its rows end (continuous batching). :mod:`evolve.policy.local` wraps it in the LLM protocol.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import LLMError
-from evolve.policy.tiny import Sample, sample
+from evolve.policy.sampling import Decoder, Row, Sample
 
 if TYPE_CHECKING:  # pragma: no cover
     from evolve.policy.tiny import CharTokenizer
@@ -46,7 +47,8 @@ class LocalServer:
     request and, while the batch is not full, keeps waiting as long as new requests arrive
     less than ``batch_wait`` seconds apart (at most ``max_wait`` after the oldest), then runs
     every pending request with the same adapter (up to ``max_batch``, oldest first) as one
-    batch. Adapters are attached with peft and selected per batch; ``adapter=None`` runs the
+    batch, which requests for that adapter join as its rows end (see :meth:`_admit`).
+    Adapters are attached with peft and selected per batch; ``adapter=None`` runs the
     bare base (adapters disabled). Base tensors are never written.
     """
 
@@ -94,6 +96,7 @@ class LocalServer:
         self._pending: list[_Request] = []
         self._cond = threading.Condition()
         self._model_lock = threading.RLock()
+        self._model_waiters = 0  # threads waiting to change the model (add or remove an adapter)
         self._worker = threading.Thread(target=self._run, name=f"evolve-local-lm-{name}", daemon=True)
         self._worker.start()
 
@@ -107,7 +110,7 @@ class LocalServer:
         a no-op when one with that name is loaded already."""
         from evolve.policy.weights import Adapter, attach_adapter, read_adapter
 
-        with self._model_lock:
+        with self._changing_model():
             if name in self.adapters():
                 return
             value = adapter if isinstance(adapter, Adapter) else read_adapter(adapter)
@@ -115,7 +118,7 @@ class LocalServer:
 
     def remove_adapter(self, name: str) -> None:
         """Drop an adapter (peft cannot drop its last one: that one stays loaded, unused)."""
-        with self._model_lock:
+        with self._changing_model():
             if self.peft is not None and name in self.peft.peft_config and len(self.peft.peft_config) > 1:
                 self.peft.delete_adapter(name)
 
@@ -196,57 +199,104 @@ class LocalServer:
                         break
                     self._cond.wait(left)
                 batch = self._take()
-            self._execute(batch)
+            self._serve(batch)
 
-    def _execute(self, batch: list[_Request]) -> None:
+    def _serve(self, batch: list[_Request]) -> None:
+        """Decode ``batch`` (one adapter), and keep admitting pending requests for that adapter
+        into the running batch as its rows end (continuous batching), until it runs dry. A
+        request waits for the running batch while it is full or decodes another adapter."""
         t0 = time.perf_counter()
+        adapter, inflight = batch[0].adapter, list(batch)
         try:
-            with self._model_lock:
-                results = self._generate(batch)
-        except BaseException as e:  # noqa: BLE001 - the worker must survive: fail this batch, keep serving
-            err = (
-                e
-                if isinstance(e, LLMError)
-                else LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
-            )
-            if err is not e:
-                err.__cause__ = e
-            for r in batch:
-                if not r.future.done():
-                    r.future.set_exception(err)
-            return
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(batch)
-        self.stats["tokens"] += sum(len(s.token_ids) for s in results)
-        self.stats["busy_s"] += time.perf_counter() - t0
-        for r, s in zip(batch, results):
-            r.future.set_result(s)
-
-    def _generate(self, batch: list[_Request]) -> list[Sample]:
-        """One batch (one adapter) through the sampler; called by the worker with the model lock held."""
-        with self._keep_requires_grad():
-            adapter = batch[0].adapter
-            if adapter is None:
-                ctx = self.peft.disable_adapter() if self.peft is not None else contextlib.nullcontext()
-            else:
-                if self.peft is None or adapter not in self.peft.peft_config:
-                    raise LLMError(f"local model {self.name!r}: adapter {adapter!r} is not loaded")
-                if self.peft.active_adapter != adapter:
-                    self.peft.set_adapter(adapter)
-                ctx = contextlib.nullcontext()
-            with ctx:
-                return sample(
+            with self._model_lock, self._keep_requires_grad(), self._adapter(adapter):
+                dec = Decoder(
                     self.base,
-                    [r.prompt for r in batch],
                     eos_id=getattr(self.tok, "eos_ids", self.tok.eos_id),
                     pad_id=self.tok.pad_id,
-                    temperatures=[r.temperature for r in batch],
-                    max_tokens=[r.max_tokens for r in batch],
-                    seeds=[r.seed for r in batch],
-                    stops=[r.stop for r in batch],
                     decode=self.tok.token_text,
-                    top_logprobs=[r.top_logprobs for r in batch],
                 )
+                self._finish(dec.add(batch))
+                self.stats["batches"] += 1
+                while dec.live:
+                    self._finish(dec.step())
+                    if self.closed:
+                        raise LLMError(f"local model {self.name!r}: the server was closed")
+                    more = self._admit(adapter, dec.live) if dec.live and dec.joinable else []
+                    if more:
+                        inflight += more
+                        self._finish(dec.add(more))
+        except BaseException as e:  # noqa: BLE001 - the worker must survive: fail these requests, keep serving
+            err = self._failure(e)
+            for r in inflight:
+                if not r.future.done():
+                    r.future.set_exception(err)
+        finally:
+            self.stats["busy_s"] += time.perf_counter() - t0
+
+    def _failure(self, e: BaseException) -> LLMError:
+        """What the callers of a failed generation get: ``e`` itself when it is an LLMError."""
+        if isinstance(e, LLMError):
+            return e
+        err = LLMError(f"local model {self.name!r}: generation failed: {type(e).__name__}: {e}")
+        err.__cause__ = e
+        return err
+
+    def _admit(self, adapter: str | None, live: int) -> list[_Request]:
+        """Pending requests to join a running batch of ``live`` rows: from the head of the queue
+        while they are for ``adapter`` and there is room. A join copies the batch's cache, so
+        requests join a quarter of the batch at a time, or all together once every one that can
+        join fits and the oldest has waited ``max_wait``; none join while someone waits to change
+        the model."""
+        with self._cond:
+            room = self.max_batch - live
+            if room <= 0 or self._model_waiters or not self._pending:
+                return []
+            run = 0  # the head of the queue that is for this adapter
+            for r in self._pending:
+                if r.adapter != adapter:
+                    break
+                run += 1
+            n = min(run, room)
+            quarter = max(1, self.max_batch // 4)
+            if n == 0 or (n < quarter and not (n == run and time.monotonic() - self._pending[0].t0 >= self.max_wait)):
+                return []
+            taken, self._pending = self._pending[:n], self._pending[n:]
+            return taken
+
+    def _finish(self, rows: list[Row]) -> None:
+        for row in rows:
+            if row.done is None:
+                continue
+            self.stats["requests"] += 1
+            self.stats["tokens"] += len(row.done.token_ids)
+            fut = row.spec.future
+            if not fut.done():
+                fut.set_result(row.done)
+
+    @contextlib.contextmanager
+    def _adapter(self, adapter: str | None) -> Iterator[None]:
+        """The model as ``adapter`` (None: the bare base, adapters disabled); the model lock is held."""
+        if adapter is None:
+            with self.peft.disable_adapter() if self.peft is not None else contextlib.nullcontext():
+                yield
+            return
+        if self.peft is None or adapter not in self.peft.peft_config:
+            raise LLMError(f"local model {self.name!r}: adapter {adapter!r} is not loaded")
+        if self.peft.active_adapter != adapter:
+            self.peft.set_adapter(adapter)
+        yield
+
+    @contextlib.contextmanager
+    def _changing_model(self) -> Iterator[None]:
+        """The model lock, for a change of adapters: running batches stop admitting until it is taken."""
+        with self._cond:
+            self._model_waiters += 1
+        try:
+            with self._model_lock:
+                yield
+        finally:
+            with self._cond:
+                self._model_waiters -= 1
 
     @contextlib.contextmanager
     def _keep_requires_grad(self) -> Iterator[None]:

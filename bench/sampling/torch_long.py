@@ -9,10 +9,15 @@ finished rows pruned). Per run: wall and the process's CPU seconds, tokens, repl
 ``--profile``, torch's profiler table of the first call (which op the time goes to). ``--parts K``
 samples the same prompts again in calls of ``K`` rows and says how many replies differ from the first
 run's, token for token: whether a reply depends on which rows share its batch (a server's batches
-depend on timing), not timed.
+depend on timing), not timed. ``--server`` submits every prompt at once to a
+:class:`~evolve.policy.local_server.LocalServer` of ``--batch`` rows instead, which takes waiting prompts
+into its running batch as rows end (continuous batching), where the calls above each run until their
+longest reply ends; ``--one-group`` makes its decoding steps read every row's cache from the batch's
+first column, as before grouped attention.
 
     python bench/sampling/torch_long.py --n 32 --batch 32 --max-new 512 --dtype bfloat16 --threads 2
     python bench/sampling/torch_long.py --n 32 --batch 32 --max-new 256 --parts 8
+    python bench/sampling/torch_long.py --n 64 --batch 32 --max-new 512 --server
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--parts", type=int, help="sample the prompts again in calls of this many rows and compare")
+    ap.add_argument("--server", action="store_true", help="all prompts at once to a continuous-batching server")
+    ap.add_argument(
+        "--one-group", action="store_true", help="decoding steps read the cache from the batch's first column"
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not args.prompts.is_file():
@@ -51,7 +60,11 @@ def main() -> None:
 
     import torch
 
+    from evolve.policy import sampling
     from evolve.policy.sampling import sample
+
+    if args.one_group:  # every cohort of joined rows reads as one group (no grouped attention)
+        sampling.GROUP_SLACK = 1 << 30
 
     torch.set_num_threads(args.threads)
     _, model, tok = ct2_speed.smollm2(SimpleNamespace(smollm2_shape=None, device="cpu", torch_dtype=args.dtype))
@@ -62,7 +75,16 @@ def main() -> None:
     load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else None
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     out = []
-    for i in range(0, len(prompts), args.batch):
+    batches = None
+    if args.server:
+        from evolve.policy.local_server import LocalServer
+
+        server = LocalServer(model, tok, max_batch=args.batch, batch_wait=0.05, max_wait=0.5, threads=args.threads)
+        futs = [server.submit(p, temperature=0.0, max_tokens=args.max_new) for p in prompts]
+        out = [f.result() for f in futs]
+        batches = server.stats["batches"]
+        server.close()
+    for i in range(0, len(prompts) if not args.server else 0, args.batch):
         part = prompts[i : i + args.batch]
         if args.profile and i == 0:
             from torch.profiler import ProfilerActivity, profile
@@ -92,6 +114,9 @@ def main() -> None:
         },
         "n": len(prompts),
         "batch": args.batch,
+        "server": args.server,
+        "server_batches": batches,
+        "one_group": args.one_group,
         "max_new_tokens": args.max_new,
         "dtype": args.dtype,
         "profiled": args.profile,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ pytest.importorskip("peft")
 
 from evolve.errors import ConfigError, LLMError  # noqa: E402
 from evolve.llm.base import LLM  # noqa: E402
+from evolve.policy import sampling  # noqa: E402
 from evolve.policy.local import LocalLM, LocalServer, build, shutdown_all  # noqa: E402
+from evolve.policy.sampling import Ask, Decoder  # noqa: E402
 from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model, count_params, sample  # noqa: E402
 from evolve.policy.weights import (  # noqa: E402
     Adapter,
@@ -191,6 +194,122 @@ def test_seeded_sampling_is_independent_of_the_batch(model):
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
     other = sample(model, prompts[:1], seeds=[999], **kw)[0]
     assert other.token_ids != alone[0].token_ids
+
+
+@pytest.mark.parametrize("slack", [64, 0])
+def test_rows_joining_a_running_batch_decode_as_they_would_alone(model, slack, monkeypatch):
+    """Continuous batching: rows added to a running :class:`Decoder` (prompts longer and shorter
+    than its columns, sampled and greedy, stop strings, top log-probs) give the tokens and
+    log-probs they give alone, and rows that end leave the batch and its columns; also when each
+    cohort of rows reads the cache from its own first column (``GROUP_SLACK`` 0)."""
+    monkeypatch.setattr(sampling, "GROUP_SLACK", slack)
+    prompts = [TOK.render_chat(chat(w)) for w in ("a", "hello there", "zz" * 20, "q", "mid" * 4, "x")]
+    asks = [
+        Ask(prompts[0], 1.0, 40, 100),
+        Ask(prompts[1], 0.0, 6, None),
+        Ask(prompts[2], 0.8, 30, 102, top_logprobs=3),
+        Ask(prompts[3], 0.0, 25, None, stop=("e",)),
+        Ask(prompts[4], 1.2, 12, 104),
+        Ask(prompts[5], 1.0, 0, 105),
+    ]
+
+    def alone(a: Ask):
+        return sample(
+            model,
+            [a.prompt],
+            eos_id=TOK.eos_id,
+            temperatures=a.temperature,
+            max_tokens=a.max_tokens,
+            seeds=[a.seed],
+            stops=[a.stop],
+            decode=TOK.token_text,
+            top_logprobs=a.top_logprobs,
+        )[0]
+
+    dec = Decoder(model, eos_id=TOK.eos_id, decode=TOK.token_text)
+    rows = dec.add(asks[:2])
+    widths = [dec.mask.shape[1]]
+    for _ in range(8):  # the greedy row ends after 6 tokens; the batch prunes it
+        dec.step()
+    assert rows[1].done is not None and len(dec.rows) == 1
+    rows += dec.add(asks[2:4])  # a longer prompt than the batch's columns, then a shorter one
+    widths.append(dec.mask.shape[1])
+    for _ in range(3):
+        dec.step()
+    rows += dec.add(asks[4:])  # a row with nothing to generate is done at once and never joins
+    assert dec.grouped and len(dec.groups) == (3 if slack == 0 else 0)
+    assert rows[5].done is not None and rows[5].done.token_ids == [] and rows[5] not in dec.rows
+    assert len(dec.rows) == dec.live  # rows that had ended left the batch when the others joined
+    while dec.live:
+        widths.append(dec.mask.shape[1])
+        dec.step()
+    assert dec.rows == [] and dec.cache is None
+    assert max(widths) > widths[-1]  # columns of the rows that ended were dropped
+    for a, r in zip(asks, rows):
+        want = alone(a)
+        got = r.done
+        assert got.token_ids == want.token_ids and got.finish_reason == want.finish_reason and got.stop == want.stop
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-4)
+        if a.top_logprobs:
+            assert [[i for i, _ in s] for s in got.top_logprobs] == [[i for i, _ in s] for s in want.top_logprobs]
+        else:
+            assert got.top_logprobs is None
+
+
+def test_the_server_admits_requests_into_its_running_batch(model):
+    """A request for the running batch's adapter joins it as rows end (one batch serves all);
+    one for another adapter, or one that comes while an adapter is being added, waits for the
+    batch to end. Every reply is the one it gets alone."""
+    m = build_model(CFG, seed=0)
+    server = LocalServer(m, TOK, max_batch=4, batch_wait=0.001, max_wait=0.001)
+    llm = LocalLM(server, max_tokens=30, on_close=server.close)
+    gate, steps = threading.Event(), []
+
+    def hold(_module, _inputs):  # the running batch waits at its 3rd forward pass for the test
+        steps.append(1)
+        if len(steps) == 3:
+            assert gate.wait(30)
+
+    try:
+        prompts = [chat("w" * (1 + 5 * i)) for i in range(6)]
+        solo = LocalLM.from_model(build_model(CFG, seed=0), TOK, max_tokens=30)
+        expected = [solo.complete(p, seed=i, temperature=0.9) for i, p in enumerate(prompts)]
+        solo.close()
+        hook = m.register_forward_pre_hook(hold)
+        first = llm.submit(prompts[0], seed=0, temperature=0.9)
+        while len(steps) < 3:
+            time.sleep(0.005)
+        later = [llm.submit(prompts[i], seed=i, temperature=0.9) for i in (1, 2)]
+        time.sleep(0.05)
+        batches = server.stats["batches"]
+        gate.set()
+        got = [f.result(timeout=60) for f in [first, *later]]
+        assert server.stats["batches"] == batches == 1  # the later two joined the running batch
+        for g, e in zip(got, expected):
+            assert g.token_ids == e.token_ids
+        # an adapter being added: the running batch stops admitting and lets it in
+        steps.clear()
+        gate.clear()
+        first = llm.submit(prompts[3], seed=3, temperature=0.9)
+        while len(steps) < 3:
+            time.sleep(0.005)
+        adding = threading.Thread(target=server.add_adapter, args=("one", random_adapter(model, 1)))
+        adding.start()
+        while not server._model_waiters:
+            time.sleep(0.005)
+        later = [llm.submit(prompts[i], seed=i, temperature=0.9) for i in (4, 5)]
+        time.sleep(0.05)
+        gate.set()
+        got = [f.result(timeout=60) for f in [first, *later]]
+        adding.join(timeout=60)
+        assert not adding.is_alive() and "one" in server.adapters()
+        assert server.stats["batches"] == 3  # the later two waited for the adapter, then ran together
+        for g, e in zip(got, expected[3:]):
+            assert g.token_ids == e.token_ids
+        hook.remove()
+    finally:
+        gate.set()
+        llm.close()
 
 
 def test_greedy_is_deterministic_and_stops(model):
