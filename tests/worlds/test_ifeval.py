@@ -90,6 +90,47 @@ def _shingles(text: str) -> set[tuple[str, ...]]:
     return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
 
 
+def test_language_verdicts_do_not_depend_on_threads_racing_at_first_use(monkeypatch) -> None:
+    """A run scores replies on many threads at once: the first language checks of a process, made
+    together, get the verdicts one thread gets (langdetect loads its profiles on first use; threads
+    that raced there saw no language or another one)."""
+    import sys
+    import threading
+
+    from langdetect import detector_factory
+
+    from evolve.worlds.ifeval import checks
+
+    texts = [
+        "\U0001f331" * 50 + "\ufffd",
+        "This is an English sentence about gardens.",
+        "Ceci est une phrase en français.",
+    ]
+    want = ["bn", "en", "fr"]  # langdetect's verdicts, one thread, seed 0 (the emoji reply is from a real run)
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows every time without the fix
+    try:
+        for _ in range(3):
+            monkeypatch.setattr(detector_factory, "_factory", None)
+            checks._langdetect.cache_clear()
+            out: list = [None] * 24
+            start = threading.Barrier(24)
+
+            def check(i: int, out: list, start: threading.Barrier) -> None:
+                start.wait()
+                out[i] = checks.language_of(texts[i % 3])
+
+            threads = [threading.Thread(target=check, args=(i, out, start)) for i in range(24)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert out == [want[i % 3] for i in range(24)]
+    finally:
+        sys.setswitchinterval(before)
+        checks._langdetect.cache_clear()
+
+
 def test_generated_prompts_never_equal_or_nearly_duplicate_a_test_prompt(prompts: list[dict]) -> None:
     tests = [_shingles(p["prompt"]) for p in prompts]
     texts = {p["prompt"].strip().lower() for p in prompts}

@@ -26,6 +26,7 @@ import collections
 import functools
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -123,14 +124,22 @@ def word_tokens(text: str) -> list[str]:
     return [t for s in sentences(text) for t in tok.tokenize(s)]
 
 
+_LANGDETECT_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=1)
 def _langdetect() -> Any:
-    try:
-        import langdetect
-    except ImportError as e:
-        raise ImportError("IFEval's language checks need langdetect: pip install 'evolvekit[ifeval]'") from e
-    langdetect.DetectorFactory.seed = 0  # the reference leaves it unseeded; fixed so verdicts repeat
-    return langdetect
+    with _LANGDETECT_LOCK:
+        try:
+            import langdetect
+            from langdetect import detector_factory
+        except ImportError as e:
+            raise ImportError("IFEval's language checks need langdetect: pip install 'evolvekit[ifeval]'") from e
+        langdetect.DetectorFactory.seed = 0  # the reference leaves it unseeded; fixed so verdicts repeat
+        # its profiles load on the first detect(); threads that race there got wrong verdicts
+        # (no language, or another one) for the first replies of a run: load them once, here
+        detector_factory.init_factory()
+        return langdetect
 
 
 def language_of(text: str) -> str | None:
