@@ -70,7 +70,6 @@ CACHE_KEEP = 16
 
 # freed memory glibc keeps at the top of the heap, once keep_heap ran, before it gives any back (M_TRIM_THRESHOLD)
 HEAP_KEEP = (1 << 31) - 1
-TEMPORARIES = 256 << 20  # the torch sampler's blocks up to this size come from the heap (keep_heap)
 
 
 class NotConvertible(Exception):
@@ -150,43 +149,32 @@ def plan(params: dict[str, Any], *, tiny: bool) -> Plan:
 
 
 _HEAP = threading.Lock()
-_heap_kept: int | None = (
-    None  # None: not tried yet; 0: all blocks from the heap; n: blocks above n bytes mmapped; -1: failed
-)
+_heap_kept: bool | None = None  # None: not tried yet
 
 
-def keep_heap(mmap_above: int | None = None) -> bool:
-    """Have glibc's malloc serve blocks from the heap instead of by mmap, and keep up to
-    :data:`HEAP_KEEP` bytes of freed memory at the heap's top (``M_TRIM_THRESHOLD``), for the whole
-    process: every block (``mmap_above`` None: ``M_MMAP_MAX`` 0), or those up to ``mmap_above`` bytes
-    (``M_MMAP_THRESHOLD``). A block over 32 MiB (glibc's largest own threshold) is otherwise a fresh
-    mmap, whose pages each fault when first written, and it goes back to the system when freed.
-    CTranslate2 4.8 copies each layer's cached keys and values into a tensor one position longer at
-    every decoding step and frees the old one (every block from the heap); our torch sampler's
-    largest temporaries are a step's logits, 25 MiB each at 128 rows of a 49,152-token vocabulary
-    (blocks up to :data:`TEMPORARIES`; its multi-GiB caches stay mmapped, given back when freed).
-    From the heap the freed blocks are reused. The cost: memory freed stays with the process (up to
-    :data:`HEAP_KEEP` at the top), for other allocations of its own to reuse. A stricter call after a
-    looser one applies; False where the C library is not glibc (nothing is changed)."""
+def keep_heap() -> bool:
+    """Have glibc's malloc serve every block from the heap, never by mmap (``M_MMAP_MAX`` 0), and keep
+    up to :data:`HEAP_KEEP` bytes of freed memory at the heap's top (``M_TRIM_THRESHOLD``), for the
+    whole process, once. CTranslate2 4.8 copies each layer's cached keys and values into a tensor
+    one position longer at every decoding step and frees the old one; a block over 32 MiB (glibc's
+    largest mmap threshold) is a fresh mmap, so past that size every step's cache arrived as
+    untouched pages, each a page fault when written. From the heap the freed blocks are reused.
+    The cost: memory freed stays with the process (up to :data:`HEAP_KEEP` at the top), for other
+    allocations of its own to reuse. False where the C library is not glibc (nothing is changed)."""
     global _heap_kept
-    want = 0 if mmap_above is None else max(1, int(mmap_above))
     with _HEAP:
-        if _heap_kept is not None and (_heap_kept == -1 or _heap_kept == 0 or _heap_kept >= want > 0):
-            return _heap_kept != -1
-        try:
-            libc = ctypes.CDLL(None)
-        except OSError:
-            _heap_kept = -1
-            return False
-        if not hasattr(libc, "gnu_get_libc_version"):  # another C library's mallopt numbers mean other things
-            _heap_kept = -1
-            return False
-        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
-        ok = libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP) == 1
-        ok = ok and (libc.mallopt(M_MMAP_MAX, 0) if want == 0 else libc.mallopt(M_MMAP_THRESHOLD, want)) == 1
-        _heap_kept = want if ok else -1
-        return ok
+        if _heap_kept is None:
+            _heap_kept = False
+            try:
+                libc = ctypes.CDLL(None)
+            except OSError:
+                return False
+            if not hasattr(libc, "gnu_get_libc_version"):  # another C library's mallopt numbers mean other things
+                return False
+            libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+            _heap_kept = libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP) == 1 and libc.mallopt(M_MMAP_MAX, 0) == 1
+        return _heap_kept
 
 
 # ----------------------------------------------------------------------------- what the base is

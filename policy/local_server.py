@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import LLMError
-from evolve.policy.ct2 import TEMPORARIES, keep_heap
 from evolve.policy.sampling import Decoder, Row, Sample
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,8 +69,6 @@ class LocalServer:
         self.peft = model if is_peft else None
         self.base = model.get_base_model() if self.peft is not None else model
         self.base.eval()
-        if next(self.base.parameters()).device.type == "cpu":
-            keep_heap(TEMPORARIES)  # a step's logits reuse freed heap blocks instead of faulting in fresh pages
         self._threads = threads
         self._start(
             tokenizer,

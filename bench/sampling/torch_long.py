@@ -53,8 +53,6 @@ def main() -> None:
     ap.add_argument(
         "--one-group", action="store_true", help="decoding steps read the cache from the batch's first column"
     )
-    ap.add_argument("--keep-heap", action="store_true", help="glibc malloc from the heap only (policy.ct2.keep_heap)")
-    ap.add_argument("--mmap-above", type=int, help="MiB: glibc mmaps only blocks above this (policy.ct2.keep_heap)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not args.prompts.is_file():
@@ -65,10 +63,6 @@ def main() -> None:
     from evolve.policy import sampling
     from evolve.policy.sampling import sample
 
-    if args.keep_heap or args.mmap_above:
-        from evolve.policy.ct2 import keep_heap
-
-        keep_heap(args.mmap_above << 20 if args.mmap_above else None)
     if args.one_group:  # every cohort of joined rows reads as one group (no grouped attention)
         sampling.GROUP_SLACK = 1 << 30
 
@@ -123,11 +117,6 @@ def main() -> None:
         "server": args.server,
         "server_batches": batches,
         "one_group": args.one_group,
-        "keep_heap": args.keep_heap,
-        "mmap_above_mib": args.mmap_above,
-        "minor_faults": r1.ru_minflt - r0.ru_minflt,
-        "system_s": round(r1.ru_stime - r0.ru_stime, 1),
-        "max_rss_gib": round(r1.ru_maxrss / 2**20, 2),
         "max_new_tokens": args.max_new,
         "dtype": args.dtype,
         "profiled": args.profile,

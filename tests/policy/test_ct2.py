@@ -694,19 +694,17 @@ def test_smollm2_greedy_in_float32_is_the_torch_samplers_output(smollm2, tmp_pat
 
 # ----------------------------------------------------------------------------- long replies on the CPU
 
-# Five blocks of argv[2] MiB (64: over glibc's largest mmap threshold, 32 MiB), each written in full and
-# freed, after a warm-up: how many minor page faults the process takes. A fresh mmap faults every page it
-# writes; a block the heap kept does not.
+# Five 64 MiB blocks (over glibc's largest mmap threshold, 32 MiB), each written in full and freed, after
+# a warm-up: how many minor page faults the process takes. A fresh mmap faults every page it writes; a
+# block the heap kept does not.
 _FAULTS = """
 import ctypes, resource, sys
-from evolve.policy.ct2 import TEMPORARIES, keep_heap
+from evolve.policy.ct2 import keep_heap
 if sys.argv[1] == "keep":
     assert keep_heap() and keep_heap()
-if sys.argv[1] == "temporaries":
-    assert keep_heap(TEMPORARIES) and keep_heap(TEMPORARIES)
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
-n = int(sys.argv[2]) << 20
+n = 64 << 20
 def written():
     p = libc.malloc(n)
     ctypes.memset(p, 1, n)
@@ -725,9 +723,9 @@ def test_a_kept_heap_reuses_freed_blocks_over_the_mmap_threshold_without_page_fa
     import subprocess
     import sys
 
-    def faults(way: str, mib: int = 64) -> int:
+    def faults(way: str) -> int:
         r = subprocess.run(
-            [sys.executable, "-c", _FAULTS, way, str(mib)],
+            [sys.executable, "-c", _FAULTS, way],
             capture_output=True,
             text=True,
             timeout=120,
@@ -739,8 +737,6 @@ def test_a_kept_heap_reuses_freed_blocks_over_the_mmap_threshold_without_page_fa
     pages = 5 * (64 << 20) // 4096
     assert faults("system") > pages // 2  # each block a fresh mmap: its pages fault again
     assert faults("keep") < pages // 50  # the heap's block, reused
-    assert faults("temporaries") < pages // 50  # the torch sampler's: blocks up to 256 MiB from the heap...
-    assert faults("temporaries", 320) > 5 * pages // 2  # ...and larger ones (caches) mmapped, given back when freed
 
 
 def test_a_cpu_server_keeps_the_heap_and_greedy_rows_ask_no_logits(tiny, monkeypatch):

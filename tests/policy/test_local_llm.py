@@ -312,17 +312,6 @@ def test_the_server_admits_requests_into_its_running_batch(model):
         llm.close()
 
 
-def test_a_cpu_server_reuses_heap_blocks_for_its_temporaries(monkeypatch):
-    from evolve.policy import local_server
-    from evolve.policy.ct2 import TEMPORARIES
-
-    kept = []
-    monkeypatch.setattr(local_server, "keep_heap", lambda above=None: kept.append(above) or True)
-    server = LocalServer(build_model(CFG, seed=0), TOK)
-    server.close()
-    assert kept == [TEMPORARIES]
-
-
 def test_greedy_is_deterministic_and_stops(model):
     llm = LocalLM.from_model(model, TOK, temperature=0.0, max_tokens=12)
     try:
