@@ -3,7 +3,8 @@
 * models — ``tiny`` (tokenizer, config, model), ``pointer`` (the copy-pointer tokenizer), ``hf``
   (Hugging Face checkpoints), ``gguf`` (a ``.gguf`` file as a checkpoint), ``weights`` (base and
   adapter files), ``local`` and ``local_server`` (the ``local`` backend: batched sampling with exact
-  log-probs, LoRA adapters selected per call), ``sampling``;
+  log-probs, LoRA adapters selected per call), ``sampling`` (the loop; continuous batching),
+  ``batch_cache`` (its KV cache: preallocated layers, rows joining, grouped attention);
 * engines (``params.engine``: what samples a local model; ``torch``, the default, is our loop in
   ``sampling``; ``ctranslate2`` is CTranslate2, ``auto`` CTranslate2 where it can) — ``ct2`` (which
   engine, and the converted weights' cache), ``ct2_server`` (the server whose batches CTranslate2

@@ -1,7 +1,7 @@
 """Sampling from a causal LM with exact log-probs: the loop the local server runs.
 
 Not ``generate``: left padding, position ids, a KV cache (preallocated, see
-:func:`_prealloc_layer_class`), and per-request seeded Gumbel noise, so a request's sample does
+:mod:`evolve.policy.batch_cache`), and per-request seeded Gumbel noise, so a request's sample does
 not depend on the other requests in its batch and ``logprobs[i]`` is exactly
 ``log_softmax(logits / T)[token_ids[i]]``. Works for the tiny models and for pretrained
 checkpoints (:mod:`evolve.policy.hf`) alike.
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import inspect
 import random
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+from evolve.policy.batch_cache import GROUPED, GROUPS, grouping, joinable, new_cache
 
 
 @dataclass
@@ -41,74 +42,6 @@ def _forward_kwargs(model: Any) -> tuple[str, str | None]:
     return cache, keep
 
 
-_PREALLOC: Any = None
-
-
-def _prealloc_layer_class() -> Any:
-    """A DynamicLayer that writes into a preallocated buffer instead of ``torch.cat`` per step
-    (which copies the whole cache every token and dominated decoding time)."""
-    global _PREALLOC
-    if _PREALLOC is None:
-        from transformers.cache_utils import DynamicLayer
-
-        class PreallocLayer(DynamicLayer):
-            def __init__(self, capacity: int) -> None:
-                super().__init__()
-                self.capacity, self.n = capacity, 0
-                self.kbuf: Any = None
-                self.vbuf: Any = None
-
-            def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-                if not self.is_initialized:
-                    self.lazy_initialization(key_states, value_states)
-                k, v, n, m = key_states, value_states, self.n, key_states.shape[-2]
-                if self.kbuf is None or n + m > self.kbuf.shape[-2]:
-                    cap = max(self.capacity, 2 * (n + m))
-                    kb = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
-                    vb = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
-                    if n:
-                        kb[:, :, :n] = self.kbuf[:, :, :n]
-                        vb[:, :, :n] = self.vbuf[:, :, :n]
-                    self.kbuf, self.vbuf = kb, vb
-                self.kbuf[:, :, n : n + m] = k
-                self.vbuf[:, :, n : n + m] = v
-                self.n = n + m
-                self.keys, self.values = self.kbuf[:, :, : self.n], self.vbuf[:, :, : self.n]
-                return self.keys, self.values
-
-            def drop_front(self, c: int) -> None:
-                """Forget the first ``c`` columns (a view of the same buffer)."""
-                self.kbuf, self.vbuf, self.n = self.kbuf[:, :, c:], self.vbuf[:, :, c:], self.n - c
-                self.keys, self.values = self.kbuf[:, :, : self.n], self.vbuf[:, :, : self.n]
-
-            def batch_select_indices(self, indices: Any) -> None:
-                if self.kbuf is not None:
-                    self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
-                    self.keys, self.values = self.kbuf[:, :, : self.n], self.vbuf[:, :, : self.n]
-
-        _PREALLOC = PreallocLayer
-    return _PREALLOC
-
-
-def _new_cache(model: Any, capacity: int = 0) -> Any:
-    from transformers import DynamicCache
-
-    try:
-        cache = DynamicCache(config=model.config)
-    except TypeError:  # older transformers
-        return DynamicCache()
-    if (
-        capacity > 0
-        and isinstance(getattr(cache, "layers", None), list)
-        and len(cache.layers) == model.config.num_hidden_layers
-    ):
-        try:
-            cache.layers = [_prealloc_layer_class()(capacity) for _ in cache.layers]
-        except Exception:  # noqa: BLE001 - an unexpected transformers layout: keep the plain cache
-            pass
-    return cache
-
-
 NOISE_AT_ONCE = 1 << 20  # a row's Gumbel noise is drawn at once up to this many numbers (4 MB), else a step at a time
 # Above this vocabulary size a row draws one uniform per step and picks its token by inverse CDF:
 # Gumbel noise costs V random numbers per row and step (about 6 ms for V = 151,936 on a CPU core,
@@ -117,19 +50,10 @@ NOISE_AT_ONCE = 1 << 20  # a row's Gumbel noise is drawn at once up to this many
 INVERSE_CDF_VOCAB = 4096
 
 
-class RowSpec(Protocol):
-    """What a row asks for (the server's requests have these fields; :func:`sample` makes :class:`Ask`)."""
-
-    prompt: Sequence[int]
-    temperature: float
-    max_tokens: int
-    seed: int | None
-    stop: Sequence[str]
-    top_logprobs: int
-
-
 @dataclass
 class Ask:
+    """What a row asks for (the server's requests carry the same fields)."""
+
     prompt: Sequence[int]
     temperature: float = 1.0
     max_tokens: int = 64
@@ -160,46 +84,6 @@ def _gumbel(seed: int, steps: int, vocab: int) -> Any:
 
     g = torch.Generator().manual_seed(seed)
     return _to_gumbel(torch.rand((steps, vocab), generator=g, dtype=torch.float64))
-
-
-_GROUPS = threading.local()  # the running Decoder's row groups, for the attention of its decoding steps
-GROUPED = "evolve_grouped_sdpa"
-_REGISTERED = False
-
-
-def _grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
-    """PyTorch's SDPA attention as transformers calls it, except in a decoding step of a
-    :class:`Decoder` whose rows joined at different times: each group of rows (consecutive in the
-    batch) reads the cache from its own first column, not from the batch's, so a row that joined
-    late does not read the older rows' columns (a decoding step's time is mostly that read)."""
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    groups = getattr(_GROUPS, "groups", None)
-    if not groups or query.shape[2] != 1 or key.shape[0] != query.shape[0]:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    outs = []
-    for a, b, c in groups:
-        mask = attention_mask[a:b, ..., c:] if attention_mask is not None else None
-        out, _ = sdpa_attention_forward(module, query[a:b], key[a:b, :, c:], value[a:b, :, c:], mask, **kwargs)
-        outs.append(out)
-    return torch.cat(outs, 0), None
-
-
-def _grouping(model: Any) -> bool:
-    """Whether decoding steps can read the cache group by group (the model attends with SDPA);
-    registers :func:`_grouped_sdpa` with transformers the first time."""
-    global _REGISTERED
-    if getattr(model.config, "_attn_implementation", None) not in ("sdpa", GROUPED):
-        return False
-    if not _REGISTERED:
-        from transformers import AttentionInterface, AttentionMaskInterface
-        from transformers.masking_utils import sdpa_mask
-
-        AttentionInterface.register(GROUPED, _grouped_sdpa)
-        AttentionMaskInterface.register(GROUPED, sdpa_mask)
-        _REGISTERED = True
-    return True
 
 
 class Row:
@@ -290,14 +174,13 @@ class Decoder:
         self.vocab = int(model.config.vocab_size)
         self.by_cdf = self.vocab > INVERSE_CDF_VOCAB
         self.dev = next(model.parameters()).device
-        self.grouped = _grouping(model)
+        self.grouped = grouping(model)
         self.joins = 0  # how many times rows joined: a row's cohort (Row.cohort)
-        self.rows: list[Row] = []  # the batch, in cache order (finished rows stay until pruned)
-        self.live = 0
         self._reset()
 
     def _reset(self) -> None:
-        self.rows, self.live = [], 0
+        self.rows: list[Row] = []  # the batch, in cache order (finished rows stay until pruned)
+        self.live = 0
         self.cache: Any = None
         self.mask: Any = None  # [B, columns]
         self.last_pos: Any = None  # [B]
@@ -308,13 +191,13 @@ class Decoder:
     @property
     def joinable(self) -> bool:
         """Whether rows can join a running batch (the preallocated cache layers are in use)."""
-        return self.cache is None or all(hasattr(layer, "kbuf") for layer in getattr(self.cache, "layers", [None]))
+        return self.cache is None or joinable(self.cache)
 
     def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any, groups: list | None = None) -> Any:
         config = self.model.config
         before = config._attn_implementation
         if groups:
-            config._attn_implementation, _GROUPS.groups = GROUPED, groups
+            config._attn_implementation, GROUPS.groups = GROUPED, groups
         try:
             out = self.model(
                 input_ids=ids,
@@ -326,7 +209,7 @@ class Decoder:
             )
         finally:
             if groups:
-                config._attn_implementation, _GROUPS.groups = before, None
+                config._attn_implementation, GROUPS.groups = before, None
         return out.logits[:, -1].float()
 
     def _regroup(self) -> None:
@@ -353,7 +236,7 @@ class Decoder:
             self.groups = [(a, b, c) for a, b, c in merged]
 
     def add(self, specs: Sequence[Any]) -> list[Row]:
-        """Start decoding ``specs`` (objects with :class:`RowSpec`'s fields); their :class:`Row`\\ s,
+        """Start decoding ``specs`` (objects with :class:`Ask`'s fields); their :class:`Row`\\ s,
         in order (a row with nothing to generate is ``done`` already and does not join)."""
         import torch
 
@@ -382,11 +265,11 @@ class Decoder:
             ids, mask, pos, inv_t = (t.to(self.dev) for t in (ids, mask, pos, inv_t))
             room = max(r.max_new for r in joining)
             if not self.rows:
-                self.cache = _new_cache(self.model, L + room)
+                self.cache = new_cache(self.model, L + room)
                 self.logits = self._forward(ids, mask, pos, self.cache)
                 self.rows, self.mask, self.last_pos, self.inv_t = joining, mask, pos[:, -1].clone(), inv_t
             else:
-                cache = _new_cache(self.model, L)
+                cache = new_cache(self.model, L)
                 logits = self._forward(ids, mask, pos, cache)
                 keep = [j for j, r in enumerate(self.rows) if r.done is None]
                 room = max(room, *(r.max_new - len(r.ids) for r in (self.rows[j] for j in keep)))
@@ -394,7 +277,7 @@ class Decoder:
                 n = int(self.mask.shape[1])
                 width = max(n, L)
                 for a, b in zip(self.cache.layers, cache.layers):
-                    _join_layer(a, keep_t, b, width, width + room)
+                    a.join(keep_t, b, width, width + room)
                 old = self.mask[keep_t]
                 self.mask = torch.cat(
                     [
@@ -415,7 +298,7 @@ class Decoder:
         """Drop the front columns no row attends to any more (views: nothing is copied)."""
         used = self.mask.any(0)
         c0 = int(used.int().argmax()) if bool(used.any()) else 0
-        if c0 > 0 and all(hasattr(layer, "kbuf") for layer in self.cache.layers):
+        if c0 > 0 and joinable(self.cache):
             for layer in self.cache.layers:
                 layer.drop_front(c0)
             self.mask = self.mask[:, c0:]
@@ -495,23 +378,6 @@ class Decoder:
             self.last_pos = self.last_pos + 1
             self.logits = self._forward(tok[:, None], self.mask, self.last_pos[:, None], self.cache, self.groups)
         return ended
-
-
-def _join_layer(a: Any, keep: Any, b: Any, width: int, capacity: int) -> None:
-    """Layer ``a`` becomes its rows ``keep`` and then ``b``'s rows, both right-aligned at column ``width``."""
-    n, m = a.n, b.n
-    ka, va = a.kbuf[keep, :, :n], a.vbuf[keep, :, :n]
-    kb, vb = b.kbuf[:, :, :m], b.vbuf[:, :, :m]
-    k0, n0 = ka.shape[0], kb.shape[0]
-    shape = (k0 + n0, ka.shape[1], max(capacity, width), ka.shape[3])
-    kbuf, vbuf = ka.new_empty(shape), va.new_empty(shape)
-    for buf, old, new in ((kbuf, ka, kb), (vbuf, va, vb)):
-        buf[:k0, :, : width - n].zero_()  # padding: masked, but never garbage (0 x NaN is NaN)
-        buf[:k0, :, width - n : width] = old
-        buf[k0:, :, : width - m].zero_()
-        buf[k0:, :, width - m : width] = new
-    a.kbuf, a.vbuf, a.n = kbuf, vbuf, width
-    a.keys, a.values = kbuf[:, :, :width], vbuf[:, :, :width]
 
 
 def sample(
