@@ -26,6 +26,8 @@ Hooks (each an import path; a layer that needs one the world lacks asks for its 
 ``eval.summary``     ``summary(tasks, rewards) -> {"lines": [...], ...}``: the world's own figures
                      over a split's scored tasks (a reward None where the rollout failed), which
                      ``evolve eval`` prints and the run report adds
+``star.repair``      ``repair(task, reply, *, ended) -> reply | None``: STaR's rationalization,
+                     a failed attempt's final reply edited until the reward would pass it
 ===================  ==========================================================================
 
 Workflow node types a world adds (``sql.write``, ...) are registered like third-party plugins,
@@ -43,7 +45,7 @@ from typing import Any
 
 from evolve.errors import ConfigError
 
-HOOKS = ("coldstart.demos", "memory.extract", "tools.mine", "topology.palette", "eval.summary")
+HOOKS = ("coldstart.demos", "memory.extract", "tools.mine", "topology.palette", "eval.summary", "star.repair")
 
 
 @dataclass(frozen=True)

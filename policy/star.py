@@ -25,6 +25,7 @@ from evolve.types import Candidate, LLMCall, System, ToolCall, Trajectory
 
 class STaR:
     name = "star"
+    world_params = {"repair": "star.repair"}  # filled from the task's world when not given
 
     class Params(RoleParams):
         model_config = ConfigDict(extra="forbid", frozen=True)
@@ -42,6 +43,13 @@ class STaR:
             False,
             description="learn only from attempts whose every model call ended by itself (end of turn or a "
             "stop string), never from one cut at its token cap: a reply that loops until the cap is no example",
+        )
+        repair: str | None = Field(
+            None,
+            description="import path of repair(task, reply, *, ended) -> reply | None: STaR's rationalization, "
+            "a failed or unfinished attempt's final reply edited until the world's reward would pass it "
+            "(the world's star.repair hook, e.g. evolve.worlds.ifeval.repair:repair); learned as the "
+            "model's turn; null: learn from attempts that passed alone",
         )
         turns: Literal["final", "all"] = "final"
         dedupe: bool = Field(True, description="learn each distinct (prompt, completion) once")
@@ -78,6 +86,32 @@ class STaR:
         """The turns of ``role`` (default: ``role``) to learn from ``trajs``, successful ones only."""
         return success_turns(trajs, role or self.p.role, self.p.turns, self.p.dedupe)
 
+    def _repaired(self, tasks: list[dict], trajs: list[Trajectory], wins: list[Trajectory], ctx: Any) -> list:
+        """(task id, example) for each attempt not learned as it is whose final reply the world's
+        ``repair`` can edit into one that passes: the example is (prompt ids, the context, the
+        edited text), tokenized where the adapter trains. One per task and reply."""
+        from evolve.registry import import_path
+
+        fix = import_path(str(self.p.repair), what="star repair")
+        by_id = {t["id"]: t for t in tasks}
+        learned = {id(t) for t in wins}
+        out, seen = [], set()
+        for t in trajs:
+            calls = [s for s in t.steps if isinstance(s, LLMCall) and s.role == self.p.role]
+            if id(t) in learned or t.error is not None or not calls or t.task_id not in by_id:
+                continue
+            last = calls[-1]
+            if last.prompt_token_ids is None:
+                continue
+            text = fix(by_id[t.task_id], last.output, ended=last.finish_reason != "length")
+            if not text or (last.prompt_token_ids, text) in seen:
+                continue
+            seen.add((last.prompt_token_ids, text))
+            context = [m.model_dump(mode="json") for m in last.messages]
+            out.append((t.task_id, (last.prompt_token_ids, context, text)))
+        ctx.log(f"star: {len(out)} attempts not learned as they were are learned as repaired by {self.p.repair}")
+        return out
+
     def propose(self, parent: System, ctx: OperatorContext) -> list[Candidate]:
         from evolve.policy.sft import trainable_spec
 
@@ -101,7 +135,8 @@ class STaR:
                 f"star: {len(passed) - len(wins)} attempts that passed were cut at their token cap "
                 "and are not learned from"
             )
-        solved = len({t.task_id for t in wins})
+        repaired = self._repaired(tasks, trajs, wins, ctx) if p.repair else []
+        solved = len({t.task_id for t in wins} | {task_id for task_id, _ in repaired})
         said: str | None = f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks"
         if p.roles is None and p.credit_of(p.role) == "outcome":  # one role: the one line it always was
             said = None
@@ -118,7 +153,7 @@ class STaR:
                     f"with no score; {len(per_role[role])} distinct turns to learn"
                 )
             else:
-                per_role[role] = self._examples(wins, role)
+                per_role[role] = self._examples(wins, role) + [ex for _, ex in repaired if role == p.role]
                 ctx.log(
                     f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
                     f"{len(per_role[role])} distinct turns to learn"
@@ -134,6 +169,7 @@ class STaR:
             "tasks": len(tasks),
             "samples": len(trajs),
             "successes": len(wins),
+            **({"repaired": len(repaired)} if p.repair else {}),
             "solved_tasks": solved,
         }
         by_role = {
@@ -190,6 +226,7 @@ def fit_adapter(
     from evolve.policy.weights import load_base
 
     model, tok, cfg = load_base(base, device=device, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+    examples = [ex if len(ex) == 2 else written_turn(tok, *ex) for ex in examples]
     precision = resolve_precision(precision, next(model.parameters()).device, tiny=cfg is not None)
     adapter = train_lora(
         model,
@@ -210,6 +247,14 @@ def fit_adapter(
         import os
 
         return path.read_bytes(), {**dict(getattr(adapter, "stats", {}) or {}), "trained_in_pid": os.getpid()}
+
+
+def written_turn(tok: Any, prompt_ids: Sequence[int], context: Sequence[dict], text: str) -> tuple:
+    """(prompt ids, completion ids) of ``text`` written as the assistant's turn after ``context``
+    (a repaired reply: it was not sampled, so it is tokenized as the chat template ends a turn)."""
+    turn = getattr(tok, "assistant_ids", None)
+    completion = turn(list(context), text) if turn else [*tok.encode(text), tok.eos_id]
+    return tuple(prompt_ids), tuple(completion)
 
 
 def train_roles(

@@ -26,6 +26,8 @@ The folder, each module depending only on those above it:
 * ``agent`` — one model call; the draft-measure-revise agent (``agent: revise``);
 * ``tools`` — what an agent can measure on its own draft (counts, never a verdict);
 * ``reward`` — the checkers' verdicts as a reward; feedback never given on a test prompt;
+* ``repair`` — STaR's rationalization: the model's reply to a generated prompt edited until it
+  follows every instruction (never a test prompt);
 * ``scoring`` — the four figures, their intervals and the model cards' scores;
 * ``hooks`` — memory experiences, the ``eval.summary`` hook;
 * ``workflow`` — the agent as a graph, the ``ifeval.revise`` step and the topology palette.
@@ -52,6 +54,7 @@ WORLD = World(
         "memory.extract": "evolve.worlds.ifeval:experiences",
         "eval.summary": "evolve.worlds.ifeval:summary",
         "topology.palette": "evolve.worlds.ifeval.workflow:PALETTE",
+        "star.repair": "evolve.worlds.ifeval.repair:repair",
     },
     agents={"revise": "evolve.worlds.ifeval:revise_agent"},
     description="IFEval's prompts as the test split, scored by its reference checkers; generated training prompts",
