@@ -137,7 +137,8 @@ class STaR:
             )
         repaired = self._repaired(tasks, trajs, wins, ctx) if p.repair else []
         solved = len({t.task_id for t in wins} | {task_id for task_id, _ in repaired})
-        said: str | None = f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks"
+        fixed = f" and {len(repaired)} were repaired" if p.repair else ""
+        said: str | None = f"star: {len(wins)}/{len(trajs)} samples succeeded{fixed} on {solved}/{len(tasks)} tasks"
         if p.roles is None and p.credit_of(p.role) == "outcome":  # one role: the one line it always was
             said = None
         else:
@@ -155,7 +156,7 @@ class STaR:
             else:
                 per_role[role] = self._examples(wins, role) + [ex for _, ex in repaired if role == p.role]
                 ctx.log(
-                    f"star: {len(wins)}/{len(trajs)} samples succeeded on {solved}/{len(tasks)} tasks; "
+                    f"star: {len(wins)}/{len(trajs)} samples succeeded{fixed} on {solved}/{len(tasks)} tasks; "
                     f"{len(per_role[role])} distinct turns to learn"
                     if said is None
                     else f"star: {role}: {len(per_role[role])} distinct turns to learn"

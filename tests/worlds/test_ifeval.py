@@ -397,3 +397,22 @@ def test_every_generated_instruction_is_satisfiable_and_its_parameters_are_in_th
         if "relation" in kw or "let_relation" in kw or "capital_relation" in kw:
             rel = kw.get("relation") or kw.get("let_relation") or kw.get("capital_relation")
             assert ("at least" in t["prompt"]) == (rel == "at least"), t["prompt"]
+
+
+def test_paired_figures_resample_the_same_prompts_for_both_systems(prompts: list[dict]) -> None:
+    from evolve.worlds.ifeval.scoring import paired
+
+    tasks = [{**p, "id": str(p["key"]), "split": "test"} for p in prompts[:80]]
+    echo = [reward(t, {"reply": t["prompt"]}).components for t in tasks]
+    empty = [reward(t, {"reply": ""}).components for t in tasks]
+    same = paired(echo, echo)
+    assert same["strict"]["difference"] == 0 and same["strict"]["interval"] == (0.0, 0.0)
+    assert same["a_better"] == same["b_better"] == 0
+    up = paired(empty, echo)  # the echo follows some instructions; the empty reply none
+    want = summary(tasks, [reward(t, {"reply": t["prompt"]}) for t in tasks])["figures"]
+    assert up["strict"]["difference"] == pytest.approx(want["strict"])
+    lo, hi = up["strict"]["interval"]
+    assert 0 < lo < want["strict"] < hi
+    assert up["b_better"] > 0 and up["a_better"] == 0
+    with pytest.raises(ValueError, match="same prompts"):
+        paired(echo, echo[:-1])

@@ -50,15 +50,48 @@ def _bootstrap(rows: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, 
     cols = ("instructions", "strict", "loose", "prompt_strict", "prompt_loose")
     m = np.array([[r[c] for c in cols] for r in rows], dtype=float)
     idx = np.random.default_rng(seed).integers(0, len(rows), size=(RESAMPLES, len(rows)))
-    s = m[idx].sum(axis=1)  # (resamples, cols)
-    n = len(rows)
-    inst = np.maximum(s[:, 0], 1.0)
-    strict = (s[:, 3] / n + s[:, 1] / inst) / 2
-    loose = (s[:, 4] / n + s[:, 2] / inst) / 2
+    strict, loose = _averages(m[idx].sum(axis=1), len(rows))  # each (resamples,)
     return {
         k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5)))
         for k, v in (("strict", strict), ("loose", loose))
     }
+
+
+def _averages(s: Any, n: int) -> tuple[Any, Any]:
+    """Strict and loose averages of column sums ``s`` (instructions, strict, loose, prompt_strict,
+    prompt_loose) over ``n`` prompts."""
+    import numpy as np
+
+    inst = np.maximum(s[..., 0], 1.0)
+    return (s[..., 3] / n + s[..., 1] / inst) / 2, (s[..., 4] / n + s[..., 2] / inst) / 2
+
+
+def paired(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, Any]:
+    """System B against system A on the same prompts (``a[i]`` and ``b[i]``: the reward components
+    of one prompt): the strict and loose averages' differences B - A with a 95% paired bootstrap
+    interval (the prompts resampled together), and how many prompts each wins on strict verdicts."""
+    import numpy as np
+
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired figures need the same prompts scored by both systems; got {len(a)} and {len(b)}")
+    cols = ("instructions", "strict", "loose", "prompt_strict", "prompt_loose")
+    ma = np.array([[r[c] for c in cols] for r in a], dtype=float)
+    mb = np.array([[r[c] for c in cols] for r in b], dtype=float)
+    n = len(a)
+    idx = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
+    da = _averages(ma[idx].sum(axis=1), n)
+    db = _averages(mb[idx].sum(axis=1), n)
+    point_a, point_b = _figures(a), _figures(b)
+    out: dict[str, Any] = {"n": n}
+    for i, k in enumerate(("strict", "loose")):
+        diff = db[i] - da[i]
+        out[k] = {
+            "difference": point_b[k] - point_a[k],
+            "interval": (float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))),
+        }
+    out["b_better"] = int(((mb[:, 1] / np.maximum(mb[:, 0], 1)) > (ma[:, 1] / np.maximum(ma[:, 0], 1))).sum())
+    out["a_better"] = int(((ma[:, 1] / np.maximum(ma[:, 0], 1)) > (mb[:, 1] / np.maximum(mb[:, 0], 1))).sum())
+    return out
 
 
 def summary(tasks: Sequence[Mapping[str, Any]], rewards: Sequence[Any]) -> dict[str, Any]:
@@ -113,4 +146,4 @@ def lines(fig: Mapping[str, float], ci: Mapping[str, tuple[float, float]], n: in
     return out
 
 
-__all__ = ["CARDS", "FIGURES", "lines", "summary"]
+__all__ = ["CARDS", "FIGURES", "lines", "paired", "summary"]
