@@ -75,8 +75,8 @@ def _check(archive: Archive, run_dir: Path, task: TaskConfig, base_dir: Path, re
         archive.put_state("base_dir", str(base_dir))  # where the task's own modules live
     elif not resume and not evaluating:
         raise RunDirError(f"{run_dir} already holds a run; continue it with --resume, {WAYS_ON}")
-    elif not same_run(task, saved):
-        what = "\n  ".join(changes(task, saved))
+    elif not same_run(task, saved, evaluating=evaluating):
+        what = "\n  ".join(changes(task, saved, evaluating=evaluating))
         raise RunDirError(
             f"{run_dir} was started with a different task configuration:\n  {what}\n"
             "Resume it with the task file and --set values it was started with (only budget, "

@@ -10,6 +10,10 @@ The fingerprint is the task's canonical JSON (without ``out``). A resume must ma
   run reports to): no stored result depends on them;
 * fields added to evolvekit after the run started, left at their defaults, are ignored, so an
   older run still resumes.
+
+Scoring a run's system (``evolve eval``) may also change ``engine.val_size`` and ``test_size``
+(:data:`EVAL_FREE`): they say how much of a split is scored, and each task's rollout is memoised,
+so a run that scored a few test tasks can have its systems scored on all of them.
 """
 
 from __future__ import annotations
@@ -28,41 +32,52 @@ def fingerprint(task: TaskConfig) -> str:
     return canonical_json(task.model_dump(mode="json", exclude={"out"}))
 
 
-def same_run(task: TaskConfig, saved: str) -> bool:
-    """Whether ``task`` may resume the run whose saved fingerprint is ``saved``."""
-    ours = without_budget(fingerprint(task))
-    return without_budget(saved) in (ours, without_budget(older_fingerprint(task, saved)))
+def same_run(task: TaskConfig, saved: str, *, evaluating: bool = False) -> bool:
+    """Whether ``task`` may resume the run whose saved fingerprint is ``saved`` (``evaluating``:
+    score its systems, which may also change :data:`EVAL_FREE`)."""
+    ours = without_budget(fingerprint(task), evaluating=evaluating)
+    older = without_budget(older_fingerprint(task, saved), evaluating=evaluating)
+    return without_budget(saved, evaluating=evaluating) in (ours, older)
 
 
 FREE = ("budget", "failures", "deploy", "track")  # sections a resumed run may change (no stored result depends on them)
+EVAL_FREE = ("val_size", "test_size")  # engine fields scoring a run's system may change too
 
 
-def without_budget(fingerprint: str) -> str:
-    """A run fingerprint without its :data:`FREE` sections: a run may be resumed under another
-    budget (it only decides when to stop; what was done is memoised and seeded the same either
-    way) or another failure policy."""
+def _drop_free(data: object, evaluating: bool) -> None:
+    if isinstance(data, dict):
+        for key in FREE:
+            data.pop(key, None)
+        engine = data.get("engine")
+        if evaluating and isinstance(engine, dict):
+            for key in EVAL_FREE:
+                engine.pop(key, None)
+
+
+def without_budget(fingerprint: str, *, evaluating: bool = False) -> str:
+    """A run fingerprint without its :data:`FREE` sections (and with ``evaluating``, the
+    :data:`EVAL_FREE` engine fields): a run may be resumed under another budget (it only decides
+    when to stop; what was done is memoised and seeded the same either way) or another failure
+    policy."""
     try:
         data = json.loads(fingerprint)
     except (ValueError, TypeError):
         return fingerprint
-    if isinstance(data, dict):
-        for key in FREE:
-            data.pop(key, None)
+    _drop_free(data, evaluating)
     return canonical_json(data)
 
 
-def changes(task: TaskConfig, saved: str, limit: int = 8) -> list[str]:
+def changes(task: TaskConfig, saved: str, limit: int = 8, *, evaluating: bool = False) -> list[str]:
     """What differs between ``task`` and the run started with the fingerprint ``saved``, as
-    ``path: old -> new`` lines (the :data:`FREE` sections and fields newer than the run left out)."""
+    ``path: old -> new`` lines (the :data:`FREE` sections and fields newer than the run left out;
+    with ``evaluating``, the :data:`EVAL_FREE` engine fields too)."""
     try:
         old = json.loads(saved)
     except (ValueError, TypeError):
         return ["(the saved task configuration is unreadable)"]
     new = json.loads(older_fingerprint(task, saved) or fingerprint(task))
     for d in (old, new):
-        if isinstance(d, dict):
-            for key in FREE:
-                d.pop(key, None)
+        _drop_free(d, evaluating)
     out: list[str] = []
     _diff(old, new, "", out)
     if len(out) > limit:

@@ -321,6 +321,28 @@ def test_a_run_started_before_the_budget_and_engine_fields_existed_still_resumes
             Engine(cfg2, base_dir=base, run_dir=tmp_path / "r", resume=True)
 
 
+def test_scoring_a_run_s_system_may_score_more_of_a_split_than_the_run_did(tmp_path):
+    """``evolve eval`` may change engine.test_size / val_size (how much of a split is scored; each
+    rollout is memoised), nothing else; resuming the run may not change them."""
+    from evolve.api import evaluate
+    from evolve.errors import RunDirError
+    from evolve.loop.engine import Engine
+    from evolve.task.taskfile import load_task
+
+    cfg, base = load_task(DATA / "toy.yaml", ["budget.generations=0", "engine.test_size=2"])
+    _finished(Engine(cfg, base_dir=base, run_dir=tmp_path / "r"))
+    _, n_all, _ = evaluate(DATA / "toy.yaml", tmp_path / "r", system="baseline", overrides=["budget.generations=0"])
+    _, n_two, _ = evaluate(
+        DATA / "toy.yaml", tmp_path / "r", system="baseline", overrides=["budget.generations=0", "engine.test_size=2"]
+    )
+    assert n_two == 2 < n_all
+    with pytest.raises(RunDirError, match="different task configuration"):
+        evaluate(DATA / "toy.yaml", tmp_path / "r", system="baseline", overrides=["budget.generations=0", "seed=5"])
+    cfg_all, _ = load_task(DATA / "toy.yaml", ["budget.generations=0"])
+    with pytest.raises(RunDirError, match="test_size: 2 -> null"):
+        Engine(cfg_all, base_dir=base, run_dir=tmp_path / "r", resume=True)
+
+
 def test_after_a_rollback_and_a_resume_the_report_keeps_the_best_and_names_the_current(tmp_path):
     """A rollback moves the pointer, not the run's results: resumed with more generations that
     evolve nothing better, the report's best is still the best-scored system, and it says which
