@@ -253,9 +253,9 @@ def fit_adapter(
 def written_turn(tok: Any, prompt_ids: Sequence[int], context: Sequence[dict], text: str) -> tuple:
     """(prompt ids, completion ids) of ``text`` written as the assistant's turn after ``context``
     (a repaired reply: it was not sampled, so it is tokenized as the chat template ends a turn)."""
-    turn = getattr(tok, "assistant_ids", None)
-    completion = turn(list(context), text) if turn else [*tok.encode(text), tok.eos_id]
-    return tuple(prompt_ids), tuple(completion)
+    from evolve.policy.train import turn_ids
+
+    return tuple(prompt_ids), tuple(turn_ids(tok, context, text))
 
 
 def train_roles(

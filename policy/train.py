@@ -64,17 +64,27 @@ def as_example(x: ExampleLike) -> Example:
     return x if isinstance(x, Example) else Example(tuple(x[0]), tuple(x[1]))
 
 
+def _messages(messages: Sequence[Message | dict]) -> list[Message]:
+    return [m if isinstance(m, Message) else Message(role=m["role"], content=m["content"]) for m in messages]
+
+
+def turn_ids(tok: CharTokenizer, context: Sequence[Message | dict], content: str) -> list[int]:
+    """The ids of an assistant turn with ``content`` after ``context``, its end included: a chat
+    template's own end-of-turn (:mod:`evolve.policy.hf`), else the text's tokens and EOS."""
+    msgs = _messages(context)
+    turn = getattr(tok, "assistant_ids", None)
+    return list(turn(msgs, content)) if turn else tok.encode(content, context=msgs) + [tok.eos_id]
+
+
 def examples_from_chat(tok: CharTokenizer, messages: Sequence[Message | dict]) -> list[Example]:
     """One Example per assistant turn: prompt = the chat before it (with the generation prompt),
     completion = its text + EOS. ``prompt + completion`` is a prefix of ``render_chat(messages)``."""
-    msgs = [m if isinstance(m, Message) else Message(role=m["role"], content=m["content"]) for m in messages]
+    msgs = _messages(messages)
     out = []
     for i, m in enumerate(msgs):
         if m.role == "assistant":
             prompt = tok.render_chat(msgs[:i], add_generation_prompt=True)
-            turn = getattr(tok, "assistant_ids", None)  # a chat template's own end-of-turn (evolve.policy.hf)
-            completion = turn(msgs[:i], m.content) if turn else tok.encode(m.content, context=msgs[:i]) + [tok.eos_id]
-            out.append(Example(tuple(prompt), tuple(completion)))
+            out.append(Example(tuple(prompt), tuple(turn_ids(tok, msgs[:i], m.content))))
     return out
 
 
@@ -423,6 +433,7 @@ __all__ = [
     "bare_copy",
     "completion_loss",
     "examples_from_chat",
+    "turn_ids",
     "examples_from_trajectory",
     "head_logits",
     "split_head",

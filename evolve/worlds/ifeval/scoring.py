@@ -28,6 +28,7 @@ CARDS = {"SmolLM2-135M-Instruct": 29.9, "SmolLM2-360M-Instruct": 41.0, "SmolLM2-
 ECHO_FLOOR = 30.4  # IFEval's strict average when every reply is the prompt itself (bench/worlds/ifeval_floors.py)
 FIGURES = ("prompt_strict", "inst_strict", "prompt_loose", "inst_loose", "strict", "loose")
 RESAMPLES = 2000
+COLUMNS = ("instructions", "strict", "loose", "prompt_strict", "prompt_loose")  # a prompt's components, summed
 
 
 def _figures(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -47,8 +48,7 @@ def _figures(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
 def _bootstrap(rows: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, tuple[float, float]]:
     import numpy as np
 
-    cols = ("instructions", "strict", "loose", "prompt_strict", "prompt_loose")
-    m = np.array([[r[c] for c in cols] for r in rows], dtype=float)
+    m = _matrix(rows)
     idx = np.random.default_rng(seed).integers(0, len(rows), size=(RESAMPLES, len(rows)))
     strict, loose = _averages(m[idx].sum(axis=1), len(rows))  # each (resamples,)
     return {
@@ -57,9 +57,15 @@ def _bootstrap(rows: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, 
     }
 
 
+def _matrix(rows: Sequence[Mapping[str, float]]) -> Any:
+    """The prompts' components as rows of :data:`COLUMNS`."""
+    import numpy as np
+
+    return np.array([[r[c] for c in COLUMNS] for r in rows], dtype=float)
+
+
 def _averages(s: Any, n: int) -> tuple[Any, Any]:
-    """Strict and loose averages of column sums ``s`` (instructions, strict, loose, prompt_strict,
-    prompt_loose) over ``n`` prompts."""
+    """Strict and loose averages of :data:`COLUMNS` sums ``s`` over ``n`` prompts."""
     import numpy as np
 
     inst = np.maximum(s[..., 0], 1.0)
@@ -74,9 +80,7 @@ def paired(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]], s
 
     if len(a) != len(b) or not a:
         raise ValueError(f"paired figures need the same prompts scored by both systems; got {len(a)} and {len(b)}")
-    cols = ("instructions", "strict", "loose", "prompt_strict", "prompt_loose")
-    ma = np.array([[r[c] for c in cols] for r in a], dtype=float)
-    mb = np.array([[r[c] for c in cols] for r in b], dtype=float)
+    ma, mb = _matrix(a), _matrix(b)
     n = len(a)
     idx = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
     da = _averages(ma[idx].sum(axis=1), n)
@@ -89,8 +93,8 @@ def paired(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]], s
             "difference": point_b[k] - point_a[k],
             "interval": (float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))),
         }
-    out["b_better"] = int(((mb[:, 1] / np.maximum(mb[:, 0], 1)) > (ma[:, 1] / np.maximum(ma[:, 0], 1))).sum())
-    out["a_better"] = int(((ma[:, 1] / np.maximum(ma[:, 0], 1)) > (mb[:, 1] / np.maximum(mb[:, 0], 1))).sum())
+    share_a, share_b = ma[:, 1] / np.maximum(ma[:, 0], 1), mb[:, 1] / np.maximum(mb[:, 0], 1)
+    out["b_better"], out["a_better"] = int((share_b > share_a).sum()), int((share_a > share_b).sum())
     return out
 
 
