@@ -190,7 +190,9 @@ def eval_(
     task_file: Path = typer.Argument(..., help="The task YAML the run was made with."),
     run_dir: Path = typer.Argument(..., help="The run directory."),
     system: str = typer.Option("current", "--system", help="System id (prefix), or current / best / baseline."),
-    split: str = typer.Option("test", "--split", help="train, val or test."),
+    split: str = typer.Option(
+        "test", "--split", help="train, val or test, or a split the world adds (IFEval's unseen)."
+    ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
 ) -> None:
     """Score one archived system on a split (memoised in the archive); a world with figures of its

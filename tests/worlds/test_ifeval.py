@@ -180,6 +180,21 @@ def test_unseen_parameters_are_held_out_of_training() -> None:
     assert all(t["split"] == "unseen" for t in d["test"])
 
 
+def test_the_unseen_split_beside_the_file_changes_no_other_split(prompts: list[dict]) -> None:
+    path = str(IFEVAL / "input_data.jsonl")
+    with_it = dataset(seed=3, path=path, n_train=400, n_val=60, n_unseen=120)
+    without = dataset(seed=3, path=path, n_train=400, n_val=60, n_unseen=0)
+    assert "unseen" not in without
+    assert {k: with_it[k] for k in ("train", "val", "test")} == without  # a run made before it is the same run
+    # the same prompts on every run seed, and as a run whose test split is the unseen one
+    assert with_it["unseen"] == dataset(seed=4, path=path, n_train=400, n_val=60)["unseen"][:120]
+    assert with_it["unseen"] == dataset(seed=3, n_train=0, n_val=0, n_test=120, test="unseen")["test"]
+    assert all(t["split"] == "unseen" for t in with_it["unseen"])
+    texts = {t["prompt"] for k in ("train", "val", "test") for t in with_it[k]}
+    assert not texts & {t["prompt"] for t in with_it["unseen"]}
+    assert "unseen" not in dataset(seed=3, n_train=10, n_val=0, n_test=20, test="unseen")
+
+
 def test_dataset_errors_name_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="dataset.params.path"):
         dataset(seed=0)
@@ -263,6 +278,18 @@ def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(
     assert r.returncode == 0, r.stderr
     assert f"average {100 * want['figures']['strict']:.1f}" in r.stdout
     assert f"prompt-level loose  {100 * want['figures']['prompt_loose']:.1f}" in r.stdout
+    # the held-out parameters, scored after the run without a new one
+    r = subprocess.run(
+        [sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"), "--split", "unseen"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    unseen = d["unseen"]
+    echo = summary(unseen, [reward(t, {"reply": t["prompt"]}) for t in unseen])
+    assert f"average {100 * echo['figures']['strict']:.1f}" in r.stdout and f"n={len(unseen)}" in r.stdout
 
 
 def _scripted(tmp_path: Path, **changes) -> dict:

@@ -10,6 +10,7 @@ that never touch its test prompts (``pip install 'evolvekit[ifeval]'``).
         n_val: 100
         # n_test: 200             # a fixed random subset of the file (test_seed 0), the same on every seed
         # test: unseen            # or: generated prompts whose constraint parameters were held out of training
+        # n_unseen: 200           # the ``unseen`` split beside the file's test: evolve eval ... --split unseen
 
 A task is ``id, split, prompt, instruction_id_list, kwargs`` (``key`` too for a prompt of the
 file). The agent sends the prompt as the one user message (``workflow.max_tokens``: 1,280); the

@@ -8,6 +8,11 @@
   system on parameters it never trained on.
 * ``train``, ``val``: ``n_train`` and ``n_val`` generated prompts from two disjoint random streams
   of the run seed; a prompt text already in an earlier split (or in the test file) is drawn again.
+* ``unseen`` (when the test split is the file): ``n_unseen`` generated prompts, each with at least
+  one held-out parameter, the same prompts for every run seed and the ones ``test: unseen``
+  gives; drawn after the other splits so that adding it changes none of them: any run's systems
+  can be scored on parameters they never trained on, ``evolve eval task.yaml RUN --split unseen``,
+  without a new run.
 
 IFEval's prompts are for evaluation only: they never reach train or val, nor any hook that builds
 demos or memories (those read training tasks).
@@ -92,14 +97,17 @@ def dataset(
     n_test: int | None = None,
     test: str = "file",
     test_seed: int = 0,
+    n_unseen: int = 200,
     base_dir: Path | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """``{"train", "val", "test"}`` (see the module docstring). A task is ``id, split, prompt,
-    instruction_id_list, kwargs`` (and ``key`` for a prompt of the file)."""
+    """``{"train", "val", "test", "unseen"}`` (see the module docstring; no ``unseen`` when the test
+    split is made of those prompts). A task is ``id, split, prompt, instruction_id_list, kwargs``
+    (and ``key`` for a prompt of the file)."""
     sizes = {
         "n_train": _size("n_train", n_train),
         "n_val": _size("n_val", n_val),
         "n_test": _size("n_test", n_test, allow_none=True),
+        "n_unseen": _size("n_unseen", n_unseen),
     }
     if test not in TESTS:
         raise ConfigError(f"test must be one of {list(TESTS)}, not {test!r}", path="dataset.params.test")
@@ -118,10 +126,18 @@ def dataset(
         tests = [{"id": f"ifeval-{p['key']}", "split": "test", **p} for p in prompts]
         seen.update(p["prompt"] for p in prompts)
     else:
-        tests = _generated(random.Random(f"ifeval-unseen:{test_seed}"), sizes["n_test"] or 200, "unseen", seen, True)
+        tests = _unseen(test_seed, sizes["n_test"] or 200, seen)
     val = _generated(random.Random(f"ifeval-val:{seed}"), sizes["n_val"] or 0, "val", seen, False)
     train = _generated(random.Random(f"ifeval-train:{seed}"), sizes["n_train"] or 0, "train", seen, False)
-    return {"train": train, "val": val, "test": tests}
+    out = {"train": train, "val": val, "test": tests}
+    if test == "file" and sizes["n_unseen"]:
+        out["unseen"] = _unseen(test_seed, sizes["n_unseen"] or 0, seen)
+    return out
+
+
+def _unseen(test_seed: int, n: int, seen: set[str]) -> list[dict[str, Any]]:
+    """Generated prompts with the held-out constraint parameters, the same stream for every run seed."""
+    return _generated(random.Random(f"ifeval-unseen:{test_seed}"), n, "unseen", seen, True)
 
 
 __all__ = ["TESTS", "dataset", "read_prompts"]

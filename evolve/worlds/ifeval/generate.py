@@ -110,9 +110,12 @@ class Picker:
 
     def __init__(self, rng: random.Random, unseen: bool) -> None:
         self.rng, self.unseen = rng, unseen
+        self.held = False  # whether a held-out value was drawn
 
     def part(self, values: Sequence[Any]) -> list[Any]:
-        return [v for v in values if held_out(v) == self.unseen] or list(values)
+        part = [v for v in values if held_out(v) == self.unseen]
+        self.held = self.held or (self.unseen and bool(part))
+        return part or list(values)
 
     def __call__(self, values: Sequence[Any]) -> Any:
         return self.rng.choice(self.part(values))
@@ -419,8 +422,17 @@ SIZES = (1, 1, 1, 1, 1, 2, 2, 2, 3, 3)  # instructions per prompt: about IFEval'
 
 
 def generated_prompt(rng: random.Random, *, unseen: bool = False) -> dict[str, Any]:
-    """One generated prompt: ``{"prompt", "instruction_id_list", "kwargs"}``."""
-    pick = Picker(rng, unseen)
+    """One generated prompt: ``{"prompt", "instruction_id_list", "kwargs"}``; with ``unseen``, one
+    with at least one held-out parameter (a prompt whose instructions take none, such as repeating
+    the request, tests nothing unseen and could equal a training prompt)."""
+    while True:
+        pick = Picker(rng, unseen)
+        p = _prompt(rng, pick)
+        if pick.held or not unseen:
+            return p
+
+
+def _prompt(rng: random.Random, pick: Picker) -> dict[str, Any]:
     ids: list[str] = []
     for _ in range(rng.choice(SIZES)):
         options = [i for i in sorted(BUILDERS) if not any(conflicts(i, j) for j in ids)]
