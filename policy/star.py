@@ -189,9 +189,15 @@ class STaR:
             info.update(next(iter(by_role.values())))
         else:
             info["roles"] = by_role
+        n_fixed = {p.role: len(repaired)} if repaired else {}
+
+        def kind(role: str) -> str:
+            if role in verdicts:
+                return "right verdicts"
+            return f"turns ({n_fixed[role]} of them repaired)" if n_fixed.get(role) else "successful turns"
+
         why = "; ".join(
-            f"{'' if p.roles is None else role + ': '}LoRA r={p.r} trained on {n_own[role]} "
-            f"{'right verdicts' if role in verdicts else 'successful turns'} + "
+            f"{'' if p.roles is None else role + ': '}LoRA r={p.r} trained on {n_own[role]} {kind(role)} + "
             f"{n_all[role] - n_own[role]} replayed demos"
             for role in per_role
         )

@@ -159,6 +159,7 @@ def test_repaired_attempts_are_learned_as_the_model_s_turn(monkeypatch, tmp_path
     assert [(m["role"], m["content"]) for m in context] == [("user", "q")]
     assert child.info["repaired"] == len(repaired) == 2  # "Hola." quoted passes too
     assert any("learned as repaired" in m for m in said)
+    assert "trained on 3 turns (2 of them repaired)" in child.rationale
     assert STaR(tasks=1).p.repair is None  # off unless the world or the task file names one
 
 
