@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
-from evolve.ui.run import NotFound, RunView
+from evolve.ui.run import SPLITS, NotFound, RunView
 from evolve.ui.traffic import TrafficView
 
 STATIC = Path(__file__).parent / "static"
-SPLITS = ("train", "val", "test", "gate")  # what a rollout's split can be (the gate's own: evolve.deploy.gates)
 COOKIE = "evolve_ui_token"  # + the port: browsers share a host's cookies across its ports
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
@@ -216,13 +215,30 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
             raise ValueError(f"{name} must be a whole number from 0, got {v!r}")
         return n
 
-    def qsplit(request: Request, default: str | None) -> str | None:
+    def qsplit(request: Request, default: str | None, run: RunView) -> str | None:
         v = q(request, "split", default)
         if v in (None, "") and default is None:
             return None
-        if v not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {v!r}")
+        known = [*SPLITS, *run.other_splits()]  # and a world's own (IFEval's unseen)
+        if v not in known:
+            raise ValueError(f"split must be one of {', '.join(known)}, got {v!r}")
         return v
+
+    def matrix(request: Request, run: RunView) -> Any:
+        return system.matrix(run, qsplit(request, "val", run) or "val")
+
+    def rollouts(request: Request, rid: str, ref: str) -> Any:
+        run = sources.run(rid)
+        return system.rollouts(
+            run,
+            ref,
+            split=qsplit(request, None, run),
+            phase=q(request, "phase"),
+            failed=q(request, "failed") == "1",
+            task=q(request, "task"),
+            offset=qint(request, "offset", 0),
+            limit=qint(request, "limit", 50),
+        )
 
     def runs(request: Request) -> dict[str, Any]:
         found, stores, problems = sources.views()
@@ -266,24 +282,10 @@ def build_app(sources: Sources, *, token: str | None = None, hosts: Sequence[str
         Route("/api/runs/{rid}/version", api(version)),
         Route("/api/runs/{rid}/summary", api(summary)),
         Route("/api/runs/{rid}/lineage", api(lineage)),
-        Route("/api/runs/{rid}/matrix", api(lambda r, rid: system.matrix(sources.run(rid), qsplit(r, "val") or "val"))),
+        Route("/api/runs/{rid}/matrix", api(lambda r, rid: matrix(r, sources.run(rid)))),
         Route("/api/runs/{rid}/deploy", api(deploy)),
         Route("/api/runs/{rid}/systems/{ref}", api(lambda r, rid, ref: system.detail(sources.run(rid), ref))),
-        Route(
-            "/api/runs/{rid}/systems/{ref}/rollouts",
-            api(
-                lambda r, rid, ref: system.rollouts(
-                    sources.run(rid),
-                    ref,
-                    split=qsplit(r, None),
-                    phase=q(r, "phase"),
-                    failed=q(r, "failed") == "1",
-                    task=q(r, "task"),
-                    offset=qint(r, "offset", 0),
-                    limit=qint(r, "limit", 50),
-                )
-            ),
-        ),
+        Route("/api/runs/{rid}/systems/{ref}/rollouts", api(rollouts)),
         Route("/api/runs/{rid}/systems/{ref}/memory", api(lambda r, rid, ref: layers.memory(sources.run(rid), ref))),
         Route("/api/runs/{rid}/systems/{ref}/tools", api(lambda r, rid, ref: layers.tools(sources.run(rid), ref))),
         Route(

@@ -29,6 +29,12 @@ from evolve.scoring.state import RunState
 from evolve.ui import lineage
 
 ACTIVE_S = 120.0
+SPLITS = (
+    "train",
+    "val",
+    "test",
+    "gate",
+)  # what the engine records a rollout under (the gate's own: evolve.deploy.gates)
 T = TypeVar("T")
 
 
@@ -250,6 +256,14 @@ class RunView:
             return None
         settings = (self.task().get("engine") or {}).get("curriculum")
         return {"settings": settings, "generations": decision_rows(decisions)}
+
+    def other_splits(self) -> list[str]:
+        """The splits outside :data:`SPLITS` the run's rollouts were recorded under: a world's own,
+        e.g. IFEval's ``unseen`` (``evolve eval --split unseen``)."""
+        return self.cached(
+            "other_splits",
+            lambda: sorted(r[0] for r in self.sql("SELECT DISTINCT split FROM trajectories") if r[0] not in SPLITS),
+        )
 
     def _val_scores(self) -> dict[str, tuple[float, int]]:
         return self.cached("val", lambda: self.archive.all_scores("val"))

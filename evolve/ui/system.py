@@ -116,7 +116,8 @@ def _detail(run: RunView, sid: str) -> dict[str, Any]:
     info = dict(rec.info)
     curve = info.pop("curve", None)
     decision = run.decisions().get(sid)
-    scores = {split: run.score(sid, split) for split in ("train", "val", "test")}
+    splits = ["train", "val", "test", *run.other_splits()]
+    scores = {split: run.score(sid, split) for split in splits}
     out: dict[str, Any] = {
         "id": sid,
         "operator": rec.operator,
@@ -130,6 +131,7 @@ def _detail(run: RunView, sid: str) -> dict[str, Any]:
         "diff": component_diff(parent, system),
         "decision": decision,
         "scores": scores,
+        "splits": splits,
         "marks": [k for k, v in run.marks().items() if v == sid],
         "deploy": run.deploy_states().get(sid),
         "deploy_trail": [e for e in run.archive.events("deploy") if e.get("system") == sid],
@@ -245,7 +247,7 @@ def _matrix(run: RunView, split: str) -> dict[str, Any]:
     grid = None
     if len(tasks) <= 400 and len(ids) <= 100:
         grid = {"tasks": tasks, "scores": [[per.get(sid, {}).get(t) for t in tasks] for sid in ids]}
-    return {"split": split, "rows": rows, "grid": grid}
+    return {"split": split, "splits": ["val", "test", "train", *run.other_splits()], "rows": rows, "grid": grid}
 
 
 def compare(a_run: RunView, a_ref: str, b_run: RunView, b_ref: str) -> dict[str, Any]:

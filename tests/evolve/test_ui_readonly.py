@@ -128,3 +128,24 @@ def test_a_split_that_is_not_one_is_refused_naming_the_splits(tmp_path, split):
         assert r.json()["error"] == f"split must be one of train, val, test, gate, got {split!r}"
     assert c.get(f"/api/runs/{run.name}/matrix?split=test").status_code == 200
     assert c.get(f"/api/runs/{run.name}/systems/{chain[0]}/rollouts").status_code == 200
+
+
+def test_a_split_the_world_added_can_be_shown(tmp_path):
+    from evolve.archive import Archive
+    from evolve.types import Reward, Trajectory
+
+    run, chain = big_archive(tmp_path / "r", accepted=2, rejected_each=0)
+    c = client(run)
+    assert c.get(f"/api/runs/{run.name}/systems/{chain[0]}/rollouts?split=unseen").status_code == 400
+    with Archive(run) as a:  # IFEval's unseen prompts, scored by evolve eval --split unseen
+        done = Trajectory(task_id="ifeval-unseen-00000", system_id=chain[0], reward=Reward(score=0.5))
+        a.add_trajectories([("eval:unseen/x", "unseen", "eval", 0, done)])
+    page = c.get(f"/api/runs/{run.name}/systems/{chain[0]}/rollouts?split=unseen").json()
+    assert [t["task_id"] for t in page["rows"]] == ["ifeval-unseen-00000"]
+    detail = c.get(f"/api/runs/{run.name}/systems/{chain[0]}").json()
+    assert detail["splits"] == ["train", "val", "test", "unseen"] and detail["scores"]["unseen"]["mean"] == 0.5
+    assert c.get(f"/api/runs/{run.name}/matrix?split=unseen").json()["splits"][-1] == "unseen"
+    r = c.get(f"/api/runs/{run.name}/matrix?split=unsen")
+    assert (
+        r.status_code == 400 and r.json()["error"] == "split must be one of train, val, test, gate, unseen, got 'unsen'"
+    )

@@ -73,7 +73,7 @@ async function tasksView(ctx, rid) {
   const split = ctx.route.query.get("split") || "val";
   const m = await api(`/api/runs/${encodeURIComponent(rid)}/matrix?split=${encodeURIComponent(split)}`);
   const pick = h("select", { onchange: (e) => { location.hash = `#/run/${encodeURIComponent(rid)}/tasks?split=${e.target.value}`; } },
-    ["val", "test", "train"].map((s) => h("option", { value: s, selected: s === split }, s)));
+    (m.splits || ["val", "test", "train"]).map((s) => h("option", { value: s, selected: s === split }, s)));
   const out = h("div", null, h("div", { class: "toolbar" }, "split ", pick,
     h("span", { class: "muted" }, "each accepted system against its parent: the tasks it does better on (fixed) and worse on (broke)")));
   append(out, table(["system", "generation", "operator", "parent", { label: "tasks", num: true }, { label: "mean", num: true },

@@ -117,7 +117,7 @@ function models(system) {
 
 async function rollouts(ctx, rid, d) {
   const box = h("div", null);
-  const split = h("select", null, h("option", { value: "" }, "all splits"), ["train", "val", "test"].map((x) => h("option", { value: x }, x)));
+  const split = h("select", null, h("option", { value: "" }, "all splits"), (d.splits || ["train", "val", "test"]).map((x) => h("option", { value: x }, x)));
   const failed = h("input", { type: "checkbox" });
   let offset = 0;
   const list = h("div", null);
