@@ -29,12 +29,8 @@ from evolve.scoring.state import RunState
 from evolve.ui import lineage
 
 ACTIVE_S = 120.0
-SPLITS = (
-    "train",
-    "val",
-    "test",
-    "gate",
-)  # what the engine records a rollout under (the gate's own: evolve.deploy.gates)
+# what the engine records a rollout under (the gate's own: evolve.deploy.gates)
+SPLITS = ("train", "val", "test", "gate")
 T = TypeVar("T")
 
 

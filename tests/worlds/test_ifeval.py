@@ -270,24 +270,17 @@ def test_the_smoke_run_reports_the_four_figures_and_evolve_eval_prints_them(
     )  # the report rounds to 4 places
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## The world's figures" in md and "SmolLM2-135M-Instruct 29.9" in md
-    r = subprocess.run(
-        [sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"), "--system", "baseline"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    def evolve_eval(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"), *args]
+        return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+
+    r = evolve_eval("--system", "baseline")
     assert r.returncode == 0, r.stderr
     assert f"average {100 * want['figures']['strict']:.1f}" in r.stdout
     assert f"prompt-level loose  {100 * want['figures']['prompt_loose']:.1f}" in r.stdout
     # the held-out parameters, scored after the run without a new one
-    r = subprocess.run(
-        [sys.executable, "-m", "evolve.cli.commands", "eval", str(SMOKE), str(tmp_path / "r"), "--split", "unseen"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = evolve_eval("--split", "unseen")
     assert r.returncode == 0, r.stderr
     unseen = d["unseen"]
     echo = summary(unseen, [reward(t, {"reply": t["prompt"]}) for t in unseen])

@@ -130,8 +130,8 @@ def dataset(
     val = _generated(random.Random(f"ifeval-val:{seed}"), sizes["n_val"] or 0, "val", seen, False)
     train = _generated(random.Random(f"ifeval-train:{seed}"), sizes["n_train"] or 0, "train", seen, False)
     out = {"train": train, "val": val, "test": tests}
-    if test == "file" and sizes["n_unseen"]:
-        out["unseen"] = _unseen(test_seed, sizes["n_unseen"] or 0, seen)
+    if test == "file" and (n := sizes["n_unseen"]):
+        out["unseen"] = _unseen(test_seed, n, seen)
     return out
 
 
