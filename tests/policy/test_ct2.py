@@ -364,8 +364,12 @@ def test_top_logprobs_are_transformers_likeliest_tokens(tiny, temperature):
         m = len(o.prompt_token_ids)
         full = torch.log_softmax(logits[m - 1 : m - 1 + len(o.token_ids)] / (temperature or 1.0), -1)
         for step, row in zip(o.top_logprobs, full):
-            v, i = row.topk(k)
-            assert [t for t, _ in step] == i.tolist() and max(abs(a - b) for (_, a), b in zip(step, v.tolist())) < 1e-4
+            # the k likeliest by value; two ids whose log-probs differ by less than float noise may come
+            # in either order (CI once saw ranks 4 and 5 of the tiny model swap), so each id is checked
+            # by its own log-prob, and the values against the top k
+            ids = [t for t, _ in step]
+            assert len(set(ids)) == k and max(abs(a - float(row[t])) for t, a in step) < 1e-4
+            assert max(abs(a - b) for (_, a), b in zip(step, row.topk(k).values.tolist())) < 1e-4
         assert (
             max(abs(a - b) for a, b in zip(o.logprobs, full.gather(1, torch.tensor(o.token_ids)[:, None])[:, 0])) < 1e-4
         )
