@@ -114,6 +114,14 @@ class GRPO:
             ),
         )
         mask_truncated: bool = Field(False, description="do not train on trajectories cut by max_tokens")
+        truncated_reward: float | None = Field(
+            None,
+            description=(
+                "the training reward of a trajectory with a call cut by max_tokens, in place of its score (DAPO's "
+                "overlong punishment in its hard form: a reply that loops until the cap is not credited for what "
+                "its first tokens got right); null: scored as it stands. Acceptance and evaluation keep the score"
+            ),
+        )
         max_completion_length: int | None = Field(None, ge=1, description="dr_grpo's normaliser")
         ptx_coef: float = Field(
             0.0,
@@ -216,7 +224,12 @@ class GRPO:
         if p.credit_of(role) == "verdict":
             return self._verdict_batch(trajs, max_len, role)
         rewards = torch.tensor(
-            [train_reward(t, p.reward_weights, None if judged is None else judged[k]) for k, t in enumerate(trajs)],
+            [
+                p.truncated_reward
+                if p.truncated_reward is not None and was_cut(t, role)
+                else train_reward(t, p.reward_weights, None if judged is None else judged[k])
+                for k, t in enumerate(trajs)
+            ],
             dtype=torch.float32,
         )
         adv, zero = group_advantages(rewards, [t.task_id for t in trajs], p.estimator)
@@ -238,7 +251,8 @@ class GRPO:
         groups = len({t.task_id for t in trajs})
         kept = len({s.group for s in seqs})
         scores = [t.score for t in trajs]
-        extra = {"train_reward": round(float(rewards.mean()), 4)} if (p.reward_weights or judged) and trajs else {}
+        shaped = p.reward_weights or judged or p.truncated_reward is not None
+        extra = {"train_reward": round(float(rewards.mean()), 4)} if shaped and trajs else {}
         return seqs, {
             "reward": sum(scores) / len(scores) if scores else 0.0,
             **extra,
@@ -529,6 +543,15 @@ def train_reward(traj: Trajectory, weights: dict[str, float], base: float | None
         return score
     comps = traj.reward.components if traj.reward is not None else {}
     return score + sum(w * float(comps.get(k, 0.0)) for k, w in weights.items())
+
+
+def was_cut(traj: Trajectory, role: str | None = None) -> bool:
+    """Whether a call of ``role`` (any role: None) in ``traj`` stopped at its token cap."""
+    from evolve.types import LLMCall
+
+    return any(
+        isinstance(s, LLMCall) and s.finish_reason == "length" and (role is None or s.role == role) for s in traj.steps
+    )
 
 
 def check_components(trajs: list[Trajectory], weights: dict[str, float]) -> None:

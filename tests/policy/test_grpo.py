@@ -336,6 +336,13 @@ def test_batch_drops_groups_without_signal_and_optionally_truncated_trajectories
     assert [s.reward for s in seqs] == [1.0] and info["truncated_dropped"] == 1
     seqs, _ = GRPO(dynamic_sampling=False)._batch(trajs, 64)
     assert len(seqs) == 6 and all(s.advantage == 0 for s in seqs if s.group in ("b", "c"))
+    # DAPO's overlong punishment: a reply cut at the cap is trained as scoring truncated_reward, so a
+    # group whose cut reply scored as high as the finished one now has signal, and the cut one is pushed down
+    trajs = [t("d", 0.5), t("d", 0.5, finish="length"), t("e", 1.0), t("e", 1.0)]
+    assert GRPO()._batch(trajs, 64)[1]["groups_kept"] == 0
+    seqs, info = GRPO(truncated_reward=0.0)._batch(trajs, 64)
+    assert [s.traj for s in seqs] == [0, 1] and seqs[0].advantage > 0 > seqs[1].advantage
+    assert info["train_reward"] == 0.625 and info["reward"] == 0.75  # the reported reward stays the score
 
 
 def test_rejected_turns_of_a_successful_attempt_can_stay_context():

@@ -439,3 +439,22 @@ def test_paired_figures_resample_the_same_prompts_for_both_systems(prompts: list
     assert up["b_better"] > 0 and up["a_better"] == 0
     with pytest.raises(ValueError, match="same prompts"):
         paired(echo, echo[:-1])
+
+
+def test_the_grpo_example_loads_and_spends_about_stars_samples() -> None:
+    """examples/ifeval/grpo.yaml is a valid task file whose GRPO settings validate, and its sampling
+    budget is STaR's (examples/ifeval/star.yaml), so the two rows compare at about the same samples."""
+    from types import SimpleNamespace
+
+    from evolve.policy.grpo import GRPO
+    from evolve.task.taskfile import load_task
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "ifeval"
+    grpo_cfg, _ = load_task(root / "grpo.yaml")
+    star_cfg, _ = load_task(root / "star.yaml")
+    op = GRPO(**grpo_cfg.operators[0].params)
+    assert op.p.truncated_reward == 0.0 and op.p.dev_tasks == 0
+    rollouts = op.estimate(SimpleNamespace(train=1000))["rollouts"]
+    star = star_cfg.operators[0].params
+    assert abs(rollouts - star["tasks"] * star["samples"]) <= 0.1 * rollouts
+    assert grpo_cfg.models == star_cfg.models and grpo_cfg.workflow == star_cfg.workflow
