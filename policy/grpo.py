@@ -217,7 +217,7 @@ class GRPO:
 
         from evolve.policy.grpo_train import pack
         from evolve.policy.rl import group_advantages
-        from evolve.policy.star import rejected_turns
+        from evolve.policy.star import ended, rejected_turns
 
         p = self.p
         role = role or p.role
@@ -226,7 +226,7 @@ class GRPO:
         rewards = torch.tensor(
             [
                 p.truncated_reward
-                if p.truncated_reward is not None and was_cut(t, role)
+                if p.truncated_reward is not None and not ended(t)
                 else train_reward(t, p.reward_weights, None if judged is None else judged[k])
                 for k, t in enumerate(trajs)
             ],
@@ -543,15 +543,6 @@ def train_reward(traj: Trajectory, weights: dict[str, float], base: float | None
         return score
     comps = traj.reward.components if traj.reward is not None else {}
     return score + sum(w * float(comps.get(k, 0.0)) for k, w in weights.items())
-
-
-def was_cut(traj: Trajectory, role: str | None = None) -> bool:
-    """Whether a call of ``role`` (any role: None) in ``traj`` stopped at its token cap."""
-    from evolve.types import LLMCall
-
-    return any(
-        isinstance(s, LLMCall) and s.finish_reason == "length" and (role is None or s.role == role) for s in traj.steps
-    )
 
 
 def check_components(trajs: list[Trajectory], weights: dict[str, float]) -> None:
