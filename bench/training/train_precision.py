@@ -14,8 +14,10 @@ each adapter then judged in float32 (how every system samples):
     .venv/bin/python bench/training/train_precision.py --threads 1 --precisions bf16 --out /tmp/bf16.json; wait
     .venv/bin/python bench/training/train_precision.py --merge /tmp/fp32.json /tmp/bf16.json --out bench/training/train_precision.json
 
-The fp32 seeds differ from each other as much as training differs run to run; a second seed
-(``--seeds 0,1``) gives that scale.
+The fp32 seeds differ from each other as much as training differs run to run; more seeds
+(``--seeds 1,2``, a run each for fp32 and bf16 as above) give that scale, and ``--merge`` of every run's
+file pairs each seed and pools all of them (the paired difference over every seed and test task,
+with its 95% interval).
 """
 
 from __future__ import annotations
@@ -63,20 +65,44 @@ def pair(rows: dict, seed: int) -> None:
     print(rows[f"paired_seed{seed}"], flush=True)
 
 
+def pooled(rows: dict, seeds: list[int]) -> dict:
+    """bf16 against fp32 over every (seed, test task) pair of ``seeds``: the paired difference with its
+    95% interval (:func:`evolve.results.stats.paired`), as percentage points."""
+    from evolve.results.stats import paired
+
+    f = {(s, i): v for s in seeds for i, v in enumerate(rows[f"fp32_seed{s}"]["solved"])}
+    b = {(s, i): v for s in seeds for i, v in enumerate(rows[f"bf16_seed{s}"]["solved"])}
+    p = paired(f, b)
+    out = {"seeds": seeds, "n": p["n"], "fp32": round(100 * p["a"], 2), "bf16": round(100 * p["b"], 2)}
+    out |= {k: round(100 * p[k], 2) for k in ("diff", "low", "high")}
+    out |= {"only_fp32": p["a_only"], "only_bf16": p["b_only"]}
+    print({"paired_all_seeds": out}, flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--n-test", type=int, default=200)
     ap.add_argument("--precisions", default="fp32,bf16")
-    ap.add_argument("--merge", type=Path, nargs=2, default=None, help="pair two runs' JSON files (fp32's, bf16's)")
+    ap.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="runs' JSON files (e.g. fp32's and bf16's, or other seeds'): each seed paired, then all seeds pooled",
+    )
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     if a.merge:
         runs = [json.loads(f.read_text()) for f in a.merge]
-        rows = {k: v for r in runs for k, v in r["rows"].items()}
-        for seed in sorted({k.split("seed")[1] for k in rows}):
-            pair(rows, int(seed))
+        rows = {k: v for r in runs for k, v in r["rows"].items() if not k.startswith("paired")}
+        seeds = sorted({int(k.split("seed")[1]) for k in rows if f"fp32_seed{k.split('seed')[1]}" in rows})
+        seeds = [s for s in seeds if f"bf16_seed{s}" in rows]
+        for seed in seeds:
+            pair(rows, seed)
+        rows["paired_all_seeds"] = pooled(rows, seeds)
         out = {
             **runs[0],
             "runs": [{k: r[k] for k in ("date", "command", "threads")} for r in runs],
