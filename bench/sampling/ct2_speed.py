@@ -385,7 +385,8 @@ def run_row(row: str, arm: str, seed: int, out: Path, fresh_cache: bool) -> dict
 
         checkpoint(SMOLLM2)  # unpacking the GGUF is the same for every arm and not what is compared: once, here
         shared = cache_root()
-        cache.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(cache, ignore_errors=True)  # what an interrupted run of this folder left
+        cache.mkdir(parents=True)
         (cache / "gguf").symlink_to(shared.resolve(), target_is_directory=True)
         env["EVOLVE_CACHE_DIR"] = str(cache)
     print(f"[{row}, {arm}] {' '.join(cmd)}", flush=True)

@@ -98,8 +98,8 @@ def main() -> None:
     if a.merge:
         runs = [json.loads(f.read_text()) for f in a.merge]
         rows = {k: v for r in runs for k, v in r["rows"].items() if not k.startswith("paired")}
-        seeds = sorted({int(k.split("seed")[1]) for k in rows if f"fp32_seed{k.split('seed')[1]}" in rows})
-        seeds = [s for s in seeds if f"bf16_seed{s}" in rows]
+        seeds = sorted({int(k.split("seed")[1]) for k in rows})
+        seeds = [s for s in seeds if f"fp32_seed{s}" in rows and f"bf16_seed{s}" in rows]  # both precisions ran
         for seed in seeds:
             pair(rows, seed)
         rows["paired_all_seeds"] = pooled(rows, seeds)
