@@ -21,6 +21,11 @@ folder is ``<out>/<row>_seed<N>`` (a finished row is read back, not rerun). Rows
   the curriculum judges each generator.
 - ``together``: the SFT cold start, then STaR, with the Reflexion agent sampling STaR's tasks and answering
   validation and test (the layers that moved it, together).
+- ``team`` (issue 63 item 4): examples/multi_agent/task.yaml on the same tasks, a solver and a verifier
+  with an adapter each, a retry on rejection; each role's own cold start, then STaR on every role in turn
+  (two generations: the solver's, then the verifier's). Its baseline is the team untrained (cold starts
+  only); paired with ``fixed2``, the single agent trained alone at the same STaR budget, and with the
+  plain SFT system; ``calls_a_task`` says what the team's calls cost.
 
 Every row is paired on the 300 test tasks with the seed's SFT system answering plainly (the ``star`` row's
 baseline, by task content: :mod:`evolve.results.pairing`), and a row whose agent or system differs from its
@@ -43,6 +48,7 @@ from evolve.worlds.reasoning_gym.workflow import PALETTE, single_step
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "reasoning_gym" / "task.yaml"
+TEAM = ROOT / "examples" / "multi_agent" / "task.yaml"  # the same generators, splits and seeds: the same test tasks
 
 FEWSHOT = (
     "{name: bootstrap_demos, params: {k_choices: [2, 4], strategies: [random, diverse], children: 3, "
@@ -93,9 +99,15 @@ ROWS: dict[str, tuple[str, list[str]]] = {
         "SFT + STaR + Reflexion (sampling STaR's tasks and answering test)",
         ["budget.generations=1", FIXED, REFLEXION],
     ),
+    "team": ("a solver and a verifier, an adapter each, trained in turn by STaR (examples/multi_agent)", []),
 }
+TASKS = {"team": TEAM}  # a row run from another task file than TASK
 CONTINUES = {"fixed2": "star"}  # a row that continues another row's finished run for more generations
-VERSUS = {"curriculum": "fixed2", "curriculum_all": "curriculum"}  # a row also paired with another row's best
+VERSUS = {
+    "curriculum": "fixed2",
+    "curriculum_all": "curriculum",
+    "team": "fixed2",
+}  # a row also paired with another row's best
 
 
 def row_args(row: str, seed: int) -> list[str]:
@@ -109,7 +121,8 @@ def run_row(row: str, seed: int, out: Path) -> Path:
     run_dir = out / f"{row}_seed{seed}"
     if (run_dir / "report.json").is_file() and (run_dir / "rg_layers.json").is_file():
         return run_dir
-    cmd = [sys.executable, "-m", "evolve", "run", str(TASK), "--out", str(run_dir), *row_args(row, seed)]
+    task = TASKS.get(row, TASK)
+    cmd = [sys.executable, "-m", "evolve", "run", str(task), "--out", str(run_dir), *row_args(row, seed)]
     start = out / f"{CONTINUES.get(row, '')}_seed{seed}"
     if not run_dir.exists() and row in CONTINUES and (start / "report.json").is_file():
         shutil.copytree(start, run_dir, symlinks=True)
