@@ -244,7 +244,9 @@ def test_bf16_lora_sft_learns_as_float32_does_and_leaves_the_base_float32():
         exs.append(Example(tuple(p), (p[-1], 7, 8)))
     stats = {}
     for prec in ("fp32", "bf16"):
-        a = train_lora(base, exs, r=8, alpha=16, lr=3e-2, steps=60, batch_size=16, seed=0, precision=prec)
+        # at lr 3e-2 float32 itself was unstable: 60 steps ended at a loss of 1.6 to 2.4 by seed and CPU
+        # (an AMD EPYC's kernels left it above half its first loss); at 1e-2 both seeds end at 1.70 to 1.81
+        a = train_lora(base, exs, r=8, alpha=16, lr=1e-2, steps=60, batch_size=16, seed=0, precision=prec)
         stats[prec] = a.stats
         assert a.stats["precision"] == prec and {t.dtype for t in a.weights.values()} == {torch.float32}
     assert all(p.dtype == torch.float32 and torch.equal(p, before[n]) for n, p in base.named_parameters())
