@@ -238,14 +238,22 @@ def resolve_device(device: str | None) -> str:
     return "mps" if mps is not None and mps.is_available() else "cpu"
 
 
-def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
-    """``auto`` (or None): bfloat16 on a GPU that has it, else float32; or float32/bfloat16/float16."""
+def resolve_dtype(dtype: str | None, device: str, *, sampling: bool = False) -> torch.dtype:
+    """``auto`` (or None): bfloat16 on a GPU that has it and, for a copy that only samples
+    (``sampling``), on a CPU that does bfloat16 matmuls in hardware (AMX or AVX512-BF16,
+    :func:`~evolve.policy.precision.cpu_has_bf16`); float32 elsewhere. A trainer's copy on a CPU
+    loads in float32 and its ``precision`` decides how it computes. Or float32/bfloat16/float16."""
     import torch
 
     d = str(dtype or "auto")
     if d == "auto":
         if device.startswith("cuda") and torch.cuda.is_bf16_supported():
             return torch.bfloat16
+        if sampling and device == "cpu":
+            from evolve.policy.precision import cpu_has_bf16
+
+            if cpu_has_bf16():
+                return torch.bfloat16
         return torch.float32
     table = {
         "float32": torch.float32,
@@ -276,9 +284,10 @@ def load_tokenizer(path: Path | str) -> HFTokenizer:
 
 
 def load_pretrained(
-    path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto"
+    path: Path | str, *, device: str | None = "auto", dtype: str | None = "auto", sampling: bool = False
 ) -> tuple[Any, HFTokenizer]:
-    """``(model, tokenizer)`` from a checkpoint directory; the model in eval mode on ``device``."""
+    """``(model, tokenizer)`` from a checkpoint directory; the model in eval mode on ``device``
+    (``sampling``: a copy that only samples, see :func:`resolve_dtype`)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -286,7 +295,7 @@ def load_pretrained(
     path = Path(path)
     dev = resolve_device(device)
     tok = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype, dev))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype, dev, sampling=sampling))
     return model.to(dev).eval(), tok  # type: ignore[arg-type]  # transformers' wrapped .to() hides its device argument
 
 

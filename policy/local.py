@@ -249,8 +249,9 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
     ``spec.adapter``: an optional LoRA adapter artifact (:func:`~evolve.policy.weights.save_adapter`).
     ``spec.params``: ``temperature`` (default 1.0) and ``max_tokens`` (default 256) for calls
     that do not give them; ``max_batch`` (64), ``batch_wait_ms`` (3), ``max_wait_ms`` (50), ``threads`` for the server;
-    ``device`` and ``dtype`` (a pretrained checkpoint: ``auto``, the GPU in bfloat16 when there is one;
-    a tiny base: the CPU in float32 unless given). The base may be a tiny base file or the manifest
+    ``device`` and ``dtype`` (a pretrained checkpoint: ``auto``, the GPU when there is one, in
+    bfloat16 there and on a CPU with AMX or AVX512-BF16, else float32; a tiny base: the CPU in
+    float32 unless given). The base may be a tiny base file or the manifest
     of a pretrained checkpoint (:mod:`evolve.policy.hf`). ``engine`` (``torch``, ``ctranslate2``
     or ``auto``) and ``compute_type``: who samples (:mod:`evolve.policy.ct2`).
     One server (one base in memory, one worker) is shared by every LLM built on the same base
@@ -291,7 +292,12 @@ def _torch_server(spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPa
     if server is None or server.closed or server.refs <= 0:
         from evolve.policy.weights import load_base
 
-        model, tok, _cfg = load_base(artifacts.path(spec.base), device=params.get("device"), dtype=params.get("dtype"))  # type: ignore[arg-type]
+        model, tok, _cfg = load_base(
+            artifacts.path(spec.base),  # type: ignore[arg-type]
+            device=params.get("device"),
+            dtype=params.get("dtype"),
+            sampling=True,
+        )
         server = LocalServer(
             model,
             tok,

