@@ -255,7 +255,7 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
     of a pretrained checkpoint (:mod:`evolve.policy.hf`). ``engine`` (``torch``, ``ctranslate2``
     or ``auto``) and ``compute_type``: who samples (:mod:`evolve.policy.ct2`).
     One server (one base in memory, one worker) is shared by every LLM built on the same base
-    sha256 (and engine) until the last of them is closed; adapters are loaded once per sha256.
+    sha256 (and engine, device and dtype) until the last of them is closed; adapters are loaded once per sha256.
     """
     if spec.base is None:
         raise ConfigError(f"model {spec.name!r}: the local backend needs base weights (spec.base)")
@@ -271,7 +271,8 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
             key, server = opened
             adapter = spec.adapter.sha256 if spec.adapter is not None else None
         else:
-            key, server, adapter = sha, *_torch_server(spec, params, artifacts)
+            key = _torch_key(sha, params)
+            server, adapter = _torch_server(key, spec, params, artifacts)
         if adapter is not None:
             server.adapter_refs[adapter] = server.adapter_refs.get(adapter, 0) + 1
         server.refs += 1
@@ -285,10 +286,17 @@ def build(spec: ModelSpec, artifacts: ArtifactPaths) -> LocalLM:
     )
 
 
-def _torch_server(spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPaths) -> tuple[LocalServer, str | None]:
-    """The shared torch server of ``spec``'s base with its adapter attached (under the lock)."""
-    sha = spec.base.sha256  # type: ignore[union-attr]
-    server = _SERVERS.get(sha)
+def _torch_key(sha: str, params: dict[str, Any]) -> str:
+    """The shared torch server's key: the base and where and in which type it runs (a system asking
+    for float32 is not served by a bfloat16 copy of the same base)."""
+    return f"{sha}|torch|{params.get('device') or 'auto'}|{params.get('dtype') or 'auto'}"
+
+
+def _torch_server(
+    key: str, spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPaths
+) -> tuple[LocalServer, str | None]:
+    """The shared torch server ``key`` of ``spec``'s base with its adapter attached (under the lock)."""
+    server = _SERVERS.get(key)
     if server is None or server.closed or server.refs <= 0:
         from evolve.policy.weights import load_base
 
@@ -307,7 +315,7 @@ def _torch_server(spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPa
             max_wait=float(params.get("max_wait_ms", 50)) / 1000.0,
             threads=int(params["threads"]) if params.get("threads") else None,
         )
-        _SERVERS[sha] = server
+        _SERVERS[key] = server
     adapter = None
     if spec.adapter is not None:
         adapter = spec.adapter.sha256
@@ -317,7 +325,7 @@ def _torch_server(spec: ModelSpec, params: dict[str, Any], artifacts: ArtifactPa
             except Exception:
                 if server.refs == 0:
                     server.close()
-                    del _SERVERS[sha]
+                    del _SERVERS[key]
                 raise
     return server, adapter
 

@@ -21,6 +21,9 @@ folder is ``<out>/<row>_seed<N>`` (a finished row is read back, not rerun). Rows
   the curriculum judges each generator.
 - ``together``: the SFT cold start, then STaR, with the Reflexion agent sampling STaR's tasks and answering
   validation and test (the layers that moved it, together).
+- ``sft_vote``: the seed's SFT system as one agent with self-consistency at about the team's model calls (a
+  vote over ``VOTE_N`` = 3 replies sampled at 0.7, sent at once; the untrained team makes 2 to 4 calls a task),
+  scored without training (``budget.generations=0``); paired with the untrained team (``team``'s baseline).
 - ``team`` (issue 63 item 4): examples/multi_agent/task.yaml on the same tasks, a solver and a verifier
   with an adapter each, a retry on rejection; each role's own cold start, then STaR on every role in turn
   (two generations: the solver's, then the verifier's). Its baseline is the team untrained (cold starts
@@ -67,6 +70,21 @@ FIXED = (
     "engine.curriculum=null"  # the fixed mix: the task file as these rows were measured (it now runs the curriculum)
 )
 REFLEXION = "agent=evolve.worlds.reasoning_gym:reflexion_agent"
+VOTE_N = 3  # the untrained team calls the model 2 (solve, verify) to 4 (a retry, verified again) times a task
+
+
+def voted(n: int, temperature: float = 0.7) -> dict:
+    """The single step wrapped in self-consistency by the world's palette's own ``vote`` (the edit the topology
+    search makes): ``n`` replies sampled at once, the most common answer wins (replies with no answer do not
+    vote unless none has one)."""
+    from evolve.topology import Workflow
+    from evolve.topology.edits import enumerate_edits
+
+    (vote,) = [it for it in PALETTE if it["name"] == "vote"]
+    item = {**vote, "grid": {"n": [n], "temperature": [temperature]}, "params": {**vote["params"], "parallel": n}}
+    ((_edit, wf),) = enumerate_edits(Workflow.from_json(single_step()), [item])
+    return wf.to_json()
+
 
 # row -> (what it changes, --set overrides); each starts from the seed's SFT cold start
 ROWS: dict[str, tuple[str, list[str]]] = {
@@ -99,6 +117,15 @@ ROWS: dict[str, tuple[str, list[str]]] = {
         "SFT + STaR + Reflexion (sampling STaR's tasks and answering test)",
         ["budget.generations=1", FIXED, REFLEXION],
     ),
+    "sft_vote": (
+        f"the SFT system voting over {VOTE_N} sampled replies (self-consistency at the untrained team's calls)",
+        [
+            "budget.generations=0",
+            FIXED,
+            "agent=evolve.topology:agent",
+            f"workflow.graph={json.dumps(voted(VOTE_N))}",
+        ],
+    ),
     "team": ("a solver and a verifier, an adapter each, trained in turn by STaR (examples/multi_agent)", []),
 }
 TASKS = {"team": TEAM}  # a row run from another task file than TASK
@@ -107,7 +134,8 @@ VERSUS = {
     "curriculum": "fixed2",
     "curriculum_all": "curriculum",
     "team": "fixed2",
-}  # a row also paired with another row's best
+    "sft_vote": "team:baseline",
+}  # a row's best also paired with another row's best (or, ``row:baseline``, its baseline)
 
 
 def row_args(row: str, seed: int) -> list[str]:
@@ -175,10 +203,12 @@ def measure(row: str, seed: int, out: Path) -> dict:
             raise SystemExit(f"{row} seed {seed}: {why}")
         c = paired({t: sft[t] for t in ids}, {t: best[t] for t in ids})
         res["vs_sft"] = {"n": len(ids), "sft": c["a"], "after": c["b"], "gain": describe(c), "paired": c}
-        other = out / f"{VERSUS.get(row, '')}_seed{seed}"
+        versus, _, which = VERSUS.get(row, "").partition(":")
+        other = out / f"{versus}_seed{seed}"
         if row in VERSUS and (other / "report.json").is_file():
             with Archive(other, create=False) as o:
-                theirs = o.task_scores(json.loads((other / "report.json").read_text())["best"]["system_id"], "test")
+                theirs_id = json.loads((other / "report.json").read_text())[which or "best"]["system_id"]
+                theirs = o.task_scores(theirs_id, "test")
                 ids, why = same_tasks(o, a, "test", set(best) & set(theirs))
             if why:
                 raise SystemExit(f"{row} seed {seed} against {VERSUS[row]}: {why}")

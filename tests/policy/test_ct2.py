@@ -402,7 +402,9 @@ def test_a_pretrained_checkpoint_with_several_end_of_turn_ids_and_padded_rows(tm
 
     store = ArtifactStore(tmp_path / "artifacts")
     base = store.put_bytes(manifest(ckpt), "base_weights")
-    ref = build(ModelSpec(name="q", base=base, params={"temperature": 0.0, "max_tokens": 16, "device": "cpu"}), store)
+    # the torch sampler in float32 (auto takes bfloat16 on a CPU with AMX or AVX512-BF16)
+    torch_f32 = {"temperature": 0.0, "max_tokens": 16, "device": "cpu", "dtype": "float32"}
+    ref = build(ModelSpec(name="q", base=base, params=torch_f32), store)
     ours = build(ModelSpec(name="q", base=base, params={"temperature": 0.0, "max_tokens": 16, **F32}), store)
     assert len(ours.tokenizer.eos_ids) == 2
     for q in QUESTIONS:

@@ -256,6 +256,37 @@ def test_a_cold_start_on_a_checkpoint_is_lora_sft_on_the_demos_cached_and_contin
         evolve.run(bad, out=tmp_path / "run3")
 
 
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_auto_samples_in_bf16_only_where_the_cpu_has_it_and_the_trainers_copy_stays_float32(
+    tmp_path, ckpt, monkeypatch, has_bf16
+):
+    from evolve.artifacts import ArtifactStore
+    from evolve.policy import precision
+    from evolve.policy.local import build
+    from evolve.types import ModelSpec
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
+    store = ArtifactStore(tmp_path / "artifacts")
+    base = store.put_bytes(manifest(ckpt), "base_weights")
+    params = {"device": "cpu", "temperature": 0.0, "max_tokens": 6}
+    auto = build(ModelSpec(name="q", base=base, params=params), store)
+    f32 = build(ModelSpec(name="q", base=base, params={**params, "dtype": "float32"}), store)
+    try:
+        # the one that asked for float32 gets its own copy, not the bfloat16 one of the same base
+        assert auto.server is not f32.server
+        assert next(auto.server.base.parameters()).dtype == (torch.bfloat16 if has_bf16 else torch.float32)
+        assert next(f32.server.base.parameters()).dtype == torch.float32
+        msgs = [{"role": "user", "content": "select name"}]
+        out = auto.complete(msgs)
+        assert out.token_ids and len(out.logprobs) == len(out.token_ids)
+    finally:
+        auto.close()
+        f32.close()
+    # a trainer loads the same base in float32 on the CPU; its precision decides how it computes
+    model, _, _ = load_base(store.path(base), device="cpu")
+    assert next(model.parameters()).dtype == torch.float32
+
+
 def test_evolve_serve_puts_a_pretrained_checkpoint_behind_the_openai_api(ckpt):
     openai = pytest.importorskip("openai")
     from evolve.gateway.local import serve_llm
