@@ -7,6 +7,8 @@ the layers together, each from the SFT cold start of examples/reasoning_gym/task
 Each row is one ``evolve run examples/reasoning_gym/task.yaml`` with the overrides in :data:`ROWS`; its run
 folder is ``<out>/<row>_seed<N>`` (a finished row is read back, not rerun). Rows:
 
+- ``star``: one generation of the task file's STaR on the fixed mix from the SFT cold start. Every other row is
+  paired with its baseline (the seed's SFT system answering plainly), so it runs first when it is missing.
 - ``fewshot``: the ``bootstrap_demos`` operator (DSPy's BootstrapFewShot): demos from the SFT system's own
   solved training tasks, 3 children with 2 or 4 demos picked at random or for diversity, judged on validation.
 - ``topology_ct2``: the topology search over the world's palette (a vote over sampled replies, a reformat
@@ -88,6 +90,7 @@ def voted(n: int, temperature: float = 0.7) -> dict:
 
 # row -> (what it changes, --set overrides); each starts from the seed's SFT cold start
 ROWS: dict[str, tuple[str, list[str]]] = {
+    "star": ("STaR, one generation, the fixed mix", ["budget.generations=1", FIXED]),
     "fewshot": (
         "few-shot demos bootstrapped from its own solved training tasks (bootstrap_demos)",
         [f"operators=[{FEWSHOT}]", "budget.generations=1", FIXED],
@@ -238,7 +241,12 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--table", action="store_true", help="only read finished rows back")
+    ap.add_argument("--rows-json", action="store_true", help="print each row's task file and overrides as JSON, stop")
     a = ap.parse_args()
+    if a.rows_json:
+        rows_json = {r: {"task": str(TASKS.get(r, TASK)), "sets": sets} for r, (_, sets) in ROWS.items()}
+        print(json.dumps({"rows": rows_json, "continues": CONTINUES, "versus": VERSUS}))
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -250,10 +258,9 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     for seed in seeds:
         if not (a.out / f"star_seed{seed}" / "report.json").is_file():
-            sys.exit(
-                f"{a.out / f'star_seed{seed}'} is missing: run the star row first "
-                f"(evolve run {TASK.relative_to(ROOT)} --set seed={seed} --out {a.out / f'star_seed{seed}'})"
-            )
+            if a.table:
+                sys.exit(f"{a.out / f'star_seed{seed}'} is missing: run the star row first (--rows star)")
+            rows = ["star", *(r for r in rows if r != "star")]  # every row is paired with the star row's baseline
     for row in rows:
         for seed in seeds:
             if not a.table:

@@ -322,3 +322,32 @@ def test_every_example_task_files_dataset_builds(name):
     got = rg.dataset(seed=data.get("seed", 0), **data["dataset"]["params"])
     for split in ("train", "val", "test"):
         assert len(got[split]) == data["dataset"]["params"][f"n_{split}"], split
+
+
+def test_every_rg_layers_row_is_a_valid_task_and_the_vote_row_is_the_palettes_vote() -> None:
+    # bench/layers/rg_layers.py runs rows of tens of minutes: an override that does not load would only show
+    # there. The bench is asked for its rows as a command, as a user runs it (a test imports no bench script).
+    import subprocess
+    import sys
+
+    from evolve.task.taskfile import load_task
+    from evolve.worlds.reasoning_gym.workflow import PALETTE, single_step
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "layers" / "rg_layers.py"
+    out = subprocess.run([sys.executable, str(bench), "--rows-json"], capture_output=True, text=True, check=True)
+    layers = json.loads(out.stdout)
+    cfgs = {row: load_task(Path(r["task"]), ["seed=1", *r["sets"]])[0] for row, r in layers["rows"].items()}
+    assert all(c.seed == 1 for c in cfgs.values())
+    assert set(cfgs["team"].models) == {"solver", "verifier"} and set(cfgs["star"].models) == {"policy"}
+    # self-consistency at the team's calls: the single step wrapped by the palette's own vote, sampled at once
+    vote = cfgs["sft_vote"]
+    assert vote.budget.generations == 0 and vote.models["policy"].cold_start is not None
+    graph = vote.workflow["graph"]
+    (node,) = [n for n in graph["nodes"] if n["type"] == "vote"]
+    (item,) = [it for it in PALETTE if it["name"] == "vote"]
+    assert node["params"]["chain"] == ["solve", "read"] and node["params"]["n"] == node["params"]["parallel"] >= 2
+    assert {k: node["params"][k] for k in item["params"]} == item["params"]
+    steps = {n["id"]: n for n in single_step()["nodes"]}
+    assert all(n == steps[n["id"]] for n in graph["nodes"] if n["id"] in steps)
+    for row, other in [*layers["continues"].items(), *layers["versus"].items()]:
+        assert row in layers["rows"] and other.split(":")[0] in layers["rows"], (row, other)
