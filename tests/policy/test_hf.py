@@ -185,9 +185,9 @@ def _task(ckpt, **params):
 def test_grpo_trains_a_lora_adapter_on_a_pretrained_checkpoint_and_never_writes_it(tmp_path, ckpt):
     before = _digest(ckpt)
     task = _task(ckpt)
-    # float32 training: the sampler's and the trainer's log-probs agree to 1e-4 below (bf16's gap:
-    # tests/policy/test_precision.py)
-    task["models"]["policy"]["params"]["precision"] = "fp32"
+    # float32 training and sampling: the sampler's and the trainer's log-probs agree to 1e-4 below
+    # (bf16's gap: tests/policy/test_precision.py; dtype: auto samples in bf16 on a CPU with it)
+    task["models"]["policy"]["params"].update(precision="fp32", dtype="float32")
     evolve.run(task, out=tmp_path / "run")
     assert _digest(ckpt) == before  # the base checkpoint is never written
     a = Archive(tmp_path / "run", create=False)
