@@ -21,7 +21,8 @@ completions, except that a seed does not reproduce a sample there (``extra["seed
 
 ``build(spec, artifacts)`` is the registry factory: ``spec.base`` (an ArtifactRef of a file
 written by :func:`evolve.policy.weights.save_base`) and the optional ``spec.adapter``; bases are
-shared across ``build`` calls by sha256, adapters are loaded once per sha256 into that server.
+shared across ``build`` calls by sha256 (and engine, device and dtype), adapters are loaded once per
+sha256 into that server.
 """
 
 from __future__ import annotations

