@@ -11,8 +11,7 @@ sign test), so a reader can tell a gain from noise. The layers add sections
 (:data:`evolve.registry.report_sections`): with a workflow graph, ``workflow`` holds the best (else the
 baseline) system's graph as text and ``best_workflow.png`` its picture; ``workflows_tried`` what a
 topology search scored.
-``environment`` records the Python, the platform, whether the CPU does bfloat16 matmuls (where
-``dtype: auto`` and ``precision: auto`` take bfloat16) and the installed versions of the libraries a
+``environment`` records the Python, the platform and the installed versions of the libraries a
 result depends on (torch, transformers, peft, ...), so a number can be traced to what produced it.
 ``failures`` counts, per split, the rollouts that failed by the agent's or the reward's own error
 (scores of 0) with their most common kinds, and the world failures that were retried and never
@@ -114,27 +113,14 @@ TRACKED = (
 
 
 def environment() -> dict[str, Any]:
-    """Python, platform, the installed versions of :data:`TRACKED` (those not installed are left out)
-    and ``cpu_bf16``: whether this CPU does bfloat16 matmuls, so where ``dtype: auto`` samples a local
-    checkpoint and ``precision: auto`` trains in bfloat16 (None without torch to ask)."""
+    """Python, platform and the installed versions of :data:`TRACKED` (those not installed are left out)."""
     versions = {}
     for name in TRACKED:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    try:
-        from evolve.policy.precision import cpu_has_bf16
-
-        cpu_bf16: bool | None = cpu_has_bf16()
-    except ImportError:
-        cpu_bf16 = None
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_bf16": cpu_bf16,
-        "packages": versions,
-    }
+    return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
 
 
 def _scores(session: Session, system_id: str, score_test: bool = True) -> dict[str, dict[str, float]]:
@@ -336,8 +322,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     env = report.get("environment")
     if env:
         pk = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
-        bf16 = {True: " (bfloat16 matmuls in hardware)", False: " (no bfloat16 matmuls)"}.get(env.get("cpu_bf16"), "")
-        lines += [f"Environment: Python {env.get('python')} on {env.get('platform')}{bf16}; {pk}.", ""]
+        lines += [f"Environment: Python {env.get('python')} on {env.get('platform')}; {pk}.", ""]
     if report.get("lineage"):
         lines.append("Lineage of the best system: " + " → ".join(f"`{s[:8]}`" for s in reversed(report["lineage"])))
     for section in _sections():
