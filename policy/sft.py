@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.errors import ConfigError
 from evolve.registry import import_path
 from evolve.rollout import run_agent, score
 from evolve.types import ModelSpec, System, Trajectory, content_hash
@@ -104,11 +105,18 @@ def _demos(session: Session, role: str, mc: ModelConfig) -> tuple[list, list, li
     assert cs is not None
     train_tasks, val_tasks = session.splits["train"], session.splits["val"][: cs.n_eval]
     picked = random.Random(f"{task.seed}/demos").sample(train_tasks, min(cs.n_demos, len(train_tasks)))
-    demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=session.base_dir)
     tools, memory = session.initial_tools(), session.initial_memory()
-    demos = _call(
+    return picked, _demo_chats(session, role, mc, picked, tools, memory), val_tasks, tools, memory
+
+
+def _demo_chats(session: Session, role: str, mc: ModelConfig, tasks: list, tools: dict, memory: dict) -> list:
+    """The cold start's demos function (``models.<role>.cold_start.demos``) applied to ``tasks``."""
+    cs, task = mc.cold_start, session.task
+    assert cs is not None
+    demos_fn = import_path(cs.demos, what=f"models.{role}.cold_start.demos", search=session.base_dir)
+    return _call(
         demos_fn,
-        picked,
+        tasks,
         instruction=task.prompts.get("instruction", ""),
         seed=task.seed,
         template=task.prompts.get("template", ""),
@@ -116,7 +124,6 @@ def _demos(session: Session, role: str, mc: ModelConfig) -> tuple[list, list, li
         **({"tools": tools} if tools else {}),
         **({"memory": memory} if memory else {}),
     )
-    return picked, demos, val_tasks, tools, memory
 
 
 @dataclass
@@ -152,12 +159,62 @@ class ValEval:
         return acc
 
 
+def _reply(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+@dataclass
+class DemoEval:
+    """The cold start's checkpoint score under ``pick_by: demos``: the share of held-out demo chats
+    (the demos function's, made from the validation tasks) whose last reply the model writes,
+    greedily, as the demo does (case and spacing aside). For a judge whose demos give each task a
+    right and a wrong answer this is its balanced accuracy, where the team's score would say little
+    about one role. When the demos' replies take few values (a verdict's yes and no), each value's
+    hit rate is said too, so a judge that always says yes shows as one. Data, like :class:`ValEval`."""
+
+    chats: list[list[dict]]
+    name: str
+    max_tokens: int
+
+    def __call__(self, model: Any, tok: Any, say: Callable[[str], None]) -> float:
+        from evolve.policy.local import LocalLM
+
+        llm = LocalLM.from_model(model, tok, name=self.name, temperature=0.0, max_tokens=self.max_tokens)
+        try:
+            futures = [llm.submit(chat[:-1], temperature=0.0, logprobs=False) for chat in self.chats]
+            said = [_reply(f.result().text) for f in futures]
+        finally:
+            llm.close()
+        wanted = [_reply(chat[-1]["content"]) for chat in self.chats]
+        hits = [s == w for s, w in zip(said, wanted, strict=True)]
+        acc = sum(hits) / len(hits)
+        values = sorted(set(wanted))
+        each = (
+            " ("
+            + ", ".join(f"{v}: {sum(h for h, w in zip(hits, wanted) if w == v)}/{wanted.count(v)}" for v in values)
+            + ")"
+            if len(values) <= 4
+            else ""
+        )
+        say(f"cold start: held-out demo accuracy {acc:.3f}{each}")
+        return acc
+
+
 def _val_eval(
     session: Session, role: str, mc: ModelConfig, val_tasks: list, tools: dict, memory: dict, remote: bool
-) -> ValEval:
+) -> ValEval | DemoEval:
     from evolve.runners.base import as_import_path
 
     task = session.task
+    cs = mc.cold_start
+    if cs is not None and cs.pick_by == "demos":
+        chats = [c for c in _demo_chats(session, role, mc, list(val_tasks), tools, memory) if _held_out(c)]
+        if not chats:
+            raise ConfigError(
+                f"models.{role}.cold_start.pick_by is demos, but {cs.demos} made no chat ending in an assistant "
+                "reply from the validation tasks; set pick_by: agent or give the validation tasks gold answers"
+            )
+        return DemoEval(chats=chats, name=mc.name, max_tokens=int(mc.params.get("max_tokens", 160)))
     params = {k: v for k, v in mc.params.items() if k != "weights"}
     # the model being trained serves every role of the workflow (rollout_many's provider), so a team
     # whose roles share this base is validated as the team; the probe names them all
@@ -184,6 +241,17 @@ def _val_eval(
         role=role,
         max_tokens=int(mc.params.get("max_tokens", 160)),
         seed=task.seed,
+    )
+
+
+def _held_out(chat: Any) -> bool:
+    """A demo chat :class:`DemoEval` can score: messages before a last assistant reply."""
+    return (
+        isinstance(chat, list)
+        and len(chat) >= 2
+        and isinstance(chat[-1], dict)
+        and chat[-1].get("role") == "assistant"
+        and isinstance(chat[-1].get("content"), str)
     )
 
 
@@ -227,7 +295,7 @@ def fit_tiny(
     lr: float,
     batch_size: int,
     eval_every: int | None,
-    val: ValEval,
+    val: ValEval | DemoEval,
     progress: Any = None,
     say: Callable[[str], None] | None = None,
 ) -> tuple[bytes, dict, list[str]]:
@@ -292,7 +360,7 @@ def fit_lora_cold_start(
     lr: float,
     batch_size: int,
     eval_every: int | None,
-    val: ValEval,
+    val: ValEval | DemoEval,
     progress: Any = None,
     say: Callable[[str], None] | None = None,
     precision: str = "auto",

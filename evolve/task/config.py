@@ -32,6 +32,14 @@ class ColdStart(Strict):
     batch_size: int = Field(32, ge=1, description="demo turns per optimizer step")
     eval_every: int = Field(100, ge=1, description="optimizer steps between validation checks")
     n_eval: int = Field(100, ge=1, description="validation tasks used to pick the checkpoint")
+    pick_by: Literal["agent", "demos"] | None = Field(
+        None,
+        description=(
+            "what picks the checkpoint: agent (unset): the agent's greedy accuracy on the validation tasks; "
+            "demos: the share of the demos made from the validation tasks whose last reply the model writes "
+            "exactly (a judge's yes/no verdicts, where the team's score would say little about one role)"
+        ),
+    )
     tiny: dict[str, Any] = Field(default_factory=dict, description="TinyConfig overrides (d_model, n_layers, ...)")
     tokenizer: Literal["char", "pointer"] = Field(
         "pointer", description="pointer: words rare in the demos become copy pointers (evolve.policy.pointer)"

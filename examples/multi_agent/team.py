@@ -17,6 +17,7 @@ for half the tasks, the retry step's message with a wrong reply and the gold ans
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 VERIFY = "Question: {question}\nReply: {reply}\nIs the reply right? Say yes or no."
@@ -96,6 +97,60 @@ def verifier_demos(tasks: list[dict], *, seed: int = 0) -> list[list[dict[str, s
     return out
 
 
+def near_miss(answer: str, rng: random.Random) -> str | None:
+    """A wrong answer close to ``answer``, as the SFT'd solver errs on these generators (read off its
+    wrong replies at seed 0): a whole number off by 1 to 3 or by ten, its sign flipped, a digit dropped
+    or added; a word written forward, two neighbouring letters swapped, one letter changed, dropped or
+    doubled. ``None`` for an answer of another kind (a list, a fraction, several words)."""
+    a = answer.strip()
+    if re.fullmatch(r"-?\d+", a):
+        n = int(a)
+        options = {n + d for d in (-3, -2, -1, 1, 2, 3, -10, 10)} | {-n, n // 10, n * 10 + rng.randrange(10)}
+        options.discard(n)
+        return str(rng.choice(sorted(options)))
+    if not re.fullmatch(r"[A-Za-z]+", a):
+        return None
+    i, letters = rng.randrange(len(a)), "abcdefghijklmnopqrstuvwxyz"
+    edits = {
+        a[::-1],
+        a[:i] + a[i + 1 :],
+        a[:i] + a[i] + a[i:],
+        a[:i] + rng.choice(letters.replace(a[i].lower(), "")) + a[i + 1 :],
+    }
+    if len(a) > 1:
+        j = rng.randrange(len(a) - 1)
+        edits.add(a[:j] + a[j + 1] + a[j] + a[j + 2 :])
+    edits = {e for e in edits if e and e != a}
+    return rng.choice(sorted(edits))
+
+
+def verifier_pairs(tasks: list[dict], *, seed: int = 0) -> list[list[dict[str, str]]]:
+    """The verifier's cold-start chats as contrastive pairs: every training task twice, in the exact
+    message the verify step sends, once with its gold answer (``yes``) and once with a
+    :func:`near_miss` of it (``no``; another task's answer where none can be made). Both verdicts
+    on every question, so the question alone cannot tell the verdict, and the wrong answers look
+    like the solver's own, not like another task's, which :func:`verifier_demos` used and which
+    taught the verifier to accept all the solver's answers (docs/results.md)."""
+    from evolve.worlds.reasoning_gym.answer import written
+
+    rng = random.Random(f"verifier-pairs:{seed}")
+    golds = [t for t in tasks if t.get("answer") is not None]
+    out = []
+    for task in golds:
+        fmt = task.get("answer_format", "answer_line")
+        gold = str(task["answer"])
+        wrong = near_miss(gold, rng)
+        if wrong is None:
+            others = [str(t["answer"]) for t in golds if str(t["answer"]) != gold]
+            wrong = rng.choice(others) if others else None
+        for reply, said in [(gold, "yes"), (wrong, "no")]:
+            if reply is not None:
+                content = VERIFY.format(question=task["question"], reply=written(reply, fmt))
+                out.append([{"role": "user", "content": content}, {"role": "assistant", "content": said}])
+    rng.shuffle(out)
+    return out
+
+
 def solver_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> list[list[dict[str, str]]]:
     """The solver's cold-start chats: the world's (the question, the gold answer), and for every other
     task the retry step's message (the question and a wrong reply judged wrong) with the gold answer,
@@ -132,4 +187,14 @@ def team_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> li
     return both
 
 
-__all__ = ["READ", "RETRY", "VERIFY", "solver_demos", "team_demos", "verifier_demos", "workflow"]
+__all__ = [
+    "READ",
+    "RETRY",
+    "VERIFY",
+    "near_miss",
+    "solver_demos",
+    "team_demos",
+    "verifier_demos",
+    "verifier_pairs",
+    "workflow",
+]
