@@ -218,7 +218,27 @@ def measure(row: str, seed: int, out: Path) -> dict:
             c = paired({t: theirs[t] for t in ids}, {t: best[t] for t in ids})
             res["vs_row"] = {"row": VERSUS[row], "n": len(ids), "gain": describe(c), "paired": c}
     res["calls_a_task"] = calls_a_task(run_dir, rep["best"]["system_id"])
+    if row in TASKS:
+        res["judge"] = {
+            which: judged(run_dir, rep[which]["system_id"], seed, TASKS[row]) for which in ("baseline", "best")
+        }
     return res
+
+
+def judged(run_dir: Path, system_id: str, seed: int, task_file: Path, split: str = "test") -> dict | None:
+    """How the team's verifier judged ``system_id``'s rollouts on ``split`` (team.judge_rates: its accept rate
+    on right and on wrong replies), with the tasks remade from ``task_file`` at ``seed``."""
+    from evolve.archive import Archive
+    from evolve.task.data import load_splits
+    from evolve.task.taskfile import load_task
+
+    sys.path.insert(0, str(TEAM.parent))
+    import team
+
+    cfg, base = load_task(task_file, [f"seed={seed}"])
+    tasks = {t["id"]: t for t in load_splits(cfg.dataset, base, seed)[split]}
+    with Archive(run_dir, create=False) as a:
+        return team.judge_rates(a.trajectories(system_id, split), tasks)
 
 
 def calls_a_task(run_dir: Path, system_id: str) -> float:

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evolve.types import Trajectory
 
 VERIFY = "Question: {question}\nReply: {reply}\nIs the reply right? Say yes or no."
 RETRY = "{question}\n\nYour reply was judged wrong: {reply}\nAnswer again."
@@ -151,6 +155,49 @@ def verifier_pairs(tasks: list[dict], *, seed: int = 0) -> list[list[dict[str, s
     return out
 
 
+def judge_rates(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]) -> dict[str, Any] | None:
+    """How the verifier judged in ``trajectories`` (``tasks``: id -> task): every verifier call, and the
+    reply before it graded by the generator's own scorer (right: full marks). Returns the replies judged,
+    how many were right and wrong, the share accepted among the right ones (``accept_right``) and among
+    the wrong ones (``accept_wrong``: 1.0 is a verifier that lets every mistake through), its
+    ``accuracy`` as the workflow's check reads it (no verdict rejects) and the calls with no verdict;
+    ``None`` when no call was the verifier's."""
+    from evolve.policy.roles import verdict
+    from evolve.types import LLMCall
+    from evolve.worlds.reasoning_gym.answer import AnswerFormatError, read
+    from evolve.worlds.reasoning_gym.generators import score
+
+    n, yes, unread = {True: 0, False: 0}, {True: 0, False: 0}, 0
+    for t in trajectories:
+        task, reply = tasks[t.task_id], None
+        for step in t.steps:
+            if not isinstance(step, LLMCall):
+                continue
+            if step.role != "verifier":
+                reply = step.output
+            elif reply is not None:
+                try:
+                    right = score(task, read(reply, task.get("answer_format", "answer_line"))) >= 1.0
+                except AnswerFormatError:
+                    right = False
+                said = verdict(step.output)
+                n[right] += 1
+                yes[right] += said is True
+                unread += said is None
+    total = n[True] + n[False]
+    if not total:
+        return None
+    return {
+        "judged": total,
+        "right": n[True],
+        "wrong": n[False],
+        "accept_right": round(yes[True] / n[True], 3) if n[True] else None,
+        "accept_wrong": round(yes[False] / n[False], 3) if n[False] else None,
+        "accuracy": round((yes[True] + n[False] - yes[False]) / total, 3),
+        "no_verdict": unread,
+    }
+
+
 def solver_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> list[list[dict[str, str]]]:
     """The solver's cold-start chats: the world's (the question, the gold answer), and for every other
     task the retry step's message (the question and a wrong reply judged wrong) with the gold answer,
@@ -191,6 +238,7 @@ __all__ = [
     "READ",
     "RETRY",
     "VERIFY",
+    "judge_rates",
     "near_miss",
     "solver_demos",
     "team_demos",

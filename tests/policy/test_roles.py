@@ -389,8 +389,52 @@ def test_a_cold_starts_validation_probe_names_every_role_so_a_teams_graph_runs_o
 
     task = SimpleNamespace(workflow={}, prompts={}, seed=0, models={"solver": None, "verifier": None})
     session = SimpleNamespace(task=task, agent=print, reward=print, base_dir=Path("."))
-    val = _val_eval(session, "verifier", SimpleNamespace(name="tiny", params={"max_tokens": 8}), [], {}, {}, False)
+    mc = SimpleNamespace(name="tiny", params={"max_tokens": 8}, cold_start=None)
+    val = _val_eval(session, "verifier", mc, [], {}, {}, False)
     assert sorted(val.probe.models) == ["solver", "verifier"] and val.role == "verifier"
+
+
+def test_a_cold_start_picked_by_its_demos_scores_the_exact_replies_and_says_each_verdicts_hits():
+    """``pick_by: demos``: the checkpoint's score is the share of the validation tasks' demos whose last reply
+    the model writes greedily; a verdict's yes and no are counted apart, so always-yes shows."""
+    pytest.importorskip("torch")
+    from evolve.policy.local import LocalLM
+    from evolve.policy.sft import DemoEval
+    from evolve.policy.tiny import CharTokenizer, TinyConfig, build_model
+
+    tok = CharTokenizer()
+    model = build_model(TinyConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, max_len=96), seed=0, tokenizer=tok)
+    asks = [[{"role": "user", "content": f"is {w} right?"}] for w in ("cat", "dog", "owl", "bee")]
+    llm = LocalLM.from_model(model, tok, temperature=0.0, max_tokens=6)
+    try:
+        says = [llm.complete(ask, temperature=0.0).text for ask in asks]
+    finally:
+        llm.close()
+    # the first two demos ask for what the model writes (spacing and case aside), the last two for something else
+    wanted = [f"  {says[0].upper()} ", says[1], says[2] + "zz", "zz" + says[3]]
+    chats = [[*ask, {"role": "assistant", "content": w}] for ask, w in zip(asks, wanted)]
+    said: list[str] = []
+    score = DemoEval(chats=chats, name="tiny", max_tokens=6)(model, tok, said.append)
+    assert score == 0.5
+    assert said[-1].startswith("cold start: held-out demo accuracy 0.500 (")
+    each = dict(part.rsplit(": ", 1) for part in said[-1].split(" (", 1)[1].rstrip(")").split(", "))
+    assert {v for k, v in each.items() if "zz" in k} == {"0/1"}  # each reply's hits, the wrong ones apart
+    assert sum(int(v.split("/")[0]) for k, v in each.items() if "zz" not in k) == 2
+
+
+def test_a_cold_start_picked_by_demos_needs_demos_that_end_in_a_reply():
+    from evolve.errors import ConfigError
+    from evolve.policy.sft import _val_eval
+    from evolve.task.config import ColdStart
+
+    task = SimpleNamespace(workflow={}, prompts={}, seed=0, models={"verifier": None})
+    session = SimpleNamespace(
+        task=task, agent=print, reward=print, base_dir=Path("."), initial_tools=dict, initial_memory=dict
+    )
+    cs = ColdStart(demos="copy:copy", pick_by="demos")  # the tasks themselves: dicts, not chats
+    mc = SimpleNamespace(name="tiny", params={}, cold_start=cs)
+    with pytest.raises(ConfigError, match=r"models.verifier.cold_start.pick_by is demos.*set pick_by: agent"):
+        _val_eval(session, "verifier", mc, [{"id": "v0"}], {}, {}, False)
 
 
 def test_grpo_joint_updates_a_learner_per_role_on_its_own_turns_and_the_child_carries_both_adapters(

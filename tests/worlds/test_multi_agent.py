@@ -3,6 +3,7 @@ Scripted solver and verifiers run the team's graph fast; the slow test runs the 
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
@@ -63,6 +64,34 @@ def test_the_verifiers_demos_are_the_verify_steps_message_with_yes_on_gold_answe
         assert right == (said["content"] == "yes") and verdict(said["content"]) is right
 
 
+def test_the_verifiers_pairs_judge_every_task_twice_its_gold_answer_yes_and_a_near_miss_of_it_no():
+    golds = ["cat", "Zion", "7", "-12", "0", "3/4"]
+    tasks = [{"question": f"Q{i}: give {g}", "answer": g, "answer_format": "answer_line"} for i, g in enumerate(golds)]
+    demos = team.verifier_pairs(tasks, seed=0)
+    assert len(demos) == 2 * len(tasks)
+    for task in tasks:
+        mine = [d for d in demos if f"Question: {task['question']}\n" in d[0]["content"]]
+        replies = {d[1]["content"]: d[0]["content"].split("Reply: Answer: ")[1].split("\n")[0] for d in mine}
+        assert sorted(replies) == ["no", "yes"] and replies["yes"] == task["answer"] != replies["no"]
+        wrong = replies["no"]
+        if task["answer"].lstrip("-").isdigit():
+            assert wrong.lstrip("-").isdigit()  # a number for a number
+        elif task["answer"].isalpha():
+            assert wrong.isalpha() and abs(len(wrong) - len(task["answer"])) <= 1  # one edit away, or reversed
+        else:
+            assert wrong in golds  # no near miss of a fraction: another task's answer
+    rng = random.Random(1)
+    assert all(team.near_miss(g, rng) not in (g, None) for g in golds[:5] for _ in range(50))
+    assert team.near_miss("3/4", rng) is None and team.near_miss("two words", rng) is None
+
+
+def words_test_tasks() -> dict[str, dict]:
+    """run_team's test tasks, made as the world makes them."""
+    from evolve.worlds.reasoning_gym.dataset import dataset
+
+    return {t["id"]: t for t in dataset(seed=0, generators=[WORDS], n_train=20, n_val=8, n_test=16)["test"]}
+
+
 def run_team(tmp_path, verifier_reply: str):
     data = {
         "name": "team",
@@ -92,6 +121,17 @@ def test_each_model_call_is_recorded_under_its_role_and_an_always_yes_verifier_e
         assert [s.role for s in t.steps if isinstance(s, LLMCall)] == ["solver", "verifier"]  # accepted: no retry
     credit = {t.task_id: v.reward for v in verdict_turns(trajs, "verifier") for t in [trajs[v.traj]]}
     assert credit == {t.task_id: float(t.score >= 1.0) for t in trajs}  # rewarded exactly where the answer was right
+    rates = team.judge_rates(trajs, words_test_tasks())
+    right = sum(t.score >= 1.0 for t in trajs)
+    assert rates == {
+        "judged": len(trajs),
+        "right": right,
+        "wrong": len(trajs) - right,
+        "accept_right": 1.0,
+        "accept_wrong": 1.0,  # every mistake let through
+        "accuracy": round(right / len(trajs), 3),
+        "no_verdict": 0,
+    }
 
 
 def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says_no_earns_the_wrong_answers(tmp_path):
@@ -106,6 +146,9 @@ def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says
         if v.step == max(i for i, s in enumerate(trajs[v.traj].steps) if isinstance(s, LLMCall))
     ]
     assert [v.reward for v in final] == [float(trajs[v.traj].score < 1.0) for v in final]
+    rates = team.judge_rates(trajs, words_test_tasks())
+    assert rates["judged"] == 2 * len(trajs) and rates["accept_right"] == rates["accept_wrong"] == 0.0
+    assert 0 < rates["right"] < rates["judged"] and rates["accuracy"] == round(rates["wrong"] / rates["judged"], 3)
     assert any(v.reward == 1.0 for v in final) and any(v.reward == 0.0 for v in final)
 
 
