@@ -238,7 +238,7 @@ def judged(run_dir: Path, system_id: str, seed: int, task_file: Path, split: str
     cfg, base = load_task(task_file, [f"seed={seed}"])
     tasks = {t["id"]: t for t in load_splits(cfg.dataset, base, seed)[split]}
     with Archive(run_dir, create=False) as a:
-        return team.judge_rates(a.trajectories(system_id, split), tasks)
+        return team.judge_rates(a.trajectories(system_id, split, "eval"), tasks)
 
 
 def calls_a_task(run_dir: Path, system_id: str) -> float:

@@ -6,7 +6,7 @@ system's own server answers the calls an evaluation makes (issue 62), apart from
 The first turn of up to ``--n`` test rollouts of the run's baseline system (as stored in its archive), sent
 by ``--callers`` threads at once to the system's model built from the run's artifacts
 (:func:`evolve.policy.local.build`, its adapter attached) with ``params.dtype`` set to each of ``--dtypes``
-in turn, greedy, at most ``--max-new`` new tokens. Per dtype: wall and the process's CPU seconds, tokens,
+in turn, greedy, at most ``--max-new`` new tokens, cut at ``--stop`` (the agent's stop strings, as JSON). Per dtype: wall and the process's CPU seconds, tokens,
 the server's counters. The base checkpoint the run names must still be where it was (a ``--fresh-cache``
 run of ct2_speed.py removes its cache: link the GGUF's cache back as the error says).
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 def replay(llm, msgs: list, out: list, k: int, a: argparse.Namespace) -> None:
     """Caller ``k``'s share of the calls: every ``a.callers``-th from ``k``, one after another."""
     for j in range(k, len(msgs), a.callers):
-        out[j] = llm.complete(msgs[j], temperature=0.0, max_tokens=a.max_new)
+        out[j] = llm.complete(msgs[j], temperature=0.0, max_tokens=a.max_new, stop=a.stop or None)
 
 
 def main() -> None:
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=128)
     ap.add_argument("--callers", type=int, default=32)
     ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--stop", type=json.loads, default=[], help="stop strings as JSON, e.g. '[\"\\n\\n\"]'")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
 
@@ -84,6 +85,7 @@ def main() -> None:
         "system": sid,
         "callers": a.callers,
         "max_new_tokens": a.max_new,
+        "stop": a.stop,
         "results": results,
     }
     if a.out:
