@@ -227,7 +227,8 @@ def measure(row: str, seed: int, out: Path) -> dict:
 
 def judged(run_dir: Path, system_id: str, seed: int, task_file: Path, split: str = "test") -> dict | None:
     """How the team's verifier judged ``system_id``'s rollouts on ``split`` (team.judge_rates: its accept rate
-    on right and on wrong replies), with the tasks remade from ``task_file`` at ``seed``."""
+    on right and on wrong replies) and what the retries did (team.retry_outcomes), with the tasks remade
+    from ``task_file`` at ``seed``."""
     from evolve.archive import Archive
     from evolve.task.data import load_splits
     from evolve.task.taskfile import load_task
@@ -238,7 +239,9 @@ def judged(run_dir: Path, system_id: str, seed: int, task_file: Path, split: str
     cfg, base = load_task(task_file, [f"seed={seed}"])
     tasks = {t["id"]: t for t in load_splits(cfg.dataset, base, seed)[split]}
     with Archive(run_dir, create=False) as a:
-        return team.judge_rates(a.trajectories(system_id, split, "eval"), tasks)
+        trajs = a.trajectories(system_id, split, "eval")
+    rates = team.judge_rates(trajs, tasks)
+    return None if rates is None else {**rates, "retries": team.retry_outcomes(trajs, tasks)}
 
 
 def calls_a_task(run_dir: Path, system_id: str) -> float:

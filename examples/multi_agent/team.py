@@ -164,8 +164,6 @@ def judge_rates(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]) -
     ``None`` when no call was the verifier's."""
     from evolve.policy.roles import verdict
     from evolve.types import LLMCall
-    from evolve.worlds.reasoning_gym.answer import AnswerFormatError, read
-    from evolve.worlds.reasoning_gym.generators import score
 
     n, yes, unread = {True: 0, False: 0}, {True: 0, False: 0}, 0
     for t in trajectories:
@@ -176,10 +174,7 @@ def judge_rates(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]) -
             if step.role != "verifier":
                 reply = step.output
             elif reply is not None:
-                try:
-                    right = score(task, read(reply, task.get("answer_format", "answer_line"))) >= 1.0
-                except AnswerFormatError:
-                    right = False
+                right = _right(task, reply)
                 said = verdict(step.output)
                 n[right] += 1
                 yes[right] += said is True
@@ -196,6 +191,42 @@ def judge_rates(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]) -
         "accuracy": round((yes[True] + n[False] - yes[False]) / total, 3),
         "no_verdict": unread,
     }
+
+
+def retry_outcomes(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]) -> dict[str, int]:
+    """What the retries did in ``trajectories``: of the rollouts whose first reply was rejected, how many
+    went from a wrong first reply to a right final answer (``fixed``), from right to wrong (``broken``),
+    or stayed wrong or right; ``kept`` counts the rollouts with no retry. Right: full marks from the
+    generator's scorer (the final answer's from the rollout's own score)."""
+    from evolve.types import LLMCall
+
+    out = dict.fromkeys(("kept", "fixed", "broken", "stayed_wrong", "stayed_right"), 0)
+    for t in trajectories:
+        task = tasks[t.task_id]
+        replies = [s.output for s in t.steps if isinstance(s, LLMCall) and s.role != "verifier"]
+        if len(replies) < 2:
+            out["kept"] += 1
+            continue
+        first, final = _right(task, replies[0]), t.score >= 1.0
+        out[
+            "fixed"
+            if final and not first
+            else "broken"
+            if first and not final
+            else f"stayed_{'right' if final else 'wrong'}"
+        ] += 1
+    return out
+
+
+def _right(task: dict, reply: str) -> bool:
+    """Whether ``reply`` earns full marks from the task's generator."""
+    from evolve.worlds.reasoning_gym.answer import AnswerFormatError, read
+    from evolve.worlds.reasoning_gym.generators import score
+
+    try:
+        return score(task, read(reply, task.get("answer_format", "answer_line"))) >= 1.0
+    except AnswerFormatError:
+        return False
 
 
 def solver_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> list[list[dict[str, str]]]:
@@ -240,6 +271,7 @@ __all__ = [
     "VERIFY",
     "judge_rates",
     "near_miss",
+    "retry_outcomes",
     "solver_demos",
     "team_demos",
     "verifier_demos",

@@ -85,6 +85,35 @@ def test_the_verifiers_pairs_judge_every_task_twice_its_gold_answer_yes_and_a_ne
     assert team.near_miss("3/4", rng) is None and team.near_miss("two words", rng) is None
 
 
+def test_retry_outcomes_tell_a_retry_that_fixed_a_wrong_answer_from_one_that_broke_a_right_one():
+    from evolve.types import Message, Reward, Trajectory
+
+    tasks = words_test_tasks()
+    (a, ta), (b, tb) = list(tasks.items())[:2]
+
+    def call(role: str, said: str) -> LLMCall:
+        return LLMCall(role=role, model="m", messages=(Message(role="user", content="q"),), output=said)
+
+    def rollout(tid: str, replies: list[str], final: float) -> Trajectory:
+        steps = [s for r in replies for s in (call("solver", f"Answer: {r}"), call("verifier", "no"))]
+        return Trajectory(task_id=tid, system_id="s", steps=tuple(steps), reward=Reward(score=final))
+
+    trajs = [
+        rollout(a, [ta["answer"] + "x", ta["answer"]], 1.0),  # wrong, rejected, then right
+        rollout(b, [tb["answer"], tb["answer"] + "x"], 0.0),  # right, rejected, then wrong
+        rollout(a, [ta["answer"]], 1.0),  # no retry
+    ]
+    assert team.retry_outcomes(trajs, tasks) == {
+        "kept": 1,
+        "fixed": 1,
+        "broken": 1,
+        "stayed_wrong": 0,
+        "stayed_right": 0,
+    }
+    rates = team.judge_rates(trajs, tasks)
+    assert (rates["right"], rates["wrong"], rates["accept_right"], rates["accept_wrong"]) == (3, 2, 0.0, 0.0)
+
+
 def words_test_tasks() -> dict[str, dict]:
     """run_team's test tasks, made as the world makes them."""
     from evolve.worlds.reasoning_gym.dataset import dataset
@@ -132,6 +161,13 @@ def test_each_model_call_is_recorded_under_its_role_and_an_always_yes_verifier_e
         "accuracy": round(right / len(trajs), 3),
         "no_verdict": 0,
     }
+    assert team.retry_outcomes(trajs, words_test_tasks()) == {
+        "kept": len(trajs),
+        "fixed": 0,
+        "broken": 0,
+        "stayed_wrong": 0,
+        "stayed_right": 0,
+    }
 
 
 def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says_no_earns_the_wrong_answers(tmp_path):
@@ -149,6 +185,15 @@ def test_a_rejection_makes_the_solver_retry_once_and_a_verifier_that_always_says
     rates = team.judge_rates(trajs, words_test_tasks())
     assert rates["judged"] == 2 * len(trajs) and rates["accept_right"] == rates["accept_wrong"] == 0.0
     assert 0 < rates["right"] < rates["judged"] and rates["accuracy"] == round(rates["wrong"] / rates["judged"], 3)
+    # the scripted solver answers the same again: every retry leaves a right answer right and a wrong one wrong
+    right = sum(t.score >= 1.0 for t in trajs)
+    assert team.retry_outcomes(trajs, words_test_tasks()) == {
+        "kept": 0,
+        "fixed": 0,
+        "broken": 0,
+        "stayed_wrong": len(trajs) - right,
+        "stayed_right": right,
+    }
     assert any(v.reward == 1.0 for v in final) and any(v.reward == 0.0 for v in final)
 
 
