@@ -9,9 +9,13 @@ world's agent reads it, so the world's reward scores the team as it scores one a
 
 :func:`solver_demos` are the solver's cold-start chats: the world's (question, gold answer) and,
 for half the tasks, the retry step's message with a wrong reply and the gold answer.
-:func:`verifier_demos` are the verifier's: each training task's question with its gold answer
-(``yes``) or another task's (``no``), half and half, in the exact message the verify step sends.
-:func:`team_demos` is both together, for one tiny base that has seen every step (tiny.yaml).
+:func:`verifier_pairs` are the verifier's (task.yaml): every training task twice, in the exact
+message the verify step sends, with its gold answer (``yes``) and with a :func:`near_miss` of it,
+the kind of mistake the solver makes (``no``). :func:`verifier_demos`, the first version, gives
+half the tasks their gold answer and half another task's (tiny.yaml, through :func:`team_demos`,
+both jobs' demos together for one tiny base); on SmolLM2 it taught the verifier to accept everything.
+:func:`judge_rates` and :func:`retry_outcomes` say how a run's verifier judged and what its
+retries did (bench/layers/rg_layers.py reports both for the team row).
 """
 
 from __future__ import annotations
