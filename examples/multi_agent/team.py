@@ -212,13 +212,10 @@ def retry_outcomes(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]
             out["kept"] += 1
             continue
         first, final = _right(task, replies[0]), t.score >= 1.0
-        out[
-            "fixed"
-            if final and not first
-            else "broken"
-            if first and not final
-            else f"stayed_{'right' if final else 'wrong'}"
-        ] += 1
+        if first == final:
+            out["stayed_right" if final else "stayed_wrong"] += 1
+        else:
+            out["fixed" if final else "broken"] += 1
     return out
 
 
