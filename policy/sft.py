@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -186,17 +187,11 @@ class DemoEval:
         finally:
             llm.close()
         wanted = [_reply(chat[-1]["content"]) for chat in self.chats]
-        hits = [s == w for s, w in zip(said, wanted, strict=True)]
-        acc = sum(hits) / len(hits)
-        values = sorted(set(wanted))
-        each = (
-            " ("
-            + ", ".join(f"{v}: {sum(h for h, w in zip(hits, wanted) if w == v)}/{wanted.count(v)}" for v in values)
-            + ")"
-            if len(values) <= 4
-            else ""
-        )
-        say(f"cold start: held-out demo accuracy {acc:.3f}{each}")
+        hit = Counter(w for s, w in zip(said, wanted, strict=True) if s == w)
+        acc = sum(hit.values()) / len(wanted)
+        asked = Counter(wanted)
+        each = ", ".join(f"{v}: {hit[v]}/{asked[v]}" for v in sorted(asked))
+        say(f"cold start: held-out demo accuracy {acc:.3f}" + (f" ({each})" if len(asked) <= 4 else ""))
         return acc
 
 

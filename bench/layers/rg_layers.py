@@ -219,29 +219,31 @@ def measure(row: str, seed: int, out: Path) -> dict:
             res["vs_row"] = {"row": VERSUS[row], "n": len(ids), "gain": describe(c), "paired": c}
     res["calls_a_task"] = calls_a_task(run_dir, rep["best"]["system_id"])
     if row in TASKS:
-        res["judge"] = {
-            which: judged(run_dir, rep[which]["system_id"], seed, TASKS[row]) for which in ("baseline", "best")
-        }
+        res["judge"] = judged(run_dir, {w: rep[w]["system_id"] for w in ("baseline", "best")}, seed, TASKS[row])
     return res
 
 
-def judged(run_dir: Path, system_id: str, seed: int, task_file: Path, split: str = "test") -> dict | None:
-    """How the team's verifier judged ``system_id``'s rollouts on ``split`` (team.judge_rates: its accept rate
-    on right and on wrong replies) and what the retries did (team.retry_outcomes), with the tasks remade
-    from ``task_file`` at ``seed``."""
+def judged(run_dir: Path, systems: dict[str, str], seed: int, task_file: Path, split: str = "test") -> dict:
+    """For each named system (name -> id): how the team's verifier judged its rollouts on ``split``
+    (team.judge_rates: its accept rate on right and on wrong replies) and what the retries did
+    (team.retry_outcomes), with the tasks remade once from ``task_file`` at ``seed``."""
     from evolve.archive import Archive
     from evolve.task.data import load_splits
     from evolve.task.taskfile import load_task
 
-    sys.path.insert(0, str(TEAM.parent))
+    if str(TEAM.parent) not in sys.path:
+        sys.path.insert(0, str(TEAM.parent))  # the example's own folder, a constant of this script
     import team
 
     cfg, base = load_task(task_file, [f"seed={seed}"])
     tasks = {t["id"]: t for t in load_splits(cfg.dataset, base, seed)[split]}
+    out: dict = {}
     with Archive(run_dir, create=False) as a:
-        trajs = a.trajectories(system_id, split, "eval")
-    rates = team.judge_rates(trajs, tasks)
-    return None if rates is None else {**rates, "retries": team.retry_outcomes(trajs, tasks)}
+        for name, system_id in systems.items():
+            trajs = a.trajectories(system_id, split, "eval")
+            rates = team.judge_rates(trajs, tasks)
+            out[name] = None if rates is None else {**rates, "retries": team.retry_outcomes(trajs, tasks)}
+    return out
 
 
 def calls_a_task(run_dir: Path, system_id: str) -> float:

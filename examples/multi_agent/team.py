@@ -220,14 +220,10 @@ def retry_outcomes(trajectories: Sequence[Trajectory], tasks: Mapping[str, dict]
 
 
 def _right(task: dict, reply: str) -> bool:
-    """Whether ``reply`` earns full marks from the task's generator."""
-    from evolve.worlds.reasoning_gym.answer import AnswerFormatError, read
-    from evolve.worlds.reasoning_gym.generators import score
+    """Whether ``reply`` earns full marks from the world's reward (the task's generator's scorer)."""
+    from evolve.worlds.reasoning_gym.reward import reward
 
-    try:
-        return score(task, read(reply, task.get("answer_format", "answer_line"))) >= 1.0
-    except AnswerFormatError:
-        return False
+    return reward(task, reply).score >= 1.0
 
 
 def solver_demos(tasks: list[dict], *, instruction: str = "", seed: int = 0) -> list[list[dict[str, str]]]:
